@@ -1,0 +1,618 @@
+/*
+ * kiln — train and run multilayer perceptrons on NVIDIA GPUs or the CPU.
+ *
+ * This is the whole public C API. Conventions that hold for every function
+ * below unless its comment says otherwise:
+ *
+ *  - Fallible functions return kiln_status; KILN_OK (0) means success.
+ *    On failure, every out-parameter is set to NULL / 0 (when the pointer
+ *    itself is not NULL) and kiln_last_error() describes what went wrong.
+ *  - Sizes, counts, dimensions and indices are int64_t. Booleans are int.
+ *  - Handles are opaque and reference-counted inside: releasing a handle drops
+ *    the caller's reference; objects that depend on it (a trainer on its model,
+ *    a tensor on its context) keep it alive. kiln_*_release(NULL) does nothing.
+ *    A released or foreign handle passed back yields KILN_ERROR_INVALID_HANDLE.
+ *  - Buffers are passed as (pointer, count) and copied during the call; kiln
+ *    never keeps a caller's pointer after a call returns.
+ *  - Strings returned through `const char **` are owned by the object they
+ *    came from and stay valid until that object is released.
+ *  - No C++ exception, abort or exit crosses this boundary.
+ *
+ * Threads: a context, a model used for inference (kiln_model_forward,
+ * kiln_model_predict) and tensors that are only read may be used by several
+ * threads at once. A trainer, and a tensor being written, are used by one
+ * thread at a time. Every release function may be called from any thread.
+ */
+#ifndef KILN_KILN_H
+#define KILN_KILN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#  define KILN_API __declspec(dllimport)
+#elif defined(KILN_BUILDING_LIBRARY)
+#  define KILN_API __attribute__((visibility("default")))
+#else
+#  define KILN_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================================
+ * Versions and status
+ * ====================================================================== */
+
+#define KILN_VERSION_MAJOR 0
+#define KILN_VERSION_MINOR 1
+#define KILN_VERSION_PATCH 0
+/* Bumped only when a published signature or struct layout breaks; equals the
+ * number in the SONAME (libkiln.so.N). */
+#define KILN_ABI_VERSION 1
+
+/* The library's version as "MAJOR.MINOR.PATCH". Static storage; never fails. */
+KILN_API const char *kiln_version_string(void);
+/* The library's version numbers; NULL out-pointers are skipped. Never fails. */
+KILN_API void kiln_version(int *major, int *minor, int *patch);
+/* The ABI version of the loaded library; compare with KILN_ABI_VERSION. */
+KILN_API int kiln_abi_version(void);
+
+typedef enum kiln_status {
+  KILN_OK = 0,
+  KILN_ERROR_INVALID_ARGUMENT = 1,   /* NULL pointer, bad value, bad string */
+  KILN_ERROR_INVALID_HANDLE = 2,     /* released, foreign or wrong-type handle */
+  KILN_ERROR_SHAPE_MISMATCH = 3,     /* shapes that do not fit together */
+  KILN_ERROR_DTYPE_MISMATCH = 4,     /* dtypes that do not fit the operation */
+  KILN_ERROR_DEVICE_UNAVAILABLE = 5, /* no such device, no driver, no plugin */
+  KILN_ERROR_OUT_OF_MEMORY = 6,      /* host or device allocation failed */
+  KILN_ERROR_IO = 7,                 /* a file could not be opened/read/written */
+  KILN_ERROR_FORMAT = 8,             /* a file's contents are malformed */
+  KILN_ERROR_NOT_SUPPORTED = 9,      /* valid request this build/device cannot do */
+  KILN_ERROR_CANCELLED = 10,         /* a callback asked to stop */
+  KILN_ERROR_BACKEND = 11,           /* CUDA, cuBLAS, cuDNN or BLAS failure */
+  KILN_ERROR_INTERNAL = 12           /* a bug in kiln: please report it */
+} kiln_status;
+
+/* A constant name for a status, e.g. "KILN_ERROR_SHAPE_MISMATCH". Static
+ * storage; unknown values give "KILN_ERROR_UNKNOWN". Never fails. */
+KILN_API const char *kiln_status_name(kiln_status status);
+
+/* The message of the last failed call on the calling thread ("" when none
+ * failed yet). Thread-local storage, valid until the next kiln call on this
+ * thread. Successful calls do not clear it. */
+KILN_API const char *kiln_last_error(void);
+
+/* ======================================================================
+ * Context
+ * ====================================================================== */
+
+typedef struct kiln_context kiln_context;
+typedef struct kiln_context_options kiln_context_options;
+
+typedef enum kiln_log_level {
+  KILN_LOG_DEBUG = 0,
+  KILN_LOG_INFO = 1,
+  KILN_LOG_WARNING = 2,
+  KILN_LOG_ERROR = 3,
+  KILN_LOG_OFF = 4
+} kiln_log_level;
+
+/* What a log callback receives. Valid only during the callback. */
+typedef struct kiln_log_record {
+  uint32_t struct_size; /* sizeof(kiln_log_record) of the library */
+  kiln_log_level level;
+  const char *message;  /* one line, no trailing newline */
+} kiln_log_record;
+
+/* Called for each log record at or above the context's level, on the thread
+ * that produced it (any thread using the context); its return value is
+ * ignored. It must not call back into kiln with the same context. */
+typedef int (*kiln_log_fn)(void *user, const kiln_log_record *record);
+
+/* Options for kiln_context_create, with defaults: seed 0, as many CPU threads
+ * as cores, log level WARNING, no callback (records go to stderr), load the
+ * CUDA plugin. The caller owns *out; release it with
+ * kiln_context_options_release. */
+KILN_API kiln_status kiln_context_options_create(kiln_context_options **out);
+KILN_API void kiln_context_options_release(kiln_context_options *options);
+KILN_API kiln_status kiln_context_options_set_seed(kiln_context_options *options, uint64_t seed);
+/* threads >= 1, or 0 for one per core. */
+KILN_API kiln_status kiln_context_options_set_num_threads(kiln_context_options *options, int64_t threads);
+KILN_API kiln_status kiln_context_options_set_log_level(kiln_context_options *options, kiln_log_level level);
+/* fn may be NULL to log to stderr again. user is passed back untouched. */
+KILN_API kiln_status kiln_context_options_set_log_callback(kiln_context_options *options, kiln_log_fn fn,
+                                                           void *user);
+/* enable = 0 skips loading the CUDA plugin: the context is CPU-only. */
+KILN_API kiln_status kiln_context_options_set_enable_cuda(kiln_context_options *options, int enable);
+
+/* Creates a context: the CPU backend and, if it loads, the CUDA backend
+ * (libkiln_cuda.so from libkiln's own directory, or from the directory in the
+ * environment variable KILN_BACKEND_PATH). options may be NULL for defaults;
+ * it is copied. A missing plugin or driver is not an error: the context is
+ * then CPU-only and kiln_cuda_unavailable_reason says why. */
+KILN_API kiln_status kiln_context_create(const kiln_context_options *options, kiln_context **out);
+KILN_API void kiln_context_release(kiln_context *ctx);
+/* Reseeds the context's generator (torch.manual_seed). Affects rand, randn,
+ * model initialisation and, through them, everything seeded from the context. */
+KILN_API kiln_status kiln_context_set_seed(kiln_context *ctx, uint64_t seed);
+
+/* ======================================================================
+ * Devices
+ * ====================================================================== */
+
+typedef enum kiln_device_kind { KILN_DEVICE_CPU = 0, KILN_DEVICE_CUDA = 1 } kiln_device_kind;
+
+/* A device: {KILN_DEVICE_CPU, -1} ("cpu") or {KILN_DEVICE_CUDA, N} ("cuda:N"). */
+typedef struct kiln_device {
+  kiln_device_kind kind;
+  int64_t index;
+} kiln_device;
+
+/* Parses "cpu", "cpu:0", "cuda" (= "cuda:0"), "cuda:N" or "auto". "auto" is
+ * the first usable CUDA device, else the CPU, and needs ctx; for the others
+ * ctx may be NULL (syntax only). With a ctx, a CUDA device that is not there
+ * fails with KILN_ERROR_DEVICE_UNAVAILABLE and a message that says why (no
+ * plugin, no driver, index out of range and how many there are). Malformed
+ * text gives KILN_ERROR_INVALID_ARGUMENT. */
+KILN_API kiln_status kiln_device_parse(kiln_context *ctx, const char *text, kiln_device *out);
+/* Writes "cpu" or "cuda:N" with a terminating NUL into buf (buf_size bytes).
+ * KILN_ERROR_INVALID_ARGUMENT if the device is malformed or buf too small. */
+KILN_API kiln_status kiln_device_format(kiln_device device, char *buf, int64_t buf_size);
+
+/* *out = 1 when the CUDA backend loaded and sees at least one device. */
+KILN_API kiln_status kiln_cuda_is_available(kiln_context *ctx, int *out);
+/* Why CUDA is not usable ("" when it is): the loader's or driver's message.
+ * The string is owned by ctx. */
+KILN_API kiln_status kiln_cuda_unavailable_reason(kiln_context *ctx, const char **out);
+/* Number of devices of a kind: 1 for the CPU, 0..N for CUDA. */
+KILN_API kiln_status kiln_device_count(kiln_context *ctx, kiln_device_kind kind, int64_t *out);
+/* The "auto" device: cuda:0 when CUDA is usable, else the CPU. */
+KILN_API kiln_status kiln_default_device(kiln_context *ctx, kiln_device *out);
+
+typedef struct kiln_device_info {
+  uint32_t struct_size;        /* set by the caller to sizeof(kiln_device_info) */
+  kiln_device device;
+  char name[256];              /* GPU name, or CPU model */
+  int64_t total_memory;        /* bytes */
+  int64_t free_memory;         /* bytes, at the time of the call */
+  int64_t compute_major;       /* CUDA compute capability; 0 on the CPU */
+  int64_t compute_minor;
+  int64_t multiprocessor_count;/* SMs; logical cores on the CPU */
+  int64_t driver_version;      /* CUDA driver version, e.g. 13000; 0 on the CPU */
+  int64_t runtime_version;     /* CUDA runtime version; 0 on the CPU */
+  int64_t threads;             /* CPU threads kiln uses; 0 for CUDA */
+} kiln_device_info;
+
+/* Fills *out (whose struct_size the caller sets; a smaller, older struct is
+ * filled up to its size). */
+KILN_API kiln_status kiln_device_get_info(kiln_context *ctx, kiln_device device, kiln_device_info *out);
+/* Waits until all work kiln queued on the device is done. */
+KILN_API kiln_status kiln_device_synchronize(kiln_context *ctx, kiln_device device);
+
+/* ======================================================================
+ * Tensors
+ * ====================================================================== */
+
+typedef struct kiln_tensor kiln_tensor;
+
+typedef enum kiln_dtype {
+  KILN_F32 = 0,
+  KILN_F16 = 1,
+  KILN_BF16 = 2,
+  KILN_F64 = 3,
+  KILN_I32 = 4,
+  KILN_I64 = 5,
+  KILN_U8 = 6
+} kiln_dtype;
+
+#define KILN_MAX_DIMS 8
+
+/* "f32", "f16", ...; NULL for an unknown value. Never fails. */
+KILN_API const char *kiln_dtype_name(kiln_dtype dtype);
+/* Bytes per element; 0 for an unknown value. Never fails. */
+KILN_API int64_t kiln_dtype_size(kiln_dtype dtype);
+
+/* Creation. shape has ndim entries (0 <= ndim <= KILN_MAX_DIMS, each >= 0);
+ * the tensor is contiguous, row-major, on device, and owned by the caller.
+ * Errors: INVALID_ARGUMENT (bad shape/dtype), DEVICE_UNAVAILABLE,
+ * OUT_OF_MEMORY (the context stays usable). */
+KILN_API kiln_status kiln_tensor_empty(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype,
+                                       kiln_device device, kiln_tensor **out);
+KILN_API kiln_status kiln_tensor_zeros(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype,
+                                       kiln_device device, kiln_tensor **out);
+KILN_API kiln_status kiln_tensor_ones(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype,
+                                      kiln_device device, kiln_tensor **out);
+KILN_API kiln_status kiln_tensor_full(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype,
+                                      kiln_device device, double value, kiln_tensor **out);
+/* A 1-D tensor start, start+step, ... below end (above end for step < 0). */
+KILN_API kiln_status kiln_tensor_arange(kiln_context *ctx, double start, double end, double step, kiln_dtype dtype,
+                                        kiln_device device, kiln_tensor **out);
+/* Uniform in [0, 1) / standard normal, from the context's generator. The
+ * values depend only on the seed and the draws before, not on the device.
+ * Floating dtypes only (else DTYPE_MISMATCH). */
+KILN_API kiln_status kiln_tensor_rand(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype,
+                                      kiln_device device, kiln_tensor **out);
+KILN_API kiln_status kiln_tensor_randn(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype,
+                                       kiln_device device, kiln_tensor **out);
+/* Copies nbytes of host data (exactly numel * dtype size, else
+ * INVALID_ARGUMENT) into a new tensor on device. */
+KILN_API kiln_status kiln_tensor_from_host(kiln_context *ctx, const void *data, int64_t nbytes, const int64_t *shape,
+                                           int64_t ndim, kiln_dtype dtype, kiln_device device, kiln_tensor **out);
+/* A CPU tensor in page-locked memory (plain CPU memory when CUDA is not
+ * usable): kiln_tensor_to from it to a CUDA device is asynchronous, so call
+ * kiln_device_synchronize before changing its contents again. */
+KILN_API kiln_status kiln_tensor_empty_pinned(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype,
+                                              kiln_tensor **out);
+KILN_API void kiln_tensor_release(kiln_tensor *tensor);
+
+/* Copies the tensor's elements into host memory (nbytes must equal numel *
+ * dtype size). Waits for pending device work on the tensor. */
+KILN_API kiln_status kiln_tensor_copy_to_host(const kiln_tensor *tensor, void *data, int64_t nbytes);
+/* Copies bytes from host memory into an existing tensor (nbytes must equal
+ * numel * dtype size); views write through to the storage they share. */
+KILN_API kiln_status kiln_tensor_copy_from_host(kiln_tensor *tensor, const void *data, int64_t nbytes);
+/* The value of a one-element tensor as a double. */
+KILN_API kiln_status kiln_tensor_item(const kiln_tensor *tensor, double *out);
+/* The tensor on device (PyTorch's .to(device)): a copy, or a new handle to
+ * the same tensor when it is already there. */
+KILN_API kiln_status kiln_tensor_to(const kiln_tensor *tensor, kiln_device device, kiln_tensor **out);
+/* A copy converted to dtype (PyTorch's .to(dtype)); float to int truncates
+ * toward zero. */
+KILN_API kiln_status kiln_tensor_cast(const kiln_tensor *tensor, kiln_dtype dtype, kiln_tensor **out);
+/* A contiguous copy on the same device. */
+KILN_API kiln_status kiln_tensor_clone(const kiln_tensor *tensor, kiln_tensor **out);
+
+/* Queries. */
+KILN_API kiln_status kiln_tensor_ndim(const kiln_tensor *tensor, int64_t *out);
+/* Size of dimension dim; negative dims count from the end. */
+KILN_API kiln_status kiln_tensor_dim(const kiln_tensor *tensor, int64_t dim, int64_t *out);
+/* Copies the shape into shape[0..ndim); capacity must be >= ndim. */
+KILN_API kiln_status kiln_tensor_shape(const kiln_tensor *tensor, int64_t *shape, int64_t capacity);
+KILN_API kiln_status kiln_tensor_numel(const kiln_tensor *tensor, int64_t *out);
+KILN_API kiln_status kiln_tensor_dtype(const kiln_tensor *tensor, kiln_dtype *out);
+KILN_API kiln_status kiln_tensor_device(const kiln_tensor *tensor, kiln_device *out);
+/* PyTorch's get_device(): the CUDA index, or -1 for a CPU tensor. */
+KILN_API kiln_status kiln_tensor_get_device(const kiln_tensor *tensor, int64_t *out);
+KILN_API kiln_status kiln_tensor_is_pinned(const kiln_tensor *tensor, int *out);
+
+/* Views share storage with their source (writes show through both ways) and
+ * keep it alive. reshape: same numel, one entry may be -1. rows: rows
+ * [start, end) of dimension 0. */
+KILN_API kiln_status kiln_tensor_reshape(const kiln_tensor *tensor, const int64_t *shape, int64_t ndim,
+                                         kiln_tensor **out);
+KILN_API kiln_status kiln_tensor_rows(const kiln_tensor *tensor, int64_t start, int64_t end, kiln_tensor **out);
+
+/* Math. Inputs must be on one device (else INVALID_ARGUMENT) and, for two
+ * tensors, of one dtype (no implicit promotion: DTYPE_MISMATCH). Results are
+ * new contiguous tensors on that device. Float ops accept f32, f64, f16 and
+ * bf16 (computed in f32); integer dtypes are accepted where marked. */
+
+typedef enum kiln_binary_op {
+  KILN_ADD = 0, KILN_SUB = 1, KILN_MUL = 2, KILN_DIV = 3, /* all dtypes; int DIV truncates */
+  KILN_MAXIMUM = 4, KILN_MINIMUM = 5,                     /* all dtypes */
+  KILN_POW = 6                                            /* float dtypes */
+} kiln_binary_op;
+
+/* Elementwise a op b with NumPy broadcasting (SHAPE_MISMATCH if the shapes
+ * do not broadcast). Integer division by zero gives 0. */
+KILN_API kiln_status kiln_tensor_binary(kiln_binary_op op, const kiln_tensor *a, const kiln_tensor *b,
+                                        kiln_tensor **out);
+/* Elementwise a op scalar (scalar converted to a's dtype). */
+KILN_API kiln_status kiln_tensor_scalar(kiln_binary_op op, const kiln_tensor *a, double scalar, kiln_tensor **out);
+
+typedef enum kiln_compare_op {
+  KILN_EQ = 0, KILN_NE = 1, KILN_LT = 2, KILN_LE = 3, KILN_GT = 4, KILN_GE = 5
+} kiln_compare_op;
+
+/* Elementwise comparison with broadcasting; the result is u8 (0 or 1). */
+KILN_API kiln_status kiln_tensor_compare(kiln_compare_op op, const kiln_tensor *a, const kiln_tensor *b,
+                                         kiln_tensor **out);
+
+typedef enum kiln_unary_op {
+  KILN_NEG = 0, KILN_ABS = 1,                /* all dtypes */
+  KILN_EXP = 2, KILN_LOG = 3, KILN_SQRT = 4, /* float dtypes */
+  KILN_RELU = 5, KILN_GELU = 6, KILN_TANH = 7, KILN_SIGMOID = 8, KILN_LEAKY_RELU = 9
+} kiln_unary_op;
+
+/* Elementwise op(a). alpha is LeakyReLU's negative slope and ignored by the
+ * others. GELU is the exact (erf) form, as PyTorch's default. */
+KILN_API kiln_status kiln_tensor_unary(kiln_unary_op op, const kiln_tensor *a, double alpha, kiln_tensor **out);
+
+/* Softmax / log-softmax along dim (negative counts from the end). Float. */
+KILN_API kiln_status kiln_tensor_softmax(const kiln_tensor *a, int64_t dim, kiln_tensor **out);
+KILN_API kiln_status kiln_tensor_log_softmax(const kiln_tensor *a, int64_t dim, kiln_tensor **out);
+
+typedef enum kiln_reduce_op {
+  KILN_SUM = 0, KILN_MEAN = 1, KILN_MAX = 2, KILN_ARGMAX = 3
+} kiln_reduce_op;
+
+/* Reduces dimension dim (negative counts from the end); keepdim keeps it with
+ * size 1. ARGMAX gives i64 (first index of the maximum); MEAN needs a float
+ * dtype; SUM/MAX/ARGMAX accept all. Reducing an empty dimension with MAX or
+ * ARGMAX is INVALID_ARGUMENT. */
+KILN_API kiln_status kiln_tensor_reduce(kiln_reduce_op op, const kiln_tensor *a, int64_t dim, int keepdim,
+                                        kiln_tensor **out);
+
+/* Matrix product of 2-D tensors [m, k] x [k, n] -> [m, n] (a 1-D operand is
+ * treated as a row / column vector and that dimension dropped, as NumPy).
+ * f32, f64, f16, bf16. f32 is computed in full fp32 precision. */
+KILN_API kiln_status kiln_tensor_matmul(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out);
+
+/* ======================================================================
+ * Models
+ * ====================================================================== */
+
+typedef struct kiln_model_spec kiln_model_spec;
+typedef struct kiln_model kiln_model;
+
+typedef enum kiln_layer_kind {
+  KILN_LAYER_LINEAR = 0,
+  KILN_LAYER_RELU = 1,
+  KILN_LAYER_LEAKY_RELU = 2,
+  KILN_LAYER_GELU = 3,
+  KILN_LAYER_TANH = 4,
+  KILN_LAYER_SIGMOID = 5,
+  KILN_LAYER_DROPOUT = 6
+} kiln_layer_kind;
+
+/* A model spec is a list of layers, built up and then given to
+ * kiln_model_create (which copies it). */
+KILN_API kiln_status kiln_model_spec_create(kiln_model_spec **out);
+KILN_API void kiln_model_spec_release(kiln_model_spec *spec);
+/* Appends Linear(in_features, out_features); in_features must equal the
+ * previous Linear's out_features (SHAPE_MISMATCH). */
+KILN_API kiln_status kiln_model_spec_add_linear(kiln_model_spec *spec, int64_t in_features, int64_t out_features,
+                                                int bias);
+/* Appends a parameterless layer: RELU, GELU, TANH, SIGMOID, LEAKY_RELU
+ * (arg = negative slope, PyTorch's default 0.01) or DROPOUT (arg = drop
+ * probability in [0, 1)). arg is ignored by the others. */
+KILN_API kiln_status kiln_model_spec_add(kiln_model_spec *spec, kiln_layer_kind kind, double arg);
+/* Appends a whole MLP: Linear(sizes[0], sizes[1]), activation, ...,
+ * Linear(sizes[n-2], sizes[n-1]) with biases; n >= 2. activation is one of the
+ * parameterless kinds above (LEAKY_RELU uses 0.01). */
+KILN_API kiln_status kiln_model_spec_add_mlp(kiln_model_spec *spec, const int64_t *sizes, int64_t n,
+                                             kiln_layer_kind activation);
+/* Parses a compact spec such as "784-32-10" (ReLU between layers),
+ * "784-1024-1024-10:gelu" or "784-256-10:relu:dropout=0.2" and appends it. */
+KILN_API kiln_status kiln_model_spec_parse(kiln_model_spec *spec, const char *text);
+
+/* Creates a model with f32 parameters on device, initialised from the
+ * context's generator as PyTorch's nn.Linear (kaiming-uniform weights with
+ * a = sqrt(5), uniform(+-1/sqrt(in)) biases). The model starts in training
+ * mode. Errors: INVALID_ARGUMENT (empty spec), DEVICE_UNAVAILABLE, OOM. */
+KILN_API kiln_status kiln_model_create(kiln_context *ctx, const kiln_model_spec *spec, kiln_device device,
+                                       kiln_model **out);
+/* As kiln_model_create with parameters of dtype (f32 or f64; f64 on the CPU). */
+KILN_API kiln_status kiln_model_create_dtype(kiln_context *ctx, const kiln_model_spec *spec, kiln_device device,
+                                             kiln_dtype dtype, kiln_model **out);
+KILN_API void kiln_model_release(kiln_model *model);
+/* Moves the parameters to device (PyTorch's model.to(device)). A trainer
+ * created before the move fails with INVALID_ARGUMENT until recreated. */
+KILN_API kiln_status kiln_model_to(kiln_model *model, kiln_device device);
+KILN_API kiln_status kiln_model_device(const kiln_model *model, kiln_device *out);
+/* training = 1 (Dropout active) or 0 (evaluation). Not while another thread
+ * runs the model. */
+KILN_API kiln_status kiln_model_set_training(kiln_model *model, int training);
+KILN_API kiln_status kiln_model_is_training(const kiln_model *model, int *out);
+/* Total number of scalar parameters (weights and biases). */
+KILN_API kiln_status kiln_model_num_parameters(const kiln_model *model, int64_t *out);
+KILN_API kiln_status kiln_model_input_size(const kiln_model *model, int64_t *out);
+KILN_API kiln_status kiln_model_output_size(const kiln_model *model, int64_t *out);
+/* The spec as kiln_model_spec_parse reads it back. Owned by the model. */
+KILN_API kiln_status kiln_model_describe(const kiln_model *model, const char **out);
+/* Number of parameter tensors (2 per Linear with bias). */
+KILN_API kiln_status kiln_model_num_parameter_tensors(const kiln_model *model, int64_t *out);
+/* Parameter i as a tensor sharing the model's storage (writes change the
+ * model), and its name as PyTorch's nn.Sequential state_dict calls it
+ * ("0.weight", "0.bias", "2.weight", ...; weights are [out, in]). */
+KILN_API kiln_status kiln_model_parameter(kiln_model *model, int64_t index, kiln_tensor **out);
+KILN_API kiln_status kiln_model_parameter_name(const kiln_model *model, int64_t index, const char **out);
+
+/* Forward pass without gradients: x is [batch, input_size] (any float dtype
+ * or u8, converted to the model's dtype), on the model's device; *out is
+ * [batch, output_size] logits. Safe from several threads at once. */
+KILN_API kiln_status kiln_model_forward(kiln_model *model, const kiln_tensor *x, kiln_tensor **out);
+
+typedef enum kiln_predict_kind {
+  KILN_PREDICT_LOGITS = 0,
+  KILN_PREDICT_PROBABILITIES = 1, /* softmax of the logits */
+  KILN_PREDICT_CLASSES = 2        /* argmax, i64 [batch] */
+} kiln_predict_kind;
+
+/* Evaluation-mode forward pass: x may be on any device (it is moved to the
+ * model's); *out is on the model's device. Safe from several threads. */
+KILN_API kiln_status kiln_model_predict(kiln_model *model, const kiln_tensor *x, kiln_predict_kind kind,
+                                        kiln_tensor **out);
+
+/* Writes the weights as a safetensors file (names as kiln_model_parameter_name,
+ * the spec in the metadata) atomically: a crash leaves any old file intact. */
+KILN_API kiln_status kiln_model_save(const kiln_model *model, const char *path);
+/* Creates a model from a file kiln_model_save wrote. FORMAT for a malformed
+ * file, IO for an unreadable one. */
+KILN_API kiln_status kiln_model_load(kiln_context *ctx, const char *path, kiln_device device, kiln_model **out);
+/* Loads weights from a safetensors file into an existing model;
+ * SHAPE_MISMATCH if the file holds another architecture. On failure the
+ * model's weights are unchanged. */
+KILN_API kiln_status kiln_model_load_weights(kiln_model *model, const char *path);
+
+/* ======================================================================
+ * Datasets
+ * ====================================================================== */
+
+typedef struct kiln_dataset kiln_dataset;
+
+/* A dataset from tensors: x [N, features...] (float or u8) and y [N] integer
+ * class labels (i32/i64/u8) or [N, k] float targets. The tensors are
+ * referenced, not copied. SHAPE_MISMATCH when the first dimensions differ. */
+KILN_API kiln_status kiln_dataset_from_tensors(kiln_context *ctx, const kiln_tensor *x, const kiln_tensor *y,
+                                               kiln_dataset **out);
+/* Reads an IDX image file and an IDX label file (raw, or gzip when the name
+ * ends in .gz), as MNIST and Fashion-MNIST ship them. Images stay u8 and are
+ * scaled to [0, 1] when batched. IO / FORMAT on a bad file. */
+KILN_API kiln_status kiln_dataset_load_idx(kiln_context *ctx, const char *images_path, const char *labels_path,
+                                           kiln_dataset **out);
+/* Loads the "train" or "test" split of an MNIST-layout directory
+ * (train-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz], ...). */
+KILN_API kiln_status kiln_dataset_load_mnist(kiln_context *ctx, const char *dir, const char *split,
+                                             kiln_dataset **out);
+KILN_API void kiln_dataset_release(kiln_dataset *dataset);
+KILN_API kiln_status kiln_dataset_size(const kiln_dataset *dataset, int64_t *out);
+/* Features per sample (product of x's dimensions after the first). */
+KILN_API kiln_status kiln_dataset_num_features(const kiln_dataset *dataset, int64_t *out);
+/* 1 + the largest label for class datasets; the target width otherwise. */
+KILN_API kiln_status kiln_dataset_num_classes(const kiln_dataset *dataset, int64_t *out);
+/* Batched features become (x * scale - mean) / std. Defaults: scale 1/255
+ * for u8, 1 for floats; mean 0; std 1. std must be > 0. */
+KILN_API kiln_status kiln_dataset_set_normalization(kiln_dataset *dataset, double scale, double mean, double std);
+/* Seeded random split into a training part and a validation part holding
+ * round(size * validation_fraction) samples (0 < fraction < 1). Both share
+ * the source's data. */
+KILN_API kiln_status kiln_dataset_split(const kiln_dataset *dataset, double validation_fraction, uint64_t seed,
+                                        kiln_dataset **train, kiln_dataset **validation);
+/* Samples [start, start + count) as float x [count, features] (model dtype
+ * f32) and labels y [count] i64 (or float targets), normalised, on device. */
+KILN_API kiln_status kiln_dataset_batch(const kiln_dataset *dataset, int64_t start, int64_t count,
+                                        kiln_device device, kiln_tensor **x, kiln_tensor **y);
+
+/* ======================================================================
+ * Training
+ * ====================================================================== */
+
+typedef struct kiln_trainer_options kiln_trainer_options;
+typedef struct kiln_trainer kiln_trainer;
+typedef struct kiln_history kiln_history;
+
+typedef enum kiln_loss_kind {
+  KILN_LOSS_CROSS_ENTROPY = 0,  /* logits [B, C], labels [B] integer */
+  KILN_LOSS_MSE = 1,            /* pred [B, K], target [B, K] float */
+  KILN_LOSS_BCE_WITH_LOGITS = 2 /* logits [B, K], target [B, K] in [0, 1] */
+} kiln_loss_kind;
+
+typedef enum kiln_optimizer_kind { KILN_OPTIM_SGD = 0, KILN_OPTIM_ADAM = 1, KILN_OPTIM_ADAMW = 2 } kiln_optimizer_kind;
+
+typedef enum kiln_lr_schedule {
+  KILN_LR_CONSTANT = 0,
+  KILN_LR_STEP = 1,   /* lr * gamma^(floor(step / step_size)) */
+  KILN_LR_COSINE = 2  /* from lr to min_lr over total_steps (cosine annealing) */
+} kiln_lr_schedule;
+
+/* The mean loss of pred against target, as the trainer computes it (mean
+ * over the batch; MSE and BCE also over the elements). Both on one device. */
+KILN_API kiln_status kiln_loss(kiln_loss_kind kind, const kiln_tensor *pred, const kiln_tensor *target, double *out);
+
+/* Trainer options, with PyTorch's defaults: cross-entropy, SGD, lr 0.01,
+ * momentum 0, dampening 0, nesterov off, weight decay 0 (AdamW 0.01), betas
+ * (0.9, 0.999), eps 1e-8, batch 64, no clipping, constant lr, no warmup,
+ * shuffle seed from the context, progress every 0 batches (end of epoch only). */
+KILN_API kiln_status kiln_trainer_options_create(kiln_trainer_options **out);
+KILN_API void kiln_trainer_options_release(kiln_trainer_options *options);
+KILN_API kiln_status kiln_trainer_options_set_loss(kiln_trainer_options *options, kiln_loss_kind loss);
+KILN_API kiln_status kiln_trainer_options_set_optimizer(kiln_trainer_options *options, kiln_optimizer_kind kind);
+KILN_API kiln_status kiln_trainer_options_set_lr(kiln_trainer_options *options, double lr);
+KILN_API kiln_status kiln_trainer_options_set_momentum(kiln_trainer_options *options, double momentum);
+KILN_API kiln_status kiln_trainer_options_set_nesterov(kiln_trainer_options *options, int nesterov);
+KILN_API kiln_status kiln_trainer_options_set_weight_decay(kiln_trainer_options *options, double weight_decay);
+KILN_API kiln_status kiln_trainer_options_set_betas(kiln_trainer_options *options, double beta1, double beta2);
+KILN_API kiln_status kiln_trainer_options_set_eps(kiln_trainer_options *options, double eps);
+KILN_API kiln_status kiln_trainer_options_set_batch_size(kiln_trainer_options *options, int64_t batch_size);
+/* Clip the global gradient norm to max_norm before each update (0 = off). */
+KILN_API kiln_status kiln_trainer_options_set_grad_clip(kiln_trainer_options *options, double max_norm);
+/* step_size: STEP's period in steps; gamma: STEP's factor; total_steps:
+ * COSINE's length in steps (0 = the fit's total); min_lr: COSINE's floor. */
+KILN_API kiln_status kiln_trainer_options_set_schedule(kiln_trainer_options *options, kiln_lr_schedule schedule,
+                                                       int64_t step_size, double gamma, int64_t total_steps,
+                                                       double min_lr);
+/* Linear warmup from 0 to the scheduled lr over the first steps steps. */
+KILN_API kiln_status kiln_trainer_options_set_warmup(kiln_trainer_options *options, int64_t steps);
+KILN_API kiln_status kiln_trainer_options_set_shuffle_seed(kiln_trainer_options *options, uint64_t seed);
+/* Call the progress callback every n batches (0 = once per epoch). Each call
+ * reads the loss back from the device. */
+KILN_API kiln_status kiln_trainer_options_set_progress_interval(kiln_trainer_options *options, int64_t batches);
+
+/* A trainer for model on the model's device; it keeps the model alive and
+ * copies options (NULL = defaults). Used by one thread at a time. */
+KILN_API kiln_status kiln_trainer_create(kiln_model *model, const kiln_trainer_options *options, kiln_trainer **out);
+KILN_API void kiln_trainer_release(kiln_trainer *trainer);
+
+/* One optimisation step on a batch (x [B, in], y labels [B] or targets
+ * [B, K], any device: moved to the model's). *loss (may be NULL: then the
+ * loss is not read back) is the batch's mean loss before the update. */
+KILN_API kiln_status kiln_trainer_step(kiln_trainer *trainer, const kiln_tensor *x, const kiln_tensor *y,
+                                       double *loss);
+
+typedef struct kiln_epoch_stats {
+  uint32_t struct_size;   /* set by the caller (or the library, in callbacks) */
+  int64_t epoch;          /* 1-based */
+  double train_loss;      /* mean over the epoch's samples */
+  double train_accuracy;  /* classification only, else 0 */
+  double val_loss;        /* 0 (and has_validation 0) without validation data */
+  double val_accuracy;
+  int has_validation;
+  double seconds;
+  double samples_per_second;
+  double lr;              /* the learning rate at the epoch's end */
+} kiln_epoch_stats;
+
+/* One shuffled pass over dataset in batches of the options' batch size, the
+ * last one partial. *out (struct_size set by the caller) gets the training
+ * statistics; no validation. */
+KILN_API kiln_status kiln_trainer_epoch(kiln_trainer *trainer, const kiln_dataset *dataset, kiln_epoch_stats *out);
+
+typedef enum kiln_progress_phase {
+  KILN_PROGRESS_BATCH = 0, /* every progress_interval batches */
+  KILN_PROGRESS_EPOCH = 1  /* at the end of each epoch, after validation */
+} kiln_progress_phase;
+
+typedef struct kiln_progress {
+  uint32_t struct_size;
+  kiln_progress_phase phase;
+  int64_t epoch;            /* 1-based */
+  int64_t epochs;
+  int64_t batch;            /* batches done in this epoch */
+  int64_t batches;          /* batches per epoch */
+  double loss;              /* mean training loss so far in this epoch */
+  double samples_per_second;
+  double elapsed_seconds;   /* since the epoch began */
+  const kiln_epoch_stats *stats; /* the finished epoch (phase EPOCH), else NULL */
+} kiln_progress;
+
+/* Progress callback: runs on the thread that called kiln_trainer_fit; a
+ * non-zero return stops training after the current batch and makes fit
+ * return KILN_ERROR_CANCELLED (the model keeps the updates done so far). */
+typedef int (*kiln_progress_fn)(void *user, const kiln_progress *progress);
+
+/* Trains for epochs epochs, evaluating validation (may be NULL) after each,
+ * and returns the history (caller releases). callback may be NULL. */
+KILN_API kiln_status kiln_trainer_fit(kiln_trainer *trainer, const kiln_dataset *train,
+                                      const kiln_dataset *validation, int64_t epochs, kiln_progress_fn callback,
+                                      void *user, kiln_history **out);
+/* Mean loss and accuracy (0 for non-class targets) of the model over dataset,
+ * in evaluation mode. */
+KILN_API kiln_status kiln_trainer_evaluate(kiln_trainer *trainer, const kiln_dataset *dataset, double *loss,
+                                           double *accuracy);
+/* Epochs and optimisation steps done so far (checkpoints restore them). */
+KILN_API kiln_status kiln_trainer_epochs_done(const kiln_trainer *trainer, int64_t *out);
+KILN_API kiln_status kiln_trainer_steps_done(const kiln_trainer *trainer, int64_t *out);
+/* The learning rate the next step will use. */
+KILN_API kiln_status kiln_trainer_current_lr(const kiln_trainer *trainer, double *out);
+
+/* Writes a training checkpoint (weights, optimizer state, epoch and step
+ * counters, shuffle generator) as safetensors, atomically. */
+KILN_API kiln_status kiln_trainer_save_checkpoint(const kiln_trainer *trainer, const char *path);
+/* Restores a checkpoint written for the same architecture and optimizer
+ * (else SHAPE_MISMATCH / INVALID_ARGUMENT); training then continues exactly
+ * as the run that wrote it. On failure the trainer is unchanged. */
+KILN_API kiln_status kiln_trainer_load_checkpoint(kiln_trainer *trainer, const char *path);
+
+KILN_API void kiln_history_release(kiln_history *history);
+KILN_API kiln_status kiln_history_size(const kiln_history *history, int64_t *out);
+/* Epoch i (0-based) of the history; out->struct_size set by the caller. */
+KILN_API kiln_status kiln_history_get(const kiln_history *history, int64_t index, kiln_epoch_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_KILN_H */

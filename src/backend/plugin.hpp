@@ -1,0 +1,21 @@
+// The contract between libkiln and the CUDA plugin, libkiln_cuda.so. The
+// plugin exports two C symbols; libkiln dlopen()s it when a context is
+// created and refuses a plugin built against another backend.hpp.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/backend.hpp"
+
+namespace kiln {
+// Bump whenever backend.hpp changes in any way.
+constexpr int kBackendInterfaceVersion = 1;
+}  // namespace kiln
+
+extern "C" {
+// Returns kiln::kBackendInterfaceVersion as the plugin was built.
+typedef int (*kiln_backend_interface_version_fn)(void);
+// Creates the CUDA backend, or returns null and writes why (no driver, no
+// device, driver too old) into reason[0..reason_size). Never throws.
+typedef kiln::Backend *(*kiln_backend_cuda_create_fn)(char *reason, int64_t reason_size);
+}

@@ -1,0 +1,80 @@
+// Tensor: a typed, shaped window on reference-counted device storage. A
+// Tensor is a cheap value (one shared_ptr); views (reshape, rows) share the
+// storage. Storage is always contiguous and row-major.
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.hpp"
+#include "core/shape.hpp"
+
+namespace kiln {
+
+class Context;
+
+// One allocation on one device. Keeps its context (and so its backend) alive.
+struct Storage {
+  std::shared_ptr<Context> ctx;
+  Backend *backend = nullptr;
+  Device device;
+  void *data = nullptr;
+  int64_t bytes = 0;
+  bool pinned = false;
+
+  Storage(std::shared_ptr<Context> c, Backend *b, Device dev, void *p, int64_t n, bool pin)
+      : ctx(std::move(c)), backend(b), device(dev), data(p), bytes(n), pinned(pin) {}
+  ~Storage();
+  Storage(const Storage &) = delete;
+  Storage &operator=(const Storage &) = delete;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+
+  // Uninitialised tensor; throws DEVICE_UNAVAILABLE / OUT_OF_MEMORY.
+  static Tensor empty(const std::shared_ptr<Context> &ctx, const Shape &shape, DType dtype, Device device);
+  static Tensor empty_pinned(const std::shared_ptr<Context> &ctx, const Shape &shape, DType dtype);
+  static Tensor full(const std::shared_ptr<Context> &ctx, const Shape &shape, DType dtype, Device device,
+                     double value);
+  // From host bytes (nbytes checked against the shape).
+  static Tensor from_host(const std::shared_ptr<Context> &ctx, const void *data, int64_t nbytes, const Shape &shape,
+                          DType dtype, Device device);
+
+  bool defined() const { return storage_ != nullptr; }
+  const Shape &shape() const { return shape_; }
+  int ndim() const { return shape_.ndim; }
+  int64_t dim(int i) const { return shape_.d[i]; }
+  int64_t numel() const { return shape_.numel(); }
+  DType dtype() const { return dtype_; }
+  int64_t nbytes() const { return numel() * dtype_size(dtype_); }
+  Device device() const { return storage_->device; }
+  bool pinned() const { return storage_->pinned; }
+  Backend &backend() const { return *storage_->backend; }
+  const std::shared_ptr<Context> &context() const { return storage_->ctx; }
+  void *data() const { return static_cast<char *>(storage_->data) + offset_; }
+  template <class T> T *data_as() const { return static_cast<T *>(data()); }
+  bool shares_storage(const Tensor &o) const { return storage_ == o.storage_; }
+
+  // Views. reshape: same numel, at most one -1 (SHAPE_MISMATCH otherwise);
+  // rows: [start, end) of dim 0 (INVALID_ARGUMENT when out of range).
+  Tensor reshape(const Shape &shape) const;
+  Tensor rows(int64_t start, int64_t end) const;
+
+  // Copies: to another device (the same tensor when already there), to the
+  // host, from the host, and a contiguous clone.
+  Tensor to(Device device) const;
+  void copy_to_host(void *dst, int64_t nbytes) const;
+  void copy_from_host(const void *src, int64_t nbytes) const;
+  // Copies src (same shape and dtype, any device) into this tensor.
+  void copy_from(const Tensor &src) const;
+  Tensor clone() const;
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  int64_t offset_ = 0;  // bytes
+  Shape shape_;
+  DType dtype_ = DType::F32;
+};
+
+}  // namespace kiln
