@@ -216,8 +216,8 @@ KILN_API int64_t kiln_dtype_size(kiln_dtype dtype);
 
 /* Creation. shape has ndim entries (0 <= ndim <= KILN_MAX_DIMS, each >= 0);
  * the tensor is contiguous, row-major, on device, and owned by the caller.
- * Errors: INVALID_ARGUMENT (bad shape/dtype), DEVICE_UNAVAILABLE,
- * OUT_OF_MEMORY (the context stays usable). */
+ * Errors: INVALID_ARGUMENT (bad shape/dtype, a full value outside an integer
+ * dtype), DEVICE_UNAVAILABLE, OUT_OF_MEMORY (the context stays usable). */
 KILN_API kiln_status kiln_tensor_empty(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype,
                                        kiln_device device, kiln_tensor **out);
 KILN_API kiln_status kiln_tensor_zeros(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype,
@@ -275,6 +275,8 @@ KILN_API kiln_status kiln_tensor_dtype(const kiln_tensor *tensor, kiln_dtype *ou
 KILN_API kiln_status kiln_tensor_device(const kiln_tensor *tensor, kiln_device *out);
 /* PyTorch's get_device(): the CUDA index, or -1 for a CPU tensor. */
 KILN_API kiln_status kiln_tensor_get_device(const kiln_tensor *tensor, int64_t *out);
+/* 1 for a tensor made by kiln_tensor_empty_pinned (even when, without CUDA,
+ * its memory is ordinary), else 0. Views share their source's answer. */
 KILN_API kiln_status kiln_tensor_is_pinned(const kiln_tensor *tensor, int *out);
 
 /* Views share storage with their source (writes show through both ways) and
@@ -299,7 +301,8 @@ typedef enum kiln_binary_op {
  * do not broadcast). Integer division by zero gives 0. */
 KILN_API kiln_status kiln_tensor_binary(kiln_binary_op op, const kiln_tensor *a, const kiln_tensor *b,
                                         kiln_tensor **out);
-/* Elementwise a op scalar (scalar converted to a's dtype). */
+/* Elementwise a op scalar (scalar converted to a's dtype; for an integer
+ * dtype it must be finite and in range once truncated, else INVALID_ARGUMENT). */
 KILN_API kiln_status kiln_tensor_scalar(kiln_binary_op op, const kiln_tensor *a, double scalar, kiln_tensor **out);
 
 typedef enum kiln_compare_op {
@@ -313,7 +316,7 @@ KILN_API kiln_status kiln_tensor_compare(kiln_compare_op op, const kiln_tensor *
 typedef enum kiln_unary_op {
   KILN_NEG = 0, KILN_ABS = 1,                /* all dtypes */
   KILN_EXP = 2, KILN_LOG = 3, KILN_SQRT = 4, /* float dtypes */
-  KILN_RELU = 5, KILN_GELU = 6, KILN_TANH = 7, KILN_SIGMOID = 8, KILN_LEAKY_RELU = 9
+  KILN_RELU = 5, KILN_GELU = 6, KILN_TANH = 7, KILN_SIGMOID = 8, KILN_LEAKY_RELU = 9 /* float dtypes */
 } kiln_unary_op;
 
 /* Elementwise op(a). alpha is LeakyReLU's negative slope and ignored by the

@@ -38,6 +38,9 @@ class Context : public std::enable_shared_from_this<Context> {
   Device default_device() const { return cuda_available() ? Device::cuda(0) : Device::cpu(); }
   // "cpu", "cpu:0", "cuda", "cuda:N", "auto"; validated against this context.
   Device parse_device(const std::string &text) const;
+  // The same grammar without a context: syntax only, and "auto" (which needs
+  // one) is INVALID_ARGUMENT.
+  static Device parse_device_syntax(const std::string &text);
 
   // Random numbers: draws reserve a range of counters of the current seed's
   // stream, so results depend only on the seed and the draws before.
@@ -55,6 +58,8 @@ class Context : public std::enable_shared_from_this<Context> {
 
  private:
   explicit Context(const ContextOptions &options);
+  // Fills cuda_ and cuda_library_, or cuda_reason_ with why not.
+  void load_cuda_plugin();
   ContextOptions options_;
   std::unique_ptr<Backend> cpu_;
   std::unique_ptr<Backend> cuda_;

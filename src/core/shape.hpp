@@ -21,6 +21,9 @@ struct Shape {
   // Validates a caller's (pointer, count): ndim in [0, 8], sizes >= 0, and a
   // product that fits in int64 (INVALID_ARGUMENT otherwise).
   static Shape from(const int64_t *dims, int64_t n);
+  // As from, but a size may also be -1 (a reshape target, resolved by
+  // Tensor::reshape); the product is not checked here.
+  static Shape pattern(const int64_t *dims, int64_t n);
 
   int64_t operator[](int i) const { return d[i]; }
   int64_t &operator[](int i) { return d[i]; }

@@ -12,21 +12,32 @@ namespace kiln {
 
 class Context;
 
-// One allocation on one device. Keeps its context (and so its backend) alive.
+// One allocation on one device. Keeps its context (and so its backends)
+// alive. A zero-byte storage (a tensor with no elements) has data == nullptr
+// and never reaches a backend.
 struct Storage {
   std::shared_ptr<Context> ctx;
-  Backend *backend = nullptr;
+  Backend *backend = nullptr;  // runs the kernels on this memory
   Device device;
   void *data = nullptr;
   int64_t bytes = 0;
   bool pinned = false;
+  // Frees data: `backend`, except for pinned host memory page-locked by the
+  // CUDA backend, which only that backend can free.
+  Backend *allocator = nullptr;
 
-  Storage(std::shared_ptr<Context> c, Backend *b, Device dev, void *p, int64_t n, bool pin)
-      : ctx(std::move(c)), backend(b), device(dev), data(p), bytes(n), pinned(pin) {}
+  Storage(std::shared_ptr<Context> c, Backend *b, Device dev, void *p, int64_t n, bool pin,
+          Backend *alloc = nullptr)
+      : ctx(std::move(c)), backend(b), device(dev), data(p), bytes(n), pinned(pin), allocator(alloc ? alloc : b) {}
   ~Storage();
   Storage(const Storage &) = delete;
   Storage &operator=(const Storage &) = delete;
 };
+
+// Throws INVALID_ARGUMENT unless value converts to dtype without undefined
+// behaviour: any value for float dtypes; for integer dtypes a finite value
+// whose truncation lies in the dtype's range. `what` names it in the message.
+void check_value_fits(DType dtype, double value, const char *what);
 
 class Tensor {
  public:
@@ -37,6 +48,10 @@ class Tensor {
   static Tensor empty_pinned(const std::shared_ptr<Context> &ctx, const Shape &shape, DType dtype);
   static Tensor full(const std::shared_ptr<Context> &ctx, const Shape &shape, DType dtype, Device device,
                      double value);
+  // start, start + step, ... below end (above it for step < 0); step != 0
+  // and all three finite (INVALID_ARGUMENT).
+  static Tensor arange(const std::shared_ptr<Context> &ctx, double start, double end, double step, DType dtype,
+                       Device device);
   // From host bytes (nbytes checked against the shape).
   static Tensor from_host(const std::shared_ptr<Context> &ctx, const void *data, int64_t nbytes, const Shape &shape,
                           DType dtype, Device device);
@@ -64,11 +79,18 @@ class Tensor {
   // Copies: to another device (the same tensor when already there), to the
   // host, from the host, and a contiguous clone.
   Tensor to(Device device) const;
+  // nbytes must equal this->nbytes() (INVALID_ARGUMENT). Both wait for the
+  // device, so the host buffer is free to reuse when they return.
   void copy_to_host(void *dst, int64_t nbytes) const;
   void copy_from_host(const void *src, int64_t nbytes) const;
-  // Copies src (same shape and dtype, any device) into this tensor.
+  // Copies src (same shape and dtype, any device) into this tensor. Into
+  // pinned host memory from a device the copy may still be running on
+  // return: synchronize the device before reading it.
   void copy_from(const Tensor &src) const;
   Tensor clone() const;
+  // The value of a one-element tensor (SHAPE_MISMATCH otherwise), exactly
+  // as a double for every dtype but i64 beyond 2^53.
+  double item() const;
 
  private:
   std::shared_ptr<Storage> storage_;

@@ -1,0 +1,82 @@
+// Times the CPU backend's kernels on the tutorial MLP's training step
+// (784-32-10, batch 128, SGD with momentum), kernel by kernel and as a whole
+// step, to tune thresholds and threading. Built by hand against the backend's
+// sources (libkiln exports only the C API), e.g.:
+//   g++ -std=c++17 -O3 -Isrc -Iinclude $(pkg-config --cflags openblas) bench/cpu_kernels_bench.cpp \
+//       src/backend/cpu/*.cpp src/core/thread_pool.cpp $(pkg-config --libs openblas) -pthread
+//   ./a.out [threads] [batch]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.hpp"
+#include "core/rng.hpp"
+
+using namespace kiln;
+
+namespace {
+
+double time_us(const std::function<void()> &fn, int reps) {
+  fn();  // warm up
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) fn();
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / reps;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  const int64_t threads = argc > 1 ? std::atoll(argv[1]) : 0;
+  const int64_t batch = argc > 2 ? std::atoll(argv[2]) : 128;
+  const int64_t in = 784, hidden = 32, classes = 10, samples = 60000;
+  auto backend = make_cpu_backend(threads);
+  Backend &be = *backend;
+  std::printf("threads %lld, batch %lld\n", (long long)be.info(-1).threads, (long long)batch);
+
+  std::vector<uint8_t> images(size_t(samples * in));
+  std::vector<int64_t> labels(size_t(samples)), rows(size_t(batch)), y(size_t(batch));
+  for (size_t i = 0; i < images.size(); ++i) images[i] = uint8_t(rng_bits(1, i));
+  for (int64_t i = 0; i < samples; ++i) labels[size_t(i)] = int64_t(rng_bits(2, uint64_t(i)) % uint64_t(classes));
+  for (int64_t r = 0; r < batch; ++r) rows[size_t(r)] = int64_t(rng_bits(3, uint64_t(r)) % uint64_t(samples));
+
+  // One flat parameter buffer (W1, b1, W2, b2) and its gradient, as the trainer keeps them.
+  const int64_t n_params = hidden * in + hidden + classes * hidden + classes;
+  std::vector<float> params(size_t(n_params)), grads(size_t(n_params)), velocity(size_t(n_params));
+  for (int64_t i = 0; i < n_params; ++i) params[size_t(i)] = float(rng_uniform(4, uint64_t(i)) - 0.5) * 0.1f;
+  float *w1 = params.data(), *b1 = w1 + hidden * in, *w2 = b1 + hidden, *b2 = w2 + classes * hidden;
+  float *dw1 = grads.data(), *db1 = dw1 + hidden * in, *dw2 = db1 + hidden, *db2 = dw2 + classes * hidden;
+  std::vector<float> x(size_t(batch * in)), h(size_t(batch * hidden)), logits(size_t(batch * classes)),
+      dlogits(size_t(batch * classes)), dh(size_t(batch * hidden));
+  double stats[3] = {0, 0, 0};
+  const DType f32 = DType::F32;
+
+  struct Kernel { const char *name; std::function<void()> fn; };
+  std::vector<Kernel> kernels = {
+      {"gather_rows u8->f32", [&] { be.gather_rows(-1, DType::U8, images.data(), in, rows.data(), batch, f32, x.data(), 1.0 / 255, 0); }},
+      {"gather_labels", [&] { be.gather_labels(-1, DType::I64, labels.data(), rows.data(), batch, y.data()); }},
+      {"gemm X W1^T", [&] { be.gemm(-1, f32, false, true, batch, hidden, in, 1, x.data(), w1, 0, h.data()); }},
+      {"bias_act relu", [&] { be.bias_act(-1, f32, batch, hidden, h.data(), b1, UnaryOp::Relu, 0, nullptr); }},
+      {"gemm H W2^T", [&] { be.gemm(-1, f32, false, true, batch, classes, hidden, 1, h.data(), w2, 0, logits.data()); }},
+      {"bias_act identity", [&] { be.bias_act(-1, f32, batch, classes, logits.data(), b2, UnaryOp::Identity, 0, nullptr); }},
+      {"cross_entropy", [&] { be.cross_entropy(-1, f32, batch, classes, logits.data(), y.data(), 1.0 / double(batch), dlogits.data(), stats); }},
+      {"gemm dW2 = dL^T H", [&] { be.gemm(-1, f32, true, false, classes, hidden, batch, 1, dlogits.data(), h.data(), 0, dw2); }},
+      {"bias_grad b2", [&] { be.bias_grad(-1, f32, batch, classes, dlogits.data(), db2, 0); }},
+      {"gemm dH = dL W2", [&] { be.gemm(-1, f32, false, false, batch, hidden, classes, 1, dlogits.data(), w2, 0, dh.data()); }},
+      {"act_backward relu", [&] { be.act_backward(-1, f32, batch * hidden, UnaryOp::Relu, 0, dh.data(), nullptr, h.data(), dh.data()); }},
+      {"gemm dW1 = dH^T X", [&] { be.gemm(-1, f32, true, false, hidden, in, batch, 1, dh.data(), x.data(), 0, dw1); }},
+      {"bias_grad b1", [&] { be.bias_grad(-1, f32, batch, hidden, dh.data(), db1, 0); }},
+      {"sgd_update momentum", [&] { be.sgd_update(-1, f32, n_params, params.data(), grads.data(), velocity.data(), 0.01, 0.9, 0, false, false); }},
+  };
+  double total = 0;
+  for (auto &k : kernels) {
+    double us = time_us(k.fn, 2000);
+    total += us;
+    std::printf("  %-22s %8.2f us\n", k.name, us);
+  }
+  std::printf("  %-22s %8.2f us\n", "sum of kernels", total);
+  double step = time_us([&] { for (auto &k : kernels) k.fn(); }, 2000);
+  std::printf("step %.2f us -> %.0f samples/s\n", step, double(batch) * 1e6 / step);
+  return 0;
+}

@@ -1,0 +1,311 @@
+package kiln_test
+
+import (
+	"errors"
+	"math"
+	"math/rand"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+
+	"kiln"
+)
+
+func newContext(t *testing.T) *kiln.Context {
+	t.Helper()
+	ctx, err := kiln.NewContext(kiln.WithSeed(42))
+	if err != nil {
+		t.Fatalf("NewContext: %v", err)
+	}
+	t.Cleanup(ctx.Close)
+	return ctx
+}
+
+// must unwraps a result in the test's own goroutine; an error fails the
+// test with its stack.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func defaultDevice(t *testing.T, ctx *kiln.Context) kiln.Device {
+	return must(ctx.DefaultDevice())
+}
+
+func TestVersion(t *testing.T) {
+	if got := kiln.LoadedABIVersion(); got != kiln.ABIVersion {
+		t.Fatalf("ABI %d, want %d", got, kiln.ABIVersion)
+	}
+	if kiln.Version() == "" {
+		t.Fatal("empty version")
+	}
+}
+
+func TestDevices(t *testing.T) {
+	ctx := newContext(t)
+	devs := must(ctx.Devices())
+	if len(devs) == 0 || devs[0].Device != kiln.CPU {
+		t.Fatalf("devices %+v: want the CPU first", devs)
+	}
+	if devs[0].Name == "" || devs[0].MultiprocessorCount < 1 {
+		t.Fatalf("CPU info %+v", devs[0])
+	}
+	n := must(ctx.DeviceCount(kiln.KindCUDA))
+	if len(devs) != n+1 {
+		t.Fatalf("%d devices for %d GPUs", len(devs), n)
+	}
+	ok, reason, err := ctx.CUDAAvailable()
+	if err != nil || ok != (n > 0) || (!ok && reason == "") {
+		t.Fatalf("CUDAAvailable = %v, %q, %v with %d GPUs", ok, reason, err, n)
+	}
+	def := defaultDevice(t, ctx)
+	if ok && def != kiln.CUDA(0) || !ok && def != kiln.CPU {
+		t.Fatalf("default device %v", def)
+	}
+	if d := must(ctx.ParseDevice("cpu")); d != kiln.CPU || d.String() != "cpu" {
+		t.Fatalf("parse cpu = %v", d)
+	}
+}
+
+func TestTensorRoundTrip(t *testing.T) {
+	ctx := newContext(t)
+	dev := defaultDevice(t, ctx)
+	data := []float32{1, 2, 3, 4, 5, 6}
+	host := must(kiln.FromSlice(ctx, data, []int64{2, 3}, kiln.CPU))
+	defer host.Close()
+	moved := must(host.To(dev))
+	defer moved.Close()
+	if d := must(moved.Device()); d != dev {
+		t.Fatalf("moved to %v, want %v", d, dev)
+	}
+	shape := must(moved.Shape())
+	if len(shape) != 2 || shape[0] != 2 || shape[1] != 3 || moved.DType() != kiln.F32 {
+		t.Fatalf("shape %v dtype %v", shape, moved.DType())
+	}
+	sum := must(moved.Add(moved))
+	defer sum.Close()
+	back := must(sum.To(kiln.CPU))
+	defer back.Close()
+	got := must(kiln.ToSlice[float32](back))
+	for i, v := range got {
+		if v != 2*data[i] {
+			t.Fatalf("element %d = %v, want %v", i, v, 2*data[i])
+		}
+	}
+	// [2,3] x [3,1] of ones: row sums 6 and 15.
+	ones := must(ctx.Ones([]int64{3, 1}, kiln.F32, dev))
+	defer ones.Close()
+	prod := must(moved.Matmul(ones))
+	defer prod.Close()
+	pc := must(prod.To(kiln.CPU))
+	defer pc.Close()
+	if rs := must(kiln.ToSlice[float32](pc)); len(rs) != 2 || rs[0] != 6 || rs[1] != 15 {
+		t.Fatalf("matmul = %v", rs)
+	}
+	// A view shares storage with its source.
+	row := must(host.Rows(1, 2))
+	defer row.Close()
+	if rv := must(kiln.ToSlice[float32](row)); len(rv) != 3 || rv[0] != 4 {
+		t.Fatalf("row view = %v", rv)
+	}
+	if _, err := kiln.ToSlice[int64](host); err == nil {
+		t.Fatal("ToSlice[int64] of an f32 tensor succeeded")
+	}
+}
+
+func statusOf(err error) int {
+	var ke *kiln.Error
+	if errors.As(err, &ke) {
+		return ke.Status
+	}
+	return -1
+}
+
+func TestErrors(t *testing.T) {
+	ctx := newContext(t)
+	_, err := kiln.FromSlice(ctx, []float32{1, 2, 3, 4, 5}, []int64{2, 3}, kiln.CPU)
+	if statusOf(err) != kiln.ErrInvalidArgument || err.(*kiln.Error).Message == "" {
+		t.Fatalf("5 floats as [2,3]: %v", err)
+	}
+	a := must(ctx.Zeros([]int64{2, 3}, kiln.F32, kiln.CPU))
+	defer a.Close()
+	_, err = a.Matmul(a)
+	if statusOf(err) != kiln.ErrShapeMismatch || err.(*kiln.Error).Message == "" {
+		t.Fatalf("[2,3] x [2,3]: %v", err)
+	}
+	_, err = ctx.ParseDevice("gpu:0")
+	if statusOf(err) != kiln.ErrInvalidArgument || err.(*kiln.Error).Message == "" {
+		t.Fatalf(`ParseDevice("gpu:0"): %v`, err)
+	}
+	if n, _ := ctx.DeviceCount(kiln.KindCUDA); n == 0 {
+		_, err = ctx.ParseDevice("cuda:0")
+		if statusOf(err) != kiln.ErrDeviceUnavailable {
+			t.Fatalf(`ParseDevice("cuda:0") without GPU: %v`, err)
+		}
+	}
+	// A closed tensor is refused, not a crash; the context still works.
+	b := must(ctx.Ones([]int64{4}, kiln.F32, kiln.CPU))
+	b.Close()
+	if _, err := b.NumEl(); err == nil {
+		t.Fatal("closed tensor accepted")
+	}
+	c := must(ctx.Ones([]int64{4}, kiln.F32, kiln.CPU))
+	defer c.Close()
+	if n := must(c.NumEl()); n != 4 {
+		t.Fatalf("numel %d", n)
+	}
+}
+
+// blobs makes n samples of classes Gaussian clusters in features dimensions.
+func blobs(n, features, classes int, seed int64) ([]float32, []int64) {
+	r := rand.New(rand.NewSource(seed))
+	centers := make([]float32, classes*features)
+	for i := range centers {
+		centers[i] = float32(r.NormFloat64() * 3)
+	}
+	x := make([]float32, n*features)
+	y := make([]int64, n)
+	for i := 0; i < n; i++ {
+		c := r.Intn(classes)
+		y[i] = int64(c)
+		for j := 0; j < features; j++ {
+			x[i*features+j] = centers[c*features+j] + float32(r.NormFloat64())
+		}
+	}
+	return x, y
+}
+
+func dataset(t *testing.T, ctx *kiln.Context, n int, seed int64) (*kiln.Dataset, *kiln.Tensor) {
+	xs, ys := blobs(n, 16, 4, seed)
+	x := must(kiln.FromSlice(ctx, xs, []int64{int64(n), 16}, kiln.CPU))
+	y := must(kiln.FromSlice(ctx, ys, []int64{int64(n)}, kiln.CPU))
+	defer y.Close()
+	ds := must(ctx.NewDataset(x, y))
+	t.Cleanup(ds.Close)
+	t.Cleanup(x.Close)
+	return ds, x
+}
+
+func trainedModel(t *testing.T, ctx *kiln.Context) (*kiln.Model, *kiln.Dataset, *kiln.Tensor) {
+	dev := defaultDevice(t, ctx)
+	train, _ := dataset(t, ctx, 1024, 1)
+	test, testX := dataset(t, ctx, 256, 1) // same centers, other samples below
+	model := must(ctx.NewModelFromText("16-32-4", dev))
+	t.Cleanup(model.Close)
+	tr := must(kiln.NewTrainer(model, kiln.WithOptimizer(kiln.Adam), kiln.WithLR(0.01), kiln.WithBatchSize(32)))
+	defer tr.Close()
+	var last kiln.EpochStats
+	for e := 0; e < 5; e++ {
+		last = must(tr.Epoch(train))
+	}
+	if last.Epoch != 5 || last.TrainAccuracy < 0.9 || last.TrainLoss > 0.5 {
+		t.Fatalf("after 5 epochs: %+v", last)
+	}
+	_, acc, err := tr.Evaluate(test)
+	if err != nil || acc < 0.9 {
+		t.Fatalf("evaluate: accuracy %v, %v (chance is 0.25)", acc, err)
+	}
+	t.Logf("after 5 epochs: train %+v, test accuracy %.3f", last, acc)
+	return model, test, testX
+}
+
+func TestTrainSaveLoad(t *testing.T) {
+	ctx := newContext(t)
+	model, _, x := trainedModel(t, ctx)
+	if n := must(model.NumParameters()); n != 16*32+32+32*4+4 {
+		t.Fatalf("%d parameters", n)
+	}
+	path := filepath.Join(t.TempDir(), "model.safetensors")
+	if err := model.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	loaded := must(ctx.LoadModel(path, defaultDevice(t, ctx)))
+	defer loaded.Close()
+	if a, b := must(model.Describe()), must(loaded.Describe()); a != b || a == "" {
+		t.Fatalf("describe %q vs %q", a, b)
+	}
+	want := logits(t, model, x)
+	got := logits(t, loaded, x)
+	for i := range want {
+		if want[i] != got[i] {
+			t.Fatalf("logit %d: %v after load, %v before", i, got[i], want[i])
+		}
+	}
+	if _, err := ctx.LoadModel(filepath.Join(t.TempDir(), "missing"), kiln.CPU); statusOf(err) != kiln.ErrIO {
+		t.Fatalf("missing file: %v", err)
+	}
+}
+
+func logits(t *testing.T, m *kiln.Model, x *kiln.Tensor) []float32 {
+	out, err := m.Predict(x, kiln.PredictLogits)
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	defer out.Close()
+	host, err := out.To(kiln.CPU)
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	defer host.Close()
+	v, err := kiln.ToSlice[float32](host)
+	if err != nil {
+		t.Error(err)
+	}
+	return v
+}
+
+func TestConcurrentInference(t *testing.T) {
+	ctx := newContext(t)
+	model, _, x := trainedModel(t, ctx)
+	want := logits(t, model, x)
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 10; i++ {
+				got := logits(t, model, x)
+				for j := range want {
+					if math.Abs(float64(got[j]-want[j])) > 1e-6 {
+						t.Errorf("concurrent logit %d = %v, want %v", j, got[j], want[j])
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestReleaseFromOtherGoroutines(t *testing.T) {
+	ctx := newContext(t)
+	// Explicit Close on other goroutines, which Go runs on other OS threads.
+	var wg sync.WaitGroup
+	for i := 0; i < 16; i++ {
+		x := must(ctx.Randn([]int64{64, 64}, kiln.F32, kiln.CPU))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			x.Close()
+		}()
+	}
+	wg.Wait()
+	// Unreferenced objects are released by finalizers on the GC's goroutine.
+	for i := 0; i < 100; i++ {
+		_ = must(ctx.Zeros([]int64{128}, kiln.F32, kiln.CPU))
+	}
+	m := must(ctx.NewModelFromText("8-4-2", kiln.CPU))
+	_ = must(kiln.NewTrainer(m)) // the trainer keeps the model alive
+	m = nil
+	runtime.GC()
+	runtime.GC()
+	if n := must(must(ctx.Ones([]int64{3}, kiln.F32, kiln.CPU)).NumEl()); n != 3 {
+		t.Fatalf("numel %d after finalizers", n)
+	}
+}

@@ -1,0 +1,364 @@
+package kiln
+
+import (
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"kiln/internal/capi"
+)
+
+// DType is a tensor's element type.
+type DType int32
+
+const (
+	F32  DType = 0
+	F16  DType = 1
+	BF16 DType = 2
+	F64  DType = 3
+	I32  DType = 4
+	I64  DType = 5
+	U8   DType = 6
+)
+
+// String gives "f32", "i64", ...
+func (t DType) String() string { return capi.Dtype_name(int(t)) }
+
+// Size is the number of bytes per element.
+func (t DType) Size() int { return int(capi.Dtype_size(int(t))) }
+
+// Element is a Go type that has a kiln dtype of the same layout.
+type Element interface {
+	float32 | float64 | int32 | int64 | uint8
+}
+
+// DTypeOf gives the dtype matching T.
+func DTypeOf[T Element]() DType {
+	var zero T
+	switch any(zero).(type) {
+	case float32:
+		return F32
+	case float64:
+		return F64
+	case int32:
+		return I32
+	case int64:
+		return I64
+	default:
+		return U8
+	}
+}
+
+// asBytes views a slice's backing array as bytes, without copying. kiln
+// copies from or into it during the call and keeps no pointer to it.
+func asBytes[T Element](s []T) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	var zero T
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(zero)))
+}
+
+// Tensor is an n-dimensional array on a device. Views (Reshape, Rows) share
+// storage with their source and keep it alive, so either may be closed first.
+type Tensor struct{ h uintptr }
+
+func newTensor(h uintptr) *Tensor {
+	t := &Tensor{h}
+	runtime.SetFinalizer(t, (*Tensor).Close)
+	return t
+}
+
+// tensorResult wraps the handle a call produced, or returns its error.
+// It takes a pointer so that the call that fills h runs before h is read.
+func tensorResult(h *uintptr, err error) (*Tensor, error) {
+	if err != nil {
+		return nil, err
+	}
+	return newTensor(*h), nil
+}
+
+// Close releases the tensor's memory (or its reference to shared storage).
+func (t *Tensor) Close() {
+	if t.h != 0 {
+		capi.Tensor_release(t.h)
+		t.h = 0
+		runtime.SetFinalizer(t, nil)
+	}
+}
+
+// FromSlice copies data into a new tensor of the given shape on dev; its
+// dtype follows T (float32 -> F32, int64 -> I64, ...).
+func FromSlice[T Element](c *Context, data []T, shape []int64, dev Device) (*Tensor, error) {
+	defer runtime.KeepAlive(c)
+	var h uintptr
+	return tensorResult(&h, capi.Tensor_from_host(c.h, asBytes(data), shape, int(DTypeOf[T]()), dev.c(), &h))
+}
+
+// ToSlice copies the tensor's elements to a new slice; T must match its dtype.
+func ToSlice[T Element](t *Tensor) ([]T, error) {
+	if dt, want := t.DType(), DTypeOf[T](); dt != want {
+		return nil, &Error{Status: ErrDTypeMismatch, Message: fmt.Sprintf("tensor is %v, not %v", dt, want)}
+	}
+	n, err := t.NumEl()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]T, n)
+	defer runtime.KeepAlive(t)
+	return out, capi.Tensor_copy_to_host(t.h, asBytes(out))
+}
+
+// CopyFrom overwrites the tensor's elements with data (same dtype and count).
+func CopyFrom[T Element](t *Tensor, data []T) error {
+	defer runtime.KeepAlive(t)
+	return capi.Tensor_copy_from_host(t.h, asBytes(data))
+}
+
+// Empty, Zeros, Ones, Full, Rand and Randn create tensors of a shape on dev.
+func (c *Context) Empty(shape []int64, dt DType, dev Device) (*Tensor, error) {
+	defer runtime.KeepAlive(c)
+	var h uintptr
+	return tensorResult(&h, capi.Tensor_empty(c.h, shape, int(dt), dev.c(), &h))
+}
+
+func (c *Context) Zeros(shape []int64, dt DType, dev Device) (*Tensor, error) {
+	defer runtime.KeepAlive(c)
+	var h uintptr
+	return tensorResult(&h, capi.Tensor_zeros(c.h, shape, int(dt), dev.c(), &h))
+}
+
+func (c *Context) Ones(shape []int64, dt DType, dev Device) (*Tensor, error) {
+	defer runtime.KeepAlive(c)
+	var h uintptr
+	return tensorResult(&h, capi.Tensor_ones(c.h, shape, int(dt), dev.c(), &h))
+}
+
+func (c *Context) Full(shape []int64, dt DType, dev Device, value float64) (*Tensor, error) {
+	defer runtime.KeepAlive(c)
+	var h uintptr
+	return tensorResult(&h, capi.Tensor_full(c.h, shape, int(dt), dev.c(), value, &h))
+}
+
+// Rand is uniform in [0, 1), from the context's generator.
+func (c *Context) Rand(shape []int64, dt DType, dev Device) (*Tensor, error) {
+	defer runtime.KeepAlive(c)
+	var h uintptr
+	return tensorResult(&h, capi.Tensor_rand(c.h, shape, int(dt), dev.c(), &h))
+}
+
+// Randn is standard normal, from the context's generator.
+func (c *Context) Randn(shape []int64, dt DType, dev Device) (*Tensor, error) {
+	defer runtime.KeepAlive(c)
+	var h uintptr
+	return tensorResult(&h, capi.Tensor_randn(c.h, shape, int(dt), dev.c(), &h))
+}
+
+// Arange is start, start+step, ... up to (not including) end.
+func (c *Context) Arange(start, end, step float64, dt DType, dev Device) (*Tensor, error) {
+	defer runtime.KeepAlive(c)
+	var h uintptr
+	return tensorResult(&h, capi.Tensor_arange(c.h, start, end, step, int(dt), dev.c(), &h))
+}
+
+// EmptyPinned is a CPU tensor in page-locked memory, for fast asynchronous
+// copies to a GPU.
+func (c *Context) EmptyPinned(shape []int64, dt DType) (*Tensor, error) {
+	defer runtime.KeepAlive(c)
+	var h uintptr
+	return tensorResult(&h, capi.Tensor_empty_pinned(c.h, shape, int(dt), &h))
+}
+
+// Shape is the tensor's dimensions.
+func (t *Tensor) Shape() ([]int64, error) {
+	defer runtime.KeepAlive(t)
+	var n int64
+	if err := capi.Tensor_ndim(t.h, &n); err != nil {
+		return nil, err
+	}
+	shape := make([]int64, n)
+	return shape, capi.Tensor_shape(t.h, shape)
+}
+
+// NumEl is the number of elements.
+func (t *Tensor) NumEl() (int64, error) {
+	defer runtime.KeepAlive(t)
+	var n int64
+	return n, capi.Tensor_numel(t.h, &n)
+}
+
+// DType is the element type; -1 for a closed tensor.
+func (t *Tensor) DType() DType {
+	defer runtime.KeepAlive(t)
+	var dt int32
+	if capi.Tensor_dtype(t.h, &dt) != nil {
+		return -1
+	}
+	return DType(dt)
+}
+
+// Device is where the tensor lives.
+func (t *Tensor) Device() (Device, error) {
+	defer runtime.KeepAlive(t)
+	var d capi.Device
+	err := capi.Tensor_device(t.h, &d)
+	return fromC(d), err
+}
+
+// Item is the value of a one-element tensor.
+func (t *Tensor) Item() (float64, error) {
+	defer runtime.KeepAlive(t)
+	var v float64
+	return v, capi.Tensor_item(t.h, &v)
+}
+
+// To copies the tensor to dev (a new handle to the same tensor when it is
+// already there).
+func (t *Tensor) To(dev Device) (*Tensor, error) {
+	defer runtime.KeepAlive(t)
+	var h uintptr
+	return tensorResult(&h, capi.Tensor_to(t.h, dev.c(), &h))
+}
+
+// Cast is a copy converted to dt; float to int truncates toward zero.
+func (t *Tensor) Cast(dt DType) (*Tensor, error) {
+	defer runtime.KeepAlive(t)
+	var h uintptr
+	return tensorResult(&h, capi.Tensor_cast(t.h, int(dt), &h))
+}
+
+// Clone is a contiguous copy on the same device.
+func (t *Tensor) Clone() (*Tensor, error) {
+	defer runtime.KeepAlive(t)
+	var h uintptr
+	return tensorResult(&h, capi.Tensor_clone(t.h, &h))
+}
+
+// Reshape is a view with another shape of the same size; one entry may be -1.
+func (t *Tensor) Reshape(shape ...int64) (*Tensor, error) {
+	defer runtime.KeepAlive(t)
+	var h uintptr
+	return tensorResult(&h, capi.Tensor_reshape(t.h, shape, &h))
+}
+
+// Rows is a view of rows [start, end) of the first dimension.
+func (t *Tensor) Rows(start, end int64) (*Tensor, error) {
+	defer runtime.KeepAlive(t)
+	var h uintptr
+	return tensorResult(&h, capi.Tensor_rows(t.h, start, end, &h))
+}
+
+// BinaryOp is an elementwise operation of two tensors (or a tensor and a scalar).
+type BinaryOp int
+
+const (
+	OpAdd BinaryOp = iota
+	OpSub
+	OpMul
+	OpDiv
+	OpMaximum
+	OpMinimum
+	OpPow
+)
+
+// Binary is t op other elementwise, with NumPy broadcasting.
+func (t *Tensor) Binary(op BinaryOp, other *Tensor) (*Tensor, error) {
+	defer runtime.KeepAlive(t)
+	defer runtime.KeepAlive(other)
+	var h uintptr
+	return tensorResult(&h, capi.Tensor_binary(int(op), t.h, other.h, &h))
+}
+
+func (t *Tensor) Add(o *Tensor) (*Tensor, error) { return t.Binary(OpAdd, o) }
+func (t *Tensor) Sub(o *Tensor) (*Tensor, error) { return t.Binary(OpSub, o) }
+func (t *Tensor) Mul(o *Tensor) (*Tensor, error) { return t.Binary(OpMul, o) }
+func (t *Tensor) Div(o *Tensor) (*Tensor, error) { return t.Binary(OpDiv, o) }
+
+// Scalar is t op s elementwise (s converted to t's dtype).
+func (t *Tensor) Scalar(op BinaryOp, s float64) (*Tensor, error) {
+	defer runtime.KeepAlive(t)
+	var h uintptr
+	return tensorResult(&h, capi.Tensor_scalar(int(op), t.h, s, &h))
+}
+
+// CompareOp is an elementwise comparison.
+type CompareOp int
+
+const (
+	OpEq CompareOp = iota
+	OpNe
+	OpLt
+	OpLe
+	OpGt
+	OpGe
+)
+
+// Compare is t op other elementwise as a U8 tensor of 0 and 1.
+func (t *Tensor) Compare(op CompareOp, other *Tensor) (*Tensor, error) {
+	defer runtime.KeepAlive(t)
+	defer runtime.KeepAlive(other)
+	var h uintptr
+	return tensorResult(&h, capi.Tensor_compare(int(op), t.h, other.h, &h))
+}
+
+// UnaryOp is an elementwise function.
+type UnaryOp int
+
+const (
+	OpNeg UnaryOp = iota
+	OpAbs
+	OpExp
+	OpLog
+	OpSqrt
+	OpReLU
+	OpGELU
+	OpTanh
+	OpSigmoid
+	OpLeakyReLU
+)
+
+// Unary is op(t) elementwise; alpha is LeakyReLU's slope, ignored otherwise.
+func (t *Tensor) Unary(op UnaryOp, alpha float64) (*Tensor, error) {
+	defer runtime.KeepAlive(t)
+	var h uintptr
+	return tensorResult(&h, capi.Tensor_unary(int(op), t.h, alpha, &h))
+}
+
+// Softmax along dim (negative counts from the end).
+func (t *Tensor) Softmax(dim int64) (*Tensor, error) {
+	defer runtime.KeepAlive(t)
+	var h uintptr
+	return tensorResult(&h, capi.Tensor_softmax(t.h, dim, &h))
+}
+
+// LogSoftmax along dim (negative counts from the end).
+func (t *Tensor) LogSoftmax(dim int64) (*Tensor, error) {
+	defer runtime.KeepAlive(t)
+	var h uintptr
+	return tensorResult(&h, capi.Tensor_log_softmax(t.h, dim, &h))
+}
+
+// ReduceOp reduces one dimension.
+type ReduceOp int
+
+const (
+	OpSum ReduceOp = iota
+	OpMean
+	OpMax
+	OpArgmax
+)
+
+// Reduce applies op along dim; keepDim keeps it with size 1.
+func (t *Tensor) Reduce(op ReduceOp, dim int64, keepDim bool) (*Tensor, error) {
+	defer runtime.KeepAlive(t)
+	var h uintptr
+	return tensorResult(&h, capi.Tensor_reduce(int(op), t.h, dim, boolInt(keepDim), &h))
+}
+
+// Matmul is the matrix product t x other.
+func (t *Tensor) Matmul(other *Tensor) (*Tensor, error) {
+	defer runtime.KeepAlive(t)
+	defer runtime.KeepAlive(other)
+	var h uintptr
+	return tensorResult(&h, capi.Tensor_matmul(t.h, other.h, &h))
+}

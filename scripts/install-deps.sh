@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that building and testing kiln need, and only
+# those that are missing (so a second run does nothing and needs no network).
+#
+#   scripts/install-deps.sh          everything: C library, tests, the Go, Rust
+#                                    and C# bindings, the Fashion-MNIST dataset
+#   scripts/install-deps.sh --core   only what builds the library, its tests and
+#                                    the kiln program, plus the dataset
+#
+# The CUDA toolkit is not a Debian package here: it is used when nvcc exists
+# (on PATH or in /usr/local/cuda) and the build goes without it otherwise.
+set -euo pipefail
+
+core=(cmake g++ ninja-build pkg-config libopenblas-dev libcmocka-dev zlib1g-dev dataset-fashion-mnist)
+bindings=(swig golang-go mono-mcs mono-devel bindgen)
+
+case "${1:-}" in
+  --core) wanted=("${core[@]}") ;;
+  "") wanted=("${core[@]}" "${bindings[@]}") ;;
+  *) echo "usage: $0 [--core]" >&2; exit 2 ;;
+esac
+
+# Rust comes from rustup on some machines (~/.cargo/bin); Debian's cargo
+# only when there is none at all.
+if [[ -z "${1:-}" ]] && ! command -v cargo >/dev/null && [[ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo" ]]; then
+  wanted+=(cargo)
+fi
+
+missing=()
+for pkg in "${wanted[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$pkg")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#wanted[@]} packages are installed"
+  exit 0
+fi
+
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then sudo=(sudo); fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -q
+"${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"

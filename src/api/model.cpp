@@ -1,0 +1,211 @@
+// C entry points: model specs and models.
+#include <string>
+
+#include "api/handles.hpp"
+#include "nn/model.hpp"
+
+namespace {
+
+using kiln::api::guard;
+using kiln::api::lookup;
+using kiln::api::require;
+using kiln::api::value;
+
+void check_index(const kiln::Model &model, int64_t index) {
+  const int64_t n = int64_t(model.parameters().size());
+  kiln::check(index >= 0 && index < n, KILN_ERROR_INVALID_ARGUMENT,
+              "parameter index " + std::to_string(index) + " is out of range: the model has " + std::to_string(n) +
+                  " parameter tensors");
+}
+
+}  // namespace
+
+extern "C" {
+
+KILN_API kiln_status kiln_model_spec_create(kiln_model_spec **out) {
+  return guard([&] {
+    require(out, "out");
+    *out = kiln::api::make_handle<kiln_model_spec>(std::make_shared<kiln::ModelSpec>());
+  }, out);
+}
+
+KILN_API void kiln_model_spec_release(kiln_model_spec *spec) { kiln::api::release_handle(spec); }
+
+KILN_API kiln_status kiln_model_spec_add_linear(kiln_model_spec *spec, int64_t in_features, int64_t out_features,
+                                                int bias) {
+  return guard([&] { lookup(spec, "spec")->value->add_linear(in_features, out_features, bias != 0); });
+}
+
+KILN_API kiln_status kiln_model_spec_add(kiln_model_spec *spec, kiln_layer_kind kind, double arg) {
+  return guard([&] { lookup(spec, "spec")->value->add(kind, arg); });
+}
+
+KILN_API kiln_status kiln_model_spec_add_mlp(kiln_model_spec *spec, const int64_t *sizes, int64_t n,
+                                             kiln_layer_kind activation) {
+  return guard([&] {
+    kiln_model_spec *s = lookup(spec, "spec");
+    require(sizes, "sizes");
+    s->value->add_mlp(sizes, n, activation);
+  });
+}
+
+KILN_API kiln_status kiln_model_spec_parse(kiln_model_spec *spec, const char *text) {
+  return guard([&] {
+    kiln_model_spec *s = lookup(spec, "spec");
+    require(text, "text");
+    s->value->parse(text);
+  });
+}
+
+KILN_API kiln_status kiln_model_create_dtype(kiln_context *ctx, const kiln_model_spec *spec, kiln_device device,
+                                             kiln_dtype dtype, kiln_model **out) {
+  return guard([&] {
+    std::shared_ptr<kiln::Context> c = value(ctx, "ctx");
+    std::shared_ptr<kiln::ModelSpec> s = value(spec, "spec");
+    require(out, "out");
+    std::shared_ptr<kiln::Model> model =
+        kiln::Model::create(c, *s, kiln::api::device(device), kiln::api::dtype(dtype));
+    *out = kiln::api::make_handle<kiln_model>(std::move(model));
+  }, out);
+}
+
+KILN_API kiln_status kiln_model_create(kiln_context *ctx, const kiln_model_spec *spec, kiln_device device,
+                                       kiln_model **out) {
+  return kiln_model_create_dtype(ctx, spec, device, KILN_F32, out);
+}
+
+KILN_API void kiln_model_release(kiln_model *model) { kiln::api::release_handle(model); }
+
+KILN_API kiln_status kiln_model_to(kiln_model *model, kiln_device device) {
+  return guard([&] {
+    std::shared_ptr<kiln::Model> m = value(model, "model");
+    kiln::Device d = kiln::api::device(device);
+    m->context()->validate(d);
+    m->to(d);
+  });
+}
+
+KILN_API kiln_status kiln_model_device(const kiln_model *model, kiln_device *out) {
+  return guard([&] {
+    std::shared_ptr<kiln::Model> m = value(model, "model");
+    require(out, "out");
+    *out = m->device().to_c();
+  }, out);
+}
+
+KILN_API kiln_status kiln_model_set_training(kiln_model *model, int training) {
+  return guard([&] { value(model, "model")->set_training(training != 0); });
+}
+
+KILN_API kiln_status kiln_model_is_training(const kiln_model *model, int *out) {
+  return guard([&] {
+    std::shared_ptr<kiln::Model> m = value(model, "model");
+    require(out, "out");
+    *out = m->training() ? 1 : 0;
+  }, out);
+}
+
+KILN_API kiln_status kiln_model_num_parameters(const kiln_model *model, int64_t *out) {
+  return guard([&] {
+    std::shared_ptr<kiln::Model> m = value(model, "model");
+    require(out, "out");
+    *out = m->num_parameters();
+  }, out);
+}
+
+KILN_API kiln_status kiln_model_input_size(const kiln_model *model, int64_t *out) {
+  return guard([&] {
+    std::shared_ptr<kiln::Model> m = value(model, "model");
+    require(out, "out");
+    *out = m->input_size();
+  }, out);
+}
+
+KILN_API kiln_status kiln_model_output_size(const kiln_model *model, int64_t *out) {
+  return guard([&] {
+    std::shared_ptr<kiln::Model> m = value(model, "model");
+    require(out, "out");
+    *out = m->output_size();
+  }, out);
+}
+
+KILN_API kiln_status kiln_model_describe(const kiln_model *model, const char **out) {
+  return guard([&] {
+    std::shared_ptr<kiln::Model> m = value(model, "model");
+    require(out, "out");
+    *out = m->description().c_str();
+  }, out);
+}
+
+KILN_API kiln_status kiln_model_num_parameter_tensors(const kiln_model *model, int64_t *out) {
+  return guard([&] {
+    std::shared_ptr<kiln::Model> m = value(model, "model");
+    require(out, "out");
+    *out = int64_t(m->parameters().size());
+  }, out);
+}
+
+KILN_API kiln_status kiln_model_parameter(kiln_model *model, int64_t index, kiln_tensor **out) {
+  return guard([&] {
+    std::shared_ptr<kiln::Model> m = value(model, "model");
+    require(out, "out");
+    check_index(*m, index);
+    *out = kiln::api::make_handle<kiln_tensor>(m->parameter(size_t(index)));
+  }, out);
+}
+
+KILN_API kiln_status kiln_model_parameter_name(const kiln_model *model, int64_t index, const char **out) {
+  return guard([&] {
+    std::shared_ptr<kiln::Model> m = value(model, "model");
+    require(out, "out");
+    check_index(*m, index);
+    *out = m->parameters()[size_t(index)].name.c_str();
+  }, out);
+}
+
+KILN_API kiln_status kiln_model_forward(kiln_model *model, const kiln_tensor *x, kiln_tensor **out) {
+  return guard([&] {
+    std::shared_ptr<kiln::Model> m = value(model, "model");
+    kiln::Tensor t = value(x, "x");
+    require(out, "out");
+    *out = kiln::api::make_handle<kiln_tensor>(m->forward(t));
+  }, out);
+}
+
+KILN_API kiln_status kiln_model_predict(kiln_model *model, const kiln_tensor *x, kiln_predict_kind kind,
+                                        kiln_tensor **out) {
+  return guard([&] {
+    std::shared_ptr<kiln::Model> m = value(model, "model");
+    kiln::Tensor t = value(x, "x");
+    require(out, "out");
+    *out = kiln::api::make_handle<kiln_tensor>(m->predict(t, kind));
+  }, out);
+}
+
+KILN_API kiln_status kiln_model_save(const kiln_model *model, const char *path) {
+  return guard([&] {
+    std::shared_ptr<kiln::Model> m = value(model, "model");
+    require(path, "path");
+    kiln::save_model(*m, path);
+  });
+}
+
+KILN_API kiln_status kiln_model_load(kiln_context *ctx, const char *path, kiln_device device, kiln_model **out) {
+  return guard([&] {
+    std::shared_ptr<kiln::Context> c = value(ctx, "ctx");
+    require(path, "path");
+    require(out, "out");
+    std::shared_ptr<kiln::Model> model = kiln::load_model(c, path, kiln::api::device(device));
+    *out = kiln::api::make_handle<kiln_model>(std::move(model));
+  }, out);
+}
+
+KILN_API kiln_status kiln_model_load_weights(kiln_model *model, const char *path) {
+  return guard([&] {
+    std::shared_ptr<kiln::Model> m = value(model, "model");
+    require(path, "path");
+    kiln::load_weights(*m, path);
+  });
+}
+
+}  // extern "C"

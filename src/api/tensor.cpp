@@ -1,0 +1,392 @@
+// C entry points for tensors: kiln_tensor_* and kiln_dtype_*.
+#include <string>
+
+#include "api/handles.hpp"
+#include "core/ops.hpp"
+#include "core/random.hpp"
+
+namespace {
+
+using kiln::Tensor;
+using kiln::api::guard;
+using kiln::api::make_handle;
+using kiln::api::require;
+using kiln::api::value;
+
+kiln_tensor *wrap(Tensor t) { return make_handle<kiln_tensor>(std::move(t)); }
+
+kiln::BinaryOp binary_op(kiln_binary_op op) {
+  kiln::check(op >= KILN_ADD && op <= KILN_POW, KILN_ERROR_INVALID_ARGUMENT,
+              "unknown binary op " + std::to_string(int(op)));
+  return kiln::BinaryOp(int(kiln::BinaryOp::Add) + int(op));
+}
+
+kiln::BinaryOp compare_op(kiln_compare_op op) {
+  kiln::check(op >= KILN_EQ && op <= KILN_GE, KILN_ERROR_INVALID_ARGUMENT,
+              "unknown compare op " + std::to_string(int(op)));
+  return kiln::BinaryOp(int(kiln::BinaryOp::Eq) + int(op));
+}
+
+kiln::UnaryOp unary_op(kiln_unary_op op) {
+  kiln::check(op >= KILN_NEG && op <= KILN_LEAKY_RELU, KILN_ERROR_INVALID_ARGUMENT,
+              "unknown unary op " + std::to_string(int(op)));
+  return kiln::UnaryOp(int(kiln::UnaryOp::Neg) + int(op));
+}
+
+kiln::ReduceOp reduce_op(kiln_reduce_op op) {
+  kiln::check(op >= KILN_SUM && op <= KILN_ARGMAX, KILN_ERROR_INVALID_ARGUMENT,
+              "unknown reduce op " + std::to_string(int(op)));
+  return kiln::ReduceOp(int(kiln::ReduceOp::Sum) + int(op));
+}
+
+// The C enums and the backend's share their order; these keep it so.
+static_assert(int(kiln::BinaryOp::Pow) - int(kiln::BinaryOp::Add) == KILN_POW - KILN_ADD);
+static_assert(int(kiln::BinaryOp::Ge) - int(kiln::BinaryOp::Eq) == KILN_GE - KILN_EQ);
+static_assert(int(kiln::UnaryOp::LeakyRelu) - int(kiln::UnaryOp::Neg) == KILN_LEAKY_RELU - KILN_NEG);
+static_assert(int(kiln::ReduceOp::Argmax) - int(kiln::ReduceOp::Sum) == KILN_ARGMAX - KILN_SUM);
+
+// The common body of the shape-driven creators.
+template <class Make>
+kiln_status create(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype, kiln_device device,
+                   kiln_tensor **out, Make make) {
+  return guard(
+      [&] {
+        auto c = value(ctx, "ctx");
+        require(out, "out");
+        kiln::Shape s = kiln::Shape::from(shape, ndim);
+        *out = wrap(make(c, s, kiln::api::dtype(dtype), kiln::api::device(device)));
+      },
+      out);
+}
+
+}  // namespace
+
+extern "C" {
+
+KILN_API const char *kiln_dtype_name(kiln_dtype dtype) {
+  return kiln::dtype_valid(int(dtype)) ? kiln::dtype_name(kiln::DType(dtype)) : nullptr;
+}
+
+KILN_API int64_t kiln_dtype_size(kiln_dtype dtype) {
+  return kiln::dtype_valid(int(dtype)) ? kiln::dtype_size(kiln::DType(dtype)) : 0;
+}
+
+KILN_API kiln_status kiln_tensor_empty(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype,
+                                       kiln_device device, kiln_tensor **out) {
+  return create(ctx, shape, ndim, dtype, device, out,
+                [](auto &c, auto &s, kiln::DType t, kiln::Device d) { return Tensor::empty(c, s, t, d); });
+}
+
+KILN_API kiln_status kiln_tensor_zeros(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype,
+                                       kiln_device device, kiln_tensor **out) {
+  return create(ctx, shape, ndim, dtype, device, out,
+                [](auto &c, auto &s, kiln::DType t, kiln::Device d) { return Tensor::full(c, s, t, d, 0.0); });
+}
+
+KILN_API kiln_status kiln_tensor_ones(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype,
+                                      kiln_device device, kiln_tensor **out) {
+  return create(ctx, shape, ndim, dtype, device, out,
+                [](auto &c, auto &s, kiln::DType t, kiln::Device d) { return Tensor::full(c, s, t, d, 1.0); });
+}
+
+KILN_API kiln_status kiln_tensor_full(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype,
+                                      kiln_device device, double fill, kiln_tensor **out) {
+  return create(ctx, shape, ndim, dtype, device, out,
+                [fill](auto &c, auto &s, kiln::DType t, kiln::Device d) { return Tensor::full(c, s, t, d, fill); });
+}
+
+KILN_API kiln_status kiln_tensor_rand(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype,
+                                      kiln_device device, kiln_tensor **out) {
+  return create(ctx, shape, ndim, dtype, device, out,
+                [](auto &c, auto &s, kiln::DType t, kiln::Device d) { return kiln::rand(c, s, t, d); });
+}
+
+KILN_API kiln_status kiln_tensor_randn(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype,
+                                       kiln_device device, kiln_tensor **out) {
+  return create(ctx, shape, ndim, dtype, device, out,
+                [](auto &c, auto &s, kiln::DType t, kiln::Device d) { return kiln::randn(c, s, t, d); });
+}
+
+KILN_API kiln_status kiln_tensor_arange(kiln_context *ctx, double start, double end, double step, kiln_dtype dtype,
+                                        kiln_device device, kiln_tensor **out) {
+  return guard(
+      [&] {
+        auto c = value(ctx, "ctx");
+        require(out, "out");
+        *out = wrap(Tensor::arange(c, start, end, step, kiln::api::dtype(dtype), kiln::api::device(device)));
+      },
+      out);
+}
+
+KILN_API kiln_status kiln_tensor_from_host(kiln_context *ctx, const void *data, int64_t nbytes, const int64_t *shape,
+                                           int64_t ndim, kiln_dtype dtype, kiln_device device, kiln_tensor **out) {
+  return guard(
+      [&] {
+        auto c = value(ctx, "ctx");
+        require(out, "out");
+        if (nbytes != 0) require(data, "data");
+        kiln::Shape s = kiln::Shape::from(shape, ndim);
+        *out = wrap(Tensor::from_host(c, data, nbytes, s, kiln::api::dtype(dtype), kiln::api::device(device)));
+      },
+      out);
+}
+
+KILN_API kiln_status kiln_tensor_empty_pinned(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype,
+                                              kiln_tensor **out) {
+  return guard(
+      [&] {
+        auto c = value(ctx, "ctx");
+        require(out, "out");
+        kiln::Shape s = kiln::Shape::from(shape, ndim);
+        *out = wrap(Tensor::empty_pinned(c, s, kiln::api::dtype(dtype)));
+      },
+      out);
+}
+
+KILN_API void kiln_tensor_release(kiln_tensor *tensor) { kiln::api::release_handle(tensor); }
+
+KILN_API kiln_status kiln_tensor_copy_to_host(const kiln_tensor *tensor, void *data, int64_t nbytes) {
+  return guard([&] {
+    Tensor t = value(tensor, "tensor");
+    if (nbytes != 0) require(data, "data");
+    t.copy_to_host(data, nbytes);
+  });
+}
+
+KILN_API kiln_status kiln_tensor_copy_from_host(kiln_tensor *tensor, const void *data, int64_t nbytes) {
+  return guard([&] {
+    Tensor t = value(tensor, "tensor");
+    if (nbytes != 0) require(data, "data");
+    t.copy_from_host(data, nbytes);
+  });
+}
+
+KILN_API kiln_status kiln_tensor_item(const kiln_tensor *tensor, double *out) {
+  return guard(
+      [&] {
+        Tensor t = value(tensor, "tensor");
+        require(out, "out");
+        *out = t.item();
+      },
+      out);
+}
+
+KILN_API kiln_status kiln_tensor_to(const kiln_tensor *tensor, kiln_device device, kiln_tensor **out) {
+  return guard(
+      [&] {
+        Tensor t = value(tensor, "tensor");
+        require(out, "out");
+        *out = wrap(t.to(kiln::api::device(device)));
+      },
+      out);
+}
+
+KILN_API kiln_status kiln_tensor_cast(const kiln_tensor *tensor, kiln_dtype dtype, kiln_tensor **out) {
+  return guard(
+      [&] {
+        Tensor t = value(tensor, "tensor");
+        require(out, "out");
+        *out = wrap(kiln::cast(t, kiln::api::dtype(dtype)));
+      },
+      out);
+}
+
+KILN_API kiln_status kiln_tensor_clone(const kiln_tensor *tensor, kiln_tensor **out) {
+  return guard(
+      [&] {
+        Tensor t = value(tensor, "tensor");
+        require(out, "out");
+        *out = wrap(t.clone());
+      },
+      out);
+}
+
+KILN_API kiln_status kiln_tensor_ndim(const kiln_tensor *tensor, int64_t *out) {
+  return guard(
+      [&] {
+        Tensor t = value(tensor, "tensor");
+        require(out, "out");
+        *out = t.ndim();
+      },
+      out);
+}
+
+KILN_API kiln_status kiln_tensor_dim(const kiln_tensor *tensor, int64_t dim, int64_t *out) {
+  return guard(
+      [&] {
+        Tensor t = value(tensor, "tensor");
+        require(out, "out");
+        // Unlike the reductions, a 0-d tensor has no dimension to query.
+        kiln::check(t.ndim() > 0, KILN_ERROR_INVALID_ARGUMENT,
+                    "dim " + std::to_string(dim) + " of a 0-d tensor: it has no dimensions");
+        *out = t.dim(kiln::normalize_dim(dim, t.ndim()));
+      },
+      out);
+}
+
+KILN_API kiln_status kiln_tensor_shape(const kiln_tensor *tensor, int64_t *shape, int64_t capacity) {
+  return guard([&] {
+    Tensor t = value(tensor, "tensor");
+    kiln::check(capacity >= t.ndim(), KILN_ERROR_INVALID_ARGUMENT,
+                "capacity " + std::to_string(capacity) + " is smaller than the tensor's " + std::to_string(t.ndim()) +
+                    " dimensions");
+    if (t.ndim() > 0) require(shape, "shape");
+    for (int i = 0; i < t.ndim(); ++i) shape[i] = t.dim(i);
+  });
+}
+
+KILN_API kiln_status kiln_tensor_numel(const kiln_tensor *tensor, int64_t *out) {
+  return guard(
+      [&] {
+        Tensor t = value(tensor, "tensor");
+        require(out, "out");
+        *out = t.numel();
+      },
+      out);
+}
+
+KILN_API kiln_status kiln_tensor_dtype(const kiln_tensor *tensor, kiln_dtype *out) {
+  return guard(
+      [&] {
+        Tensor t = value(tensor, "tensor");
+        require(out, "out");
+        *out = kiln_dtype(t.dtype());
+      },
+      out);
+}
+
+KILN_API kiln_status kiln_tensor_device(const kiln_tensor *tensor, kiln_device *out) {
+  return guard(
+      [&] {
+        Tensor t = value(tensor, "tensor");
+        require(out, "out");
+        *out = t.device().to_c();
+      },
+      out);
+}
+
+KILN_API kiln_status kiln_tensor_get_device(const kiln_tensor *tensor, int64_t *out) {
+  return guard(
+      [&] {
+        Tensor t = value(tensor, "tensor");
+        require(out, "out");
+        *out = t.device().index;
+      },
+      out);
+}
+
+KILN_API kiln_status kiln_tensor_is_pinned(const kiln_tensor *tensor, int *out) {
+  return guard(
+      [&] {
+        Tensor t = value(tensor, "tensor");
+        require(out, "out");
+        *out = t.pinned() ? 1 : 0;
+      },
+      out);
+}
+
+KILN_API kiln_status kiln_tensor_reshape(const kiln_tensor *tensor, const int64_t *shape, int64_t ndim,
+                                         kiln_tensor **out) {
+  return guard(
+      [&] {
+        Tensor t = value(tensor, "tensor");
+        require(out, "out");
+        *out = wrap(t.reshape(kiln::Shape::pattern(shape, ndim)));
+      },
+      out);
+}
+
+KILN_API kiln_status kiln_tensor_rows(const kiln_tensor *tensor, int64_t start, int64_t end, kiln_tensor **out) {
+  return guard(
+      [&] {
+        Tensor t = value(tensor, "tensor");
+        require(out, "out");
+        *out = wrap(t.rows(start, end));
+      },
+      out);
+}
+
+KILN_API kiln_status kiln_tensor_binary(kiln_binary_op op, const kiln_tensor *a, const kiln_tensor *b,
+                                        kiln_tensor **out) {
+  return guard(
+      [&] {
+        Tensor ta = value(a, "a"), tb = value(b, "b");
+        require(out, "out");
+        *out = wrap(kiln::binary(binary_op(op), ta, tb));
+      },
+      out);
+}
+
+KILN_API kiln_status kiln_tensor_scalar(kiln_binary_op op, const kiln_tensor *a, double scalar, kiln_tensor **out) {
+  return guard(
+      [&] {
+        Tensor ta = value(a, "a");
+        require(out, "out");
+        *out = wrap(kiln::scalar(binary_op(op), ta, scalar));
+      },
+      out);
+}
+
+KILN_API kiln_status kiln_tensor_compare(kiln_compare_op op, const kiln_tensor *a, const kiln_tensor *b,
+                                         kiln_tensor **out) {
+  return guard(
+      [&] {
+        Tensor ta = value(a, "a"), tb = value(b, "b");
+        require(out, "out");
+        *out = wrap(kiln::binary(compare_op(op), ta, tb));
+      },
+      out);
+}
+
+KILN_API kiln_status kiln_tensor_unary(kiln_unary_op op, const kiln_tensor *a, double alpha, kiln_tensor **out) {
+  return guard(
+      [&] {
+        Tensor ta = value(a, "a");
+        require(out, "out");
+        *out = wrap(kiln::unary(unary_op(op), ta, alpha));
+      },
+      out);
+}
+
+KILN_API kiln_status kiln_tensor_softmax(const kiln_tensor *a, int64_t dim, kiln_tensor **out) {
+  return guard(
+      [&] {
+        Tensor ta = value(a, "a");
+        require(out, "out");
+        *out = wrap(kiln::softmax(ta, dim, false));
+      },
+      out);
+}
+
+KILN_API kiln_status kiln_tensor_log_softmax(const kiln_tensor *a, int64_t dim, kiln_tensor **out) {
+  return guard(
+      [&] {
+        Tensor ta = value(a, "a");
+        require(out, "out");
+        *out = wrap(kiln::softmax(ta, dim, true));
+      },
+      out);
+}
+
+KILN_API kiln_status kiln_tensor_reduce(kiln_reduce_op op, const kiln_tensor *a, int64_t dim, int keepdim,
+                                        kiln_tensor **out) {
+  return guard(
+      [&] {
+        Tensor ta = value(a, "a");
+        require(out, "out");
+        *out = wrap(kiln::reduce(reduce_op(op), ta, dim, keepdim != 0));
+      },
+      out);
+}
+
+KILN_API kiln_status kiln_tensor_matmul(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out) {
+  return guard(
+      [&] {
+        Tensor ta = value(a, "a"), tb = value(b, "b");
+        require(out, "out");
+        *out = wrap(kiln::matmul(ta, tb));
+      },
+      out);
+}
+
+}  // extern "C"

@@ -1,0 +1,74 @@
+// Scalar math of the float unary ops and of the activations' derivatives,
+// shared by the elementwise kernels and the fused nn kernels so both give
+// the same bits. Each op is a type so that loops are specialised per op.
+// NaN inputs give NaN outputs, as in PyTorch (hence `x < 0 ? ... : x`).
+#pragma once
+
+#include <cmath>
+#include <string>
+
+#include "backend/backend.hpp"
+#include "core/error.hpp"
+
+namespace kiln::cpu::act {
+
+struct Neg { template <class C> C operator()(C x) const { return -x; } };
+struct Abs { template <class C> C operator()(C x) const { return std::fabs(x); } };
+struct Exp { template <class C> C operator()(C x) const { return std::exp(x); } };
+struct Log { template <class C> C operator()(C x) const { return std::log(x); } };
+struct Sqrt { template <class C> C operator()(C x) const { return std::sqrt(x); } };
+struct Identity { template <class C> C operator()(C x) const { return x; } };
+struct Relu { template <class C> C operator()(C x) const { return x < C(0) ? C(0) : x; } };
+struct Tanh { template <class C> C operator()(C x) const { return std::tanh(x); } };
+// 1 / (1 + e^-x) overflows harmlessly to 0 for very negative x.
+struct Sigmoid { template <class C> C operator()(C x) const { return C(1) / (C(1) + std::exp(-x)); } };
+// The exact (erf) GELU, PyTorch's default.
+struct Gelu {
+  template <class C>
+  C operator()(C x) const { return C(0.5) * x * (C(1) + std::erf(x * C(0.70710678118654752440))); }
+};
+struct LeakyRelu {
+  double alpha;
+  template <class C> C operator()(C x) const { return x < C(0) ? C(alpha) * x : x; }
+};
+
+// Calls f(Op{}) for op.
+template <class F>
+void with_unary(UnaryOp op, double alpha, F &&f) {
+  switch (op) {
+    case UnaryOp::Neg: f(Neg{}); return;
+    case UnaryOp::Abs: f(Abs{}); return;
+    case UnaryOp::Exp: f(Exp{}); return;
+    case UnaryOp::Log: f(Log{}); return;
+    case UnaryOp::Sqrt: f(Sqrt{}); return;
+    case UnaryOp::Relu: f(Relu{}); return;
+    case UnaryOp::Gelu: f(Gelu{}); return;
+    case UnaryOp::Tanh: f(Tanh{}); return;
+    case UnaryOp::Sigmoid: f(Sigmoid{}); return;
+    case UnaryOp::LeakyRelu: f(LeakyRelu{alpha}); return;
+    case UnaryOp::Identity: f(Identity{}); return;
+  }
+  fail(KILN_ERROR_INTERNAL, "unknown unary op " + std::to_string(int(op)));
+}
+
+// Derivatives, as the gradient dy * act'(.) computed from what the
+// activation's backward reads: the output y (ReLU, LeakyReLU, Tanh, Sigmoid,
+// as PyTorch does) or the pre-activation x (GELU).
+struct ReluGrad { template <class C> C operator()(C dy, C, C y) const { return y > C(0) ? dy : C(0); } };
+struct LeakyReluGrad {
+  double alpha;
+  template <class C> C operator()(C dy, C, C y) const { return y > C(0) ? dy : dy * C(alpha); }
+};
+struct TanhGrad { template <class C> C operator()(C dy, C, C y) const { return dy * (C(1) - y * y); } };
+struct SigmoidGrad { template <class C> C operator()(C dy, C, C y) const { return dy * y * (C(1) - y); } };
+struct IdentityGrad { template <class C> C operator()(C dy, C, C) const { return dy; } };
+struct GeluGrad {
+  template <class C>
+  C operator()(C dy, C x, C) const {
+    C cdf = C(0.5) * (C(1) + std::erf(x * C(0.70710678118654752440)));
+    C pdf = C(0.39894228040143267794) * std::exp(C(-0.5) * x * x);
+    return dy * (cdf + x * pdf);
+  }
+};
+
+}  // namespace kiln::cpu::act

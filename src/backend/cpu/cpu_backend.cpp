@@ -1,0 +1,195 @@
+// CpuBackend: host memory, copies and device facts here; every kernel is a
+// call into kernels.hpp with the backend's thread pool. There is one CPU
+// device (index -1, already validated by the context), and every kernel has
+// finished when it returns, so synchronize has nothing to wait for.
+#include "backend/cpu/cpu_backend.hpp"
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "backend/cpu/kernels.hpp"
+#include "core/error.hpp"
+#include "core/thread_pool.hpp"
+
+namespace kiln {
+
+namespace {
+
+// Cache-line alignment: no false sharing between tensors, and aligned vector
+// loads at the start of every buffer.
+constexpr int64_t kAlignment = 64;
+
+void *aligned_alloc_or_throw(int64_t bytes) {
+  if (bytes < 0 || bytes > INT64_MAX - kAlignment) {
+    fail(KILN_ERROR_OUT_OF_MEMORY, "cannot allocate " + std::to_string(bytes) + " bytes of host memory");
+  }
+  // Zero bytes still get a distinct valid pointer, so callers never see null.
+  size_t rounded = size_t((bytes + kAlignment - 1) / kAlignment * kAlignment);
+  if (rounded == 0) rounded = kAlignment;
+  void *ptr = nullptr;
+  if (posix_memalign(&ptr, size_t(kAlignment), rounded) != 0 || ptr == nullptr) {
+    fail(KILN_ERROR_OUT_OF_MEMORY, "out of host memory allocating " + std::to_string(bytes) + " bytes");
+  }
+  return ptr;
+}
+
+std::string cpu_model_name() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.compare(0, 10, "model name") != 0) continue;
+    size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    size_t start = line.find_first_not_of(" \t", colon + 1);
+    if (start != std::string::npos) return line.substr(start);
+  }
+  return "CPU";
+}
+
+// MemTotal and MemAvailable from /proc/meminfo (in kB there); sysconf's page
+// counts where it is unreadable.
+void host_memory(int64_t *total, int64_t *available) {
+  *total = *available = -1;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib) {
+    std::getline(meminfo, unit);
+    if (key == "MemTotal:") *total = kib * 1024;
+    if (key == "MemAvailable:") *available = kib * 1024;
+  }
+  long page = sysconf(_SC_PAGESIZE);
+  if (*total < 0) *total = int64_t(sysconf(_SC_PHYS_PAGES)) * page;
+  if (*available < 0) *available = int64_t(sysconf(_SC_AVPHYS_PAGES)) * page;
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int64_t threads) : pool_(threads) { cpu::init_blas(); }
+
+  kiln_device_kind kind() const override { return KILN_DEVICE_CPU; }
+  int64_t device_count() const override { return 1; }
+
+  DeviceInfo info(int64_t) const override {
+    DeviceInfo info;
+    info.name = cpu_model_name();
+    host_memory(&info.total_memory, &info.free_memory);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    info.multiprocessor_count = cores > 0 ? cores : 1;
+    info.threads = pool_.size();
+    return info;
+  }
+
+  void synchronize(int64_t) override {}
+
+  // ---- memory ----
+  void *alloc(int64_t, int64_t bytes) override { return aligned_alloc_or_throw(bytes); }
+  void free(int64_t, void *ptr) override { std::free(ptr); }
+  void *alloc_pinned(int64_t bytes) override { return aligned_alloc_or_throw(bytes); }
+  void free_pinned(void *ptr) override { std::free(ptr); }
+  void copy_to_device(int64_t, void *dst, const void *src, int64_t bytes, bool) override { copy(dst, src, bytes); }
+  void copy_to_host(int64_t, void *dst, const void *src, int64_t bytes, bool) override { copy(dst, src, bytes); }
+  void copy_on_device(int64_t, void *dst, const void *src, int64_t bytes) override { copy(dst, src, bytes); }
+
+  // ---- tensor kernels ----
+  void fill(int64_t, DType t, int64_t n, void *out, double value) override { cpu::fill(pool_, t, n, out, value); }
+  void arange(int64_t, DType t, int64_t n, void *out, double start, double step) override {
+    cpu::arange(pool_, t, n, out, start, step);
+  }
+  void cast(int64_t, DType from, const void *in, DType to, void *out, int64_t n) override {
+    cpu::cast(pool_, from, in, to, out, n);
+  }
+  void unary(int64_t, UnaryOp op, DType t, int64_t n, const void *in, void *out, double alpha) override {
+    cpu::unary(pool_, op, t, n, in, out, alpha);
+  }
+  void scalar(int64_t, BinaryOp op, DType t, int64_t n, const void *a, double s, void *out) override {
+    cpu::scalar(pool_, op, t, n, a, s, out);
+  }
+  void binary(int64_t, BinaryOp op, DType t, const Broadcast &bc, const void *a, const void *b, void *out) override {
+    cpu::binary(pool_, op, t, bc, a, b, out);
+  }
+  void reduce(int64_t, ReduceOp op, DType t, int64_t outer, int64_t n, int64_t inner, const void *in,
+              void *out) override {
+    cpu::reduce(pool_, op, t, outer, n, inner, in, out);
+  }
+  void softmax(int64_t, DType t, int64_t outer, int64_t n, int64_t inner, const void *in, void *out,
+               bool log) override {
+    cpu::softmax(pool_, t, outer, n, inner, in, out, log);
+  }
+  void gemm(int64_t, DType t, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+            const void *a, const void *b, double beta, void *c) override {
+    cpu::gemm(pool_, t, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+  }
+
+  // ---- neural-network kernels ----
+  void bias_act(int64_t, DType t, int64_t rows, int64_t cols, void *y, const void *bias, UnaryOp act, double alpha,
+                void *pre) override {
+    cpu::bias_act(pool_, t, rows, cols, y, bias, act, alpha, pre);
+  }
+  void act_backward(int64_t, DType t, int64_t n, UnaryOp act, double alpha, const void *dy, const void *pre,
+                    const void *y, void *dx) override {
+    cpu::act_backward(pool_, t, n, act, alpha, dy, pre, y, dx);
+  }
+  void bias_grad(int64_t, DType t, int64_t rows, int64_t cols, const void *dy, void *db, double beta) override {
+    cpu::bias_grad(pool_, t, rows, cols, dy, db, beta);
+  }
+  void cross_entropy(int64_t, DType t, int64_t rows, int64_t cols, const void *logits, const int64_t *labels,
+                     double grad_scale, void *dlogits, double *stats) override {
+    cpu::cross_entropy(pool_, t, rows, cols, logits, labels, grad_scale, dlogits, stats);
+  }
+  void mse(int64_t, DType t, int64_t n, const void *pred, const void *target, double grad_scale, void *dpred,
+           double *stats) override {
+    cpu::mse(pool_, t, n, pred, target, grad_scale, dpred, stats);
+  }
+  void bce_with_logits(int64_t, DType t, int64_t n, const void *logits, const void *target, double grad_scale,
+                       void *dlogits, double *stats) override {
+    cpu::bce_with_logits(pool_, t, n, logits, target, grad_scale, dlogits, stats);
+  }
+  void dropout(int64_t, DType t, int64_t n, const void *x, void *y, uint8_t *mask, double p,
+               uint64_t seed) override {
+    cpu::dropout(pool_, t, n, x, y, mask, p, seed);
+  }
+  void dropout_backward(int64_t, DType t, int64_t n, const void *dy, const uint8_t *mask, double p,
+                        void *dx) override {
+    cpu::dropout_backward(pool_, t, n, dy, mask, p, dx);
+  }
+  void clip_grad_norm(int64_t, DType t, int64_t n, void *grads, double max_norm, double *scratch) override {
+    cpu::clip_grad_norm(pool_, t, n, grads, max_norm, scratch);
+  }
+  void sgd_update(int64_t, DType t, int64_t n, void *params, const void *grads, void *velocity, double lr,
+                  double momentum, double weight_decay, bool nesterov, bool first_step) override {
+    cpu::sgd_update(pool_, t, n, params, grads, velocity, lr, momentum, weight_decay, nesterov, first_step);
+  }
+  void adam_update(int64_t, DType t, int64_t n, void *params, const void *grads, void *m, void *v, double lr,
+                   double beta1, double beta2, double eps, double weight_decay, bool decoupled,
+                   int64_t step) override {
+    cpu::adam_update(pool_, t, n, params, grads, m, v, lr, beta1, beta2, eps, weight_decay, decoupled, step);
+  }
+  void gather_rows(int64_t, DType src_t, const void *src, int64_t cols, const int64_t *rows, int64_t count,
+                   DType out_t, void *out, double scale, double shift) override {
+    cpu::gather_rows(pool_, src_t, src, cols, rows, count, out_t, out, scale, shift);
+  }
+  void gather_labels(int64_t, DType src_t, const void *src, const int64_t *rows, int64_t count,
+                     int64_t *out) override {
+    cpu::gather_labels(src_t, src, rows, count, out);
+  }
+
+ private:
+  static void copy(void *dst, const void *src, int64_t bytes) {
+    if (bytes > 0 && dst != src) std::memmove(dst, src, size_t(bytes));
+  }
+
+  ThreadPool pool_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int64_t threads) { return std::make_unique<CpuBackend>(threads); }
+
+}  // namespace kiln

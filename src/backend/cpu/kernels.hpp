@@ -1,0 +1,73 @@
+// The CPU kernels behind CpuBackend (cpu_backend.cpp), one function per
+// Backend method with the same meaning (see backend/backend.hpp), plus the
+// pool they run on. Grouped by file: elementwise.cpp, reduce.cpp, gemm.cpp,
+// nn_kernels.cpp, optim.cpp.
+//
+// Parallelism: a kernel uses the pool only when its work is large enough to
+// repay the hand-off (a few microseconds); small kernels run on the caller.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/backend.hpp"
+#include "core/thread_pool.hpp"
+
+namespace kiln::cpu {
+
+// Elements per chunk below which splitting a cheap elementwise loop does not
+// pay: roughly 10-20 microseconds of work.
+constexpr int64_t kElementwiseGrain = 32768;
+
+// ---- elementwise.cpp ----
+// Integer semantics: +, -, * and negation wrap (two's complement); division
+// truncates toward zero, x / 0 = 0 and INT_MIN / -1 wraps to INT_MIN; Pow
+// with a negative exponent gives the truncated quotient (0 unless the base is
+// 1 or -1). Float -> integer casts truncate and saturate, NaN -> 0. Integer
+// unary ops other than Neg, Abs, Relu, LeakyRelu and Identity compute in
+// double and convert back that way. Maximum/Minimum propagate NaN.
+void fill(ThreadPool &pool, DType t, int64_t n, void *out, double value);
+void arange(ThreadPool &pool, DType t, int64_t n, void *out, double start, double step);
+void cast(ThreadPool &pool, DType from, const void *in, DType to, void *out, int64_t n);
+void unary(ThreadPool &pool, UnaryOp op, DType t, int64_t n, const void *in, void *out, double alpha);
+void scalar(ThreadPool &pool, BinaryOp op, DType t, int64_t n, const void *a, double s, void *out);
+void binary(ThreadPool &pool, BinaryOp op, DType t, const Broadcast &bc, const void *a, const void *b, void *out);
+
+// ---- reduce.cpp ----
+// Float sums accumulate in double; integer sums wrap; Max propagates NaN;
+// Argmax gives the first index of the maximum (a NaN counts as the maximum).
+void reduce(ThreadPool &pool, ReduceOp op, DType t, int64_t outer, int64_t n, int64_t inner, const void *in,
+            void *out);
+void softmax(ThreadPool &pool, DType t, int64_t outer, int64_t n, int64_t inner, const void *in, void *out, bool log);
+
+// ---- gemm.cpp ----
+// Configures OpenBLAS's threading once per process (see gemm.cpp).
+void init_blas();
+void gemm(ThreadPool &pool, DType t, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+          const void *a, const void *b, double beta, void *c);
+
+// ---- nn_kernels.cpp ----
+void bias_act(ThreadPool &pool, DType t, int64_t rows, int64_t cols, void *y, const void *bias, UnaryOp act,
+              double alpha, void *pre);
+void act_backward(ThreadPool &pool, DType t, int64_t n, UnaryOp act, double alpha, const void *dy, const void *pre,
+                  const void *y, void *dx);
+void bias_grad(ThreadPool &pool, DType t, int64_t rows, int64_t cols, const void *dy, void *db, double beta);
+void cross_entropy(ThreadPool &pool, DType t, int64_t rows, int64_t cols, const void *logits, const int64_t *labels,
+                   double grad_scale, void *dlogits, double *stats);
+void mse(ThreadPool &pool, DType t, int64_t n, const void *pred, const void *target, double grad_scale, void *dpred,
+         double *stats);
+void bce_with_logits(ThreadPool &pool, DType t, int64_t n, const void *logits, const void *target, double grad_scale,
+                     void *dlogits, double *stats);
+void dropout(ThreadPool &pool, DType t, int64_t n, const void *x, void *y, uint8_t *mask, double p, uint64_t seed);
+void dropout_backward(ThreadPool &pool, DType t, int64_t n, const void *dy, const uint8_t *mask, double p, void *dx);
+void gather_rows(ThreadPool &pool, DType src_t, const void *src, int64_t cols, const int64_t *rows, int64_t count,
+                 DType out_t, void *out, double scale, double shift);
+void gather_labels(DType src_t, const void *src, const int64_t *rows, int64_t count, int64_t *out);
+
+// ---- optim.cpp ----
+void clip_grad_norm(ThreadPool &pool, DType t, int64_t n, void *grads, double max_norm, double *scratch);
+void sgd_update(ThreadPool &pool, DType t, int64_t n, void *params, const void *grads, void *velocity, double lr,
+                double momentum, double weight_decay, bool nesterov, bool first_step);
+void adam_update(ThreadPool &pool, DType t, int64_t n, void *params, const void *grads, void *m, void *v, double lr,
+                 double beta1, double beta2, double eps, double weight_decay, bool decoupled, int64_t step);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,335 @@
+// Neural-network kernels: fused bias + activation and its backward, bias
+// gradients, the three losses (value, gradient and statistics in one pass),
+// dropout, and batch assembly. Losses add per-chunk partial sums in chunk
+// order, so their statistics do not depend on thread timing.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "backend/cpu/activation_math.hpp"
+#include "backend/cpu/dtype_traits.hpp"
+#include "backend/cpu/kernels.hpp"
+#include "core/rng.hpp"
+
+namespace kiln::cpu {
+
+namespace {
+
+constexpr int64_t kMaxPartials = 64;  // chunks of one loss reduction
+
+// Activations whose cost is a few instructions, versus exp/erf/tanh ones that
+// cost tens of nanoseconds and so are worth splitting over threads sooner.
+bool cheap(UnaryOp op) {
+  return op == UnaryOp::Identity || op == UnaryOp::Relu || op == UnaryOp::LeakyRelu || op == UnaryOp::Neg ||
+         op == UnaryOp::Abs;
+}
+
+// A grain for a reduction over n items that yields at most kMaxPartials chunks.
+int64_t partial_grain(int64_t n, int64_t grain) {
+  return std::max(grain, (n + kMaxPartials - 1) / kMaxPartials);
+}
+
+// Runs fn(begin, end) -> {a, b} over chunks of [0, n) and adds the chunks'
+// pairs, in chunk order, into stats[0] and stats[1].
+template <class F>
+void accumulate_stats(ThreadPool &pool, int64_t n, int64_t grain, double *stats, F &&fn) {
+  struct Pair { double first = 0, second = 0; };
+  Pair parts[kMaxPartials];
+  grain = partial_grain(n, grain);
+  const int64_t chunks = pool.chunk_count(n, grain);
+  pool.parallel_chunks(n, grain, [&](int64_t chunk, int64_t begin, int64_t end) {
+    auto [a, b] = fn(begin, end);
+    parts[chunk] = {a, b};
+  });
+  double a = 0, b = 0;
+  for (int64_t c = 0; c < chunks; ++c) { a += parts[c].first; b += parts[c].second; }
+  if (stats != nullptr) { stats[0] += a; stats[1] += b; }
+}
+
+template <class T, class Act, bool kHasBias, bool kHasPre>
+void bias_act_rows(int64_t begin, int64_t end, int64_t cols, typename T::Storage *y, const typename T::Storage *bias,
+                   typename T::Storage *pre, Act act) {
+  using C = typename T::Compute;
+  for (int64_t r = begin; r < end; ++r) {
+    typename T::Storage *row = y + r * cols;
+    typename T::Storage *pre_row = kHasPre ? pre + r * cols : nullptr;
+    for (int64_t c = 0; c < cols; ++c) {
+      C v = T::load(row[c]);
+      if constexpr (kHasBias) v += T::load(bias[c]);
+      if constexpr (kHasPre) pre_row[c] = T::store(v);
+      row[c] = T::store(act(v));
+    }
+  }
+}
+
+// dx[i] = grad(dy[i], pre[i], y[i]) reading only the inputs grad needs.
+template <class T, class Grad>
+void act_grad_loop(ThreadPool &pool, int64_t n, int64_t grain, const typename T::Storage *dy,
+                   const typename T::Storage *pre, const typename T::Storage *y, typename T::Storage *dx, Grad grad) {
+  using C = typename T::Compute;
+  pool.parallel_for(n, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      dx[i] = T::store(grad(T::load(dy[i]), pre ? T::load(pre[i]) : C(0), y ? T::load(y[i]) : C(0)));
+    }
+  });
+}
+
+}  // namespace
+
+void bias_act(ThreadPool &pool, DType t, int64_t rows, int64_t cols, void *y, const void *bias, UnaryOp act,
+              double alpha, void *pre) {
+  if (rows <= 0 || cols <= 0) return;
+  const int64_t grain = std::max<int64_t>(1, (cheap(act) ? kElementwiseGrain : kElementwiseGrain / 16) / cols);
+  dispatch_float(t, [&](auto traits) {
+    using T = decltype(traits);
+    using S = typename T::Storage;
+    S *py = static_cast<S *>(y);
+    S *ppre = static_cast<S *>(pre);
+    const S *pb = static_cast<const S *>(bias);
+    act::with_unary(act, alpha, [&](auto fn) {
+      pool.parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
+        if (pb && ppre) bias_act_rows<T, decltype(fn), true, true>(begin, end, cols, py, pb, ppre, fn);
+        else if (pb) bias_act_rows<T, decltype(fn), true, false>(begin, end, cols, py, pb, ppre, fn);
+        else if (ppre) bias_act_rows<T, decltype(fn), false, true>(begin, end, cols, py, pb, ppre, fn);
+        else bias_act_rows<T, decltype(fn), false, false>(begin, end, cols, py, pb, ppre, fn);
+      });
+    });
+  });
+}
+
+void act_backward(ThreadPool &pool, DType t, int64_t n, UnaryOp act, double alpha, const void *dy, const void *pre,
+                  const void *y, void *dx) {
+  if (n <= 0) return;
+  const bool needs_pre = act == UnaryOp::Gelu, needs_y = act != UnaryOp::Gelu && act != UnaryOp::Identity;
+  if ((needs_pre && pre == nullptr) || (needs_y && y == nullptr)) {
+    fail(KILN_ERROR_INTERNAL, needs_pre ? "GELU backward needs the pre-activation" : "activation backward needs y");
+  }
+  const int64_t grain = cheap(act) ? kElementwiseGrain : kElementwiseGrain / 16;
+  dispatch_float(t, [&](auto traits) {
+    using T = decltype(traits);
+    using S = typename T::Storage;
+    const S *pdy = static_cast<const S *>(dy);
+    const S *ppre = needs_pre ? static_cast<const S *>(pre) : nullptr;
+    const S *py = needs_y ? static_cast<const S *>(y) : nullptr;
+    S *pdx = static_cast<S *>(dx);
+    switch (act) {
+      case UnaryOp::Relu: act_grad_loop<T>(pool, n, grain, pdy, ppre, py, pdx, act::ReluGrad{}); return;
+      case UnaryOp::LeakyRelu: act_grad_loop<T>(pool, n, grain, pdy, ppre, py, pdx, act::LeakyReluGrad{alpha}); return;
+      case UnaryOp::Tanh: act_grad_loop<T>(pool, n, grain, pdy, ppre, py, pdx, act::TanhGrad{}); return;
+      case UnaryOp::Sigmoid: act_grad_loop<T>(pool, n, grain, pdy, ppre, py, pdx, act::SigmoidGrad{}); return;
+      case UnaryOp::Gelu: act_grad_loop<T>(pool, n, grain, pdy, ppre, py, pdx, act::GeluGrad{}); return;
+      case UnaryOp::Identity: act_grad_loop<T>(pool, n, grain, pdy, ppre, py, pdx, act::IdentityGrad{}); return;
+      default: break;
+    }
+    fail(KILN_ERROR_INTERNAL, "act_backward called with a unary op that is not an activation");
+  });
+}
+
+void bias_grad(ThreadPool &pool, DType t, int64_t rows, int64_t cols, const void *dy, void *db, double beta) {
+  if (cols <= 0) return;
+  constexpr int64_t kBlock = 256;  // columns summed together, in double
+  dispatch_float(t, [&](auto traits) {
+    using T = decltype(traits);
+    using S = typename T::Storage;
+    using C = typename T::Compute;
+    const S *pdy = static_cast<const S *>(dy);
+    S *pdb = static_cast<S *>(db);
+    const int64_t blocks = (cols + kBlock - 1) / kBlock;
+    const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(1, rows * kBlock));
+    pool.parallel_for(blocks, grain, [&](int64_t begin, int64_t end) {
+      double sum[kBlock];
+      for (int64_t block = begin; block < end; ++block) {
+        const int64_t c0 = block * kBlock, w = std::min(kBlock, cols - c0);
+        std::fill(sum, sum + w, 0.0);
+        for (int64_t r = 0; r < rows; ++r) {
+          const S *row = pdy + r * cols + c0;
+          for (int64_t c = 0; c < w; ++c) sum[c] += double(T::load(row[c]));
+        }
+        for (int64_t c = 0; c < w; ++c) {
+          // beta = 0 overwrites: whatever db held (NaN included) is ignored.
+          const double old = beta == 0 ? 0.0 : beta * double(T::load(pdb[c0 + c]));
+          pdb[c0 + c] = T::store(C(old + sum[c]));
+        }
+      }
+    });
+  });
+}
+
+void cross_entropy(ThreadPool &pool, DType t, int64_t rows, int64_t cols, const void *logits, const int64_t *labels,
+                   double grad_scale, void *dlogits, double *stats) {
+  if (rows <= 0) return;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (labels[r] < 0 || labels[r] >= cols) {
+      fail(KILN_ERROR_INVALID_ARGUMENT, "label " + std::to_string(labels[r]) + " at row " + std::to_string(r) +
+                                            " is outside the " + std::to_string(cols) + " classes [0, " +
+                                            std::to_string(cols) + ")");
+    }
+  }
+  dispatch_float(t, [&](auto traits) {
+    using T = decltype(traits);
+    using S = typename T::Storage;
+    using C = typename T::Compute;
+    const S *px = static_cast<const S *>(logits);
+    S *pd = static_cast<S *>(dlogits);
+    const C scale = C(grad_scale);
+    const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / (8 * cols));
+    accumulate_stats(pool, rows, grain, stats, [&](int64_t begin, int64_t end) {
+      double loss = 0, correct = 0;
+      for (int64_t r = begin; r < end; ++r) {
+        const S *x = px + r * cols;
+        const int64_t label = labels[r];
+        C mx = T::load(x[0]);
+        int64_t arg = 0;
+        for (int64_t j = 1; j < cols; ++j) {
+          const C v = T::load(x[j]);
+          if (v > mx) { mx = v; arg = j; }
+        }
+        C sum = 0;
+        if constexpr (T::kIdentity) {
+          if (pd) {  // keep the exponentials in dlogits for the gradient pass
+            S *d = pd + r * cols;
+            for (int64_t j = 0; j < cols; ++j) { d[j] = std::exp(x[j] - mx); sum += d[j]; }
+          } else {
+            for (int64_t j = 0; j < cols; ++j) sum += std::exp(x[j] - mx);
+          }
+        } else {
+          for (int64_t j = 0; j < cols; ++j) sum += std::exp(T::load(x[j]) - mx);
+        }
+        loss += double(std::log(sum)) - double(T::load(x[label]) - mx);
+        correct += arg == label ? 1.0 : 0.0;
+        if (pd) {
+          S *d = pd + r * cols;
+          const C factor = scale / sum;
+          for (int64_t j = 0; j < cols; ++j) {
+            const C e = T::kIdentity ? T::load(d[j]) : C(std::exp(T::load(x[j]) - mx));
+            d[j] = T::store(e * factor);
+          }
+          d[label] = T::store(T::load(d[label]) - scale);
+        }
+      }
+      return std::pair<double, double>(loss, correct);
+    });
+  });
+}
+
+void mse(ThreadPool &pool, DType t, int64_t n, const void *pred, const void *target, double grad_scale, void *dpred,
+         double *stats) {
+  if (n <= 0) return;
+  dispatch_float(t, [&](auto traits) {
+    using T = decltype(traits);
+    using S = typename T::Storage;
+    using C = typename T::Compute;
+    const S *p = static_cast<const S *>(pred);
+    const S *y = static_cast<const S *>(target);
+    S *d = static_cast<S *>(dpred);
+    const C scale = C(2 * grad_scale);
+    accumulate_stats(pool, n, kElementwiseGrain, stats, [&](int64_t begin, int64_t end) {
+      double sum = 0;
+      for (int64_t i = begin; i < end; ++i) {
+        const C diff = T::load(p[i]) - T::load(y[i]);
+        sum += double(diff) * double(diff);
+        if (d) d[i] = T::store(diff * scale);
+      }
+      return std::pair<double, double>(sum, 0.0);
+    });
+  });
+}
+
+void bce_with_logits(ThreadPool &pool, DType t, int64_t n, const void *logits, const void *target, double grad_scale,
+                     void *dlogits, double *stats) {
+  if (n <= 0) return;
+  dispatch_float(t, [&](auto traits) {
+    using T = decltype(traits);
+    using S = typename T::Storage;
+    using C = typename T::Compute;
+    const S *px = static_cast<const S *>(logits);
+    const S *py = static_cast<const S *>(target);
+    S *d = static_cast<S *>(dlogits);
+    const C scale = C(grad_scale);
+    accumulate_stats(pool, n, kElementwiseGrain / 16, stats, [&](int64_t begin, int64_t end) {
+      double sum = 0;
+      for (int64_t i = begin; i < end; ++i) {
+        const C x = T::load(px[i]), y = T::load(py[i]);
+        const C e = std::exp(-std::fabs(x));  // in (0, 1]: never overflows
+        sum += double(std::max(x, C(0)) - x * y + std::log1p(e));
+        if (d) {
+          const C sigmoid = x >= C(0) ? C(1) / (C(1) + e) : e / (C(1) + e);
+          d[i] = T::store((sigmoid - y) * scale);
+        }
+      }
+      return std::pair<double, double>(sum, 0.0);
+    });
+  });
+}
+
+void dropout(ThreadPool &pool, DType t, int64_t n, const void *x, void *y, uint8_t *mask, double p, uint64_t seed) {
+  if (n <= 0) return;
+  const double keep_probability = 1.0 - p;
+  dispatch_float(t, [&](auto traits) {
+    using T = decltype(traits);
+    using S = typename T::Storage;
+    using C = typename T::Compute;
+    const S *px = static_cast<const S *>(x);
+    S *py = static_cast<S *>(y);
+    // p = 1 keeps nothing: the scale is then never used (no 0 * inf).
+    const C scale = keep_probability > 0 ? C(1.0 / keep_probability) : C(0);
+    pool.parallel_for(n, kElementwiseGrain / 4, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const bool keep = rng_uniform(seed, uint64_t(i)) < keep_probability;
+        if (mask) mask[i] = keep;
+        py[i] = keep ? T::store(T::load(px[i]) * scale) : T::store(C(0));
+      }
+    });
+  });
+}
+
+void dropout_backward(ThreadPool &pool, DType t, int64_t n, const void *dy, const uint8_t *mask, double p, void *dx) {
+  if (n <= 0) return;
+  const double keep_probability = 1.0 - p;
+  dispatch_float(t, [&](auto traits) {
+    using T = decltype(traits);
+    using S = typename T::Storage;
+    using C = typename T::Compute;
+    const S *pdy = static_cast<const S *>(dy);
+    S *pdx = static_cast<S *>(dx);
+    const C scale = keep_probability > 0 ? C(1.0 / keep_probability) : C(0);
+    pool.parallel_for(n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) pdx[i] = mask[i] ? T::store(T::load(pdy[i]) * scale) : T::store(C(0));
+    });
+  });
+}
+
+void gather_rows(ThreadPool &pool, DType src_t, const void *src, int64_t cols, const int64_t *rows, int64_t count,
+                 DType out_t, void *out, double scale, double shift) {
+  if (count <= 0 || cols <= 0) return;
+  dispatch_all(src_t, [&](auto src_traits) {
+    dispatch_float(out_t, [&](auto out_traits) {
+      using I = decltype(src_traits);
+      using O = decltype(out_traits);
+      using C = typename O::Compute;
+      const auto *ps = static_cast<const typename I::Storage *>(src);
+      auto *po = static_cast<typename O::Storage *>(out);
+      const C a = C(scale), b = C(shift);
+      const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / cols);
+      pool.parallel_for(count, grain, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          const auto *in = ps + rows[r] * cols;
+          auto *o = po + r * cols;
+          for (int64_t c = 0; c < cols; ++c) o[c] = O::store(C(I::load(in[c])) * a + b);
+        }
+      });
+    });
+  });
+}
+
+void gather_labels(DType src_t, const void *src, const int64_t *rows, int64_t count, int64_t *out) {
+  dispatch_integer(src_t, [&](auto traits) {
+    using T = decltype(traits);
+    const auto *ps = static_cast<const typename T::Storage *>(src);
+    for (int64_t r = 0; r < count; ++r) out[r] = int64_t(ps[rows[r]]);
+  });
+}
+
+}  // namespace kiln::cpu

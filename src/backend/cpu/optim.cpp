@@ -1,0 +1,127 @@
+// Optimizer kernels over one flat parameter buffer: global-norm gradient
+// clipping, SGD and Adam/AdamW, each written to follow torch.optim's update
+// order step by step so results match PyTorch within rounding.
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/dtype_traits.hpp"
+#include "backend/cpu/kernels.hpp"
+
+namespace kiln::cpu {
+
+namespace {
+constexpr int64_t kMaxPartials = 64;  // chunks of the norm's sum of squares
+}  // namespace
+
+// Also stores the gradient norm (before clipping) in scratch[0].
+void clip_grad_norm(ThreadPool &pool, DType t, int64_t n, void *grads, double max_norm, double *scratch) {
+  if (n <= 0) {
+    if (scratch) scratch[0] = 0;
+    return;
+  }
+  dispatch_float(t, [&](auto traits) {
+    using T = decltype(traits);
+    using S = typename T::Storage;
+    using C = typename T::Compute;
+    S *g = static_cast<S *>(grads);
+    double parts[kMaxPartials] = {};
+    const int64_t grain = std::max(kElementwiseGrain, (n + kMaxPartials - 1) / kMaxPartials);
+    const int64_t chunks = pool.chunk_count(n, grain);
+    pool.parallel_chunks(n, grain, [&](int64_t chunk, int64_t begin, int64_t end) {
+      double s0 = 0, s1 = 0;  // two chains: half the add latency
+      int64_t i = begin;
+      for (; i + 2 <= end; i += 2) {
+        const double a = T::load(g[i]), b = T::load(g[i + 1]);
+        s0 += a * a;
+        s1 += b * b;
+      }
+      for (; i < end; ++i) { const double a = T::load(g[i]); s0 += a * a; }
+      parts[chunk] = s0 + s1;
+    });
+    double sum = 0;
+    for (int64_t c = 0; c < chunks; ++c) sum += parts[c];
+    const double norm = std::sqrt(sum);
+    if (scratch) scratch[0] = norm;
+    if (!(norm > max_norm)) return;
+    const C factor = C(max_norm / (norm + 1e-6));
+    pool.parallel_for(n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) g[i] = T::store(T::load(g[i]) * factor);
+    });
+  });
+}
+
+// torch.optim.SGD, dampening 0:
+//   g = grad + weight_decay * p
+//   v = g on the first step, else momentum * v + g
+//   g = g + momentum * v (nesterov) or v
+//   p = p - lr * g
+void sgd_update(ThreadPool &pool, DType t, int64_t n, void *params, const void *grads, void *velocity, double lr,
+                double momentum, double weight_decay, bool nesterov, bool first_step) {
+  if (n <= 0) return;
+  dispatch_float(t, [&](auto traits) {
+    using T = decltype(traits);
+    using S = typename T::Storage;
+    using C = typename T::Compute;
+    S *p = static_cast<S *>(params);
+    const S *gr = static_cast<const S *>(grads);
+    S *vel = static_cast<S *>(velocity);
+    const C lr_c = C(lr), mom = C(momentum), wd = C(weight_decay);
+    const bool use_wd = weight_decay != 0, use_momentum = momentum != 0;
+    pool.parallel_for(n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const C param = T::load(p[i]);
+        C g = T::load(gr[i]);
+        if (use_wd) g += wd * param;
+        if (use_momentum) {
+          const C v = first_step ? g : mom * T::load(vel[i]) + g;
+          vel[i] = T::store(v);
+          g = nesterov ? g + mom * v : v;
+        }
+        p[i] = T::store(param - lr_c * g);
+      }
+    });
+  });
+}
+
+// torch.optim.Adam (weight decay added to the gradient) or AdamW (decoupled:
+// p *= 1 - lr * weight_decay first), then
+//   m = lerp(m, g, 1 - beta1);  v = beta2 * v + (1 - beta2) * g^2
+//   p -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
+void adam_update(ThreadPool &pool, DType t, int64_t n, void *params, const void *grads, void *m, void *v, double lr,
+                 double beta1, double beta2, double eps, double weight_decay, bool decoupled, int64_t step) {
+  if (n <= 0) return;
+  step = std::max<int64_t>(step, 1);
+  const double bias_correction1 = 1 - std::pow(beta1, double(step));
+  const double bias_correction2 = 1 - std::pow(beta2, double(step));
+  dispatch_float(t, [&](auto traits) {
+    using T = decltype(traits);
+    using S = typename T::Storage;
+    using C = typename T::Compute;
+    S *p = static_cast<S *>(params);
+    const S *gr = static_cast<const S *>(grads);
+    S *pm = static_cast<S *>(m);
+    S *pv = static_cast<S *>(v);
+    const C step_size = C(lr / bias_correction1), bc2_sqrt = C(std::sqrt(bias_correction2));
+    const C weight1 = C(1 - beta1), b2 = C(beta2), weight2 = C(1 - beta2), eps_c = C(eps);
+    const C wd = C(weight_decay), decay = C(1 - lr * weight_decay);
+    const bool l2 = weight_decay != 0 && !decoupled, shrink = weight_decay != 0 && decoupled;
+    // torch's lerp: exact at both ends, switching formula at weight 0.5.
+    const bool small_weight = weight1 < C(0.5);
+    pool.parallel_for(n, kElementwiseGrain / 4, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        C param = T::load(p[i]);
+        C g = T::load(gr[i]);
+        if (shrink) param *= decay;
+        if (l2) g += wd * param;
+        const C m_old = T::load(pm[i]);
+        const C m_new = small_weight ? m_old + weight1 * (g - m_old) : g - (g - m_old) * (C(1) - weight1);
+        const C v_new = b2 * T::load(pv[i]) + weight2 * g * g;
+        pm[i] = T::store(m_new);
+        pv[i] = T::store(v_new);
+        p[i] = T::store(param - step_size * (m_new / (std::sqrt(v_new) / bc2_sqrt + eps_c)));
+      }
+    });
+  });
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,400 @@
+// CudaBackend: devices, memory, copies, streams, the thin forwarding of
+// kernels to their launchers, and the plugin's two C entry points.
+#include "backend/cuda/cuda_backend.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "backend/cuda/check.hpp"
+#include "backend/plugin.hpp"
+
+namespace kiln::cuda {
+namespace {
+
+std::string device_name(int64_t index) { return "cuda:" + std::to_string(index); }
+
+std::string mib(int64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+std::string version_text(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
+
+// Grid-stride kernels launch up to this many blocks per SM: enough resident
+// warps to saturate memory bandwidth, few enough to keep per-block atomics rare.
+constexpr int64_t kBlocksPerSm = 8;
+
+}  // namespace
+
+// Makes `index` the calling thread's current device for the duration of one
+// call, initialising it on first use, and restores the caller's device.
+class CudaBackend::Scope {
+ public:
+  Scope(const CudaBackend &backend, int64_t index) {
+    backend.check_index(index);
+    KILN_CUDA_TRY(cudaGetDevice(&previous_), device_name(index));
+    if (previous_ != int(index)) KILN_CUDA_TRY(cudaSetDevice(int(index)), device_name(index));
+    index_ = int(index);
+  }
+  ~Scope() {
+    if (previous_ != index_) cudaSetDevice(previous_);
+  }
+  Scope(const Scope &) = delete;
+  Scope &operator=(const Scope &) = delete;
+
+ private:
+  int previous_ = 0, index_ = 0;
+};
+
+void CudaBackend::Device::release() noexcept {
+  if (stream) cudaStreamSynchronize(stream);  // errors are the caller's to see earlier; here only tidy up
+  gemm.reset();
+  if (pool) cudaMemPoolDestroy(pool);  // outstanding allocations keep it alive until freed
+  if (stream) cudaStreamDestroy(stream);
+  stream = nullptr, pool = nullptr;
+}
+
+CudaBackend::CudaBackend(int device_count) {
+  for (int i = 0; i < device_count; ++i) devices_.push_back(std::make_unique<Device>());
+}
+
+CudaBackend::~CudaBackend() {
+  int previous = 0;
+  if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    if (!devices_[i]->ready.load(std::memory_order_acquire)) continue;
+    if (cudaSetDevice(int(i)) == cudaSuccess) devices_[i]->release();
+  }
+  if (previous >= 0) cudaSetDevice(previous);
+}
+
+void CudaBackend::check_index(int64_t index) const {
+  if (index < 0 || index >= device_count())
+    fail(KILN_ERROR_DEVICE_UNAVAILABLE, device_name(index) + " does not exist: " + std::to_string(device_count()) +
+                                            " CUDA device(s) visible");
+}
+
+CudaBackend::Device &CudaBackend::device(int64_t index) {
+  Device &d = *devices_[size_t(index)];
+  if (d.ready.load(std::memory_order_acquire)) return d;
+  std::lock_guard<std::mutex> lock(d.init_mutex);
+  if (d.ready.load(std::memory_order_relaxed)) return d;
+  const std::string where = "initialising " + device_name(index);
+  try {
+    int sms = 0, pools = 0;
+    KILN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, int(index)), where);
+    KILN_CUDA_TRY(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, int(index)), where);
+    KILN_CUDA_TRY(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking), where);
+    if (pools) {
+      cudaMemPoolProps props{};
+      props.allocType = cudaMemAllocationTypePinned;
+      props.handleTypes = cudaMemHandleTypeNone;
+      props.location.type = cudaMemLocationTypeDevice;
+      props.location.id = int(index);
+      KILN_CUDA_TRY(cudaMemPoolCreate(&d.pool, &props), where);
+      uint64_t keep_all = UINT64_MAX;
+      KILN_CUDA_TRY(cudaMemPoolSetAttribute(d.pool, cudaMemPoolAttrReleaseThreshold, &keep_all), where);
+    }
+    d.gemm = std::make_unique<Gemm>(d.stream);
+    d.launch = Launch{d.stream, std::max<int64_t>(1, sms) * kBlocksPerSm};
+  } catch (...) {
+    d.release();
+    throw;
+  }
+  d.ready.store(true, std::memory_order_release);
+  return d;
+}
+
+DeviceInfo CudaBackend::info(int64_t index) const {
+  Scope scope(*this, index);  // cudaMemGetInfo reports the current device
+  const std::string where = "device info of " + device_name(index);
+  cudaDeviceProp prop{};
+  KILN_CUDA_TRY(cudaGetDeviceProperties(&prop, int(index)), where);
+  size_t free_bytes = 0, total_bytes = 0;
+  KILN_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes), where);
+  int driver = 0, runtime = 0;
+  KILN_CUDA_TRY(cudaDriverGetVersion(&driver), where);
+  KILN_CUDA_TRY(cudaRuntimeGetVersion(&runtime), where);
+  DeviceInfo info;
+  info.name = prop.name;
+  info.total_memory = int64_t(prop.totalGlobalMem);
+  info.free_memory = int64_t(free_bytes);
+  info.compute_major = prop.major;
+  info.compute_minor = prop.minor;
+  info.multiprocessor_count = prop.multiProcessorCount;
+  info.driver_version = driver;
+  info.runtime_version = runtime;
+  return info;
+}
+
+void CudaBackend::synchronize(int64_t index) {
+  check_index(index);
+  if (!devices_[size_t(index)]->ready.load(std::memory_order_acquire)) return;  // nothing was ever queued
+  Scope scope(*this, index);
+  KILN_CUDA_TRY(cudaStreamSynchronize(device(index).stream), "waiting for " + device_name(index));
+}
+
+// ---- memory -------------------------------------------------------------------
+
+void *CudaBackend::alloc(int64_t index, int64_t bytes) {
+  if (bytes <= 0) return nullptr;
+  Scope scope(*this, index);
+  Device &d = device(index);
+  auto attempt = [&](void **p) {
+    return d.pool ? cudaMallocFromPoolAsync(p, size_t(bytes), d.pool, d.stream) : cudaMalloc(p, size_t(bytes));
+  };
+  void *p = nullptr;
+  cudaError_t e = attempt(&p);
+  if (e == cudaErrorMemoryAllocation && d.pool) {
+    // Freed blocks return to the pool only as the stream reaches their frees,
+    // and the pool keeps them: wait, hand everything back, try once more.
+    cudaGetLastError();
+    KILN_CUDA_TRY(cudaStreamSynchronize(d.stream), "waiting for " + device_name(index) + " before retrying an allocation");
+    KILN_CUDA_TRY(cudaMemPoolTrimTo(d.pool, 0), "trimming the memory pool of " + device_name(index));
+    e = attempt(&p);
+  }
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    fail(KILN_ERROR_OUT_OF_MEMORY, "out of memory on " + device_name(index) + ": cannot allocate " +
+                                       std::to_string(bytes) + " bytes (" + mib(bytes) + "); " + mib(int64_t(free_bytes)) +
+                                       " free of " + mib(int64_t(total_bytes)));
+  }
+  KILN_CUDA_TRY(e, "allocating " + std::to_string(bytes) + " bytes on " + device_name(index));
+  return p;
+}
+
+// Never throws: it runs from destructors. A failure here means the device is
+// already broken, and the next queued operation reports that.
+void CudaBackend::free(int64_t index, void *ptr) {
+  if (!ptr || index < 0 || index >= device_count()) return;
+  try {
+    Scope scope(*this, index);
+    Device &d = device(index);
+    if ((d.pool ? cudaFreeAsync(ptr, d.stream) : cudaFree(ptr)) != cudaSuccess) cudaGetLastError();
+  } catch (...) {
+  }
+}
+
+void *CudaBackend::alloc_pinned(int64_t bytes) {
+  if (bytes <= 0) return nullptr;
+  void *p = nullptr;
+  cudaError_t e = cudaHostAlloc(&p, size_t(bytes), cudaHostAllocPortable);
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    fail(KILN_ERROR_OUT_OF_MEMORY, "cannot allocate " + std::to_string(bytes) + " bytes (" + mib(bytes) +
+                                       ") of page-locked host memory");
+  }
+  KILN_CUDA_TRY(e, "allocating " + std::to_string(bytes) + " bytes of page-locked host memory");
+  return p;
+}
+
+void CudaBackend::free_pinned(void *ptr) {  // never throws, as free
+  if (ptr && cudaFreeHost(ptr) != cudaSuccess) cudaGetLastError();
+}
+
+void CudaBackend::copy_to_device(int64_t index, void *dst, const void *host_src, int64_t bytes, bool pinned) {
+  if (bytes <= 0) return;
+  Scope scope(*this, index);
+  cudaStream_t s = device(index).stream;
+  auto what = [&] { return "copying " + std::to_string(bytes) + " bytes to " + device_name(index); };
+  KILN_CUDA_TRY(cudaMemcpyAsync(dst, host_src, size_t(bytes), cudaMemcpyHostToDevice, s), what());
+  if (!pinned) KILN_CUDA_TRY(cudaStreamSynchronize(s), what());
+}
+
+void CudaBackend::copy_to_host(int64_t index, void *host_dst, const void *src, int64_t bytes, bool pinned) {
+  if (bytes <= 0) return;
+  Scope scope(*this, index);
+  cudaStream_t s = device(index).stream;
+  auto what = [&] { return "copying " + std::to_string(bytes) + " bytes from " + device_name(index); };
+  KILN_CUDA_TRY(cudaMemcpyAsync(host_dst, src, size_t(bytes), cudaMemcpyDeviceToHost, s), what());
+  if (!pinned) KILN_CUDA_TRY(cudaStreamSynchronize(s), what());
+}
+
+void CudaBackend::copy_on_device(int64_t index, void *dst, const void *src, int64_t bytes) {
+  if (bytes <= 0 || dst == src) return;
+  Scope scope(*this, index);
+  KILN_CUDA_TRY(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDefault, device(index).stream),
+                "copying " + std::to_string(bytes) + " bytes on " + device_name(index));
+}
+
+// ---- kernels: make the device current, then queue on its stream ------------------
+
+void CudaBackend::fill(int64_t index, DType t, int64_t n, void *out, double value) {
+  Scope scope(*this, index);
+  cuda::fill(device(index).launch, t, n, out, value);
+}
+
+void CudaBackend::arange(int64_t index, DType t, int64_t n, void *out, double start, double step) {
+  Scope scope(*this, index);
+  cuda::arange(device(index).launch, t, n, out, start, step);
+}
+
+void CudaBackend::cast(int64_t index, DType from, const void *in, DType to, void *out, int64_t n) {
+  Scope scope(*this, index);
+  cuda::cast(device(index).launch, from, in, to, out, n);
+}
+
+void CudaBackend::unary(int64_t index, UnaryOp op, DType t, int64_t n, const void *in, void *out, double alpha) {
+  Scope scope(*this, index);
+  cuda::unary(device(index).launch, op, t, n, in, out, alpha);
+}
+
+void CudaBackend::scalar(int64_t index, BinaryOp op, DType t, int64_t n, const void *a, double s, void *out) {
+  Scope scope(*this, index);
+  cuda::scalar(device(index).launch, op, t, n, a, s, out);
+}
+
+void CudaBackend::binary(int64_t index, BinaryOp op, DType t, const Broadcast &bc, const void *a, const void *b,
+                         void *out) {
+  Scope scope(*this, index);
+  cuda::binary(device(index).launch, op, t, bc, a, b, out);
+}
+
+void CudaBackend::reduce(int64_t index, ReduceOp op, DType t, int64_t outer, int64_t n, int64_t inner, const void *in,
+                         void *out) {
+  Scope scope(*this, index);
+  cuda::reduce(device(index).launch, op, t, outer, n, inner, in, out);
+}
+
+void CudaBackend::softmax(int64_t index, DType t, int64_t outer, int64_t n, int64_t inner, const void *in, void *out,
+                          bool log) {
+  Scope scope(*this, index);
+  cuda::softmax(device(index).launch, t, outer, n, inner, in, out, log);
+}
+
+void CudaBackend::gemm(int64_t index, DType t, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                       double alpha, const void *a, const void *b, double beta, void *c) {
+  Scope scope(*this, index);
+  Device &d = device(index);
+  d.gemm->run(d.launch, t, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+}
+
+void CudaBackend::bias_act(int64_t index, DType t, int64_t rows, int64_t cols, void *y, const void *bias,
+                           UnaryOp act, double alpha, void *pre) {
+  Scope scope(*this, index);
+  cuda::bias_act(device(index).launch, t, rows, cols, y, bias, act, alpha, pre);
+}
+
+void CudaBackend::act_backward(int64_t index, DType t, int64_t n, UnaryOp act, double alpha, const void *dy,
+                               const void *pre, const void *y, void *dx) {
+  Scope scope(*this, index);
+  cuda::act_backward(device(index).launch, t, n, act, alpha, dy, pre, y, dx);
+}
+
+void CudaBackend::bias_grad(int64_t index, DType t, int64_t rows, int64_t cols, const void *dy, void *db,
+                            double beta) {
+  Scope scope(*this, index);
+  cuda::bias_grad(device(index).launch, t, rows, cols, dy, db, beta);
+}
+
+void CudaBackend::cross_entropy(int64_t index, DType t, int64_t rows, int64_t cols, const void *logits,
+                                const int64_t *labels, double grad_scale, void *dlogits, double *stats) {
+  Scope scope(*this, index);
+  cuda::cross_entropy(device(index).launch, t, rows, cols, logits, labels, grad_scale, dlogits, stats);
+}
+
+void CudaBackend::mse(int64_t index, DType t, int64_t n, const void *pred, const void *target, double grad_scale,
+                      void *dpred, double *stats) {
+  Scope scope(*this, index);
+  cuda::mse(device(index).launch, t, n, pred, target, grad_scale, dpred, stats);
+}
+
+void CudaBackend::bce_with_logits(int64_t index, DType t, int64_t n, const void *logits, const void *target,
+                                  double grad_scale, void *dlogits, double *stats) {
+  Scope scope(*this, index);
+  cuda::bce_with_logits(device(index).launch, t, n, logits, target, grad_scale, dlogits, stats);
+}
+
+void CudaBackend::dropout(int64_t index, DType t, int64_t n, const void *x, void *y, uint8_t *mask, double p,
+                          uint64_t seed) {
+  Scope scope(*this, index);
+  cuda::dropout(device(index).launch, t, n, x, y, mask, p, seed);
+}
+
+void CudaBackend::dropout_backward(int64_t index, DType t, int64_t n, const void *dy, const uint8_t *mask, double p,
+                                   void *dx) {
+  Scope scope(*this, index);
+  cuda::dropout_backward(device(index).launch, t, n, dy, mask, p, dx);
+}
+
+void CudaBackend::clip_grad_norm(int64_t index, DType t, int64_t n, void *grads, double max_norm, double *scratch) {
+  Scope scope(*this, index);
+  cuda::clip_grad_norm(device(index).launch, t, n, grads, max_norm, scratch);
+}
+
+void CudaBackend::sgd_update(int64_t index, DType t, int64_t n, void *params, const void *grads, void *velocity,
+                             double lr, double momentum, double weight_decay, bool nesterov, bool first_step) {
+  Scope scope(*this, index);
+  cuda::sgd_update(device(index).launch, t, n, params, grads, velocity, lr, momentum, weight_decay, nesterov,
+                   first_step);
+}
+
+void CudaBackend::adam_update(int64_t index, DType t, int64_t n, void *params, const void *grads, void *m, void *v,
+                              double lr, double beta1, double beta2, double eps, double weight_decay, bool decoupled,
+                              int64_t step) {
+  Scope scope(*this, index);
+  cuda::adam_update(device(index).launch, t, n, params, grads, m, v, lr, beta1, beta2, eps, weight_decay, decoupled,
+                    step);
+}
+
+void CudaBackend::gather_rows(int64_t index, DType src_t, const void *src, int64_t cols, const int64_t *rows,
+                              int64_t count, DType out_t, void *out, double scale, double shift) {
+  Scope scope(*this, index);
+  cuda::gather_rows(device(index).launch, src_t, src, cols, rows, count, out_t, out, scale, shift);
+}
+
+void CudaBackend::gather_labels(int64_t index, DType src_t, const void *src, const int64_t *rows, int64_t count,
+                                int64_t *out) {
+  Scope scope(*this, index);
+  cuda::gather_labels(device(index).launch, src_t, src, rows, count, out);
+}
+
+// ---- plugin entry points ------------------------------------------------------------
+
+namespace {
+
+// Why no backend can be made, or "" when devices are there.
+std::string unavailable_reason(int *count) {
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);  // 0 when no driver could be loaded
+  cudaRuntimeGetVersion(&runtime);
+  cudaError_t e = cudaGetDeviceCount(count);
+  cudaGetLastError();
+  const char *visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string visible_text = visible ? std::string(" (CUDA_VISIBLE_DEVICES=\"") + visible + "\")" : "";
+  if (e == cudaSuccess) return *count > 0 ? "" : "no CUDA device found" + visible_text;
+  if (driver == 0)
+    return std::string("no CUDA driver (libcuda.so.1 not found or failed to initialise): ") + cudaGetErrorString(e);
+  if (e == cudaErrorInsufficientDriver || driver < runtime)
+    return "the CUDA driver is too old: it supports CUDA " + version_text(driver) + ", libkiln_cuda needs CUDA " +
+           version_text(runtime) + " (update the NVIDIA driver): " + cudaGetErrorString(e);
+  if (e == cudaErrorNoDevice) return "no CUDA device found" + visible_text + ": " + cudaGetErrorString(e);
+  return std::string("cannot use CUDA: cudaGetDeviceCount failed: ") + cudaGetErrorName(e) + ": " +
+         cudaGetErrorString(e) + visible_text;
+}
+
+}  // namespace
+}  // namespace kiln::cuda
+
+extern "C" __attribute__((visibility("default"))) int kiln_backend_interface_version(void) {
+  return kiln::kBackendInterfaceVersion;
+}
+
+extern "C" __attribute__((visibility("default"))) kiln::Backend *kiln_backend_cuda_create(char *reason,
+                                                                                         int64_t reason_size) noexcept {
+  std::string why;
+  try {
+    int count = 0;
+    why = kiln::cuda::unavailable_reason(&count);
+    if (why.empty()) return new kiln::cuda::CudaBackend(count);
+  } catch (const std::exception &e) {
+    why = std::string("cannot create the CUDA backend: ") + e.what();
+  } catch (...) {
+    why = "cannot create the CUDA backend: unknown error";
+  }
+  if (reason && reason_size > 0) std::snprintf(reason, size_t(reason_size), "%s", why.c_str());
+  return nullptr;
+}

@@ -1,0 +1,105 @@
+// The CUDA backend: one object serves every visible device. Per device, on
+// first use: a non-blocking stream on which everything is queued in order, a
+// stream-ordered memory pool (cudaMallocFromPoolAsync; memory is kept in the
+// pool for reuse instead of going back to the driver at each sync), and the
+// cuBLAS(Lt) handles with their workspace (gemm.hpp).
+//
+// Threads: every method may be called from any thread; each makes its device
+// current for the duration of the call and puts the caller's current device
+// back, so kiln can live next to other CUDA code in one process.
+//
+// Copies: with pinned = false both directions return when the copy is done.
+// With pinned = true they are only queued: the host buffer must stay alive and
+// untouched (copy_to_device) or is not ready to read (copy_to_host) until
+// synchronize(index) or another waiting call on that device returns.
+// free_pinned must not be called on a buffer with a copy still in flight.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "backend/cuda/gemm.hpp"
+#include "backend/cuda/kernels.hpp"
+
+namespace kiln::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device_count);
+  ~CudaBackend() override;
+
+  kiln_device_kind kind() const override { return KILN_DEVICE_CUDA; }
+  int64_t device_count() const override { return int64_t(devices_.size()); }
+  DeviceInfo info(int64_t index) const override;
+  void synchronize(int64_t index) override;
+
+  void *alloc(int64_t index, int64_t bytes) override;
+  void free(int64_t index, void *ptr) override;
+  void *alloc_pinned(int64_t bytes) override;
+  void free_pinned(void *ptr) override;
+  void copy_to_device(int64_t index, void *dst, const void *host_src, int64_t bytes, bool pinned) override;
+  void copy_to_host(int64_t index, void *host_dst, const void *src, int64_t bytes, bool pinned) override;
+  void copy_on_device(int64_t index, void *dst, const void *src, int64_t bytes) override;
+
+  void fill(int64_t index, DType t, int64_t n, void *out, double value) override;
+  void arange(int64_t index, DType t, int64_t n, void *out, double start, double step) override;
+  void cast(int64_t index, DType from, const void *in, DType to, void *out, int64_t n) override;
+  void unary(int64_t index, UnaryOp op, DType t, int64_t n, const void *in, void *out, double alpha) override;
+  void scalar(int64_t index, BinaryOp op, DType t, int64_t n, const void *a, double s, void *out) override;
+  void binary(int64_t index, BinaryOp op, DType t, const Broadcast &bc, const void *a, const void *b,
+              void *out) override;
+  void reduce(int64_t index, ReduceOp op, DType t, int64_t outer, int64_t n, int64_t inner, const void *in,
+              void *out) override;
+  void softmax(int64_t index, DType t, int64_t outer, int64_t n, int64_t inner, const void *in, void *out,
+               bool log) override;
+  void gemm(int64_t index, DType t, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+            const void *a, const void *b, double beta, void *c) override;
+
+  void bias_act(int64_t index, DType t, int64_t rows, int64_t cols, void *y, const void *bias, UnaryOp act,
+                double alpha, void *pre) override;
+  void act_backward(int64_t index, DType t, int64_t n, UnaryOp act, double alpha, const void *dy, const void *pre,
+                    const void *y, void *dx) override;
+  void bias_grad(int64_t index, DType t, int64_t rows, int64_t cols, const void *dy, void *db, double beta) override;
+  void cross_entropy(int64_t index, DType t, int64_t rows, int64_t cols, const void *logits, const int64_t *labels,
+                     double grad_scale, void *dlogits, double *stats) override;
+  void mse(int64_t index, DType t, int64_t n, const void *pred, const void *target, double grad_scale, void *dpred,
+           double *stats) override;
+  void bce_with_logits(int64_t index, DType t, int64_t n, const void *logits, const void *target, double grad_scale,
+                       void *dlogits, double *stats) override;
+  void dropout(int64_t index, DType t, int64_t n, const void *x, void *y, uint8_t *mask, double p,
+               uint64_t seed) override;
+  void dropout_backward(int64_t index, DType t, int64_t n, const void *dy, const uint8_t *mask, double p,
+                        void *dx) override;
+  void clip_grad_norm(int64_t index, DType t, int64_t n, void *grads, double max_norm, double *scratch) override;
+  void sgd_update(int64_t index, DType t, int64_t n, void *params, const void *grads, void *velocity, double lr,
+                  double momentum, double weight_decay, bool nesterov, bool first_step) override;
+  void adam_update(int64_t index, DType t, int64_t n, void *params, const void *grads, void *m, void *v, double lr,
+                   double beta1, double beta2, double eps, double weight_decay, bool decoupled,
+                   int64_t step) override;
+  void gather_rows(int64_t index, DType src_t, const void *src, int64_t cols, const int64_t *rows, int64_t count,
+                   DType out_t, void *out, double scale, double shift) override;
+  void gather_labels(int64_t index, DType src_t, const void *src, const int64_t *rows, int64_t count,
+                     int64_t *out) override;
+
+ private:
+  struct Device {
+    std::mutex init_mutex;
+    std::atomic<bool> ready{false};
+    cudaStream_t stream = nullptr;
+    cudaMemPool_t pool = nullptr;  // null where the device has no memory pools: plain cudaMalloc
+    std::unique_ptr<Gemm> gemm;
+    Launch launch;
+    void release() noexcept;
+  };
+  class Scope;  // makes a device current for one call (cuda_backend.cpp)
+
+  void check_index(int64_t index) const;
+  Device &device(int64_t index);  // initialised on first use; the device must be current
+
+  std::vector<std::unique_ptr<Device>> devices_;
+};
+
+}  // namespace kiln::cuda

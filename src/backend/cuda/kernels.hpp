@@ -1,0 +1,58 @@
+// Host-side launchers of kiln's own CUDA kernels (elementwise.cu, reduce.cu,
+// nn_kernels.cu, optim.cu). Each queues its kernel(s) on `L.stream` and checks
+// the launch; the semantics are those of the same-named Backend methods.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backend/backend.hpp"
+
+namespace kiln::cuda {
+
+// Where and how wide to launch: grid-stride kernels use at most `max_blocks`
+// blocks (enough to fill every SM), so one launch serves any n.
+struct Launch {
+  cudaStream_t stream = nullptr;
+  int64_t max_blocks = 1;
+};
+
+// elementwise.cu
+void fill(const Launch &L, DType t, int64_t n, void *out, double value);
+void arange(const Launch &L, DType t, int64_t n, void *out, double start, double step);
+void cast(const Launch &L, DType from, const void *in, DType to, void *out, int64_t n);
+void unary(const Launch &L, UnaryOp op, DType t, int64_t n, const void *in, void *out, double alpha);
+void scalar(const Launch &L, BinaryOp op, DType t, int64_t n, const void *a, double s, void *out);
+void binary(const Launch &L, BinaryOp op, DType t, const Broadcast &bc, const void *a, const void *b, void *out);
+
+// reduce.cu
+void reduce(const Launch &L, ReduceOp op, DType t, int64_t outer, int64_t n, int64_t inner, const void *in, void *out);
+void softmax(const Launch &L, DType t, int64_t outer, int64_t n, int64_t inner, const void *in, void *out, bool log);
+
+// nn_kernels.cu
+void bias_act(const Launch &L, DType t, int64_t rows, int64_t cols, void *y, const void *bias, UnaryOp act,
+              double alpha, void *pre);
+void act_backward(const Launch &L, DType t, int64_t n, UnaryOp act, double alpha, const void *dy, const void *pre,
+                  const void *y, void *dx);
+void bias_grad(const Launch &L, DType t, int64_t rows, int64_t cols, const void *dy, void *db, double beta);
+void cross_entropy(const Launch &L, DType t, int64_t rows, int64_t cols, const void *logits, const int64_t *labels,
+                   double grad_scale, void *dlogits, double *stats);
+void mse(const Launch &L, DType t, int64_t n, const void *pred, const void *target, double grad_scale, void *dpred,
+         double *stats);
+void bce_with_logits(const Launch &L, DType t, int64_t n, const void *logits, const void *target, double grad_scale,
+                     void *dlogits, double *stats);
+void dropout(const Launch &L, DType t, int64_t n, const void *x, void *y, uint8_t *mask, double p, uint64_t seed);
+void dropout_backward(const Launch &L, DType t, int64_t n, const void *dy, const uint8_t *mask, double p, void *dx);
+void gather_rows(const Launch &L, DType src_t, const void *src, int64_t cols, const int64_t *rows, int64_t count,
+                 DType out_t, void *out, double scale, double shift);
+void gather_labels(const Launch &L, DType src_t, const void *src, const int64_t *rows, int64_t count, int64_t *out);
+
+// optim.cu
+void clip_grad_norm(const Launch &L, DType t, int64_t n, void *grads, double max_norm, double *scratch);
+void sgd_update(const Launch &L, DType t, int64_t n, void *params, const void *grads, void *velocity, double lr,
+                double momentum, double weight_decay, bool nesterov, bool first_step);
+void adam_update(const Launch &L, DType t, int64_t n, void *params, const void *grads, void *m, void *v, double lr,
+                 double beta1, double beta2, double eps, double weight_decay, bool decoupled, int64_t step);
+
+}  // namespace kiln::cuda

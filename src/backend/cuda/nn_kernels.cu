@@ -1,0 +1,290 @@
+// Neural-network kernels of the MLP's forward and backward passes: bias +
+// activation, activation gradients, bias gradients, the fused losses,
+// dropout and batch assembly. Losses add into double `stats` with one atomic
+// per block, so a training step never waits for the device.
+#include "backend/cuda/device_math.cuh"
+#include "core/rng.hpp"
+
+namespace kiln::cuda {
+namespace {
+
+// y = act(y + bias) in place, keeping y + bias in `pre` when asked (GELU's
+// backward needs it). Runs after the GEMM of a Linear layer.
+template <class T>
+__global__ void bias_act_kernel(int64_t rows, int64_t cols, T *y, const T *bias, UnaryOp act, double alpha, T *pre) {
+  using C = Acc<T>;
+  for (int64_t i = global_thread(); i < rows * cols; i += grid_threads()) {
+    C v = load(y, i);
+    if (bias) v += load(bias, i % cols);
+    if (pre) pre[i] = store<T>(v);
+    y[i] = store<T>(unary_op<T>(act, v, alpha));
+  }
+}
+
+template <class T>
+__global__ void act_backward_kernel(int64_t n, UnaryOp act, double alpha, const T *dy, const T *pre, const T *y,
+                                    T *dx) {
+  using C = Acc<T>;
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    C p = pre ? load(pre, i) : C(0), out = y ? load(y, i) : C(0);
+    dx[i] = store<T>(act_grad(act, load(dy, i), p, out, alpha));
+  }
+}
+
+// db[c] = beta * db[c] + sum_r dy[r, c]: a block owns 32 neighbouring
+// columns (coalesced reads along a row) and kBiasRows threads split the rows;
+// partial sums (in double, as the CPU) meet in shared memory. Deterministic:
+// no atomics.
+constexpr int kBiasRows = kThreads / kWarp;
+
+template <class T> __global__ void bias_grad_kernel(int64_t rows, int64_t cols, const T *dy, T *db, double beta) {
+  __shared__ double partial[kBiasRows][kWarp];
+  for (int64_t c0 = int64_t(blockIdx.x) * kWarp; c0 < cols; c0 += int64_t(gridDim.x) * kWarp) {
+    const int64_t c = c0 + threadIdx.x;
+    double s = 0;
+    if (c < cols)
+      for (int64_t r = threadIdx.y; r < rows; r += kBiasRows) s += double(load(dy, r * cols + c));
+    partial[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+      for (int k = 1; k < kBiasRows; ++k) s += partial[k][threadIdx.x];
+      const double old = beta == 0.0 ? 0.0 : beta * double(load(db, c));  // beta 0: db may be uninitialised
+      db[c] = store<T>(Acc<T>(old + s));
+    }
+    __syncthreads();  // partial is rewritten by the next tile
+  }
+}
+
+// Fused softmax cross-entropy, one warp per row: max and argmax, log-sum-exp,
+// then the gradient (softmax - onehot) * scale. All reads of a row finish at
+// the warp reductions before any write, so dlogits may alias logits. The
+// argmax is the CPU's: the first maximum, NaN never wins.
+template <class T>
+__global__ void cross_entropy_kernel(int64_t rows, int64_t cols, const T *logits, const int64_t *labels,
+                                     double grad_scale, T *dlogits, double *stats) {
+  using C = Acc<T>;
+  double loss = 0, correct = 0, invalid = 0;
+  for (int64_t r = global_warp(); r < rows; r += grid_warps()) {
+    const T *x = logits + r * cols;
+    const int64_t label = labels[r];
+    const bool valid = label >= 0 && label < cols;
+    const C x_label = valid ? load(x, label) : C(0);
+    C best = load(x, 0);
+    int64_t best_i = 0;
+    for (int64_t k = lane(); k < cols; k += kWarp) {
+      C v = load(x, k);
+      if (v > best) best = v, best_i = k;
+    }
+    for (int o = kWarp / 2; o > 0; o /= 2) {
+      C v = __shfl_xor_sync(0xffffffffu, best, o);
+      int64_t i = __shfl_xor_sync(0xffffffffu, best_i, o);
+      if (v > best || (v == best && i < best_i)) best = v, best_i = i;
+    }
+    C s = 0;
+    for (int64_t k = lane(); k < cols; k += kWarp) s += exp(load(x, k) - best);
+    s = warp_sum(s);
+    if (lane() == 0) {
+      if (valid) {
+        loss += double(log(s)) - double(x_label - best);
+        correct += best_i == label;
+      } else {
+        invalid += 1;
+      }
+    }
+    if (dlogits) {
+      const C scale = C(grad_scale), factor = scale / s;
+      T *d = dlogits + r * cols;
+      for (int64_t k = lane(); k < cols; k += kWarp)
+        d[k] = store<T>(valid ? exp(load(x, k) - best) * factor - (k == label ? scale : C(0)) : C(0));
+    }
+  }
+  block_atomic_add(loss, stats + 0);
+  block_atomic_add(correct, stats + 1);
+  block_atomic_add(invalid, stats + 2);
+}
+
+template <class T>
+__global__ void mse_kernel(int64_t n, const T *pred, const T *target, double grad_scale, T *dpred, double *stats) {
+  using C = Acc<T>;
+  const C scale = C(2 * grad_scale);
+  double sum = 0;
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    C d = load(pred, i) - load(target, i);
+    sum += double(d) * double(d);
+    if (dpred) dpred[i] = store<T>(d * scale);
+  }
+  block_atomic_add(sum, stats);
+}
+
+// loss = max(x, 0) - x y + log1p(exp(-|x|)), and sigmoid from the same
+// e = exp(-|x|) in (0, 1]: stable for any x.
+template <class T>
+__global__ void bce_kernel(int64_t n, const T *logits, const T *target, double grad_scale, T *dlogits, double *stats) {
+  using C = Acc<T>;
+  const C scale = C(grad_scale);
+  double sum = 0;
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    C x = load(logits, i), y = load(target, i);
+    const C e = exp(-fabs(x));
+    sum += double(fmax(x, C(0)) - x * y + log1p(e));
+    if (dlogits) dlogits[i] = store<T>(((x >= C(0) ? C(1) : e) / (C(1) + e) - y) * scale);
+  }
+  block_atomic_add(sum, stats);
+}
+
+// 1 / (1 - p), or 0 when nothing is kept (p = 1 drops everything).
+inline double keep_scale(double p) { return p < 1.0 ? 1.0 / (1.0 - p) : 0.0; }
+
+// Inverted dropout with the mask a pure function of (seed, i): the same bits
+// as the CPU backend, whatever the launch geometry. mask may be null
+// (inference-style use that needs no backward).
+template <class T>
+__global__ void dropout_kernel(int64_t n, const T *x, T *y, uint8_t *mask, double keep_p, double scale,
+                               uint64_t seed) {
+  using C = Acc<T>;
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const bool keep = rng_uniform(seed, uint64_t(i)) < keep_p;
+    if (mask) mask[i] = keep;
+    y[i] = store<T>(keep ? load(x, i) * C(scale) : C(0));
+  }
+}
+
+template <class T>
+__global__ void dropout_backward_kernel(int64_t n, const T *dy, const uint8_t *mask, double scale, T *dx) {
+  using C = Acc<T>;
+  for (int64_t i = global_thread(); i < n; i += grid_threads())
+    dx[i] = store<T>(mask[i] ? load(dy, i) * C(scale) : C(0));
+}
+
+// Batch assembly from a resident dataset: out[r, :] = src[rows[r], :] * scale
+// + shift, e.g. MNIST's u8 pixels to f32 in [0, 1] in the same pass.
+template <class S, class O>
+__global__ void gather_rows_kernel(const S *src, int64_t cols, const int64_t *rows, int64_t count, O *out,
+                                   double scale, double shift) {
+  using C = Acc<O>;
+  for (int64_t i = global_thread(); i < count * cols; i += grid_threads()) {
+    const int64_t r = i / cols, c = i - r * cols;
+    out[i] = store<O>(C(load(src, rows[r] * cols + c)) * C(scale) + C(shift));
+  }
+}
+
+template <class S> __global__ void gather_labels_kernel(const S *src, const int64_t *rows, int64_t count, int64_t *out) {
+  for (int64_t r = global_thread(); r < count; r += grid_threads()) out[r] = int64_t(load(src, rows[r]));
+}
+
+}  // namespace
+
+void bias_act(const Launch &L, DType t, int64_t rows, int64_t cols, void *y, const void *bias, UnaryOp act,
+              double alpha, void *pre) {
+  if (rows <= 0 || cols <= 0) return;
+  dispatch_float(t, "bias_act", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    bias_act_kernel<T><<<blocks_for(L, rows * cols), kThreads, 0, L.stream>>>(
+        rows, cols, static_cast<T *>(y), static_cast<const T *>(bias), act, alpha, static_cast<T *>(pre));
+  });
+  KILN_CUDA_LAUNCHED("bias_act");
+}
+
+void act_backward(const Launch &L, DType t, int64_t n, UnaryOp act, double alpha, const void *dy, const void *pre,
+                  const void *y, void *dx) {
+  if (n <= 0) return;
+  dispatch_float(t, "act_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    act_backward_kernel<T><<<blocks_for(L, n), kThreads, 0, L.stream>>>(
+        n, act, alpha, static_cast<const T *>(dy), static_cast<const T *>(pre), static_cast<const T *>(y),
+        static_cast<T *>(dx));
+  });
+  KILN_CUDA_LAUNCHED("act_backward");
+}
+
+void bias_grad(const Launch &L, DType t, int64_t rows, int64_t cols, const void *dy, void *db, double beta) {
+  if (cols <= 0) return;
+  dispatch_float(t, "bias_grad", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    bias_grad_kernel<T><<<blocks_for(L, cols, kWarp), dim3(kWarp, kBiasRows), 0, L.stream>>>(
+        rows, cols, static_cast<const T *>(dy), static_cast<T *>(db), beta);
+  });
+  KILN_CUDA_LAUNCHED("bias_grad");
+}
+
+void cross_entropy(const Launch &L, DType t, int64_t rows, int64_t cols, const void *logits, const int64_t *labels,
+                   double grad_scale, void *dlogits, double *stats) {
+  if (rows <= 0) return;
+  check(cols > 0, KILN_ERROR_INVALID_ARGUMENT, "cross_entropy needs at least one class");
+  dispatch_float(t, "cross_entropy", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cross_entropy_kernel<T><<<blocks_for(L, rows, kThreads / kWarp), kThreads, 0, L.stream>>>(
+        rows, cols, static_cast<const T *>(logits), labels, grad_scale, static_cast<T *>(dlogits), stats);
+  });
+  KILN_CUDA_LAUNCHED("cross_entropy");
+}
+
+void mse(const Launch &L, DType t, int64_t n, const void *pred, const void *target, double grad_scale, void *dpred,
+         double *stats) {
+  if (n <= 0) return;
+  dispatch_float(t, "mse", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    mse_kernel<T><<<blocks_for(L, n), kThreads, 0, L.stream>>>(n, static_cast<const T *>(pred),
+                                                               static_cast<const T *>(target), grad_scale,
+                                                               static_cast<T *>(dpred), stats);
+  });
+  KILN_CUDA_LAUNCHED("mse");
+}
+
+void bce_with_logits(const Launch &L, DType t, int64_t n, const void *logits, const void *target, double grad_scale,
+                     void *dlogits, double *stats) {
+  if (n <= 0) return;
+  dispatch_float(t, "bce_with_logits", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    bce_kernel<T><<<blocks_for(L, n), kThreads, 0, L.stream>>>(n, static_cast<const T *>(logits),
+                                                               static_cast<const T *>(target), grad_scale,
+                                                               static_cast<T *>(dlogits), stats);
+  });
+  KILN_CUDA_LAUNCHED("bce_with_logits");
+}
+
+void dropout(const Launch &L, DType t, int64_t n, const void *x, void *y, uint8_t *mask, double p, uint64_t seed) {
+  if (n <= 0) return;
+  dispatch_float(t, "dropout", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    dropout_kernel<T><<<blocks_for(L, n), kThreads, 0, L.stream>>>(n, static_cast<const T *>(x), static_cast<T *>(y),
+                                                                   mask, 1.0 - p, keep_scale(p), seed);
+  });
+  KILN_CUDA_LAUNCHED("dropout");
+}
+
+void dropout_backward(const Launch &L, DType t, int64_t n, const void *dy, const uint8_t *mask, double p, void *dx) {
+  if (n <= 0) return;
+  dispatch_float(t, "dropout_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    dropout_backward_kernel<T><<<blocks_for(L, n), kThreads, 0, L.stream>>>(n, static_cast<const T *>(dy), mask,
+                                                                            keep_scale(p), static_cast<T *>(dx));
+  });
+  KILN_CUDA_LAUNCHED("dropout_backward");
+}
+
+void gather_rows(const Launch &L, DType src_t, const void *src, int64_t cols, const int64_t *rows, int64_t count,
+                 DType out_t, void *out, double scale, double shift) {
+  if (count <= 0 || cols <= 0) return;
+  dispatch_all(src_t, "gather_rows", [&](auto src_tag) {
+    using S = typename decltype(src_tag)::type;
+    dispatch_float(out_t, "gather_rows", [&](auto out_tag) {
+      using O = typename decltype(out_tag)::type;
+      gather_rows_kernel<S, O><<<blocks_for(L, count * cols), kThreads, 0, L.stream>>>(
+          static_cast<const S *>(src), cols, rows, count, static_cast<O *>(out), scale, shift);
+    });
+  });
+  KILN_CUDA_LAUNCHED("gather_rows");
+}
+
+void gather_labels(const Launch &L, DType src_t, const void *src, const int64_t *rows, int64_t count, int64_t *out) {
+  if (count <= 0) return;
+  dispatch_all(src_t, "gather_labels", [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    gather_labels_kernel<S><<<blocks_for(L, count), kThreads, 0, L.stream>>>(static_cast<const S *>(src), rows,
+                                                                             count, out);
+  });
+  KILN_CUDA_LAUNCHED("gather_labels");
+}
+
+}  // namespace kiln::cuda

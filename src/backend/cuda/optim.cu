@@ -1,0 +1,125 @@
+// Optimizer kernels over one flat parameter buffer: global-norm gradient
+// clipping that never leaves the device, and single-kernel SGD and Adam
+// updates with torch.optim's arithmetic (host-computed bias corrections).
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/device_math.cuh"
+
+namespace kiln::cuda {
+namespace {
+
+// *sumsq += sum g^2 in double (the caller zeroes it first).
+template <class T> __global__ void sum_squares_kernel(int64_t n, const T *g, double *sumsq) {
+  double s = 0;
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    double v = double(load(g, i));
+    s += v * v;
+  }
+  block_atomic_add(s, sumsq);
+}
+
+// The norm, in place of the sum of squares (callers may read it later).
+__global__ void sqrt_kernel(double *x) { *x = sqrt(*x); }
+
+// g *= max_norm / (norm + 1e-6) when norm > max_norm, reading the norm the
+// previous kernels left on the device: no host round trip.
+template <class T> __global__ void clip_scale_kernel(int64_t n, T *g, double max_norm, const double *norm_p) {
+  const double norm = *norm_p;
+  if (!(norm > max_norm)) return;
+  const Acc<T> f = Acc<T>(max_norm / (norm + 1e-6));
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) g[i] = store<T>(load(g, i) * f);
+}
+
+// torch.optim.SGD with dampening 0.
+template <class T, class C = Acc<T>>
+__global__ void sgd_kernel(int64_t n, T *params, const T *grads, T *velocity, C lr, C momentum, C weight_decay,
+                           bool nesterov, bool first_step) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    C w = load(params, i), g = load(grads, i);
+    if (weight_decay != C(0)) g += weight_decay * w;
+    if (momentum != C(0)) {
+      C b = first_step ? g : momentum * load(velocity, i) + g;
+      velocity[i] = store<T>(b);
+      g = nesterov ? g + momentum * b : b;
+    }
+    params[i] = store<T>(w - lr * g);
+  }
+}
+
+// The constants of one Adam step, computed in double on the host as the CPU
+// backend does, then rounded to the compute type.
+template <class C> struct AdamStep {
+  C step_size;  // lr / (1 - beta1^t)
+  C bc2_sqrt;   // sqrt(1 - beta2^t)
+  C weight1, beta2, weight2, eps;  // 1 - beta1, beta2, 1 - beta2, eps
+  C weight_decay, decay;           // L2 coefficient; AdamW's factor 1 - lr * wd
+  bool l2, shrink;                 // which of the two weight decays applies
+};
+
+// torch.optim.Adam (L2 weight decay into the gradient) or AdamW (decoupled
+// decay of the weight), with torch's lerp for the first moment.
+template <class T, class C = Acc<T>>
+__global__ void adam_kernel(int64_t n, T *params, const T *grads, T *m, T *v, AdamStep<C> k) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    C w = load(params, i), g = load(grads, i);
+    if (k.shrink) w *= k.decay;
+    if (k.l2) g += k.weight_decay * w;
+    const C m_old = load(m, i);
+    const C m_new = k.weight1 < C(0.5) ? m_old + k.weight1 * (g - m_old) : g - (g - m_old) * (C(1) - k.weight1);
+    const C v_new = k.beta2 * load(v, i) + k.weight2 * g * g;
+    m[i] = store<T>(m_new);
+    v[i] = store<T>(v_new);
+    params[i] = store<T>(w - k.step_size * (m_new / (sqrt(v_new) / k.bc2_sqrt + k.eps)));
+  }
+}
+
+}  // namespace
+
+void clip_grad_norm(const Launch &L, DType t, int64_t n, void *grads, double max_norm, double *scratch) {
+  KILN_CUDA_TRY(cudaMemsetAsync(scratch, 0, sizeof(double), L.stream), "clip_grad_norm");
+  if (n <= 0) return;
+  dispatch_float(t, "clip_grad_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    sum_squares_kernel<T><<<blocks_for(L, n), kThreads, 0, L.stream>>>(n, static_cast<const T *>(grads), scratch);
+    KILN_CUDA_LAUNCHED("clip_grad_norm (sum of squares)");
+    sqrt_kernel<<<1, 1, 0, L.stream>>>(scratch);
+    KILN_CUDA_LAUNCHED("clip_grad_norm (norm)");
+    clip_scale_kernel<T><<<blocks_for(L, n), kThreads, 0, L.stream>>>(n, static_cast<T *>(grads), max_norm, scratch);
+  });
+  KILN_CUDA_LAUNCHED("clip_grad_norm (scale)");
+}
+
+void sgd_update(const Launch &L, DType t, int64_t n, void *params, const void *grads, void *velocity, double lr,
+                double momentum, double weight_decay, bool nesterov, bool first_step) {
+  if (n <= 0) return;
+  dispatch_float(t, "sgd_update", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = Acc<T>;
+    sgd_kernel<T><<<blocks_for(L, n), kThreads, 0, L.stream>>>(
+        n, static_cast<T *>(params), static_cast<const T *>(grads), static_cast<T *>(velocity), C(lr), C(momentum),
+        C(weight_decay), nesterov, first_step);
+  });
+  KILN_CUDA_LAUNCHED("sgd_update");
+}
+
+void adam_update(const Launch &L, DType t, int64_t n, void *params, const void *grads, void *m, void *v, double lr,
+                 double beta1, double beta2, double eps, double weight_decay, bool decoupled, int64_t step) {
+  if (n <= 0) return;
+  const double t_step = double(std::max<int64_t>(step, 1));  // 1-based; the CPU clamps too
+  dispatch_float(t, "adam_update", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = Acc<T>;
+    const AdamStep<C> k{C(lr / (1 - std::pow(beta1, t_step))),
+                        C(std::sqrt(1 - std::pow(beta2, t_step))),
+                        C(1 - beta1), C(beta2), C(1 - beta2), C(eps),
+                        C(weight_decay), C(1 - lr * weight_decay),
+                        weight_decay != 0 && !decoupled, weight_decay != 0 && decoupled};
+    adam_kernel<T><<<blocks_for(L, n), kThreads, 0, L.stream>>>(n, static_cast<T *>(params),
+                                                                static_cast<const T *>(grads), static_cast<T *>(m),
+                                                                static_cast<T *>(v), k);
+  });
+  KILN_CUDA_LAUNCHED("adam_update");
+}
+
+}  // namespace kiln::cuda

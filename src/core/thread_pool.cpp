@@ -1,0 +1,184 @@
+// The thread pool's job protocol; see thread_pool.hpp for what it promises.
+#include "core/thread_pool.hpp"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <system_error>
+
+#include "core/error.hpp"
+
+namespace kiln {
+
+namespace {
+
+// How long an idle worker keeps polling for the next job before it sleeps.
+// A training step queues kernels microseconds apart; this covers the gaps
+// between them and between steps, and is short enough to be invisible when
+// the pool really goes idle.
+constexpr auto kSpinTime = std::chrono::microseconds(200);
+
+constexpr uint64_t kChunkMask = 0xffffffffull;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+int64_t available_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    int count = CPU_COUNT(&set);
+    if (count > 0) return count;
+  }
+  unsigned hw = std::thread::hardware_concurrency();
+  return hw > 0 ? int64_t(hw) : 1;
+}
+
+// Chunk c of n items split into `chunks` balanced contiguous ranges, written
+// so that n * c cannot overflow.
+inline void chunk_range(int64_t n, int64_t chunks, int64_t c, int64_t *begin, int64_t *end) {
+  int64_t base = n / chunks, extra = n % chunks;
+  *begin = base * c + std::min(c, extra);
+  *end = *begin + base + (c < extra ? 1 : 0);
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int64_t threads) {
+  // Thousands of threads is never a sensible request, and each costs a stack.
+  constexpr int64_t kMaxThreads = 1024;
+  check(threads >= 0 && threads <= kMaxThreads, KILN_ERROR_INVALID_ARGUMENT,
+        "thread count " + std::to_string(threads) + " is outside [0, " + std::to_string(kMaxThreads) + "]");
+  size_ = threads == 0 ? available_cpus() : threads;
+  workers_.reserve(size_t(size_ - 1));
+  try {
+    for (int64_t i = 1; i < size_; ++i) workers_.emplace_back([this] { worker_main(); });
+  } catch (const std::system_error &e) {
+    int64_t started = int64_t(workers_.size());
+    shutdown();
+    fail(KILN_ERROR_OUT_OF_MEMORY, "could not start CPU worker thread " + std::to_string(started + 1) + " of " +
+                                       std::to_string(size_ - 1) + ": " + e.what());
+  }
+}
+
+ThreadPool::~ThreadPool() { shutdown(); }
+
+void ThreadPool::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(sleep_mutex_);
+    stop_.store(true);
+  }
+  wake_.notify_all();
+  for (auto &worker : workers_) worker.join();
+  workers_.clear();
+}
+
+int64_t ThreadPool::chunk_count(int64_t n, int64_t grain) const {
+  if (n <= 0) return 1;
+  grain = std::max<int64_t>(grain, 1);
+  int64_t wanted = n / grain + (n % grain != 0 ? 1 : 0);
+  return std::max<int64_t>(1, std::min(wanted, size_));
+}
+
+void ThreadPool::run(int64_t n, int64_t chunks, Trampoline fn, void *ctx) {
+  if (n <= 0) return;
+  std::unique_lock<std::mutex> busy(busy_, std::defer_lock);
+  if (chunks <= 1 || workers_.empty() || !busy.try_lock()) {
+    // Serial, with the same split, so chunked reductions give the same bits.
+    for (int64_t c = 0; c < chunks; ++c) {
+      int64_t begin, end;
+      chunk_range(n, chunks, c, &begin, &end);
+      fn(ctx, c, begin, end);
+    }
+    return;
+  }
+
+  job_fn_.store(fn, std::memory_order_relaxed);
+  job_ctx_.store(ctx, std::memory_order_relaxed);
+  job_n_.store(n, std::memory_order_relaxed);
+  job_chunks_.store(chunks, std::memory_order_relaxed);
+  chunks_done_.store(0, std::memory_order_relaxed);
+  job_error_ = nullptr;
+  uint64_t generation = ((state_.load(std::memory_order_relaxed) >> 32) + 1) & kChunkMask;
+  // seq_cst store then seq_cst load of sleepers_: either a worker going to
+  // sleep sees the new generation, or we see it counted and wake it.
+  state_.store(generation << 32);
+  if (sleepers_.load() > 0) {
+    std::lock_guard<std::mutex> lock(sleep_mutex_);
+    wake_.notify_all();
+  }
+
+  work_on(generation);
+  for (int spins = 0; chunks_done_.load(std::memory_order_acquire) < chunks; ++spins) {
+    if (spins < 4096) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();  // a worker was descheduled: let it run
+    }
+  }
+  if (job_error_) {
+    std::exception_ptr error = job_error_;
+    job_error_ = nullptr;
+    std::rethrow_exception(error);
+  }
+}
+
+void ThreadPool::work_on(uint64_t generation) {
+  // Read before claiming: a successful claim below proves these belong to
+  // `generation`, since its caller cannot start another job before our
+  // claimed chunk is done.
+  Trampoline fn = job_fn_.load(std::memory_order_relaxed);
+  void *ctx = job_ctx_.load(std::memory_order_relaxed);
+  int64_t n = job_n_.load(std::memory_order_relaxed);
+  int64_t chunks = job_chunks_.load(std::memory_order_relaxed);
+  uint64_t state = state_.load(std::memory_order_acquire);
+  for (;;) {
+    if ((state >> 32) != generation) return;
+    int64_t chunk = int64_t(state & kChunkMask);
+    if (chunk >= chunks) return;
+    if (!state_.compare_exchange_weak(state, state + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      continue;
+    }
+    int64_t begin, end;
+    chunk_range(n, chunks, chunk, &begin, &end);
+    try {
+      fn(ctx, chunk, begin, end);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex_);
+      if (!job_error_) job_error_ = std::current_exception();
+    }
+    chunks_done_.fetch_add(1, std::memory_order_acq_rel);
+    state = state_.load(std::memory_order_acquire);
+  }
+}
+
+void ThreadPool::worker_main() {
+  uint64_t seen = state_.load(std::memory_order_acquire) >> 32;
+  for (;;) {
+    uint64_t generation = seen;
+    auto spin_start = std::chrono::steady_clock::now();
+    for (int spins = 1;; ++spins) {
+      generation = state_.load(std::memory_order_acquire) >> 32;
+      if (generation != seen || stop_.load(std::memory_order_relaxed)) break;
+      cpu_relax();
+      if (spins % 256 == 0 && std::chrono::steady_clock::now() - spin_start > kSpinTime) {
+        std::unique_lock<std::mutex> lock(sleep_mutex_);
+        sleepers_.fetch_add(1);
+        wake_.wait(lock, [&] { return stop_.load() || (state_.load() >> 32) != seen; });
+        sleepers_.fetch_sub(1);
+        spin_start = std::chrono::steady_clock::now();
+      }
+    }
+    if (stop_.load()) return;
+    seen = generation;
+    work_on(generation);
+  }
+}
+
+}  // namespace kiln

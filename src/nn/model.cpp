@@ -1,0 +1,264 @@
+#include "nn/model.hpp"
+
+#include <cmath>
+#include <vector>
+
+#include "core/ops.hpp"
+#include "core/rng.hpp"
+
+namespace kiln {
+
+namespace {
+
+constexpr int64_t kAlign = 16;  // elements: 64-byte rows for f32 parameters
+
+int64_t align_up(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+UnaryOp unary_of(kiln_layer_kind kind) {
+  switch (kind) {
+    case KILN_LAYER_RELU: return UnaryOp::Relu;
+    case KILN_LAYER_LEAKY_RELU: return UnaryOp::LeakyRelu;
+    case KILN_LAYER_GELU: return UnaryOp::Gelu;
+    case KILN_LAYER_TANH: return UnaryOp::Tanh;
+    case KILN_LAYER_SIGMOID: return UnaryOp::Sigmoid;
+    default: return UnaryOp::Identity;
+  }
+}
+
+bool is_activation(kiln_layer_kind kind) { return kind != KILN_LAYER_LINEAR && kind != KILN_LAYER_DROPOUT; }
+
+// The dropout masks of one call: stage s draws from its own stream.
+uint64_t stage_seed(uint64_t seed, size_t stage) { return rng_bits(seed, stage); }
+
+void check_dtype_device(DType dtype, Device device) {
+  check(dtype == DType::F32 || dtype == DType::F64, KILN_ERROR_INVALID_ARGUMENT,
+        std::string("model parameters must be f32 or f64, got ") + dtype_name(dtype));
+  check(dtype == DType::F32 || device.is_cpu(), KILN_ERROR_NOT_SUPPORTED,
+        "f64 models run on the CPU only, not on " + device.str());
+}
+
+}  // namespace
+
+Model::Model(std::shared_ptr<Context> ctx, const ModelSpec &spec)
+    : ctx_(std::move(ctx)), spec_(spec), description_(spec.describe()) {
+  const std::vector<LayerSpec> &layers = spec_.layers();
+  int64_t features = spec_.input_size();
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerSpec &l = layers[i];
+    Stage s;
+    s.in = features;
+    if (l.kind == KILN_LAYER_LINEAR) {
+      s.kind = Stage::kLinear;
+      s.out = l.out;
+      s.weight = flat_size_;
+      parameters_.push_back(ParameterInfo{std::to_string(i) + ".weight", Shape{l.out, l.in}, flat_size_, l.in});
+      flat_size_ = align_up(flat_size_ + l.out * l.in);
+      if (l.bias) {
+        s.bias = flat_size_;
+        parameters_.push_back(ParameterInfo{std::to_string(i) + ".bias", Shape{l.out}, flat_size_, l.in});
+        flat_size_ = align_up(flat_size_ + l.out);
+      }
+      num_parameters_ += l.out * l.in + (l.bias ? l.out : 0);
+      if (i + 1 < layers.size() && is_activation(layers[i + 1].kind)) {  // fuse it
+        s.act = unary_of(layers[i + 1].kind);
+        s.alpha = layers[i + 1].arg;
+        s.keep_pre = s.act == UnaryOp::Gelu;
+        ++i;
+      }
+    } else if (l.kind == KILN_LAYER_DROPOUT) {
+      if (l.arg == 0) continue;  // the identity
+      s.kind = Stage::kDropout;
+      s.out = features;
+      s.p = l.arg;
+    } else {
+      s.kind = Stage::kActivation;
+      s.out = features;
+      s.act = unary_of(l.kind);
+      s.alpha = l.arg;
+    }
+    features = s.out;
+    stages_.push_back(s);
+  }
+  for (size_t s = 0; s < stages_.size(); ++s)
+    if (stages_[s].kind == Stage::kLinear) {
+      first_trained_stage_ = s;
+      break;
+    }
+}
+
+std::shared_ptr<Model> Model::create(const std::shared_ptr<Context> &ctx, const ModelSpec &spec, Device device,
+                                     DType dtype) {
+  spec.validate();
+  check_dtype_device(dtype, device);
+  ctx->validate(device);
+  std::shared_ptr<Model> model(new Model(ctx, spec));
+  model->initialise(dtype, device);
+  return model;
+}
+
+// nn.Linear.reset_parameters: kaiming_uniform_(a = sqrt(5)) gives the weight
+// bound gain * sqrt(3 / fan_in) with gain = sqrt(2 / (1 + 5)), i.e.
+// 1 / sqrt(fan_in); the bias uses the same bound. Drawn weight then bias,
+// layer by layer, on the host in double, then one copy to the device.
+void Model::initialise(DType dtype, Device device) {
+  std::vector<double> host(size_t(flat_size_), 0.0);
+  const uint64_t seed = ctx_->seed();
+  for (const ParameterInfo &p : parameters_) {
+    const double bound = 1.0 / std::sqrt(double(p.fan_in));
+    const int64_t n = p.shape.numel();
+    const uint64_t first = ctx_->reserve_random(uint64_t(n));
+    for (int64_t i = 0; i < n; ++i) host[size_t(p.offset + i)] = bound * (2.0 * rng_uniform(seed, first + i) - 1.0);
+  }
+  Tensor staged = Tensor::from_host(ctx_, host.data(), int64_t(host.size() * sizeof(double)), Shape{flat_size_},
+                                    DType::F64, Device::cpu());
+  params_ = cast(staged, dtype).to(device);
+}
+
+void Model::to(Device device) {
+  check_dtype_device(dtype(), device);
+  params_ = params_.to(device);
+}
+
+Tensor Model::parameter(size_t i) const {
+  const ParameterInfo &p = parameters_.at(i);
+  return params_.rows(p.offset, p.offset + p.shape.numel()).reshape(p.shape);
+}
+
+Tensor Model::forward(const Tensor &x) const { return run(x, training()); }
+
+Tensor Model::run(const Tensor &x_in, bool dropout) const {
+  const Tensor params = params_;  // one consistent snapshot for the whole call
+  check(x_in.device() == params.device(), KILN_ERROR_INVALID_ARGUMENT,
+        "x is on " + x_in.device().str() + " but the model is on " + params.device().str());
+  check(x_in.ndim() >= 2 && x_in.numel() == x_in.dim(0) * input_size(), KILN_ERROR_SHAPE_MISMATCH,
+        "x has shape " + x_in.shape().str() + " but the model takes [batch, " + std::to_string(input_size()) + "]");
+  check(dtype_is_float(x_in.dtype()) || x_in.dtype() == DType::U8, KILN_ERROR_DTYPE_MISMATCH,
+        std::string("x must be a float or u8 tensor, got ") + dtype_name(x_in.dtype()));
+  const int64_t rows = x_in.dim(0);
+  Tensor x = x_in.reshape(Shape{rows, input_size()});
+  if (x.dtype() != params.dtype()) x = cast(x, params.dtype());
+
+  const uint64_t seed = dropout ? ctx_->derive_seed() : 0;
+  Backend &b = params.backend();
+  const int64_t dev = params.device().index;
+  const DType t = params.dtype();
+  const size_t esize = size_t(dtype_size(t));
+  const char *base = static_cast<const char *>(params.data());
+  for (size_t si = 0; si < stages_.size(); ++si) {
+    const Stage &s = stages_[si];
+    if (s.kind == Stage::kDropout && !dropout) continue;
+    Tensor y = Tensor::empty(ctx_, Shape{rows, s.out}, t, params.device());
+    if (rows > 0) {
+      if (s.kind == Stage::kLinear) {
+        b.gemm(dev, t, false, true, rows, s.out, s.in, 1.0, x.data(), base + s.weight * esize, 0.0, y.data());
+        if (s.bias >= 0 || s.act != UnaryOp::Identity)
+          b.bias_act(dev, t, rows, s.out, y.data(), s.bias >= 0 ? base + s.bias * esize : nullptr, s.act, s.alpha,
+                     nullptr);
+      } else if (s.kind == Stage::kActivation) {
+        b.unary(dev, s.act, t, rows * s.out, x.data(), y.data(), s.alpha);
+      } else {
+        Tensor mask = Tensor::empty(ctx_, Shape{rows, s.out}, DType::U8, params.device());
+        b.dropout(dev, t, rows * s.out, x.data(), y.data(), mask.data_as<uint8_t>(), s.p, stage_seed(seed, si));
+      }
+    }
+    x = y;
+  }
+  return x;
+}
+
+Tensor Model::predict(const Tensor &x, kiln_predict_kind kind) const {
+  check(kind >= KILN_PREDICT_LOGITS && kind <= KILN_PREDICT_CLASSES, KILN_ERROR_INVALID_ARGUMENT,
+        "unknown predict kind " + std::to_string(int(kind)));
+  // Evaluation mode without touching the flag other threads may read.
+  Tensor logits = run(x.to(device()), false);
+  if (kind == KILN_PREDICT_PROBABILITIES) return softmax(logits, 1, false);
+  if (kind == KILN_PREDICT_CLASSES) return reduce(ReduceOp::Argmax, logits, 1, false);
+  return logits;
+}
+
+Workspace Model::make_workspace(int64_t capacity) const {
+  Workspace ws;
+  ws.capacity = capacity;
+  const DType t = dtype();
+  for (const Stage &s : stages_) {
+    ws.out.push_back(Tensor::empty(ctx_, Shape{capacity, s.out}, t, device()));
+    ws.grad.push_back(Tensor::empty(ctx_, Shape{capacity, s.out}, t, device()));
+    ws.pre.push_back(s.keep_pre ? Tensor::empty(ctx_, Shape{capacity, s.out}, t, device()) : Tensor());
+    ws.mask.push_back(s.kind == Stage::kDropout ? Tensor::empty(ctx_, Shape{capacity, s.out}, DType::U8, device())
+                                                : Tensor());
+  }
+  ws.act.assign(stages_.size() + 1, nullptr);
+  return ws;
+}
+
+const void *Model::forward_train(Workspace &ws, const void *x, int64_t rows, bool training, uint64_t seed) const {
+  Backend &b = params_.backend();
+  const int64_t dev = device().index;
+  const DType t = dtype();
+  const size_t esize = size_t(dtype_size(t));
+  const char *base = static_cast<const char *>(params_.data());
+  ws.act[0] = x;
+  for (size_t si = 0; si < stages_.size(); ++si) {
+    const Stage &s = stages_[si];
+    const void *in = ws.act[si];
+    void *out = ws.out[si].data();
+    switch (s.kind) {
+      case Stage::kLinear:
+        b.gemm(dev, t, false, true, rows, s.out, s.in, 1.0, in, base + s.weight * esize, 0.0, out);
+        if (s.bias >= 0 || s.act != UnaryOp::Identity)
+          b.bias_act(dev, t, rows, s.out, out, s.bias >= 0 ? base + s.bias * esize : nullptr, s.act, s.alpha,
+                     s.keep_pre ? ws.pre[si].data() : nullptr);
+        break;
+      case Stage::kActivation:
+        b.unary(dev, s.act, t, rows * s.out, in, out, s.alpha);
+        break;
+      case Stage::kDropout:
+        if (!training) {
+          out = const_cast<void *>(in);  // the identity: pass the input on
+          break;
+        }
+        b.dropout(dev, t, rows * s.out, in, out, ws.mask[si].data_as<uint8_t>(), s.p, stage_seed(seed, si));
+        break;
+    }
+    ws.act[si + 1] = out;
+  }
+  return ws.act.back();
+}
+
+void Model::backward(Workspace &ws, int64_t rows, bool training, void *grads) const {
+  Backend &b = params_.backend();
+  const int64_t dev = device().index;
+  const DType t = dtype();
+  const size_t esize = size_t(dtype_size(t));
+  const char *base = static_cast<const char *>(params_.data());
+  char *gbase = static_cast<char *>(grads);
+  void *g = ws.grad.back().data();  // d loss / d (output of stage si)
+  for (size_t si = stages_.size(); si-- > first_trained_stage_;) {
+    const Stage &s = stages_[si];
+    const int64_t n = rows * s.out;
+    switch (s.kind) {
+      case Stage::kLinear:
+        if (s.act != UnaryOp::Identity)
+          b.act_backward(dev, t, n, s.act, s.alpha, g, s.keep_pre ? ws.pre[si].data() : nullptr, ws.act[si + 1], g);
+        // dW = dY^T X, db = column sums of dY, dX = dY W.
+        b.gemm(dev, t, true, false, s.out, s.in, rows, 1.0, g, ws.act[si], 0.0, gbase + s.weight * esize);
+        if (s.bias >= 0) b.bias_grad(dev, t, rows, s.out, g, gbase + s.bias * esize, 0.0);
+        if (si > first_trained_stage_) {
+          b.gemm(dev, t, false, false, rows, s.in, s.out, 1.0, g, base + s.weight * esize, 0.0, ws.grad[si - 1].data());
+          g = ws.grad[si - 1].data();
+        }
+        break;
+      case Stage::kActivation:
+        // In place: act_backward allows dx == dy.
+        b.act_backward(dev, t, n, s.act, s.alpha, g, ws.act[si], ws.act[si + 1], g);
+        break;
+      case Stage::kDropout:
+        if (!training) break;  // the identity passes the gradient on
+        b.dropout_backward(dev, t, n, g, ws.mask[si].data_as<uint8_t>(), s.p, ws.grad[si - 1].data());
+        g = ws.grad[si - 1].data();
+        break;
+    }
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,128 @@
+// Model: a sequential MLP whose parameters live in ONE flat device buffer
+// (weights [out, in] and biases [out] of each Linear, in layer order, each
+// starting at a 16-element boundary so device kernels see aligned rows). The
+// trainer keeps gradients and optimizer state in buffers of the same layout,
+// so clipping and every optimizer update are single kernels over everything.
+//
+// The spec is compiled into stages: a Linear and the activation right after
+// it run as one gemm plus one fused bias+activation kernel; a lone activation
+// and a Dropout are stages of their own; a Dropout with p = 0 is no stage.
+//
+// Two forward paths:
+//  - forward(): inference, const and safe from several threads, with buffers
+//    allocated per call; Dropout follows the model's training flag, as
+//    calling a PyTorch module does;
+//  - forward_train()/backward(): the trainer's, over a Workspace it sizes once
+//    per batch size, so a training step allocates nothing.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/context.hpp"
+#include "core/tensor.hpp"
+#include "nn/spec.hpp"
+
+namespace kiln {
+
+struct Stage {
+  enum Kind { kLinear, kActivation, kDropout } kind = kLinear;
+  int64_t in = 0, out = 0;        // features entering and leaving the stage
+  int64_t weight = -1, bias = -1;  // element offsets in the flat buffer (-1: none)
+  UnaryOp act = UnaryOp::Identity;  // a Linear's fused activation, or the lone one
+  double alpha = 0;               // LeakyReLU slope
+  double p = 0;                   // Dropout probability
+  bool keep_pre = false;          // a fused GELU: its backward needs x W^T + b
+};
+
+struct ParameterInfo {
+  std::string name;  // "0.weight", as nn.Sequential's state_dict
+  Shape shape;
+  int64_t offset = 0;  // elements into the flat buffer
+  int64_t fan_in = 0;  // the Linear's in_features: sets the init bound
+};
+
+// The trainer's per-batch-size buffers (Model::make_workspace).
+struct Workspace {
+  int64_t capacity = 0;       // rows
+  std::vector<Tensor> out;    // per stage: its output [capacity, out]
+  std::vector<Tensor> grad;   // per stage: the loss gradient w.r.t. its output
+  std::vector<Tensor> pre;    // per stage: pre-activations (keep_pre only)
+  std::vector<Tensor> mask;   // per stage: dropout masks (Dropout only)
+  std::vector<const void *> act;  // act[s]: the input of stage s; act[S]: the output
+};
+
+class Model {
+ public:
+  // INVALID_ARGUMENT for a spec without a Linear or a dtype other than f32/f64;
+  // NOT_SUPPORTED for f64 on CUDA; DEVICE_UNAVAILABLE; OUT_OF_MEMORY.
+  static std::shared_ptr<Model> create(const std::shared_ptr<Context> &ctx, const ModelSpec &spec, Device device,
+                                       DType dtype);
+
+  const ModelSpec &spec() const { return spec_; }
+  const std::string &description() const { return description_; }
+  const std::shared_ptr<Context> &context() const { return ctx_; }
+  Device device() const { return params_.device(); }
+  DType dtype() const { return params_.dtype(); }
+  int64_t input_size() const { return spec_.input_size(); }
+  int64_t output_size() const { return spec_.output_size(); }
+  // Moves the parameters. Views taken before keep the old storage.
+  void to(Device device);
+
+  bool training() const { return training_.load(); }
+  void set_training(bool training) { training_.store(training); }
+
+  // Scalars in weights and biases (the flat buffer also holds alignment gaps).
+  int64_t num_parameters() const { return num_parameters_; }
+  const std::vector<ParameterInfo> &parameters() const { return parameters_; }
+  // Parameter i as a view of the flat buffer.
+  Tensor parameter(size_t i) const;
+  // The flat buffer [flat_size]; its gaps are always zero.
+  const Tensor &flat() const { return params_; }
+
+  // x [batch, input_size] (or [batch, ...] with that many features per row)
+  // of any float dtype or u8 on the model's device -> logits [batch, outputs].
+  Tensor forward(const Tensor &x) const;
+  // forward in evaluation mode; x may be on any device.
+  Tensor predict(const Tensor &x, kiln_predict_kind kind) const;
+
+  // Training path. The workspace holds every activation for `capacity` rows.
+  Workspace make_workspace(int64_t capacity) const;
+  // Runs rows [0, rows) of x (model dtype, [>= rows, input_size], on the
+  // model's device) through the stages; returns the logits ([rows, outputs]
+  // at ws.act.back()). Dropout only when training, masks drawn from seed.
+  const void *forward_train(Workspace &ws, const void *x, int64_t rows, bool training, uint64_t seed) const;
+  // Given the loss gradient w.r.t. the logits in ws.grad.back(), writes the
+  // parameter gradients into grads (flat layout; every entry overwritten,
+  // gaps untouched). Uses the activations of the last forward_train.
+  void backward(Workspace &ws, int64_t rows, bool training, void *grads) const;
+
+ private:
+  Model(std::shared_ptr<Context> ctx, const ModelSpec &spec);
+  void initialise(DType dtype, Device device);
+  // The inference forward pass, with Dropout when `dropout`.
+  Tensor run(const Tensor &x, bool dropout) const;
+
+  std::shared_ptr<Context> ctx_;
+  ModelSpec spec_;
+  std::string description_;
+  std::vector<Stage> stages_;
+  size_t first_trained_stage_ = 0;  // backward stops after this stage
+  std::vector<ParameterInfo> parameters_;
+  int64_t num_parameters_ = 0;
+  int64_t flat_size_ = 0;
+  Tensor params_;
+  std::atomic<bool> training_{true};
+};
+
+// Model files (nn/model_file.cpp): safetensors with the parameter names and
+// metadata {"format": "kiln-model", "kiln.spec", "kiln.version"}.
+void save_model(const Model &model, const std::string &path);
+std::shared_ptr<Model> load_model(const std::shared_ptr<Context> &ctx, const std::string &path, Device device);
+// Checks every name, dtype and shape of the file against the model before
+// changing anything (SHAPE_MISMATCH / DTYPE_MISMATCH naming the parameter).
+void load_weights(Model &model, const std::string &path);
+
+}  // namespace kiln

@@ -1,0 +1,49 @@
+// Optimizers with torch.optim's exact semantics (SGD with momentum, nesterov
+// and weight decay; Adam; AdamW), each step one backend kernel over the flat
+// parameter and gradient buffers (nn/model.hpp). State lives in buffers of
+// the same flat layout.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.hpp"
+
+namespace kiln {
+
+struct OptimizerConfig {
+  kiln_optimizer_kind kind = KILN_OPTIM_SGD;
+  double momentum = 0;
+  bool nesterov = false;
+  double weight_decay = 0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+};
+
+const char *optimizer_name(kiln_optimizer_kind kind);
+// INVALID_ARGUMENT naming the value: unknown kind, negative momentum or weight
+// decay, nesterov without momentum, betas outside [0, 1), eps <= 0.
+void check_optimizer_config(const OptimizerConfig &config);
+
+class Optimizer {
+ public:
+  // State buffers shaped as `params` (the model's flat buffer), zeroed.
+  Optimizer(const OptimizerConfig &config, const Tensor &params);
+
+  const OptimizerConfig &config() const { return config_; }
+  // Updates params from grads at learning rate lr.
+  void step(const Tensor &params, const Tensor &grads, double lr);
+  // Updates done (Adam's bias correction and SGD's first-step buffer use it).
+  int64_t steps() const { return steps_; }
+  void set_steps(int64_t steps) { steps_ = steps; }
+  // The state buffers by name, as torch.optim's state_dict calls them
+  // ("momentum_buffer", "exp_avg", "exp_avg_sq"); empty for plain SGD.
+  std::vector<std::pair<std::string, Tensor>> state() const;
+
+ private:
+  OptimizerConfig config_;
+  Tensor first_, second_;  // momentum_buffer / exp_avg, exp_avg_sq
+  int64_t steps_ = 0;
+};
+
+}  // namespace kiln

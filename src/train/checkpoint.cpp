@@ -1,0 +1,136 @@
+// Training checkpoints: one safetensors file with the model's parameters
+// (under their nn.Sequential names, so it also loads as a model), the
+// optimizer state per parameter ("optimizer.exp_avg.0.weight", ...) and
+// metadata: the counters, the shuffle generator's position, the optimizer
+// kind and hyper-parameters, and the spec. Loading checks everything against
+// the trainer, reads into staging buffers, and only then commits, so a bad
+// file leaves the trainer unchanged.
+#include <cerrno>
+#include <cstdlib>
+#include <map>
+
+#include "io/safetensors.hpp"
+#include "train/trainer.hpp"
+
+namespace kiln {
+
+namespace {
+
+constexpr const char *kFormat = "kiln-checkpoint";
+
+std::string exact_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+// A named tensor the checkpoint holds, and where it goes in the trainer.
+struct Slot {
+  std::string name;
+  Tensor target;  // a view of the parameters or of an optimizer state buffer
+};
+
+std::vector<Slot> slots(const Model &model, const std::vector<std::pair<std::string, Tensor>> &state,
+                        const Tensor &params) {
+  std::vector<Slot> out;
+  const auto views = [&](const std::string &prefix, const Tensor &flat) {
+    for (const ParameterInfo &p : model.parameters())
+      out.push_back({prefix + p.name, flat.rows(p.offset, p.offset + p.shape.numel()).reshape(p.shape)});
+  };
+  views("", params);
+  for (const auto &s : state) views("optimizer." + s.first + ".", s.second);
+  return out;
+}
+
+uint64_t parse_u64(const std::map<std::string, std::string> &meta, const std::string &key, const std::string &path) {
+  auto it = meta.find(key);
+  check(it != meta.end(), KILN_ERROR_FORMAT, path + " is not a complete kiln checkpoint: metadata lacks \"" + key + "\"");
+  errno = 0;
+  char *end = nullptr;
+  const unsigned long long v = std::strtoull(it->second.c_str(), &end, 10);
+  check(!it->second.empty() && *end == '\0' && errno == 0 && it->second[0] != '-', KILN_ERROR_FORMAT,
+        path + ": metadata \"" + key + "\" is \"" + it->second + "\", not an unsigned integer");
+  return uint64_t(v);
+}
+
+}  // namespace
+
+void Trainer::save_checkpoint(const std::string &path) const {
+  check_model_device();
+  const OptimizerConfig &c = optimizer_.config();
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const Slot &s : slots(*model_, optimizer_.state(), model_->flat())) tensors.emplace_back(s.name, s.target);
+  const std::map<std::string, std::string> meta = {
+      {"format", kFormat},
+      {"kiln.version", kiln_version_string()},
+      {"kiln.spec", model_->description()},
+      {"epochs_done", std::to_string(epochs_done_)},
+      {"steps_done", std::to_string(steps_done_)},
+      {"optimizer_steps", std::to_string(optimizer_.steps())},
+      {"shuffle_seed", std::to_string(rng_seed_)},
+      {"shuffle_counter", std::to_string(rng_counter_)},
+      {"optimizer", optimizer_name(c.kind)},
+      {"lr", exact_text(options_.lr)},
+      {"momentum", exact_text(c.momentum)},
+      {"nesterov", c.nesterov ? "1" : "0"},
+      {"weight_decay", exact_text(c.weight_decay)},
+      {"beta1", exact_text(c.beta1)},
+      {"beta2", exact_text(c.beta2)},
+      {"eps", exact_text(c.eps)},
+  };
+  io::write_safetensors(path, tensors, meta);
+}
+
+void Trainer::load_checkpoint(const std::string &path) {
+  check_model_device();
+  const io::SafetensorsFile file = io::SafetensorsFile::open(path);
+  const auto &meta = file.metadata();
+  auto format = meta.find("format");
+  check(format != meta.end() && format->second == kFormat, KILN_ERROR_FORMAT,
+        path + " is not a kiln checkpoint: its metadata lacks \"format\": \"kiln-checkpoint\"");
+  auto kind = meta.find("optimizer");
+  check(kind != meta.end(), KILN_ERROR_FORMAT, path + " is not a complete kiln checkpoint: metadata lacks \"optimizer\"");
+  const char *mine = optimizer_name(optimizer_.config().kind);
+  check(kind->second == mine, KILN_ERROR_INVALID_ARGUMENT,
+        path + " holds the state of the " + kind->second + " optimizer but this trainer uses " + mine);
+  const uint64_t epochs = parse_u64(meta, "epochs_done", path), steps = parse_u64(meta, "steps_done", path);
+  const uint64_t optimizer_steps = parse_u64(meta, "optimizer_steps", path);
+  const uint64_t seed = parse_u64(meta, "shuffle_seed", path), counter = parse_u64(meta, "shuffle_counter", path);
+
+  // Staging buffers in the trainer's layout; the committed buffers are
+  // untouched until every tensor has been checked and read.
+  const auto zeros_like = [](const Tensor &t) {
+    return Tensor::full(t.context(), t.shape(), t.dtype(), t.device(), 0.0);
+  };
+  const Tensor staged_params = zeros_like(model_->flat());
+  std::vector<std::pair<std::string, Tensor>> staged_state;
+  for (const auto &s : optimizer_.state()) staged_state.emplace_back(s.first, zeros_like(s.second));
+  const std::vector<Slot> expected = slots(*model_, staged_state, staged_params);
+  for (const Slot &s : expected) {
+    const io::SafetensorsFile::Entry *e = file.find(s.name);
+    check(e != nullptr, KILN_ERROR_SHAPE_MISMATCH,
+          path + " has no tensor \"" + s.name + "\": it was written for another architecture or optimizer setting "
+                 "than this trainer's (model " + model_->description() + ")");
+    check(e->shape == s.target.shape(), KILN_ERROR_SHAPE_MISMATCH,
+          "\"" + s.name + "\" has shape " + e->shape.str() + " in " + path + " but " + s.target.shape().str() +
+              " in the trainer (model " + model_->description() + ")");
+    check(e->dtype == s.target.dtype(), KILN_ERROR_DTYPE_MISMATCH,
+          "\"" + s.name + "\" is " + dtype_name(e->dtype) + " in " + path + " but " + dtype_name(s.target.dtype()) +
+              " in the trainer");
+  }
+  check(file.entries().size() == expected.size(), KILN_ERROR_SHAPE_MISMATCH,
+        path + " holds " + std::to_string(file.entries().size()) + " tensors but this trainer has " +
+            std::to_string(expected.size()) + " (model " + model_->description() + ")");
+  for (const Slot &s : expected) file.read_into(s.name, s.target);
+
+  model_->flat().copy_from(staged_params);
+  const auto state = optimizer_.state();
+  for (size_t i = 0; i < state.size(); ++i) state[i].second.copy_from(staged_state[i].second);
+  optimizer_.set_steps(int64_t(optimizer_steps));
+  epochs_done_ = int64_t(epochs);
+  steps_done_ = int64_t(steps);
+  rng_seed_ = seed;
+  rng_counter_ = counter;
+}
+
+}  // namespace kiln

@@ -1,0 +1,879 @@
+// The CPU backend's kernels against naive float64 loops, through the Backend
+// interface. Built from the backend's own sources (libkiln hides its C++
+// symbols), so it tests the kernels without the rest of kiln: every dtype
+// path, broadcasting, reductions, gemm, the nn kernels (gradients against
+// finite differences), optimizer steps against torch.optim's formulas, and
+// the thread pool under concurrent callers.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.hpp"
+#include "core/error.hpp"
+#include "core/rng.hpp"
+#include "core/thread_pool.hpp"
+
+using namespace kiln;
+
+namespace {
+
+int g_failures = 0;
+std::string g_case;
+
+#define CHECK(cond)                                                                          \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      ++g_failures;                                                                          \
+      std::fprintf(stderr, "FAIL [%s] %s:%d: %s\n", g_case.c_str(), __FILE__, __LINE__, #cond); \
+    }                                                                                        \
+  } while (0)
+
+// |got - want| <= atol + rtol * |want| elementwise; NaN matches NaN.
+void check_close(const char *what, const std::vector<double> &got, const std::vector<double> &want, double rtol,
+                 double atol) {
+  if (got.size() != want.size()) {
+    ++g_failures;
+    std::fprintf(stderr, "FAIL [%s] %s: %zu values, want %zu\n", g_case.c_str(), what, got.size(), want.size());
+    return;
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = got[i], w = want[i];
+    if (std::isnan(w) && std::isnan(g)) continue;
+    if (g == w) continue;  // equal infinities
+    if (!(std::fabs(g - w) <= atol + rtol * std::fabs(w))) {
+      ++g_failures;
+      std::fprintf(stderr, "FAIL [%s] %s[%zu] = %.9g, want %.9g\n", g_case.c_str(), what, i, g, w);
+      return;
+    }
+  }
+}
+
+// Deterministic test inputs in [lo, hi).
+std::vector<double> randoms(size_t n, uint64_t seed, double lo = -2, double hi = 2) {
+  std::vector<double> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = lo + (hi - lo) * rng_uniform(seed, i);
+  return v;
+}
+
+// Host buffers of any dtype, converted from / to double.
+struct Buf {
+  DType t;
+  std::vector<unsigned char> bytes;
+  Buf(DType type, size_t n) : t(type), bytes(n * size_t(dtype_size(type)) + 1) {}
+  Buf(DType type, const std::vector<double> &v) : Buf(type, v.size()) {
+    for (size_t i = 0; i < v.size(); ++i) set(i, v[i]);
+  }
+  size_t size() const { return (bytes.size() - 1) / size_t(dtype_size(t)); }
+  void *data() { return bytes.data(); }
+  void set(size_t i, double x) {
+    unsigned char *p = bytes.data() + i * size_t(dtype_size(t));
+    switch (t) {
+      case DType::F32: { float f = float(x); std::memcpy(p, &f, 4); break; }
+      case DType::F64: std::memcpy(p, &x, 8); break;
+      case DType::F16: { uint16_t h = f32_to_f16(float(x)); std::memcpy(p, &h, 2); break; }
+      case DType::BF16: { uint16_t h = f32_to_bf16(float(x)); std::memcpy(p, &h, 2); break; }
+      case DType::I32: { int32_t v = int32_t(x); std::memcpy(p, &v, 4); break; }
+      case DType::I64: { int64_t v = int64_t(x); std::memcpy(p, &v, 8); break; }
+      case DType::U8: { uint8_t v = uint8_t(x); std::memcpy(p, &v, 1); break; }
+    }
+  }
+  double get(size_t i) const {
+    const unsigned char *p = bytes.data() + i * size_t(dtype_size(t));
+    switch (t) {
+      case DType::F32: { float f; std::memcpy(&f, p, 4); return f; }
+      case DType::F64: { double d; std::memcpy(&d, p, 8); return d; }
+      case DType::F16: { uint16_t h; std::memcpy(&h, p, 2); return f16_to_f32(h); }
+      case DType::BF16: { uint16_t h; std::memcpy(&h, p, 2); return bf16_to_f32(h); }
+      case DType::I32: { int32_t v; std::memcpy(&v, p, 4); return v; }
+      case DType::I64: { int64_t v; std::memcpy(&v, p, 8); return double(v); }
+      case DType::U8: return *p;
+    }
+    return 0;
+  }
+  std::vector<double> values() const {
+    std::vector<double> v(size());
+    for (size_t i = 0; i < v.size(); ++i) v[i] = get(i);
+    return v;
+  }
+};
+
+// The input as the dtype would store it (what the kernel actually reads).
+std::vector<double> rounded(DType t, const std::vector<double> &v) { return Buf(t, v).values(); }
+
+const DType kFloats[] = {DType::F32, DType::F64, DType::F16, DType::BF16};
+const DType kAll[] = {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U8};
+
+double rtol_of(DType t) {
+  switch (t) {
+    case DType::F64: return 1e-12;
+    case DType::F32: return 2e-6;
+    case DType::F16: return 2e-3;
+    case DType::BF16: return 1.6e-2;
+    default: return 0;
+  }
+}
+
+kiln_status status_of(const std::function<void()> &fn) {
+  try {
+    fn();
+  } catch (const Error &e) {
+    return e.status();
+  }
+  return KILN_OK;
+}
+
+Broadcast make_broadcast(std::vector<int64_t> shape, std::vector<int64_t> as, std::vector<int64_t> bs) {
+  Broadcast bc;
+  bc.ndim = int(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) {
+    bc.shape[d] = shape[d];
+    bc.a_stride[d] = as[d];
+    bc.b_stride[d] = bs[d];
+  }
+  return bc;
+}
+
+// ---- tensor kernels -----------------------------------------------------
+
+void test_memory_and_info(Backend &be) {
+  g_case = "memory";
+  void *p = be.alloc(-1, 1000);
+  CHECK(p != nullptr && reinterpret_cast<uintptr_t>(p) % 64 == 0);
+  be.free(-1, p);
+  void *z = be.alloc(-1, 0);
+  CHECK(z != nullptr);
+  be.free(-1, z);
+  CHECK(status_of([&] { be.alloc(-1, std::numeric_limits<int64_t>::max()); }) == KILN_ERROR_OUT_OF_MEMORY);
+  CHECK(status_of([&] { be.alloc(-1, int64_t(1) << 60); }) == KILN_ERROR_OUT_OF_MEMORY);
+  DeviceInfo info = be.info(-1);
+  CHECK(!info.name.empty() && info.total_memory > 0 && info.free_memory > 0);
+  CHECK(info.multiprocessor_count >= 1 && info.threads >= 1);
+}
+
+void test_fill_arange_cast(Backend &be) {
+  for (DType t : kAll) {
+    g_case = std::string("fill/arange ") + dtype_name(t);
+    Buf out(t, 100);
+    be.fill(-1, t, 100, out.data(), 3.0);
+    check_close("fill", out.values(), std::vector<double>(100, 3.0), 0, 0);
+    be.arange(-1, t, 100, out.data(), 1.0, 2.0);
+    std::vector<double> want(100);
+    for (int i = 0; i < 100; ++i) want[size_t(i)] = 1 + 2 * i;
+    if (t == DType::U8) for (auto &w : want) w = double(uint8_t(int(w)));
+    check_close("arange", out.values(), rounded(t, want), 0, 0);
+  }
+  g_case = "cast";
+  // float -> int truncates toward zero, saturates, NaN -> 0.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Buf f(DType::F64, {2.7, -2.7, 1e30, -1e30, nan, 300, -5});
+  Buf i32(DType::I32, 7), u8(DType::U8, 7), i64(DType::I64, 7);
+  be.cast(-1, DType::F64, f.data(), DType::I32, i32.data(), 7);
+  check_close("f64->i32", i32.values(), {2, -2, 2147483647.0, -2147483648.0, 0, 300, -5}, 0, 0);
+  be.cast(-1, DType::F64, f.data(), DType::U8, u8.data(), 7);
+  check_close("f64->u8", u8.values(), {2, 0, 255, 0, 0, 255, 0}, 0, 0);
+  be.cast(-1, DType::F64, f.data(), DType::I64, i64.data(), 7);
+  check_close("f64->i64", i64.values(), {2, -2, 9223372036854775807.0, -9223372036854775808.0, 0, 300, -5}, 0, 0);
+  for (DType from : kAll) {
+    for (DType to : kAll) {
+      g_case = std::string("cast ") + dtype_name(from) + "->" + dtype_name(to);
+      std::vector<double> v = {0, 1, 2, 3, 100, 7, 42, 5};
+      Buf in(from, v), out(to, v.size());
+      be.cast(-1, from, in.data(), to, out.data(), int64_t(v.size()));
+      check_close("small integers", out.values(), rounded(to, v), 0, 0);
+    }
+  }
+  // Large enough to run on the pool.
+  g_case = "cast large";
+  std::vector<double> big = randoms(200000, 5, -100, 100);
+  Buf in(DType::F32, big), out(DType::F64, big.size());
+  be.cast(-1, DType::F32, in.data(), DType::F64, out.data(), int64_t(big.size()));
+  check_close("f32->f64", out.values(), rounded(DType::F32, big), 0, 0);
+}
+
+double unary_ref(UnaryOp op, double x, double alpha) {
+  switch (op) {
+    case UnaryOp::Neg: return -x;
+    case UnaryOp::Abs: return std::fabs(x);
+    case UnaryOp::Exp: return std::exp(x);
+    case UnaryOp::Log: return std::log(x);
+    case UnaryOp::Sqrt: return std::sqrt(x);
+    case UnaryOp::Relu: return x > 0 ? x : 0;
+    case UnaryOp::Gelu: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    case UnaryOp::Tanh: return std::tanh(x);
+    case UnaryOp::Sigmoid: return 1 / (1 + std::exp(-x));
+    case UnaryOp::LeakyRelu: return x > 0 ? x : alpha * x;
+    case UnaryOp::Identity: return x;
+  }
+  return 0;
+}
+
+const UnaryOp kUnary[] = {UnaryOp::Neg,  UnaryOp::Abs,  UnaryOp::Exp,     UnaryOp::Log,       UnaryOp::Sqrt,
+                          UnaryOp::Relu, UnaryOp::Gelu, UnaryOp::Tanh,    UnaryOp::Sigmoid, UnaryOp::LeakyRelu,
+                          UnaryOp::Identity};
+
+void test_unary(Backend &be) {
+  for (DType t : kFloats) {
+    for (UnaryOp op : kUnary) {
+      g_case = std::string("unary ") + std::to_string(int(op)) + " " + dtype_name(t);
+      const bool positive = op == UnaryOp::Log || op == UnaryOp::Sqrt;
+      std::vector<double> x = rounded(t, randoms(70000, 11, positive ? 0.01 : -4, 4));
+      Buf in(t, x), out(t, x.size());
+      be.unary(-1, op, t, int64_t(x.size()), in.data(), out.data(), 0.1);
+      std::vector<double> want(x.size());
+      for (size_t i = 0; i < x.size(); ++i) want[i] = unary_ref(op, x[i], 0.1);
+      check_close("values", out.values(), rounded(t, want), rtol_of(t) * 4, t == DType::F64 ? 1e-15 : 1e-6);
+    }
+  }
+  g_case = "unary integers";
+  Buf i32(DType::I32, 4);
+  int32_t vals[4] = {INT32_MIN, -3, 0, 7};
+  std::memcpy(i32.data(), vals, sizeof vals);
+  Buf out(DType::I32, 4);
+  be.unary(-1, UnaryOp::Neg, DType::I32, 4, i32.data(), out.data(), 0);
+  check_close("neg wraps", out.values(), {double(INT32_MIN), 3, 0, -7}, 0, 0);
+  be.unary(-1, UnaryOp::Abs, DType::I32, 4, i32.data(), out.data(), 0);
+  check_close("abs wraps", out.values(), {double(INT32_MIN), 3, 0, 7}, 0, 0);
+  be.unary(-1, UnaryOp::Relu, DType::I32, 4, i32.data(), out.data(), 0);
+  check_close("relu", out.values(), {0, 0, 0, 7}, 0, 0);
+  Buf u8(DType::U8, {0, 1, 255}), u8out(DType::U8, 3);
+  be.unary(-1, UnaryOp::Neg, DType::U8, 3, u8.data(), u8out.data(), 0);
+  check_close("u8 neg wraps", u8out.values(), {0, 255, 1}, 0, 0);
+}
+
+double binary_ref(BinaryOp op, double a, double b) {
+  switch (op) {
+    case BinaryOp::Add: return a + b;
+    case BinaryOp::Sub: return a - b;
+    case BinaryOp::Mul: return a * b;
+    case BinaryOp::Div: return a / b;
+    case BinaryOp::Maximum: return std::max(a, b);
+    case BinaryOp::Minimum: return std::min(a, b);
+    case BinaryOp::Pow: return std::pow(a, b);
+    case BinaryOp::Eq: return a == b;
+    case BinaryOp::Ne: return a != b;
+    case BinaryOp::Lt: return a < b;
+    case BinaryOp::Le: return a <= b;
+    case BinaryOp::Gt: return a > b;
+    case BinaryOp::Ge: return a >= b;
+  }
+  return 0;
+}
+
+const BinaryOp kBinary[] = {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum,
+                            BinaryOp::Minimum, BinaryOp::Pow, BinaryOp::Eq, BinaryOp::Ne, BinaryOp::Lt,
+                            BinaryOp::Le, BinaryOp::Gt, BinaryOp::Ge};
+
+void test_binary(Backend &be) {
+  // [rows, cols] op b for four layouts of b, and scalar ops; floats.
+  struct Layout { const char *name; int64_t rows, cols; std::vector<int64_t> bs; size_t b_len; };
+  const int64_t R = 300, K = 257;
+  const Layout layouts[] = {
+      {"same shape", R, K, {K, 1}, size_t(R * K)},
+      {"row broadcast", R, K, {0, 1}, size_t(K)},
+      {"column broadcast", R, K, {1, 0}, size_t(R)},
+      {"scalar", R, K, {0, 0}, 1},
+  };
+  for (DType t : kFloats) {
+    for (BinaryOp op : kBinary) {
+      const bool cmp = op >= BinaryOp::Eq;
+      const DType out_t = cmp ? DType::U8 : t;
+      for (const Layout &l : layouts) {
+        g_case = std::string("binary ") + std::to_string(int(op)) + " " + dtype_name(t) + " " + l.name;
+        std::vector<double> a = rounded(t, randoms(size_t(l.rows * l.cols), 21, 0.1, 3));
+        std::vector<double> b = rounded(t, randoms(l.b_len, 22, 0.1, 3));
+        if (cmp) for (size_t i = 0; i < l.b_len && i < a.size(); i += 3) b[i] = a[i];  // some equal pairs
+        Buf ba(t, a), bb(t, b), out(out_t, a.size());
+        Broadcast bc = make_broadcast({l.rows, l.cols}, {l.cols, 1}, l.bs);
+        be.binary(-1, op, t, bc, ba.data(), bb.data(), out.data());
+        std::vector<double> want(a.size());
+        for (int64_t r = 0; r < l.rows; ++r)
+          for (int64_t c = 0; c < l.cols; ++c)
+            want[size_t(r * l.cols + c)] = binary_ref(op, a[size_t(r * l.cols + c)], b[size_t(r * l.bs[0] + c * l.bs[1])]);
+        check_close("values", out.values(), rounded(out_t, want), rtol_of(t) * 4, 0);
+      }
+      if (!cmp) {
+        g_case = std::string("scalar ") + std::to_string(int(op)) + " " + dtype_name(t);
+        std::vector<double> a = rounded(t, randoms(50000, 23, 0.1, 3));
+        Buf ba(t, a), out(t, a.size());
+        be.scalar(-1, op, t, int64_t(a.size()), ba.data(), 1.5, out.data());
+        std::vector<double> want(a.size());
+        for (size_t i = 0; i < a.size(); ++i) want[i] = binary_ref(op, a[i], 1.5);
+        check_close("values", out.values(), rounded(t, want), rtol_of(t) * 4, 0);
+      }
+    }
+  }
+  g_case = "binary 3-d broadcast";
+  {  // [4, 5, 6] + [4, 1, 6]
+    std::vector<double> a = randoms(120, 31), b = randoms(24, 32);
+    Buf ba(DType::F64, a), bb(DType::F64, b), out(DType::F64, 120);
+    Broadcast bc = make_broadcast({4, 5, 6}, {30, 6, 1}, {6, 0, 1});
+    be.binary(-1, BinaryOp::Sub, DType::F64, bc, ba.data(), bb.data(), out.data());
+    std::vector<double> want(120);
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 5; ++j)
+        for (int k = 0; k < 6; ++k) want[size_t(i * 30 + j * 6 + k)] = a[size_t(i * 30 + j * 6 + k)] - b[size_t(i * 6 + k)];
+    check_close("values", out.values(), want, 0, 0);
+  }
+  g_case = "binary NaN";
+  {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    Buf a(DType::F32, {nan, 1, 2}), b(DType::F32, {1, nan, 3}), out(DType::F32, 3);
+    Broadcast bc = make_broadcast({3}, {1}, {1});
+    be.binary(-1, BinaryOp::Maximum, DType::F32, bc, a.data(), b.data(), out.data());
+    check_close("maximum propagates NaN", out.values(), {nan, nan, 3}, 0, 0);
+  }
+  g_case = "binary integers";
+  {
+    Broadcast bc = make_broadcast({6}, {1}, {1});
+    Buf a(DType::I32, 6), b(DType::I32, 6), out(DType::I32, 6);
+    int32_t av[6] = {7, -7, INT32_MIN, 5, INT32_MAX, 3}, bv[6] = {2, 2, -1, 0, 1, 4};
+    std::memcpy(a.data(), av, sizeof av);
+    std::memcpy(b.data(), bv, sizeof bv);
+    be.binary(-1, BinaryOp::Div, DType::I32, bc, a.data(), b.data(), out.data());
+    check_close("div truncates, /0 = 0, INT_MIN/-1 wraps", out.values(), {3, -3, double(INT32_MIN), 0, INT32_MAX, 0},
+                0, 0);
+    be.binary(-1, BinaryOp::Add, DType::I32, bc, a.data(), b.data(), out.data());
+    check_close("add wraps", out.values(), {9, -5, INT32_MAX, 5, double(INT32_MIN), 7}, 0, 0);
+    be.binary(-1, BinaryOp::Pow, DType::I32, bc, b.data(), b.data(), out.data());
+    check_close("pow", out.values(), {4, 4, -1, 1, 1, 256}, 0, 0);
+    Buf u(DType::U8, {200, 10, 3}), v(DType::U8, {100, 20, 0}), uo(DType::U8, 3);
+    Broadcast bc3 = make_broadcast({3}, {1}, {1});
+    be.binary(-1, BinaryOp::Add, DType::U8, bc3, u.data(), v.data(), uo.data());
+    check_close("u8 add wraps", uo.values(), {44, 30, 3}, 0, 0);
+    be.binary(-1, BinaryOp::Sub, DType::U8, bc3, u.data(), v.data(), uo.data());
+    check_close("u8 sub wraps", uo.values(), {100, 246, 3}, 0, 0);
+    Buf i64(DType::I64, {-9, 9}), o64(DType::I64, 2);
+    be.scalar(-1, BinaryOp::Div, DType::I64, 2, i64.data(), 2.0, o64.data());
+    check_close("i64 scalar div", o64.values(), {-4, 4}, 0, 0);
+    be.scalar(-1, BinaryOp::Div, DType::I64, 2, i64.data(), 0.0, o64.data());
+    check_close("i64 scalar div by 0", o64.values(), {0, 0}, 0, 0);
+  }
+}
+
+void test_reduce_softmax(Backend &be) {
+  struct Shape3 { int64_t outer, n, inner; };
+  const Shape3 shapes[] = {{1, 1, 1}, {3, 7, 1}, {1, 300001, 1}, {5, 9, 130}, {2, 1000, 3}, {40, 3, 1}, {1, 4, 70}};
+  const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Argmax};
+  for (DType t : kAll) {
+    for (ReduceOp op : ops) {
+      if (op == ReduceOp::Mean && !dtype_is_float(t)) continue;
+      for (const Shape3 &s : shapes) {
+        g_case = std::string("reduce ") + std::to_string(int(op)) + " " + dtype_name(t) + " [" +
+                 std::to_string(s.outer) + "," + std::to_string(s.n) + "," + std::to_string(s.inner) + "]";
+        const size_t total = size_t(s.outer * s.n * s.inner);
+        std::vector<double> x = randoms(total, 41, dtype_is_float(t) ? -3 : 0, dtype_is_float(t) ? 3 : 100);
+        for (auto &v : x) if (!dtype_is_float(t)) v = std::floor(v);
+        x = rounded(t, x);
+        Buf in(t, x);
+        const DType out_t = op == ReduceOp::Argmax ? DType::I64 : t;
+        Buf out(out_t, size_t(s.outer * s.inner));
+        be.reduce(-1, op, t, s.outer, s.n, s.inner, in.data(), out.data());
+        std::vector<double> want(size_t(s.outer * s.inner));
+        for (int64_t o = 0; o < s.outer; ++o) {
+          for (int64_t i = 0; i < s.inner; ++i) {
+            double sum = 0, best = -INFINITY;
+            int64_t arg = 0;
+            for (int64_t j = 0; j < s.n; ++j) {
+              double v = x[size_t((o * s.n + j) * s.inner + i)];
+              sum += v;
+              if (v > best) { best = v; arg = j; }
+            }
+            double w = op == ReduceOp::Sum ? sum : op == ReduceOp::Mean ? sum / double(s.n)
+                       : op == ReduceOp::Max ? best : double(arg);
+            want[size_t(o * s.inner + i)] = w;
+          }
+        }
+        const double tol = dtype_is_float(t) ? rtol_of(t) * 2 : 0;
+        check_close("values", out.values(), op == ReduceOp::Argmax ? want : rounded(out_t, want), tol, tol);
+      }
+    }
+  }
+  g_case = "reduce sum of empty";
+  {
+    Buf in(DType::F32, 1), out(DType::F32, 2);
+    be.reduce(-1, ReduceOp::Sum, DType::F32, 2, 0, 1, in.data(), out.data());
+    check_close("zero", out.values(), {0, 0}, 0, 0);
+    CHECK(status_of([&] { be.reduce(-1, ReduceOp::Max, DType::F32, 2, 0, 1, in.data(), out.data()); }) ==
+          KILN_ERROR_INVALID_ARGUMENT);
+  }
+  for (DType t : kFloats) {
+    for (bool log : {false, true}) {
+      for (const Shape3 &s : {Shape3{7, 10, 1}, Shape3{3, 5, 100}, Shape3{200, 300, 1}}) {
+        g_case = std::string(log ? "log_softmax " : "softmax ") + dtype_name(t) + " inner " + std::to_string(s.inner);
+        const size_t total = size_t(s.outer * s.n * s.inner);
+        std::vector<double> x = rounded(t, randoms(total, 51, -5, 5));
+        Buf in(t, x), out(t, total);
+        be.softmax(-1, t, s.outer, s.n, s.inner, in.data(), out.data(), log);
+        std::vector<double> want(total);
+        for (int64_t o = 0; o < s.outer; ++o) {
+          for (int64_t i = 0; i < s.inner; ++i) {
+            double mx = -INFINITY, sum = 0;
+            for (int64_t j = 0; j < s.n; ++j) mx = std::max(mx, x[size_t((o * s.n + j) * s.inner + i)]);
+            for (int64_t j = 0; j < s.n; ++j) sum += std::exp(x[size_t((o * s.n + j) * s.inner + i)] - mx);
+            for (int64_t j = 0; j < s.n; ++j) {
+              const size_t k = size_t((o * s.n + j) * s.inner + i);
+              want[k] = log ? x[k] - mx - std::log(sum) : std::exp(x[k] - mx) / sum;
+            }
+          }
+        }
+        check_close("values", out.values(), want, rtol_of(t) * 4, t == DType::F64 ? 1e-14 : 1e-6);
+      }
+    }
+  }
+}
+
+void test_gemm(Backend &be) {
+  struct Size { int64_t m, n, k; };
+  const Size sizes[] = {{1, 1, 1}, {3, 5, 7}, {128, 32, 784}, {32, 784, 128}, {128, 10, 32}, {257, 129, 65}, {4, 3, 0}};
+  for (DType t : kFloats) {
+    for (const Size &s : sizes) {
+      for (int trans = 0; trans < 4; ++trans) {
+        const bool ta = trans & 1, tb = trans & 2;
+        g_case = std::string("gemm ") + dtype_name(t) + " " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
+                 std::to_string(s.k) + (ta ? " A^T" : "") + (tb ? " B^T" : "");
+        std::vector<double> a = rounded(t, randoms(size_t(s.m * s.k), 61, -1, 1));
+        std::vector<double> b = rounded(t, randoms(size_t(s.k * s.n), 62, -1, 1));
+        std::vector<double> c = rounded(t, randoms(size_t(s.m * s.n), 63, -1, 1));
+        Buf ba(t, a), bb(t, b), bc(t, c);
+        const double alpha = 1.5, beta = trans == 3 ? 0.0 : 0.5;
+        if (beta == 0) bc.set(0, std::numeric_limits<double>::quiet_NaN());  // beta = 0 ignores C
+        be.gemm(-1, t, ta, tb, s.m, s.n, s.k, alpha, ba.data(), bb.data(), beta, bc.data());
+        std::vector<double> want(size_t(s.m * s.n));
+        for (int64_t i = 0; i < s.m; ++i) {
+          for (int64_t j = 0; j < s.n; ++j) {
+            double acc = 0;
+            for (int64_t p = 0; p < s.k; ++p) {
+              const double av = ta ? a[size_t(p * s.m + i)] : a[size_t(i * s.k + p)];
+              const double bv = tb ? b[size_t(j * s.k + p)] : b[size_t(p * s.n + j)];
+              acc += av * bv;
+            }
+            want[size_t(i * s.n + j)] = alpha * acc + beta * c[size_t(i * s.n + j)];
+          }
+        }
+        const double tol = t == DType::F64 ? 1e-12 : t == DType::F32 ? 1e-5 : rtol_of(t) * 2;
+        check_close("values", bc.values(), want, tol, tol * std::sqrt(double(s.k) + 1));
+      }
+    }
+  }
+}
+
+// ---- neural-network kernels ---------------------------------------------
+
+void test_bias_act(Backend &be) {
+  const UnaryOp acts[] = {UnaryOp::Identity, UnaryOp::Relu, UnaryOp::LeakyRelu, UnaryOp::Gelu, UnaryOp::Tanh,
+                          UnaryOp::Sigmoid};
+  const int64_t rows = 200, cols = 37;
+  for (DType t : kFloats) {
+    for (UnaryOp act : acts) {
+      for (int with_bias = 0; with_bias < 2; ++with_bias) {
+        g_case = std::string("bias_act ") + std::to_string(int(act)) + " " + dtype_name(t) + (with_bias ? " bias" : "");
+        std::vector<double> y = rounded(t, randoms(size_t(rows * cols), 71, -3, 3));
+        std::vector<double> bias = rounded(t, randoms(size_t(cols), 72, -1, 1));
+        Buf by(t, y), bb(t, bias), pre(t, y.size());
+        be.bias_act(-1, t, rows, cols, by.data(), with_bias ? bb.data() : nullptr, act, 0.05, pre.data());
+        std::vector<double> want_pre(y.size()), want(y.size());
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c) {
+            const size_t k = size_t(r * cols + c);
+            want_pre[k] = y[k] + (with_bias ? bias[size_t(c)] : 0);
+          }
+        want_pre = rounded(t, want_pre);
+        for (size_t k = 0; k < y.size(); ++k) want[k] = unary_ref(act, want_pre[k], 0.05);
+        check_close("pre", pre.values(), want_pre, rtol_of(t), 0);
+        check_close("y", by.values(), rounded(t, want), rtol_of(t) * 4, 1e-6);
+
+        // Backward vs a central difference of the activation.
+        g_case = std::string("act_backward ") + std::to_string(int(act)) + " " + dtype_name(t);
+        std::vector<double> dy = rounded(t, randoms(y.size(), 73, -1, 1));
+        Buf bdy(t, dy), dx(t, y.size());
+        be.act_backward(-1, t, int64_t(y.size()), act, 0.05, bdy.data(), pre.data(), by.data(), dx.data());
+        std::vector<double> want_dx(y.size());
+        const std::vector<double> out = by.values();
+        for (size_t k = 0; k < y.size(); ++k) {
+          const double x = want_pre[k], h = 1e-6;
+          double deriv = (unary_ref(act, x + h, 0.05) - unary_ref(act, x - h, 0.05)) / (2 * h);
+          // PyTorch's from-output forms (and its choice of 0 at ReLU's kink)
+          if (act == UnaryOp::Relu) deriv = out[k] > 0 ? 1 : 0;
+          if (act == UnaryOp::LeakyRelu) deriv = out[k] > 0 ? 1 : 0.05;
+          if (act == UnaryOp::Tanh) deriv = 1 - out[k] * out[k];
+          if (act == UnaryOp::Sigmoid) deriv = out[k] * (1 - out[k]);
+          want_dx[k] = dy[k] * deriv;
+        }
+        check_close("dx", dx.values(), want_dx, rtol_of(t) * 8 + 1e-6, 1e-5);
+      }
+    }
+  }
+}
+
+void test_bias_grad(Backend &be) {
+  for (DType t : kFloats) {
+    for (int64_t cols : {10, 300}) {
+      g_case = std::string("bias_grad ") + dtype_name(t) + " cols " + std::to_string(cols);
+      const int64_t rows = 128;
+      std::vector<double> dy = rounded(t, randoms(size_t(rows * cols), 81, -1, 1));
+      std::vector<double> db = rounded(t, randoms(size_t(cols), 82, -1, 1));
+      Buf bdy(t, dy), bdb(t, db);
+      be.bias_grad(-1, t, rows, cols, bdy.data(), bdb.data(), 0.5);
+      std::vector<double> want(static_cast<size_t>(cols));
+      for (int64_t c = 0; c < cols; ++c) {
+        double s = 0.5 * db[size_t(c)];
+        for (int64_t r = 0; r < rows; ++r) s += dy[size_t(r * cols + c)];
+        want[size_t(c)] = s;
+      }
+      check_close("db", bdb.values(), want, rtol_of(t) * 4, rtol_of(t) * 4);
+      bdb.set(0, std::numeric_limits<double>::quiet_NaN());  // beta = 0 overwrites
+      be.bias_grad(-1, t, rows, cols, bdy.data(), bdb.data(), 0.0);
+      for (int64_t c = 0; c < cols; ++c) want[size_t(c)] -= 0.5 * db[size_t(c)];
+      check_close("db beta 0", bdb.values(), want, rtol_of(t) * 4, rtol_of(t) * 4);
+    }
+  }
+}
+
+double ce_loss_ref(const std::vector<double> &x, const std::vector<int64_t> &labels, int64_t rows, int64_t cols) {
+  double total = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double mx = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < cols; ++j) mx = std::max(mx, x[size_t(r * cols + j)]);
+    for (int64_t j = 0; j < cols; ++j) sum += std::exp(x[size_t(r * cols + j)] - mx);
+    total += mx + std::log(sum) - x[size_t(r * cols + labels[size_t(r)])];
+  }
+  return total;
+}
+
+void test_losses(Backend &be) {
+  const int64_t rows = 300, cols = 10;
+  std::vector<int64_t> labels(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) labels[size_t(r)] = (r * 7) % cols;
+  for (DType t : {DType::F64, DType::F32, DType::F16, DType::BF16}) {
+    g_case = std::string("cross_entropy ") + dtype_name(t);
+    std::vector<double> x = rounded(t, randoms(size_t(rows * cols), 91, -4, 4));
+    for (int64_t r = 0; r < rows; r += 3) x[size_t(r * cols + labels[size_t(r)])] = 5;  // a third correct
+    Buf bx(t, x), dl(t, x.size());
+    double stats[3] = {1, 2, 0};
+    const double scale = 1.0 / double(rows);
+    be.cross_entropy(-1, t, rows, cols, bx.data(), labels.data(), scale, dl.data(), stats);
+    check_close("loss", {stats[0] - 1}, {ce_loss_ref(x, labels, rows, cols)}, rtol_of(t) * 4, 0);
+    int64_t correct = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t arg = 0;
+      for (int64_t j = 1; j < cols; ++j) if (x[size_t(r * cols + j)] > x[size_t(r * cols + arg)]) arg = j;
+      correct += arg == labels[size_t(r)];
+    }
+    check_close("correct", {stats[1] - 2}, {double(correct)}, 0, 0);
+    if (t == DType::F64) {  // the gradient is the finite difference of the mean loss
+      std::vector<double> fd(x.size());
+      for (size_t k = 0; k < x.size(); ++k) {
+        std::vector<double> xp = x, xm = x;
+        xp[k] += 1e-6;
+        xm[k] -= 1e-6;
+        fd[k] = (ce_loss_ref(xp, labels, rows, cols) - ce_loss_ref(xm, labels, rows, cols)) / 2e-6 * scale;
+      }
+      check_close("dlogits", dl.values(), fd, 1e-5, 1e-9);
+    } else {
+      std::vector<double> want(x.size());
+      for (int64_t r = 0; r < rows; ++r) {
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < cols; ++j) mx = std::max(mx, x[size_t(r * cols + j)]);
+        for (int64_t j = 0; j < cols; ++j) sum += std::exp(x[size_t(r * cols + j)] - mx);
+        for (int64_t j = 0; j < cols; ++j)
+          want[size_t(r * cols + j)] = (std::exp(x[size_t(r * cols + j)] - mx) / sum - (j == labels[size_t(r)])) * scale;
+      }
+      check_close("dlogits", dl.values(), want, rtol_of(t) * 8, rtol_of(t) * scale);
+    }
+    double plain[2] = {0, 0};  // no gradient wanted
+    be.cross_entropy(-1, t, rows, cols, bx.data(), labels.data(), scale, nullptr, plain);
+    check_close("loss without gradient", {plain[0]}, {stats[0] - 1}, 1e-12, 0);
+  }
+  g_case = "cross_entropy bad label";
+  {
+    Buf bx(DType::F32, 20), dl(DType::F32, 20);
+    std::vector<int64_t> bad = {1, 10};
+    double stats[2] = {0, 0};
+    std::string message;
+    try {
+      be.cross_entropy(-1, DType::F32, 2, 10, bx.data(), bad.data(), 1, dl.data(), stats);
+    } catch (const Error &e) {
+      CHECK(e.status() == KILN_ERROR_INVALID_ARGUMENT);
+      message = e.what();
+    }
+    CHECK(message.find("label 10") != std::string::npos && message.find("row 1") != std::string::npos);
+    bad[1] = -1;
+    CHECK(status_of([&] { be.cross_entropy(-1, DType::F32, 2, 10, bx.data(), bad.data(), 1, dl.data(), stats); }) ==
+          KILN_ERROR_INVALID_ARGUMENT);
+  }
+  for (DType t : kFloats) {
+    g_case = std::string("mse/bce ") + dtype_name(t);
+    const size_t n = 100000;
+    std::vector<double> p = rounded(t, randoms(n, 101, -30, 30)), y = rounded(t, randoms(n, 102, 0, 1));
+    Buf bp(t, p), by(t, y), d(t, n);
+    const double scale = 1.0 / double(n);
+    double stats[2] = {0, 0};
+    be.mse(-1, t, int64_t(n), bp.data(), by.data(), scale, d.data(), stats);
+    double want_loss = 0;
+    std::vector<double> want(n);
+    for (size_t i = 0; i < n; ++i) {
+      want_loss += (p[i] - y[i]) * (p[i] - y[i]);
+      want[i] = 2 * (p[i] - y[i]) * scale;
+    }
+    check_close("mse loss", {stats[0]}, {want_loss}, rtol_of(t) * 4, 0);
+    check_close("mse grad", d.values(), rounded(t, want), rtol_of(t) * 4, 1e-12);
+    stats[0] = 0;
+    be.bce_with_logits(-1, t, int64_t(n), bp.data(), by.data(), scale, d.data(), stats);
+    want_loss = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const double x = p[i];
+      want_loss += std::max(x, 0.0) - x * y[i] + std::log1p(std::exp(-std::fabs(x)));
+      want[i] = (1 / (1 + std::exp(-x)) - y[i]) * scale;
+    }
+    check_close("bce loss", {stats[0]}, {want_loss}, rtol_of(t) * 4, 0);
+    check_close("bce grad", d.values(), rounded(t, want), rtol_of(t) * 8, 1e-11);
+  }
+  g_case = "bce extreme logits";
+  {
+    Buf bp(DType::F32, {-1000, 1000, 0}), by(DType::F32, {1, 0, 0.5}), d(DType::F32, 3);
+    double stats[2] = {0, 0};
+    be.bce_with_logits(-1, DType::F32, 3, bp.data(), by.data(), 1, d.data(), stats);
+    check_close("loss finite", {stats[0]}, {2000 + std::log(2.0)}, 1e-6, 0);
+    check_close("grad", d.values(), {-1, 1, 0}, 0, 1e-7);
+  }
+}
+
+void test_dropout(Backend &be) {
+  const int64_t n = 100000;
+  const double p = 0.3;
+  const uint64_t seed = 1234;
+  for (DType t : kFloats) {
+    g_case = std::string("dropout ") + dtype_name(t);
+    std::vector<double> x = rounded(t, randoms(size_t(n), 111, -2, 2));
+    Buf bx(t, x), y(t, size_t(n)), dx(t, size_t(n));
+    std::vector<uint8_t> mask(static_cast<size_t>(n));
+    be.dropout(-1, t, n, bx.data(), y.data(), mask.data(), p, seed);
+    std::vector<double> want(static_cast<size_t>(n)), want_mask(static_cast<size_t>(n)), got_mask(static_cast<size_t>(n));
+    int64_t kept = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const bool keep = rng_uniform(seed, uint64_t(i)) < 1 - p;  // the rule all backends share
+      kept += keep;
+      want_mask[size_t(i)] = keep;
+      got_mask[size_t(i)] = mask[size_t(i)];
+      want[size_t(i)] = keep ? x[size_t(i)] / (1 - p) : 0;
+    }
+    check_close("mask", got_mask, want_mask, 0, 0);
+    check_close("y", y.values(), rounded(t, want), rtol_of(t) * 2, 0);
+    CHECK(std::fabs(double(kept) / double(n) - 0.7) < 0.01);
+    be.dropout_backward(-1, t, n, bx.data(), mask.data(), p, dx.data());
+    check_close("dx", dx.values(), rounded(t, want), rtol_of(t) * 2, 0);
+  }
+  g_case = "dropout p = 1";
+  Buf bx(DType::F32, {1, 2, 3}), y(DType::F32, 3);
+  uint8_t mask[3];
+  be.dropout(-1, DType::F32, 3, bx.data(), y.data(), mask, 1.0, seed);
+  check_close("zeros", y.values(), {0, 0, 0}, 0, 0);
+}
+
+void test_optimizers(Backend &be) {
+  const int64_t n = 1000;
+  for (DType t : {DType::F64, DType::F32}) {
+    g_case = std::string("clip_grad_norm ") + dtype_name(t);
+    {
+      std::vector<double> g = rounded(t, randoms(size_t(n), 121, -1, 1));
+      double norm = 0;
+      for (double v : g) norm += v * v;
+      norm = std::sqrt(norm);
+      Buf bg(t, g);
+      double scratch = -1;
+      be.clip_grad_norm(-1, t, n, bg.data(), 1.0, &scratch);
+      std::vector<double> want(g);
+      for (auto &v : want) v *= 1.0 / (norm + 1e-6);
+      check_close("norm", {scratch}, {norm}, rtol_of(t), 0);
+      check_close("clipped", bg.values(), want, rtol_of(t) * 2, 0);
+      be.clip_grad_norm(-1, t, n, bg.data(), 100.0, &scratch);  // under the limit: unchanged
+      check_close("unchanged", bg.values(), want, rtol_of(t) * 2, 0);
+    }
+    for (int variant = 0; variant < 4; ++variant) {
+      const double lr = 0.1, momentum = variant == 0 ? 0.0 : 0.9, wd = variant >= 2 ? 0.01 : 0.0;
+      const bool nesterov = variant == 3;
+      g_case = std::string("sgd ") + dtype_name(t) + " variant " + std::to_string(variant);
+      std::vector<double> p = rounded(t, randoms(size_t(n), 131)), v(size_t(n), 0);
+      Buf bp(t, p), bv(t, size_t(n));
+      for (int step = 1; step <= 3; ++step) {
+        std::vector<double> g = rounded(t, randoms(size_t(n), 140 + uint64_t(step)));
+        Buf bg(t, g);
+        be.sgd_update(-1, t, n, bp.data(), bg.data(), bv.data(), lr, momentum, wd, nesterov, step == 1);
+        for (size_t i = 0; i < size_t(n); ++i) {  // torch.optim.SGD, dampening 0
+          double d = g[i] + wd * p[i];
+          if (momentum != 0) {
+            v[i] = step == 1 ? d : momentum * v[i] + d;
+            d = nesterov ? d + momentum * v[i] : v[i];
+          }
+          p[i] -= lr * d;
+        }
+      }
+      check_close("params", bp.values(), p, rtol_of(t) * 10, rtol_of(t) * 10);
+    }
+    for (int variant = 0; variant < 3; ++variant) {
+      const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = variant == 0 ? 0.0 : 0.1;
+      const bool decoupled = variant == 2;
+      g_case = std::string("adam ") + dtype_name(t) + " variant " + std::to_string(variant);
+      std::vector<double> p = rounded(t, randoms(size_t(n), 151)), m(size_t(n), 0), v(size_t(n), 0);
+      Buf bp(t, p), bm(t, size_t(n)), bv(t, size_t(n));
+      for (int step = 1; step <= 3; ++step) {
+        std::vector<double> g = rounded(t, randoms(size_t(n), 160 + uint64_t(step)));
+        Buf bg(t, g);
+        be.adam_update(-1, t, n, bp.data(), bg.data(), bm.data(), bv.data(), lr, b1, b2, eps, wd, decoupled, step);
+        for (size_t i = 0; i < size_t(n); ++i) {  // torch.optim.Adam / AdamW
+          double d = g[i];
+          if (decoupled) p[i] *= 1 - lr * wd; else d += wd * p[i];
+          m[i] = b1 * m[i] + (1 - b1) * d;
+          v[i] = b2 * v[i] + (1 - b2) * d * d;
+          const double mhat = m[i] / (1 - std::pow(b1, step)), vhat = v[i] / (1 - std::pow(b2, step));
+          p[i] -= lr * mhat / (std::sqrt(vhat) + eps);
+        }
+      }
+      check_close("params", bp.values(), p, rtol_of(t) * 10, 1e-6);
+      check_close("m", bm.values(), m, rtol_of(t) * 10, 1e-7);
+      check_close("v", bv.values(), v, rtol_of(t) * 10, 1e-9);
+    }
+  }
+}
+
+void test_gather(Backend &be) {
+  const int64_t src_rows = 50, cols = 784, count = 128;
+  std::vector<double> src(size_t(src_rows * cols));
+  for (size_t i = 0; i < src.size(); ++i) src[i] = double((i * 37) % 256);
+  std::vector<int64_t> rows(static_cast<size_t>(count));
+  for (int64_t r = 0; r < count; ++r) rows[size_t(r)] = (r * 13) % src_rows;
+  for (DType src_t : {DType::U8, DType::F32}) {
+    for (DType out_t : kFloats) {
+      g_case = std::string("gather_rows ") + dtype_name(src_t) + "->" + dtype_name(out_t);
+      Buf bs(src_t, src), out(out_t, size_t(count * cols));
+      be.gather_rows(-1, src_t, bs.data(), cols, rows.data(), count, out_t, out.data(), 1.0 / 255, -0.5);
+      std::vector<double> want(size_t(count * cols));
+      for (int64_t r = 0; r < count; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          want[size_t(r * cols + c)] = src[size_t(rows[size_t(r)] * cols + c)] / 255 - 0.5;
+      check_close("values", out.values(), rounded(out_t, want), rtol_of(out_t) * 2, 1e-7);
+    }
+  }
+  for (DType t : {DType::U8, DType::I32, DType::I64}) {
+    g_case = std::string("gather_labels ") + dtype_name(t);
+    std::vector<double> labels(static_cast<size_t>(src_rows));
+    for (int64_t i = 0; i < src_rows; ++i) labels[size_t(i)] = double(i % 10);
+    Buf bl(t, labels);
+    std::vector<int64_t> out(static_cast<size_t>(count));
+    be.gather_labels(-1, t, bl.data(), rows.data(), count, out.data());
+    bool ok = true;
+    for (int64_t r = 0; r < count; ++r) ok = ok && out[size_t(r)] == rows[size_t(r)] % 10;
+    CHECK(ok);
+  }
+}
+
+// ---- the thread pool --------------------------------------------------------
+
+void test_thread_pool() {
+  g_case = "thread pool";
+  ThreadPool pool(4);
+  CHECK(pool.size() == 4);
+  CHECK(pool.chunk_count(10, 100) == 1 && pool.chunk_count(1000, 100) == 4 && pool.chunk_count(250, 100) == 3);
+  std::vector<int> hits(100000, 0);
+  pool.parallel_for(100000, 1000, [&](int64_t b, int64_t e) { for (int64_t i = b; i < e; ++i) ++hits[size_t(i)]; });
+  bool once = true;
+  for (int h : hits) once = once && h == 1;
+  CHECK(once);
+  // An exception in one chunk reaches the caller, after all chunks ended.
+  bool thrown = false;
+  try {
+    pool.parallel_for(4000, 1000, [&](int64_t b, int64_t) {
+      if (b >= 2000) throw Error(KILN_ERROR_INVALID_ARGUMENT, "chunk failed");
+    });
+  } catch (const Error &e) {
+    thrown = e.status() == KILN_ERROR_INVALID_ARGUMENT;
+  }
+  CHECK(thrown);
+  // Nested loops run serially instead of deadlocking; concurrent callers
+  // either share the pool or run on their own thread, always completely.
+  std::atomic<int64_t> total{0};
+  pool.parallel_for(8, 1, [&](int64_t b, int64_t e) {
+    pool.parallel_for(1000, 10, [&](int64_t b2, int64_t e2) { total += (e - b) * (e2 - b2); });
+  });
+  CHECK(total == 8000);
+  std::atomic<int64_t> sum{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 6; ++t) {
+    callers.emplace_back([&] {
+      for (int rep = 0; rep < 300; ++rep) {
+        std::atomic<int64_t> local{0};
+        pool.parallel_for(10000, 100, [&](int64_t b, int64_t e) { local += e - b; });
+        sum += local;
+      }
+    });
+  }
+  for (auto &c : callers) c.join();
+  CHECK(sum == int64_t(6) * 300 * 10000);
+  // A pool with one thread runs everything on the caller.
+  ThreadPool single(1);
+  int64_t count = 0;
+  single.parallel_for(1000000, 1, [&](int64_t b, int64_t e) { count += e - b; });
+  CHECK(count == 1000000);
+  CHECK(status_of([] { ThreadPool bad(-1); }) == KILN_ERROR_INVALID_ARGUMENT);
+}
+
+// Several threads running kernels on one backend at once (contexts are
+// shared between threads) get the same results as one thread.
+void test_concurrent_kernels(Backend &be) {
+  g_case = "concurrent kernels";
+  const int64_t m = 128, n = 64, k = 300;
+  std::vector<double> a = randoms(size_t(m * k), 171), b = randoms(size_t(k * n), 172);
+  Buf ba(DType::F32, a), bb(DType::F32, b), ref(DType::F32, size_t(m * n));
+  be.gemm(-1, DType::F32, false, false, m, n, k, 1, ba.data(), bb.data(), 0, ref.data());
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      Buf c(DType::F32, size_t(m * n));
+      for (int rep = 0; rep < 50; ++rep) {
+        be.gemm(-1, DType::F32, false, false, m, n, k, 1, ba.data(), bb.data(), 0, c.data());
+        if (std::memcmp(c.data(), ref.data(), size_t(m * n) * 4) != 0) ++mismatches;
+      }
+    });
+  }
+  for (auto &th : threads) th.join();
+  CHECK(mismatches == 0);
+}
+
+}  // namespace
+
+int main() {
+  try {
+    test_thread_pool();
+    auto backend = make_cpu_backend(3);
+    Backend &be = *backend;
+    test_memory_and_info(be);
+    test_fill_arange_cast(be);
+    test_unary(be);
+    test_binary(be);
+    test_reduce_softmax(be);
+    test_gemm(be);
+    test_bias_act(be);
+    test_bias_grad(be);
+    test_losses(be);
+    test_dropout(be);
+    test_optimizers(be);
+    test_gather(be);
+    test_concurrent_kernels(be);
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "FAIL [%s] unexpected exception: %s\n", g_case.c_str(), e.what());
+    return 1;
+  }
+  if (g_failures) {
+    std::fprintf(stderr, "%d check(s) failed\n", g_failures);
+    return 1;
+  }
+  std::printf("cpu kernels: all checks passed\n");
+  return 0;
+}

@@ -1,0 +1,229 @@
+/* Shared helpers for kiln's CMocka tests; see support.h. */
+#define _XOPEN_SOURCE 700
+
+#include "support.h"
+
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- status assertions ------------------------------------------------ */
+
+void kiln_test_check_status(kiln_status got, kiln_status expected, const char *expr, const char *file, int line) {
+  if (got == expected) return;
+  print_error("%s\n  returned %s, expected %s\n  kiln_last_error: %s\n", expr, kiln_status_name(got),
+              kiln_status_name(expected), kiln_last_error());
+  _fail(file, line);
+}
+
+void kiln_test_check_last_error(const char *needle, const char *file, int line) {
+  const char *message = kiln_last_error();
+  if (strstr(message, needle)) return;
+  print_error("kiln_last_error() is \"%s\"\n  expected it to contain \"%s\"\n", message, needle);
+  _fail(file, line);
+}
+
+/* ---- contexts and devices ----------------------------------------------- */
+
+kiln_context *kiln_test_context_create(uint64_t seed) {
+  kiln_context_options *options = NULL;
+  kiln_context *ctx = NULL;
+  assert_kiln_ok(kiln_context_options_create(&options));
+  assert_kiln_ok(kiln_context_options_set_seed(options, seed));
+  assert_kiln_ok(kiln_context_options_set_log_level(options, KILN_LOG_ERROR));
+  kiln_status status = kiln_context_create(options, &ctx);
+  kiln_context_options_release(options);
+  assert_kiln_ok(status);
+  return ctx;
+}
+
+int kiln_test_context_setup(void **state) {
+  *state = kiln_test_context_create(0);
+  return 0;
+}
+
+int kiln_test_context_teardown(void **state) {
+  kiln_context_release((kiln_context *)*state);
+  *state = NULL;
+  return 0;
+}
+
+int kiln_test_cuda_device(kiln_context *ctx, kiln_device *dev) {
+  int available = 0;
+  assert_kiln_ok(kiln_cuda_is_available(ctx, &available));
+  if (dev) {
+    dev->kind = available ? KILN_DEVICE_CUDA : KILN_DEVICE_CPU;
+    dev->index = available ? 0 : -1;
+  }
+  return available;
+}
+
+int kiln_test_devices(kiln_context *ctx, kiln_device devs[2]) {
+  devs[0].kind = KILN_DEVICE_CPU;
+  devs[0].index = -1;
+  return kiln_test_cuda_device(ctx, &devs[1]) ? 2 : 1;
+}
+
+/* ---- tensors ------------------------------------------------------------ */
+
+static int64_t shape_numel(const int64_t *shape, int64_t ndim) {
+  int64_t n = 1;
+  for (int64_t i = 0; i < ndim; ++i) n *= shape[i];
+  return n;
+}
+
+kiln_tensor *kiln_test_tensor_f32(kiln_context *ctx, const float *values, const int64_t *shape, int64_t ndim,
+                                  kiln_device device) {
+  kiln_tensor *t = NULL;
+  int64_t nbytes = shape_numel(shape, ndim) * (int64_t)sizeof(float);
+  assert_kiln_ok(kiln_tensor_from_host(ctx, values, nbytes, shape, ndim, KILN_F32, device, &t));
+  return t;
+}
+
+kiln_tensor *kiln_test_tensor_f64(kiln_context *ctx, const double *values, const int64_t *shape, int64_t ndim,
+                                  kiln_device device) {
+  kiln_tensor *t = NULL;
+  int64_t nbytes = shape_numel(shape, ndim) * (int64_t)sizeof(double);
+  assert_kiln_ok(kiln_tensor_from_host(ctx, values, nbytes, shape, ndim, KILN_F64, device, &t));
+  return t;
+}
+
+void kiln_test_read_f64(const kiln_tensor *tensor, double *out, int64_t n) {
+  int64_t numel = 0;
+  assert_kiln_ok(kiln_tensor_numel(tensor, &numel));
+  if (numel != n) {
+    print_error("tensor has %lld elements, the reference %lld\n", (long long)numel, (long long)n);
+    fail();
+  }
+  const kiln_device cpu = {KILN_DEVICE_CPU, -1};
+  kiln_tensor *as_f64 = NULL, *on_cpu = NULL;
+  /* Each step runs only if the one before succeeded; handles are released
+   * before asserting, as the assertion does not return. */
+  kiln_status status = kiln_tensor_cast(tensor, KILN_F64, &as_f64);
+  if (status == KILN_OK) status = kiln_tensor_to(as_f64, cpu, &on_cpu);
+  if (status == KILN_OK) status = kiln_tensor_copy_to_host(on_cpu, out, n * (int64_t)sizeof(double));
+  kiln_tensor_release(on_cpu);
+  kiln_tensor_release(as_f64);
+  assert_kiln_ok(status);
+}
+
+/* ---- numerical comparison ----------------------------------------------- */
+
+/* How many elements fail the tolerance; *worst gets the index of the one that
+ * exceeds it the most (-1 when none do). */
+static int64_t count_mismatches(const double *got, const double *want, int64_t n, double rtol, double atol,
+                                int64_t *worst) {
+  int64_t bad = 0;
+  double worst_excess = 0.0;
+  *worst = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    double excess;
+    if (isnan(want[i]) || isnan(got[i])) {
+      excess = (isnan(want[i]) && isnan(got[i])) ? 0.0 : INFINITY;
+    } else if (isinf(want[i]) || isinf(got[i])) {
+      excess = got[i] == want[i] ? 0.0 : INFINITY;
+    } else {
+      excess = fabs(got[i] - want[i]) - (atol + rtol * fabs(want[i]));
+    }
+    if (excess > 0.0) {
+      ++bad;
+      if (*worst < 0 || excess > worst_excess) {
+        *worst = i;
+        worst_excess = excess;
+      }
+    }
+  }
+  return bad;
+}
+
+static void report_mismatches(const double *got, const double *want, int64_t n, double rtol, double atol,
+                              int64_t bad, int64_t worst) {
+  print_error("%lld of %lld elements differ (rtol %g, atol %g); worst at [%lld]: got %.17g, want %.17g "
+              "(|diff| %.3g)\n",
+              (long long)bad, (long long)n, rtol, atol, (long long)worst, got[worst], want[worst],
+              fabs(got[worst] - want[worst]));
+}
+
+void kiln_test_check_allclose(const double *got, const double *want, int64_t n, double rtol, double atol,
+                              const char *file, int line) {
+  int64_t worst;
+  int64_t bad = count_mismatches(got, want, n, rtol, atol, &worst);
+  if (bad == 0) return;
+  report_mismatches(got, want, n, rtol, atol, bad, worst);
+  _fail(file, line);
+}
+
+void kiln_test_check_tensor_close(const kiln_tensor *tensor, const double *want, int64_t n, double rtol, double atol,
+                                  const char *file, int line) {
+  double *got = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
+  assert_non_null(got);
+  kiln_test_read_f64(tensor, got, n);
+  int64_t worst;
+  int64_t bad = count_mismatches(got, want, n, rtol, atol, &worst);
+  if (bad) report_mismatches(got, want, n, rtol, atol, bad, worst);
+  free(got); /* before _fail, which does not return */
+  if (bad) _fail(file, line);
+}
+
+/* ---- deterministic host random numbers ---------------------------------- */
+
+kiln_test_rng kiln_test_rng_make(uint64_t seed) {
+  kiln_test_rng rng = {seed};
+  return rng;
+}
+
+uint64_t kiln_test_rng_next(kiln_test_rng *rng) {
+  uint64_t z = (rng->state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+double kiln_test_rng_uniform(kiln_test_rng *rng, double lo, double hi) {
+  double u = (double)(kiln_test_rng_next(rng) >> 11) * (1.0 / 9007199254740992.0);
+  return lo + (hi - lo) * u;
+}
+
+double kiln_test_rng_normal(kiln_test_rng *rng) {
+  /* 1 - u lies in (0, 1], so the log is finite. */
+  double u1 = 1.0 - kiln_test_rng_uniform(rng, 0.0, 1.0);
+  double u2 = kiln_test_rng_uniform(rng, 0.0, 1.0);
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+int64_t kiln_test_rng_below(kiln_test_rng *rng, int64_t n) {
+  return (int64_t)(kiln_test_rng_next(rng) % (uint64_t)n);
+}
+
+void kiln_test_fill_uniform_f32(kiln_test_rng *rng, float *out, int64_t n, double lo, double hi) {
+  for (int64_t i = 0; i < n; ++i) out[i] = (float)kiln_test_rng_uniform(rng, lo, hi);
+}
+
+void kiln_test_fill_uniform_f64(kiln_test_rng *rng, double *out, int64_t n, double lo, double hi) {
+  for (int64_t i = 0; i < n; ++i) out[i] = kiln_test_rng_uniform(rng, lo, hi);
+}
+
+/* ---- files ---------------------------------------------------------------- */
+
+void kiln_test_make_temp_dir(char *buf, size_t buf_size) {
+  const char *base = getenv("TMPDIR");
+  if (!base || !*base) base = "/tmp";
+  int written = snprintf(buf, buf_size, "%s/kiln-test-XXXXXX", base);
+  assert_true(written > 0 && (size_t)written < buf_size);
+  if (!mkdtemp(buf)) {
+    print_error("mkdtemp(%s) failed\n", buf);
+    fail();
+  }
+}
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw) {
+  (void)st;
+  (void)type;
+  (void)ftw;
+  remove(path);
+  return 0;
+}
+
+void kiln_test_remove_tree(const char *path) { nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }

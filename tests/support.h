@@ -1,0 +1,125 @@
+/*
+ * Shared helpers for kiln's CMocka tests. Include this instead of cmocka.h:
+ * it pulls in what cmocka.h needs first, then kiln.h.
+ *
+ *   assert_kiln_ok(kiln_tensor_zeros(...));            fails with kiln_last_error()
+ *   assert_status(kiln_device_parse(NULL, "gpu", &d), KILN_ERROR_INVALID_ARGUMENT);
+ *   assert_allclose(got, want, n, 1e-6, 1e-7);         prints the worst element
+ *   kiln_test_rng rng = kiln_test_rng_make(42);        inputs independent of kiln's RNG
+ *
+ * Tests that need a GPU: kiln_test_cuda_device(ctx, &dev) says whether one is
+ * usable; when it is not, skip the case with skip() or leave the program with
+ * exit(KILN_TEST_SKIPPED), which CTest counts as skipped.
+ */
+#ifndef KILN_TESTS_SUPPORT_H
+#define KILN_TESTS_SUPPORT_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "kiln/kiln.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The exit code CTest treats as "skipped" (SKIP_RETURN_CODE in tests/CMakeLists.txt). */
+#define KILN_TEST_SKIPPED 77
+
+/* ---- status assertions ------------------------------------------------ */
+
+/* Fails the test unless expr returns KILN_OK; the message shows the
+ * expression, the status name and kiln_last_error(). */
+#define assert_kiln_ok(expr) kiln_test_check_status((expr), KILN_OK, #expr, __FILE__, __LINE__)
+/* Fails the test unless expr returns exactly `expected`. */
+#define assert_status(expr, expected) kiln_test_check_status((expr), (expected), #expr, __FILE__, __LINE__)
+/* Fails the test unless kiln_last_error() contains `needle`. */
+#define assert_last_error_contains(needle) kiln_test_check_last_error((needle), __FILE__, __LINE__)
+
+void kiln_test_check_status(kiln_status got, kiln_status expected, const char *expr, const char *file, int line);
+void kiln_test_check_last_error(const char *needle, const char *file, int line);
+
+/* ---- contexts and devices ----------------------------------------------- */
+
+/* A new context with seed `seed`, log level ERROR (so expected failures stay
+ * quiet) and the CUDA plugin enabled; fails the test if it cannot be made. */
+kiln_context *kiln_test_context_create(uint64_t seed);
+
+/* CMocka fixtures: *state becomes a kiln_context * (seed 0), released in the
+ * teardown. Use with cmocka_unit_test_setup_teardown or as group fixtures. */
+int kiln_test_context_setup(void **state);
+int kiln_test_context_teardown(void **state);
+
+/* Returns 1 and sets *dev to cuda:0 when ctx has a usable CUDA device; else
+ * returns 0 and sets *dev to the CPU. dev may be NULL. */
+int kiln_test_cuda_device(kiln_context *ctx, kiln_device *dev);
+
+/* The devices to run device-generic cases on: the CPU, then cuda:0 when
+ * usable. Returns how many were written to devs (1 or 2). */
+int kiln_test_devices(kiln_context *ctx, kiln_device devs[2]);
+
+/* ---- tensors ------------------------------------------------------------ */
+
+/* A new f32 tensor of the given shape on device holding `values`. */
+kiln_tensor *kiln_test_tensor_f32(kiln_context *ctx, const float *values, const int64_t *shape, int64_t ndim,
+                                  kiln_device device);
+/* A new f64 tensor of the given shape on device holding `values`. */
+kiln_tensor *kiln_test_tensor_f64(kiln_context *ctx, const double *values, const int64_t *shape, int64_t ndim,
+                                  kiln_device device);
+/* Reads any tensor (any dtype, any device) as n doubles: it is cast to f64
+ * and copied to the host. Fails the test unless its numel equals n. */
+void kiln_test_read_f64(const kiln_tensor *tensor, double *out, int64_t n);
+
+/* ---- numerical comparison ----------------------------------------------- */
+
+/* Fails unless |got[i] - want[i]| <= atol + rtol * |want[i]| for every i (NaN
+ * matches only NaN); the message names the worst element and the count of
+ * mismatches. */
+#define assert_allclose(got, want, n, rtol, atol) \
+  kiln_test_check_allclose((got), (want), (n), (rtol), (atol), __FILE__, __LINE__)
+/* The same for a tensor of any dtype and device against a host reference. */
+#define assert_tensor_close(tensor, want, n, rtol, atol) \
+  kiln_test_check_tensor_close((tensor), (want), (n), (rtol), (atol), __FILE__, __LINE__)
+
+void kiln_test_check_allclose(const double *got, const double *want, int64_t n, double rtol, double atol,
+                              const char *file, int line);
+void kiln_test_check_tensor_close(const kiln_tensor *tensor, const double *want, int64_t n, double rtol, double atol,
+                                  const char *file, int line);
+
+/* ---- deterministic host random numbers ---------------------------------- */
+
+/* SplitMix64: a fixed, documented sequence for test inputs, so references do
+ * not depend on kiln's own generator (which is what some tests check). */
+typedef struct kiln_test_rng {
+  uint64_t state;
+} kiln_test_rng;
+
+kiln_test_rng kiln_test_rng_make(uint64_t seed);
+uint64_t kiln_test_rng_next(kiln_test_rng *rng);
+/* Uniform in [lo, hi). */
+double kiln_test_rng_uniform(kiln_test_rng *rng, double lo, double hi);
+/* Standard normal (Box-Muller). */
+double kiln_test_rng_normal(kiln_test_rng *rng);
+/* Uniform integer in [0, n), n > 0. */
+int64_t kiln_test_rng_below(kiln_test_rng *rng, int64_t n);
+/* Fill n values uniform in [lo, hi). */
+void kiln_test_fill_uniform_f32(kiln_test_rng *rng, float *out, int64_t n, double lo, double hi);
+void kiln_test_fill_uniform_f64(kiln_test_rng *rng, double *out, int64_t n, double lo, double hi);
+
+/* ---- files ---------------------------------------------------------------- */
+
+/* Creates a fresh empty directory under $TMPDIR (or /tmp) and writes its path
+ * into buf; fails the test if it cannot. */
+void kiln_test_make_temp_dir(char *buf, size_t buf_size);
+/* Removes path and everything below it; missing paths are fine. */
+void kiln_test_remove_tree(const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_TESTS_SUPPORT_H */

@@ -1,0 +1,213 @@
+/* Training checkpoints: resuming from one reproduces the uninterrupted run
+ * bit for bit (CPU), and mismatched or hostile files are refused without
+ * changing the trainer. */
+#include "support.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const kiln_device cpu = {KILN_DEVICE_CPU, -1};
+
+enum { NPARAM = 6 * 12 + 12 + 12 * 3 + 3 };
+
+static kiln_model *make_model(kiln_context *ctx, const char *text) {
+  kiln_model_spec *spec = NULL;
+  kiln_model *model = NULL;
+  assert_kiln_ok(kiln_model_spec_create(&spec));
+  assert_kiln_ok(kiln_model_spec_parse(spec, text));
+  assert_kiln_ok(kiln_model_create(ctx, spec, cpu, &model));
+  kiln_model_spec_release(spec);
+  return model;
+}
+
+static kiln_trainer *make_trainer(kiln_model *model, kiln_optimizer_kind kind) {
+  kiln_trainer_options *o = NULL;
+  kiln_trainer *t = NULL;
+  assert_kiln_ok(kiln_trainer_options_create(&o));
+  assert_kiln_ok(kiln_trainer_options_set_optimizer(o, kind));
+  assert_kiln_ok(kiln_trainer_options_set_lr(o, kind == KILN_OPTIM_SGD ? 0.05 : 0.01));
+  assert_kiln_ok(kiln_trainer_options_set_momentum(o, kind == KILN_OPTIM_SGD ? 0.9 : 0));
+  assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 16));
+  assert_kiln_ok(kiln_trainer_options_set_schedule(o, KILN_LR_STEP, 7, 0.5, 0, 0));
+  assert_kiln_ok(kiln_trainer_create(model, o, &t));
+  kiln_trainer_options_release(o);
+  return t;
+}
+
+static kiln_dataset *random_dataset(kiln_context *ctx) {
+  kiln_test_rng rng = kiln_test_rng_make(21);
+  float x[100 * 6];
+  int64_t y[100];
+  kiln_test_fill_uniform_f32(&rng, x, 600, -1, 1);
+  for (int i = 0; i < 100; ++i) y[i] = (x[6 * i] + x[6 * i + 1] > 0) + (x[6 * i + 2] > 0.5f);
+  const int64_t xs[] = {100, 6}, ys[] = {100};
+  kiln_tensor *xt = kiln_test_tensor_f32(ctx, x, xs, 2, cpu), *yt = NULL;
+  assert_kiln_ok(kiln_tensor_from_host(ctx, y, sizeof y, ys, 1, KILN_I64, cpu, &yt));
+  kiln_dataset *ds = NULL;
+  assert_kiln_ok(kiln_dataset_from_tensors(ctx, xt, yt, &ds));
+  kiln_tensor_release(xt);
+  kiln_tensor_release(yt);
+  return ds;
+}
+
+static void read_weights(kiln_model *model, float *out) {
+  int64_t at = 0;
+  for (int64_t i = 0; i < 4; ++i) {
+    kiln_tensor *p = NULL;
+    int64_t n = 0;
+    assert_kiln_ok(kiln_model_parameter(model, i, &p));
+    assert_kiln_ok(kiln_tensor_numel(p, &n));
+    assert_kiln_ok(kiln_tensor_copy_to_host(p, out + at, n * 4));
+    at += n;
+    kiln_tensor_release(p);
+  }
+  assert_int_equal(at, NPARAM);
+}
+
+static void epochs(kiln_trainer *t, kiln_dataset *ds, int n) {
+  for (int i = 0; i < n; ++i) {
+    kiln_epoch_stats s = {sizeof s};
+    assert_kiln_ok(kiln_trainer_epoch(t, ds, &s));
+  }
+}
+
+static void check_resume(kiln_optimizer_kind kind, const char *spec) {
+  char dir[512], path[600];
+  kiln_test_make_temp_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/ckpt.safetensors", dir);
+  float a[NPARAM], b[NPARAM];
+
+  kiln_context *ctx = kiln_test_context_create(3);
+  kiln_dataset *ds = random_dataset(ctx);
+  kiln_model *model = make_model(ctx, spec);
+  kiln_trainer *t = make_trainer(model, kind);
+  epochs(t, ds, 2);
+  assert_kiln_ok(kiln_trainer_save_checkpoint(t, path));
+  epochs(t, ds, 1);
+  read_weights(model, a);
+  kiln_trainer_release(t);
+  kiln_model_release(model);
+
+  /* A fresh context and model (other initial weights, another shuffle seed). */
+  kiln_context *ctx2 = kiln_test_context_create(999);
+  kiln_dataset *ds2 = random_dataset(ctx2);
+  kiln_model *model2 = make_model(ctx2, spec);
+  kiln_trainer *t2 = make_trainer(model2, kind);
+  assert_kiln_ok(kiln_trainer_load_checkpoint(t2, path));
+  int64_t done = 0, steps = 0;
+  double lr = 0;
+  assert_kiln_ok(kiln_trainer_epochs_done(t2, &done));
+  assert_kiln_ok(kiln_trainer_steps_done(t2, &steps));
+  assert_kiln_ok(kiln_trainer_current_lr(t2, &lr));
+  assert_int_equal(done, 2);
+  assert_int_equal(steps, 14); /* 7 batches per epoch */
+  double want_lr = (kind == KILN_OPTIM_SGD ? 0.05 : 0.01) * 0.25;
+  assert_allclose(&lr, &want_lr, 1, 1e-15, 0);
+  epochs(t2, ds2, 1);
+  read_weights(model2, b);
+  assert_memory_equal(a, b, sizeof a);
+
+  /* The checkpoint also loads as plain model weights. */
+  assert_kiln_ok(kiln_model_load_weights(model2, path));
+
+  kiln_trainer_release(t2);
+  kiln_model_release(model2);
+  kiln_dataset_release(ds);
+  kiln_dataset_release(ds2);
+  kiln_context_release(ctx);
+  kiln_context_release(ctx2);
+  kiln_test_remove_tree(dir);
+}
+
+static void test_resume_is_exact(void **state) {
+  (void)state;
+  check_resume(KILN_OPTIM_SGD, "6-12-3:dropout=0.25");
+  check_resume(KILN_OPTIM_ADAM, "6-12-3");
+  check_resume(KILN_OPTIM_ADAMW, "6-12-3:gelu");
+}
+
+static void test_mismatched_checkpoints(void **state) {
+  kiln_context *ctx = *state;
+  char dir[512], path[600], bad[600];
+  kiln_test_make_temp_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/ckpt.safetensors", dir);
+  snprintf(bad, sizeof bad, "%s/bad.safetensors", dir);
+  kiln_dataset *ds = random_dataset(ctx);
+  kiln_model *model = make_model(ctx, "6-12-3");
+  kiln_trainer *t = make_trainer(model, KILN_OPTIM_ADAM);
+  epochs(t, ds, 1);
+  assert_kiln_ok(kiln_trainer_save_checkpoint(t, path));
+
+  /* Another architecture. */
+  kiln_model *other = make_model(ctx, "6-10-3");
+  kiln_trainer *to = make_trainer(other, KILN_OPTIM_ADAM);
+  float before[6 * 10];
+  kiln_tensor *w = NULL;
+  assert_kiln_ok(kiln_model_parameter(other, 0, &w));
+  assert_kiln_ok(kiln_tensor_copy_to_host(w, before, sizeof before));
+  assert_status(kiln_trainer_load_checkpoint(to, path), KILN_ERROR_SHAPE_MISMATCH);
+  assert_last_error_contains("0.weight");
+  float after[6 * 10];
+  assert_kiln_ok(kiln_tensor_copy_to_host(w, after, sizeof after));
+  assert_memory_equal(before, after, sizeof before);
+  int64_t steps = -1;
+  assert_kiln_ok(kiln_trainer_steps_done(to, &steps));
+  assert_int_equal(steps, 0);
+  kiln_tensor_release(w);
+
+  /* Another optimizer kind. */
+  kiln_model *same = make_model(ctx, "6-12-3");
+  kiln_trainer *ts = make_trainer(same, KILN_OPTIM_SGD);
+  assert_status(kiln_trainer_load_checkpoint(ts, path), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("adam");
+
+  /* A model file is not a checkpoint; truncated and missing files. */
+  assert_kiln_ok(kiln_model_save(same, bad));
+  assert_status(kiln_trainer_load_checkpoint(ts, bad), KILN_ERROR_FORMAT);
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  static char buf[1 << 16];
+  size_t size = fread(buf, 1, sizeof buf, f);
+  fclose(f);
+  for (size_t cut = 7; cut < size; cut += size / 5) {
+    f = fopen(bad, "wb");
+    fwrite(buf, 1, cut, f);
+    fclose(f);
+    kiln_trainer *tt = make_trainer(make_model(ctx, "6-12-3"), KILN_OPTIM_ADAM);
+    assert_status(kiln_trainer_load_checkpoint(tt, bad), KILN_ERROR_FORMAT);
+    kiln_trainer_release(tt);
+  }
+  /* Garbage metadata: a counter that is not a number. */
+  char *meta = memmem(buf, size, "\"steps_done\":\"", 14);
+  assert_non_null(meta);
+  meta[14] = 'x';
+  f = fopen(bad, "wb");
+  fwrite(buf, 1, size, f);
+  fclose(f);
+  kiln_trainer *tg = make_trainer(make_model(ctx, "6-12-3"), KILN_OPTIM_ADAM);
+  assert_status(kiln_trainer_load_checkpoint(tg, bad), KILN_ERROR_FORMAT);
+  assert_last_error_contains("steps_done");
+  kiln_trainer_release(tg);
+  snprintf(bad, sizeof bad, "%s/missing", dir);
+  assert_status(kiln_trainer_load_checkpoint(ts, bad), KILN_ERROR_IO);
+  assert_status(kiln_trainer_load_checkpoint(ts, NULL), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_save_checkpoint(NULL, path), KILN_ERROR_INVALID_ARGUMENT);
+
+  kiln_trainer_release(ts);
+  kiln_trainer_release(to);
+  kiln_trainer_release(t);
+  kiln_model_release(same);
+  kiln_model_release(other);
+  kiln_model_release(model);
+  kiln_dataset_release(ds);
+  kiln_test_remove_tree(dir);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_resume_is_exact),
+      cmocka_unit_test(test_mismatched_checkpoints),
+  };
+  return cmocka_run_group_tests(tests, kiln_test_context_setup, kiln_test_context_teardown);
+}

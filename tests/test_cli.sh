@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The kiln program end to end, as a user runs it: help and version, usage
+# errors (exit 2, one line on stderr), runtime errors (exit 1, with the
+# reason), `kiln devices`, and a tiny train -> eval -> predict -> resume run
+# on a small generated MNIST-layout dataset (so no download is needed).
+#
+#   test_cli.sh PATH/TO/kiln        (CTest passes the built program)
+set -euo pipefail
+
+kiln="${1:?usage: test_cli.sh PATH/TO/kiln}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+passed=0
+
+fail() {
+  echo "FAIL: $*" >&2
+  echo "--- stdout:" >&2; cat "$work/out" >&2
+  echo "--- stderr:" >&2; cat "$work/err" >&2
+  exit 1
+}
+
+# expect RC PATTERN CMD...: CMD exits with RC and prints PATTERN (an extended
+# regular expression) on stdout or stderr. Leaves the output in $work/out|err.
+expect() {
+  local want=$1 pattern=$2 rc=0
+  shift 2
+  "$@" >"$work/out" 2>"$work/err" </dev/null || rc=$?
+  [[ $rc -eq $want ]] || fail "'$*' exited $rc, expected $want"
+  grep -qE -- "$pattern" "$work/out" "$work/err" || fail "'$*' printed nothing matching '$pattern'"
+  passed=$((passed + 1))
+}
+
+# usage_error PATTERN ARGS...: kiln ARGS is a usage error told in one line.
+usage_error() {
+  local pattern=$1
+  shift
+  expect 2 "$pattern" "$kiln" "$@"
+  [[ $(wc -l <"$work/err") -eq 1 ]] || fail "'kiln $*' wrote more than one line on stderr"
+}
+
+# make_split DIR PREFIX COUNT SEED: IDX files of COUNT 8x8 images in 10
+# classes; class c lights up every pixel whose index is c modulo 10, over
+# low noise, so a small MLP learns it within an epoch or two.
+make_split() {
+  perl -e '
+    my ($dir, $prefix, $n, $state) = @ARGV;
+    sub rnd { $state = ($state * 1103515245 + 12345) % 2147483648; return $state % 256; }
+    open(my $img, ">:raw", "$dir/$prefix-images-idx3-ubyte") or die $!;
+    open(my $lab, ">:raw", "$dir/$prefix-labels-idx1-ubyte") or die $!;
+    print $img pack("N4", 0x803, $n, 8, 8);
+    print $lab pack("N2", 0x801, $n);
+    for my $i (0 .. $n - 1) {
+      my $label = rnd() % 10;
+      print $lab pack("C", $label);
+      print $img pack("C*", map { $_ % 10 == $label ? 160 + rnd() % 96 : rnd() % 64 } 0 .. 63);
+    }' "$@"
+}
+
+data="$work/data"
+mkdir -p "$data"
+make_split "$data" train 1000 1
+make_split "$data" t10k 300 2
+gzip -n "$data"/t10k-*    # kiln reads .gz as well as raw files
+
+# ---- help, version, usage errors -------------------------------------------
+expect 0 "train" "$kiln" --help
+expect 0 "^kiln [0-9]+\.[0-9]+\.[0-9]+" "$kiln" --version
+expect 0 "--epochs N" "$kiln" train --help
+expect 0 "--count N" "$kiln" help predict
+expect 2 "usage: kiln COMMAND" "$kiln"
+usage_error "unknown command 'frobnicate'" frobnicate
+usage_error "unknown option '--bogus'" train --bogus
+usage_error "--lr needs a number, got 'abc'" train --lr abc
+usage_error "--epochs needs a value" train --epochs
+usage_error "--epochs must be at least 1" train --epochs 0
+usage_error "--save needs a value" train --save --epochs 1
+usage_error "unknown --activation 'swish'" train --activation swish
+usage_error "--hidden wants" train --hidden 32,x
+usage_error "bad --device 'gpu'" train --device gpu
+usage_error "missing argument MODEL" eval
+usage_error "unexpected argument 'extra'" eval model extra
+
+# ---- devices and runtime errors --------------------------------------------
+expect 0 "CUDA available: (yes|no \(.+\))" "$kiln" devices
+grep -q "^cpu: " "$work/out" || fail "kiln devices listed no CPU"
+expect 1 "device cuda:99 is not usable: .+" "$kiln" train --device cuda:99 --data "$data"
+expect 1 "looked for train-images-idx3-ubyte\[\.gz\].*apt-get install dataset-fashion-mnist" \
+  "$kiln" train --data "$work/nowhere"
+expect 1 "cannot load model '$work/missing.safetensors'" "$kiln" eval "$work/missing.safetensors" --data "$data"
+
+# ---- train, eval, predict ----------------------------------------------------
+common=(--data "$data" --device cpu --hidden 16 --batch 20 --lr 0.2 --seed 7)
+model="$work/model.safetensors"
+expect 0 "test accuracy: [0-9.]+%" "$kiln" train "${common[@]}" --epochs 1 --save "$model" \
+  --checkpoint "$work/epoch1.ckpt"
+grep -qE "^epoch 1/1 .*val accuracy" "$work/out" || fail "no plain per-epoch line when stdout is not a terminal"
+[[ -s "$model" && -s "$work/epoch1.ckpt" ]] || fail "--save or --checkpoint wrote no file"
+trained="$(grep '^test accuracy:' "$work/out")"
+
+expect 0 "^test accuracy:" "$kiln" eval "$model" --data "$data" --device cpu
+[[ "$(grep '^test accuracy:' "$work/out")" == "$trained" ]] ||
+  fail "kiln eval printed '$(grep '^test accuracy:' "$work/out")', training printed '$trained'"
+
+expect 0 "^correct: [0-9]+ of 5$" "$kiln" predict "$model" --data "$data" --count 5 --device cpu
+[[ $(grep -cE '^ +[0-9]+ +[0-9]' "$work/out") -eq 5 ]] || fail "kiln predict --count 5 did not print 5 predictions"
+expect 0 "^ +299 " "$kiln" predict "$model" --input "$data/t10k-images-idx3-ubyte.gz" --device cpu
+expect 1 "not an IDX file" "$kiln" predict "$model" --input "$model" --device cpu
+
+expect 0 "--quiet" "$kiln" train --help
+expect 0 "^test accuracy:" "$kiln" train "${common[@]}" --epochs 1 --quiet
+! grep -q "^epoch" "$work/out" || fail "--quiet still printed per-epoch lines"
+
+# ---- resume: 1 epoch + 1 resumed epoch = 2 epochs in one go -----------------
+expect 0 "^test accuracy:" "$kiln" train "${common[@]}" --epochs 2
+straight="$(grep '^test (loss|accuracy):' -E "$work/out")"
+expect 0 "^epoch 2/2 " "$kiln" train "${common[@]}" --epochs 2 --resume "$work/epoch1.ckpt"
+! grep -q "^epoch 1/2" "$work/out" || fail "--resume trained epoch 1 again"
+resumed="$(grep '^test (loss|accuracy):' -E "$work/out")"
+[[ "$resumed" == "$straight" ]] || fail "resumed run gave '$resumed', the straight run '$straight'"
+expect 1 "cannot resume from" "$kiln" train "${common[@]}" --hidden 8 --epochs 2 --resume "$work/epoch1.ckpt"
+
+echo "test_cli: $passed passed, 0 failed"

@@ -1,0 +1,110 @@
+/* End to end on Fashion-MNIST (skipped when the data set is not installed):
+ * the tutorial's 784-32-10 ReLU MLP with SGD (lr 0.1, batch 128, 5 epochs)
+ * must reach >= 84% test accuracy, and 784-256-10 with Adam (lr 1e-3,
+ * 10 epochs) >= 88%, on the CPU and, when usable, on CUDA. Prints accuracy
+ * and throughput. */
+#include "support.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+static const char *data_dir(void) {
+  const char *env = getenv("KILN_FASHION_MNIST");
+  return env ? env : "/usr/share/datasets/fashion-mnist";
+}
+
+typedef struct {
+  kiln_context *ctx;
+  kiln_dataset *train, *test;
+} fixture;
+
+static int setup(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  f->ctx = kiln_test_context_create(0);
+  assert_kiln_ok(kiln_dataset_load_mnist(f->ctx, data_dir(), "train", &f->train));
+  assert_kiln_ok(kiln_dataset_load_mnist(f->ctx, data_dir(), "test", &f->test));
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  kiln_dataset_release(f->train);
+  kiln_dataset_release(f->test);
+  kiln_context_release(f->ctx);
+  free(f);
+  return 0;
+}
+
+static void train_and_check(fixture *f, kiln_device device, const char *spec_text, kiln_optimizer_kind optimizer,
+                            double lr, int64_t epochs, double min_accuracy) {
+  /* One fixed seed for the weights and the shuffle. Over seeds 1..6 the SGD
+   * case lands at 84.1-85.2% (it is a 5-epoch run: seeds move it by ~1%). */
+  assert_kiln_ok(kiln_context_set_seed(f->ctx, 1));
+  kiln_model_spec *spec = NULL;
+  kiln_model *model = NULL;
+  assert_kiln_ok(kiln_model_spec_create(&spec));
+  assert_kiln_ok(kiln_model_spec_parse(spec, spec_text));
+  assert_kiln_ok(kiln_model_create(f->ctx, spec, device, &model));
+  kiln_trainer_options *opts = NULL;
+  kiln_trainer *trainer = NULL;
+  assert_kiln_ok(kiln_trainer_options_create(&opts));
+  assert_kiln_ok(kiln_trainer_options_set_optimizer(opts, optimizer));
+  assert_kiln_ok(kiln_trainer_options_set_lr(opts, lr));
+  assert_kiln_ok(kiln_trainer_options_set_batch_size(opts, 128));
+  assert_kiln_ok(kiln_trainer_options_set_shuffle_seed(opts, 1));
+  assert_kiln_ok(kiln_trainer_create(model, opts, &trainer));
+  kiln_history *history = NULL;
+  assert_kiln_ok(kiln_trainer_fit(trainer, f->train, NULL, epochs, NULL, NULL, &history));
+  double seconds = 0, samples = 0;
+  for (int64_t e = 0; e < epochs; ++e) {
+    kiln_epoch_stats s = {sizeof s};
+    assert_kiln_ok(kiln_history_get(history, e, &s));
+    seconds += s.seconds;
+    samples += s.samples_per_second * s.seconds;
+  }
+  kiln_epoch_stats last = {sizeof last};
+  assert_kiln_ok(kiln_history_get(history, epochs - 1, &last));
+  double loss = 0, accuracy = 0;
+  assert_kiln_ok(kiln_trainer_evaluate(trainer, f->test, &loss, &accuracy));
+  char dev[16];
+  assert_kiln_ok(kiln_device_format(device, dev, sizeof dev));
+  print_message("%-5s %-12s %-5s %2lld epochs: train loss %.4f acc %.4f | test loss %.4f acc %.4f | %.0f samples/s "
+                "(%.1f s)\n",
+                dev, spec_text, optimizer == KILN_OPTIM_SGD ? "sgd" : "adam", (long long)epochs, last.train_loss,
+                last.train_accuracy, loss, accuracy, samples / seconds, seconds);
+  assert_true(accuracy >= min_accuracy);
+  kiln_history_release(history);
+  kiln_trainer_release(trainer);
+  kiln_trainer_options_release(opts);
+  kiln_model_release(model);
+  kiln_model_spec_release(spec);
+}
+
+static void test_tutorial_sgd(void **state) {
+  fixture *f = *state;
+  kiln_device devs[2];
+  int n = kiln_test_devices(f->ctx, devs);
+  for (int i = 0; i < n; ++i) train_and_check(f, devs[i], "784-32-10", KILN_OPTIM_SGD, 0.1, 5, 0.84);
+}
+
+static void test_wide_adam(void **state) {
+  fixture *f = *state;
+  kiln_device devs[2];
+  int n = kiln_test_devices(f->ctx, devs);
+  for (int i = 0; i < n; ++i) train_and_check(f, devs[i], "784-256-10", KILN_OPTIM_ADAM, 1e-3, 10, 0.88);
+}
+
+int main(void) {
+  struct stat st;
+  if (stat(data_dir(), &st) != 0) {
+    fprintf(stderr, "%s not found: skipping\n", data_dir());
+    return KILN_TEST_SKIPPED;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_tutorial_sgd),
+      cmocka_unit_test(test_wide_adam),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,79 @@
+#!/bin/sh
+# Installs the build tree into a temporary prefix and checks it as a user
+# would meet it: a program built through find_package(kiln) and one built
+# through pkg-config both run; libkiln.so exports only kiln_* symbols, has
+# the SONAME libkiln.so.1 and needs no CUDA library.
+#
+# Usage: test_install.sh CMAKE BUILD_DIR CONSUMER_SOURCE_DIR C_COMPILER
+# Exits 77 (skipped) only when a tool it needs is missing.
+set -eu
+
+cmake=$1
+build_dir=$2
+consumer_dir=$3
+cc=$4
+
+for tool in "$cmake" "$cc" nm readelf pkg-config; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    echo "test_install: skipped, $tool is not installed"
+    exit 77
+  fi
+done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/kiln-install-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+prefix=$work/prefix
+
+die() {
+  echo "test_install: FAILED: $*" >&2
+  exit 1
+}
+
+"$cmake" --install "$build_dir" --prefix "$prefix" >"$work/install.log" 2>&1 ||
+  { cat "$work/install.log" >&2; die "cmake --install failed"; }
+
+lib=$(find "$prefix" -name libkiln.so -print | head -n 1)
+[ -n "$lib" ] || die "no libkiln.so under $prefix"
+libdir=$(dirname "$lib")
+[ -f "$prefix/include/kiln/kiln.h" ] || die "kiln/kiln.h is not installed"
+
+# ---- the library's interface ---------------------------------------------
+soname=$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\].*/\1/p')
+[ "$soname" = "libkiln.so.1" ] || die "SONAME is '$soname', expected libkiln.so.1"
+[ -e "$libdir/libkiln.so.1" ] || die "libkiln.so.1 (the SONAME link) is not installed"
+
+cuda_needed=$(readelf -d "$lib" | sed -n 's/.*(NEEDED).*\[\(.*\)\].*/\1/p' |
+  grep -E '^lib(cuda|cudart|cublas|cublasLt|cudnn|nvrtc|nvidia)' || true)
+[ -z "$cuda_needed" ] || die "libkiln.so needs CUDA libraries: $cuda_needed"
+
+# Version nodes (type A, e.g. KILN_1) are not symbols a program can bind to.
+foreign=$(nm -D --defined-only "$lib" | awk '$2 != "A" { print $3 }' | grep -v '^kiln_' || true)
+[ -z "$foreign" ] || die "libkiln.so exports symbols outside kiln_*: $(echo "$foreign" | head -n 20 | tr '\n' ' ')"
+nm -D --defined-only "$lib" | grep -Eq ' T kiln_context_create(@|$)' || die "kiln_context_create is not exported"
+
+# ---- a consumer through the CMake package --------------------------------
+generator=
+if command -v ninja >/dev/null 2>&1; then generator="-G Ninja"; fi
+# shellcheck disable=SC2086 # $generator is empty or two words on purpose
+"$cmake" -S "$consumer_dir" -B "$work/cmake-build" $generator -DCMAKE_C_COMPILER="$cc" \
+  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release >"$work/configure.log" 2>&1 ||
+  { cat "$work/configure.log" >&2; die "find_package(kiln) consumer does not configure"; }
+"$cmake" --build "$work/cmake-build" >"$work/build.log" 2>&1 ||
+  { cat "$work/build.log" >&2; die "find_package(kiln) consumer does not build"; }
+out=$("$work/cmake-build/consumer") || die "the find_package(kiln) consumer failed: $out"
+case $out in OK*) ;; *) die "the find_package(kiln) consumer printed '$out'" ;; esac
+echo "find_package(kiln): $out"
+
+# ---- a consumer through pkg-config ----------------------------------------
+pc_dir=$(dirname "$(find "$prefix" -name kiln.pc -print | head -n 1)")
+[ -f "$pc_dir/kiln.pc" ] || die "kiln.pc is not installed"
+flags=$(PKG_CONFIG_PATH=$pc_dir pkg-config --cflags --libs kiln) || die "pkg-config cannot read kiln.pc"
+pc_libdir=$(PKG_CONFIG_PATH=$pc_dir pkg-config --variable=libdir kiln)
+[ -e "$pc_libdir/libkiln.so" ] || die "kiln.pc's libdir '$pc_libdir' does not hold libkiln.so"
+# shellcheck disable=SC2086 # $flags is a list of compiler arguments
+"$cc" -o "$work/pkg-consumer" "$consumer_dir/consumer.c" $flags -Wl,-rpath,"$pc_libdir" ||
+  die "the pkg-config consumer does not build with: $flags"
+out=$("$work/pkg-consumer") || die "the pkg-config consumer failed: $out"
+case $out in OK*) ;; *) die "the pkg-config consumer printed '$out'" ;; esac
+echo "pkg-config: $out"
+echo "test_install: OK"

@@ -1,0 +1,629 @@
+/* The trainer: optimizer updates against torch.optim's formulas evaluated
+ * here, schedules against their closed forms, clipping, convergence,
+ * determinism, cancellation, histories and error paths.
+ *
+ * Updates are checked on a single Linear(3, 2) in float64 with the MSE loss,
+ * whose gradient has a closed form: dL/dpred = 2 (pred - t) / (B K),
+ * dW = dpred^T x, db = column sums of dpred. */
+#include "support.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const kiln_device cpu = {KILN_DEVICE_CPU, -1};
+
+enum { B = 4, IN = 3, OUT = 2, NP = OUT * IN + OUT };
+
+static kiln_model *make_model(kiln_context *ctx, const char *text, kiln_dtype dtype) {
+  kiln_model_spec *spec = NULL;
+  kiln_model *model = NULL;
+  assert_kiln_ok(kiln_model_spec_create(&spec));
+  assert_kiln_ok(kiln_model_spec_parse(spec, text));
+  assert_kiln_ok(kiln_model_create_dtype(ctx, spec, cpu, dtype, &model));
+  kiln_model_spec_release(spec);
+  return model;
+}
+
+/* Linear(3, 2) parameters as [W (6), b (2)]. */
+static void read_linear(kiln_model *model, double *p) {
+  kiln_tensor *w = NULL, *b = NULL;
+  assert_kiln_ok(kiln_model_parameter(model, 0, &w));
+  assert_kiln_ok(kiln_model_parameter(model, 1, &b));
+  kiln_test_read_f64(w, p, OUT * IN);
+  kiln_test_read_f64(b, p + OUT * IN, OUT);
+  kiln_tensor_release(w);
+  kiln_tensor_release(b);
+}
+
+static void mse_grad(const double *p, const double *x, const double *t, double *g) {
+  memset(g, 0, NP * sizeof *g);
+  for (int r = 0; r < B; ++r)
+    for (int o = 0; o < OUT; ++o) {
+      double pred = p[OUT * IN + o];
+      for (int i = 0; i < IN; ++i) pred += x[r * IN + i] * p[o * IN + i];
+      const double d = 2 * (pred - t[r * OUT + o]) / (B * OUT);
+      for (int i = 0; i < IN; ++i) g[o * IN + i] += d * x[r * IN + i];
+      g[OUT * IN + o] += d;
+    }
+}
+
+typedef struct {
+  kiln_optimizer_kind kind;
+  double lr, momentum, weight_decay;
+  int nesterov;
+  int set_weight_decay;
+} optim_case;
+
+/* One torch.optim step on host state. */
+static void torch_step(const optim_case *c, double *p, const double *grad, double *m, double *v, int step) {
+  const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+  const double wd = c->set_weight_decay ? c->weight_decay : (c->kind == KILN_OPTIM_ADAMW ? 0.01 : 0.0);
+  for (int i = 0; i < NP; ++i) {
+    double g = grad[i];
+    if (c->kind == KILN_OPTIM_SGD) {
+      g += wd * p[i];
+      if (c->momentum != 0) {
+        m[i] = step == 1 ? g : c->momentum * m[i] + g;
+        g = c->nesterov ? g + c->momentum * m[i] : m[i];
+      }
+      p[i] -= c->lr * g;
+    } else {
+      if (c->kind == KILN_OPTIM_ADAMW)
+        p[i] *= 1 - c->lr * wd;
+      else
+        g += wd * p[i];
+      m[i] = b1 * m[i] + (1 - b1) * g;
+      v[i] = b2 * v[i] + (1 - b2) * g * g;
+      const double bc1 = 1 - pow(b1, step), bc2 = 1 - pow(b2, step);
+      p[i] -= c->lr / bc1 * m[i] / (sqrt(v[i]) / sqrt(bc2) + eps);
+    }
+  }
+}
+
+static void check_optimizer(kiln_context *ctx, const optim_case *c) {
+  kiln_model *model = make_model(ctx, "linear(3,2)", KILN_F64);
+  kiln_test_rng rng = kiln_test_rng_make(11);
+  double x[B * IN], t[B * OUT];
+  kiln_test_fill_uniform_f64(&rng, x, B * IN, -1, 1);
+  kiln_test_fill_uniform_f64(&rng, t, B * OUT, -1, 1);
+  const int64_t xs[] = {B, IN}, ts[] = {B, OUT};
+  kiln_tensor *xt = kiln_test_tensor_f64(ctx, x, xs, 2, cpu), *tt = kiln_test_tensor_f64(ctx, t, ts, 2, cpu);
+  kiln_trainer_options *o = NULL;
+  kiln_trainer *trainer = NULL;
+  assert_kiln_ok(kiln_trainer_options_create(&o));
+  assert_kiln_ok(kiln_trainer_options_set_loss(o, KILN_LOSS_MSE));
+  assert_kiln_ok(kiln_trainer_options_set_optimizer(o, c->kind));
+  assert_kiln_ok(kiln_trainer_options_set_lr(o, c->lr));
+  assert_kiln_ok(kiln_trainer_options_set_momentum(o, c->momentum));
+  assert_kiln_ok(kiln_trainer_options_set_nesterov(o, c->nesterov));
+  if (c->set_weight_decay) assert_kiln_ok(kiln_trainer_options_set_weight_decay(o, c->weight_decay));
+  assert_kiln_ok(kiln_trainer_create(model, o, &trainer));
+
+  double p[NP], g[NP], m[NP] = {0}, v[NP] = {0}, got[NP];
+  read_linear(model, p);
+  for (int step = 1; step <= 3; ++step) {
+    mse_grad(p, x, t, g);
+    torch_step(c, p, g, m, v, step);
+    assert_kiln_ok(kiln_trainer_step(trainer, xt, tt, NULL));
+    read_linear(model, got);
+    assert_allclose(got, p, NP, 1e-11, 1e-13);
+  }
+  int64_t steps = 0;
+  assert_kiln_ok(kiln_trainer_steps_done(trainer, &steps));
+  assert_int_equal(steps, 3);
+  kiln_trainer_release(trainer);
+  kiln_trainer_options_release(o);
+  kiln_tensor_release(xt);
+  kiln_tensor_release(tt);
+  kiln_model_release(model);
+}
+
+static void test_optimizers_match_torch(void **state) {
+  kiln_context *ctx = *state;
+  static const optim_case cases[] = {
+      {KILN_OPTIM_SGD, 0.1, 0, 0, 0, 0},
+      {KILN_OPTIM_SGD, 0.1, 0.9, 0, 0, 0},
+      {KILN_OPTIM_SGD, 0.1, 0.9, 0.05, 1, 1},
+      {KILN_OPTIM_SGD, 0.05, 0.5, 0.1, 0, 1},
+      {KILN_OPTIM_ADAM, 0.01, 0, 0, 0, 0},
+      {KILN_OPTIM_ADAM, 0.01, 0, 0.1, 0, 1},
+      {KILN_OPTIM_ADAMW, 0.01, 0, 0, 0, 0}, /* AdamW's default weight decay 0.01 */
+      {KILN_OPTIM_ADAMW, 0.01, 0, 0.3, 0, 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) check_optimizer(ctx, &cases[i]);
+}
+
+/* Global-norm clipping: with SGD at lr 1, the update is g * max / (|g| + 1e-6). */
+static void test_grad_clipping(void **state) {
+  kiln_context *ctx = *state;
+  kiln_model *model = make_model(ctx, "linear(3,2)", KILN_F64);
+  kiln_test_rng rng = kiln_test_rng_make(12);
+  double x[B * IN], t[B * OUT], p[NP], g[NP], got[NP];
+  kiln_test_fill_uniform_f64(&rng, x, B * IN, -1, 1);
+  kiln_test_fill_uniform_f64(&rng, t, B * OUT, 2, 3);
+  const int64_t xs[] = {B, IN}, ts[] = {B, OUT};
+  kiln_tensor *xt = kiln_test_tensor_f64(ctx, x, xs, 2, cpu), *tt = kiln_test_tensor_f64(ctx, t, ts, 2, cpu);
+  kiln_trainer_options *o = NULL;
+  kiln_trainer *trainer = NULL;
+  assert_kiln_ok(kiln_trainer_options_create(&o));
+  assert_kiln_ok(kiln_trainer_options_set_loss(o, KILN_LOSS_MSE));
+  assert_kiln_ok(kiln_trainer_options_set_lr(o, 1.0));
+  assert_kiln_ok(kiln_trainer_options_set_grad_clip(o, 0.05));
+  assert_kiln_ok(kiln_trainer_create(model, o, &trainer));
+  read_linear(model, p);
+  mse_grad(p, x, t, g);
+  double norm = 0;
+  for (int i = 0; i < NP; ++i) norm += g[i] * g[i];
+  norm = sqrt(norm);
+  assert_true(norm > 0.05); /* the case clips */
+  for (int i = 0; i < NP; ++i) p[i] -= g[i] * 0.05 / (norm + 1e-6);
+  assert_kiln_ok(kiln_trainer_step(trainer, xt, tt, NULL));
+  read_linear(model, got);
+  assert_allclose(got, p, NP, 1e-12, 1e-14);
+  kiln_trainer_release(trainer);
+  kiln_trainer_options_release(o);
+  kiln_tensor_release(xt);
+  kiln_tensor_release(tt);
+  kiln_model_release(model);
+}
+
+/* ---- schedules -------------------------------------------------------------- */
+
+typedef struct {
+  kiln_context *ctx;
+  kiln_model *model;
+  kiln_tensor *x, *y;
+} tiny;
+
+static tiny tiny_make(kiln_context *ctx) {
+  tiny s;
+  s.ctx = ctx;
+  s.model = make_model(ctx, "linear(3,2)", KILN_F64);
+  double x[B * IN] = {0};
+  int64_t y[B] = {0, 1, 0, 1};
+  const int64_t xs[] = {B, IN}, ys[] = {B};
+  s.x = kiln_test_tensor_f64(ctx, x, xs, 2, cpu);
+  assert_kiln_ok(kiln_tensor_from_host(ctx, y, sizeof y, ys, 1, KILN_I64, cpu, &s.y));
+  return s;
+}
+
+static void tiny_free(tiny *s) {
+  kiln_tensor_release(s->x);
+  kiln_tensor_release(s->y);
+  kiln_model_release(s->model);
+}
+
+static void check_schedule(kiln_context *ctx, kiln_lr_schedule kind, int64_t step_size, double gamma, int64_t total,
+                           double min_lr, int64_t warmup, const double *want, int n) {
+  tiny s = tiny_make(ctx);
+  kiln_trainer_options *o = NULL;
+  kiln_trainer *trainer = NULL;
+  assert_kiln_ok(kiln_trainer_options_create(&o));
+  assert_kiln_ok(kiln_trainer_options_set_lr(o, 0.5));
+  assert_kiln_ok(kiln_trainer_options_set_schedule(o, kind, step_size, gamma, total, min_lr));
+  assert_kiln_ok(kiln_trainer_options_set_warmup(o, warmup));
+  assert_kiln_ok(kiln_trainer_create(s.model, o, &trainer));
+  for (int t = 0; t < n; ++t) {
+    double lr = -1;
+    assert_kiln_ok(kiln_trainer_current_lr(trainer, &lr));
+    assert_allclose(&lr, &want[t], 1, 1e-14, 0);
+    assert_kiln_ok(kiln_trainer_step(trainer, s.x, s.y, NULL));
+  }
+  kiln_trainer_release(trainer);
+  kiln_trainer_options_release(o);
+  tiny_free(&s);
+}
+
+static void test_schedules(void **state) {
+  kiln_context *ctx = *state;
+  const double pi = 3.14159265358979323846;
+  double want[8];
+  for (int t = 0; t < 8; ++t) want[t] = 0.5;
+  check_schedule(ctx, KILN_LR_CONSTANT, 1, 0.1, 0, 0, 0, want, 8);
+  for (int t = 0; t < 8; ++t) want[t] = 0.5 * pow(0.5, t / 3);
+  check_schedule(ctx, KILN_LR_STEP, 3, 0.5, 0, 0, 0, want, 8);
+  for (int t = 0; t < 8; ++t) want[t] = t < 5 ? 0.01 + (0.5 - 0.01) * (1 + cos(pi * t / 5)) / 2 : 0.01;
+  check_schedule(ctx, KILN_LR_COSINE, 1, 0.1, 5, 0.01, 0, want, 8);
+  for (int t = 0; t < 8; ++t) want[t] = 0.5 * pow(0.1, t / 2) * (t < 4 ? (t + 1) / 4.0 : 1.0);
+  check_schedule(ctx, KILN_LR_STEP, 2, 0.1, 0, 0, 4, want, 8);
+  for (int t = 0; t < 8; ++t) want[t] = 0.5 * (t < 3 ? (t + 1) / 3.0 : 1.0);
+  check_schedule(ctx, KILN_LR_CONSTANT, 1, 0.1, 0, 0, 3, want, 8);
+
+  /* Cosine with total_steps 0 spans a fit; outside one it is an error. */
+  tiny s = tiny_make(ctx);
+  kiln_trainer_options *o = NULL;
+  kiln_trainer *trainer = NULL;
+  assert_kiln_ok(kiln_trainer_options_create(&o));
+  assert_kiln_ok(kiln_trainer_options_set_lr(o, 0.5));
+  assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 2));
+  assert_kiln_ok(kiln_trainer_options_set_schedule(o, KILN_LR_COSINE, 1, 0.1, 0, 0.1));
+  assert_kiln_ok(kiln_trainer_create(s.model, o, &trainer));
+  double lr = 1;
+  assert_status(kiln_trainer_current_lr(trainer, &lr), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("total_steps");
+  assert_status(kiln_trainer_step(trainer, s.x, s.y, NULL), KILN_ERROR_INVALID_ARGUMENT);
+  kiln_dataset *ds = NULL;
+  kiln_history *h = NULL;
+  assert_kiln_ok(kiln_dataset_from_tensors(ctx, s.x, s.y, &ds));
+  assert_kiln_ok(kiln_trainer_fit(trainer, ds, NULL, 2, NULL, NULL, &h)); /* 2 epochs x 2 batches: T = 4 */
+  kiln_epoch_stats e = {sizeof e};
+  assert_kiln_ok(kiln_history_get(h, 0, &e));
+  double w = 0.1 + (0.5 - 0.1) * (1 + cos(pi * 2 / 4)) / 2;
+  assert_allclose(&e.lr, &w, 1, 1e-14, 0);
+  assert_kiln_ok(kiln_history_get(h, 1, &e));
+  w = 0.1;
+  assert_allclose(&e.lr, &w, 1, 1e-14, 0);
+  kiln_history_release(h);
+  kiln_dataset_release(ds);
+  kiln_trainer_release(trainer);
+
+  /* Bad schedule values. */
+  assert_status(kiln_trainer_options_set_schedule(o, KILN_LR_STEP, 0, 0.1, 0, 0), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("step_size");
+  assert_status(kiln_trainer_options_set_schedule(o, KILN_LR_STEP, 1, -1, 0, 0), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_options_set_schedule(o, KILN_LR_COSINE, 1, 0.1, -5, 0), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_options_set_schedule(o, (kiln_lr_schedule)9, 1, 0.1, 0, 0), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_options_set_warmup(o, -1), KILN_ERROR_INVALID_ARGUMENT);
+  kiln_trainer_options_release(o);
+  tiny_free(&s);
+}
+
+/* ---- training on data ------------------------------------------------------------ */
+
+/* Three classes in the plane, separated by the lines of three fixed linear
+ * scores (label = argmax), with a margin. */
+static kiln_dataset *separable(kiln_context *ctx, int64_t n, uint64_t seed) {
+  kiln_test_rng rng = kiln_test_rng_make(seed);
+  float *x = malloc((size_t)n * 2 * sizeof *x);
+  int64_t *y = malloc((size_t)n * sizeof *y);
+  static const double w[3][2] = {{1, 0}, {-0.5, 0.87}, {-0.5, -0.87}};
+  for (int64_t i = 0; i < n;) {
+    double a = kiln_test_rng_uniform(&rng, -2, 2), b = kiln_test_rng_uniform(&rng, -2, 2), s[3];
+    for (int k = 0; k < 3; ++k) s[k] = w[k][0] * a + w[k][1] * b;
+    int best = s[1] > s[0] ? 1 : 0;
+    if (s[2] > s[best]) best = 2;
+    double second = -1e9;
+    for (int k = 0; k < 3; ++k)
+      if (k != best && s[k] > second) second = s[k];
+    if (s[best] - second < 0.1) continue;
+    x[2 * i] = (float)a;
+    x[2 * i + 1] = (float)b;
+    y[i++] = best;
+  }
+  const int64_t xs[] = {n, 2}, ys[] = {n};
+  kiln_tensor *xt = kiln_test_tensor_f32(ctx, x, xs, 2, cpu), *yt = NULL;
+  assert_kiln_ok(kiln_tensor_from_host(ctx, y, n * (int64_t)sizeof *y, ys, 1, KILN_I64, cpu, &yt));
+  kiln_dataset *ds = NULL;
+  assert_kiln_ok(kiln_dataset_from_tensors(ctx, xt, yt, &ds));
+  kiln_tensor_release(xt);
+  kiln_tensor_release(yt);
+  free(x);
+  free(y);
+  return ds;
+}
+
+static kiln_trainer *make_trainer(kiln_model *model, kiln_optimizer_kind kind, double lr, int64_t batch,
+                                  uint64_t seed, int64_t interval) {
+  kiln_trainer_options *o = NULL;
+  kiln_trainer *trainer = NULL;
+  assert_kiln_ok(kiln_trainer_options_create(&o));
+  assert_kiln_ok(kiln_trainer_options_set_optimizer(o, kind));
+  assert_kiln_ok(kiln_trainer_options_set_lr(o, lr));
+  assert_kiln_ok(kiln_trainer_options_set_batch_size(o, batch));
+  assert_kiln_ok(kiln_trainer_options_set_shuffle_seed(o, seed));
+  assert_kiln_ok(kiln_trainer_options_set_progress_interval(o, interval));
+  assert_kiln_ok(kiln_trainer_create(model, o, &trainer));
+  kiln_trainer_options_release(o);
+  return trainer;
+}
+
+static void test_convergence_and_history(void **state) {
+  kiln_context *ctx = *state;
+  kiln_dataset *train = separable(ctx, 600, 1), *val = separable(ctx, 200, 2);
+  kiln_model *model = make_model(ctx, "2-16-3", KILN_F32);
+  kiln_trainer *trainer = make_trainer(model, KILN_OPTIM_ADAM, 0.01, 32, 5, 0);
+  kiln_history *h = NULL;
+  assert_kiln_ok(kiln_trainer_fit(trainer, train, val, 25, NULL, NULL, &h));
+  int64_t n = 0, epochs = 0;
+  assert_kiln_ok(kiln_history_size(h, &n));
+  assert_int_equal(n, 25);
+  assert_kiln_ok(kiln_trainer_epochs_done(trainer, &epochs));
+  assert_int_equal(epochs, 25);
+  kiln_epoch_stats first = {sizeof first}, last = {sizeof last};
+  assert_kiln_ok(kiln_history_get(h, 0, &first));
+  assert_kiln_ok(kiln_history_get(h, 24, &last));
+  assert_int_equal(first.epoch, 1);
+  assert_int_equal(last.epoch, 25);
+  assert_true(last.has_validation);
+  assert_true(last.train_loss < first.train_loss);
+  assert_true(last.samples_per_second > 0 && last.seconds > 0);
+  double lr = 0.01;
+  assert_allclose(&last.lr, &lr, 1, 0, 0);
+  double loss = 0, acc = 0;
+  assert_kiln_ok(kiln_trainer_evaluate(trainer, val, &loss, &acc));
+  print_message("separable: train acc %.4f, validation acc %.4f\n", last.train_accuracy, acc);
+  assert_true(acc > 0.95);
+  /* The history's validation numbers are evaluate's on the final model. */
+  assert_allclose(&last.val_loss, &loss, 1, 1e-12, 0);
+  assert_allclose(&last.val_accuracy, &acc, 1, 0, 0);
+  /* fit leaves the model in training mode. */
+  int training = 0;
+  assert_kiln_ok(kiln_model_is_training(model, &training));
+  assert_int_equal(training, 1);
+  kiln_epoch_stats bad = {sizeof bad};
+  assert_status(kiln_history_get(h, 25, &bad), KILN_ERROR_INVALID_ARGUMENT);
+  assert_int_equal(bad.struct_size, sizeof bad);
+  assert_int_equal(bad.epoch, 0);
+  kiln_history_release(h);
+  kiln_trainer_release(trainer);
+  kiln_model_release(model);
+  kiln_dataset_release(train);
+  kiln_dataset_release(val);
+}
+
+static void train_run(uint64_t seed, double *weights, int64_t n) {
+  kiln_context *ctx = kiln_test_context_create(seed);
+  kiln_dataset *train = separable(ctx, 300, 3);
+  kiln_model *model = make_model(ctx, "2-16-3:dropout=0.2", KILN_F32);
+  kiln_trainer *trainer = make_trainer(model, KILN_OPTIM_SGD, 0.1, 16, 9, 0);
+  kiln_history *h = NULL;
+  assert_kiln_ok(kiln_trainer_fit(trainer, train, NULL, 3, NULL, NULL, &h));
+  int64_t tensors = 0, at = 0;
+  assert_kiln_ok(kiln_model_num_parameter_tensors(model, &tensors));
+  for (int64_t i = 0; i < tensors; ++i) {
+    kiln_tensor *p = NULL;
+    int64_t k = 0;
+    assert_kiln_ok(kiln_model_parameter(model, i, &p));
+    assert_kiln_ok(kiln_tensor_numel(p, &k));
+    kiln_test_read_f64(p, weights + at, k);
+    at += k;
+    kiln_tensor_release(p);
+  }
+  assert_int_equal(at, n);
+  kiln_history_release(h);
+  kiln_trainer_release(trainer);
+  kiln_model_release(model);
+  kiln_dataset_release(train);
+  kiln_context_release(ctx);
+}
+
+static void test_determinism(void **state) {
+  (void)state;
+  enum { N = 2 * 16 + 16 + 16 * 3 + 3 };
+  double a[N], b[N], c[N];
+  train_run(77, a, N);
+  train_run(77, b, N);
+  train_run(78, c, N);
+  assert_memory_equal(a, b, sizeof a);
+  assert_true(memcmp(a, c, sizeof a) != 0);
+}
+
+typedef struct {
+  int batch_calls, epoch_calls;
+  int stop_at_batch; /* cancel on this BATCH call (1-based), 0 = never */
+  int64_t last_batch;
+} progress_log;
+
+static int on_progress(void *user, const kiln_progress *p) {
+  progress_log *log = user;
+  assert_int_equal(p->struct_size, sizeof *p);
+  if (p->phase == KILN_PROGRESS_BATCH) {
+    ++log->batch_calls;
+    assert_null(p->stats);
+    assert_true(p->loss > 0);
+    log->last_batch = p->batch;
+    return log->stop_at_batch == log->batch_calls;
+  }
+  ++log->epoch_calls;
+  assert_non_null(p->stats);
+  assert_int_equal(p->stats->epoch, p->epoch);
+  return 0;
+}
+
+static void test_progress_and_cancel(void **state) {
+  kiln_context *ctx = *state;
+  kiln_dataset *train = separable(ctx, 100, 4); /* 10 batches of 10 */
+  kiln_model *model = make_model(ctx, "2-8-3", KILN_F32);
+  kiln_trainer *trainer = make_trainer(model, KILN_OPTIM_SGD, 0.1, 10, 1, 3);
+  progress_log log = {0, 0, 0, 0};
+  kiln_history *h = NULL;
+  assert_kiln_ok(kiln_trainer_fit(trainer, train, NULL, 2, on_progress, &log, &h));
+  assert_int_equal(log.batch_calls, 6); /* after batches 3, 6, 9 of each epoch */
+  assert_int_equal(log.epoch_calls, 2);
+  assert_int_equal(log.last_batch, 9);
+  kiln_history_release(h);
+
+  /* Cancel at the second report: after batch 6 of the next epoch. */
+  double before[8 * 2], after[8 * 2];
+  kiln_tensor *w = NULL;
+  assert_kiln_ok(kiln_model_parameter(model, 0, &w));
+  kiln_test_read_f64(w, before, 16);
+  progress_log stop = {0, 0, 2, 0};
+  h = (kiln_history *)(uintptr_t)1;
+  assert_status(kiln_trainer_fit(trainer, train, NULL, 5, on_progress, &stop, &h), KILN_ERROR_CANCELLED);
+  assert_null(h);
+  assert_last_error_contains("cancelled");
+  int64_t steps = 0, epochs = 0;
+  assert_kiln_ok(kiln_trainer_steps_done(trainer, &steps));
+  assert_kiln_ok(kiln_trainer_epochs_done(trainer, &epochs));
+  assert_int_equal(steps, 20 + 6);
+  assert_int_equal(epochs, 2);
+  kiln_test_read_f64(w, after, 16);
+  assert_true(memcmp(before, after, sizeof before) != 0); /* the updates stay */
+  kiln_tensor_release(w);
+  kiln_trainer_release(trainer);
+  kiln_model_release(model);
+  kiln_dataset_release(train);
+}
+
+static void test_epoch_pull_form(void **state) {
+  kiln_context *ctx = *state;
+  kiln_dataset *train = separable(ctx, 50, 6);
+  kiln_model *model = make_model(ctx, "2-8-3", KILN_F32);
+  kiln_trainer *trainer = make_trainer(model, KILN_OPTIM_SGD, 0.1, 16, 1, 0);
+  kiln_epoch_stats s = {sizeof s};
+  assert_kiln_ok(kiln_trainer_epoch(trainer, train, &s));
+  assert_int_equal(s.struct_size, sizeof s);
+  assert_int_equal(s.epoch, 1);
+  assert_true(s.train_loss > 0 && s.train_accuracy >= 0 && s.train_accuracy <= 1);
+  assert_int_equal(s.has_validation, 0);
+  int64_t steps = 0;
+  assert_kiln_ok(kiln_trainer_steps_done(trainer, &steps));
+  assert_int_equal(steps, 4); /* 16 + 16 + 16 + 2 */
+  /* An older, smaller struct is filled only up to its size. */
+  unsigned char raw[sizeof(kiln_epoch_stats) + 8];
+  memset(raw, 0xAB, sizeof raw);
+  kiln_epoch_stats *small = (kiln_epoch_stats *)raw;
+  small->struct_size = 24;
+  assert_kiln_ok(kiln_trainer_epoch(trainer, train, small));
+  assert_int_equal(small->epoch, 2);
+  assert_int_equal(raw[24], 0xAB);
+  kiln_epoch_stats zero = {0};
+  assert_status(kiln_trainer_epoch(trainer, train, &zero), KILN_ERROR_INVALID_ARGUMENT);
+  kiln_trainer_release(trainer);
+  kiln_model_release(model);
+  kiln_dataset_release(train);
+}
+
+/* ---- errors -------------------------------------------------------------------- */
+
+static void test_step_errors(void **state) {
+  kiln_context *ctx = *state;
+  kiln_model *model = make_model(ctx, "4-3", KILN_F32);
+  kiln_trainer *trainer = make_trainer(model, KILN_OPTIM_SGD, 0.1, 8, 1, 0);
+  float xv[2 * 4] = {0};
+  const int64_t xs[] = {2, 4}, bad_xs[] = {2, 5}, ys[] = {2}, ys3[] = {3};
+  kiln_tensor *x = kiln_test_tensor_f32(ctx, xv, xs, 2, cpu), *xbad = NULL, *y = NULL;
+  assert_kiln_ok(kiln_tensor_zeros(ctx, bad_xs, 2, KILN_F32, cpu, &xbad));
+  int64_t labels[2] = {1, 2};
+  assert_kiln_ok(kiln_tensor_from_host(ctx, labels, sizeof labels, ys, 1, KILN_I64, cpu, &y));
+  double loss = 5;
+  assert_status(kiln_trainer_step(trainer, xbad, y, &loss), KILN_ERROR_SHAPE_MISMATCH);
+  assert_true(loss == 0);
+  assert_last_error_contains("[2, 5]");
+  /* Labels of another dtype are converted; floats are refused. */
+  int32_t l32[2] = {0, 2};
+  kiln_tensor *y32 = NULL, *yf = NULL, *y3 = NULL, *ybig = NULL;
+  assert_kiln_ok(kiln_tensor_from_host(ctx, l32, sizeof l32, ys, 1, KILN_I32, cpu, &y32));
+  assert_kiln_ok(kiln_trainer_step(trainer, x, y32, &loss));
+  assert_true(isfinite(loss) && loss > 0);
+  assert_kiln_ok(kiln_tensor_zeros(ctx, ys, 1, KILN_F32, cpu, &yf));
+  assert_status(kiln_trainer_step(trainer, x, yf, &loss), KILN_ERROR_DTYPE_MISMATCH);
+  assert_kiln_ok(kiln_tensor_zeros(ctx, ys3, 1, KILN_I64, cpu, &y3));
+  assert_status(kiln_trainer_step(trainer, x, y3, &loss), KILN_ERROR_SHAPE_MISMATCH);
+  int64_t big[2] = {0, 3};
+  assert_kiln_ok(kiln_tensor_from_host(ctx, big, sizeof big, ys, 1, KILN_I64, cpu, &ybig));
+  assert_status(kiln_trainer_step(trainer, x, ybig, &loss), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("label 3");
+  assert_status(kiln_trainer_step(trainer, x, ybig, NULL), KILN_ERROR_INVALID_ARGUMENT);
+  int64_t steps = 0;
+  assert_kiln_ok(kiln_trainer_steps_done(trainer, &steps));
+  assert_int_equal(steps, 1);
+  assert_status(kiln_trainer_step(trainer, NULL, y, &loss), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_step(NULL, x, y, &loss), KILN_ERROR_INVALID_ARGUMENT);
+
+  /* A dataset of another width, or with more classes than outputs. */
+  kiln_dataset *ds = NULL;
+  kiln_epoch_stats s = {sizeof s};
+  assert_kiln_ok(kiln_dataset_from_tensors(ctx, xbad, y, &ds));
+  assert_status(kiln_trainer_epoch(trainer, ds, &s), KILN_ERROR_SHAPE_MISMATCH);
+  assert_int_equal(s.struct_size, sizeof s);
+  kiln_dataset_release(ds);
+  assert_kiln_ok(kiln_dataset_from_tensors(ctx, x, ybig, &ds));
+  assert_status(kiln_trainer_epoch(trainer, ds, &s), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("labels up to 3");
+  kiln_history *h = NULL;
+  assert_status(kiln_trainer_fit(trainer, ds, NULL, 0, NULL, NULL, &h), KILN_ERROR_INVALID_ARGUMENT);
+  kiln_dataset_release(ds);
+
+  /* Bad options. */
+  kiln_trainer_options *o = NULL;
+  kiln_trainer *t2 = (kiln_trainer *)(uintptr_t)1;
+  assert_kiln_ok(kiln_trainer_options_create(&o));
+  assert_status(kiln_trainer_options_set_lr(o, -1), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_options_set_lr(o, NAN), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_options_set_batch_size(o, 0), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_options_set_betas(o, 0.9, 1.0), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_options_set_eps(o, 0), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_options_set_optimizer(o, (kiln_optimizer_kind)3), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_options_set_loss(o, (kiln_loss_kind)3), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_options_set_grad_clip(o, -1), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_options_set_progress_interval(o, -1), KILN_ERROR_INVALID_ARGUMENT);
+  assert_kiln_ok(kiln_trainer_options_set_nesterov(o, 1));
+  assert_status(kiln_trainer_create(model, o, &t2), KILN_ERROR_INVALID_ARGUMENT);
+  assert_null(t2);
+  assert_last_error_contains("nesterov");
+  kiln_trainer_options_release(o);
+  assert_status(kiln_trainer_create(NULL, NULL, &t2), KILN_ERROR_INVALID_ARGUMENT);
+
+  /* A released trainer. */
+  kiln_trainer_release(trainer);
+  assert_status(kiln_trainer_step(trainer, x, y, &loss), KILN_ERROR_INVALID_HANDLE);
+  kiln_trainer_release(trainer);
+  kiln_tensor_release(x);
+  kiln_tensor_release(xbad);
+  kiln_tensor_release(y);
+  kiln_tensor_release(y32);
+  kiln_tensor_release(yf);
+  kiln_tensor_release(y3);
+  kiln_tensor_release(ybig);
+  kiln_model_release(model);
+}
+
+/* kiln_loss against closed forms. */
+static void test_loss_values(void **state) {
+  kiln_context *ctx = *state;
+  const double logits[6] = {1, 2, 3, -1, 0, 1};
+  const int64_t ls[] = {2, 3}, ys[] = {2};
+  kiln_tensor *p = kiln_test_tensor_f64(ctx, logits, ls, 2, cpu), *y = NULL, *t = NULL;
+  uint8_t labels[2] = {0, 2};
+  assert_kiln_ok(kiln_tensor_from_host(ctx, labels, sizeof labels, ys, 1, KILN_U8, cpu, &y));
+  double got = 0, want = 0;
+  assert_kiln_ok(kiln_loss(KILN_LOSS_CROSS_ENTROPY, p, y, &got));
+  for (int r = 0; r < 2; ++r) {
+    double z = 0;
+    for (int j = 0; j < 3; ++j) z += exp(logits[r * 3 + j]);
+    want += (log(z) - logits[r * 3 + labels[r]]) / 2;
+  }
+  assert_allclose(&got, &want, 1, 1e-12, 0);
+  const double target[6] = {0, 1, 1, 0.5, 0, 1};
+  t = kiln_test_tensor_f64(ctx, target, ls, 2, cpu);
+  assert_kiln_ok(kiln_loss(KILN_LOSS_MSE, p, t, &got));
+  want = 0;
+  for (int i = 0; i < 6; ++i) want += (logits[i] - target[i]) * (logits[i] - target[i]) / 6;
+  assert_allclose(&got, &want, 1, 1e-12, 0);
+  assert_kiln_ok(kiln_loss(KILN_LOSS_BCE_WITH_LOGITS, p, t, &got));
+  want = 0;
+  for (int i = 0; i < 6; ++i) {
+    const double s = 1 / (1 + exp(-logits[i]));
+    want -= (target[i] * log(s) + (1 - target[i]) * log(1 - s)) / 6;
+  }
+  assert_allclose(&got, &want, 1, 1e-12, 0);
+  assert_status(kiln_loss(KILN_LOSS_MSE, p, y, &got), KILN_ERROR_DTYPE_MISMATCH);
+  assert_status(kiln_loss(KILN_LOSS_CROSS_ENTROPY, p, t, &got), KILN_ERROR_DTYPE_MISMATCH);
+  assert_status(kiln_loss((kiln_loss_kind)7, p, t, &got), KILN_ERROR_INVALID_ARGUMENT);
+  labels[1] = 3;
+  kiln_tensor *bad = NULL;
+  assert_kiln_ok(kiln_tensor_from_host(ctx, labels, sizeof labels, ys, 1, KILN_U8, cpu, &bad));
+  assert_status(kiln_loss(KILN_LOSS_CROSS_ENTROPY, p, bad, &got), KILN_ERROR_INVALID_ARGUMENT);
+  kiln_tensor_release(bad);
+  kiln_tensor_release(p);
+  kiln_tensor_release(y);
+  kiln_tensor_release(t);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_optimizers_match_torch),
+      cmocka_unit_test(test_grad_clipping),
+      cmocka_unit_test(test_schedules),
+      cmocka_unit_test(test_convergence_and_history),
+      cmocka_unit_test(test_determinism),
+      cmocka_unit_test(test_progress_and_cancel),
+      cmocka_unit_test(test_epoch_pull_form),
+      cmocka_unit_test(test_step_errors),
+      cmocka_unit_test(test_loss_values),
+  };
+  return cmocka_run_group_tests(tests, kiln_test_context_setup, kiln_test_context_teardown);
+}

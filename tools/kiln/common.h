@@ -1,0 +1,36 @@
+/* What the kiln subcommands share: opening a context on the requested
+ * device, loading dataset splits, reporting kiln's errors. */
+#ifndef KILN_TOOLS_COMMON_H
+#define KILN_TOOLS_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <kiln/kiln.h>
+
+#include "args.h"
+
+#define DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
+
+/* Fashion-MNIST's class names, by label. */
+extern const char *const fashion_mnist_classes[10];
+
+/* Prints "kiln CMD: WHAT: <kiln's message>" on stderr; returns
+ * EXIT_RUNTIME_ERROR. */
+int report_error(const cli_command *cmd, const char *what);
+
+/* Creates a context (seed, threads: 0 = one per core) and resolves
+ * device_text ("auto", "cpu", "cuda:N"). For "cpu" the CUDA plugin is not
+ * loaded at all. Returns CLI_CONTINUE, EXIT_USAGE_ERROR for malformed device
+ * text, or EXIT_RUNTIME_ERROR with kiln's reason (e.g. no such GPU). */
+int open_context(const cli_command *cmd, const char *device_text, uint64_t seed, int64_t threads,
+                 kiln_context **ctx, kiln_device *device);
+
+/* Loads the "train" or "test" split of an MNIST-layout directory. When the
+ * files are not there, says which ones were looked for and how to get them. */
+int load_split(const cli_command *cmd, kiln_context *ctx, const char *dir, const char *split, kiln_dataset **out);
+
+/* "cuda:0 (NVIDIA H100 80GB HBM3)" or "cpu (AMD EPYC 7B13, 16 threads)". */
+void describe_device(kiln_context *ctx, kiln_device device, char *buf, size_t size);
+
+#endif

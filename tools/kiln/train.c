@@ -1,0 +1,281 @@
+/* kiln train: the PyTorch GPU tutorial's training run (an MLP trained with
+ * cross-entropy over shuffled batches, validated each epoch, then scored on
+ * the test set) on any MNIST-layout dataset. */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "commands.h"
+#include "common.h"
+#include "progress.h"
+
+#define MAX_HIDDEN_LAYERS 16
+#define EXIT_INTERRUPTED 130 /* 128 + SIGINT, as shells report it */
+
+typedef struct train_args {
+  const char *data, *device, *hidden, *activation, *optimizer, *save, *checkpoint, *resume;
+  int64_t epochs, batch, seed, threads;
+  double lr, momentum, weight_decay, val_split;
+  int quiet;
+  /* Derived from the strings above by check_args. */
+  int64_t hidden_sizes[MAX_HIDDEN_LAYERS];
+  int num_hidden;
+  kiln_layer_kind activation_kind;
+  kiln_optimizer_kind optimizer_kind;
+} train_args;
+
+/* Everything a run creates, released in one place. */
+typedef struct train_run {
+  kiln_context *ctx;
+  kiln_device device;
+  kiln_dataset *full, *train, *val, *test;
+  kiln_model *model;
+  kiln_trainer *trainer;
+} train_run;
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int parse_hidden(const cli_command *cmd, train_args *a) {
+  const char *p = a->hidden;
+  a->num_hidden = 0;
+  while (*p) {
+    char *end = NULL;
+    long long v = strtoll(p, &end, 10);
+    if (end == p || v <= 0 || (*end != ',' && *end != '\0') || a->num_hidden == MAX_HIDDEN_LAYERS)
+      return cli_usage_error(cmd, "--hidden wants up to %d positive sizes separated by commas, got '%s'",
+                             MAX_HIDDEN_LAYERS, a->hidden);
+    a->hidden_sizes[a->num_hidden++] = v;
+    p = *end == ',' ? end + 1 : end;
+  }
+  return CLI_CONTINUE;
+}
+
+static int check_args(const cli_command *cmd, train_args *a) {
+  static const struct { const char *name; kiln_layer_kind kind; } activations[] = {
+      {"relu", KILN_LAYER_RELU}, {"gelu", KILN_LAYER_GELU}, {"tanh", KILN_LAYER_TANH},
+      {"sigmoid", KILN_LAYER_SIGMOID}, {"leaky_relu", KILN_LAYER_LEAKY_RELU}};
+  static const struct { const char *name; kiln_optimizer_kind kind; } optimizers[] = {
+      {"sgd", KILN_OPTIM_SGD}, {"adam", KILN_OPTIM_ADAM}, {"adamw", KILN_OPTIM_ADAMW}};
+
+  int found = 0;
+  for (size_t i = 0; i < sizeof activations / sizeof activations[0]; i++)
+    if (strcmp(a->activation, activations[i].name) == 0) {
+      a->activation_kind = activations[i].kind;
+      found = 1;
+    }
+  if (!found)
+    return cli_usage_error(cmd, "unknown --activation '%s' (relu, gelu, tanh, sigmoid or leaky_relu)", a->activation);
+  found = 0;
+  for (size_t i = 0; i < sizeof optimizers / sizeof optimizers[0]; i++)
+    if (strcmp(a->optimizer, optimizers[i].name) == 0) {
+      a->optimizer_kind = optimizers[i].kind;
+      found = 1;
+    }
+  if (!found) return cli_usage_error(cmd, "unknown --optimizer '%s' (sgd, adam or adamw)", a->optimizer);
+
+  if (a->epochs < 1) return cli_usage_error(cmd, "--epochs must be at least 1, got %lld", (long long)a->epochs);
+  if (a->batch < 1) return cli_usage_error(cmd, "--batch must be at least 1, got %lld", (long long)a->batch);
+  if (a->threads < 0) return cli_usage_error(cmd, "--threads must be 0 (one per core) or more");
+  if (a->seed < 0) return cli_usage_error(cmd, "--seed must not be negative");
+  if (!(a->lr > 0)) return cli_usage_error(cmd, "--lr must be positive, got %g", a->lr);
+  if (a->momentum < 0 || a->momentum >= 1) return cli_usage_error(cmd, "--momentum must be in [0, 1)");
+  if (a->momentum > 0 && a->optimizer_kind != KILN_OPTIM_SGD)
+    return cli_usage_error(cmd, "--momentum applies to --optimizer sgd only");
+  if (!isnan(a->weight_decay) && a->weight_decay < 0) return cli_usage_error(cmd, "--weight-decay must be >= 0");
+  if (a->val_split < 0 || a->val_split >= 1) return cli_usage_error(cmd, "--val-split must be in [0, 1)");
+  return parse_hidden(cmd, a);
+}
+
+static int load_data(const cli_command *cmd, const train_args *a, train_run *r) {
+  int rc = load_split(cmd, r->ctx, a->data, "train", &r->full);
+  if (rc == CLI_CONTINUE) rc = load_split(cmd, r->ctx, a->data, "test", &r->test);
+  if (rc != CLI_CONTINUE) return rc;
+  if (a->val_split == 0) {
+    r->train = r->full;
+    r->full = NULL;
+  } else if (kiln_dataset_split(r->full, a->val_split, (uint64_t)a->seed, &r->train, &r->val) != KILN_OK) {
+    return report_error(cmd, "cannot split off the validation set");
+  }
+  return CLI_CONTINUE;
+}
+
+static int build_model(const cli_command *cmd, const train_args *a, train_run *r) {
+  int64_t sizes[MAX_HIDDEN_LAYERS + 2];
+  int n = 0;
+  if (kiln_dataset_num_features(r->train, &sizes[n++]) != KILN_OK)
+    return report_error(cmd, "cannot read the dataset's shape");
+  for (int i = 0; i < a->num_hidden; i++) sizes[n++] = a->hidden_sizes[i];
+  if (kiln_dataset_num_classes(r->train, &sizes[n++]) != KILN_OK)
+    return report_error(cmd, "cannot read the dataset's classes");
+
+  kiln_model_spec *spec = NULL;
+  kiln_status st = kiln_model_spec_create(&spec);
+  if (st == KILN_OK) st = kiln_model_spec_add_mlp(spec, sizes, n, a->activation_kind);
+  if (st == KILN_OK) st = kiln_model_create(r->ctx, spec, r->device, &r->model);
+  kiln_model_spec_release(spec);
+  if (st != KILN_OK) return report_error(cmd, "cannot create the model");
+  return CLI_CONTINUE;
+}
+
+static int make_trainer(const cli_command *cmd, const train_args *a, train_run *r, int64_t progress_interval) {
+  kiln_trainer_options *o = NULL;
+  kiln_status st = kiln_trainer_options_create(&o);
+  if (st == KILN_OK) st = kiln_trainer_options_set_optimizer(o, a->optimizer_kind);
+  if (st == KILN_OK) st = kiln_trainer_options_set_lr(o, a->lr);
+  if (st == KILN_OK) st = kiln_trainer_options_set_batch_size(o, a->batch);
+  if (st == KILN_OK) st = kiln_trainer_options_set_shuffle_seed(o, (uint64_t)a->seed);
+  if (st == KILN_OK) st = kiln_trainer_options_set_progress_interval(o, progress_interval);
+  if (st == KILN_OK && a->momentum > 0) st = kiln_trainer_options_set_momentum(o, a->momentum);
+  /* Unset keeps the optimizer's own default (AdamW's is 0.01, the others' 0). */
+  if (st == KILN_OK && !isnan(a->weight_decay)) st = kiln_trainer_options_set_weight_decay(o, a->weight_decay);
+  if (st == KILN_OK) st = kiln_trainer_create(r->model, o, &r->trainer);
+  kiln_trainer_options_release(o);
+  if (st != KILN_OK) return report_error(cmd, "cannot create the trainer");
+  if (a->resume && kiln_trainer_load_checkpoint(r->trainer, a->resume) != KILN_OK) {
+    fprintf(stderr,
+            "kiln train: cannot resume from '%s': %s (pass the same --hidden, --activation and --optimizer "
+            "as the run that wrote it)\n",
+            a->resume, kiln_last_error());
+    return EXIT_RUNTIME_ERROR;
+  }
+  return CLI_CONTINUE;
+}
+
+static void print_header(const train_args *a, const train_run *r) {
+  char dev[320];
+  describe_device(r->ctx, r->device, dev, sizeof dev);
+  const char *spec = "?";
+  int64_t params = 0, n_train = 0, n_val = 0, n_test = 0;
+  kiln_model_describe(r->model, &spec);
+  kiln_model_num_parameters(r->model, &params);
+  kiln_dataset_size(r->train, &n_train);
+  if (r->val) kiln_dataset_size(r->val, &n_val);
+  kiln_dataset_size(r->test, &n_test);
+  printf("device: %s\n", dev);
+  printf("model: %s (%lld parameters)\n", spec, (long long)params);
+  printf("data: %s: %lld training, %lld validation, %lld test samples\n", a->data, (long long)n_train,
+         (long long)n_val, (long long)n_test);
+  printf("training: %s, lr %g, batch %lld, epochs %lld\n", a->optimizer, a->lr, (long long)a->batch,
+         (long long)a->epochs);
+  fflush(stdout);
+}
+
+/* Runs the remaining epochs one fit at a time, so that a checkpoint can be
+ * written between epochs without touching the trainer during a fit. */
+static int run_epochs(const cli_command *cmd, const train_args *a, train_run *r, progress_state *progress) {
+  int64_t done = 0;
+  if (kiln_trainer_epochs_done(r->trainer, &done) != KILN_OK) return report_error(cmd, "cannot read the trainer");
+  if (done >= a->epochs && !a->quiet)
+    printf("the checkpoint has %lld epochs already; nothing to train (raise --epochs)\n", (long long)done);
+  for (int64_t e = done + 1; e <= a->epochs; e++) {
+    progress->epoch = e;
+    kiln_history *history = NULL;
+    kiln_status st = kiln_trainer_fit(r->trainer, r->train, r->val, 1, progress_callback, progress, &history);
+    kiln_history_release(history);
+    if (st == KILN_ERROR_CANCELLED && progress_interrupted()) {
+      fprintf(stderr, "\nkiln train: interrupted during epoch %lld\n", (long long)e);
+      return EXIT_INTERRUPTED;
+    }
+    if (st != KILN_OK) return report_error(cmd, "training failed");
+    if (a->checkpoint && kiln_trainer_save_checkpoint(r->trainer, a->checkpoint) != KILN_OK) {
+      char what[512];
+      snprintf(what, sizeof what, "cannot write checkpoint '%s'", a->checkpoint);
+      return report_error(cmd, what);
+    }
+  }
+  return CLI_CONTINUE;
+}
+
+static int finish(const cli_command *cmd, const train_args *a, train_run *r, double started, double train_seconds) {
+  if (a->save) {
+    if (kiln_model_save(r->model, a->save) != KILN_OK) {
+      char what[512];
+      snprintf(what, sizeof what, "cannot save the model to '%s'", a->save);
+      return report_error(cmd, what);
+    }
+    printf("saved model: %s\n", a->save);
+  }
+  double loss = 0, accuracy = 0;
+  if (kiln_trainer_evaluate(r->trainer, r->test, &loss, &accuracy) != KILN_OK)
+    return report_error(cmd, "cannot evaluate on the test set");
+  printf("test loss: %.4f\n", loss);
+  printf("test accuracy: %.2f%%\n", 100.0 * accuracy);
+  printf("time: %.1f s training, %.1f s in all\n", train_seconds, now_seconds() - started);
+  return 0;
+}
+
+int cmd_train(int argc, char **argv) {
+  train_args a = {.data = DEFAULT_DATA_DIR, .device = "auto", .hidden = "32", .activation = "relu",
+                  .optimizer = "sgd", .epochs = 5, .batch = 128, .lr = 0.1, .weight_decay = NAN,
+                  .val_split = 0.1};
+  const cli_option options[] = {
+      {"data", CLI_STRING, &a.data, "DIR", "MNIST-layout dataset directory (default " DEFAULT_DATA_DIR ")"},
+      {"device", CLI_STRING, &a.device, "DEV", "auto, cpu or cuda:N (default auto: the first GPU, else the CPU)"},
+      {"hidden", CLI_STRING, &a.hidden, "N[,N...]", "hidden layer sizes (default 32)"},
+      {"activation", CLI_STRING, &a.activation, "NAME", "relu, gelu, tanh, sigmoid or leaky_relu (default relu)"},
+      {"epochs", CLI_INT, &a.epochs, "N", "total epochs, counting those of a resumed checkpoint (default 5)"},
+      {"batch", CLI_INT, &a.batch, "N", "batch size (default 128)"},
+      {"lr", CLI_DOUBLE, &a.lr, "X", "learning rate (default 0.1)"},
+      {"optimizer", CLI_STRING, &a.optimizer, "NAME", "sgd, adam or adamw (default sgd)"},
+      {"momentum", CLI_DOUBLE, &a.momentum, "X", "SGD momentum (default 0)"},
+      {"weight-decay", CLI_DOUBLE, &a.weight_decay, "X", "weight decay (default 0; 0.01 for adamw)"},
+      {"seed", CLI_INT, &a.seed, "N", "seed of initialisation, split and shuffling (default 0)"},
+      {"val-split", CLI_DOUBLE, &a.val_split, "X", "fraction held out for validation (default 0.1; 0 = none)"},
+      {"save", CLI_STRING, &a.save, "FILE", "save the trained model's weights (safetensors)"},
+      {"checkpoint", CLI_STRING, &a.checkpoint, "FILE", "write a training checkpoint after each epoch"},
+      {"resume", CLI_STRING, &a.resume, "FILE", "continue from a checkpoint (same model and optimizer)"},
+      {"threads", CLI_INT, &a.threads, "N", "CPU threads (default 0: one per core)"},
+      {"quiet", CLI_FLAG, &a.quiet, NULL, "print only the results, no per-epoch output"},
+  };
+  cli_command cmd = {
+      .name = "train",
+      .synopsis = "",
+      .summary = "Trains an MLP (input-hidden...-classes) with cross-entropy over shuffled batches,\n"
+                 "validates it after each epoch and prints its test-set accuracy.",
+      .options = options,
+      .num_options = (int)(sizeof options / sizeof options[0]),
+  };
+  int rc = cli_parse(&cmd, argc, argv);
+  if (rc == CLI_CONTINUE) rc = check_args(&cmd, &a);
+  if (rc != CLI_CONTINUE) return rc;
+
+  double started = now_seconds();
+  train_run r = {0};
+  progress_state progress = {progress_choose_mode(a.quiet), 0, a.epochs};
+  rc = open_context(&cmd, a.device, (uint64_t)a.seed, a.threads, &r.ctx, &r.device);
+  if (rc == CLI_CONTINUE) rc = load_data(&cmd, &a, &r);
+  if (rc == CLI_CONTINUE) rc = build_model(&cmd, &a, &r);
+  if (rc == CLI_CONTINUE) {
+    /* About 50 redraws per epoch; each reads the loss back from the device. */
+    int64_t n = 0;
+    kiln_dataset_size(r.train, &n);
+    int64_t batches = (n + a.batch - 1) / a.batch;
+    int64_t interval = progress.mode == PROGRESS_BAR ? (batches / 50 > 0 ? batches / 50 : 1) : 0;
+    rc = make_trainer(&cmd, &a, &r, interval);
+  }
+  double train_seconds = 0;
+  if (rc == CLI_CONTINUE) {
+    if (!a.quiet) print_header(&a, &r);
+    progress_catch_interrupt();
+    double t0 = now_seconds();
+    rc = run_epochs(&cmd, &a, &r, &progress);
+    train_seconds = now_seconds() - t0;
+  }
+  if (rc == CLI_CONTINUE) rc = finish(&cmd, &a, &r, started, train_seconds);
+
+  kiln_trainer_release(r.trainer);
+  kiln_model_release(r.model);
+  kiln_dataset_release(r.train);
+  kiln_dataset_release(r.val);
+  kiln_dataset_release(r.test);
+  kiln_dataset_release(r.full);
+  kiln_context_release(r.ctx);
+  return rc;
+}
