@@ -36,14 +36,14 @@ int main(int argc, char **argv) {
   std::printf("threads %lld, batch %lld\n", (long long)be.info(-1).threads, (long long)batch);
 
   std::vector<uint8_t> images(size_t(samples * in));
-  std::vector<int64_t> labels(size_t(samples)), rows(size_t(batch)), y(size_t(batch));
+  std::vector<int64_t> labels(static_cast<size_t>(samples)), rows(static_cast<size_t>(batch)), y(static_cast<size_t>(batch));
   for (size_t i = 0; i < images.size(); ++i) images[i] = uint8_t(rng_bits(1, i));
   for (int64_t i = 0; i < samples; ++i) labels[size_t(i)] = int64_t(rng_bits(2, uint64_t(i)) % uint64_t(classes));
   for (int64_t r = 0; r < batch; ++r) rows[size_t(r)] = int64_t(rng_bits(3, uint64_t(r)) % uint64_t(samples));
 
   // One flat parameter buffer (W1, b1, W2, b2) and its gradient, as the trainer keeps them.
   const int64_t n_params = hidden * in + hidden + classes * hidden + classes;
-  std::vector<float> params(size_t(n_params)), grads(size_t(n_params)), velocity(size_t(n_params));
+  std::vector<float> params(static_cast<size_t>(n_params)), grads(static_cast<size_t>(n_params)), velocity(static_cast<size_t>(n_params));
   for (int64_t i = 0; i < n_params; ++i) params[size_t(i)] = float(rng_uniform(4, uint64_t(i)) - 0.5) * 0.1f;
   float *w1 = params.data(), *b1 = w1 + hidden * in, *w2 = b1 + hidden, *b2 = w2 + classes * hidden;
   float *dw1 = grads.data(), *db1 = dw1 + hidden * in, *dw2 = db1 + hidden, *db2 = dw2 + classes * hidden;

@@ -24,6 +24,8 @@ cuda_args=(-DKILN_BUILD_CUDA=OFF)
 if [[ -n "$nvcc" ]]; then
   cuda_args=(-DKILN_BUILD_CUDA=ON "-DCMAKE_CUDA_COMPILER=$nvcc")
   echo "build: CUDA plugin with $nvcc"
+elif [[ "${KILN_CUDA:-ON}" == "OFF" ]]; then
+  echo "build: KILN_CUDA=OFF: CPU only (the CUDA plugin is not built)"
 else
   echo "build: no nvcc found: CPU only (the CUDA plugin is not built)"
 fi

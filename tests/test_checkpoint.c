@@ -1,6 +1,7 @@
 /* Training checkpoints: resuming from one reproduces the uninterrupted run
  * bit for bit (CPU), and mismatched or hostile files are refused without
  * changing the trainer. */
+#define _GNU_SOURCE /* memmem */
 #include "support.h"
 
 #include <stdio.h>
@@ -108,9 +109,6 @@ static void check_resume(kiln_optimizer_kind kind, const char *spec) {
   read_weights(model2, b);
   assert_memory_equal(a, b, sizeof a);
 
-  /* The checkpoint also loads as plain model weights. */
-  assert_kiln_ok(kiln_model_load_weights(model2, path));
-
   kiln_trainer_release(t2);
   kiln_model_release(model2);
   kiln_dataset_release(ds);
@@ -174,9 +172,7 @@ static void test_mismatched_checkpoints(void **state) {
     f = fopen(bad, "wb");
     fwrite(buf, 1, cut, f);
     fclose(f);
-    kiln_trainer *tt = make_trainer(make_model(ctx, "6-12-3"), KILN_OPTIM_ADAM);
-    assert_status(kiln_trainer_load_checkpoint(tt, bad), KILN_ERROR_FORMAT);
-    kiln_trainer_release(tt);
+    assert_status(kiln_trainer_load_checkpoint(t, bad), KILN_ERROR_FORMAT);
   }
   /* Garbage metadata: a counter that is not a number. */
   char *meta = memmem(buf, size, "\"steps_done\":\"", 14);
@@ -185,10 +181,10 @@ static void test_mismatched_checkpoints(void **state) {
   f = fopen(bad, "wb");
   fwrite(buf, 1, size, f);
   fclose(f);
-  kiln_trainer *tg = make_trainer(make_model(ctx, "6-12-3"), KILN_OPTIM_ADAM);
-  assert_status(kiln_trainer_load_checkpoint(tg, bad), KILN_ERROR_FORMAT);
+  assert_status(kiln_trainer_load_checkpoint(t, bad), KILN_ERROR_FORMAT);
   assert_last_error_contains("steps_done");
-  kiln_trainer_release(tg);
+  assert_kiln_ok(kiln_trainer_steps_done(t, &steps));
+  assert_int_equal(steps, 7); /* the failed loads changed nothing */
   snprintf(bad, sizeof bad, "%s/missing", dir);
   assert_status(kiln_trainer_load_checkpoint(ts, bad), KILN_ERROR_IO);
   assert_status(kiln_trainer_load_checkpoint(ts, NULL), KILN_ERROR_INVALID_ARGUMENT);

@@ -36,6 +36,10 @@ lib=$(find "$prefix" -name libkiln.so -print | head -n 1)
 [ -n "$lib" ] || die "no libkiln.so under $prefix"
 libdir=$(dirname "$lib")
 [ -f "$prefix/include/kiln/kiln.h" ] || die "kiln/kiln.h is not installed"
+# libkiln looks for the CUDA plugin in its own directory.
+if [ -e "$build_dir/libkiln_cuda.so" ] && [ ! -e "$libdir/libkiln_cuda.so" ]; then
+  die "the CUDA plugin was built but is not installed next to libkiln.so in $libdir"
+fi
 
 # ---- the library's interface ---------------------------------------------
 soname=$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\].*/\1/p')

@@ -447,8 +447,9 @@ KILN_API kiln_status kiln_model_load_weights(kiln_model *model, const char *path
 typedef struct kiln_dataset kiln_dataset;
 
 /* A dataset from tensors: x [N, features...] (float or u8) and y [N] integer
- * class labels (i32/i64/u8) or [N, k] float targets. The tensors are
- * referenced, not copied. SHAPE_MISMATCH when the first dimensions differ. */
+ * class labels (i32/i64/u8, all >= 0) or [N, k] float targets, both of ctx.
+ * The tensors are referenced, not copied. SHAPE_MISMATCH when the first
+ * dimensions differ; INVALID_ARGUMENT for N = 0 or a negative label. */
 KILN_API kiln_status kiln_dataset_from_tensors(kiln_context *ctx, const kiln_tensor *x, const kiln_tensor *y,
                                                kiln_dataset **out);
 /* Reads an IDX image file and an IDX label file (raw, or gzip when the name

@@ -1,5 +1,5 @@
 // Training checkpoints: one safetensors file with the model's parameters
-// (under their nn.Sequential names, so it also loads as a model), the
+// (under their nn.Sequential names, as in a model file), the
 // optimizer state per parameter ("optimizer.exp_avg.0.weight", ...) and
 // metadata: the counters, the shuffle generator's position, the optimizer
 // kind and hyper-parameters, and the spec. Loading checks everything against

@@ -172,8 +172,6 @@ int64_t Dataset::num_features() const { return data_->x.dim(1); }
 bool Dataset::has_class_labels() const { return data_->labels; }
 int64_t Dataset::num_classes() const { return data_->num_classes; }
 int64_t Dataset::target_width() const { return data_->labels ? 0 : data_->y.dim(1); }
-DType Dataset::feature_dtype() const { return data_->x.dtype(); }
-DType Dataset::target_dtype() const { return data_->y.dtype(); }
 
 void Dataset::set_normalization(double scale, double mean, double std) {
   check(std::isfinite(scale) && std::isfinite(mean) && std::isfinite(std), KILN_ERROR_INVALID_ARGUMENT,

@@ -34,11 +34,13 @@ class Dataset {
   // x and y are referenced, not copied. Throws SHAPE_MISMATCH when their
   // first dimensions differ or y has another shape than [N] / [N, k],
   // DTYPE_MISMATCH for an unsupported dtype, INVALID_ARGUMENT for an empty
-  // dataset, tensors of two contexts or devices, or a negative label.
+  // dataset, tensors of two contexts, or a negative label. x and y may be on
+  // different devices.
   static std::shared_ptr<Dataset> from_tensors(const Tensor &x, const Tensor &y);
   // An IDX image file and an IDX label file (raw or gzip), as MNIST ships
   // them: IO / FORMAT from io::read_idx, FORMAT when the files disagree on
-  // the sample count or the labels are not 1-D integers.
+  // the sample count, the labels are not 1-D non-negative integers or the
+  // images are integers other than u8.
   static std::shared_ptr<Dataset> from_idx(const std::shared_ptr<Context> &ctx, const std::string &images_path,
                                            const std::string &labels_path);
   // split "train" or "test" (INVALID_ARGUMENT otherwise) of an MNIST-layout
@@ -58,9 +60,6 @@ class Dataset {
   int64_t num_classes() const;
   // k for float targets; 0 for class labels.
   int64_t target_width() const;
-  // dtype of the stored features / targets (for callers choosing buffers).
-  DType feature_dtype() const;
-  DType target_dtype() const;
 
   // Batched features become (x * scale - mean) / std. Defaults: scale 1/255
   // for u8 features, 1 for floats; mean 0; std 1. INVALID_ARGUMENT unless all
@@ -86,11 +85,11 @@ class Dataset {
   // devices are checked (SHAPE_MISMATCH / DTYPE_MISMATCH / INVALID_ARGUMENT).
   //
   // The first gather on a device copies the data there (under a mutex; OOM
-  // if it does not fit); after that, gathers allocate nothing except when a
-  // split dataset sees a larger count than before (it composes its index
-  // map into a scratch buffer that grows to the largest count and is guarded
-  // by a mutex during the gather). Kernels are queued on d's stream; nothing
-  // waits for the device.
+  // if it does not fit) and waits for that copy once. After that, gathers
+  // neither wait nor allocate, except when a split dataset sees a larger
+  // count than before (it composes its index map into a scratch buffer that
+  // grows to the largest count and is guarded by a mutex during the
+  // gather). The kernels are queued by x's backend, on d's stream.
   void gather(const Tensor &indices, int64_t count, const Tensor &x, const Tensor &y) const;
 
   // Samples [start, start + count) as new tensors on device: *x f32 [count,

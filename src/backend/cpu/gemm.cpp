@@ -16,10 +16,12 @@
 #include <climits>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/dtype_traits.hpp"
 #include "backend/cpu/kernels.hpp"
+#include "backend/cpu/sgemm_avx512.hpp"
 
 namespace kiln::cpu {
 
@@ -50,25 +52,50 @@ struct Blas<double> {
   }
 };
 
+// Products up to this many multiply-adds use kiln's AVX-512 kernels where
+// the CPU has them; larger ones go to the BLAS, whose cache blocking wins.
+constexpr int64_t kOwnKernelMax = int64_t(1) << 26;
+
+// One panel of C = alpha * op(A) op(B) + beta * C: m x n of C at c (leading
+// dimension ldc), with A and B at the panel's first row / column.
+template <class S>
+void gemm_panel(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const S *a, int64_t lda,
+                const S *b, int64_t ldb, double beta, S *c, int64_t ldc, bool own_kernel) {
+  if constexpr (std::is_same_v<S, float>) {
+    if (own_kernel && !trans_b) {
+      sgemm_avx512_rows(m, n, k, float(alpha), a, trans_a ? 1 : lda, trans_a ? lda : 1, b, ldb, float(beta), c, ldc);
+      return;
+    }
+    if (own_kernel && !trans_a) {
+      sgemm_avx512_dots(m, n, k, float(alpha), a, lda, b, ldb, float(beta), c, ldc);
+      return;
+    }
+  }
+  Blas<S>::gemm(trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
+                ldb, beta, c, ldc);
+}
+
 // C = alpha * op(A) op(B) + beta * C over panels of C's rows or columns,
-// whichever dimension is longer, one BLAS call per panel.
+// whichever dimension is longer, one kernel call per panel.
 template <class S>
 void split_gemm(ThreadPool &pool, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
                 const S *a, const S *b, double beta, S *c) {
-  const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
   const int64_t lda = std::max<int64_t>(1, trans_a ? m : k), ldb = std::max<int64_t>(1, trans_b ? k : n);
   const int64_t ldc = std::max<int64_t>(1, n);
+  const bool own_kernel = std::is_same_v<S, float> && !(trans_a && trans_b) && m * n * k <= kOwnKernelMax &&
+                          avx512_available();
   if (m >= n) {
     const int64_t grain = std::max<int64_t>(1, kGemmGrain / std::max<int64_t>(1, n * k));
     pool.parallel_for(m, grain, [&](int64_t begin, int64_t end) {
       const S *a_panel = trans_a ? a + begin : a + begin * k;
-      Blas<S>::gemm(ta, tb, end - begin, n, k, alpha, a_panel, lda, b, ldb, beta, c + begin * n, ldc);
+      gemm_panel(trans_a, trans_b, end - begin, n, k, alpha, a_panel, lda, b, ldb, beta, c + begin * n, ldc,
+                 own_kernel);
     });
   } else {
     const int64_t grain = std::max<int64_t>(1, kGemmGrain / std::max<int64_t>(1, m * k));
     pool.parallel_for(n, grain, [&](int64_t begin, int64_t end) {
       const S *b_panel = trans_b ? b + begin * k : b + begin;
-      Blas<S>::gemm(ta, tb, m, end - begin, k, alpha, a, lda, b_panel, ldb, beta, c + begin, ldc);
+      gemm_panel(trans_a, trans_b, m, end - begin, k, alpha, a, lda, b_panel, ldb, beta, c + begin, ldc, own_kernel);
     });
   }
 }
