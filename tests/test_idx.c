@@ -358,6 +358,11 @@ static void test_huge_dims(void **state) {
     idx_bytes(&b, 0x0E, 4, max4, some, sizeof some, 0); /* overflows 64 bits */
     write_bad(f, "overflow", &b, gzip, path, sizeof path);
     expect_bad_images(f, path, KILN_ERROR_FORMAT, "64 bits");
+
+    const uint32_t empty_but_huge[4] = {0, UINT32_MAX, UINT32_MAX, UINT32_MAX};
+    idx_bytes(&b, 0x08, 4, empty_but_huge, NULL, 0, 0);
+    write_bad(f, "empty-overflow", &b, gzip, path, sizeof path);
+    expect_bad_images(f, path, KILN_ERROR_FORMAT, "64 bits");
   }
 }
 

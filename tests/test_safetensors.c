@@ -145,6 +145,9 @@ static const hostile HOSTILE[] = {
      "non-negative"},
     {"{" META ",\"0.weight\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,4],\"data_offsets\":[0,24]}," BIAS "}",
      36, "too large"},
+    /* empty, but the other sizes multiply past 64 bits */
+    {"{" META "," WEIGHT "," BIAS ",\"x\":{\"dtype\":\"F32\",\"shape\":[0,4611686018427387904,4],"
+     "\"data_offsets\":[36,36]}}", 36, "too large"},
     {"{" META ",\"0.weight\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,6],\"data_offsets\":[0,24]}," BIAS "}",
      36, "at most 8"},
     {"{" META ",\"0.weight\":{\"dtype\":\"F32\",\"shape\":3,\"data_offsets\":[0,24]}," BIAS "}", 36,

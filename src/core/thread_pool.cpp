@@ -22,6 +22,23 @@ constexpr auto kSpinTime = std::chrono::microseconds(200);
 
 constexpr uint64_t kChunkMask = 0xffffffffull;
 
+// The floating-point control state that workers copy from the caller.
+inline uint32_t fp_control() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_ia32_stmxcsr();
+#else
+  return 0;
+#endif
+}
+
+inline void set_fp_control(uint32_t state) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (__builtin_ia32_stmxcsr() != state) __builtin_ia32_ldmxcsr(state);
+#else
+  (void)state;
+#endif
+}
+
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -103,6 +120,7 @@ void ThreadPool::run(int64_t n, int64_t chunks, Trampoline fn, void *ctx) {
   job_ctx_.store(ctx, std::memory_order_relaxed);
   job_n_.store(n, std::memory_order_relaxed);
   job_chunks_.store(chunks, std::memory_order_relaxed);
+  job_fp_control_.store(fp_control(), std::memory_order_relaxed);
   chunks_done_.store(0, std::memory_order_relaxed);
   job_error_ = nullptr;
   uint64_t generation = ((state_.load(std::memory_order_relaxed) >> 32) + 1) & kChunkMask;
@@ -137,6 +155,7 @@ void ThreadPool::work_on(uint64_t generation) {
   void *ctx = job_ctx_.load(std::memory_order_relaxed);
   int64_t n = job_n_.load(std::memory_order_relaxed);
   int64_t chunks = job_chunks_.load(std::memory_order_relaxed);
+  const uint32_t fp_state = job_fp_control_.load(std::memory_order_relaxed);
   uint64_t state = state_.load(std::memory_order_acquire);
   for (;;) {
     if ((state >> 32) != generation) return;
@@ -147,6 +166,7 @@ void ThreadPool::work_on(uint64_t generation) {
     }
     int64_t begin, end;
     chunk_range(n, chunks, chunk, &begin, &end);
+    set_fp_control(fp_state);
     try {
       fn(ctx, chunk, begin, end);
     } catch (...) {

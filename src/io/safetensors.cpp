@@ -116,14 +116,20 @@ class HeaderReader {
     if (shape->items.size() > size_t(KILN_MAX_DIMS))
       error(where + " has " + std::to_string(shape->items.size()) + " dimensions; kiln supports at most " +
             std::to_string(KILN_MAX_DIMS));
-    // numel * dtype size, overflow-checked: the dims come from the file.
-    int64_t bytes = dtype_size(e.dtype);
+    // numel * dtype size, overflow-checked: the dims come from the file. The
+    // product of the non-zero sizes must fit too (as Shape::from requires),
+    // so that no later product over a subset of the dimensions overflows.
+    int64_t nonzero_bytes = dtype_size(e.dtype);
+    bool empty = false;
     for (const json::Value &d : shape->items) {
       if (d.kind != json::Value::Kind::Integer || d.integer < 0)
         error(where + ": \"shape\" must hold non-negative integers");
       e.shape.d[e.shape.ndim++] = d.integer;
-      if (__builtin_mul_overflow(bytes, d.integer, &bytes)) error(where + ": shape " + e.shape.str() + " is too large");
+      if (d.integer == 0) empty = true;
+      else if (__builtin_mul_overflow(nonzero_bytes, d.integer, &nonzero_bytes))
+        error(where + ": shape " + e.shape.str() + " is too large");
     }
+    const int64_t bytes = empty ? 0 : nonzero_bytes;
 
     if (offsets->kind != json::Value::Kind::Array || offsets->items.size() != 2 ||
         offsets->items[0].kind != json::Value::Kind::Integer || offsets->items[1].kind != json::Value::Kind::Integer)

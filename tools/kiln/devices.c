@@ -32,7 +32,7 @@ static int print_device(const cli_command *cmd, kiln_context *ctx, kiln_device d
     printf("  cores: %lld, threads kiln uses: %lld\n", (long long)info.multiprocessor_count, (long long)info.threads);
     printf("  memory: %.1f GiB (%.1f GiB free)\n", gib(info.total_memory), gib(info.free_memory));
   } else {
-    char driver[16], runtime[16];
+    char driver[48], runtime[48];
     format_cuda_version(info.driver_version, driver, sizeof driver);
     format_cuda_version(info.runtime_version, runtime, sizeof runtime);
     printf("  memory: %.1f GiB (%.1f GiB free)\n", gib(info.total_memory), gib(info.free_memory));

@@ -15,10 +15,10 @@ static void on_interrupt(int sig) {
   interrupted = 1;
 }
 
-void progress_catch_interrupt(void) {
+void progress_catch_interrupt(int on) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_interrupt;
+  sa.sa_handler = on ? on_interrupt : SIG_DFL;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
 }

@@ -22,9 +22,10 @@ typedef struct progress_state {
 /* BAR when stdout is a terminal, else LINES; QUIET when quiet is set. */
 progress_mode progress_choose_mode(int quiet);
 
-/* Makes SIGINT (Ctrl-C) ask the running fit to stop instead of killing the
- * process, so the summary and partial results can still be reported. */
-void progress_catch_interrupt(void);
+/* With on = 1, makes SIGINT (Ctrl-C) ask the running fit to stop after the
+ * current batch instead of killing the process mid-write (of a checkpoint,
+ * say); on = 0 restores the default once training is over. */
+void progress_catch_interrupt(int on);
 int progress_interrupted(void);
 
 /* A kiln_progress_fn; user is a progress_state. */

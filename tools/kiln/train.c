@@ -180,7 +180,8 @@ static int run_epochs(const cli_command *cmd, const train_args *a, train_run *r,
     kiln_status st = kiln_trainer_fit(r->trainer, r->train, r->val, 1, progress_callback, progress, &history);
     kiln_history_release(history);
     if (st == KILN_ERROR_CANCELLED && progress_interrupted()) {
-      fprintf(stderr, "\nkiln train: interrupted during epoch %lld\n", (long long)e);
+      if (progress->mode == PROGRESS_BAR) printf("\n"); /* end the bar's line */
+      fprintf(stderr, "kiln train: interrupted during epoch %lld\n", (long long)e);
       return EXIT_INTERRUPTED;
     }
     if (st != KILN_OK) return report_error(cmd, "training failed");
@@ -263,10 +264,11 @@ int cmd_train(int argc, char **argv) {
   double train_seconds = 0;
   if (rc == CLI_CONTINUE) {
     if (!a.quiet) print_header(&a, &r);
-    progress_catch_interrupt();
+    progress_catch_interrupt(1);
     double t0 = now_seconds();
     rc = run_epochs(&cmd, &a, &r, &progress);
     train_seconds = now_seconds() - t0;
+    progress_catch_interrupt(0);
   }
   if (rc == CLI_CONTINUE) rc = finish(&cmd, &a, &r, started, train_seconds);
 

@@ -1,4 +1,6 @@
-// Matrix products through OpenBLAS (row-major CBLAS).
+// Matrix products: kiln's AVX-512 kernel (sgemm_avx512.hpp) for f32
+// products up to kOwnKernelMax multiply-adds on CPUs that have it, OpenBLAS
+// (row-major CBLAS) for everything else.
 //
 // Threading: OpenBLAS is set to one thread and kiln splits each product
 // into row (or column) panels over its own pool. The MLPs kiln trains are
@@ -11,6 +13,7 @@
 // that grow to the largest product seen and are reused, so steady-state
 // training allocates nothing here.
 #include <cblas.h>
+#include <strings.h>
 
 #include <algorithm>
 #include <climits>
@@ -52,28 +55,55 @@ struct Blas<double> {
   }
 };
 
-// Products up to this many multiply-adds use kiln's AVX-512 kernels where
-// the CPU has them; larger ones go to the BLAS, whose cache blocking wins.
+// Products up to this many multiply-adds use kiln's AVX-512 kernel where
+// the CPU has it; larger ones go to the BLAS, whose cache blocking wins,
+// unless the BLAS runs pre-AVX-512 kernels on this CPU (see below).
 constexpr int64_t kOwnKernelMax = int64_t(1) << 26;
 
-// One panel of C = alpha * op(A) op(B) + beta * C: m x n of C at c (leading
-// dimension ldc), with A and B at the panel's first row / column.
-template <class S>
-void gemm_panel(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha, const S *a, int64_t lda,
-                const S *b, int64_t ldb, double beta, S *c, int64_t ldc, bool own_kernel) {
-  if constexpr (std::is_same_v<S, float>) {
-    if (own_kernel && !trans_b) {
-      sgemm_avx512_rows(m, n, k, float(alpha), a, trans_a ? 1 : lda, trans_a ? lda : 1, b, ldb, float(beta), c, ldc);
-      return;
+// Whether OpenBLAS picked AVX-512 kernels for this CPU. An OpenBLAS older
+// than the CPU falls back to an old family ("Prescott" on Emerald Rapids
+// with 0.3.21), several times slower than kiln's kernel at every size.
+bool blas_uses_avx512() {
+  static const bool uses = [] {
+    const char *core = openblas_get_corename();
+    const std::string name = core ? core : "";
+    for (const char *family : {"SkylakeX", "Cooperlake", "SapphireRapids"}) {
+      if (strcasecmp(name.c_str(), family) == 0) return true;
     }
-    if (own_kernel && !trans_a) {
-      sgemm_avx512_dots(m, n, k, float(alpha), a, lda, b, ldb, float(beta), c, ldc);
-      return;
+    return false;
+  }();
+  return uses;
+}
+
+// Packs op(B) ([k, n]; B stored [n, k] when trans_b) for the AVX-512
+// kernel: blocks of kSgemmBlockCols columns one after another, each [k, 32]
+// with contiguous rows. Columns past n in the last block stay unwritten
+// (the kernel masks them).
+void pack_b(const float *b, bool trans_b, int64_t n, int64_t k, float *out) {
+  constexpr int64_t NR = kSgemmBlockCols;
+  for (int64_t j0 = 0; j0 < n; j0 += NR) {
+    const int64_t w = std::min(NR, n - j0);
+    float *block = out + (j0 / NR) * NR * k;
+    if (trans_b) {  // a transpose, in slices of k that keep the block's rows in L1
+      constexpr int64_t kSlice = 64;
+      for (int64_t p0 = 0; p0 < k; p0 += kSlice) {
+        const int64_t p1 = std::min(k, p0 + kSlice);
+        for (int64_t j = 0; j < w; ++j) {
+          const float *row = b + (j0 + j) * k;  // column j0 + j of op(B)
+          for (int64_t p = p0; p < p1; ++p) block[p * NR + j] = row[p];
+        }
+      }
+    } else {
+      for (int64_t p = 0; p < k; ++p) std::copy(b + p * n + j0, b + p * n + j0 + w, block + p * NR);
     }
   }
-  Blas<S>::gemm(trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b,
-                ldb, beta, c, ldc);
 }
+
+// Whether to pack B before the AVX-512 kernel: always when B is transposed
+// (the kernel needs contiguous rows), and when A has enough rows that the
+// copy is cheap next to the product and B's row stride is a multiple of
+// 4 KiB-ish, where unpacked rows would evict each other from L1.
+bool should_pack_b(bool trans_b, int64_t m, int64_t n) { return trans_b || (m >= 256 && n % 256 == 0); }
 
 // C = alpha * op(A) op(B) + beta * C over panels of C's rows or columns,
 // whichever dimension is longer, one kernel call per panel.
@@ -82,20 +112,51 @@ void split_gemm(ThreadPool &pool, bool trans_a, bool trans_b, int64_t m, int64_t
                 const S *a, const S *b, double beta, S *c) {
   const int64_t lda = std::max<int64_t>(1, trans_a ? m : k), ldb = std::max<int64_t>(1, trans_b ? k : n);
   const int64_t ldc = std::max<int64_t>(1, n);
-  const bool own_kernel = std::is_same_v<S, float> && !(trans_a && trans_b) && m * n * k <= kOwnKernelMax &&
-                          avx512_available();
+  constexpr int64_t NR = kSgemmBlockCols;
+  bool own_kernel = false, packed = false;
+  const S *b_packed = nullptr;
+  if constexpr (std::is_same_v<S, float>) {
+    own_kernel = avx512_available() && (m * n * k <= kOwnKernelMax || !blas_uses_avx512());
+    if (own_kernel && should_pack_b(trans_b, m, n)) {
+      thread_local std::vector<float> scratch;  // grows to the largest B, then reused
+      const int64_t size = (n + NR - 1) / NR * NR * k;
+      if (int64_t(scratch.size()) < size) scratch.resize(size_t(size));
+      pack_b(b, trans_b, n, k, scratch.data());
+      b_packed = scratch.data();
+      packed = true;
+    }
+  }
+  // One panel: rows [i0, i0 + mp) and columns [j0, j0 + np) of C, with j0 a
+  // multiple of NR when B is packed.
+  auto panel = [&](int64_t i0, int64_t mp, int64_t j0, int64_t np) {
+    const S *ap = trans_a ? a + i0 : a + i0 * k;
+    S *cp = c + i0 * ldc + j0;
+    if constexpr (std::is_same_v<S, float>) {
+      if (packed) {
+        sgemm_avx512_rows(mp, np, k, float(alpha), ap, trans_a ? 1 : lda, trans_a ? lda : 1, b_packed + j0 * k, NR,
+                          NR * k, float(beta), cp, ldc);
+        return;
+      }
+      if (own_kernel) {
+        sgemm_avx512_rows(mp, np, k, float(alpha), ap, trans_a ? 1 : lda, trans_a ? lda : 1, b + j0, ldb, NR,
+                          float(beta), cp, ldc);
+        return;
+      }
+    }
+    const S *bp = trans_b ? b + j0 * k : b + j0;
+    Blas<S>::gemm(trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, mp, np, k, alpha, ap, lda,
+                  bp, ldb, beta, cp, ldc);
+  };
   if (m >= n) {
     const int64_t grain = std::max<int64_t>(1, kGemmGrain / std::max<int64_t>(1, n * k));
-    pool.parallel_for(m, grain, [&](int64_t begin, int64_t end) {
-      const S *a_panel = trans_a ? a + begin : a + begin * k;
-      gemm_panel(trans_a, trans_b, end - begin, n, k, alpha, a_panel, lda, b, ldb, beta, c + begin * n, ldc,
-                 own_kernel);
-    });
+    pool.parallel_for(m, grain, [&](int64_t begin, int64_t end) { panel(begin, end - begin, 0, n); });
   } else {
-    const int64_t grain = std::max<int64_t>(1, kGemmGrain / std::max<int64_t>(1, m * k));
-    pool.parallel_for(n, grain, [&](int64_t begin, int64_t end) {
-      const S *b_panel = trans_b ? b + begin * k : b + begin;
-      gemm_panel(trans_a, trans_b, m, end - begin, k, alpha, a, lda, b_panel, ldb, beta, c + begin, ldc, own_kernel);
+    // Whole column blocks per panel, so packed blocks are never split.
+    const int64_t blocks = (n + NR - 1) / NR;
+    const int64_t grain = std::max<int64_t>(1, kGemmGrain / std::max<int64_t>(1, m * k * NR));
+    pool.parallel_for(blocks, grain, [&](int64_t begin, int64_t end) {
+      const int64_t j0 = begin * NR, j1 = std::min(n, end * NR);
+      panel(0, m, j0, j1 - j0);
     });
   }
 }

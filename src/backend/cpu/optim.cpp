@@ -3,6 +3,7 @@
 // order step by step so results match PyTorch within rounding.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cpu/dtype_traits.hpp"
 #include "backend/cpu/kernels.hpp"
@@ -10,7 +11,16 @@
 namespace kiln::cpu {
 
 namespace {
+
 constexpr int64_t kMaxPartials = 64;  // chunks of the norm's sum of squares
+
+// Calls f(std::bool_constant<b>{}): turns a per-call flag into a template
+// parameter, so the update loops carry no branches and vectorise.
+template <class F>
+void with_flag(bool b, F &&f) {
+  if (b) f(std::true_type{}); else f(std::false_type{});
+}
+
 }  // namespace
 
 // Also stores the gradient norm (before clipping) in scratch[0].
@@ -66,19 +76,27 @@ void sgd_update(ThreadPool &pool, DType t, int64_t n, void *params, const void *
     const S *gr = static_cast<const S *>(grads);
     S *vel = static_cast<S *>(velocity);
     const C lr_c = C(lr), mom = C(momentum), wd = C(weight_decay);
-    const bool use_wd = weight_decay != 0, use_momentum = momentum != 0;
-    pool.parallel_for(n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const C param = T::load(p[i]);
-        C g = T::load(gr[i]);
-        if (use_wd) g += wd * param;
-        if (use_momentum) {
-          const C v = first_step ? g : mom * T::load(vel[i]) + g;
-          vel[i] = T::store(v);
-          g = nesterov ? g + mom * v : v;
-        }
-        p[i] = T::store(param - lr_c * g);
-      }
+    with_flag(weight_decay != 0, [&](auto use_wd) {
+      with_flag(momentum != 0, [&](auto use_momentum) {
+        with_flag(nesterov, [&](auto use_nesterov) {
+          with_flag(first_step, [&](auto is_first) {
+            pool.parallel_for(n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+              for (int64_t i = begin; i < end; ++i) {
+                const C param = T::load(p[i]);
+                C g = T::load(gr[i]);
+                if constexpr (use_wd) g += wd * param;
+                if constexpr (use_momentum) {
+                  C v;
+                  if constexpr (is_first) v = g; else v = mom * T::load(vel[i]) + g;
+                  vel[i] = T::store(v);
+                  if constexpr (use_nesterov) g = g + mom * v; else g = v;
+                }
+                p[i] = T::store(param - lr_c * g);
+              }
+            });
+          });
+        });
+      });
     });
   });
 }
@@ -104,22 +122,25 @@ void adam_update(ThreadPool &pool, DType t, int64_t n, void *params, const void 
     const C step_size = C(lr / bias_correction1), bc2_sqrt = C(std::sqrt(bias_correction2));
     const C weight1 = C(1 - beta1), b2 = C(beta2), weight2 = C(1 - beta2), eps_c = C(eps);
     const C wd = C(weight_decay), decay = C(1 - lr * weight_decay);
-    const bool l2 = weight_decay != 0 && !decoupled, shrink = weight_decay != 0 && decoupled;
     // torch's lerp: exact at both ends, switching formula at weight 0.5.
     const bool small_weight = weight1 < C(0.5);
-    pool.parallel_for(n, kElementwiseGrain / 4, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        C param = T::load(p[i]);
-        C g = T::load(gr[i]);
-        if (shrink) param *= decay;
-        if (l2) g += wd * param;
-        const C m_old = T::load(pm[i]);
-        const C m_new = small_weight ? m_old + weight1 * (g - m_old) : g - (g - m_old) * (C(1) - weight1);
-        const C v_new = b2 * T::load(pv[i]) + weight2 * g * g;
-        pm[i] = T::store(m_new);
-        pv[i] = T::store(v_new);
-        p[i] = T::store(param - step_size * (m_new / (std::sqrt(v_new) / bc2_sqrt + eps_c)));
-      }
+    with_flag(weight_decay != 0 && !decoupled, [&](auto l2) {
+      with_flag(weight_decay != 0 && decoupled, [&](auto shrink) {
+        pool.parallel_for(n, kElementwiseGrain / 4, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) {
+            C param = T::load(p[i]);
+            C g = T::load(gr[i]);
+            if constexpr (shrink) param *= decay;
+            if constexpr (l2) g += wd * param;
+            const C m_old = T::load(pm[i]);
+            const C m_new = small_weight ? m_old + weight1 * (g - m_old) : g - (g - m_old) * (C(1) - weight1);
+            const C v_new = b2 * T::load(pv[i]) + weight2 * g * g;
+            pm[i] = T::store(m_new);
+            pv[i] = T::store(v_new);
+            p[i] = T::store(param - step_size * (m_new / (std::sqrt(v_new) / bc2_sqrt + eps_c)));
+          }
+        });
+      });
     });
   });
 }

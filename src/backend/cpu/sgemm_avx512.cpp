@@ -6,6 +6,9 @@
 #include <algorithm>
 
 #if defined(__x86_64__)
+// GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_ps, GCC bug
+// 105593) when intrinsics are used under a target attribute.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #endif
 
@@ -14,7 +17,10 @@ namespace kiln::cpu {
 #if defined(__x86_64__)
 
 bool avx512_available() {
-  static const bool available = __builtin_cpu_supports("avx512f");
+  static const bool available = [] {
+    __builtin_cpu_init();  // harmless if done, needed if we run before libgcc's constructor
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
   return available;
 }
 
@@ -33,8 +39,9 @@ KILN_AVX512 inline __mmask16 lanes(int64_t count) {
 // broadcast elements of A into 16 accumulators. Rows past m re-read row
 // m - 1 (valid memory) and are not stored; columns past n are masked.
 KILN_AVX512 void sgemm_avx512_rows(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t a_row,
-                                   int64_t a_col, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-  constexpr int64_t MR = 8, NR = 32;
+                                   int64_t a_col, const float *b, int64_t ldb, int64_t b_block, float beta, float *c,
+                                   int64_t ldc) {
+  constexpr int64_t MR = 8, NR = kSgemmBlockCols;
   const __m512 alpha_v = _mm512_set1_ps(alpha), beta_v = _mm512_set1_ps(beta);
   for (int64_t j0 = 0; j0 < n; j0 += NR) {
     const __mmask16 mask0 = lanes(n - j0), mask1 = lanes(n - j0 - 16);
@@ -45,7 +52,7 @@ KILN_AVX512 void sgemm_avx512_rows(int64_t m, int64_t n, int64_t k, float alpha,
       __m512 acc0[MR], acc1[MR];
 #pragma GCC unroll 8
       for (int64_t r = 0; r < MR; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
-      const float *bp = b + j0;
+      const float *bp = b + (j0 / NR) * b_block;
       const float *ap = a;
       for (int64_t p = 0; p < k; ++p, bp += ldb, ap += a_col) {
         const __m512 b0 = _mm512_maskz_loadu_ps(mask0, bp), b1 = _mm512_maskz_loadu_ps(mask1, bp + 16);
@@ -56,7 +63,11 @@ KILN_AVX512 void sgemm_avx512_rows(int64_t m, int64_t n, int64_t k, float alpha,
           acc1[r] = _mm512_fmadd_ps(av, b1, acc1[r]);
         }
       }
-      for (int64_t r = 0; r < rows; ++r) {
+      // Constant indices only (unrolled, guarded), so the accumulators stay
+      // in registers instead of being spilled to an addressable array.
+#pragma GCC unroll 8
+      for (int64_t r = 0; r < MR; ++r) {
+        if (r >= rows) break;
         float *cr = c + (i0 + r) * ldc + j0;
         __m512 v0 = _mm512_mul_ps(acc0[r], alpha_v), v1 = _mm512_mul_ps(acc1[r], alpha_v);
         if (beta != 0) {
@@ -70,55 +81,11 @@ KILN_AVX512 void sgemm_avx512_rows(int64_t m, int64_t n, int64_t k, float alpha,
   }
 }
 
-// 4 x 4 blocks of C as dot products along k, 16 lanes at a time, reduced
-// horizontally at the end. Rows and columns past m and n re-read the last
-// valid one and are not stored.
-KILN_AVX512 void sgemm_avx512_dots(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
-                                   const float *bt, int64_t ldb, float beta, float *c, int64_t ldc) {
-  constexpr int64_t MR = 4, NR = 4;
-  for (int64_t i0 = 0; i0 < m; i0 += MR) {
-    const int64_t rows = std::min(MR, m - i0);
-    const float *ar[MR];
-    for (int64_t r = 0; r < MR; ++r) ar[r] = a + std::min(i0 + r, m - 1) * lda;
-    for (int64_t j0 = 0; j0 < n; j0 += NR) {
-      const int64_t cols = std::min(NR, n - j0);
-      const float *bc[NR];
-      for (int64_t q = 0; q < NR; ++q) bc[q] = bt + std::min(j0 + q, n - 1) * ldb;
-      __m512 acc[MR][NR];
-#pragma GCC unroll 4
-      for (int64_t r = 0; r < MR; ++r)
-#pragma GCC unroll 4
-        for (int64_t q = 0; q < NR; ++q) acc[r][q] = _mm512_setzero_ps();
-      for (int64_t p = 0; p < k; p += 16) {
-        const __mmask16 mask = lanes(k - p);
-        __m512 av[MR], bv[NR];
-#pragma GCC unroll 4
-        for (int64_t r = 0; r < MR; ++r) av[r] = _mm512_maskz_loadu_ps(mask, ar[r] + p);
-#pragma GCC unroll 4
-        for (int64_t q = 0; q < NR; ++q) bv[q] = _mm512_maskz_loadu_ps(mask, bc[q] + p);
-#pragma GCC unroll 4
-        for (int64_t r = 0; r < MR; ++r)
-#pragma GCC unroll 4
-          for (int64_t q = 0; q < NR; ++q) acc[r][q] = _mm512_fmadd_ps(av[r], bv[q], acc[r][q]);
-      }
-      for (int64_t r = 0; r < rows; ++r) {
-        float *cr = c + (i0 + r) * ldc + j0;
-        for (int64_t q = 0; q < cols; ++q) {
-          const float dot = _mm512_reduce_add_ps(acc[r][q]);
-          cr[q] = beta != 0 ? alpha * dot + beta * cr[q] : alpha * dot;
-        }
-      }
-    }
-  }
-}
-
 #else  // not x86-64: the BLAS does all products
 
 bool avx512_available() { return false; }
 void sgemm_avx512_rows(int64_t, int64_t, int64_t, float, const float *, int64_t, int64_t, const float *, int64_t,
-                       float, float *, int64_t) {}
-void sgemm_avx512_dots(int64_t, int64_t, int64_t, float, const float *, int64_t, const float *, int64_t, float,
-                       float *, int64_t) {}
+                       int64_t, float, float *, int64_t) {}
 
 #endif
 

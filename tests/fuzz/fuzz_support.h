@@ -1,0 +1,80 @@
+/*
+ * Shared pieces of kiln's fuzz harnesses (fuzz_safetensors.c, fuzz_idx.c).
+ *
+ * Each harness defines LLVMFuzzerTestOneInput. Built with clang
+ * -fsanitize=fuzzer it is a libFuzzer target; built with replay_main.c by any
+ * C compiler it replays corpus files, which is how CTest checks the seeds.
+ *
+ * kiln reads files by path, so the input is written to a memfd and handed
+ * over as /proc/self/fd/N: no disk traffic, nothing left behind.
+ */
+#ifndef KILN_FUZZ_SUPPORT_H
+#define KILN_FUZZ_SUPPORT_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* memfd_create */
+#endif
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "kiln/kiln.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* A memory file that can be rewritten for every input. */
+typedef struct kiln_fuzz_file {
+  int fd;
+  char path[64];
+} kiln_fuzz_file;
+
+static void kiln_fuzz_die(const char *what) {
+  fprintf(stderr, "kiln fuzz harness: %s\n", what);
+  abort();
+}
+
+static void kiln_fuzz_file_open(kiln_fuzz_file *f, const char *name) {
+  f->fd = memfd_create(name, MFD_CLOEXEC);
+  if (f->fd < 0) kiln_fuzz_die("memfd_create failed");
+  snprintf(f->path, sizeof f->path, "/proc/self/fd/%d", f->fd);
+}
+
+/* Replaces the file's contents with data[0..size). */
+static void kiln_fuzz_file_set(kiln_fuzz_file *f, const uint8_t *data, size_t size) {
+  if (ftruncate(f->fd, 0) != 0) kiln_fuzz_die("ftruncate failed");
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = pwrite(f->fd, data + done, size - done, (off_t)done);
+    if (n <= 0) kiln_fuzz_die("pwrite failed");
+    done += (size_t)n;
+  }
+}
+
+/* A CPU-only context, quiet, one thread, made once per process. */
+static kiln_context *kiln_fuzz_context(void) {
+  static kiln_context *ctx;
+  if (ctx) return ctx;
+  kiln_context_options *options = NULL;
+  if (kiln_context_options_create(&options) != KILN_OK || kiln_context_options_set_enable_cuda(options, 0) != KILN_OK ||
+      kiln_context_options_set_num_threads(options, 1) != KILN_OK ||
+      kiln_context_options_set_log_level(options, KILN_LOG_OFF) != KILN_OK || kiln_context_create(options, &ctx) != KILN_OK)
+    kiln_fuzz_die(kiln_last_error());
+  kiln_context_options_release(options);
+  return ctx;
+}
+
+/* Aborts (a crash to libFuzzer, a failure to CTest) unless status is KILN_OK
+ * or one of the n statuses in allowed: an untrusted file may be rejected, but
+ * only with a status that says it is the file's fault. */
+static void kiln_fuzz_expect(const char *call, kiln_status status, const kiln_status *allowed, size_t n) {
+  if (status == KILN_OK) return;
+  for (size_t i = 0; i < n; ++i)
+    if (status == allowed[i]) return;
+  fprintf(stderr, "kiln fuzz harness: %s returned %s: %s\n", call, kiln_status_name(status), kiln_last_error());
+  abort();
+}
+
+#endif /* KILN_FUZZ_SUPPORT_H */
