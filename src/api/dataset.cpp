@@ -9,6 +9,7 @@ namespace {
 using kiln::Dataset;
 using kiln::Tensor;
 using kiln::api::guard;
+using kiln::api::query;
 using kiln::api::make_handle;
 using kiln::api::require;
 using kiln::api::value;
@@ -73,33 +74,15 @@ KILN_API kiln_status kiln_dataset_load_mnist(kiln_context *ctx, const char *dir,
 KILN_API void kiln_dataset_release(kiln_dataset *dataset) { kiln::api::release_handle(dataset); }
 
 KILN_API kiln_status kiln_dataset_size(const kiln_dataset *dataset, int64_t *out) {
-  return guard(
-      [&] {
-        auto d = value(dataset, "dataset");
-        require(out, "out");
-        *out = d->size();
-      },
-      out);
+  return query(dataset, "dataset", out, [](const auto &d) { return d->size(); });
 }
 
 KILN_API kiln_status kiln_dataset_num_features(const kiln_dataset *dataset, int64_t *out) {
-  return guard(
-      [&] {
-        auto d = value(dataset, "dataset");
-        require(out, "out");
-        *out = d->num_features();
-      },
-      out);
+  return query(dataset, "dataset", out, [](const auto &d) { return d->num_features(); });
 }
 
 KILN_API kiln_status kiln_dataset_num_classes(const kiln_dataset *dataset, int64_t *out) {
-  return guard(
-      [&] {
-        auto d = value(dataset, "dataset");
-        require(out, "out");
-        *out = d->num_classes();
-      },
-      out);
+  return query(dataset, "dataset", out, [](const auto &d) { return d->num_classes(); });
 }
 
 KILN_API kiln_status kiln_dataset_set_normalization(kiln_dataset *dataset, double scale, double mean, double std) {

@@ -159,4 +159,17 @@ template <class F, class... Outs> kiln_status guard(F &&f, Outs... outs) noexcep
   return status;
 }
 
+// The shape of every getter: *out = read(what h owns), with h checked and
+// out required. read receives the copy taken under the registry lock.
+template <class H, class Out, class Read>
+kiln_status query(const H *h, const char *what, Out *out, Read read) noexcept {
+  return guard(
+      [&] {
+        auto v = value(h, what);
+        require(out, "out");
+        *out = read(v);
+      },
+      out);
+}
+
 }  // namespace kiln::api

@@ -7,6 +7,7 @@
 namespace {
 
 using kiln::api::guard;
+using kiln::api::query;
 using kiln::api::lookup;
 using kiln::api::require;
 using kiln::api::value;
@@ -86,11 +87,7 @@ KILN_API kiln_status kiln_model_to(kiln_model *model, kiln_device device) {
 }
 
 KILN_API kiln_status kiln_model_device(const kiln_model *model, kiln_device *out) {
-  return guard([&] {
-    std::shared_ptr<kiln::Model> m = value(model, "model");
-    require(out, "out");
-    *out = m->device().to_c();
-  }, out);
+  return query(model, "model", out, [](const auto &m) { return m->device().to_c(); });
 }
 
 KILN_API kiln_status kiln_model_set_training(kiln_model *model, int training) {
@@ -98,51 +95,27 @@ KILN_API kiln_status kiln_model_set_training(kiln_model *model, int training) {
 }
 
 KILN_API kiln_status kiln_model_is_training(const kiln_model *model, int *out) {
-  return guard([&] {
-    std::shared_ptr<kiln::Model> m = value(model, "model");
-    require(out, "out");
-    *out = m->training() ? 1 : 0;
-  }, out);
+  return query(model, "model", out, [](const auto &m) { return m->training() ? 1 : 0; });
 }
 
 KILN_API kiln_status kiln_model_num_parameters(const kiln_model *model, int64_t *out) {
-  return guard([&] {
-    std::shared_ptr<kiln::Model> m = value(model, "model");
-    require(out, "out");
-    *out = m->num_parameters();
-  }, out);
+  return query(model, "model", out, [](const auto &m) { return m->num_parameters(); });
 }
 
 KILN_API kiln_status kiln_model_input_size(const kiln_model *model, int64_t *out) {
-  return guard([&] {
-    std::shared_ptr<kiln::Model> m = value(model, "model");
-    require(out, "out");
-    *out = m->input_size();
-  }, out);
+  return query(model, "model", out, [](const auto &m) { return m->input_size(); });
 }
 
 KILN_API kiln_status kiln_model_output_size(const kiln_model *model, int64_t *out) {
-  return guard([&] {
-    std::shared_ptr<kiln::Model> m = value(model, "model");
-    require(out, "out");
-    *out = m->output_size();
-  }, out);
+  return query(model, "model", out, [](const auto &m) { return m->output_size(); });
 }
 
 KILN_API kiln_status kiln_model_describe(const kiln_model *model, const char **out) {
-  return guard([&] {
-    std::shared_ptr<kiln::Model> m = value(model, "model");
-    require(out, "out");
-    *out = m->description().c_str();
-  }, out);
+  return query(model, "model", out, [](const auto &m) { return m->description().c_str(); });
 }
 
 KILN_API kiln_status kiln_model_num_parameter_tensors(const kiln_model *model, int64_t *out) {
-  return guard([&] {
-    std::shared_ptr<kiln::Model> m = value(model, "model");
-    require(out, "out");
-    *out = int64_t(m->parameters().size());
-  }, out);
+  return query(model, "model", out, [](const auto &m) { return int64_t(m->parameters().size()); });
 }
 
 KILN_API kiln_status kiln_model_parameter(kiln_model *model, int64_t index, kiln_tensor **out) {

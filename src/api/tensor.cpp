@@ -9,6 +9,7 @@ namespace {
 
 using kiln::Tensor;
 using kiln::api::guard;
+using kiln::api::query;
 using kiln::api::make_handle;
 using kiln::api::require;
 using kiln::api::value;
@@ -162,13 +163,7 @@ KILN_API kiln_status kiln_tensor_copy_from_host(kiln_tensor *tensor, const void 
 }
 
 KILN_API kiln_status kiln_tensor_item(const kiln_tensor *tensor, double *out) {
-  return guard(
-      [&] {
-        Tensor t = value(tensor, "tensor");
-        require(out, "out");
-        *out = t.item();
-      },
-      out);
+  return query(tensor, "tensor", out, [](const auto &t) { return t.item(); });
 }
 
 KILN_API kiln_status kiln_tensor_to(const kiln_tensor *tensor, kiln_device device, kiln_tensor **out) {
@@ -202,13 +197,7 @@ KILN_API kiln_status kiln_tensor_clone(const kiln_tensor *tensor, kiln_tensor **
 }
 
 KILN_API kiln_status kiln_tensor_ndim(const kiln_tensor *tensor, int64_t *out) {
-  return guard(
-      [&] {
-        Tensor t = value(tensor, "tensor");
-        require(out, "out");
-        *out = t.ndim();
-      },
-      out);
+  return query(tensor, "tensor", out, [](const auto &t) { return t.ndim(); });
 }
 
 KILN_API kiln_status kiln_tensor_dim(const kiln_tensor *tensor, int64_t dim, int64_t *out) {
@@ -236,53 +225,23 @@ KILN_API kiln_status kiln_tensor_shape(const kiln_tensor *tensor, int64_t *shape
 }
 
 KILN_API kiln_status kiln_tensor_numel(const kiln_tensor *tensor, int64_t *out) {
-  return guard(
-      [&] {
-        Tensor t = value(tensor, "tensor");
-        require(out, "out");
-        *out = t.numel();
-      },
-      out);
+  return query(tensor, "tensor", out, [](const auto &t) { return t.numel(); });
 }
 
 KILN_API kiln_status kiln_tensor_dtype(const kiln_tensor *tensor, kiln_dtype *out) {
-  return guard(
-      [&] {
-        Tensor t = value(tensor, "tensor");
-        require(out, "out");
-        *out = kiln_dtype(t.dtype());
-      },
-      out);
+  return query(tensor, "tensor", out, [](const auto &t) { return kiln_dtype(t.dtype()); });
 }
 
 KILN_API kiln_status kiln_tensor_device(const kiln_tensor *tensor, kiln_device *out) {
-  return guard(
-      [&] {
-        Tensor t = value(tensor, "tensor");
-        require(out, "out");
-        *out = t.device().to_c();
-      },
-      out);
+  return query(tensor, "tensor", out, [](const auto &t) { return t.device().to_c(); });
 }
 
 KILN_API kiln_status kiln_tensor_get_device(const kiln_tensor *tensor, int64_t *out) {
-  return guard(
-      [&] {
-        Tensor t = value(tensor, "tensor");
-        require(out, "out");
-        *out = t.device().index;
-      },
-      out);
+  return query(tensor, "tensor", out, [](const auto &t) { return t.device().index; });
 }
 
 KILN_API kiln_status kiln_tensor_is_pinned(const kiln_tensor *tensor, int *out) {
-  return guard(
-      [&] {
-        Tensor t = value(tensor, "tensor");
-        require(out, "out");
-        *out = t.pinned() ? 1 : 0;
-      },
-      out);
+  return query(tensor, "tensor", out, [](const auto &t) { return t.pinned() ? 1 : 0; });
 }
 
 KILN_API kiln_status kiln_tensor_reshape(const kiln_tensor *tensor, const int64_t *shape, int64_t ndim,

@@ -11,6 +11,7 @@
 namespace {
 
 using kiln::api::guard;
+using kiln::api::query;
 using kiln::api::lookup;
 using kiln::api::require;
 using kiln::api::value;
@@ -246,27 +247,15 @@ KILN_API kiln_status kiln_trainer_evaluate(kiln_trainer *trainer, const kiln_dat
 }
 
 KILN_API kiln_status kiln_trainer_epochs_done(const kiln_trainer *trainer, int64_t *out) {
-  return guard([&] {
-    const kiln::Trainer &t = *lookup(trainer, "trainer")->value;
-    require(out, "out");
-    *out = t.epochs_done();
-  }, out);
+  return query(trainer, "trainer", out, [](const auto &t) { return t->epochs_done(); });
 }
 
 KILN_API kiln_status kiln_trainer_steps_done(const kiln_trainer *trainer, int64_t *out) {
-  return guard([&] {
-    const kiln::Trainer &t = *lookup(trainer, "trainer")->value;
-    require(out, "out");
-    *out = t.steps_done();
-  }, out);
+  return query(trainer, "trainer", out, [](const auto &t) { return t->steps_done(); });
 }
 
 KILN_API kiln_status kiln_trainer_current_lr(const kiln_trainer *trainer, double *out) {
-  return guard([&] {
-    const kiln::Trainer &t = *lookup(trainer, "trainer")->value;
-    require(out, "out");
-    *out = t.current_lr();
-  }, out);
+  return query(trainer, "trainer", out, [](const auto &t) { return t->current_lr(); });
 }
 
 KILN_API kiln_status kiln_trainer_save_checkpoint(const kiln_trainer *trainer, const char *path) {
@@ -288,11 +277,7 @@ KILN_API kiln_status kiln_trainer_load_checkpoint(kiln_trainer *trainer, const c
 KILN_API void kiln_history_release(kiln_history *history) { kiln::api::release_handle(history); }
 
 KILN_API kiln_status kiln_history_size(const kiln_history *history, int64_t *out) {
-  return guard([&] {
-    std::shared_ptr<kiln::History> h = value(history, "history");
-    require(out, "out");
-    *out = int64_t(h->epochs.size());
-  }, out);
+  return query(history, "history", out, [](const auto &h) { return int64_t(h->epochs.size()); });
 }
 
 KILN_API kiln_status kiln_history_get(const kiln_history *history, int64_t index, kiln_epoch_stats *out) {
