@@ -430,7 +430,10 @@ void test_reduce_softmax(Backend &be) {
 
 void test_gemm(Backend &be) {
   struct Size { int64_t m, n, k; };
-  const Size sizes[] = {{1, 1, 1}, {3, 5, 7}, {128, 32, 784}, {32, 784, 128}, {128, 10, 32}, {257, 129, 65}, {4, 3, 0}};
+  // Shapes of the tutorial MLP, odd tails, a packed-B case (m >= 256, n a
+  // multiple of 256) and k = 0.
+  const Size sizes[] = {{1, 1, 1},     {3, 5, 7},      {128, 32, 784},  {32, 784, 128},
+                        {128, 10, 32}, {257, 129, 65}, {300, 256, 40}, {4, 3, 0}};
   for (DType t : kFloats) {
     for (const Size &s : sizes) {
       for (int trans = 0; trans < 4; ++trans) {
@@ -779,7 +782,8 @@ void test_thread_pool() {
   g_case = "thread pool";
   ThreadPool pool(4);
   CHECK(pool.size() == 4);
-  CHECK(pool.chunk_count(10, 100) == 1 && pool.chunk_count(1000, 100) == 4 && pool.chunk_count(250, 100) == 3);
+  CHECK(pool.chunk_count(10, 100) == 1 && pool.chunk_count(1000, 100) == 10 && pool.chunk_count(250, 100) == 3);
+  CHECK(pool.chunk_count(100000, 100) == 16);  // at most four per thread
   std::vector<int> hits(100000, 0);
   pool.parallel_for(100000, 1000, [&](int64_t b, int64_t e) { for (int64_t i = b; i < e; ++i) ++hits[size_t(i)]; });
   bool once = true;

@@ -22,6 +22,11 @@ constexpr auto kSpinTime = std::chrono::microseconds(200);
 
 constexpr uint64_t kChunkMask = 0xffffffffull;
 
+// Chunks per thread in a job. More than one, so that when a worker is slow
+// to start (descheduled on a busy machine) the others take its share
+// instead of waiting for it; few, so each chunk stays big.
+constexpr int64_t kChunksPerThread = 4;
+
 // The floating-point control state that workers copy from the caller.
 inline uint32_t fp_control() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -100,7 +105,7 @@ int64_t ThreadPool::chunk_count(int64_t n, int64_t grain) const {
   if (n <= 0) return 1;
   grain = std::max<int64_t>(grain, 1);
   int64_t wanted = n / grain + (n % grain != 0 ? 1 : 0);
-  return std::max<int64_t>(1, std::min(wanted, size_));
+  return std::max<int64_t>(1, std::min(wanted, size_ == 1 ? 1 : size_ * kChunksPerThread));
 }
 
 void ThreadPool::run(int64_t n, int64_t chunks, Trampoline fn, void *ctx) {

@@ -41,7 +41,8 @@ class ThreadPool {
   int64_t size() const { return size_; }
 
   // How many chunks a loop over n items with at least `grain` items per
-  // chunk is split into: between 1 and size(). Chunks are balanced
+  // chunk is split into: 1 when size() is 1, else at most a few per thread
+  // (threads claim chunks as they come free). Chunks are balanced
   // contiguous ranges in order (chunk c's items precede chunk c + 1's).
   int64_t chunk_count(int64_t n, int64_t grain) const;
 

@@ -1,13 +1,15 @@
 // Matrix products: kiln's AVX-512 kernel (sgemm_avx512.hpp) for f32
-// products up to kOwnKernelMax multiply-adds on CPUs that have it, OpenBLAS
-// (row-major CBLAS) for everything else.
+// products up to kOwnKernelMax multiply-adds on CPUs that have it (all sizes
+// when OpenBLAS itself runs pre-AVX-512 kernels there), OpenBLAS (row-major
+// CBLAS) for everything else.
 //
 // Threading: OpenBLAS is set to one thread and kiln splits each product
-// into row (or column) panels over its own pool. The MLPs kiln trains are
-// made of small products (e.g. [128, 784] x [784, 32]) where OpenBLAS's own
-// threads cost more to wake than the work takes, and one set of threads
-// avoids two pools fighting over the cores. Note that openblas_set_num_threads
-// is process-wide: an application using OpenBLAS itself sees it too.
+// into row (or column) panels over its own pool, whose workers already spin
+// between the kernels of a training step. One set of threads keeps two
+// pools from fighting over the cores, and the small products of an MLP
+// (e.g. [128, 784] x [784, 32], ~50 us on one core) would not repay waking
+// a second pool. openblas_set_num_threads is process-wide: an application
+// using OpenBLAS itself sees it too.
 //
 // f16 and bf16 are converted to f32 panels in per-thread scratch buffers
 // that grow to the largest product seen and are reused, so steady-state
@@ -75,34 +77,24 @@ bool blas_uses_avx512() {
   return uses;
 }
 
-// Packs op(B) ([k, n]; B stored [n, k] when trans_b) for the AVX-512
-// kernel: blocks of kSgemmBlockCols columns one after another, each [k, 32]
-// with contiguous rows. Columns past n in the last block stay unwritten
-// (the kernel masks them).
-void pack_b(const float *b, bool trans_b, int64_t n, int64_t k, float *out) {
+// Packs a row-major B ([k, n]) for the AVX-512 kernel: blocks of
+// kSgemmBlockCols columns one after another, each [k, 32] with contiguous
+// rows. Columns past n in the last block stay unwritten (the kernel masks
+// them). A transposed B is packed by sgemm_avx512_pack_transposed.
+void pack_b(const float *b, int64_t n, int64_t k, float *out) {
   constexpr int64_t NR = kSgemmBlockCols;
   for (int64_t j0 = 0; j0 < n; j0 += NR) {
     const int64_t w = std::min(NR, n - j0);
     float *block = out + (j0 / NR) * NR * k;
-    if (trans_b) {  // a transpose, in slices of k that keep the block's rows in L1
-      constexpr int64_t kSlice = 64;
-      for (int64_t p0 = 0; p0 < k; p0 += kSlice) {
-        const int64_t p1 = std::min(k, p0 + kSlice);
-        for (int64_t j = 0; j < w; ++j) {
-          const float *row = b + (j0 + j) * k;  // column j0 + j of op(B)
-          for (int64_t p = p0; p < p1; ++p) block[p * NR + j] = row[p];
-        }
-      }
-    } else {
-      for (int64_t p = 0; p < k; ++p) std::copy(b + p * n + j0, b + p * n + j0 + w, block + p * NR);
-    }
+    for (int64_t p = 0; p < k; ++p) std::copy(b + p * n + j0, b + p * n + j0 + w, block + p * NR);
   }
 }
 
 // Whether to pack B before the AVX-512 kernel: always when B is transposed
-// (the kernel needs contiguous rows), and when A has enough rows that the
-// copy is cheap next to the product and B's row stride is a multiple of
-// 4 KiB-ish, where unpacked rows would evict each other from L1.
+// (the kernel needs contiguous rows); otherwise when A has enough rows that
+// the copy is cheap next to the product and B's row stride is a multiple of
+// 1 KiB, where the k rows the kernel walks map onto few L1 sets and evict
+// each other.
 bool should_pack_b(bool trans_b, int64_t m, int64_t n) { return trans_b || (m >= 256 && n % 256 == 0); }
 
 // C = alpha * op(A) op(B) + beta * C over panels of C's rows or columns,
@@ -121,7 +113,11 @@ void split_gemm(ThreadPool &pool, bool trans_a, bool trans_b, int64_t m, int64_t
       thread_local std::vector<float> scratch;  // grows to the largest B, then reused
       const int64_t size = (n + NR - 1) / NR * NR * k;
       if (int64_t(scratch.size()) < size) scratch.resize(size_t(size));
-      pack_b(b, trans_b, n, k, scratch.data());
+      if (trans_b) {
+        sgemm_avx512_pack_transposed(b, n, k, scratch.data());
+      } else {
+        pack_b(b, n, k, scratch.data());
+      }
       b_packed = scratch.data();
       packed = true;
     }
@@ -213,8 +209,9 @@ void gemm(ThreadPool &pool, DType t, bool trans_a, bool trans_b, int64_t m, int6
   if (m <= 0 || n <= 0) return;
   // blasint is 32 bits here: dimensions and leading dimensions must fit.
   if (m > INT_MAX || n > INT_MAX || k > INT_MAX) {
-    fail(KILN_ERROR_NOT_SUPPORTED, "matrix product [" + std::to_string(m) + ", " + std::to_string(k) + "] x [" + std::to_string(k) + ", " +
-                                       std::to_string(n) + "] has a dimension beyond the BLAS limit of 2^31 - 1");
+    fail(KILN_ERROR_NOT_SUPPORTED, "matrix product [" + std::to_string(m) + ", " + std::to_string(k) + "] x [" +
+                                       std::to_string(k) + ", " + std::to_string(n) +
+                                       "] has a dimension beyond the BLAS limit of 2^31 - 1");
   }
   dispatch_float(t, [&](auto traits) {
     using T = decltype(traits);

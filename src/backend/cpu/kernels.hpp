@@ -1,7 +1,9 @@
 // The CPU kernels behind CpuBackend (cpu_backend.cpp), one function per
 // Backend method with the same meaning (see backend/backend.hpp), plus the
-// pool they run on. Grouped by file: elementwise.cpp, reduce.cpp, gemm.cpp,
-// nn_kernels.cpp, optim.cpp.
+// pool they run on. Grouped by file: elementwise.cpp, reduce.cpp, gemm.cpp
+// (with sgemm_avx512.cpp), nn_kernels.cpp, optim.cpp. dtype_traits.hpp turns
+// dtypes into template parameters; activation_math.hpp holds the activation
+// formulas; vectorize.hpp gives the hot loops AVX-512 where the CPU has it.
 //
 // Parallelism: a kernel uses the pool only when its work is large enough to
 // repay the hand-off (a few microseconds); small kernels run on the caller.

@@ -11,6 +11,7 @@
 #include "backend/cpu/activation_math.hpp"
 #include "backend/cpu/dtype_traits.hpp"
 #include "backend/cpu/kernels.hpp"
+#include "backend/cpu/vectorize.hpp"
 #include "core/rng.hpp"
 
 namespace kiln::cpu {
@@ -70,9 +71,15 @@ void act_grad_loop(ThreadPool &pool, int64_t n, int64_t grain, const typename T:
                    const typename T::Storage *pre, const typename T::Storage *y, typename T::Storage *dx, Grad grad) {
   using C = typename T::Compute;
   pool.parallel_for(n, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      dx[i] = T::store(grad(T::load(dy[i]), pre ? T::load(pre[i]) : C(0), y ? T::load(y[i]) : C(0)));
-    }
+    vectorized([&] {
+      if (pre) {
+        for (int64_t i = begin; i < end; ++i) dx[i] = T::store(grad(T::load(dy[i]), T::load(pre[i]), C(0)));
+      } else if (y) {
+        for (int64_t i = begin; i < end; ++i) dx[i] = T::store(grad(T::load(dy[i]), C(0), T::load(y[i])));
+      } else {
+        for (int64_t i = begin; i < end; ++i) dx[i] = T::store(grad(T::load(dy[i]), C(0), C(0)));
+      }
+    });
   });
 }
 
@@ -90,10 +97,12 @@ void bias_act(ThreadPool &pool, DType t, int64_t rows, int64_t cols, void *y, co
     const S *pb = static_cast<const S *>(bias);
     act::with_unary(act, alpha, [&](auto fn) {
       pool.parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
-        if (pb && ppre) bias_act_rows<T, decltype(fn), true, true>(begin, end, cols, py, pb, ppre, fn);
-        else if (pb) bias_act_rows<T, decltype(fn), true, false>(begin, end, cols, py, pb, ppre, fn);
-        else if (ppre) bias_act_rows<T, decltype(fn), false, true>(begin, end, cols, py, pb, ppre, fn);
-        else bias_act_rows<T, decltype(fn), false, false>(begin, end, cols, py, pb, ppre, fn);
+        vectorized([&] {
+          if (pb && ppre) bias_act_rows<T, decltype(fn), true, true>(begin, end, cols, py, pb, ppre, fn);
+          else if (pb) bias_act_rows<T, decltype(fn), true, false>(begin, end, cols, py, pb, ppre, fn);
+          else if (ppre) bias_act_rows<T, decltype(fn), false, true>(begin, end, cols, py, pb, ppre, fn);
+          else bias_act_rows<T, decltype(fn), false, false>(begin, end, cols, py, pb, ppre, fn);
+        });
       });
     });
   });
@@ -276,11 +285,13 @@ void dropout(ThreadPool &pool, DType t, int64_t n, const void *x, void *y, uint8
     // p = 1 keeps nothing: the scale is then never used (no 0 * inf).
     const C scale = keep_probability > 0 ? C(1.0 / keep_probability) : C(0);
     pool.parallel_for(n, kElementwiseGrain / 4, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const bool keep = rng_uniform(seed, uint64_t(i)) < keep_probability;
-        if (mask) mask[i] = keep;
-        py[i] = keep ? T::store(T::load(px[i]) * scale) : T::store(C(0));
-      }
+      vectorized([&] {
+        for (int64_t i = begin; i < end; ++i) {
+          const bool keep = rng_uniform(seed, uint64_t(i)) < keep_probability;
+          if (mask) mask[i] = keep;
+          py[i] = keep ? T::store(T::load(px[i]) * scale) : T::store(C(0));
+        }
+      });
     });
   });
 }
@@ -296,7 +307,9 @@ void dropout_backward(ThreadPool &pool, DType t, int64_t n, const void *dy, cons
     S *pdx = static_cast<S *>(dx);
     const C scale = keep_probability > 0 ? C(1.0 / keep_probability) : C(0);
     pool.parallel_for(n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) pdx[i] = mask[i] ? T::store(T::load(pdy[i]) * scale) : T::store(C(0));
+      vectorized([&] {
+        for (int64_t i = begin; i < end; ++i) pdx[i] = mask[i] ? T::store(T::load(pdy[i]) * scale) : T::store(C(0));
+      });
     });
   });
 }
@@ -314,11 +327,13 @@ void gather_rows(ThreadPool &pool, DType src_t, const void *src, int64_t cols, c
       const C a = C(scale), b = C(shift);
       const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / cols);
       pool.parallel_for(count, grain, [&](int64_t begin, int64_t end) {
-        for (int64_t r = begin; r < end; ++r) {
-          const auto *in = ps + rows[r] * cols;
-          auto *o = po + r * cols;
-          for (int64_t c = 0; c < cols; ++c) o[c] = O::store(C(I::load(in[c])) * a + b);
-        }
+        vectorized([&] {
+          for (int64_t r = begin; r < end; ++r) {
+            const auto *in = ps + rows[r] * cols;
+            auto *o = po + r * cols;
+            for (int64_t c = 0; c < cols; ++c) o[c] = O::store(C(I::load(in[c])) * a + b);
+          }
+        });
       });
     });
   });

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/dtype_traits.hpp"
 #include "backend/cpu/kernels.hpp"
+#include "backend/cpu/vectorize.hpp"
 
 namespace kiln::cpu {
 
@@ -81,18 +82,20 @@ void sgd_update(ThreadPool &pool, DType t, int64_t n, void *params, const void *
         with_flag(nesterov, [&](auto use_nesterov) {
           with_flag(first_step, [&](auto is_first) {
             pool.parallel_for(n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
-              for (int64_t i = begin; i < end; ++i) {
-                const C param = T::load(p[i]);
-                C g = T::load(gr[i]);
-                if constexpr (use_wd) g += wd * param;
-                if constexpr (use_momentum) {
-                  C v;
-                  if constexpr (is_first) v = g; else v = mom * T::load(vel[i]) + g;
-                  vel[i] = T::store(v);
-                  if constexpr (use_nesterov) g = g + mom * v; else g = v;
+              vectorized([&] {
+                for (int64_t i = begin; i < end; ++i) {
+                  const C param = T::load(p[i]);
+                  C g = T::load(gr[i]);
+                  if constexpr (use_wd) g += wd * param;
+                  if constexpr (use_momentum) {
+                    C v;
+                    if constexpr (is_first) v = g; else v = mom * T::load(vel[i]) + g;
+                    vel[i] = T::store(v);
+                    if constexpr (use_nesterov) g = g + mom * v; else g = v;
+                  }
+                  p[i] = T::store(param - lr_c * g);
                 }
-                p[i] = T::store(param - lr_c * g);
-              }
+              });
             });
           });
         });
@@ -127,18 +130,20 @@ void adam_update(ThreadPool &pool, DType t, int64_t n, void *params, const void 
     with_flag(weight_decay != 0 && !decoupled, [&](auto l2) {
       with_flag(weight_decay != 0 && decoupled, [&](auto shrink) {
         pool.parallel_for(n, kElementwiseGrain / 4, [&](int64_t begin, int64_t end) {
-          for (int64_t i = begin; i < end; ++i) {
-            C param = T::load(p[i]);
-            C g = T::load(gr[i]);
-            if constexpr (shrink) param *= decay;
-            if constexpr (l2) g += wd * param;
-            const C m_old = T::load(pm[i]);
-            const C m_new = small_weight ? m_old + weight1 * (g - m_old) : g - (g - m_old) * (C(1) - weight1);
-            const C v_new = b2 * T::load(pv[i]) + weight2 * g * g;
-            pm[i] = T::store(m_new);
-            pv[i] = T::store(v_new);
-            p[i] = T::store(param - step_size * (m_new / (std::sqrt(v_new) / bc2_sqrt + eps_c)));
-          }
+          vectorized([&] {
+            for (int64_t i = begin; i < end; ++i) {
+              C param = T::load(p[i]);
+              C g = T::load(gr[i]);
+              if constexpr (shrink) param *= decay;
+              if constexpr (l2) g += wd * param;
+              const C m_old = T::load(pm[i]);
+              const C m_new = small_weight ? m_old + weight1 * (g - m_old) : g - (g - m_old) * (C(1) - weight1);
+              const C v_new = b2 * T::load(pv[i]) + weight2 * g * g;
+              pm[i] = T::store(m_new);
+              pv[i] = T::store(v_new);
+              p[i] = T::store(param - step_size * (m_new / (std::sqrt(v_new) / bc2_sqrt + eps_c)));
+            }
+          });
         });
       });
     });

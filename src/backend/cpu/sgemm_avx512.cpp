@@ -9,6 +9,7 @@
 // GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_ps, GCC bug
 // 105593) when intrinsics are used under a target attribute.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 #endif
 
@@ -19,7 +20,8 @@ namespace kiln::cpu {
 bool avx512_available() {
   static const bool available = [] {
     __builtin_cpu_init();  // harmless if done, needed if we run before libgcc's constructor
-    return __builtin_cpu_supports("avx512f") != 0;
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   }();
   return available;
 }
@@ -81,11 +83,74 @@ KILN_AVX512 void sgemm_avx512_rows(int64_t m, int64_t n, int64_t k, float alpha,
   }
 }
 
+namespace {
+
+// dst[i * ldd + j] = src[j * lds + i] for a 16 x 16 tile: unpacks, then
+// 128-bit lane shuffles, the classic in-register transpose.
+KILN_AVX512 inline void transpose_tile(const float *src, int64_t lds, float *dst, int64_t ldd) {
+  __m512 r[16], t[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
+#pragma GCC unroll 8
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 16; i += 4) {
+    const __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
+    const __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
+    r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+#pragma GCC unroll 2
+  for (int h = 0; h < 16; h += 8) {
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      t[h + i] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0x88);
+      t[h + i + 4] = _mm512_shuffle_f32x4(r[h + i], r[h + i + 4], 0xdd);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) _mm512_storeu_ps(dst + i * ldd, r[i]);
+}
+
+}  // namespace
+
+KILN_AVX512 void sgemm_avx512_pack_transposed(const float *bt, int64_t n, int64_t k, float *out) {
+  constexpr int64_t NR = kSgemmBlockCols;
+  for (int64_t j0 = 0; j0 < n; j0 += NR) {
+    const int64_t w = std::min(NR, n - j0);
+    float *block = out + (j0 / NR) * NR * k;
+    int64_t p0 = 0;
+    for (; p0 + 16 <= k; p0 += 16) {
+      int64_t j = 0;
+      for (; j + 16 <= w; j += 16) transpose_tile(bt + (j0 + j) * k + p0, k, block + p0 * NR + j, NR);
+      for (; j < w; ++j) {  // columns of a partial last block
+        const float *row = bt + (j0 + j) * k;
+        for (int64_t p = p0; p < p0 + 16; ++p) block[p * NR + j] = row[p];
+      }
+    }
+    for (int64_t j = 0; j < w; ++j) {  // the last k % 16 rows of op(B)
+      const float *row = bt + (j0 + j) * k;
+      for (int64_t p = p0; p < k; ++p) block[p * NR + j] = row[p];
+    }
+  }
+}
+
 #else  // not x86-64: the BLAS does all products
 
 bool avx512_available() { return false; }
 void sgemm_avx512_rows(int64_t, int64_t, int64_t, float, const float *, int64_t, int64_t, const float *, int64_t,
                        int64_t, float, float *, int64_t) {}
+void sgemm_avx512_pack_transposed(const float *, int64_t, int64_t, float *) {}
 
 #endif
 

@@ -10,7 +10,7 @@
 
 namespace kiln::cpu {
 
-// Whether this CPU (and OS) runs AVX-512F code.
+// Whether this CPU runs AVX-512 F, BW, VL and DQ code (Skylake-X and later).
 bool avx512_available();
 
 // The kernel computes C in blocks of this many columns.
@@ -24,5 +24,10 @@ constexpr int64_t kSgemmBlockCols = 32;
 // aliasing between rows) has ldb = 32 and b_block = 32 * k.
 void sgemm_avx512_rows(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t a_row, int64_t a_col,
                        const float *b, int64_t ldb, int64_t b_block, float beta, float *c, int64_t ldc);
+
+// Packs op(B) = B^T, for B stored [n, k] (bt), into the blocked layout above
+// (ldb = 32, b_block = 32 * k): out holds ceil(n / 32) * 32 * k floats, and
+// columns past n in the last block are left unwritten (the kernel masks them).
+void sgemm_avx512_pack_transposed(const float *bt, int64_t n, int64_t k, float *out);
 
 }  // namespace kiln::cpu
