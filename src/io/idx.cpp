@@ -135,20 +135,23 @@ Tensor read_idx(const std::string &path, const std::shared_ptr<Context> &ctx) {
   unsigned char dims[4 * KILN_MAX_DIMS];
   if (in.read(dims, 4 * ndim) != 4 * ndim) format_error("the header is truncated in its dimensions");
   Shape shape;
-  // Bytes of data. The product of the non-zero sizes must fit too (as
+  // The product of the non-zero sizes, in bytes of the wider of the file's
+  // element and kiln's (i8/i16 are widened to i32), must fit in int64 (as
   // Shape::from requires), so that no later product over a subset of the
-  // dimensions can overflow.
-  int64_t nonzero_bytes = type->size;
+  // dimensions, nor the widened tensor's size, can overflow.
+  int64_t nonzero_count = 1, widest_bytes = 0;
   bool overflow = false, empty = false;
   for (int i = 0; i < ndim; ++i) {
     const unsigned char *b = dims + 4 * i;
     int64_t d = (int64_t(b[0]) << 24) | (int64_t(b[1]) << 16) | (int64_t(b[2]) << 8) | int64_t(b[3]);
     shape.d[shape.ndim++] = d;
     if (d == 0) empty = true;
-    else overflow = overflow || __builtin_mul_overflow(nonzero_bytes, d, &nonzero_bytes);
+    else overflow = overflow || __builtin_mul_overflow(nonzero_count, d, &nonzero_count);
   }
+  overflow = overflow || __builtin_mul_overflow(nonzero_count, std::max(type->size, dtype_size(type->dtype)),
+                                                &widest_bytes);
   if (overflow) format_error("dimensions " + shape.str() + " describe more data than fits in 64 bits");
-  const int64_t expected = empty ? 0 : nonzero_bytes;
+  const int64_t expected = empty ? 0 : nonzero_count * type->size;
 
   // Reject sizes the file cannot hold before allocating anything.
   const int64_t header_size = 4 + 4 * int64_t(ndim);

@@ -96,6 +96,11 @@ std::shared_ptr<Model> Model::create(const std::shared_ptr<Context> &ctx, const 
   return model;
 }
 
+std::vector<ParameterInfo> Model::parameters_of(const std::shared_ptr<Context> &ctx, const ModelSpec &spec) {
+  spec.validate();
+  return Model(ctx, spec).parameters_;
+}
+
 // nn.Linear.reset_parameters: kaiming_uniform_(a = sqrt(5)) gives the weight
 // bound gain * sqrt(3 / fan_in) with gain = sqrt(2 / (1 + 5)), i.e.
 // 1 / sqrt(fan_in); the bias uses the same bound. Drawn weight then bias,

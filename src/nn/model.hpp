@@ -60,6 +60,9 @@ class Model {
   // NOT_SUPPORTED for f64 on CUDA; DEVICE_UNAVAILABLE; OUT_OF_MEMORY.
   static std::shared_ptr<Model> create(const std::shared_ptr<Context> &ctx, const ModelSpec &spec, Device device,
                                        DType dtype);
+  // The parameters (names, shapes) a model of spec has, worked out without
+  // allocating them: lets a loader check a file before trusting its sizes.
+  static std::vector<ParameterInfo> parameters_of(const std::shared_ptr<Context> &ctx, const ModelSpec &spec);
 
   const ModelSpec &spec() const { return spec_; }
   const std::string &description() const { return description_; }

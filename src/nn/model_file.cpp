@@ -17,25 +17,27 @@ std::map<std::string, std::string> model_metadata(const Model &model) {
   return {{"format", kFormat}, {"kiln.spec", model.description()}, {"kiln.version", kiln_version_string()}};
 }
 
-// Throws unless file holds exactly the model's parameters with their dtypes
-// and shapes; nothing is read or changed before this passes.
-void check_matches(const Model &model, const io::SafetensorsFile &file) {
-  for (const ParameterInfo &p : model.parameters()) {
+// Throws unless file holds exactly the parameters `params` (of a model
+// `description`) with their dtypes and shapes; nothing is read or changed
+// before this passes.
+void check_matches(const std::vector<ParameterInfo> &params, DType dtype, const std::string &description,
+                   const io::SafetensorsFile &file) {
+  for (const ParameterInfo &p : params) {
     const io::SafetensorsFile::Entry *e = file.find(p.name);
     check(e != nullptr, KILN_ERROR_SHAPE_MISMATCH,
           file.path() + " has no parameter \"" + p.name + "\": it holds another architecture than the model's " +
-              model.description());
+              description);
     check(e->shape == p.shape, KILN_ERROR_SHAPE_MISMATCH,
           "parameter \"" + p.name + "\" has shape " + e->shape.str() + " in " + file.path() + " but " +
-              p.shape.str() + " in the model " + model.description());
-    check(e->dtype == model.dtype(), KILN_ERROR_DTYPE_MISMATCH,
+              p.shape.str() + " in the model " + description);
+    check(e->dtype == dtype, KILN_ERROR_DTYPE_MISMATCH,
           "parameter \"" + p.name + "\" is " + dtype_name(e->dtype) + " in " + file.path() + " but the model is " +
-              dtype_name(model.dtype()));
+              dtype_name(dtype));
   }
-  const size_t extra = file.entries().size() - model.parameters().size();
-  check(file.entries().size() == model.parameters().size(), KILN_ERROR_SHAPE_MISMATCH,
+  const size_t extra = file.entries().size() - params.size();
+  check(file.entries().size() == params.size(), KILN_ERROR_SHAPE_MISMATCH,
         file.path() + " holds " + std::to_string(extra) + " tensors more than the parameters of the model " +
-            model.description());
+            description);
 }
 
 }  // namespace
@@ -63,19 +65,21 @@ std::shared_ptr<Model> load_model(const std::shared_ptr<Context> &ctx, const std
   const DType dtype = file.entries().front().dtype;
   check(dtype == DType::F32 || dtype == DType::F64, KILN_ERROR_FORMAT,
         path + " holds " + dtype_name(dtype) + " parameters; kiln models are f32 or f64");
-  std::shared_ptr<Model> model = Model::create(ctx, spec, device, dtype);
+  // Check the spec against the tensors the file really holds before
+  // allocating anything: a hostile spec must not make us allocate gigabytes.
   try {
-    check_matches(*model, file);
+    check_matches(Model::parameters_of(ctx, spec), dtype, spec.describe(), file);
   } catch (const Error &e) {
     fail(KILN_ERROR_FORMAT, path + " does not match its own kiln.spec: " + e.what());
   }
+  std::shared_ptr<Model> model = Model::create(ctx, spec, device, dtype);
   for (size_t i = 0; i < model->parameters().size(); ++i) file.read_into(model->parameters()[i].name, model->parameter(i));
   return model;
 }
 
 void load_weights(Model &model, const std::string &path) {
   const io::SafetensorsFile file = io::SafetensorsFile::open(path);
-  check_matches(model, file);
+  check_matches(model.parameters(), model.dtype(), model.description(), file);
   // Read everything into a staging copy first: a read that fails half way
   // (a short file, a device error) must leave the model as it was.
   const Tensor staged = Tensor::full(model.context(), model.flat().shape(), model.dtype(), model.device(), 0.0);

@@ -146,6 +146,8 @@ std::shared_ptr<Dataset> Dataset::from_idx(const std::shared_ptr<Context> &ctx, 
         "IDX files disagree on the number of samples: '" + images_path + "' has " + std::to_string(images.dim(0)) +
             ", '" + labels_path + "' has " + std::to_string(labels.dim(0)));
   check(images.dim(0) > 0, KILN_ERROR_FORMAT, "IDX files '" + images_path + "' and '" + labels_path + "' hold no samples");
+  check(images.numel() > 0, KILN_ERROR_FORMAT,
+        "IDX image file '" + images_path + "' holds samples of no features: shape " + images.shape().str());
   return create(images, labels, KILN_ERROR_FORMAT, "IDX label file '" + labels_path + "'");
 }
 
