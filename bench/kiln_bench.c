@@ -1,6 +1,6 @@
 /* One benchmark run of kiln, printed as one JSON object on stdout.
  *
- *   kiln_bench --workload A|B --epochs N [--device D] [--threads T] [--data DIR]
+ *   kiln_bench --workload A|B --epochs N [--device D] [--threads T] [--seed S] [--data DIR]
  *   kiln_bench --workload C --model A|B [--device D] [--threads T] [--data DIR]
  *
  * A: 784-32-10 ReLU, SGD lr 0.1, batch 128.  B: 784-1024-1024-10 ReLU, SGD
@@ -146,6 +146,7 @@ int main(int argc, char **argv) {
   char workload = 'A', model = 'A';
   int epochs = 3;
   int64_t threads = 0;
+  uint64_t seed = 1;
   const char *device = "cpu", *data = "/usr/share/datasets/fashion-mnist";
   for (int i = 1; i < argc; ++i) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -154,6 +155,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--model")) model = v[0];
     else if (!strcmp(a, "--epochs")) epochs = atoi(v);
     else if (!strcmp(a, "--threads")) threads = atoll(v);
+    else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
     else if (!strcmp(a, "--device")) device = v;
     else if (!strcmp(a, "--data")) data = v;
     else { fprintf(stderr, "kiln_bench: unknown flag %s\n", a); return 2; }
@@ -164,7 +166,7 @@ int main(int argc, char **argv) {
   kiln_context *ctx;
   CHECK(kiln_context_options_create(&copts));
   CHECK(kiln_context_options_set_num_threads(copts, threads));
-  CHECK(kiln_context_options_set_seed(copts, 1));
+  CHECK(kiln_context_options_set_seed(copts, seed));
   CHECK(kiln_context_create(copts, &ctx));
   kiln_context_options_release(copts);
   kiln_device dev;

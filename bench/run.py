@@ -4,8 +4,9 @@
   python3 bench/run.py [--build-dir build] [--repeats 3] [--epochs 3] [--device cpu]
                        [--workloads A,B,C] [--out bench/results/NAME.json]
 
-Each run is its own process (so peak memory is per run). Figures are medians
-over all epochs of all runs; the ratio is PyTorch's time over kiln's (above 1
+Each run is its own process (so peak memory is per run); repeat r uses seed r
+on every side. Times are medians over all epochs of all runs, accuracies the
+mean over the runs' seeds; the ratio is PyTorch's time over kiln's (above 1
 means kiln is faster). Run it on an idle machine.
 """
 import argparse
@@ -62,7 +63,9 @@ def summarize(runs):
         "median_epoch_seconds": med,
         "samples_per_second": runs[0]["samples_per_second"] * runs[0]["median_epoch_seconds"] / med,
         "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
-        "test_accuracy": statistics.median(r["test_accuracy"] for r in runs),
+        # Each repeat uses another seed (the same for every side), so this is
+        # the mean over seeds, not one seed's luck.
+        "test_accuracy": statistics.mean(r["test_accuracy"] for r in runs),
         "runs": runs,
     }
 
@@ -96,9 +99,9 @@ def main():
                     impls[f"torch-{loop}"] = [py, os.path.join(HERE, "torch_bench.py"), "--workload", w,
                                               "--epochs", str(args.epochs), "--loop", loop] + torch_common
             runs = {k: [] for k in impls}
-            for _ in range(args.repeats):  # alternate so drift hits every side alike
+            for rep in range(args.repeats):  # alternate so drift hits every side alike
                 for k, cmd in impls.items():
-                    runs[k].append(run_json(cmd))
+                    runs[k].append(run_json(cmd + ["--seed", str(rep + 1)]))
                     print(f"  {w} {k}: {runs[k][-1]['median_epoch_seconds']:.3f} s/epoch", flush=True)
             results[w] = {k: summarize(v) for k, v in runs.items()}
         elif w == "C":

@@ -61,6 +61,10 @@ struct Blas<double> {
 // the CPU has it; larger ones go to the BLAS, whose cache blocking wins,
 // unless the BLAS runs pre-AVX-512 kernels on this CPU (see below).
 constexpr int64_t kOwnKernelMax = int64_t(1) << 26;
+// Below this many rows of A a transposed B is not worth packing: the pack
+// copies all of B to multiply it by a row or two (batch-1 inference), so BLAS
+// reads B in place instead, each thread over its own columns.
+constexpr int64_t kPackMinRows = 8;
 
 // Whether OpenBLAS picked AVX-512 kernels for this CPU. An OpenBLAS older
 // than the CPU falls back to an old family ("Prescott" on Emerald Rapids
@@ -97,6 +101,13 @@ void pack_b(const float *b, int64_t n, int64_t k, float *out) {
 // each other.
 bool should_pack_b(bool trans_b, int64_t m, int64_t n) { return trans_b || (m >= 256 && n % 256 == 0); }
 
+// Whether the AVX-512 kernel runs this product: on CPUs that have it, for
+// products it beats BLAS on, except a transposed B under kPackMinRows rows.
+bool use_own_kernel(bool trans_b, int64_t m, int64_t n, int64_t k) {
+  if (!avx512_available() || (trans_b && m < kPackMinRows)) return false;
+  return m * n * k <= kOwnKernelMax || !blas_uses_avx512();
+}
+
 // C = alpha * op(A) op(B) + beta * C over panels of C's rows or columns,
 // whichever dimension is longer, one kernel call per panel.
 template <class S>
@@ -108,7 +119,7 @@ void split_gemm(ThreadPool &pool, bool trans_a, bool trans_b, int64_t m, int64_t
   bool own_kernel = false, packed = false;
   const S *b_packed = nullptr;
   if constexpr (std::is_same_v<S, float>) {
-    own_kernel = avx512_available() && (m * n * k <= kOwnKernelMax || !blas_uses_avx512());
+    own_kernel = use_own_kernel(trans_b, m, n, k);
     if (own_kernel && should_pack_b(trans_b, m, n)) {
       thread_local std::vector<float> scratch;  // grows to the largest B, then reused
       const int64_t size = (n + NR - 1) / NR * NR * k;
