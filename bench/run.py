@@ -31,6 +31,13 @@ def torch_python():
     return None
 
 
+def torch_version(py):
+    """The reference's version and the BLAS it was built with, for the record."""
+    code = "import torch; print(torch.__version__, torch.__config__.show().split('BLAS_INFO=')[1].split(',')[0])"
+    out = subprocess.run([py, "-c", code], capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
 def run_json(cmd):
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
@@ -146,6 +153,7 @@ def main():
         "command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]),
         "machine": machine(),
         "device": args.device,
+        "reference": f"PyTorch {torch_version(py)} (version, BLAS_INFO)" if py else "none",
         "threads": args.threads,
         "repeats": args.repeats,
         "epochs": args.epochs,

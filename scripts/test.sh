@@ -2,7 +2,7 @@
 # Every test: installs what is missing, builds everything (Release; with the
 # CUDA plugin when nvcc exists), runs the C tests with CTest (tests that need
 # a GPU report "skipped" without one), then the bindings' tests through
-# bindings/test.sh when the tree has it. Runs every suite even after one
+# bindings/test.sh. Runs every suite even after one
 # fails, prints a summary and exits non-zero if any step failed.
 #
 #   scripts/test.sh
@@ -25,16 +25,12 @@ else
   failed=1
 fi
 
-if [[ -f "$root/bindings/test.sh" ]]; then
-  echo "== binding tests (bindings/test.sh)"
-  if KILN_BUILD_DIR="$build" bash "$root/bindings/test.sh"; then
-    results+=("binding tests: passed")
-  else
-    results+=("binding tests: FAILED")
-    failed=1
-  fi
+echo "== binding tests (bindings/test.sh)"
+if KILN_BUILD_DIR="$build" bash "$root/bindings/test.sh"; then
+  results+=("binding tests: passed")
 else
-  results+=("binding tests: none (bindings/test.sh is not in this tree)")
+  results+=("binding tests: FAILED")
+  failed=1
 fi
 
 echo
