@@ -238,36 +238,44 @@ Dataset::DeviceIndex &Dataset::device_index(Device d) const {
   return *slot;
 }
 
+// On the training step's path: the checks are `if (!ok) fail(...)`, which
+// builds a message only on failure (check() would build one every step).
 void Dataset::gather(const Tensor &indices, int64_t count, const Tensor &x, const Tensor &y) const {
-  check(indices.defined() && x.defined() && y.defined(), KILN_ERROR_INVALID_ARGUMENT,
-        "gather needs defined indices, x and y");
+  if (!(indices.defined() && x.defined() && y.defined()))
+    fail(KILN_ERROR_INVALID_ARGUMENT, "gather needs defined indices, x and y");
   const Device d = indices.device();
-  check(x.device() == d && y.device() == d, KILN_ERROR_INVALID_ARGUMENT,
-        "gather: indices are on " + d.str() + ", x on " + x.device().str() + ", y on " + y.device().str());
-  check(count >= 0, KILN_ERROR_INVALID_ARGUMENT, "gather: negative count " + std::to_string(count));
-  check(indices.dtype() == DType::I64, KILN_ERROR_DTYPE_MISMATCH,
-        std::string("gather: indices must be i64, not ") + dtype_name(indices.dtype()));
-  check(indices.ndim() == 1 && indices.dim(0) >= count, KILN_ERROR_SHAPE_MISMATCH,
-        "gather: indices must be [>= " + std::to_string(count) + "], not " + indices.shape().str());
+  if (!(x.device() == d && y.device() == d))
+    fail(KILN_ERROR_INVALID_ARGUMENT,
+         "gather: indices are on " + d.str() + ", x on " + x.device().str() + ", y on " + y.device().str());
+  if (!(count >= 0))
+    fail(KILN_ERROR_INVALID_ARGUMENT, "gather: negative count " + std::to_string(count));
+  if (!(indices.dtype() == DType::I64))
+    fail(KILN_ERROR_DTYPE_MISMATCH, std::string("gather: indices must be i64, not ") + dtype_name(indices.dtype()));
+  if (!(indices.ndim() == 1 && indices.dim(0) >= count))
+    fail(KILN_ERROR_SHAPE_MISMATCH,
+         "gather: indices must be [>= " + std::to_string(count) + "], not " + indices.shape().str());
   const int64_t features = num_features();
-  check(dtype_is_float(x.dtype()), KILN_ERROR_DTYPE_MISMATCH,
-        std::string("gather: x must be a float dtype, not ") + dtype_name(x.dtype()));
-  check(x.ndim() == 2 && x.dim(0) >= count && x.dim(1) == features, KILN_ERROR_SHAPE_MISMATCH,
-        "gather: x must be [>= " + std::to_string(count) + ", " + std::to_string(features) + "], not " +
-            x.shape().str());
+  if (!(dtype_is_float(x.dtype())))
+    fail(KILN_ERROR_DTYPE_MISMATCH, std::string("gather: x must be a float dtype, not ") + dtype_name(x.dtype()));
+  if (!(x.ndim() == 2 && x.dim(0) >= count && x.dim(1) == features))
+    fail(KILN_ERROR_SHAPE_MISMATCH, "gather: x must be [>= " + std::to_string(count) + ", " + std::to_string(features) +
+                                        "], not " + x.shape().str());
   if (data_->labels) {
-    check(y.dtype() == DType::I64, KILN_ERROR_DTYPE_MISMATCH,
-          std::string("gather: labels must go to an i64 y, not ") + dtype_name(y.dtype()));
-    check(y.ndim() == 1 && y.dim(0) >= count, KILN_ERROR_SHAPE_MISMATCH,
-          "gather: y must be [>= " + std::to_string(count) + "], not " + y.shape().str());
+    if (!(y.dtype() == DType::I64))
+      fail(KILN_ERROR_DTYPE_MISMATCH, std::string("gather: labels must go to an i64 y, not ") + dtype_name(y.dtype()));
+    if (!(y.ndim() == 1 && y.dim(0) >= count))
+      fail(KILN_ERROR_SHAPE_MISMATCH, "gather: y must be [>= " + std::to_string(count) + "], not " + y.shape().str());
   } else {
     const int64_t k = target_width();
-    check(dtype_is_float(y.dtype()), KILN_ERROR_DTYPE_MISMATCH,
-          std::string("gather: targets must go to a float y, not ") + dtype_name(y.dtype()));
-    check(y.ndim() == 2 && y.dim(0) >= count && y.dim(1) == k, KILN_ERROR_SHAPE_MISMATCH,
-          "gather: y must be [>= " + std::to_string(count) + ", " + std::to_string(k) + "], not " + y.shape().str());
+    if (!(dtype_is_float(y.dtype())))
+      fail(KILN_ERROR_DTYPE_MISMATCH,
+           std::string("gather: targets must go to a float y, not ") + dtype_name(y.dtype()));
+    if (!(y.ndim() == 2 && y.dim(0) >= count && y.dim(1) == k))
+      fail(KILN_ERROR_SHAPE_MISMATCH,
+           "gather: y must be [>= " + std::to_string(count) + ", " + std::to_string(k) + "], not " + y.shape().str());
   }
-  if (count == 0) return;
+  if (count == 0)
+    return;
 
   const Normalization norm = normalization();
   const Data::Resident src = data_->on(d);
