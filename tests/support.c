@@ -60,10 +60,40 @@ int kiln_test_cuda_device(kiln_context *ctx, kiln_device *dev) {
   return available;
 }
 
+static int cuda_run(void) {
+  const char *mode = getenv("KILN_TEST_DEVICE");
+  return mode && strcmp(mode, "cuda") == 0;
+}
+
+/* Runs before main in every test program: a KILN_TEST_DEVICE=cuda run on a
+ * machine without a usable GPU leaves at once as skipped. */
+__attribute__((constructor)) static void skip_cuda_run_without_gpu(void) {
+  if (!cuda_run()) return;
+  kiln_context *ctx = NULL;
+  int available = 0;
+  if (kiln_context_create(NULL, &ctx) == KILN_OK) {
+    if (kiln_cuda_is_available(ctx, &available) != KILN_OK) available = 0;
+    if (!available) {
+      const char *why = NULL;
+      kiln_cuda_unavailable_reason(ctx, &why);
+      fprintf(stderr, "skipped: no usable CUDA device (%s)\n", why ? why : "unknown");
+    }
+    kiln_context_release(ctx);
+  }
+  if (!available) exit(KILN_TEST_SKIPPED);
+}
+
+int kiln_test_gpu_cases(kiln_context *ctx, kiln_device *dev) {
+  kiln_device gpu;
+  int run = cuda_run() && kiln_test_cuda_device(ctx, &gpu);
+  if (dev) *dev = run ? gpu : (kiln_device){KILN_DEVICE_CPU, -1};
+  return run;
+}
+
 int kiln_test_devices(kiln_context *ctx, kiln_device devs[2]) {
   devs[0].kind = KILN_DEVICE_CPU;
   devs[0].index = -1;
-  return kiln_test_cuda_device(ctx, &devs[1]) ? 2 : 1;
+  return kiln_test_gpu_cases(ctx, &devs[1]) ? 2 : 1;
 }
 
 /* ---- tensors ------------------------------------------------------------ */

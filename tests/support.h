@@ -7,9 +7,13 @@
  *   assert_allclose(got, want, n, 1e-6, 1e-7);         prints the worst element
  *   kiln_test_rng rng = kiln_test_rng_make(42);        inputs independent of kiln's RNG
  *
- * Tests that need a GPU: kiln_test_cuda_device(ctx, &dev) says whether one is
- * usable; when it is not, skip the case with skip() or leave the program with
- * exit(KILN_TEST_SKIPPED), which CTest counts as skipped.
+ * GPU tests. Every program with device cases is registered twice (see
+ * tests/CMakeLists.txt): NAME runs them on the CPU; NAME_cuda runs with
+ * KILN_TEST_DEVICE=cuda, exits KILN_TEST_SKIPPED (77, which CTest counts as
+ * skipped, never as passed) when no CUDA device is usable, and otherwise runs
+ * the device cases on the CPU and on cuda:0. Device-generic cases loop over
+ * kiln_test_devices; CUDA-only cases ask kiln_test_gpu_cases and skip() when
+ * it says no. kiln_test_cuda_device only reports what the machine has.
  */
 #ifndef KILN_TESTS_SUPPORT_H
 #define KILN_TESTS_SUPPORT_H
@@ -58,9 +62,13 @@ int kiln_test_context_teardown(void **state);
  * returns 0 and sets *dev to the CPU. dev may be NULL. */
 int kiln_test_cuda_device(kiln_context *ctx, kiln_device *dev);
 
-/* The devices to run device-generic cases on: the CPU, then cuda:0 when
- * usable. Returns how many were written to devs (1 or 2). */
+/* The devices to run device-generic cases on: the CPU, then cuda:0 in a
+ * KILN_TEST_DEVICE=cuda run. Returns how many were written to devs (1 or 2). */
 int kiln_test_devices(kiln_context *ctx, kiln_device devs[2]);
+
+/* Whether to run CUDA-only cases: 1 (and *dev = cuda:0) in a
+ * KILN_TEST_DEVICE=cuda run, else 0 (and *dev = the CPU). dev may be NULL. */
+int kiln_test_gpu_cases(kiln_context *ctx, kiln_device *dev);
 
 /* ---- tensors ------------------------------------------------------------ */
 

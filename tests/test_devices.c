@@ -380,7 +380,7 @@ static void test_synchronize_cpu(void **state) {
 static void test_cuda_info(void **state) {
   kiln_context *ctx = *state;
   kiln_device gpu;
-  if (!kiln_test_cuda_device(ctx, &gpu)) skip();
+  if (!kiln_test_gpu_cases(ctx, &gpu)) skip();
   int64_t n = cuda_count(ctx);
   for (int64_t i = 0; i < n; ++i) {
     kiln_device dev = {KILN_DEVICE_CUDA, i};

@@ -269,7 +269,7 @@ static void test_binary_errors(void **state) {
   assert_null(out);
 
   kiln_device gpu;
-  if (kiln_test_cuda_device(ctx, &gpu)) {
+  if (kiln_test_gpu_cases(ctx, &gpu)) {
     kiln_tensor *g = NULL;
     assert_kiln_ok(kiln_tensor_to(a, gpu, &g));
     assert_status(kiln_tensor_binary(KILN_ADD, a, g, &out), KILN_ERROR_INVALID_ARGUMENT);

@@ -480,7 +480,7 @@ static void test_to_same_device_shares_the_tensor(void **state) {
 static void test_to_device_round_trip(void **state) {
   kiln_context *ctx = *state;
   kiln_device gpu;
-  if (!kiln_test_cuda_device(ctx, &gpu)) skip();
+  if (!kiln_test_gpu_cases(ctx, &gpu)) skip();
   kiln_test_rng rng = kiln_test_rng_make(11);
   double host[257];
   kiln_test_fill_uniform_f64(&rng, host, 257, -100.0, 100.0);
