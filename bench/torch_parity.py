@@ -1,10 +1,12 @@
 """Does kiln train exactly like PyTorch? Starts both from the same weights and
-feeds them the same batches, then compares the losses step by step and the
-weights at the end. Separates "kiln computes something else" from "another
-seed gave another accuracy".
+feeds them the same batches (a fresh torch.randperm each epoch, as
+torch_bench.py's resident loop, so with the same --seed PyTorch's side is that
+run exactly), then compares the losses step by step, the weights, and the
+test accuracies at the end. Separates "kiln computes something else" from
+"another seed gave another accuracy".
 
   /usr/bin/python3 bench/torch_parity.py [--lib build/libkiln.so] [--spec 784-1024-1024-10]
-                                         [--batch 256] [--steps 200] [--lr 0.1]
+                                         [--batch 256] [--epochs 1] [--steps N] [--lr 0.1] [--seed 0]
 
 kiln is called through its C API with ctypes; the starting weights go from
 PyTorch to kiln as a safetensors file written here with the standard library.
@@ -57,12 +59,14 @@ def main():
     p.add_argument("--lib", default=os.path.join(os.path.dirname(__file__), "..", "build", "libkiln.so"))
     p.add_argument("--spec", default="784-1024-1024-10")
     p.add_argument("--batch", type=int, default=256)
-    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: run every epoch)")
+    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     args = p.parse_args()
 
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
     sizes = [int(s) for s in args.spec.split("-")]
     layers = []
     for i in range(len(sizes) - 1):
@@ -70,7 +74,7 @@ def main():
     model = nn.Sequential(*layers)
     x, y = load(args.data, "train")
     x = x.float() / 255.0
-    order = torch.randperm(len(x))
+    xte, yte = load(args.data, "test")
 
     k = Kiln(args.lib)
     with tempfile.TemporaryDirectory() as tmp:
@@ -86,9 +90,16 @@ def main():
 
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()
-    worst_loss = 0.0
-    for step in range(args.steps):
-        idx = order[(step * args.batch) % len(x):][: args.batch]
+    def batches():
+        for _ in range(args.epochs):
+            perm = torch.randperm(len(x))
+            for i in range(0, len(x), args.batch):
+                yield perm[i : i + args.batch]
+
+    worst_loss, step = 0.0, 0
+    for idx in batches():
+        if args.steps and step == args.steps:
+            break
         xb, yb = x[idx].contiguous(), y[idx].contiguous()
         opt.zero_grad()
         loss = loss_fn(model(xb), yb)
@@ -102,8 +113,9 @@ def main():
         k.lib.kiln_tensor_release(kx)
         k.lib.kiln_tensor_release(ky)
         worst_loss = max(worst_loss, abs(kloss.value - loss.item()) / abs(loss.item()))
-        if step % 50 == 0 or step == args.steps - 1:
-            print(f"step {step:4d}  torch loss {loss.item():.6f}  kiln loss {kloss.value:.6f}")
+        if step % 200 == 0:
+            print(f"step {step:5d}  torch loss {loss.item():.6f}  kiln loss {kloss.value:.6f}")
+        step += 1
 
     worst_weight = 0.0
     for i, (name, t) in enumerate(model.state_dict().items()):
@@ -113,9 +125,15 @@ def main():
         k("kiln_tensor_copy_to_host", kt, C.c_void_p(buf.data_ptr()), C.c_int64(buf.numel() * 4))
         k.lib.kiln_tensor_release(kt)
         worst_weight = max(worst_weight, ((buf - t).abs().max() / t.abs().max()).item())
-    print(f"after {args.steps} steps of {args.spec}, batch {args.batch}, SGD lr {args.lr}:")
+    with torch.no_grad():
+        torch_acc = (model(xte.float() / 255.0).argmax(1) == yte).float().mean().item()
+    test, kloss, kacc = C.c_void_p(), C.c_double(), C.c_double()
+    k("kiln_dataset_load_mnist", ctx, args.data.encode(), b"test", C.byref(test))
+    k("kiln_trainer_evaluate", trainer, test, C.byref(kloss), C.byref(kacc))
+    print(f"after {step} steps of {args.spec}, batch {args.batch}, SGD lr {args.lr}, seed {args.seed}:")
     print(f"  largest relative loss difference   {worst_loss:.2e}")
     print(f"  largest weight difference / max|w| {worst_weight:.2e}")
+    print(f"  test accuracy: PyTorch {100 * torch_acc:.2f}%, kiln {100 * kacc.value:.2f}%")
 
 
 if __name__ == "__main__":
