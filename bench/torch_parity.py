@@ -7,6 +7,7 @@ test accuracies at the end. Separates "kiln computes something else" from
 
   /usr/bin/python3 bench/torch_parity.py [--lib build/libkiln.so] [--spec 784-1024-1024-10]
                                          [--batch 256] [--epochs 1] [--steps N] [--lr 0.1] [--seed 0]
+                                         [--shuffle-seed S]
 
 kiln is called through its C API with ctypes; the starting weights go from
 PyTorch to kiln as a safetensors file written here with the standard library.
@@ -62,6 +63,9 @@ def main():
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: run every epoch)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--shuffle-seed", type=int, default=None,
+                   help="draw the batch orders from a torch.Generator of this seed instead of the global one "
+                        "that also drew the initial weights (PyTorch's default)")
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     args = p.parse_args()
@@ -90,9 +94,11 @@ def main():
 
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     loss_fn = nn.CrossEntropyLoss()
+    shuffle = None if args.shuffle_seed is None else torch.Generator().manual_seed(args.shuffle_seed)
+
     def batches():
         for _ in range(args.epochs):
-            perm = torch.randperm(len(x))
+            perm = torch.randperm(len(x), generator=shuffle)
             for i in range(0, len(x), args.batch):
                 yield perm[i : i + args.batch]
 
