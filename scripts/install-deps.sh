@@ -12,7 +12,8 @@
 set -euo pipefail
 
 core=(cmake g++ ninja-build pkg-config libopenblas-dev libcmocka-dev zlib1g-dev dataset-fashion-mnist)
-bindings=(swig golang-go mono-mcs mono-devel bindgen)
+# bindgen loads libclang at run time but does not depend on it in Debian.
+bindings=(swig golang-go mono-mcs mono-devel bindgen libclang1)
 
 case "${1:-}" in
   --core) wanted=("${core[@]}") ;;
