@@ -18,6 +18,11 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH="$build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export CGO_CFLAGS="-I$root/include" CGO_LDFLAGS="-L$build" GOPROXY=off GOFLAGS=-mod=mod
 export KILN_LIB_DIR="$build" CARGO_TARGET_DIR="$out/rust-target"
+# A rustup toolchain lives in ~/.cargo/bin, which a non-login shell (CI) may
+# not have on PATH; scripts/install-deps.sh installs Debian's cargo only when
+# neither exists.
+rustup_bin="${CARGO_HOME:-$HOME/.cargo}/bin"
+if ! command -v cargo >/dev/null && [ -x "$rustup_bin/cargo" ]; then export PATH="$rustup_bin:$PATH"; fi
 
 declare -A result
 failed=0
