@@ -159,8 +159,10 @@ template <class F, class... Outs> kiln_status guard(F &&f, Outs... outs) noexcep
   return status;
 }
 
-// The shape of every getter: *out = read(what h owns), with h checked and
-// out required. read receives the copy taken under the registry lock.
+// The shape of every entry point with one handle in and one result out
+// (getters, and ops that make a new tensor from one): *out = read(what h
+// owns), with h checked and out required. read receives the copy taken under
+// the registry lock.
 template <class H, class Out, class Read>
 kiln_status query(const H *h, const char *what, Out *out, Read read) noexcept {
   return guard(

@@ -110,13 +110,9 @@ KILN_API kiln_status kiln_tensor_randn(kiln_context *ctx, const int64_t *shape, 
 
 KILN_API kiln_status kiln_tensor_arange(kiln_context *ctx, double start, double end, double step, kiln_dtype dtype,
                                         kiln_device device, kiln_tensor **out) {
-  return guard(
-      [&] {
-        auto c = value(ctx, "ctx");
-        require(out, "out");
-        *out = wrap(Tensor::arange(c, start, end, step, kiln::api::dtype(dtype), kiln::api::device(device)));
-      },
-      out);
+  return query(ctx, "ctx", out, [&](const auto &c) {
+    return wrap(Tensor::arange(c, start, end, step, kiln::api::dtype(dtype), kiln::api::device(device)));
+  });
 }
 
 KILN_API kiln_status kiln_tensor_from_host(kiln_context *ctx, const void *data, int64_t nbytes, const int64_t *shape,
@@ -167,33 +163,15 @@ KILN_API kiln_status kiln_tensor_item(const kiln_tensor *tensor, double *out) {
 }
 
 KILN_API kiln_status kiln_tensor_to(const kiln_tensor *tensor, kiln_device device, kiln_tensor **out) {
-  return guard(
-      [&] {
-        Tensor t = value(tensor, "tensor");
-        require(out, "out");
-        *out = wrap(t.to(kiln::api::device(device)));
-      },
-      out);
+  return query(tensor, "tensor", out, [&](const auto &t) { return wrap(t.to(kiln::api::device(device))); });
 }
 
 KILN_API kiln_status kiln_tensor_cast(const kiln_tensor *tensor, kiln_dtype dtype, kiln_tensor **out) {
-  return guard(
-      [&] {
-        Tensor t = value(tensor, "tensor");
-        require(out, "out");
-        *out = wrap(kiln::cast(t, kiln::api::dtype(dtype)));
-      },
-      out);
+  return query(tensor, "tensor", out, [&](const auto &t) { return wrap(kiln::cast(t, kiln::api::dtype(dtype))); });
 }
 
 KILN_API kiln_status kiln_tensor_clone(const kiln_tensor *tensor, kiln_tensor **out) {
-  return guard(
-      [&] {
-        Tensor t = value(tensor, "tensor");
-        require(out, "out");
-        *out = wrap(t.clone());
-      },
-      out);
+  return query(tensor, "tensor", out, [&](const auto &t) { return wrap(t.clone()); });
 }
 
 KILN_API kiln_status kiln_tensor_ndim(const kiln_tensor *tensor, int64_t *out) {
@@ -246,23 +224,11 @@ KILN_API kiln_status kiln_tensor_is_pinned(const kiln_tensor *tensor, int *out) 
 
 KILN_API kiln_status kiln_tensor_reshape(const kiln_tensor *tensor, const int64_t *shape, int64_t ndim,
                                          kiln_tensor **out) {
-  return guard(
-      [&] {
-        Tensor t = value(tensor, "tensor");
-        require(out, "out");
-        *out = wrap(t.reshape(kiln::Shape::pattern(shape, ndim)));
-      },
-      out);
+  return query(tensor, "tensor", out, [&](const auto &t) { return wrap(t.reshape(kiln::Shape::pattern(shape, ndim))); });
 }
 
 KILN_API kiln_status kiln_tensor_rows(const kiln_tensor *tensor, int64_t start, int64_t end, kiln_tensor **out) {
-  return guard(
-      [&] {
-        Tensor t = value(tensor, "tensor");
-        require(out, "out");
-        *out = wrap(t.rows(start, end));
-      },
-      out);
+  return query(tensor, "tensor", out, [&](const auto &t) { return wrap(t.rows(start, end)); });
 }
 
 KILN_API kiln_status kiln_tensor_binary(kiln_binary_op op, const kiln_tensor *a, const kiln_tensor *b,
@@ -277,13 +243,7 @@ KILN_API kiln_status kiln_tensor_binary(kiln_binary_op op, const kiln_tensor *a,
 }
 
 KILN_API kiln_status kiln_tensor_scalar(kiln_binary_op op, const kiln_tensor *a, double scalar, kiln_tensor **out) {
-  return guard(
-      [&] {
-        Tensor ta = value(a, "a");
-        require(out, "out");
-        *out = wrap(kiln::scalar(binary_op(op), ta, scalar));
-      },
-      out);
+  return query(a, "a", out, [&](const auto &ta) { return wrap(kiln::scalar(binary_op(op), ta, scalar)); });
 }
 
 KILN_API kiln_status kiln_tensor_compare(kiln_compare_op op, const kiln_tensor *a, const kiln_tensor *b,
@@ -298,44 +258,20 @@ KILN_API kiln_status kiln_tensor_compare(kiln_compare_op op, const kiln_tensor *
 }
 
 KILN_API kiln_status kiln_tensor_unary(kiln_unary_op op, const kiln_tensor *a, double alpha, kiln_tensor **out) {
-  return guard(
-      [&] {
-        Tensor ta = value(a, "a");
-        require(out, "out");
-        *out = wrap(kiln::unary(unary_op(op), ta, alpha));
-      },
-      out);
+  return query(a, "a", out, [&](const auto &ta) { return wrap(kiln::unary(unary_op(op), ta, alpha)); });
 }
 
 KILN_API kiln_status kiln_tensor_softmax(const kiln_tensor *a, int64_t dim, kiln_tensor **out) {
-  return guard(
-      [&] {
-        Tensor ta = value(a, "a");
-        require(out, "out");
-        *out = wrap(kiln::softmax(ta, dim, false));
-      },
-      out);
+  return query(a, "a", out, [&](const auto &ta) { return wrap(kiln::softmax(ta, dim, false)); });
 }
 
 KILN_API kiln_status kiln_tensor_log_softmax(const kiln_tensor *a, int64_t dim, kiln_tensor **out) {
-  return guard(
-      [&] {
-        Tensor ta = value(a, "a");
-        require(out, "out");
-        *out = wrap(kiln::softmax(ta, dim, true));
-      },
-      out);
+  return query(a, "a", out, [&](const auto &ta) { return wrap(kiln::softmax(ta, dim, true)); });
 }
 
 KILN_API kiln_status kiln_tensor_reduce(kiln_reduce_op op, const kiln_tensor *a, int64_t dim, int keepdim,
                                         kiln_tensor **out) {
-  return guard(
-      [&] {
-        Tensor ta = value(a, "a");
-        require(out, "out");
-        *out = wrap(kiln::reduce(reduce_op(op), ta, dim, keepdim != 0));
-      },
-      out);
+  return query(a, "a", out, [&](const auto &ta) { return wrap(kiln::reduce(reduce_op(op), ta, dim, keepdim != 0)); });
 }
 
 KILN_API kiln_status kiln_tensor_matmul(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out) {
