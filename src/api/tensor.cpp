@@ -60,6 +60,19 @@ kiln_status create(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_d
       out);
 }
 
+// The entry points with two tensors in and one out; make(a, b) runs inside
+// the guard, so the C enum it converts is checked there too.
+template <class Make>
+kiln_status two_tensors(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out, Make make) noexcept {
+  return guard(
+      [&] {
+        Tensor ta = value(a, "a"), tb = value(b, "b");
+        require(out, "out");
+        *out = wrap(make(ta, tb));
+      },
+      out);
+}
+
 }  // namespace
 
 extern "C" {
@@ -233,13 +246,7 @@ KILN_API kiln_status kiln_tensor_rows(const kiln_tensor *tensor, int64_t start, 
 
 KILN_API kiln_status kiln_tensor_binary(kiln_binary_op op, const kiln_tensor *a, const kiln_tensor *b,
                                         kiln_tensor **out) {
-  return guard(
-      [&] {
-        Tensor ta = value(a, "a"), tb = value(b, "b");
-        require(out, "out");
-        *out = wrap(kiln::binary(binary_op(op), ta, tb));
-      },
-      out);
+  return two_tensors(a, b, out, [&](const Tensor &ta, const Tensor &tb) { return kiln::binary(binary_op(op), ta, tb); });
 }
 
 KILN_API kiln_status kiln_tensor_scalar(kiln_binary_op op, const kiln_tensor *a, double scalar, kiln_tensor **out) {
@@ -248,13 +255,8 @@ KILN_API kiln_status kiln_tensor_scalar(kiln_binary_op op, const kiln_tensor *a,
 
 KILN_API kiln_status kiln_tensor_compare(kiln_compare_op op, const kiln_tensor *a, const kiln_tensor *b,
                                          kiln_tensor **out) {
-  return guard(
-      [&] {
-        Tensor ta = value(a, "a"), tb = value(b, "b");
-        require(out, "out");
-        *out = wrap(kiln::binary(compare_op(op), ta, tb));
-      },
-      out);
+  return two_tensors(a, b, out,
+                     [&](const Tensor &ta, const Tensor &tb) { return kiln::binary(compare_op(op), ta, tb); });
 }
 
 KILN_API kiln_status kiln_tensor_unary(kiln_unary_op op, const kiln_tensor *a, double alpha, kiln_tensor **out) {
@@ -275,13 +277,7 @@ KILN_API kiln_status kiln_tensor_reduce(kiln_reduce_op op, const kiln_tensor *a,
 }
 
 KILN_API kiln_status kiln_tensor_matmul(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out) {
-  return guard(
-      [&] {
-        Tensor ta = value(a, "a"), tb = value(b, "b");
-        require(out, "out");
-        *out = wrap(kiln::matmul(ta, tb));
-      },
-      out);
+  return two_tensors(a, b, out, [&](const Tensor &ta, const Tensor &tb) { return kiln::matmul(ta, tb); });
 }
 
 }  // extern "C"
