@@ -141,6 +141,20 @@ Broadcast make_broadcast(std::vector<int64_t> shape, std::vector<int64_t> as, st
 
 // ---- tensor kernels -----------------------------------------------------
 
+GemmArgs gemm_args(DType t, bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
+                   const void *b, double beta, void *c) {
+  GemmArgs g;
+  g.t = t, g.trans_a = ta, g.trans_b = tb, g.m = m, g.n = n, g.k = k, g.alpha = alpha, g.beta = beta;
+  g.a = a, g.b = b, g.c = c;
+  return g;
+}
+
+DropoutArgs dropout_args(DType t, int64_t n, const void *x, void *y, uint8_t *mask, double p, uint64_t seed) {
+  DropoutArgs d;
+  d.t = t, d.n = n, d.x = x, d.y = y, d.mask = mask, d.p = p, d.stream = seed;
+  return d;
+}
+
 void test_memory_and_info(Backend &be) {
   g_case = "memory";
   void *p = be.alloc(-1, 1000);
@@ -446,7 +460,7 @@ void test_gemm(Backend &be) {
         Buf ba(t, a), bb(t, b), bc(t, c);
         const double alpha = 1.5, beta = trans == 3 ? 0.0 : 0.5;
         if (beta == 0) bc.set(0, std::numeric_limits<double>::quiet_NaN());  // beta = 0 ignores C
-        be.gemm(-1, t, ta, tb, s.m, s.n, s.k, alpha, ba.data(), bb.data(), beta, bc.data());
+        be.gemm(-1, gemm_args(t, ta, tb, s.m, s.n, s.k, alpha, ba.data(), bb.data(), beta, bc.data()));
         std::vector<double> want(size_t(s.m * s.n));
         for (int64_t i = 0; i < s.m; ++i) {
           for (int64_t j = 0; j < s.n; ++j) {
@@ -656,7 +670,7 @@ void test_dropout(Backend &be) {
     std::vector<double> x = rounded(t, randoms(size_t(n), 111, -2, 2));
     Buf bx(t, x), y(t, size_t(n)), dx(t, size_t(n));
     std::vector<uint8_t> mask(static_cast<size_t>(n));
-    be.dropout(-1, t, n, bx.data(), y.data(), mask.data(), p, seed);
+    be.dropout(-1, dropout_args(t, n, bx.data(), y.data(), mask.data(), p, seed), nullptr);
     std::vector<double> want(static_cast<size_t>(n)), want_mask(static_cast<size_t>(n)), got_mask(static_cast<size_t>(n));
     int64_t kept = 0;
     for (int64_t i = 0; i < n; ++i) {
@@ -675,7 +689,7 @@ void test_dropout(Backend &be) {
   g_case = "dropout p = 1";
   Buf bx(DType::F32, {1, 2, 3}), y(DType::F32, 3);
   uint8_t mask[3];
-  be.dropout(-1, DType::F32, 3, bx.data(), y.data(), mask, 1.0, seed);
+  be.dropout(-1, dropout_args(DType::F32, 3, bx.data(), y.data(), mask, 1.0, seed), nullptr);
   check_close("zeros", y.values(), {0, 0, 0}, 0, 0);
 }
 
@@ -707,7 +721,12 @@ void test_optimizers(Backend &be) {
       for (int step = 1; step <= 3; ++step) {
         std::vector<double> g = rounded(t, randoms(size_t(n), 140 + uint64_t(step)));
         Buf bg(t, g);
-        be.sgd_update(-1, t, n, bp.data(), bg.data(), bv.data(), lr, momentum, wd, nesterov, step == 1);
+        SgdArgs a;
+        a.t = t, a.n = n, a.params = bp.data(), a.grads = bg.data(), a.velocity = bv.data();
+        a.momentum = momentum, a.weight_decay = wd, a.nesterov = nesterov;
+        StepParams sp;
+        sp.lr = lr, sp.step = step - 1;
+        be.sgd_update(-1, a, &sp);
         for (size_t i = 0; i < size_t(n); ++i) {  // torch.optim.SGD, dampening 0
           double d = g[i] + wd * p[i];
           if (momentum != 0) {
@@ -728,7 +747,12 @@ void test_optimizers(Backend &be) {
       for (int step = 1; step <= 3; ++step) {
         std::vector<double> g = rounded(t, randoms(size_t(n), 160 + uint64_t(step)));
         Buf bg(t, g);
-        be.adam_update(-1, t, n, bp.data(), bg.data(), bm.data(), bv.data(), lr, b1, b2, eps, wd, decoupled, step);
+        AdamArgs a;
+        a.t = t, a.n = n, a.params = bp.data(), a.grads = bg.data(), a.m = bm.data(), a.v = bv.data();
+        a.beta1 = b1, a.beta2 = b2, a.eps = eps, a.weight_decay = wd, a.decoupled = decoupled;
+        StepParams sp;
+        sp.lr = lr, sp.step = step - 1;
+        be.adam_update(-1, a, &sp);
         for (size_t i = 0; i < size_t(n); ++i) {  // torch.optim.Adam / AdamW
           double d = g[i];
           if (decoupled) p[i] *= 1 - lr * wd; else d += wd * p[i];
@@ -753,9 +777,13 @@ void test_gather(Backend &be) {
   for (int64_t r = 0; r < count; ++r) rows[size_t(r)] = (r * 13) % src_rows;
   for (DType src_t : {DType::U8, DType::F32}) {
     for (DType out_t : kFloats) {
-      g_case = std::string("gather_rows ") + dtype_name(src_t) + "->" + dtype_name(out_t);
+      g_case = std::string("gather x ") + dtype_name(src_t) + "->" + dtype_name(out_t);
       Buf bs(src_t, src), out(out_t, size_t(count * cols));
-      be.gather_rows(-1, src_t, bs.data(), cols, rows.data(), count, out_t, out.data(), 1.0 / 255, -0.5);
+      GatherArgs g;
+      g.order = rows.data(), g.count = count;
+      g.x_type = src_t, g.x = bs.data(), g.cols = cols, g.scale = 1.0 / 255, g.shift = -0.5;
+      g.out_x_type = out_t, g.out_x = out.data();
+      be.gather(-1, g, nullptr);
       std::vector<double> want(size_t(count * cols));
       for (int64_t r = 0; r < count; ++r)
         for (int64_t c = 0; c < cols; ++c)
@@ -764,12 +792,15 @@ void test_gather(Backend &be) {
     }
   }
   for (DType t : {DType::U8, DType::I32, DType::I64}) {
-    g_case = std::string("gather_labels ") + dtype_name(t);
+    g_case = std::string("gather labels ") + dtype_name(t);
     std::vector<double> labels(static_cast<size_t>(src_rows));
     for (int64_t i = 0; i < src_rows; ++i) labels[size_t(i)] = double(i % 10);
     Buf bl(t, labels);
     std::vector<int64_t> out(static_cast<size_t>(count));
-    be.gather_labels(-1, t, bl.data(), rows.data(), count, out.data());
+    GatherArgs g;
+    g.order = rows.data(), g.count = count;
+    g.y_type = t, g.y = bl.data(), g.out_y = out.data();
+    be.gather(-1, g, nullptr);
     bool ok = true;
     for (int64_t r = 0; r < count; ++r) ok = ok && out[size_t(r)] == rows[size_t(r)] % 10;
     CHECK(ok);
@@ -834,14 +865,14 @@ void test_concurrent_kernels(Backend &be) {
   const int64_t m = 128, n = 64, k = 300;
   std::vector<double> a = randoms(size_t(m * k), 171), b = randoms(size_t(k * n), 172);
   Buf ba(DType::F32, a), bb(DType::F32, b), ref(DType::F32, size_t(m * n));
-  be.gemm(-1, DType::F32, false, false, m, n, k, 1, ba.data(), bb.data(), 0, ref.data());
+  be.gemm(-1, gemm_args(DType::F32, false, false, m, n, k, 1, ba.data(), bb.data(), 0, ref.data()));
   std::atomic<int> mismatches{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
       Buf c(DType::F32, size_t(m * n));
       for (int rep = 0; rep < 50; ++rep) {
-        be.gemm(-1, DType::F32, false, false, m, n, k, 1, ba.data(), bb.data(), 0, c.data());
+        be.gemm(-1, gemm_args(DType::F32, false, false, m, n, k, 1, ba.data(), bb.data(), 0, c.data()));
         if (std::memcmp(c.data(), ref.data(), size_t(m * n) * 4) != 0) ++mismatches;
       }
     });

@@ -535,6 +535,43 @@ KILN_API kiln_status kiln_trainer_options_set_shuffle_seed(kiln_trainer_options 
  * reads the loss back from the device. */
 KILN_API kiln_status kiln_trainer_options_set_progress_interval(kiln_trainer_options *options, int64_t batches);
 
+/* Numeric precision of a trainer's steps (kiln_trainer_options_set_precision):
+ *  FP32  the model's dtype throughout, f32 products computed exactly (the
+ *        default, and what PyTorch computes with TF32 off);
+ *  TF32  f32 products on CUDA's TF32 tensor cores (10-bit mantissa inputs,
+ *        f32 accumulation). A CUDA mode: kiln_trainer_create on a CPU model
+ *        returns KILN_ERROR_NOT_SUPPORTED saying so;
+ *  BF16  mixed precision on every device: batch, activations and products
+ *        in bf16 (f32 accumulation), with f32 master weights, gradients,
+ *        optimizer state and loss, as PyTorch's autocast to bfloat16.
+ * TF32 and BF16 need an f32 model (KILN_ERROR_NOT_SUPPORTED otherwise). */
+typedef enum kiln_precision {
+  KILN_PRECISION_FP32 = 0,
+  KILN_PRECISION_TF32 = 1,
+  KILN_PRECISION_BF16 = 2
+} kiln_precision;
+/* KILN_ERROR_INVALID_ARGUMENT for a value outside kiln_precision. */
+KILN_API kiln_status kiln_trainer_options_set_precision(kiln_trainer_options *options, kiln_precision precision);
+
+/* The parts of a backend's fast path, each of which can be switched off to
+ * bisect a failure: fused GEMM epilogues, CUDA graphs, cuDNN's fused graphs,
+ * the fused kernel for narrow MLPs. Backends without them (the CPU) ignore
+ * the bits, and results agree with every part off within float rounding. */
+typedef enum kiln_fast_path {
+  KILN_FAST_PATH_EPILOGUES = 1,
+  KILN_FAST_PATH_GRAPHS = 2,
+  KILN_FAST_PATH_CUDNN = 4,
+  KILN_FAST_PATH_FUSED_MLP = 8,
+  KILN_FAST_PATH_ALL = 15
+} kiln_fast_path;
+/* The kiln_fast_path bits a trainer may use (default KILN_FAST_PATH_ALL; 0
+ * runs every step as the plain sequence of kernels). The environment
+ * variable KILN_DISABLE, a comma-separated list of "epilogues", "graphs",
+ * "cudnn", "fused_mlp" or "all", removes more when the trainer is created
+ * (KILN_ERROR_INVALID_ARGUMENT there for an unknown name).
+ * KILN_ERROR_INVALID_ARGUMENT for bits outside KILN_FAST_PATH_ALL. */
+KILN_API kiln_status kiln_trainer_options_set_fast_path(kiln_trainer_options *options, uint32_t enabled);
+
 /* A trainer for model on the model's device; it keeps the model alive and
  * copies options (NULL = defaults). Used by one thread at a time. */
 KILN_API kiln_status kiln_trainer_create(kiln_model *model, const kiln_trainer_options *options, kiln_trainer **out);

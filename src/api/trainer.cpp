@@ -189,6 +189,24 @@ KILN_API kiln_status kiln_trainer_options_set_progress_interval(kiln_trainer_opt
   });
 }
 
+KILN_API kiln_status kiln_trainer_options_set_precision(kiln_trainer_options *options, kiln_precision precision) {
+  return guard([&] {
+    kiln::TrainerOptions &o = options_of(options);
+    kiln::check_precision(precision);
+    o.precision = precision;
+  });
+}
+
+KILN_API kiln_status kiln_trainer_options_set_fast_path(kiln_trainer_options *options, uint32_t enabled) {
+  return guard([&] {
+    kiln::TrainerOptions &o = options_of(options);
+    kiln::check((enabled & ~uint32_t(KILN_FAST_PATH_ALL)) == 0, KILN_ERROR_INVALID_ARGUMENT,
+                "fast path bits " + std::to_string(enabled) + " name parts that do not exist (KILN_FAST_PATH_ALL is " +
+                    std::to_string(int(KILN_FAST_PATH_ALL)) + ")");
+    o.fast_path = enabled;
+  });
+}
+
 KILN_API kiln_status kiln_trainer_create(kiln_model *model, const kiln_trainer_options *options, kiln_trainer **out) {
   return guard([&] {
     std::shared_ptr<kiln::Model> m = value(model, "model");

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "backend/backend.hpp"
+#include "core/backend.hpp"
 
 namespace kiln {
 // Bump whenever backend.hpp changes in any way.

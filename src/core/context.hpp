@@ -8,7 +8,7 @@
 #include <mutex>
 #include <string>
 
-#include "backend/backend.hpp"
+#include "core/backend.hpp"
 
 namespace kiln {
 

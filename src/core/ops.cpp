@@ -220,7 +220,11 @@ Tensor matmul(const Tensor &a, const Tensor &b) {
     a.backend().fill(a.device().index, a.dtype(), out.numel(), out.data(), 0.0);
     return out;
   }
-  a.backend().gemm(a.device().index, a.dtype(), false, false, m, n, k, 1.0, a.data(), b.data(), 0.0, out.data());
+  GemmArgs g;
+  g.t = a.dtype();
+  g.m = m, g.n = n, g.k = k;
+  g.a = a.data(), g.b = b.data(), g.c = out.data();
+  a.backend().gemm(a.device().index, g);
   return out;
 }
 

@@ -8,7 +8,7 @@
 // of range -> INVALID_ARGUMENT. Every op accepts tensors without elements.
 #pragma once
 
-#include "backend/backend.hpp"
+#include "core/backend.hpp"
 #include "core/tensor.hpp"
 
 namespace kiln {

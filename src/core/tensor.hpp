@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "backend/backend.hpp"
+#include "core/backend.hpp"
 #include "core/shape.hpp"
 
 namespace kiln {

@@ -40,20 +40,15 @@ void check_target(kiln_loss_kind kind, int64_t rows, int64_t cols, const Tensor 
                                         Shape{rows, cols}.str() + ", got " + target.shape().str());
 }
 
-void loss_kernel(Backend &b, int64_t dev, DType t, kiln_loss_kind kind, int64_t rows, int64_t cols, const void *pred,
-                 const void *target, void *dpred, double *stats) {
-  const double scale = 1.0 / loss_count(kind, rows, cols);
-  switch (kind) {
-    case KILN_LOSS_CROSS_ENTROPY:
-      b.cross_entropy(dev, t, rows, cols, pred, static_cast<const int64_t *>(target), scale, dpred, stats);
-      break;
-    case KILN_LOSS_MSE:
-      b.mse(dev, t, rows * cols, pred, target, scale, dpred, stats);
-      break;
-    case KILN_LOSS_BCE_WITH_LOGITS:
-      b.bce_with_logits(dev, t, rows * cols, pred, target, scale, dpred, stats);
-      break;
-  }
+LossOp loss_op(kiln_loss_kind kind, DType t, int64_t rows, int64_t cols, const void *pred, const void *target,
+               void *dpred, double *stats) {
+  LossOp op;
+  op.kind = kind;
+  op.t = t;
+  op.rows = rows, op.cols = cols;
+  op.grad_scale = 1.0 / loss_count(kind, rows, cols);
+  op.pred = pred, op.target = target, op.dpred = dpred, op.stats = stats;
+  return op;
 }
 
 double compute_loss(kiln_loss_kind kind, const Tensor &pred, const Tensor &target) {
@@ -69,8 +64,9 @@ double compute_loss(kiln_loss_kind kind, const Tensor &pred, const Tensor &targe
   const DType want = kind == KILN_LOSS_CROSS_ENTROPY ? DType::I64 : pred.dtype();
   const Tensor converted = target.dtype() == want ? target : cast(target, want);
   Tensor stats = Tensor::full(pred.context(), Shape{3}, DType::F64, pred.device(), 0.0);
-  loss_kernel(pred.backend(), pred.device().index, pred.dtype(), kind, rows, cols, pred.data(), converted.data(),
-              nullptr, stats.data_as<double>());
+  run_op(pred.backend(), pred.device().index,
+         loss_op(kind, pred.dtype(), rows, cols, pred.data(), converted.data(), nullptr, stats.data_as<double>()),
+         nullptr);
   double host[3];
   stats.copy_to_host(host, sizeof host);
   check(host[2] == 0, KILN_ERROR_INVALID_ARGUMENT,

@@ -6,6 +6,7 @@
 // pass, so the trainer never waits for the device during a step.
 #pragma once
 
+#include "core/program.hpp"
 #include "core/tensor.hpp"
 
 namespace kiln {
@@ -24,12 +25,12 @@ inline double loss_count(kiln_loss_kind kind, int64_t rows, int64_t cols) {
 // naming both.
 void check_target(kiln_loss_kind kind, int64_t rows, int64_t cols, const Tensor &target);
 
-// The kernel: pred [rows, cols] of dtype t; target I64 labels for
-// cross-entropy, else dtype t. stats[0] += summed loss, stats[1] += correct
+// The loss op of pred [rows, cols] of dtype t against target (I64 labels for
+// cross-entropy, else dtype t): stats[0] += summed loss, stats[1] += correct
 // (cross-entropy), stats[2] += labels out of range (CUDA only; the CPU
 // throws). dpred (may be null) gets d mean loss / d pred.
-void loss_kernel(Backend &b, int64_t device_index, DType t, kiln_loss_kind kind, int64_t rows, int64_t cols,
-                 const void *pred, const void *target, void *dpred, double *stats);
+LossOp loss_op(kiln_loss_kind kind, DType t, int64_t rows, int64_t cols, const void *pred, const void *target,
+               void *dpred, double *stats);
 
 // kiln_loss: the mean loss of pred against target (converted as needed), on
 // pred's device.

@@ -30,6 +30,47 @@ bool is_activation(kiln_layer_kind kind) { return kind != KILN_LAYER_LINEAR && k
 // The dropout masks of one call: stage s draws from its own stream.
 uint64_t stage_seed(uint64_t seed, size_t stage) { return rng_bits(seed, stage); }
 
+// The forward op of stage s over rows rows of x, writing y (and pre, mask).
+StepOp stage_forward(const Stage &s, DType t, MathMode math, int64_t rows, const void *x, const char *params,
+                     size_t esize, void *y, void *pre, uint8_t *mask) {
+  switch (s.kind) {
+    case Stage::kLinear: {
+      LinearOp op;
+      op.t = t;
+      op.math = math;
+      op.rows = rows, op.in = s.in, op.out = s.out;
+      op.x = x;
+      op.w = params + s.weight * esize;
+      op.b = s.bias >= 0 ? params + s.bias * esize : nullptr;
+      op.y = y;
+      op.pre = pre;
+      op.act = s.act;
+      op.alpha = s.alpha;
+      return op;
+    }
+    case Stage::kActivation: {
+      ActivationOp op;
+      op.t = t;
+      op.n = rows * s.out;
+      op.act = s.act;
+      op.alpha = s.alpha;
+      op.x = x;
+      op.y = y;
+      return op;
+    }
+    case Stage::kDropout:
+      break;
+  }
+  DropoutOp op;
+  op.args.t = t;
+  op.args.n = rows * s.out;
+  op.args.x = x;
+  op.args.y = y;
+  op.args.mask = mask;
+  op.args.p = s.p;
+  return op;
+}
+
 void check_dtype_device(DType dtype, Device device) {
   check(dtype == DType::F32 || dtype == DType::F64, KILN_ERROR_INVALID_ARGUMENT,
         std::string("model parameters must be f32 or f64, got ") + dtype_name(dtype));
@@ -153,18 +194,13 @@ Tensor Model::run(const Tensor &x_in, bool dropout) const {
     const Stage &s = stages_[si];
     if (s.kind == Stage::kDropout && !dropout) continue;
     Tensor y = Tensor::empty(ctx_, Shape{rows, s.out}, t, params.device());
+    Tensor mask;
     if (rows > 0) {
-      if (s.kind == Stage::kLinear) {
-        b.gemm(dev, t, false, true, rows, s.out, s.in, 1.0, x.data(), base + s.weight * esize, 0.0, y.data());
-        if (s.bias >= 0 || s.act != UnaryOp::Identity)
-          b.bias_act(dev, t, rows, s.out, y.data(), s.bias >= 0 ? base + s.bias * esize : nullptr, s.act, s.alpha,
-                     nullptr);
-      } else if (s.kind == Stage::kActivation) {
-        b.unary(dev, s.act, t, rows * s.out, x.data(), y.data(), s.alpha);
-      } else {
-        Tensor mask = Tensor::empty(ctx_, Shape{rows, s.out}, DType::U8, params.device());
-        b.dropout(dev, t, rows * s.out, x.data(), y.data(), mask.data_as<uint8_t>(), s.p, stage_seed(seed, si));
-      }
+      if (s.kind == Stage::kDropout) mask = Tensor::empty(ctx_, Shape{rows, s.out}, DType::U8, params.device());
+      StepOp op = stage_forward(s, t, MathMode::Exact, rows, x.data(), base, esize, y.data(), nullptr,
+                                mask.defined() ? mask.data_as<uint8_t>() : nullptr);
+      if (auto *d = std::get_if<DropoutOp>(&op)) d->args.stream = stage_seed(seed, si);
+      run_op(b, dev, op, nullptr);
     }
     x = y;
   }
@@ -181,10 +217,10 @@ Tensor Model::predict(const Tensor &x, kiln_predict_kind kind) const {
   return logits;
 }
 
-Workspace Model::make_workspace(int64_t capacity) const {
+Workspace Model::make_workspace(int64_t capacity, DType t) const {
   Workspace ws;
   ws.capacity = capacity;
-  const DType t = dtype();
+  ws.dtype = t;
   for (const Stage &s : stages_) {
     ws.out.push_back(Tensor::empty(ctx_, Shape{capacity, s.out}, t, device()));
     ws.grad.push_back(Tensor::empty(ctx_, Shape{capacity, s.out}, t, device()));
@@ -192,76 +228,86 @@ Workspace Model::make_workspace(int64_t capacity) const {
     ws.mask.push_back(s.kind == Stage::kDropout ? Tensor::empty(ctx_, Shape{capacity, s.out}, DType::U8, device())
                                                 : Tensor());
   }
-  ws.act.assign(stages_.size() + 1, nullptr);
   return ws;
 }
 
-const void *Model::forward_train(Workspace &ws, const void *x, int64_t rows, bool training, uint64_t seed) const {
-  Backend &b = params_.backend();
-  const int64_t dev = device().index;
-  const DType t = dtype();
+const void *Model::append_forward(std::vector<StepOp> &ops, const Workspace &ws, const void *x, const void *params,
+                                  MathMode math, int64_t rows, bool training, std::vector<const void *> *acts) const {
+  const DType t = ws.dtype;
   const size_t esize = size_t(dtype_size(t));
-  const char *base = static_cast<const char *>(params_.data());
-  ws.act[0] = x;
+  const char *base = static_cast<const char *>(params);
+  acts->assign(1, x);
   for (size_t si = 0; si < stages_.size(); ++si) {
     const Stage &s = stages_[si];
-    const void *in = ws.act[si];
-    void *out = ws.out[si].data();
-    switch (s.kind) {
-      case Stage::kLinear:
-        b.gemm(dev, t, false, true, rows, s.out, s.in, 1.0, in, base + s.weight * esize, 0.0, out);
-        if (s.bias >= 0 || s.act != UnaryOp::Identity)
-          b.bias_act(dev, t, rows, s.out, out, s.bias >= 0 ? base + s.bias * esize : nullptr, s.act, s.alpha,
-                     s.keep_pre ? ws.pre[si].data() : nullptr);
-        break;
-      case Stage::kActivation:
-        b.unary(dev, s.act, t, rows * s.out, in, out, s.alpha);
-        break;
-      case Stage::kDropout:
-        if (!training) {
-          out = const_cast<void *>(in);  // the identity: pass the input on
-          break;
-        }
-        b.dropout(dev, t, rows * s.out, in, out, ws.mask[si].data_as<uint8_t>(), s.p, stage_seed(seed, si));
-        break;
+    const void *in = acts->back();
+    if (s.kind == Stage::kDropout && !training) {
+      acts->push_back(in);  // the identity: pass the input on
+      continue;
     }
-    ws.act[si + 1] = out;
+    ops.push_back(stage_forward(s, t, math, rows, in, base, esize, ws.out[si].data(),
+                                s.keep_pre ? ws.pre[si].data() : nullptr,
+                                s.kind == Stage::kDropout ? ws.mask[si].data_as<uint8_t>() : nullptr));
+    if (auto *d = std::get_if<DropoutOp>(&ops.back())) d->args.stream = si;  // with the step's dropout seed
+    acts->push_back(ws.out[si].data());
   }
-  return ws.act.back();
+  return acts->back();
 }
 
-void Model::backward(Workspace &ws, int64_t rows, bool training, void *grads) const {
-  Backend &b = params_.backend();
-  const int64_t dev = device().index;
-  const DType t = dtype();
+void Model::append_backward(std::vector<StepOp> &ops, const Workspace &ws, const std::vector<const void *> &acts,
+                            const void *params, void *grads, MathMode math, int64_t rows, bool training) const {
+  const DType t = ws.dtype;
   const size_t esize = size_t(dtype_size(t));
-  const char *base = static_cast<const char *>(params_.data());
+  const char *base = static_cast<const char *>(params);
   char *gbase = static_cast<char *>(grads);
   void *g = ws.grad.back().data();  // d loss / d (output of stage si)
   for (size_t si = stages_.size(); si-- > first_trained_stage_;) {
     const Stage &s = stages_[si];
     const int64_t n = rows * s.out;
     switch (s.kind) {
-      case Stage::kLinear:
-        if (s.act != UnaryOp::Identity)
-          b.act_backward(dev, t, n, s.act, s.alpha, g, s.keep_pre ? ws.pre[si].data() : nullptr, ws.act[si + 1], g);
-        // dW = dY^T X, db = column sums of dY, dX = dY W.
-        b.gemm(dev, t, true, false, s.out, s.in, rows, 1.0, g, ws.act[si], 0.0, gbase + s.weight * esize);
-        if (s.bias >= 0) b.bias_grad(dev, t, rows, s.out, g, gbase + s.bias * esize, 0.0);
-        if (si > first_trained_stage_) {
-          b.gemm(dev, t, false, false, rows, s.in, s.out, 1.0, g, base + s.weight * esize, 0.0, ws.grad[si - 1].data());
-          g = ws.grad[si - 1].data();
-        }
+      case Stage::kLinear: {
+        LinearBackwardOp op;
+        op.t = t;
+        op.math = math;
+        op.rows = rows, op.in = s.in, op.out = s.out;
+        op.dy = g;
+        op.x = acts[si];
+        op.w = base + s.weight * esize;
+        op.y = acts[si + 1];
+        op.pre = s.keep_pre ? ws.pre[si].data() : nullptr;
+        op.act = s.act;
+        op.alpha = s.alpha;
+        op.dw = gbase + s.weight * esize;
+        op.db = s.bias >= 0 ? gbase + s.bias * esize : nullptr;
+        op.dx = si > first_trained_stage_ ? ws.grad[si - 1].data() : nullptr;
+        ops.push_back(op);
+        if (op.dx) g = op.dx;
         break;
-      case Stage::kActivation:
-        // In place: act_backward allows dx == dy.
-        b.act_backward(dev, t, n, s.act, s.alpha, g, ws.act[si], ws.act[si + 1], g);
+      }
+      case Stage::kActivation: {
+        ActivationBackwardOp op;  // in place
+        op.t = t;
+        op.n = n;
+        op.act = s.act;
+        op.alpha = s.alpha;
+        op.dy = g;
+        op.x = acts[si];
+        op.y = acts[si + 1];
+        ops.push_back(op);
         break;
-      case Stage::kDropout:
+      }
+      case Stage::kDropout: {
         if (!training) break;  // the identity passes the gradient on
-        b.dropout_backward(dev, t, n, g, ws.mask[si].data_as<uint8_t>(), s.p, ws.grad[si - 1].data());
-        g = ws.grad[si - 1].data();
+        DropoutBackwardOp op;
+        op.t = t;
+        op.n = n;
+        op.p = s.p;
+        op.dy = g;
+        op.mask = ws.mask[si].data_as<uint8_t>();
+        op.dx = ws.grad[si - 1].data();
+        ops.push_back(op);
+        g = op.dx;
         break;
+      }
     }
   }
 }

@@ -12,8 +12,9 @@
 //  - forward(): inference, const and safe from several threads, with buffers
 //    allocated per call; Dropout follows the model's training flag, as
 //    calling a PyTorch module does;
-//  - forward_train()/backward(): the trainer's, over a Workspace it sizes once
-//    per batch size, so a training step allocates nothing.
+//  - append_forward()/append_backward(): the trainer's, which add the
+//    model's ops to a step program over a Workspace sized once per batch
+//    size, so a training step allocates nothing.
 #pragma once
 
 #include <atomic>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "core/context.hpp"
+#include "core/program.hpp"
 #include "core/tensor.hpp"
 #include "nn/spec.hpp"
 
@@ -44,14 +46,15 @@ struct ParameterInfo {
   int64_t fan_in = 0;  // the Linear's in_features: sets the init bound
 };
 
-// The trainer's per-batch-size buffers (Model::make_workspace).
+// The trainer's per-batch-size buffers (Model::make_workspace), in the
+// dtype the step computes in (the model's, or bf16 for mixed precision).
 struct Workspace {
   int64_t capacity = 0;       // rows
+  DType dtype = DType::F32;
   std::vector<Tensor> out;    // per stage: its output [capacity, out]
   std::vector<Tensor> grad;   // per stage: the loss gradient w.r.t. its output
   std::vector<Tensor> pre;    // per stage: pre-activations (keep_pre only)
   std::vector<Tensor> mask;   // per stage: dropout masks (Dropout only)
-  std::vector<const void *> act;  // act[s]: the input of stage s; act[S]: the output
 };
 
 class Model {
@@ -91,16 +94,21 @@ class Model {
   // forward in evaluation mode; x may be on any device.
   Tensor predict(const Tensor &x, kiln_predict_kind kind) const;
 
-  // Training path. The workspace holds every activation for `capacity` rows.
-  Workspace make_workspace(int64_t capacity) const;
-  // Runs rows [0, rows) of x (model dtype, [>= rows, input_size], on the
-  // model's device) through the stages; returns the logits ([rows, outputs]
-  // at ws.act.back()). Dropout only when training, masks drawn from seed.
-  const void *forward_train(Workspace &ws, const void *x, int64_t rows, bool training, uint64_t seed) const;
-  // Given the loss gradient w.r.t. the logits in ws.grad.back(), writes the
-  // parameter gradients into grads (flat layout; every entry overwritten,
-  // gaps untouched). Uses the activations of the last forward_train.
-  void backward(Workspace &ws, int64_t rows, bool training, void *grads) const;
+  // Training path: the model's part of a step program (core/program.hpp).
+  // The workspace holds every activation for `capacity` rows in dtype t.
+  Workspace make_workspace(int64_t capacity, DType t) const;
+  // Appends the forward ops over rows [0, rows) of x ([>= rows,
+  // input_size] in ws.dtype) with the parameters at `params` (the flat
+  // layout, in ws.dtype); returns the logits' pointer ([rows, outputs]).
+  // Dropout only when training. *acts receives the input of every stage and
+  // the output, for append_backward.
+  const void *append_forward(std::vector<StepOp> &ops, const Workspace &ws, const void *x, const void *params,
+                             MathMode math, int64_t rows, bool training, std::vector<const void *> *acts) const;
+  // Appends the backward: from the loss gradient w.r.t. the logits in
+  // ws.grad.back() to the parameter gradients in `grads` (flat layout, in
+  // ws.dtype; every entry overwritten, gaps untouched).
+  void append_backward(std::vector<StepOp> &ops, const Workspace &ws, const std::vector<const void *> &acts,
+                       const void *params, void *grads, MathMode math, int64_t rows, bool training) const;
 
  private:
   Model(std::shared_ptr<Context> ctx, const ModelSpec &spec);

@@ -42,17 +42,31 @@ Optimizer::Optimizer(const OptimizerConfig &config, const Tensor &params) : conf
   }
 }
 
-void Optimizer::step(const Tensor &params, const Tensor &grads, double lr) {
-  Backend &b = params.backend();
-  const int64_t dev = params.device().index;
+StepOp Optimizer::update_op(const Tensor &params, const Tensor &grads) const {
   const OptimizerConfig &c = config_;
-  if (c.kind == KILN_OPTIM_SGD)
-    b.sgd_update(dev, params.dtype(), params.numel(), params.data(), grads.data(),
-                 first_.defined() ? first_.data() : nullptr, lr, c.momentum, c.weight_decay, c.nesterov, steps_ == 0);
-  else
-    b.adam_update(dev, params.dtype(), params.numel(), params.data(), grads.data(), first_.data(), second_.data(), lr,
-                  c.beta1, c.beta2, c.eps, c.weight_decay, c.kind == KILN_OPTIM_ADAMW, steps_ + 1);
-  ++steps_;
+  if (c.kind == KILN_OPTIM_SGD) {
+    SgdOp op;
+    op.args.t = params.dtype();
+    op.args.n = params.numel();
+    op.args.params = params.data();
+    op.args.grads = grads.data();
+    op.args.velocity = first_.defined() ? first_.data() : nullptr;
+    op.args.momentum = c.momentum;
+    op.args.weight_decay = c.weight_decay;
+    op.args.nesterov = c.nesterov;
+    return op;
+  }
+  AdamOp op;
+  op.args.t = params.dtype();
+  op.args.n = params.numel();
+  op.args.params = params.data();
+  op.args.grads = grads.data();
+  op.args.m = first_.data();
+  op.args.v = second_.data();
+  op.args.beta1 = c.beta1, op.args.beta2 = c.beta2, op.args.eps = c.eps;
+  op.args.weight_decay = c.weight_decay;
+  op.args.decoupled = c.kind == KILN_OPTIM_ADAMW;
+  return op;
 }
 
 std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/program.hpp"
 #include "core/tensor.hpp"
 
 namespace kiln {
@@ -31,8 +32,10 @@ class Optimizer {
   Optimizer(const OptimizerConfig &config, const Tensor &params);
 
   const OptimizerConfig &config() const { return config_; }
-  // Updates params from grads at learning rate lr.
-  void step(const Tensor &params, const Tensor &grads, double lr);
+  // The update op of params from grads (flat buffers of the state's layout
+  // and dtype, on its device): its lr and step number come from the step's
+  // StepParams, so the trainer counts the update with set_steps.
+  StepOp update_op(const Tensor &params, const Tensor &grads) const;
   // Updates done (Adam's bias correction and SGD's first-step buffer use it).
   int64_t steps() const { return steps_; }
   void set_steps(int64_t steps) { steps_ = steps; }

@@ -240,6 +240,18 @@ Dataset::DeviceIndex &Dataset::device_index(Device d) const {
 
 // On the training step's path: the checks are `if (!ok) fail(...)`, which
 // builds a message only on failure (check() would build one every step).
+Dataset::GatherSource Dataset::gather_source(Device d) const {
+  const Data::Resident r = data_->on(d);
+  const Normalization norm = normalization();
+  GatherSource s;
+  s.x = r.x, s.y = r.y;
+  if (!rows_.empty()) s.map = device_index(d).map;
+  s.scale = norm.scale, s.shift = norm.shift;
+  s.cols = num_features();
+  s.y_cols = data_->labels ? 0 : target_width();
+  return s;
+}
+
 void Dataset::gather(const Tensor &indices, int64_t count, const Tensor &x, const Tensor &y) const {
   if (!(indices.defined() && x.defined() && y.defined()))
     fail(KILN_ERROR_INVALID_ARGUMENT, "gather needs defined indices, x and y");
@@ -291,16 +303,22 @@ void Dataset::gather(const Tensor &indices, int64_t count, const Tensor &x, cons
     scratch_lock = std::unique_lock<std::mutex>(di.mutex);
     if (!di.scratch.defined() || di.scratch.numel() < count)
       di.scratch = Tensor::empty(data_->ctx, Shape{count}, DType::I64, d);
-    backend.gather_labels(d.index, DType::I64, di.map.data(), rows, count, di.scratch.data_as<int64_t>());
+    GatherArgs compose;
+    compose.order = rows;
+    compose.count = count;
+    compose.y_type = DType::I64, compose.y = di.map.data(), compose.out_y = di.scratch.data();
+    backend.gather(d.index, compose, nullptr);
     rows = di.scratch.data_as<int64_t>();
   }
-  backend.gather_rows(d.index, src.x.dtype(), src.x.data(), features, rows, count, x.dtype(), x.data(), norm.scale,
-                      norm.shift);
-  if (data_->labels)
-    backend.gather_labels(d.index, src.y.dtype(), src.y.data(), rows, count, y.data_as<int64_t>());
-  else
-    backend.gather_rows(d.index, src.y.dtype(), src.y.data(), target_width(), rows, count, y.dtype(), y.data(), 1.0,
-                        0.0);
+  GatherArgs g;
+  g.order = rows;
+  g.count = count;
+  g.x_type = src.x.dtype(), g.x = src.x.data(), g.cols = features;
+  g.scale = norm.scale, g.shift = norm.shift;
+  g.out_x_type = x.dtype(), g.out_x = x.data();
+  g.y_type = src.y.dtype(), g.y = src.y.data(), g.y_cols = data_->labels ? 0 : target_width();
+  g.out_y_type = y.dtype(), g.out_y = y.data();
+  backend.gather(d.index, g, nullptr);
 }
 
 void Dataset::batch(int64_t start, int64_t count, Device device, Tensor *x, Tensor *y) const {

@@ -3,7 +3,7 @@
 //
 //  - x is [N, ...] of a float dtype or u8, viewed as [N, num_features()];
 //    u8 stays u8 in memory (4x smaller on the device) and is converted per
-//    batch by the backend's gather_rows, which also applies normalisation
+//    batch by the backend's gather, which also applies normalisation
 //    (x * scale - mean) / std folded into one multiply-add.
 //  - y is [N] integer class labels (u8, i32, i64; all >= 0) or [N, k] float
 //    targets.
@@ -91,6 +91,19 @@ class Dataset {
   // grows to the largest count and is guarded by a mutex during the
   // gather). The kernels are queued by x's backend, on d's stream.
   void gather(const Tensor &indices, int64_t count, const Tensor &x, const Tensor &y) const;
+
+  // What a step program's gather reads on device d (core/program.hpp): the
+  // resident data (copied there on first use, as gather does), the
+  // normalisation folded into x * scale + shift, and for a split its index
+  // map (sample -> row of x; undefined for a whole dataset). The tensors stay
+  // valid while the dataset lives.
+  struct GatherSource {
+    Tensor x, y, map;
+    double scale = 1, shift = 0;
+    int64_t cols = 0;    // features per sample
+    int64_t y_cols = 0;  // 0 for class labels, else the target width
+  };
+  GatherSource gather_source(Device d) const;
 
   // Samples [start, start + count) as new tensors on device: *x f32 [count,
   // features] normalised, *y i64 [count] labels or f32 [count, k] targets.

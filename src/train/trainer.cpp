@@ -1,10 +1,10 @@
 #include "train/trainer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <numeric>
 
-#include "core/ops.hpp"
 #include "core/rng.hpp"
 #include "nn/loss.hpp"
 
@@ -19,9 +19,15 @@ constexpr int64_t kStatsStep = 3;  // one kiln_trainer_step
 constexpr int64_t kStatsClip = 6;  // clip_grad_norm's scratch double
 constexpr int64_t kStatsSize = 7;
 
-// Dropout masks of step t come from rng_bits(seed ^ kDropoutStream, t): a
-// stream apart from the shuffle's.
+// Dropout masks of step t come from rng_bits(seed ^ kDropoutStream, t), epoch
+// orders from rng_bits(seed ^ kShuffleStream, shuffles drawn): streams apart.
 constexpr uint64_t kDropoutStream = 0x64726f706f7574ull;  // "dropout"
+constexpr uint64_t kShuffleStream = 0x73687566666c65ull;  // "shuffle"
+
+// Caller steps written into the step table at once.
+constexpr int64_t kStepWindow = 256;
+// Compiled programs kept per trainer (training, evaluation, last batches...).
+constexpr size_t kMaxPrograms = 8;
 
 using Clock = std::chrono::steady_clock;
 
@@ -42,6 +48,15 @@ void check_labels_on_host(const Tensor &y, int64_t classes) {
   }
 }
 
+const char *precision_name(kiln_precision p) {
+  switch (p) {
+    case KILN_PRECISION_FP32: return "fp32";
+    case KILN_PRECISION_TF32: return "tf32";
+    case KILN_PRECISION_BF16: return "bf16";
+  }
+  return "?";
+}
+
 }  // namespace
 
 OptimizerConfig TrainerOptions::resolved_optimizer() const {
@@ -50,10 +65,17 @@ OptimizerConfig TrainerOptions::resolved_optimizer() const {
   return c;
 }
 
+void check_precision(kiln_precision precision) {
+  check(precision >= KILN_PRECISION_FP32 && precision <= KILN_PRECISION_BF16, KILN_ERROR_INVALID_ARGUMENT,
+        "unknown precision " + std::to_string(int(precision)) + " (expected fp32, tf32 or bf16)");
+}
+
 Trainer::Trainer(std::shared_ptr<Model> model, const TrainerOptions &options)
     : model_(std::move(model)),
       options_(options),
       device_(model_->device()),
+      work_dtype_(options.precision == KILN_PRECISION_BF16 ? DType::BF16 : model_->dtype()),
+      math_(options.precision == KILN_PRECISION_TF32 ? MathMode::Tf32 : MathMode::Exact),
       optimizer_(options.resolved_optimizer(), model_->flat()) {
   check_loss_kind(options.loss);
   check(std::isfinite(options.lr) && options.lr >= 0, KILN_ERROR_INVALID_ARGUMENT,
@@ -65,8 +87,21 @@ Trainer::Trainer(std::shared_ptr<Model> model, const TrainerOptions &options)
   check(options.progress_interval >= 0, KILN_ERROR_INVALID_ARGUMENT,
         "the progress interval must be >= 0, got " + std::to_string(options.progress_interval));
   check_schedule_config(options.schedule);
+  check_precision(options.precision);
+  if (options.precision == KILN_PRECISION_TF32 && device_.is_cpu())
+    fail(KILN_ERROR_NOT_SUPPORTED, "precision tf32 is a CUDA mode (TF32 tensor cores), not available on the CPU; "
+                                   "use fp32 or bf16 there");
+  if (options.precision != KILN_PRECISION_FP32)
+    check(model_->dtype() == DType::F32, KILN_ERROR_NOT_SUPPORTED,
+          std::string("precision ") + precision_name(options.precision) + " needs an f32 model, not " +
+              dtype_name(model_->dtype()));
+  options_.fast_path &= fast_path_from_env();
   const Tensor &params = model_->flat();
   grads_ = Tensor::full(params.context(), params.shape(), params.dtype(), device_, 0.0);
+  if (work_dtype_ != params.dtype()) {
+    lp_params_ = Tensor::empty(params.context(), params.shape(), work_dtype_, device_);
+    lp_grads_ = Tensor::full(params.context(), params.shape(), work_dtype_, device_, 0.0);
+  }
   stats_ = Tensor::full(params.context(), Shape{kStatsSize}, DType::F64, device_, 0.0);
   rng_seed_ = options.shuffle_seed_set ? options.shuffle_seed : model_->context()->derive_seed();
 }
@@ -102,55 +137,204 @@ void Trainer::check_dataset(const Dataset &ds, const char *what) const {
 void Trainer::ensure_capacity(int64_t rows) {
   if (rows <= capacity_) return;
   const std::shared_ptr<Context> &ctx = model_->context();
-  const DType t = model_->dtype();
-  Workspace ws = model_->make_workspace(rows);
-  Tensor x = Tensor::empty(ctx, Shape{rows, model_->input_size()}, t, device_);
-  Tensor y = options_.loss == KILN_LOSS_CROSS_ENTROPY
-                 ? Tensor::empty(ctx, Shape{rows}, DType::I64, device_)
-                 : Tensor::empty(ctx, Shape{rows, model_->output_size()}, t, device_);
+  const int64_t out = model_->output_size();
+  Workspace ws = model_->make_workspace(rows, work_dtype_);
+  Tensor x = Tensor::empty(ctx, Shape{rows, model_->input_size()}, work_dtype_, device_);
+  Tensor y = options_.loss == KILN_LOSS_CROSS_ENTROPY ? Tensor::empty(ctx, Shape{rows}, DType::I64, device_)
+                                                      : Tensor::empty(ctx, Shape{rows, out}, model_->dtype(), device_);
+  Tensor logits32, dlogits32;
+  if (work_dtype_ != model_->dtype()) {
+    logits32 = Tensor::empty(ctx, Shape{rows, out}, model_->dtype(), device_);
+    dlogits32 = Tensor::empty(ctx, Shape{rows, out}, model_->dtype(), device_);
+  }
+  programs_.clear();  // they name the old buffers
   ws_ = std::move(ws);
   batch_x_ = x;
   batch_y_ = y;
+  logits32_ = logits32;
+  dlogits32_ = dlogits32;
   capacity_ = rows;
 }
 
 void Trainer::ensure_order(int64_t n) {
-  if (int64_t(order_.size()) >= n) return;
-  Tensor device_order = Tensor::empty(model_->context(), Shape{n}, DType::I64, device_);
-  order_.resize(size_t(n));
-  order_device_ = device_order;
+  const std::shared_ptr<Context> &ctx = model_->context();
+  if (!order_device_.defined() || order_device_.numel() < n) {
+    Tensor order = Tensor::empty(ctx, Shape{n}, DType::I64, device_);
+    Tensor rows = Tensor::empty(ctx, Shape{n}, DType::I64, device_);
+    programs_.clear();
+    order_device_ = order;
+    rows_device_ = rows;
+  }
+  const int64_t entries = std::max(n, kStepWindow);
+  if (table_entries_ < entries) {
+    Tensor table = Tensor::empty(ctx, Shape{entries * int64_t(sizeof(StepParams))}, DType::U8, device_);
+    programs_.clear();
+    table_ = table;
+    table_entries_ = entries;
+    table_host_.resize(size_t(entries));
+    window_valid_ = false;
+  }
 }
 
-const void *Trainer::stage(const Tensor &src, const Tensor &buf, int64_t rows) {
-  if (src.device() == device_ && src.dtype() == buf.dtype()) return src.data();
+void Trainer::stage(const Tensor &src, const Tensor &buf, int64_t rows) {
   const int64_t n = src.numel();
   Tensor dst = buf.rows(0, rows);
   if (src.device() == device_) {
-    src.backend().cast(device_.index, src.dtype(), src.data(), dst.dtype(), dst.data(), n);
+    if (src.dtype() == dst.dtype()) dst.copy_from(src.reshape(dst.shape()));
+    else src.backend().cast(device_.index, src.dtype(), src.data(), dst.dtype(), dst.data(), n);
   } else if (src.dtype() == buf.dtype()) {
     dst.copy_from(src.reshape(dst.shape()));
   } else {
     const Tensor moved = src.to(device_);  // a conversion across devices: the one copy that allocates
     moved.backend().cast(device_.index, moved.dtype(), moved.data(), dst.dtype(), dst.data(), n);
   }
-  return dst.data();
 }
 
-void Trainer::run_batch(const void *x, const void *y, int64_t rows, bool training, double *stats, bool update) {
+Executable &Trainer::program(bool trains, bool training, int64_t rows, const Dataset::GatherSource *source) {
+  const void *source_x = source ? source->x.data() : nullptr;
+  for (size_t i = 0; i < programs_.size(); ++i) {
+    Program &p = programs_[i];
+    if (p.trains == trains && p.training == training && p.rows == rows && p.source == source_x) {
+      std::rotate(programs_.begin() + long(i), programs_.begin() + long(i) + 1, programs_.end());
+      return *programs_.back().exe;
+    }
+  }
   const Model &m = *model_;
-  Backend &b = m.flat().backend();
-  const DType t = m.dtype();
-  const uint64_t dropout_seed = rng_bits(rng_seed_ ^ kDropoutStream, uint64_t(steps_done_));
-  const void *logits = m.forward_train(ws_, x, rows, training, dropout_seed);
-  loss_kernel(b, device_.index, t, options_.loss, rows, m.output_size(), logits, y,
-              update ? ws_.grad.back().data() : nullptr, stats);
-  if (!update) return;
-  m.backward(ws_, rows, training, grads_.data());
-  if (options_.grad_clip > 0)
-    b.clip_grad_norm(device_.index, t, grads_.numel(), grads_.data(), options_.grad_clip,
-                     stats_.data_as<double>() + kStatsClip);
-  optimizer_.step(m.flat(), grads_, current_lr());
-  ++steps_done_;
+  const int64_t out = m.output_size();
+  StepProgram p;
+  p.rows = rows;
+  p.trains = trains;
+  p.table = static_cast<const StepParams *>(table_.data());
+  p.table_size = table_entries_;
+  p.fast_path = options_.fast_path;
+  p.label = std::string(trains ? "train " : "evaluate ") + m.description() + " rows " + std::to_string(rows) + " " +
+            precision_name(options_.precision);
+  const bool mixed = work_dtype_ != m.dtype();
+  const void *params = m.flat().data();
+  if (mixed) {
+    CastOp cast;
+    cast.from = m.dtype(), cast.to = work_dtype_;
+    cast.n = m.flat().numel();
+    cast.in = params, cast.out = lp_params_.data();
+    p.ops.push_back(cast);
+    params = lp_params_.data();
+  }
+  if (source) {
+    GatherOp g;
+    g.args.order = rows_device_.data_as<int64_t>();
+    g.args.count = rows;
+    g.args.x_type = source->x.dtype(), g.args.x = source->x.data(), g.args.cols = source->cols;
+    g.args.scale = source->scale, g.args.shift = source->shift;
+    g.args.out_x_type = work_dtype_, g.args.out_x = batch_x_.data();
+    g.args.y_type = source->y.dtype(), g.args.y = source->y.data(), g.args.y_cols = source->y_cols;
+    g.args.out_y_type = batch_y_.dtype(), g.args.out_y = batch_y_.data();
+    p.ops.push_back(g);
+  }
+  std::vector<const void *> acts;
+  const void *logits = m.append_forward(p.ops, ws_, batch_x_.data(), params, math_, rows, training, &acts);
+  void *dlogits = trains ? ws_.grad.back().data() : nullptr;
+  double *stats = stats_.data_as<double>() + (source ? kStatsPass : kStatsStep);
+  if (mixed) {  // the loss in f32, from and to the bf16 activations
+    CastOp up;
+    up.from = work_dtype_, up.to = m.dtype();
+    up.n = rows * out;
+    up.in = logits, up.out = logits32_.data();
+    p.ops.push_back(up);
+    p.ops.push_back(loss_op(options_.loss, m.dtype(), rows, out, logits32_.data(), batch_y_.data(),
+                            trains ? dlogits32_.data() : nullptr, stats));
+    if (trains) {
+      CastOp down;
+      down.from = m.dtype(), down.to = work_dtype_;
+      down.n = rows * out;
+      down.in = dlogits32_.data(), down.out = dlogits;
+      p.ops.push_back(down);
+    }
+  } else {
+    p.ops.push_back(loss_op(options_.loss, m.dtype(), rows, out, logits, batch_y_.data(), dlogits, stats));
+  }
+  if (trains) {
+    m.append_backward(p.ops, ws_, acts, params, mixed ? lp_grads_.data() : grads_.data(), math_, rows, training);
+    if (mixed) {
+      CastOp grads;
+      grads.from = work_dtype_, grads.to = m.dtype();
+      grads.n = grads_.numel();
+      grads.in = lp_grads_.data(), grads.out = grads_.data();
+      p.ops.push_back(grads);
+    }
+    if (options_.grad_clip > 0) {
+      ClipOp clip;
+      clip.t = m.dtype();
+      clip.n = grads_.numel();
+      clip.grads = grads_.data();
+      clip.max_norm = options_.grad_clip;
+      clip.scratch = stats_.data_as<double>() + kStatsClip;
+      p.ops.push_back(clip);
+    }
+    p.ops.push_back(optimizer_.update_op(m.flat(), grads_));
+  }
+  Program compiled;
+  compiled.trains = trains;
+  compiled.training = training;
+  compiled.rows = rows;
+  compiled.source = source_x;
+  compiled.exe = m.flat().backend().compile(device_.index, p);
+  m.context()->log(KILN_LOG_DEBUG, "compiled " + p.label + ": " + compiled.exe->describe());
+  if (programs_.size() >= kMaxPrograms) programs_.erase(programs_.begin());
+  programs_.push_back(std::move(compiled));
+  return *programs_.back().exe;
+}
+
+void Trainer::write_table(int64_t count, int64_t batch) {
+  const int64_t first_opt = optimizer_.steps();
+  for (int64_t i = 0; i < count; ++i) {
+    StepParams &e = table_host_[size_t(i)];
+    e.lr = scheduled_lr(options_.schedule, options_.lr, steps_done_ + i, fit_end_);
+    e.step = first_opt + i;
+    e.dropout_seed = rng_bits(rng_seed_ ^ kDropoutStream, uint64_t(steps_done_ + i));
+    e.offset = i * batch;
+  }
+  table_.rows(0, count * int64_t(sizeof(StepParams)))
+      .copy_from_host(table_host_.data(), count * int64_t(sizeof(StepParams)));
+}
+
+const int64_t *Trainer::pass_order(const Dataset &ds, const Dataset::GatherSource &source, bool shuffle) {
+  const int64_t n = ds.size();
+  Backend &b = stats_.backend();
+  int64_t *order = order_device_.data_as<int64_t>();
+  if (shuffle) b.shuffle(device_.index, n, rng_bits(rng_seed_ ^ kShuffleStream, rng_counter_++), order);
+  else b.arange(device_.index, DType::I64, n, order, 0, 1);
+  if (!source.map.defined()) {
+    b.copy_on_device(device_.index, rows_device_.data(), order, n * int64_t(sizeof(int64_t)));
+  } else {
+    GatherArgs compose;
+    compose.order = order;
+    compose.count = n;
+    compose.y_type = DType::I64, compose.y = source.map.data(), compose.out_y = rows_device_.data();
+    b.gather(device_.index, compose, nullptr);
+  }
+  return rows_device_.data_as<int64_t>();
+}
+
+void Trainer::run_pass_steps(bool trains, int64_t first, int64_t count, int64_t n, int64_t batch,
+                             const Dataset::GatherSource &source) {
+  const int64_t full = n / batch;  // batches of `batch` rows; one more of n % batch rows if any
+  const bool training = trains && model_->training();
+  const int64_t end = first + count;
+  if (first < full) {
+    const int64_t last = std::min(end, full);
+    program(trains, training, batch, &source).run(first, last - first);
+    if (trains) {
+      steps_done_ += last - first;
+      optimizer_.set_steps(optimizer_.steps() + (last - first));
+    }
+  }
+  if (end > full) {
+    program(trains, training, n - full * batch, &source).run(full, 1);
+    if (trains) {
+      ++steps_done_;
+      optimizer_.set_steps(optimizer_.steps() + 1);
+    }
+  }
 }
 
 double Trainer::step(const Tensor &x, const Tensor &y, bool want_loss) {
@@ -165,13 +349,24 @@ double Trainer::step(const Tensor &x, const Tensor &y, bool want_loss) {
   check_target(options_.loss, rows, out, y);
   if (options_.loss == KILN_LOSS_CROSS_ENTROPY && y.device().is_cpu()) check_labels_on_host(y, out);
   ensure_capacity(rows);
+  ensure_order(1);
 
-  const void *xd = stage(x, batch_x_, rows);
-  const void *yd = stage(y, batch_y_, rows);
+  stage(x, batch_x_, rows);
+  stage(y, batch_y_, rows);
+  if (!(window_valid_ && steps_done_ >= window_first_ && steps_done_ < window_first_ + kStepWindow &&
+        optimizer_.steps() - steps_done_ == window_opt_steps_ - window_first_ && fit_end_ == window_fit_end_)) {
+    write_table(kStepWindow, 0);
+    window_valid_ = true;
+    window_first_ = steps_done_;
+    window_opt_steps_ = optimizer_.steps();
+    window_fit_end_ = fit_end_;
+  }
   Backend &b = stats_.backend();
   double *stats = stats_.data_as<double>() + kStatsStep;
   b.fill(device_.index, DType::F64, 3, stats, 0.0);
-  run_batch(xd, yd, rows, model_->training(), stats, true);
+  program(true, model_->training(), rows, nullptr).run(steps_done_ - window_first_, 1);
+  ++steps_done_;
+  optimizer_.set_steps(optimizer_.steps() + 1);
   if (!want_loss) return 0;
   double host[3];
   read_stats(kStatsStep, host);
@@ -186,12 +381,6 @@ void Trainer::read_stats(int64_t offset, double out[3]) const {
   stats_.rows(offset, offset + 3).copy_to_host(out, 3 * sizeof(double));
 }
 
-uint64_t Trainer::next_below(uint64_t n) {
-  // Lemire's multiply-shift: the high word of a 64x64 product, uniform
-  // enough for n far below 2^64 and the same on every platform.
-  return uint64_t((unsigned __int128)rng_bits(rng_seed_, rng_counter_++) * n >> 64);
-}
-
 kiln_epoch_stats Trainer::run_epoch(const Dataset &ds, int64_t epoch_index, int64_t epochs, kiln_progress_fn callback,
                                     void *user) {
   check_model_device();
@@ -201,39 +390,37 @@ kiln_epoch_stats Trainer::run_epoch(const Dataset &ds, int64_t epoch_index, int6
   const int64_t batches = (n + batch - 1) / batch;
   ensure_capacity(batch);
   ensure_order(n);
-  std::iota(order_.begin(), order_.begin() + n, int64_t(0));
-  for (int64_t i = n - 1; i > 0; --i) std::swap(order_[size_t(i)], order_[size_t(next_below(uint64_t(i) + 1))]);
-  order_device_.rows(0, n).copy_from_host(order_.data(), n * int64_t(sizeof(int64_t)));
+  const Clock::time_point start = Clock::now();
+  const Dataset::GatherSource source = ds.gather_source(device_);
+  pass_order(ds, source, true);
+  window_valid_ = false;
+  write_table(batches, batch);
 
   Backend &b = stats_.backend();
-  double *stats = stats_.data_as<double>() + kStatsPass;
-  b.fill(device_.index, DType::F64, 3, stats, 0.0);
-  const bool training = model_->training();
-  const int64_t interval = callback ? options_.progress_interval : 0;
-  const Clock::time_point start = Clock::now();
-  for (int64_t i = 0; i < batches; ++i) {
-    const int64_t first = i * batch, count = std::min(batch, n - first);
-    ds.gather(order_device_.rows(first, n), count, batch_x_, batch_y_);
-    run_batch(batch_x_.data(), batch_y_.data(), count, training, stats, true);
-    if (interval > 0 && (i + 1) % interval == 0 && i + 1 < batches) {
+  b.fill(device_.index, DType::F64, 3, stats_.data_as<double>() + kStatsPass, 0.0);
+  const int64_t interval = callback && options_.progress_interval > 0 ? options_.progress_interval : batches;
+  for (int64_t first = 0; first < batches; first += interval) {
+    const int64_t count = std::min(interval, batches - first);
+    run_pass_steps(true, first, count, n, batch, source);
+    if (first + count < batches) {  // a progress report within the epoch
       double host[3];
       read_stats(kStatsPass, host);
       const double elapsed = seconds_since(start);
-      const int64_t done = first + count;
+      const int64_t done = std::min(n, (first + count) * batch);
       kiln_progress p{};
       p.struct_size = sizeof p;
       p.phase = KILN_PROGRESS_BATCH;
       p.epoch = epoch_index;
       p.epochs = epochs;
-      p.batch = i + 1;
+      p.batch = first + count;
       p.batches = batches;
       p.loss = host[0] / loss_count(options_.loss, done, model_->output_size());
       p.samples_per_second = elapsed > 0 ? double(done) / elapsed : 0;
       p.elapsed_seconds = elapsed;
       if (callback(user, &p) != 0)
         fail(KILN_ERROR_CANCELLED, "training cancelled by the progress callback in epoch " +
-                                       std::to_string(epoch_index) + " after batch " + std::to_string(i + 1) + " of " +
-                                       std::to_string(batches));
+                                       std::to_string(epoch_index) + " after batch " + std::to_string(first + count) +
+                                       " of " + std::to_string(batches));
     }
   }
   double host[3];
@@ -262,17 +449,16 @@ void Trainer::evaluate(const Dataset &ds, double *loss, double *accuracy) {
   check_dataset(ds, "the evaluation dataset");
   const int64_t n = ds.size();
   const int64_t batch = std::min(options_.batch_size, n);
+  const int64_t batches = (n + batch - 1) / batch;
   ensure_capacity(batch);
   ensure_order(n);
-  std::iota(order_.begin(), order_.begin() + n, int64_t(0));
-  order_device_.rows(0, n).copy_from_host(order_.data(), n * int64_t(sizeof(int64_t)));
+  const Dataset::GatherSource source = ds.gather_source(device_);
+  pass_order(ds, source, false);
+  window_valid_ = false;
+  write_table(batches, batch);
   double *stats = stats_.data_as<double>() + kStatsPass;
   stats_.backend().fill(device_.index, DType::F64, 3, stats, 0.0);
-  for (int64_t first = 0; first < n; first += batch) {
-    const int64_t count = std::min(batch, n - first);
-    ds.gather(order_device_.rows(first, n), count, batch_x_, batch_y_);
-    run_batch(batch_x_.data(), batch_y_.data(), count, false, stats, false);
-  }
+  run_pass_steps(false, 0, batches, n, batch, source);
   double host[3];
   read_stats(kStatsPass, host);
   const int64_t out = model_->output_size();
@@ -281,7 +467,6 @@ void Trainer::evaluate(const Dataset &ds, double *loss, double *accuracy) {
   *loss = host[0] / loss_count(options_.loss, n, out);
   *accuracy = options_.loss == KILN_LOSS_CROSS_ENTROPY ? host[1] / double(n) : 0;
 }
-
 std::shared_ptr<History> Trainer::fit(const Dataset &train, const Dataset *validation, int64_t epochs,
                                       kiln_progress_fn callback, void *user) {
   check(epochs >= 1, KILN_ERROR_INVALID_ARGUMENT, "epochs must be >= 1, got " + std::to_string(epochs));

@@ -1,20 +1,33 @@
 // Trainer: runs optimisation steps, epochs and fits of one model on the
 // device the model had when the trainer was created.
 //
-// A step is: forward over the workspace (nn/model.hpp), the loss kernel
-// (which writes the gradient of the mean loss w.r.t. the logits in the same
-// pass), backward into one flat gradient buffer, optional global-norm
-// clipping, one optimizer kernel. Every buffer (workspace, batch, labels,
-// gradients, optimizer state, permutation, statistics) is allocated once per
-// batch size or dataset size and reused, so steps allocate nothing, and
-// nothing is read back from the device except where a caller asks for it
-// (a step's loss, progress reports, an epoch's end).
+// The trainer drives step programs (core/program.hpp), not kernels. It
+// builds, once per (batch rows, data source, training or evaluation), a
+// program: gather the batch, (cast the weights for mixed precision), the
+// model's forward ops, the loss (which writes the gradient of the mean loss
+// w.r.t. the logits in the same pass), the backward ops into one flat
+// gradient buffer, optional clipping, one optimizer update. The model's
+// device compiles it (Backend::compile) and the trainer runs it for a whole
+// epoch, or a progress interval, at a time. The per-step values (learning
+// rate, optimizer step, dropout seed, batch offset) go into a StepParams
+// table on the device, written once per epoch (or once per 256 caller steps)
+// ahead of the steps that read it. Every buffer is allocated once per batch
+// size or dataset size and reused, so steps allocate nothing, and nothing is
+// read back from the device except where a caller asks for it (a step's
+// loss, progress reports, an epoch's end).
 //
-// Determinism: the shuffle permutation is a host Fisher-Yates driven by the
-// trainer's own counter-based generator (seed from the options, else derived
-// from the context), and dropout masks are keyed on (that seed, step), so a
-// seed and a device give the same run every time, and a checkpoint (which
-// stores the generator's position and the counters) resumes it exactly.
+// Determinism: each epoch's order is Backend::shuffle's permutation for a
+// seed drawn from the trainer's counter-based generator (seed from the
+// options, else derived from the context): the same on every device. Dropout
+// masks are keyed on (that seed, step), so a seed gives the same run every
+// time, and a checkpoint (which stores the generator's position and the
+// counters) resumes it exactly.
+//
+// Precision: fp32 computes in the model's dtype; tf32 (CUDA only) runs f32
+// products on TF32 tensor cores; bf16 is mixed precision: the batch,
+// activations and products in bf16, with f32 master weights, gradients,
+// optimizer state and loss (PyTorch's autocast semantics: the weight
+// gradients are the bf16 products', accumulated into f32).
 //
 // Used by one thread at a time.
 #pragma once
@@ -43,10 +56,15 @@ struct TrainerOptions {
   bool shuffle_seed_set = false;
   uint64_t shuffle_seed = 0;
   int64_t progress_interval = 0;  // batches; 0 = end of epoch only
+  kiln_precision precision = KILN_PRECISION_FP32;
+  uint32_t fast_path = kFastAll;  // FastPath bits; KILN_DISABLE removes more
 
   // The optimizer settings with the defaults that depend on the kind filled in.
   OptimizerConfig resolved_optimizer() const;
 };
+
+// INVALID_ARGUMENT for a value outside kiln_precision.
+void check_precision(kiln_precision precision);
 
 class Trainer {
  public:
@@ -74,39 +92,67 @@ class Trainer {
   void load_checkpoint(const std::string &path);
 
  private:
+  // A compiled program and what it was built for.
+  struct Program {
+    bool trains = false, training = false;
+    int64_t rows = 0;
+    const void *source = nullptr;  // the dataset's resident x; null: the staged caller batch
+    std::unique_ptr<Executable> exe;
+  };
+
   // Throws INVALID_ARGUMENT when the model left the trainer's device.
   void check_model_device() const;
   // Checks the dataset against the model and the loss.
   void check_dataset(const Dataset &dataset, const char *what) const;
-  // (Re)allocates the workspace and batch buffers for batches of up to rows.
+  // (Re)allocates the workspace and batch buffers for batches of up to rows
+  // (forgetting the programs that used the old ones).
   void ensure_capacity(int64_t rows);
-  // Grows the permutation buffers to hold n indices.
+  // Grows the order buffers to n samples and the step table to n entries.
   void ensure_order(int64_t n);
-  // The device copy of src (x or y) in buf's dtype: src itself when it
-  // already is, else converted / copied into buf's first rows.
-  const void *stage(const Tensor &src, const Tensor &buf, int64_t rows);
-  // Forward, loss into stats and, when update, backward and optimizer step.
-  void run_batch(const void *x, const void *y, int64_t rows, bool training, double *stats, bool update);
+  // Copies src (x or y, any device and dtype) into buf's first rows.
+  void stage(const Tensor &src, const Tensor &buf, int64_t rows);
+  // The program for (trains, training, rows, source): from the cache, else
+  // built and compiled. source null: the caller's batch staged in batch_x_.
+  Executable &program(bool trains, bool training, int64_t rows, const Dataset::GatherSource *source);
+  // Writes table entries [0, count) for steps steps_done_ + i, batch offsets
+  // i * batch, and copies them to the device.
+  void write_table(int64_t count, int64_t batch);
+  // The device order of one pass over ds (shuffled or in sample order),
+  // mapped to rows of the data for a split; returns its first element.
+  const int64_t *pass_order(const Dataset &ds, const Dataset::GatherSource &source, bool shuffle);
+  // Runs steps [first, first + count) of a pass of `batches` batches of
+  // `batch` rows over n samples (the last one may be smaller).
+  void run_pass_steps(bool trains, int64_t first, int64_t count, int64_t n, int64_t batch,
+                      const Dataset::GatherSource &source);
   // One pass; epoch_index (1-based) and epochs only label progress reports.
   kiln_epoch_stats run_epoch(const Dataset &dataset, int64_t epoch_index, int64_t epochs, kiln_progress_fn callback,
                              void *user);
   // Reads the three pass statistics (loss sum, correct, bad labels) at offset.
   void read_stats(int64_t offset, double out[3]) const;
-  // The next uniform integer in [0, n) from the trainer's generator.
-  uint64_t next_below(uint64_t n);
 
   std::shared_ptr<Model> model_;
   TrainerOptions options_;
   Device device_;
+  DType work_dtype_;  // the step's activations and products: the model's dtype, or bf16
+  MathMode math_;
   Optimizer optimizer_;
-  Tensor grads_;  // flat, the model's layout; gaps stay zero
+  Tensor grads_;  // flat, the model's layout and dtype; gaps stay zero
+  Tensor lp_params_, lp_grads_;  // bf16 copies of the flat buffers (mixed precision only)
   Tensor stats_;  // F64 device accumulators (see kStats* in trainer.cpp)
   Workspace ws_;
-  Tensor batch_x_, batch_y_;  // [capacity, in] model dtype; labels i64 [capacity] or targets [capacity, K]
+  Tensor batch_x_, batch_y_;  // [capacity, in] work dtype; labels i64 [capacity] or targets [capacity, K]
+  Tensor logits32_, dlogits32_;  // f32 logits and their gradient for the loss (mixed precision only)
   int64_t capacity_ = 0;
-  std::vector<int64_t> order_;  // host sample order of the current pass
-  Tensor order_device_;         // I64, as long as order_
-  uint64_t rng_seed_ = 0, rng_counter_ = 0;
+  Tensor order_device_, rows_device_;  // I64 [n]: the pass's sample order, and it mapped to data rows
+  Tensor table_;  // StepParams [table_entries_] on the device (stored as bytes)
+  int64_t table_entries_ = 0;
+  std::vector<StepParams> table_host_;
+  // The caller-step window: table entries [0, kStepWindow) hold steps
+  // window_first_.. under these counters; any other use of the table clears it.
+  bool window_valid_ = false;
+  int64_t window_first_ = 0, window_opt_steps_ = 0, window_fit_end_ = 0;
+  std::vector<Program> programs_;  // most recently used last
+  uint64_t rng_seed_ = 0, rng_counter_ = 0;  // rng_counter_: shuffles drawn
   int64_t steps_done_ = 0, epochs_done_ = 0;
   int64_t fit_end_ = 0;  // steps_done at the end of the running fit; 0 outside fit
 };

@@ -16,7 +16,7 @@
 #define EXIT_INTERRUPTED 130 /* 128 + SIGINT, as shells report it */
 
 typedef struct train_args {
-  const char *data, *device, *hidden, *activation, *optimizer, *save, *checkpoint, *resume;
+  const char *data, *device, *hidden, *activation, *optimizer, *precision, *save, *checkpoint, *resume;
   int64_t epochs, batch, seed, threads;
   double lr, momentum, weight_decay, val_split;
   int quiet;
@@ -25,6 +25,7 @@ typedef struct train_args {
   int num_hidden;
   kiln_layer_kind activation_kind;
   kiln_optimizer_kind optimizer_kind;
+  kiln_precision precision_kind;
 } train_args;
 
 /* Everything a run creates, released in one place. */
@@ -63,6 +64,8 @@ static int check_args(const cli_command *cmd, train_args *a) {
       {"sigmoid", KILN_LAYER_SIGMOID}, {"leaky_relu", KILN_LAYER_LEAKY_RELU}};
   static const struct { const char *name; kiln_optimizer_kind kind; } optimizers[] = {
       {"sgd", KILN_OPTIM_SGD}, {"adam", KILN_OPTIM_ADAM}, {"adamw", KILN_OPTIM_ADAMW}};
+  static const struct { const char *name; kiln_precision kind; } precisions[] = {
+      {"fp32", KILN_PRECISION_FP32}, {"tf32", KILN_PRECISION_TF32}, {"bf16", KILN_PRECISION_BF16}};
 
   int found = 0;
   for (size_t i = 0; i < sizeof activations / sizeof activations[0]; i++)
@@ -79,6 +82,13 @@ static int check_args(const cli_command *cmd, train_args *a) {
       found = 1;
     }
   if (!found) return cli_usage_error(cmd, "unknown --optimizer '%s' (sgd, adam or adamw)", a->optimizer);
+  found = 0;
+  for (size_t i = 0; i < sizeof precisions / sizeof precisions[0]; i++)
+    if (strcmp(a->precision, precisions[i].name) == 0) {
+      a->precision_kind = precisions[i].kind;
+      found = 1;
+    }
+  if (!found) return cli_usage_error(cmd, "unknown --precision '%s' (fp32, tf32 or bf16)", a->precision);
 
   if (a->epochs < 1) return cli_usage_error(cmd, "--epochs must be at least 1, got %lld", (long long)a->epochs);
   if (a->batch < 1) return cli_usage_error(cmd, "--batch must be at least 1, got %lld", (long long)a->batch);
@@ -130,6 +140,7 @@ static int make_trainer(const cli_command *cmd, const train_args *a, train_run *
   if (st == KILN_OK) st = kiln_trainer_options_set_optimizer(o, a->optimizer_kind);
   if (st == KILN_OK) st = kiln_trainer_options_set_lr(o, a->lr);
   if (st == KILN_OK) st = kiln_trainer_options_set_batch_size(o, a->batch);
+  if (st == KILN_OK) st = kiln_trainer_options_set_precision(o, a->precision_kind);
   if (st == KILN_OK) st = kiln_trainer_options_set_shuffle_seed(o, (uint64_t)a->seed);
   if (st == KILN_OK) st = kiln_trainer_options_set_progress_interval(o, progress_interval);
   if (st == KILN_OK && a->momentum > 0) st = kiln_trainer_options_set_momentum(o, a->momentum);
@@ -162,8 +173,8 @@ static void print_header(const train_args *a, const train_run *r) {
   printf("model: %s (%lld parameters)\n", spec, (long long)params);
   printf("data: %s: %lld training, %lld validation, %lld test samples\n", a->data, (long long)n_train,
          (long long)n_val, (long long)n_test);
-  printf("training: %s, lr %g, batch %lld, epochs %lld\n", a->optimizer, a->lr, (long long)a->batch,
-         (long long)a->epochs);
+  printf("training: %s, lr %g, batch %lld, epochs %lld, precision %s\n", a->optimizer, a->lr, (long long)a->batch,
+         (long long)a->epochs, a->precision);
   fflush(stdout);
 }
 
@@ -214,7 +225,7 @@ static int finish(const cli_command *cmd, const train_args *a, train_run *r, dou
 
 int cmd_train(int argc, char **argv) {
   train_args a = {.data = DEFAULT_DATA_DIR, .device = "auto", .hidden = "32", .activation = "relu",
-                  .optimizer = "sgd", .epochs = 5, .batch = 128, .lr = 0.1, .weight_decay = NAN,
+                  .optimizer = "sgd", .precision = "fp32", .epochs = 5, .batch = 128, .lr = 0.1, .weight_decay = NAN,
                   .val_split = 0.1};
   const cli_option options[] = {
       {"data", CLI_STRING, &a.data, "DIR", "MNIST-layout dataset directory (default " DEFAULT_DATA_DIR ")"},
@@ -225,6 +236,8 @@ int cmd_train(int argc, char **argv) {
       {"batch", CLI_INT, &a.batch, "N", "batch size (default 128)"},
       {"lr", CLI_DOUBLE, &a.lr, "X", "learning rate (default 0.1)"},
       {"optimizer", CLI_STRING, &a.optimizer, "NAME", "sgd, adam or adamw (default sgd)"},
+      {"precision", CLI_STRING, &a.precision, "P",
+       "fp32, tf32 (CUDA only: TF32 tensor cores) or bf16 (mixed precision) (default fp32)"},
       {"momentum", CLI_DOUBLE, &a.momentum, "X", "SGD momentum (default 0)"},
       {"weight-decay", CLI_DOUBLE, &a.weight_decay, "X", "weight decay (default 0; 0.01 for adamw)"},
       {"seed", CLI_INT, &a.seed, "N", "seed of initialisation, split and shuffling (default 0)"},

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <string>
 
-#include "backend/backend.hpp"
+#include "core/backend.hpp"
 #include "core/error.hpp"
 
 namespace kiln::cpu::act {

@@ -14,6 +14,7 @@
 
 #include "backend/cpu/kernels.hpp"
 #include "core/error.hpp"
+#include "core/rng.hpp"
 #include "core/thread_pool.hpp"
 
 namespace kiln {
@@ -145,10 +146,9 @@ class CpuBackend final : public Backend {
                bool log) override {
     cpu::softmax(pool_, t, outer, n, inner, in, out, log);
   }
-  void gemm(int64_t, DType t, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
-            const void *a, const void *b, double beta, void *c) override {
+  void gemm(int64_t, const GemmArgs &args) override {
     FlushDenormals guard;
-    cpu::gemm(pool_, t, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+    cpu::gemm(pool_, args);
   }
 
   // ---- neural-network kernels ----
@@ -181,10 +181,9 @@ class CpuBackend final : public Backend {
     FlushDenormals guard;
     cpu::bce_with_logits(pool_, t, n, logits, target, grad_scale, dlogits, stats);
   }
-  void dropout(int64_t, DType t, int64_t n, const void *x, void *y, uint8_t *mask, double p,
-               uint64_t seed) override {
+  void dropout(int64_t, const DropoutArgs &args, const StepParams *step) override {
     FlushDenormals guard;
-    cpu::dropout(pool_, t, n, x, y, mask, p, seed);
+    cpu::dropout(pool_, args, step ? rng_bits(step->dropout_seed, args.stream) : args.stream);
   }
   void dropout_backward(int64_t, DType t, int64_t n, const void *dy, const uint8_t *mask, double p,
                         void *dx) override {
@@ -195,26 +194,19 @@ class CpuBackend final : public Backend {
     FlushDenormals guard;
     cpu::clip_grad_norm(pool_, t, n, grads, max_norm, scratch);
   }
-  void sgd_update(int64_t, DType t, int64_t n, void *params, const void *grads, void *velocity, double lr,
-                  double momentum, double weight_decay, bool nesterov, bool first_step) override {
+  void sgd_update(int64_t, const SgdArgs &args, const StepParams *step) override {
     FlushDenormals guard;
-    cpu::sgd_update(pool_, t, n, params, grads, velocity, lr, momentum, weight_decay, nesterov, first_step);
+    cpu::sgd_update(pool_, args, *step);
   }
-  void adam_update(int64_t, DType t, int64_t n, void *params, const void *grads, void *m, void *v, double lr,
-                   double beta1, double beta2, double eps, double weight_decay, bool decoupled,
-                   int64_t step) override {
+  void adam_update(int64_t, const AdamArgs &args, const StepParams *step) override {
     FlushDenormals guard;
-    cpu::adam_update(pool_, t, n, params, grads, m, v, lr, beta1, beta2, eps, weight_decay, decoupled, step);
+    cpu::adam_update(pool_, args, *step);
   }
-  void gather_rows(int64_t, DType src_t, const void *src, int64_t cols, const int64_t *rows, int64_t count,
-                   DType out_t, void *out, double scale, double shift) override {
+  void gather(int64_t, const GatherArgs &args, const StepParams *step) override {
     FlushDenormals guard;
-    cpu::gather_rows(pool_, src_t, src, cols, rows, count, out_t, out, scale, shift);
+    cpu::gather(pool_, args, args.order + (step ? step->offset : 0));
   }
-  void gather_labels(int64_t, DType src_t, const void *src, const int64_t *rows, int64_t count,
-                     int64_t *out) override {
-    cpu::gather_labels(src_t, src, rows, count, out);
-  }
+  void shuffle(int64_t, int64_t n, uint64_t seed, int64_t *out) override { cpu::shuffle(n, seed, out); }
 
  private:
   static void copy(void *dst, const void *src, int64_t bytes) {

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "backend/backend.hpp"
+#include "core/backend.hpp"
 
 namespace kiln {
 

@@ -215,8 +215,15 @@ void init_blas() {
   std::call_once(once, [] { openblas_set_num_threads(1); });
 }
 
-void gemm(ThreadPool &pool, DType t, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
-          const void *a, const void *b, double beta, void *c) {
+void gemm(ThreadPool &pool, const GemmArgs &args) {
+  const DType t = args.t;
+  const bool trans_a = args.trans_a, trans_b = args.trans_b;
+  const int64_t m = args.m, n = args.n, k = args.k;
+  const double alpha = args.alpha, beta = args.beta;
+  const void *a = args.a, *b = args.b;
+  void *c = args.c;
+  if (args.math == MathMode::Tf32)
+    fail(KILN_ERROR_NOT_SUPPORTED, "tf32 is a CUDA mode (TF32 tensor cores); the CPU computes f32 products exactly");
   if (m <= 0 || n <= 0) return;
   // blasint is 32 bits here: dimensions and leading dimensions must fit.
   if (m > INT_MAX || n > INT_MAX || k > INT_MAX) {

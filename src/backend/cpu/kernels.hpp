@@ -1,5 +1,5 @@
 // The CPU kernels behind CpuBackend (cpu_backend.cpp), one function per
-// Backend method with the same meaning (see backend/backend.hpp), plus the
+// Backend method with the same meaning (see core/backend.hpp), plus the
 // pool they run on. Grouped by file: elementwise.cpp, reduce.cpp, gemm.cpp
 // (with sgemm_avx512.cpp), nn_kernels.cpp, optim.cpp. dtype_traits.hpp turns
 // dtypes into template parameters; activation_math.hpp holds the activation
@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "backend/backend.hpp"
+#include "core/backend.hpp"
 #include "core/thread_pool.hpp"
 
 namespace kiln::cpu {
@@ -44,8 +44,8 @@ void softmax(ThreadPool &pool, DType t, int64_t outer, int64_t n, int64_t inner,
 // ---- gemm.cpp ----
 // Configures OpenBLAS's threading once per process (see gemm.cpp).
 void init_blas();
-void gemm(ThreadPool &pool, DType t, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
-          const void *a, const void *b, double beta, void *c);
+// MathMode::Tf32 is a CUDA mode: NOT_SUPPORTED here.
+void gemm(ThreadPool &pool, const GemmArgs &args);
 
 // ---- nn_kernels.cpp ----
 void bias_act(ThreadPool &pool, DType t, int64_t rows, int64_t cols, void *y, const void *bias, UnaryOp act,
@@ -59,17 +59,17 @@ void mse(ThreadPool &pool, DType t, int64_t n, const void *pred, const void *tar
          double *stats);
 void bce_with_logits(ThreadPool &pool, DType t, int64_t n, const void *logits, const void *target, double grad_scale,
                      void *dlogits, double *stats);
-void dropout(ThreadPool &pool, DType t, int64_t n, const void *x, void *y, uint8_t *mask, double p, uint64_t seed);
+// seed: the mask's stream (see DropoutArgs).
+void dropout(ThreadPool &pool, const DropoutArgs &args, uint64_t seed);
 void dropout_backward(ThreadPool &pool, DType t, int64_t n, const void *dy, const uint8_t *mask, double p, void *dx);
-void gather_rows(ThreadPool &pool, DType src_t, const void *src, int64_t cols, const int64_t *rows, int64_t count,
-                 DType out_t, void *out, double scale, double shift);
-void gather_labels(DType src_t, const void *src, const int64_t *rows, int64_t count, int64_t *out);
+// rows: the order at the step's offset.
+void gather(ThreadPool &pool, const GatherArgs &args, const int64_t *rows);
+// shuffle.cpp: Backend::shuffle, a stable LSD radix sort of the keys.
+void shuffle(int64_t n, uint64_t seed, int64_t *out);
 
 // ---- optim.cpp ----
 void clip_grad_norm(ThreadPool &pool, DType t, int64_t n, void *grads, double max_norm, double *scratch);
-void sgd_update(ThreadPool &pool, DType t, int64_t n, void *params, const void *grads, void *velocity, double lr,
-                double momentum, double weight_decay, bool nesterov, bool first_step);
-void adam_update(ThreadPool &pool, DType t, int64_t n, void *params, const void *grads, void *m, void *v, double lr,
-                 double beta1, double beta2, double eps, double weight_decay, bool decoupled, int64_t step);
+void sgd_update(ThreadPool &pool, const SgdArgs &args, const StepParams &step);
+void adam_update(ThreadPool &pool, const AdamArgs &args, const StepParams &step);
 
 }  // namespace kiln::cpu

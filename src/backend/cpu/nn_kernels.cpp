@@ -273,7 +273,13 @@ void bce_with_logits(ThreadPool &pool, DType t, int64_t n, const void *logits, c
   });
 }
 
-void dropout(ThreadPool &pool, DType t, int64_t n, const void *x, void *y, uint8_t *mask, double p, uint64_t seed) {
+void dropout(ThreadPool &pool, const DropoutArgs &args, uint64_t seed) {
+  const DType t = args.t;
+  const int64_t n = args.n;
+  const void *x = args.x;
+  void *y = args.y;
+  uint8_t *mask = args.mask;
+  const double p = args.p;
   if (n <= 0) return;
   const double keep_probability = 1.0 - p;
   dispatch_float(t, [&](auto traits) {
@@ -314,37 +320,46 @@ void dropout_backward(ThreadPool &pool, DType t, int64_t n, const void *dy, cons
   });
 }
 
-void gather_rows(ThreadPool &pool, DType src_t, const void *src, int64_t cols, const int64_t *rows, int64_t count,
-                 DType out_t, void *out, double scale, double shift) {
-  if (count <= 0 || cols <= 0) return;
-  dispatch_all(src_t, [&](auto src_traits) {
-    dispatch_float(out_t, [&](auto out_traits) {
-      using I = decltype(src_traits);
-      using O = decltype(out_traits);
-      using C = typename O::Compute;
-      const auto *ps = static_cast<const typename I::Storage *>(src);
-      auto *po = static_cast<typename O::Storage *>(out);
-      const C a = C(scale), b = C(shift);
-      const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / cols);
-      pool.parallel_for(count, grain, [&](int64_t begin, int64_t end) {
-        vectorized([&] {
-          for (int64_t r = begin; r < end; ++r) {
-            const auto *in = ps + rows[r] * cols;
-            auto *o = po + r * cols;
-            for (int64_t c = 0; c < cols; ++c) o[c] = O::store(C(I::load(in[c])) * a + b);
-          }
+void gather(ThreadPool &pool, const GatherArgs &a, const int64_t *rows) {
+  if (a.count <= 0) return;
+  if (a.x && a.cols > 0) {
+    dispatch_all(a.x_type, [&](auto src_traits) {
+      dispatch_float(a.out_x_type, [&](auto out_traits) {
+        using I = decltype(src_traits);
+        using O = decltype(out_traits);
+        using C = typename O::Compute;
+        const auto *ps = static_cast<const typename I::Storage *>(a.x);
+        auto *po = static_cast<typename O::Storage *>(a.out_x);
+        const C scale = C(a.scale), shift = C(a.shift);
+        const int64_t cols = a.cols;
+        const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / cols);
+        pool.parallel_for(a.count, grain, [&](int64_t begin, int64_t end) {
+          vectorized([&] {
+            for (int64_t r = begin; r < end; ++r) {
+              const auto *in = ps + rows[r] * cols;
+              auto *o = po + r * cols;
+              for (int64_t c = 0; c < cols; ++c) o[c] = O::store(C(I::load(in[c])) * scale + shift);
+            }
+          });
         });
       });
     });
-  });
-}
-
-void gather_labels(DType src_t, const void *src, const int64_t *rows, int64_t count, int64_t *out) {
-  dispatch_integer(src_t, [&](auto traits) {
-    using T = decltype(traits);
-    const auto *ps = static_cast<const typename T::Storage *>(src);
-    for (int64_t r = 0; r < count; ++r) out[r] = int64_t(ps[rows[r]]);
-  });
+  }
+  if (!a.y) return;
+  if (a.y_cols == 0) {  // class labels
+    dispatch_integer(a.y_type, [&](auto traits) {
+      using T = decltype(traits);
+      const auto *ps = static_cast<const typename T::Storage *>(a.y);
+      int64_t *out = static_cast<int64_t *>(a.out_y);
+      for (int64_t r = 0; r < a.count; ++r) out[r] = int64_t(ps[rows[r]]);
+    });
+    return;
+  }
+  GatherArgs targets;  // float targets: the same row copy as the features
+  targets.count = a.count;
+  targets.x_type = a.y_type, targets.x = a.y, targets.cols = a.y_cols;
+  targets.out_x_type = a.out_y_type, targets.out_x = a.out_y;
+  gather(pool, targets, rows);
 }
 
 }  // namespace kiln::cpu

@@ -66,8 +66,15 @@ void clip_grad_norm(ThreadPool &pool, DType t, int64_t n, void *grads, double ma
 //   v = g on the first step, else momentum * v + g
 //   g = g + momentum * v (nesterov) or v
 //   p = p - lr * g
-void sgd_update(ThreadPool &pool, DType t, int64_t n, void *params, const void *grads, void *velocity, double lr,
-                double momentum, double weight_decay, bool nesterov, bool first_step) {
+void sgd_update(ThreadPool &pool, const SgdArgs &args, const StepParams &step) {
+  const DType t = args.t;
+  const int64_t n = args.n;
+  void *params = args.params, *velocity = args.velocity;
+  const void *grads = args.grads;
+  const double momentum = args.momentum, weight_decay = args.weight_decay;
+  const bool nesterov = args.nesterov;
+  const double lr = step.lr;
+  const bool first_step = step.step == 0;
   if (n <= 0) return;
   dispatch_float(t, [&](auto traits) {
     using T = decltype(traits);
@@ -108,10 +115,16 @@ void sgd_update(ThreadPool &pool, DType t, int64_t n, void *params, const void *
 // p *= 1 - lr * weight_decay first), then
 //   m = lerp(m, g, 1 - beta1);  v = beta2 * v + (1 - beta2) * g^2
 //   p -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
-void adam_update(ThreadPool &pool, DType t, int64_t n, void *params, const void *grads, void *m, void *v, double lr,
-                 double beta1, double beta2, double eps, double weight_decay, bool decoupled, int64_t step) {
+void adam_update(ThreadPool &pool, const AdamArgs &args, const StepParams &params_of_step) {
+  const DType t = args.t;
+  const int64_t n = args.n;
+  void *params = args.params, *m = args.m, *v = args.v;
+  const void *grads = args.grads;
+  const double beta1 = args.beta1, beta2 = args.beta2, eps = args.eps, weight_decay = args.weight_decay;
+  const bool decoupled = args.decoupled;
+  const double lr = params_of_step.lr;
+  const int64_t step = std::max<int64_t>(params_of_step.step + 1, 1);
   if (n <= 0) return;
-  step = std::max<int64_t>(step, 1);
   const double bias_correction1 = 1 - std::pow(beta1, double(step));
   const double bias_correction2 = 1 - std::pow(beta2, double(step));
   dispatch_float(t, [&](auto traits) {

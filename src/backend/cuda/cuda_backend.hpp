@@ -20,7 +20,7 @@
 #include <mutex>
 #include <vector>
 
-#include "backend/backend.hpp"
+#include "core/backend.hpp"
 #include "backend/cuda/gemm.hpp"
 #include "backend/cuda/kernels.hpp"
 

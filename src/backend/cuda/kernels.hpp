@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "backend/backend.hpp"
+#include "core/backend.hpp"
 
 namespace kiln::cuda {
 

@@ -1,5 +1,9 @@
 // The backend interface: everything kiln asks of a device. One
-// implementation per folder (cpu/, cuda/). Core code sees only this header.
+// implementation per folder under src/backend (cpu/, cuda/), created by the
+// registry there (src/backend/registry.hpp). It sits with core's types so
+// core includes nothing above itself. The training step is not driven
+// kernel by kernel from here: core/program.hpp describes a whole step as a
+// program that each backend compiles (Backend::compile).
 //
 // Contract for every kernel below:
 //  - pointers are device pointers of this backend (CPU backend: host memory),
@@ -11,15 +15,20 @@
 //    returning (CPU); copies to the host and `synchronize` wait;
 //  - "float" dtypes are F32, F64, F16 and BF16; half types compute in f32;
 //  - `Stats` accumulators are small device buffers of doubles that kernels add
-//    into, so that training never waits for the device in a step.
+//    into, so that training never waits for the device in a step;
+//  - values that change from one training step to the next (learning rate,
+//    optimizer step, dropout seed, position in the shuffled order) are never
+//    passed by value: kernels read them from a StepParams block in the
+//    device's memory, so a captured step replays with new values.
 //
 // The CUDA backend lives in libkiln_cuda.so and is created through the C
-// symbol kiln_backend_cuda_create (see plugin.hpp). Backends are owned by a
-// context; one backend object serves all devices of its kind and may be
-// called from several threads at once.
+// symbol kiln_backend_cuda_create (see backend/plugin.hpp). One backend
+// object serves all devices of its kind, is shared by every context of the
+// process and may be called from several threads at once.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "core/device.hpp"
@@ -34,6 +43,99 @@ enum class BinaryOp { Add, Sub, Mul, Div, Maximum, Minimum, Pow, Eq, Ne, Lt, Le,
 // Elementwise ops with one input; alpha is LeakyReLU's slope.
 enum class UnaryOp { Neg, Abs, Exp, Log, Sqrt, Relu, Gelu, Tanh, Sigmoid, LeakyRelu, Identity };
 enum class ReduceOp { Sum, Mean, Max, Argmax };
+
+// How f32 products are computed: exactly (fp32 multiply-adds), or on CUDA's
+// TF32 tensor cores (10-bit mantissa inputs, fp32 accumulation).
+enum class MathMode { Exact, Tf32 };
+
+// The values of one training step that change from step to step, read by
+// kernels from the step's device memory. The trainer writes a table of them
+// ahead of the steps (core/program.hpp).
+struct StepParams {
+  double lr = 0;              // from the schedule
+  int64_t step = 0;           // optimizer updates done before this one (0: the first)
+  uint64_t dropout_seed = 0;  // the masks of stage s use rng_bits(dropout_seed, s)
+  int64_t offset = 0;         // position of the batch's first sample in the shuffled order
+};
+
+// C[m,n] = alpha * op(A) op(B) + beta * C, row-major; op(A) is [m,k] (A stored
+// [k,m] when trans_a), op(B) is [k,n] (B stored [n,k] when trans_b). Float
+// dtypes, f16/bf16 accumulate in f32; f32 exactly unless math is Tf32.
+struct GemmArgs {
+  DType t = DType::F32;
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  double alpha = 1, beta = 0;
+  const void *a = nullptr, *b = nullptr;
+  void *c = nullptr;
+  MathMode math = MathMode::Exact;
+};
+
+// SGD as torch.optim.SGD (dampening 0) over one flat buffer of n elements;
+// `velocity` is used when momentum != 0 (step->step == 0 initialises it
+// with the gradient). lr comes from step->lr.
+struct SgdArgs {
+  DType t = DType::F32;
+  int64_t n = 0;
+  void *params = nullptr;
+  const void *grads = nullptr;
+  void *velocity = nullptr;
+  double momentum = 0, weight_decay = 0;
+  bool nesterov = false;
+};
+
+// Adam / AdamW (decoupled) as torch.optim over one flat buffer; the update
+// is number step->step + 1, at lr step->lr.
+struct AdamArgs {
+  DType t = DType::F32;
+  int64_t n = 0;
+  void *params = nullptr;
+  const void *grads = nullptr;
+  void *m = nullptr, *v = nullptr;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  bool decoupled = false;
+};
+
+// Inverted dropout over n elements: mask[i] = keep (U8; mask may be null),
+// y = x * keep / (1 - p). Element i is kept when rng_uniform(seed, i) < 1 - p
+// (core/rng.hpp), identical on every backend, where seed is
+// rng_bits(step->dropout_seed, stream) inside a training step and `stream`
+// itself when the kernel is given no StepParams.
+struct DropoutArgs {
+  DType t = DType::F32;
+  int64_t n = 0;
+  const void *x = nullptr;
+  void *y = nullptr;
+  uint8_t *mask = nullptr;
+  double p = 0;
+  uint64_t stream = 0;
+};
+
+// Batch assembly from resident data, rows r < count taken from sample
+// order[offset + r] (offset = step->offset, or 0 without StepParams):
+//   out_x[r, :] = x[sample, :] * scale + shift   (x U8 or float, out_x float)
+//   out_y[r]    = (int64) y[sample]              (y_cols == 0: integer labels)
+//   out_y[r, :] = y[sample, :]                   (y_cols > 0: float targets)
+// Either half may be left out (null x or null y). The order is trusted: every
+// value must lie in the data's rows (the caller's own shuffles).
+struct GatherArgs {
+  const int64_t *order = nullptr;
+  int64_t count = 0;
+  DType x_type = DType::U8;
+  const void *x = nullptr;
+  int64_t cols = 0;
+  double scale = 1, shift = 0;
+  DType out_x_type = DType::F32;
+  void *out_x = nullptr;
+  DType y_type = DType::I64;
+  const void *y = nullptr;
+  int64_t y_cols = 0;
+  DType out_y_type = DType::I64;
+  void *out_y = nullptr;
+};
+
+struct StepProgram;
+class Executable;
 
 // A broadcast binary op: out has `ndim` dims `shape`; a and b are read with
 // element strides (0 along broadcast dimensions). ndim <= kMaxDims.
@@ -91,11 +193,7 @@ class Backend {
   // Softmax (or log-softmax) over n of [outer, n, inner].
   virtual void softmax(int64_t index, DType t, int64_t outer, int64_t n, int64_t inner, const void *in, void *out,
                        bool log) = 0;
-  // C[m,n] = alpha * op(A) op(B) + beta * C, row-major; op(A) is [m,k]
-  // (A stored [k,m] when trans_a), op(B) is [k,n] (B stored [n,k] when
-  // trans_b). Float dtypes; f32 in full fp32 precision.
-  virtual void gemm(int64_t index, DType t, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
-                    const void *a, const void *b, double beta, void *c) = 0;
+  virtual void gemm(int64_t index, const GemmArgs &args) = 0;
 
   // ---- neural-network kernels (float dtypes, [rows, cols] row-major) -----
   // y = act(y + bias) in place over [rows, cols]; bias may be null. When
@@ -123,32 +221,30 @@ class Backend {
   // losses; dlogits = (sigmoid(x) - y) * scale.
   virtual void bce_with_logits(int64_t index, DType t, int64_t n, const void *logits, const void *target,
                                double grad_scale, void *dlogits, double *stats) = 0;
-  // Inverted dropout: mask[i] = keep (U8), y = x * mask / (1 - p). The mask
-  // is a function of (seed, i) only (core/rng.hpp), identical on all backends.
-  virtual void dropout(int64_t index, DType t, int64_t n, const void *x, void *y, uint8_t *mask, double p,
-                       uint64_t seed) = 0;
+  // See DropoutArgs; step may be null (then args.stream is the seed).
+  virtual void dropout(int64_t index, const DropoutArgs &args, const StepParams *step) = 0;
   // dx = dy * mask / (1 - p).
   virtual void dropout_backward(int64_t index, DType t, int64_t n, const void *dy, const uint8_t *mask, double p,
                                 void *dx) = 0;
   // Global-norm clipping over one flat gradient buffer: if ||g|| > max_norm,
   // g *= max_norm / (||g|| + 1e-6). `scratch` is one device double.
   virtual void clip_grad_norm(int64_t index, DType t, int64_t n, void *grads, double max_norm, double *scratch) = 0;
-  // SGD as torch.optim.SGD (dampening 0) over one flat buffer; `velocity` is
-  // used when momentum != 0 (first_step initialises it with the gradient).
-  virtual void sgd_update(int64_t index, DType t, int64_t n, void *params, const void *grads, void *velocity,
-                          double lr, double momentum, double weight_decay, bool nesterov, bool first_step) = 0;
-  // Adam / AdamW (decoupled = true) as torch.optim; step is 1-based.
-  virtual void adam_update(int64_t index, DType t, int64_t n, void *params, const void *grads, void *m, void *v,
-                           double lr, double beta1, double beta2, double eps, double weight_decay, bool decoupled,
-                           int64_t step) = 0;
-  // Batch assembly: out[r, :] = src[rows[r], :] * scale + shift for r < count,
-  // src of dtype src_t (U8 or float) with `cols` columns, out of float dtype
-  // out_t. rows are I64 indices on this device.
-  virtual void gather_rows(int64_t index, DType src_t, const void *src, int64_t cols, const int64_t *rows,
-                           int64_t count, DType out_t, void *out, double scale, double shift) = 0;
-  // Labels: out[r] = (int64) src[rows[r]] for integer src_t (U8, I32, I64).
-  virtual void gather_labels(int64_t index, DType src_t, const void *src, const int64_t *rows, int64_t count,
-                             int64_t *out) = 0;
+  // See SgdArgs and AdamArgs; step is the StepParams block on this device.
+  virtual void sgd_update(int64_t index, const SgdArgs &args, const StepParams *step) = 0;
+  virtual void adam_update(int64_t index, const AdamArgs &args, const StepParams *step) = 0;
+  // See GatherArgs; step may be null (offset 0).
+  virtual void gather(int64_t index, const GatherArgs &args, const StepParams *step) = 0;
+  // A seeded permutation of [0, n) into out (I64, on this device): the
+  // indices stably sorted by the 32-bit keys rng_bits(seed, i) >> 32. Every
+  // backend gives the same permutation for the same seed. May allocate
+  // scratch memory on the device.
+  virtual void shuffle(int64_t index, int64_t n, uint64_t seed, int64_t *out) = 0;
+
+  // ---- training programs (core/program.hpp) -------------------------------
+  // Compiles a step program for device `index`. The default, in
+  // core/program.cpp, runs the program's ops as the plain sequence of the
+  // kernels above; a backend overrides it to fuse ops or capture them.
+  virtual std::unique_ptr<Executable> compile(int64_t index, const StepProgram &program);
 };
 
 }  // namespace kiln

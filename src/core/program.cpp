@@ -1,0 +1,148 @@
+// The default compilation of step programs: each op as the plain sequence of
+// the backend's kernels. See core/program.hpp.
+#include "core/program.hpp"
+
+#include <cstdlib>
+#include <type_traits>
+
+#include "core/error.hpp"
+
+namespace kiln {
+
+namespace {
+
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
+
+void linear_forward(Backend &b, int64_t dev, const LinearOp &op) {
+  GemmArgs g;
+  g.t = op.t;
+  g.trans_b = true;
+  g.m = op.rows, g.n = op.out, g.k = op.in;
+  g.a = op.x, g.b = op.w, g.c = op.y;
+  g.math = op.math;
+  b.gemm(dev, g);
+  if (op.b || op.act != UnaryOp::Identity) b.bias_act(dev, op.t, op.rows, op.out, op.y, op.b, op.act, op.alpha, op.pre);
+}
+
+void linear_backward(Backend &b, int64_t dev, const LinearBackwardOp &op) {
+  if (op.act != UnaryOp::Identity) b.act_backward(dev, op.t, op.rows * op.out, op.act, op.alpha, op.dy, op.pre, op.y, op.dy);
+  GemmArgs dw;  // dW[out, in] = dy^T x
+  dw.t = op.t;
+  dw.trans_a = true;
+  dw.m = op.out, dw.n = op.in, dw.k = op.rows;
+  dw.a = op.dy, dw.b = op.x, dw.c = op.dw;
+  dw.math = op.math;
+  b.gemm(dev, dw);
+  if (op.db) b.bias_grad(dev, op.t, op.rows, op.out, op.dy, op.db, 0.0);
+  if (op.dx) {
+    GemmArgs dx;  // dx[rows, in] = dy W
+    dx.t = op.t;
+    dx.m = op.rows, dx.n = op.in, dx.k = op.out;
+    dx.a = op.dy, dx.b = op.w, dx.c = op.dx;
+    dx.math = op.math;
+    b.gemm(dev, dx);
+  }
+}
+
+void loss(Backend &b, int64_t dev, const LossOp &op) {
+  switch (op.kind) {
+    case KILN_LOSS_CROSS_ENTROPY:
+      b.cross_entropy(dev, op.t, op.rows, op.cols, op.pred, static_cast<const int64_t *>(op.target), op.grad_scale,
+                      op.dpred, op.stats);
+      break;
+    case KILN_LOSS_MSE:
+      b.mse(dev, op.t, op.rows * op.cols, op.pred, op.target, op.grad_scale, op.dpred, op.stats);
+      break;
+    case KILN_LOSS_BCE_WITH_LOGITS:
+      b.bce_with_logits(dev, op.t, op.rows * op.cols, op.pred, op.target, op.grad_scale, op.dpred, op.stats);
+      break;
+  }
+}
+
+class DefaultExecutable final : public Executable {
+ public:
+  DefaultExecutable(Backend &b, int64_t index, const StepProgram &p) : backend_(b), index_(index), program_(p) {}
+
+  void run(int64_t first, int64_t count) override {
+    for (int64_t s = first; s < first + count; ++s)
+      for (const StepOp &op : program_.ops) run_op(backend_, index_, op, program_.table + s);
+  }
+
+ private:
+  Backend &backend_;
+  int64_t index_;
+  StepProgram program_;
+};
+
+}  // namespace
+
+uint32_t fast_path_from_env() {
+  const char *env = std::getenv("KILN_DISABLE");
+  uint32_t enabled = kFastAll;
+  if (!env) return enabled;
+  std::string list = env;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t comma = list.find(',', start);
+    std::string name = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (name == "epilogues") enabled &= ~uint32_t(kFastEpilogues);
+    else if (name == "graphs") enabled &= ~uint32_t(kFastGraphs);
+    else if (name == "cudnn") enabled &= ~uint32_t(kFastCudnn);
+    else if (name == "fused_mlp") enabled &= ~uint32_t(kFastFusedMlp);
+    else if (name == "all") enabled = 0;
+    else if (!name.empty())
+      fail(KILN_ERROR_INVALID_ARGUMENT, "KILN_DISABLE names \"" + name.substr(0, 32) +
+                                            "\"; expected a comma-separated list of epilogues, graphs, cudnn, "
+                                            "fused_mlp or all");
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return enabled;
+}
+
+const char *op_name(const StepOp &op) {
+  return std::visit(Overloaded{[](const GatherOp &) { return "gather"; }, [](const CastOp &) { return "cast"; },
+                               [](const LinearOp &) { return "linear"; },
+                               [](const ActivationOp &) { return "activation"; },
+                               [](const DropoutOp &) { return "dropout"; }, [](const LossOp &) { return "loss"; },
+                               [](const LinearBackwardOp &) { return "linear_backward"; },
+                               [](const ActivationBackwardOp &) { return "activation_backward"; },
+                               [](const DropoutBackwardOp &) { return "dropout_backward"; },
+                               [](const ClipOp &) { return "clip"; }, [](const SgdOp &) { return "sgd"; },
+                               [](const AdamOp &) { return "adam"; }},
+                    op);
+}
+
+void run_op(Backend &b, int64_t dev, const StepOp &op, const StepParams *step) {
+  std::visit(
+      Overloaded{
+          [&](const GatherOp &o) { b.gather(dev, o.args, step); },
+          [&](const CastOp &o) { b.cast(dev, o.from, o.in, o.to, o.out, o.n); },
+          [&](const LinearOp &o) { linear_forward(b, dev, o); },
+          [&](const ActivationOp &o) { b.unary(dev, o.act, o.t, o.n, o.x, o.y, o.alpha); },
+          [&](const DropoutOp &o) { b.dropout(dev, o.args, step); },
+          [&](const LossOp &o) { loss(b, dev, o); },
+          [&](const LinearBackwardOp &o) { linear_backward(b, dev, o); },
+          [&](const ActivationBackwardOp &o) { b.act_backward(dev, o.t, o.n, o.act, o.alpha, o.dy, o.x, o.y, o.dy); },
+          [&](const DropoutBackwardOp &o) { b.dropout_backward(dev, o.t, o.n, o.dy, o.mask, o.p, o.dx); },
+          [&](const ClipOp &o) { b.clip_grad_norm(dev, o.t, o.n, o.grads, o.max_norm, o.scratch); },
+          [&](const SgdOp &o) { b.sgd_update(dev, o.args, step); },
+          [&](const AdamOp &o) { b.adam_update(dev, o.args, step); },
+      },
+      op);
+}
+
+std::unique_ptr<Executable> compile_default(Backend &b, int64_t index, const StepProgram &program) {
+  return std::make_unique<DefaultExecutable>(b, index, program);
+}
+
+std::unique_ptr<Executable> Backend::compile(int64_t index, const StepProgram &program) {
+  return compile_default(*this, index, program);
+}
+
+}  // namespace kiln

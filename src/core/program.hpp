@@ -1,0 +1,195 @@
+// Step programs: a whole training or evaluation step as data. The trainer
+// (src/train) builds one program per (model, batch rows, precision, data
+// source) from layer-level ops, and the model's device compiles it
+// (Backend::compile) into an Executable that runs any number of steps.
+//
+// Why a program and not kernel calls: a backend that sees the whole step can
+// fuse across kernels (a GEMM with its bias and activation as one cuBLASLt
+// epilogue) and capture the step, or a run of steps, once as a CUDA graph
+// and replay it. That is only possible because nothing in an op changes from
+// step to step: every pointer is fixed when the program is built, and the
+// values that do change (learning rate, optimizer step, dropout seed, the
+// batch's position in the shuffled order) are read by the kernels from a
+// table of StepParams in device memory, which the trainer writes ahead.
+//
+// The default compilation (compile_default) runs the ops as the plain
+// sequence of the backend's kernels; it is what the CPU runs, and the
+// reference every faster compilation is tested against.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/backend.hpp"
+
+namespace kiln {
+
+// Parts of a backend's fast path, each of which can be switched off at run
+// time (the trainer option and KILN_DISABLE, see fast_path_from_env) so that a
+// failure on a GPU can be bisected. Backends without them ignore the bits.
+// The bits are the C API's kiln_fast_path.
+enum FastPath : uint32_t {
+  kFastEpilogues = KILN_FAST_PATH_EPILOGUES,  // GEMM + bias + activation (and backward) fused
+  kFastGraphs = KILN_FAST_PATH_GRAPHS,        // steps captured as CUDA graphs and replayed
+  kFastCudnn = KILN_FAST_PATH_CUDNN,          // cuDNN's fused graphs where measured faster
+  kFastFusedMlp = KILN_FAST_PATH_FUSED_MLP,   // one kernel for a whole narrow MLP
+  kFastAll = KILN_FAST_PATH_ALL,
+};
+
+// The set enabled by default, less what the KILN_DISABLE environment variable
+// names: a comma-separated list of "epilogues", "graphs", "cudnn",
+// "fused_mlp" or "all". Unknown names throw INVALID_ARGUMENT naming them.
+uint32_t fast_path_from_env();
+
+// ---- ops. All pointers are device pointers of the program's device. -------
+
+// Batch assembly (Backend::gather) at the step's offset.
+struct GatherOp {
+  GatherArgs args;
+};
+
+// out = (to) in, n elements: the low-precision copies of mixed precision.
+struct CastOp {
+  DType from = DType::F32, to = DType::F32;
+  int64_t n = 0;
+  const void *in = nullptr;
+  void *out = nullptr;
+};
+
+// A Linear layer and the activation fused after it: y = act(x W^T + b), with
+// x [rows, in], W [out, in], b [out] (may be null), y [rows, out]. pre (may
+// be null) receives x W^T + b, for activations whose gradient needs it
+// (GELU).
+struct LinearOp {
+  DType t = DType::F32;
+  MathMode math = MathMode::Exact;
+  int64_t rows = 0, in = 0, out = 0;
+  const void *x = nullptr, *w = nullptr, *b = nullptr;
+  void *y = nullptr, *pre = nullptr;
+  UnaryOp act = UnaryOp::Identity;
+  double alpha = 0;  // LeakyReLU's slope
+};
+
+// A lone activation over n elements.
+struct ActivationOp {
+  DType t = DType::F32;
+  int64_t n = 0;
+  UnaryOp act = UnaryOp::Identity;
+  double alpha = 0;
+  const void *x = nullptr;
+  void *y = nullptr;
+};
+
+// Dropout of one stage; args.stream is the stage number.
+struct DropoutOp {
+  DropoutArgs args;
+};
+
+// The loss of pred [rows, cols] against target (I64 labels for
+// cross-entropy, else pred's dtype): adds loss sum, correct and bad labels
+// into stats[0..3) and, when dpred is not null, writes the gradient of the
+// mean loss (grad_scale = 1 / the mean's divisor) w.r.t. pred.
+struct LossOp {
+  kiln_loss_kind kind = KILN_LOSS_CROSS_ENTROPY;
+  DType t = DType::F32;
+  int64_t rows = 0, cols = 0;
+  double grad_scale = 0;
+  const void *pred = nullptr, *target = nullptr;
+  void *dpred = nullptr;
+  double *stats = nullptr;
+};
+
+// The backward of a LinearOp: dy [rows, out] (the gradient w.r.t. y) is
+// turned in place into the gradient w.r.t. the pre-activation, then
+// dW = dy^T x, db = column sums of dy (db may be null), dx = dy W (dx may be
+// null: the first trained layer). y and pre are the forward's outputs.
+struct LinearBackwardOp {
+  DType t = DType::F32;
+  MathMode math = MathMode::Exact;
+  int64_t rows = 0, in = 0, out = 0;
+  void *dy = nullptr;
+  const void *x = nullptr, *w = nullptr, *y = nullptr, *pre = nullptr;
+  UnaryOp act = UnaryOp::Identity;
+  double alpha = 0;
+  void *dw = nullptr, *db = nullptr, *dx = nullptr;
+};
+
+// dy *= act'(.) in place, from the activation's input x and output y.
+struct ActivationBackwardOp {
+  DType t = DType::F32;
+  int64_t n = 0;
+  UnaryOp act = UnaryOp::Identity;
+  double alpha = 0;
+  void *dy = nullptr;
+  const void *x = nullptr, *y = nullptr;
+};
+
+// dx = dy * mask / (1 - p).
+struct DropoutBackwardOp {
+  DType t = DType::F32;
+  int64_t n = 0;
+  double p = 0;
+  const void *dy = nullptr;
+  const uint8_t *mask = nullptr;
+  void *dx = nullptr;
+};
+
+// Global-norm gradient clipping over one flat buffer; scratch is one double.
+struct ClipOp {
+  DType t = DType::F32;
+  int64_t n = 0;
+  void *grads = nullptr;
+  double max_norm = 0;
+  double *scratch = nullptr;
+};
+
+struct SgdOp {
+  SgdArgs args;
+};
+
+struct AdamOp {
+  AdamArgs args;
+};
+
+using StepOp = std::variant<GatherOp, CastOp, LinearOp, ActivationOp, DropoutOp, LossOp, LinearBackwardOp,
+                            ActivationBackwardOp, DropoutBackwardOp, ClipOp, SgdOp, AdamOp>;
+
+// The op's name, for logs and error messages ("linear", "loss", ...).
+const char *op_name(const StepOp &op);
+
+struct StepProgram {
+  std::vector<StepOp> ops;
+  int64_t rows = 0;     // batch rows of every step
+  bool trains = false;  // ends with a parameter update (false: evaluation)
+  // Step i of a run reads table[i]; the table holds table_size entries and
+  // lives on the program's device, for the program's whole life.
+  const StepParams *table = nullptr;
+  int64_t table_size = 0;
+  uint32_t fast_path = kFastAll;  // FastPath bits the backend may use
+  std::string label;              // e.g. "train 784-32-10 rows 128 fp32", for logs
+};
+
+// A compiled program. run() queues steps on the device's stream and returns
+// without waiting (the CPU runs them before returning). Used by one thread at
+// a time; the buffers the program names must outlive it.
+class Executable {
+ public:
+  virtual ~Executable() = default;
+  // Runs steps first, first + 1, ..., first + count - 1: step i reads
+  // table[i]. 0 <= first, first + count <= table_size (not checked here).
+  virtual void run(int64_t first, int64_t count) = 0;
+  // What the compilation chose, for logs and benchmarks (e.g.
+  // "cublaslt-epilogues, graph"); "kernels" for the default.
+  virtual std::string describe() const { return "kernels"; }
+};
+
+// The default meaning of one op: the plain sequence of kernels of `b`.
+void run_op(Backend &b, int64_t index, const StepOp &op, const StepParams *step);
+
+// The default compilation: every step runs run_op over the ops in order.
+std::unique_ptr<Executable> compile_default(Backend &b, int64_t index, const StepProgram &program);
+
+}  // namespace kiln
