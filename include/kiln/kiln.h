@@ -579,7 +579,11 @@ KILN_API void kiln_trainer_release(kiln_trainer *trainer);
 
 /* One optimisation step on a batch (x [B, in], y labels [B] or targets
  * [B, K], any device: moved to the model's). *loss (may be NULL: then the
- * loss is not read back) is the batch's mean loss before the update. */
+ * loss is not read back) is the batch's mean loss before the update. x and
+ * y have been copied when the call returns, so the caller may refill them at
+ * once, pinned host tensors included (for those the call waits for the
+ * copy, and so for the steps queued before it). Without a loss to read, the
+ * step itself may still be running on a GPU when the call returns. */
 KILN_API kiln_status kiln_trainer_step(kiln_trainer *trainer, const kiln_tensor *x, const kiln_tensor *y,
                                        double *loss);
 

@@ -353,6 +353,10 @@ double Trainer::step(const Tensor &x, const Tensor &y, bool want_loss) {
 
   stage(x, batch_x_, rows);
   stage(y, batch_y_, rows);
+  // Copies from page-locked host memory are asynchronous: wait for them, so
+  // the caller may refill x and y as soon as the step returns.
+  const auto pinned_host = [](const Tensor &t) { return t.device().is_cpu() && t.pinned(); };
+  if (!device_.is_cpu() && (pinned_host(x) || pinned_host(y))) stats_.backend().synchronize(device_.index);
   if (!(window_valid_ && steps_done_ >= window_first_ && steps_done_ < window_first_ + kStepWindow &&
         optimizer_.steps() - steps_done_ == window_opt_steps_ - window_first_ && fit_end_ == window_fit_end_)) {
     write_table(kStepWindow, 0);
