@@ -11,9 +11,21 @@
  *  - Handles are opaque and reference-counted inside: releasing a handle drops
  *    the caller's reference; objects that depend on it (a trainer on its model,
  *    a tensor on its context) keep it alive. kiln_*_release(NULL) does nothing.
- *    A released or foreign handle passed back yields KILN_ERROR_INVALID_HANDLE.
+ *    A released or foreign handle passed back yields KILN_ERROR_INVALID_HANDLE,
+ *    always: handles are never-reused identifiers, not addresses, so a
+ *    released handle can never come back as a new object. A release while
+ *    other threads (or a callback of the same call) are inside calls with the
+ *    handle lets those calls finish with the object; later calls get
+ *    KILN_ERROR_INVALID_HANDLE.
  *  - Buffers are passed as (pointer, count) and copied during the call; kiln
  *    never keeps a caller's pointer after a call returns.
+ *  - Files: readers open only regular files (a FIFO, device node or
+ *    directory gives KILN_ERROR_IO "not a regular file" at once). Writers
+ *    replace files atomically (temporary file, fsync, rename): a crash or a
+ *    kill leaves the old file or the complete new one, and the next save of
+ *    the same path removes temporaries that dead writers left. They replace
+ *    only regular files (any other existing file type: KILN_ERROR_IO, left
+ *    untouched); a symbolic link is followed and the file it names replaced.
  *  - Strings returned through `const char **` are owned by the object they
  *    came from and stay valid until that object is released.
  *  - No C++ exception, abort or exit crosses this boundary.
@@ -208,6 +220,10 @@ typedef enum kiln_dtype {
 } kiln_dtype;
 
 #define KILN_MAX_DIMS 8
+/* The most parameters (weights and biases, all layers) a model spec may
+ * describe: larger specs, from a caller or a file, are refused with
+ * KILN_ERROR_INVALID_ARGUMENT before anything is allocated. */
+#define KILN_MAX_PARAMETERS (INT64_C(1) << 40)
 
 /* "f32", "f16", ...; NULL for an unknown value. Never fails. */
 KILN_API const char *kiln_dtype_name(kiln_dtype dtype);

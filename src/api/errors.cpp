@@ -1,5 +1,6 @@
 // Version queries, status names, the thread-local last error, and the handle
 // registry shared by every entry point.
+#include <climits>
 #include <cstring>
 #include <string>
 
@@ -40,6 +41,9 @@ Device device(kiln_device d) {
   }
   if (d.kind == KILN_DEVICE_CUDA) {
     check(d.index >= 0, KILN_ERROR_INVALID_ARGUMENT, "cuda device index must be >= 0, got " + std::to_string(d.index));
+    // CUDA numbers devices with an int, as kiln_device_parse accepts them.
+    check(d.index <= INT_MAX, KILN_ERROR_INVALID_ARGUMENT,
+          "cuda device index " + std::to_string(d.index) + " is larger than " + std::to_string(INT_MAX));
     return Device::cuda(d.index);
   }
   fail(KILN_ERROR_INVALID_ARGUMENT, "unknown device kind " + std::to_string(int(d.kind)));

@@ -223,7 +223,10 @@ KILN_API void kiln_trainer_release(kiln_trainer *trainer) { kiln::api::release_h
 KILN_API kiln_status kiln_trainer_step(kiln_trainer *trainer, const kiln_tensor *x, const kiln_tensor *y,
                                        double *loss) {
   return guard([&] {
-    kiln::Trainer &t = *lookup(trainer, "trainer")->value;
+    // A strong reference for the whole call: the progress callback may release
+    // the trainer's handle.
+    const std::shared_ptr<kiln::Trainer> held = value(trainer, "trainer");
+    kiln::Trainer &t = *held;
     kiln::Tensor xt = value(x, "x"), yt = value(y, "y");
     const double l = t.step(xt, yt, loss != nullptr);
     if (loss) *loss = l;
@@ -232,7 +235,10 @@ KILN_API kiln_status kiln_trainer_step(kiln_trainer *trainer, const kiln_tensor 
 
 KILN_API kiln_status kiln_trainer_epoch(kiln_trainer *trainer, const kiln_dataset *dataset, kiln_epoch_stats *out) {
   return clear_stats_on_failure(guard([&] {
-    kiln::Trainer &t = *lookup(trainer, "trainer")->value;
+    // A strong reference for the whole call: the progress callback may release
+    // the trainer's handle.
+    const std::shared_ptr<kiln::Trainer> held = value(trainer, "trainer");
+    kiln::Trainer &t = *held;
     std::shared_ptr<kiln::Dataset> ds = value(dataset, "dataset");
     check_stats_out(out);
     copy_stats(t.epoch(*ds), out);
@@ -243,7 +249,10 @@ KILN_API kiln_status kiln_trainer_fit(kiln_trainer *trainer, const kiln_dataset 
                                       const kiln_dataset *validation, int64_t epochs, kiln_progress_fn callback,
                                       void *user, kiln_history **out) {
   return guard([&] {
-    kiln::Trainer &t = *lookup(trainer, "trainer")->value;
+    // A strong reference for the whole call: the progress callback may release
+    // the trainer's handle.
+    const std::shared_ptr<kiln::Trainer> held = value(trainer, "trainer");
+    kiln::Trainer &t = *held;
     std::shared_ptr<kiln::Dataset> tr = value(train, "train");
     std::shared_ptr<kiln::Dataset> va = validation ? value(validation, "validation") : nullptr;
     require(out, "out");
@@ -255,7 +264,10 @@ KILN_API kiln_status kiln_trainer_fit(kiln_trainer *trainer, const kiln_dataset 
 KILN_API kiln_status kiln_trainer_evaluate(kiln_trainer *trainer, const kiln_dataset *dataset, double *loss,
                                            double *accuracy) {
   return guard([&] {
-    kiln::Trainer &t = *lookup(trainer, "trainer")->value;
+    // A strong reference for the whole call: the progress callback may release
+    // the trainer's handle.
+    const std::shared_ptr<kiln::Trainer> held = value(trainer, "trainer");
+    kiln::Trainer &t = *held;
     std::shared_ptr<kiln::Dataset> ds = value(dataset, "dataset");
     double l = 0, a = 0;
     t.evaluate(*ds, &l, &a);
@@ -278,7 +290,8 @@ KILN_API kiln_status kiln_trainer_current_lr(const kiln_trainer *trainer, double
 
 KILN_API kiln_status kiln_trainer_save_checkpoint(const kiln_trainer *trainer, const char *path) {
   return guard([&] {
-    const kiln::Trainer &t = *lookup(trainer, "trainer")->value;
+    const std::shared_ptr<kiln::Trainer> held = value(trainer, "trainer");
+    const kiln::Trainer &t = *held;
     require(path, "path");
     t.save_checkpoint(path);
   });
@@ -286,7 +299,10 @@ KILN_API kiln_status kiln_trainer_save_checkpoint(const kiln_trainer *trainer, c
 
 KILN_API kiln_status kiln_trainer_load_checkpoint(kiln_trainer *trainer, const char *path) {
   return guard([&] {
-    kiln::Trainer &t = *lookup(trainer, "trainer")->value;
+    // A strong reference for the whole call: the progress callback may release
+    // the trainer's handle.
+    const std::shared_ptr<kiln::Trainer> held = value(trainer, "trainer");
+    kiln::Trainer &t = *held;
     require(path, "path");
     t.load_checkpoint(path);
   });
