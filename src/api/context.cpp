@@ -39,9 +39,7 @@ KILN_API kiln_status kiln_context_options_set_num_threads(kiln_context_options *
 KILN_API kiln_status kiln_context_options_set_log_level(kiln_context_options *options, kiln_log_level level) {
   return kiln::api::guard([&] {
     kiln_context_options *o = kiln::api::lookup(options, "options");
-    kiln::check(level >= KILN_LOG_DEBUG && level <= KILN_LOG_OFF, KILN_ERROR_INVALID_ARGUMENT,
-                "log level must be KILN_LOG_DEBUG (0) .. KILN_LOG_OFF (4), got " + std::to_string(int(level)));
-    o->value.log_level = level;
+    o->value.log_level = kiln::api::checked_enum(level, KILN_LOG_DEBUG, KILN_LOG_OFF, "log level");
   });
 }
 

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -155,11 +156,23 @@ template <class H> void release_handle(H *h) noexcept {
   }
 }
 
+// A caller's enum argument after checking that its integer representation
+// is an enumerator in [lo, hi] (INVALID_ARGUMENT "unknown <what> N"). The
+// value is read through its bytes: a C caller may pass any int, and loading
+// an out-of-range value as the C++ enum type would be undefined behaviour.
+template <class E> E checked_enum(const E &e, int lo, int hi, const char *what) {
+  static_assert(sizeof(E) == sizeof(int), "C enums are int-sized here");
+  int raw;
+  std::memcpy(&raw, &e, sizeof raw);
+  if (raw < lo || raw > hi) fail(KILN_ERROR_INVALID_ARGUMENT, std::string("unknown ") + what + " " + std::to_string(raw));
+  return static_cast<E>(raw);
+}
+
 // Validates a caller's device value (kind known; index -1 for the CPU,
 // >= 0 for CUDA) and converts it; existence is checked by the context.
-Device device(kiln_device d);
+Device device(const kiln_device &d);
 // Validates a caller's dtype value.
-DType dtype(kiln_dtype d);
+DType dtype(const kiln_dtype &d);
 
 template <class T> inline void clear_out(T **p) noexcept { if (p) *p = nullptr; }
 template <class T> inline void clear_out(T *p) noexcept { if (p) *p = T{}; }

@@ -10,6 +10,7 @@
 
 namespace {
 
+using kiln::api::checked_enum;
 using kiln::api::guard;
 using kiln::api::query;
 using kiln::api::lookup;
@@ -51,7 +52,7 @@ KILN_API kiln_status kiln_loss(kiln_loss_kind kind, const kiln_tensor *pred, con
   return guard([&] {
     kiln::Tensor p = value(pred, "pred"), t = value(target, "target");
     require(out, "out");
-    *out = kiln::compute_loss(kind, p, t);
+    *out = kiln::compute_loss(checked_enum(kind, KILN_LOSS_CROSS_ENTROPY, KILN_LOSS_BCE_WITH_LOGITS, "loss kind"), p, t);
   }, out);
 }
 
@@ -67,17 +68,14 @@ KILN_API void kiln_trainer_options_release(kiln_trainer_options *options) { kiln
 KILN_API kiln_status kiln_trainer_options_set_loss(kiln_trainer_options *options, kiln_loss_kind loss) {
   return guard([&] {
     kiln::TrainerOptions &o = options_of(options);
-    kiln::check_loss_kind(loss);
-    o.loss = loss;
+    o.loss = checked_enum(loss, KILN_LOSS_CROSS_ENTROPY, KILN_LOSS_BCE_WITH_LOGITS, "loss kind");
   });
 }
 
 KILN_API kiln_status kiln_trainer_options_set_optimizer(kiln_trainer_options *options, kiln_optimizer_kind kind) {
   return guard([&] {
     kiln::TrainerOptions &o = options_of(options);
-    kiln::check(kind >= KILN_OPTIM_SGD && kind <= KILN_OPTIM_ADAMW, KILN_ERROR_INVALID_ARGUMENT,
-                "unknown optimizer kind " + std::to_string(int(kind)));
-    o.optimizer.kind = kind;
+    o.optimizer.kind = checked_enum(kind, KILN_OPTIM_SGD, KILN_OPTIM_ADAMW, "optimizer kind");
   });
 }
 
@@ -154,7 +152,7 @@ KILN_API kiln_status kiln_trainer_options_set_schedule(kiln_trainer_options *opt
   return guard([&] {
     kiln::TrainerOptions &o = options_of(options);
     kiln::ScheduleConfig c = o.schedule;
-    c.kind = schedule;
+    c.kind = checked_enum(schedule, KILN_LR_CONSTANT, KILN_LR_COSINE, "lr schedule");
     c.step_size = step_size;
     c.gamma = gamma;
     c.total_steps = total_steps;
@@ -192,8 +190,7 @@ KILN_API kiln_status kiln_trainer_options_set_progress_interval(kiln_trainer_opt
 KILN_API kiln_status kiln_trainer_options_set_precision(kiln_trainer_options *options, kiln_precision precision) {
   return guard([&] {
     kiln::TrainerOptions &o = options_of(options);
-    kiln::check_precision(precision);
-    o.precision = precision;
+    o.precision = checked_enum(precision, KILN_PRECISION_FP32, KILN_PRECISION_BF16, "precision");
   });
 }
 

@@ -65,11 +65,6 @@ OptimizerConfig TrainerOptions::resolved_optimizer() const {
   return c;
 }
 
-void check_precision(kiln_precision precision) {
-  check(precision >= KILN_PRECISION_FP32 && precision <= KILN_PRECISION_BF16, KILN_ERROR_INVALID_ARGUMENT,
-        "unknown precision " + std::to_string(int(precision)) + " (expected fp32, tf32 or bf16)");
-}
-
 Trainer::Trainer(std::shared_ptr<Model> model, const TrainerOptions &options)
     : model_(std::move(model)),
       options_(options),
@@ -87,7 +82,6 @@ Trainer::Trainer(std::shared_ptr<Model> model, const TrainerOptions &options)
   check(options.progress_interval >= 0, KILN_ERROR_INVALID_ARGUMENT,
         "the progress interval must be >= 0, got " + std::to_string(options.progress_interval));
   check_schedule_config(options.schedule);
-  check_precision(options.precision);
   if (options.precision == KILN_PRECISION_TF32 && device_.is_cpu())
     fail(KILN_ERROR_NOT_SUPPORTED, "precision tf32 is a CUDA mode (TF32 tensor cores), not available on the CPU; "
                                    "use fp32 or bf16 there");

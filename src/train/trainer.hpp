@@ -63,9 +63,6 @@ struct TrainerOptions {
   OptimizerConfig resolved_optimizer() const;
 };
 
-// INVALID_ARGUMENT for a value outside kiln_precision.
-void check_precision(kiln_precision precision);
-
 class Trainer {
  public:
   // Validates options (INVALID_ARGUMENT naming the value).
