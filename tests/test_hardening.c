@@ -318,6 +318,117 @@ static void test_release_inside_callback(void **state) {
   kiln_model_release(model);
 }
 
+/* A small classification dataset: 16 samples of 4 features, labels 0/1. */
+static kiln_dataset *small_dataset(kiln_context *ctx) {
+  const int64_t shape_x[] = {16, 4}, shape_y[] = {16};
+  kiln_tensor *x = NULL, *y = NULL;
+  assert_kiln_ok(kiln_tensor_randn(ctx, shape_x, 2, KILN_F32, kCpu, &x));
+  int64_t labels[16];
+  for (int i = 0; i < 16; ++i) labels[i] = i % 2;
+  assert_kiln_ok(kiln_tensor_from_host(ctx, labels, sizeof labels, shape_y, 1, KILN_I64, kCpu, &y));
+  kiln_dataset *ds = NULL;
+  assert_kiln_ok(kiln_dataset_from_tensors(ctx, x, y, &ds));
+  kiln_tensor_release(y);
+  kiln_tensor_release(x);
+  return ds;
+}
+
+struct reentry {
+  kiln_trainer *trainer;
+  kiln_dataset *ds;
+  kiln_status evaluate, epoch, fit, load;
+  const char *checkpoint;
+};
+
+static int call_back_in(void *user, const kiln_progress *progress) {
+  (void)progress;
+  struct reentry *r = user;
+  double loss = 0, accuracy = 0;
+  kiln_epoch_stats stats = {sizeof stats};
+  kiln_history *h = NULL;
+  r->evaluate = kiln_trainer_evaluate(r->trainer, r->ds, &loss, &accuracy);
+  r->epoch = kiln_trainer_epoch(r->trainer, r->ds, &stats);
+  r->fit = kiln_trainer_fit(r->trainer, r->ds, NULL, 1, NULL, NULL, &h);
+  r->load = kiln_trainer_load_checkpoint(r->trainer, r->checkpoint);
+  return 0;
+}
+
+/* Calls into a trainer from its own callback are refused as BUSY, and the
+ * running fit goes on unharmed (its steps are counted once). */
+static void test_busy_trainer(void **state) {
+  kiln_context *ctx = *state;
+  kiln_model *model = small_model(ctx);
+  kiln_dataset *ds = small_dataset(ctx);
+  kiln_trainer *trainer = small_trainer(model);
+  char path[300];
+  path_in_dir(path, sizeof path, "busy.ckpt");
+  assert_kiln_ok(kiln_trainer_save_checkpoint(trainer, path));
+  struct reentry r = {trainer, ds, KILN_OK, KILN_OK, KILN_OK, KILN_OK, path};
+  kiln_history *history = NULL;
+  assert_kiln_ok(kiln_trainer_fit(trainer, ds, NULL, 2, call_back_in, &r, &history));
+  assert_int_equal(r.evaluate, KILN_ERROR_BUSY);
+  assert_int_equal(r.epoch, KILN_ERROR_BUSY);
+  assert_int_equal(r.fit, KILN_ERROR_BUSY);
+  assert_int_equal(r.load, KILN_ERROR_BUSY);
+  int64_t steps = 0;
+  assert_kiln_ok(kiln_trainer_steps_done(trainer, &steps));
+  assert_int_equal(steps, 2 * 1); /* 16 samples in one batch of 64, 2 epochs */
+  kiln_history_release(history);
+  kiln_trainer_release(trainer);
+  kiln_dataset_release(ds);
+  kiln_model_release(model);
+}
+
+/* A diverging run stops with NUMERIC and says which epoch. */
+static void test_divergence_is_reported(void **state) {
+  kiln_context *ctx = *state;
+  kiln_model *model = small_model(ctx);
+  kiln_dataset *ds = small_dataset(ctx);
+  kiln_trainer_options *o = NULL;
+  assert_kiln_ok(kiln_trainer_options_create(&o));
+  assert_kiln_ok(kiln_trainer_options_set_lr(o, 1e30));
+  assert_kiln_ok(kiln_trainer_options_set_momentum(o, 1.5));
+  assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 4));
+  kiln_trainer *trainer = NULL;
+  assert_kiln_ok(kiln_trainer_create(model, o, &trainer));
+  kiln_history *history = NULL;
+  assert_status(kiln_trainer_fit(trainer, ds, NULL, 20, NULL, NULL, &history), KILN_ERROR_NUMERIC);
+  assert_null(history);
+  assert_last_error_contains("diverged");
+  assert_string_equal(kiln_status_name(KILN_ERROR_NUMERIC), "KILN_ERROR_NUMERIC");
+  kiln_trainer_release(trainer);
+  kiln_trainer_options_release(o);
+  kiln_dataset_release(ds);
+  kiln_model_release(model);
+}
+
+static int cancel_at_once(void *user, const kiln_progress *progress) {
+  (void)user;
+  (void)progress;
+  return 1;
+}
+
+/* Huge epoch counts neither reserve memory up front nor overflow the step
+ * count; gamma is the step schedule's alone. */
+static void test_fit_limits_and_schedule(void **state) {
+  kiln_context *ctx = *state;
+  kiln_model *model = small_model(ctx);
+  kiln_dataset *ds = small_dataset(ctx);
+  kiln_trainer *trainer = small_trainer(model);
+  kiln_history *history = NULL;
+  assert_status(kiln_trainer_fit(trainer, ds, NULL, INT64_MAX, NULL, NULL, &history), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_fit(trainer, ds, NULL, 1000000000, cancel_at_once, NULL, &history), KILN_ERROR_CANCELLED);
+  kiln_trainer_options *o = NULL;
+  assert_kiln_ok(kiln_trainer_options_create(&o));
+  assert_kiln_ok(kiln_trainer_options_set_schedule(o, KILN_LR_COSINE, 1, 0.0, 100, 0.0));
+  assert_kiln_ok(kiln_trainer_options_set_schedule(o, KILN_LR_CONSTANT, 1, 0.0, 0, 0.0));
+  assert_status(kiln_trainer_options_set_schedule(o, KILN_LR_STEP, 1, 0.0, 0, 0.0), KILN_ERROR_INVALID_ARGUMENT);
+  kiln_trainer_options_release(o);
+  kiln_trainer_release(trainer);
+  kiln_dataset_release(ds);
+  kiln_model_release(model);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_checkpoint_counters_out_of_range),
@@ -329,6 +440,9 @@ int main(void) {
       cmocka_unit_test(test_save_targets),
       cmocka_unit_test(test_stale_temporaries_removed),
       cmocka_unit_test(test_release_inside_callback),
+      cmocka_unit_test(test_busy_trainer),
+      cmocka_unit_test(test_divergence_is_reported),
+      cmocka_unit_test(test_fit_limits_and_schedule),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -84,7 +84,10 @@ typedef enum kiln_status {
   KILN_ERROR_NOT_SUPPORTED = 9,      /* valid request this build/device cannot do */
   KILN_ERROR_CANCELLED = 10,         /* a callback asked to stop */
   KILN_ERROR_BACKEND = 11,           /* CUDA, cuBLAS, cuDNN or BLAS failure */
-  KILN_ERROR_INTERNAL = 12           /* a bug in kiln: please report it */
+  KILN_ERROR_INTERNAL = 12,          /* a bug in kiln: please report it */
+  KILN_ERROR_BUSY = 13,              /* the object is inside another call (e.g. a
+                                        trainer called from its own callback) */
+  KILN_ERROR_NUMERIC = 14            /* training diverged: a loss that is NaN or infinite */
 } kiln_status;
 
 /* A constant name for a status, e.g. "KILN_ERROR_SHAPE_MISMATCH". Static
@@ -593,8 +596,9 @@ KILN_API kiln_status kiln_trainer_options_set_fast_path(kiln_trainer_options *op
 KILN_API kiln_status kiln_trainer_create(kiln_model *model, const kiln_trainer_options *options, kiln_trainer **out);
 KILN_API void kiln_trainer_release(kiln_trainer *trainer);
 
-/* One optimisation step on a batch (x [B, in], y labels [B] or targets
- * [B, K], any device: moved to the model's). *loss (may be NULL: then the
+/* One optimisation step on a batch (x [B, in], or [B, ...] with `in`
+ * elements per sample as kiln_model_forward takes it; y labels [B] or
+ * targets [B, K]; any device: moved to the model's). *loss (may be NULL: then the
  * loss is not read back) is the batch's mean loss before the update. x and
  * y have been copied when the call returns, so the caller may refill them at
  * once, pinned host tensors included (for those the call waits for the
@@ -641,11 +645,19 @@ typedef struct kiln_progress {
 
 /* Progress callback: runs on the thread that called kiln_trainer_fit; a
  * non-zero return stops training after the current batch and makes fit
- * return KILN_ERROR_CANCELLED (the model keeps the updates done so far). */
+ * return KILN_ERROR_CANCELLED (the model keeps the updates done so far).
+ * Inside it, the trainer may be read (epochs_done, current_lr,
+ * save_checkpoint) and released (fit keeps it alive until it returns);
+ * kiln_trainer_step, _epoch, _fit, _evaluate and _load_checkpoint on the same
+ * trainer return KILN_ERROR_BUSY. */
 typedef int (*kiln_progress_fn)(void *user, const kiln_progress *progress);
 
 /* Trains for epochs epochs, evaluating validation (may be NULL) after each,
- * and returns the history (caller releases). callback may be NULL. */
+ * and returns the history (caller releases). callback may be NULL.
+ * KILN_ERROR_NUMERIC, naming the epoch and its figures, when an epoch's mean
+ * loss is NaN or infinite (the updates done so far stay in the model; the
+ * same for kiln_trainer_epoch); KILN_ERROR_INVALID_ARGUMENT when epochs < 1
+ * or the total step count would pass 2^62. */
 KILN_API kiln_status kiln_trainer_fit(kiln_trainer *trainer, const kiln_dataset *train,
                                       const kiln_dataset *validation, int64_t epochs, kiln_progress_fn callback,
                                       void *user, kiln_history **out);

@@ -89,6 +89,8 @@ KILN_API const char *kiln_status_name(kiln_status status) {
     case KILN_ERROR_CANCELLED: return "KILN_ERROR_CANCELLED";
     case KILN_ERROR_BACKEND: return "KILN_ERROR_BACKEND";
     case KILN_ERROR_INTERNAL: return "KILN_ERROR_INTERNAL";
+    case KILN_ERROR_BUSY: return "KILN_ERROR_BUSY";
+    case KILN_ERROR_NUMERIC: return "KILN_ERROR_NUMERIC";
   }
   return "KILN_ERROR_UNKNOWN";
 }

@@ -100,6 +100,22 @@ Trainer::Trainer(std::shared_ptr<Model> model, const TrainerOptions &options)
   rng_seed_ = options.shuffle_seed_set ? options.shuffle_seed : model_->context()->derive_seed();
 }
 
+Trainer::BusyScope::BusyScope(Trainer &t, const char *what) : busy_(t.busy_) {
+  if (busy_)
+    fail(KILN_ERROR_BUSY, std::string("the trainer is busy: ") + what +
+                              " was called from inside another call on the same trainer (its progress callback); "
+                              "return from the callback first");
+  busy_ = true;
+}
+
+void Trainer::check_finite(const kiln_epoch_stats &s) const {
+  if (std::isfinite(s.train_loss)) return;
+  fail(KILN_ERROR_NUMERIC, "training diverged: the mean loss of epoch " + std::to_string(s.epoch) + " is " +
+                               std::to_string(s.train_loss) + " (train accuracy " +
+                               std::to_string(100 * s.train_accuracy) + "%, lr " + std::to_string(s.lr) +
+                               "); lower the learning rate or momentum, or clip gradients");
+}
+
 // The checks on the step path are `if (!ok) fail(...)`: check() would build
 // its message on every step, and a step must not allocate.
 void Trainer::check_model_device() const {
@@ -332,6 +348,7 @@ void Trainer::run_pass_steps(bool trains, int64_t first, int64_t count, int64_t 
 }
 
 double Trainer::step(const Tensor &x, const Tensor &y, bool want_loss) {
+  BusyScope busy(*this, "kiln_trainer_step");
   check_model_device();
   const int64_t in = model_->input_size(), out = model_->output_size();
   if (!dtype_is_float(x.dtype()) && x.dtype() != DType::U8)
@@ -440,9 +457,19 @@ kiln_epoch_stats Trainer::run_epoch(const Dataset &ds, int64_t epoch_index, int6
   return s;
 }
 
-kiln_epoch_stats Trainer::epoch(const Dataset &dataset) { return run_epoch(dataset, epochs_done_ + 1, 1, nullptr, nullptr); }
+kiln_epoch_stats Trainer::epoch(const Dataset &dataset) {
+  BusyScope busy(*this, "kiln_trainer_epoch");
+  const kiln_epoch_stats s = run_epoch(dataset, epochs_done_ + 1, 1, nullptr, nullptr);
+  check_finite(s);
+  return s;
+}
 
 void Trainer::evaluate(const Dataset &ds, double *loss, double *accuracy) {
+  BusyScope busy(*this, "kiln_trainer_evaluate");
+  evaluate_pass(ds, loss, accuracy);
+}
+
+void Trainer::evaluate_pass(const Dataset &ds, double *loss, double *accuracy) {
   check_model_device();
   check_dataset(ds, "the evaluation dataset");
   const int64_t n = ds.size();
@@ -467,6 +494,7 @@ void Trainer::evaluate(const Dataset &ds, double *loss, double *accuracy) {
 }
 std::shared_ptr<History> Trainer::fit(const Dataset &train, const Dataset *validation, int64_t epochs,
                                       kiln_progress_fn callback, void *user) {
+  BusyScope busy(*this, "kiln_trainer_fit");
   check(epochs >= 1, KILN_ERROR_INVALID_ARGUMENT, "epochs must be >= 1, got " + std::to_string(epochs));
   check_model_device();
   check_dataset(train, "the training dataset");
@@ -480,15 +508,18 @@ std::shared_ptr<History> Trainer::fit(const Dataset &train, const Dataset *valid
     int64_t &end;
     ~FitEnd() { end = 0; }
   } fit_end{fit_end_};
+  check(epochs <= (INT64_MAX / 2 - steps_done_) / batches, KILN_ERROR_INVALID_ARGUMENT,
+        std::to_string(epochs) + " epochs of " + std::to_string(batches) + " steps are more steps than kiln counts");
   fit_end_ = steps_done_ + epochs * batches;
 
   auto history = std::make_shared<History>();
-  history->epochs.reserve(size_t(epochs));
+  history->epochs.reserve(size_t(std::min<int64_t>(epochs, 1024)));  // grows past that as epochs finish
   for (int64_t e = 1; e <= epochs; ++e) {
     model_->set_training(true);
     kiln_epoch_stats s = run_epoch(train, e, epochs, callback, user);
+    check_finite(s);
     if (validation) {
-      evaluate(*validation, &s.val_loss, &s.val_accuracy);
+      evaluate_pass(*validation, &s.val_loss, &s.val_accuracy);
       s.has_validation = 1;
     }
     history->epochs.push_back(s);
