@@ -1,6 +1,7 @@
 // The contract between libkiln and the CUDA plugin, libkiln_cuda.so. The
-// plugin exports two C symbols; libkiln dlopen()s it when a context is
-// created and refuses a plugin built against other interface headers.
+// plugin exports two C symbols; libkiln dlopen()s it once per process (the
+// registry, backend/registry.cpp) and refuses a plugin built against other
+// interface headers.
 #pragma once
 
 #include <cstdint>
