@@ -139,14 +139,20 @@ KILN_API kiln_status kiln_context_options_set_log_level(kiln_context_options *op
 /* fn may be NULL to log to stderr again. user is passed back untouched. */
 KILN_API kiln_status kiln_context_options_set_log_callback(kiln_context_options *options, kiln_log_fn fn,
                                                            void *user);
-/* enable = 0 skips loading the CUDA plugin: the context is CPU-only. */
+/* enable = 0 makes the context CPU-only: it neither loads the CUDA plugin
+ * nor uses the one another context loaded. */
 KILN_API kiln_status kiln_context_options_set_enable_cuda(kiln_context_options *options, int enable);
 
-/* Creates a context: the CPU backend and, if it loads, the CUDA backend
- * (libkiln_cuda.so from libkiln's own directory, or from the directory in the
- * environment variable KILN_BACKEND_PATH). options may be NULL for defaults;
- * it is copied. A missing plugin or driver is not an error: the context is
- * then CPU-only and kiln_cuda_unavailable_reason says why. */
+/* Creates a context: its own CPU backend and, if it loads, the CUDA backend.
+ * The CUDA plugin (libkiln_cuda.so from libkiln's own directory, or from the
+ * directory in the environment variable KILN_BACKEND_PATH, read at that
+ * moment) is loaded once per process, by the first context that asks for
+ * CUDA, and stays loaded until the process exits, even when every context is
+ * released. All contexts share one CUDA backend per device (one memory pool
+ * per device), and all see the same availability and reason. options may be
+ * NULL for defaults; it is copied. A missing plugin or driver is not an
+ * error: the context is then CPU-only and kiln_cuda_unavailable_reason says
+ * why. */
 KILN_API kiln_status kiln_context_create(const kiln_context_options *options, kiln_context **out);
 KILN_API void kiln_context_release(kiln_context *ctx);
 /* Reseeds the context's generator (torch.manual_seed). Affects rand, randn,
@@ -176,10 +182,14 @@ KILN_API kiln_status kiln_device_parse(kiln_context *ctx, const char *text, kiln
  * KILN_ERROR_INVALID_ARGUMENT if the device is malformed or buf too small. */
 KILN_API kiln_status kiln_device_format(kiln_device device, char *buf, int64_t buf_size);
 
-/* *out = 1 when the CUDA backend loaded and sees at least one device. */
+/* *out = 1 when the CUDA backend loaded and sees at least one device. The
+ * plugin is loaded once per process by the first context that asks and stays
+ * loaded, so every context that did not disable CUDA gives the same answer. */
 KILN_API kiln_status kiln_cuda_is_available(kiln_context *ctx, int *out);
-/* Why CUDA is not usable ("" when it is): the loader's or driver's message.
- * The string is owned by ctx. */
+/* Why CUDA is not usable ("" when it is): the loader's or driver's message,
+ * found once per process and the same for every context (or, for a context
+ * made with enable_cuda = 0, that it was disabled). The string is owned by
+ * ctx. */
 KILN_API kiln_status kiln_cuda_unavailable_reason(kiln_context *ctx, const char **out);
 /* Number of devices of a kind: 1 for the CPU, 0..N for CUDA. */
 KILN_API kiln_status kiln_device_count(kiln_context *ctx, kiln_device_kind kind, int64_t *out);

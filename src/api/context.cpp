@@ -2,6 +2,7 @@
 #include <string>
 
 #include "api/handles.hpp"
+#include "backend/registry.hpp"
 
 namespace {
 
@@ -60,7 +61,7 @@ KILN_API kiln_status kiln_context_create(const kiln_context_options *options, ki
   return kiln::api::guard([&] {
     kiln::api::require(out, "out");
     kiln::ContextOptions o = options ? kiln::api::value(options, "options") : kiln::ContextOptions{};
-    *out = kiln::api::make_handle<kiln_context>(kiln::Context::create(o));
+    *out = kiln::api::make_handle<kiln_context>(kiln::Context::create(o, kiln::backend_registry()));
   }, out);
 }
 
