@@ -66,6 +66,16 @@ int kiln_test_cuda_device(kiln_context *ctx, kiln_device *dev);
  * KILN_TEST_DEVICE=cuda run. Returns how many were written to devs (1 or 2). */
 int kiln_test_devices(kiln_context *ctx, kiln_device devs[2]);
 
+/* Whether this is a KILN_TEST_DEVICE=cuda run (which, past the constructor in
+ * support.c, means cuda:0 is usable). Programs whose cases all run on one
+ * device use kiln_test_device; cases that only make sense on the CPU skip()
+ * when this says 1, so that the NAME_cuda twin runs only the GPU half. */
+int kiln_test_cuda_run(void);
+
+/* The one device of a program's device cases: cuda:0 in a
+ * KILN_TEST_DEVICE=cuda run, else the CPU. */
+kiln_device kiln_test_device(kiln_context *ctx);
+
 /* Whether to run CUDA-only cases: 1 (and *dev = cuda:0) in a
  * KILN_TEST_DEVICE=cuda run, else 0 (and *dev = the CPU). dev may be NULL. */
 int kiln_test_gpu_cases(kiln_context *ctx, kiln_device *dev);
