@@ -536,14 +536,28 @@ static void test_step_errors(void **state) {
   assert_status(kiln_trainer_step(trainer, x, yf, &loss), KILN_ERROR_DTYPE_MISMATCH);
   assert_kiln_ok(kiln_tensor_zeros(ctx, ys3, 1, KILN_I64, dev, &y3));
   assert_status(kiln_trainer_step(trainer, x, y3, &loss), KILN_ERROR_SHAPE_MISMATCH);
+  /* Labels on the host are checked before the step, whatever the model's
+   * device: refused, naming the label, and nothing is updated. */
   int64_t big[2] = {0, 3};
-  assert_kiln_ok(kiln_tensor_from_host(ctx, big, sizeof big, ys, 1, KILN_I64, dev, &ybig));
-  assert_status(kiln_trainer_step(trainer, x, ybig, &loss), KILN_ERROR_INVALID_ARGUMENT);
+  const kiln_device host = {KILN_DEVICE_CPU, -1};
+  kiln_tensor *ybig_host = NULL;
+  assert_kiln_ok(kiln_tensor_from_host(ctx, big, sizeof big, ys, 1, KILN_I64, host, &ybig_host));
+  assert_status(kiln_trainer_step(trainer, x, ybig_host, &loss), KILN_ERROR_INVALID_ARGUMENT);
   assert_last_error_contains("label 3");
-  assert_status(kiln_trainer_step(trainer, x, ybig, NULL), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_step(trainer, x, ybig_host, NULL), KILN_ERROR_INVALID_ARGUMENT);
+  kiln_tensor_release(ybig_host);
   int64_t steps = 0;
   assert_kiln_ok(kiln_trainer_steps_done(trainer, &steps));
   assert_int_equal(steps, 1);
+  assert_kiln_ok(kiln_tensor_from_host(ctx, big, sizeof big, ys, 1, KILN_I64, dev, &ybig));
+  if (gpu_run) {
+    /* Labels already on the GPU are counted by the loss kernel instead (no
+     * host check, no wait): the step reports them when its loss is read. */
+    assert_status(kiln_trainer_step(trainer, x, ybig, &loss), KILN_ERROR_INVALID_ARGUMENT);
+    assert_last_error_contains("labels outside [0, 3)");
+    assert_kiln_ok(kiln_trainer_steps_done(trainer, &steps));
+    assert_int_equal(steps, 2); /* applied, as the message says */
+  }
   assert_status(kiln_trainer_step(trainer, NULL, y, &loss), KILN_ERROR_INVALID_ARGUMENT);
   assert_status(kiln_trainer_step(NULL, x, y, &loss), KILN_ERROR_INVALID_ARGUMENT);
 
