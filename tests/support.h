@@ -14,6 +14,10 @@
  * the device cases on the CPU and on cuda:0. Device-generic cases loop over
  * kiln_test_devices; CUDA-only cases ask kiln_test_gpu_cases and skip() when
  * it says no. kiln_test_cuda_device only reports what the machine has.
+ * Programs whose NAME_cuda twin runs only the GPU half (test_gradients,
+ * test_trainer, test_model, test_checkpoint, test_precision, test_fast_path,
+ * test_fashion_mnist) run their cases on kiln_test_device (the CPU, or cuda:0
+ * alone in the cuda run) and skip() CPU-only cases when kiln_test_cuda_run().
  */
 #ifndef KILN_TESTS_SUPPORT_H
 #define KILN_TESTS_SUPPORT_H
