@@ -3,9 +3,12 @@
 // default meaning of an op is exactly that sequence), a LinearOp and its
 // backward also against float64 loops; compile_default over a step table
 // (the per-step values read from StepParams) against the same steps done
-// kernel by kernel; op names; and KILN_DISABLE's parsing
-// (fast_path_from_env). Linked with kiln_internal (libkiln exports only the
-// C API); the trainer-level checks through the C API are in test_fast_path.c.
+// kernel by kernel; op names; KILN_DISABLE's parsing (fast_path_from_env);
+// and on every backend present (CUDA too when usable; CUDA alone in
+// program_test_cuda) a whole training program through the backend's own
+// compile, with and without its fast path, against compile_default. Linked
+// with kiln_internal (libkiln exports only the C API); the trainer-level
+// checks through the C API are in test_fast_path.c.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -424,6 +427,173 @@ void test_compile_default(Backend &be) {
   }
 }
 
+// ---- a compiled program on any backend ---------------------------------------
+
+// A buffer in a backend's device memory, zeroed or filled from host values.
+struct DevBuf {
+  Backend &be;
+  int64_t dev;
+  int64_t bytes;
+  void *ptr;
+  DevBuf(Backend &b, int64_t d, int64_t n_bytes) : be(b), dev(d), bytes(n_bytes), ptr(b.alloc(d, n_bytes)) {
+    std::vector<unsigned char> zeros(static_cast<size_t>(n_bytes), 0);
+    b.copy_to_device(d, ptr, zeros.data(), n_bytes, false);
+  }
+  template <class T>
+  DevBuf(Backend &b, int64_t d, const std::vector<T> &v) : DevBuf(b, d, int64_t(v.size() * sizeof(T))) {
+    b.copy_to_device(d, ptr, v.data(), bytes, false);
+  }
+  DevBuf(const DevBuf &) = delete;
+  DevBuf &operator=(const DevBuf &) = delete;
+  ~DevBuf() { be.free(dev, ptr); }
+  template <class T>
+  T *as() const { return static_cast<T *>(ptr); }
+  template <class T>
+  std::vector<T> read() const {
+    std::vector<T> v(size_t(bytes) / sizeof(T));
+    be.copy_to_host(dev, v.data(), ptr, bytes, false);
+    return v;
+  }
+};
+
+// Linear(kIn, kHid) + GELU, Dropout(0.2), Linear(kHid, kOut), cross-entropy,
+// the backward of all of it, gradient clipping and Adam, over batches
+// gathered at the step's offset: every op kind a fused or captured
+// compilation has to get right, in one program on one backend.
+struct DeviceStep {
+  static const int64_t kSamples = 48, kHid = 9, kR = 8, kSteps = 5;
+  Backend &be;
+  int64_t dev;
+  std::vector<StepParams> host_table;
+  DevBuf data, labels, order, params, grads, m, v, x, h, hpre, hd, mask, logits, by, dlogits, dh, dh2, stats,
+      scratch, table;
+  static int64_t np() { return kHid * kIn + kHid + kOut * kHid + kOut; }
+  static std::vector<int64_t> make_labels() {
+    std::vector<int64_t> l;
+    for (int64_t i = 0; i < kSamples; ++i) l.push_back((i * 5) % kOut);
+    return l;
+  }
+  static std::vector<int64_t> make_order() {
+    std::vector<int64_t> o;
+    for (int64_t i = 0; i < kSamples; ++i) o.push_back((i * 7) % kSamples);
+    return o;
+  }
+  static std::vector<StepParams> make_table() {
+    std::vector<StepParams> t(static_cast<size_t>(kSteps));
+    for (int64_t i = 0; i < kSteps; ++i) {
+      t[size_t(i)].lr = 0.02 / double(i + 1);
+      t[size_t(i)].step = i;
+      t[size_t(i)].dropout_seed = rng_bits(99, uint64_t(i));
+      t[size_t(i)].offset = (i * kR) % (kSamples - kR);
+    }
+    return t;
+  }
+  DeviceStep(Backend &b, int64_t d)
+      : be(b), dev(d), host_table(make_table()),
+        data(b, d, randoms(size_t(kSamples * kIn), 50, -2, 2)), labels(b, d, make_labels()),
+        order(b, d, make_order()), params(b, d, randoms(size_t(np()), 51, -0.5, 0.5)), grads(b, d, np() * 4),
+        m(b, d, np() * 4), v(b, d, np() * 4), x(b, d, kR * kIn * 4), h(b, d, kR * kHid * 4),
+        hpre(b, d, kR * kHid * 4), hd(b, d, kR * kHid * 4), mask(b, d, kR * kHid), logits(b, d, kR * kOut * 4),
+        by(b, d, kR * 8), dlogits(b, d, kR * kOut * 4), dh(b, d, kR * kHid * 4), dh2(b, d, kR * kHid * 4),
+        stats(b, d, 3 * 8), scratch(b, d, 8), table(b, d, host_table) {}
+  float *w1() const { return params.as<float>(); }
+  float *b1() const { return w1() + kHid * kIn; }
+  float *w2() const { return b1() + kHid; }
+  float *b2() const { return w2() + kOut * kHid; }
+  float *gw1() const { return grads.as<float>(); }
+  float *gb1() const { return gw1() + kHid * kIn; }
+  float *gw2() const { return gb1() + kHid; }
+  float *gb2() const { return gw2() + kOut * kHid; }
+
+  StepProgram program(uint32_t fast_path) const {
+    StepProgram p;
+    p.rows = kR, p.trains = true, p.table = table.as<StepParams>(), p.table_size = kSteps;
+    p.fast_path = fast_path, p.label = "program_test";
+    GatherOp g;
+    g.args.order = order.as<int64_t>(), g.args.count = kR, g.args.x_type = DType::F32, g.args.x = data.ptr;
+    g.args.cols = kIn, g.args.out_x_type = DType::F32, g.args.out_x = x.ptr;
+    g.args.y_type = DType::I64, g.args.y = labels.ptr, g.args.out_y = by.ptr;
+    p.ops.push_back(g);
+    LinearOp l1;
+    l1.t = DType::F32, l1.rows = kR, l1.in = kIn, l1.out = kHid, l1.x = x.ptr, l1.w = w1(), l1.b = b1();
+    l1.y = h.ptr, l1.pre = hpre.ptr, l1.act = UnaryOp::Gelu;
+    p.ops.push_back(l1);
+    DropoutOp d;
+    d.args.t = DType::F32, d.args.n = kR * kHid, d.args.x = h.ptr, d.args.y = hd.ptr;
+    d.args.mask = mask.as<uint8_t>(), d.args.p = 0.2, d.args.stream = 1;
+    p.ops.push_back(d);
+    LinearOp l2;
+    l2.t = DType::F32, l2.rows = kR, l2.in = kHid, l2.out = kOut, l2.x = hd.ptr, l2.w = w2(), l2.b = b2();
+    l2.y = logits.ptr;
+    p.ops.push_back(l2);
+    LossOp loss;
+    loss.kind = KILN_LOSS_CROSS_ENTROPY, loss.t = DType::F32, loss.rows = kR, loss.cols = kOut;
+    loss.grad_scale = 1.0 / kR, loss.pred = logits.ptr, loss.target = by.ptr, loss.dpred = dlogits.ptr;
+    loss.stats = stats.as<double>();
+    p.ops.push_back(loss);
+    LinearBackwardOp b2op;
+    b2op.t = DType::F32, b2op.rows = kR, b2op.in = kHid, b2op.out = kOut, b2op.dy = dlogits.ptr, b2op.x = hd.ptr;
+    b2op.w = w2(), b2op.y = logits.ptr, b2op.dw = gw2(), b2op.db = gb2(), b2op.dx = dh.ptr;
+    p.ops.push_back(b2op);
+    DropoutBackwardOp db;
+    db.t = DType::F32, db.n = kR * kHid, db.p = 0.2, db.dy = dh.ptr, db.mask = mask.as<uint8_t>(), db.dx = dh2.ptr;
+    p.ops.push_back(db);
+    LinearBackwardOp b1op;
+    b1op.t = DType::F32, b1op.rows = kR, b1op.in = kIn, b1op.out = kHid, b1op.dy = dh2.ptr, b1op.x = x.ptr;
+    b1op.w = w1(), b1op.y = h.ptr, b1op.pre = hpre.ptr, b1op.act = UnaryOp::Gelu, b1op.dw = gw1(), b1op.db = gb1();
+    p.ops.push_back(b1op);
+    ClipOp clip;
+    clip.t = DType::F32, clip.n = np(), clip.grads = grads.ptr, clip.max_norm = 0.5;
+    clip.scratch = scratch.as<double>();
+    p.ops.push_back(clip);
+    AdamOp adam;
+    adam.args.t = DType::F32, adam.args.n = np(), adam.args.params = params.ptr, adam.args.grads = grads.ptr;
+    adam.args.m = m.ptr, adam.args.v = v.ptr;
+    p.ops.push_back(adam);
+    return p;
+  }
+};
+
+// On backend `be`: compile_default, and the backend's own compile with its
+// whole fast path and with none, from the same start over the same steps.
+// With no fast path a backend runs the plain kernel sequence: equal bit for
+// bit to compile_default. With its fast path, CUDA may fuse and reorder f32
+// operations (rounding ~1e-7 relative per step); after 5 Adam steps of lr
+// <= 0.02 on O(1) weights 1e-5 bounds that, while a fused op computing the
+// wrong thing is off by O(lr) = 1e-2 at the first step. The CPU has no fast
+// path: equal bit for bit there too.
+void test_compiled_program(Backend &be, int64_t dev, const char *name) {
+  g_case = std::string("compiled program on ") + name;
+  std::vector<float> by_default, no_fast, fast;
+  std::vector<double> stats_default, stats_fast;
+  for (int run = 0; run < 3; ++run) {
+    DeviceStep s(be, dev);
+    const StepProgram p = s.program(run == 2 ? uint32_t(kFastAll) : 0u);
+    std::unique_ptr<Executable> exe = run == 0 ? compile_default(be, dev, p) : be.compile(dev, p);
+    std::printf("%s, %s: %s\n", name, run == 0 ? "compile_default" : run == 1 ? "fast path none" : "fast path all",
+                exe->describe().c_str());
+    exe->run(0, 2);  // two runs: the second continues at step 2
+    exe->run(2, DeviceStep::kSteps - 2);
+    be.synchronize(dev);
+    std::vector<float> params = s.params.read<float>();
+    if (run == 0) by_default = params, stats_default = s.stats.read<double>();
+    if (run == 1) no_fast = params;
+    if (run == 2) fast = params, stats_fast = s.stats.read<double>();
+    CHECK(!same(params, randoms(size_t(DeviceStep::np()), 51, -0.5, 0.5)));  // it trained
+  }
+  CHECK(same(no_fast, by_default));
+  if (be.kind() == KILN_DEVICE_CPU) {
+    CHECK(same(fast, by_default));
+  } else {
+    std::vector<double> want(by_default.begin(), by_default.end());
+    CHECK(close(fast, want, 1e-5, 1e-5));
+  }
+  // The loss summed over the steps, and the correct count.
+  CHECK(stats_default[0] > 0);
+  CHECK(std::fabs(stats_fast[0] - stats_default[0]) <= 1e-5 * stats_default[0]);
+  CHECK(stats_fast[1] == stats_default[1]);
+}
+
 void test_op_names() {
   g_case = "op names";
   CHECK(std::string(op_name(GatherOp{})) == "gather");
@@ -476,21 +646,34 @@ void test_fast_path_from_env() {
 
 }  // namespace
 
+// The op-level cases run on the CPU; the compiled program on the CPU and on
+// cuda:0 when usable. KILN_TEST_DEVICE=cuda (program_test_cuda) runs only
+// the CUDA part, and exits 77 (skipped) without a device.
 int main() {
+  const char *mode = std::getenv("KILN_TEST_DEVICE");
+  const bool cuda_only = mode && std::strcmp(mode, "cuda") == 0;
   try {
     ContextOptions options;
     options.threads = 2;
     options.log_level = KILN_LOG_ERROR;
-    options.enable_cuda = false;
     std::shared_ptr<Context> ctx = Context::create(options);
     Backend &be = ctx->cpu();
-    test_op_names();
-    test_fast_path_from_env();
-    test_gather_cast_activation(be);
-    test_linear(be);
-    test_dropout_loss_clip(be);
-    test_optimizer_ops(be);
-    test_compile_default(be);
+    if (!cuda_only) {
+      test_op_names();
+      test_fast_path_from_env();
+      test_gather_cast_activation(be);
+      test_linear(be);
+      test_dropout_loss_clip(be);
+      test_optimizer_ops(be);
+      test_compile_default(be);
+      test_compiled_program(be, -1, "cpu");
+    }
+    if (ctx->cuda_available()) {
+      test_compiled_program(ctx->backend(Device::cuda(0)), 0, "cuda:0");
+    } else if (cuda_only) {
+      std::fprintf(stderr, "skipped: no usable CUDA device (%s)\n", ctx->cuda_unavailable_reason().c_str());
+      return 77;
+    }
   } catch (const std::exception &e) {
     std::fprintf(stderr, "FAIL [%s] unexpected exception: %s\n", g_case.c_str(), e.what());
     return 1;
