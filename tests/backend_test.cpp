@@ -753,6 +753,9 @@ void test_losses(Backend &be) {
         const std::vector<double> got = st.values();
         check_close("loss of the good row", {got[0]}, {std::log(10.0)}, 1e-6, 0);
         check_close("bad labels", {got[2]}, {1}, 0, 0);
+        const std::vector<double> grad = dl.values();  // row 1's gradient is zero
+        check_close("bad row's gradient", std::vector<double>(grad.begin() + 10, grad.end()),
+                    std::vector<double>(10, 0.0), 0, 0);
       }
     }
   }
