@@ -1,6 +1,7 @@
 // Every backend's kernels against naive float64 loops, through the Backend
 // interface: the CPU always, CUDA when a context has a usable device (the
-// CUDA half alone under KILN_TEST_DEVICE=cuda). Linked with kiln_internal
+// CUDA half alone under KILN_TEST_DEVICE=cuda, the CPU half alone under
+// KILN_TEST_DEVICE=cpu). Linked with kiln_internal
 // (libkiln hides its C++ symbols), so it tests the kernels without the rest of
 // kiln: every dtype path, StepParams read from device memory, shuffles,
 // broadcasting, reductions, gemm, the nn kernels (gradients against
@@ -1152,12 +1153,14 @@ static void run_all(Backend &be, const char *name) {
   std::printf("%s backend: %s\n", name, g_failures == before ? "all checks passed" : "FAILED");
 }
 
-// The backends run the same cases in one process: the CPU always, CUDA too
-// when cuda:0 is usable. KILN_TEST_DEVICE=cuda (the backend_test_cuda
-// registration) runs only the CUDA half and exits 77 (skipped) without it.
+// The backends run the same cases in one process: the CPU, and CUDA too when
+// cuda:0 is usable. KILN_TEST_DEVICE=cpu (the backend_test registration)
+// runs only the CPU half; KILN_TEST_DEVICE=cuda (backend_test_cuda) only the
+// CUDA half, and exits 77 (skipped) without a device.
 int main() {
   const char *mode = std::getenv("KILN_TEST_DEVICE");
   const bool cuda_only = mode && std::strcmp(mode, "cuda") == 0;
+  const bool cpu_only = mode && std::strcmp(mode, "cpu") == 0;
   try {
     ContextOptions options;
     options.threads = 3;  // more threads than the CI's cores: the pool's splitting is exercised everywhere
@@ -1169,7 +1172,7 @@ int main() {
       g_dev = -1;
       run_all(*g_be, "cpu");
     }
-    if (ctx->cuda_available()) {
+    if (!cpu_only && ctx->cuda_available()) {
       g_be = &ctx->backend(Device::cuda(0));
       g_dev = 0;
       run_all(*g_be, "cuda");

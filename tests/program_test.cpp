@@ -647,11 +647,13 @@ void test_fast_path_from_env() {
 }  // namespace
 
 // The op-level cases run on the CPU; the compiled program on the CPU and on
-// cuda:0 when usable. KILN_TEST_DEVICE=cuda (program_test_cuda) runs only
-// the CUDA part, and exits 77 (skipped) without a device.
+// cuda:0 when usable. KILN_TEST_DEVICE=cpu (program_test) runs only the CPU
+// part; KILN_TEST_DEVICE=cuda (program_test_cuda) only the CUDA part, and
+// exits 77 (skipped) without a device.
 int main() {
   const char *mode = std::getenv("KILN_TEST_DEVICE");
   const bool cuda_only = mode && std::strcmp(mode, "cuda") == 0;
+  const bool cpu_only = mode && std::strcmp(mode, "cpu") == 0;
   try {
     ContextOptions options;
     options.threads = 2;
@@ -668,7 +670,7 @@ int main() {
       test_compile_default(be);
       test_compiled_program(be, -1, "cpu");
     }
-    if (ctx->cuda_available()) {
+    if (!cpu_only && ctx->cuda_available()) {
       test_compiled_program(ctx->backend(Device::cuda(0)), 0, "cuda:0");
     } else if (cuda_only) {
       std::fprintf(stderr, "skipped: no usable CUDA device (%s)\n", ctx->cuda_unavailable_reason().c_str());
