@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/registry.hpp"
 #include "core/context.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
@@ -1165,7 +1166,7 @@ int main() {
     ContextOptions options;
     options.threads = 3;  // more threads than the CI's cores: the pool's splitting is exercised everywhere
     options.log_level = KILN_LOG_ERROR;
-    std::shared_ptr<Context> ctx = Context::create(options);
+    std::shared_ptr<Context> ctx = Context::create(options, backend_registry());
     if (!cuda_only) {
       test_thread_pool();
       g_be = &ctx->cpu();

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/registry.hpp"
 #include "core/context.hpp"
 #include "core/error.hpp"
 #include "core/program.hpp"
@@ -658,7 +659,7 @@ int main() {
     ContextOptions options;
     options.threads = 2;
     options.log_level = KILN_LOG_ERROR;
-    std::shared_ptr<Context> ctx = Context::create(options);
+    std::shared_ptr<Context> ctx = Context::create(options, backend_registry());
     Backend &be = ctx->cpu();
     if (!cuda_only) {
       test_op_names();
