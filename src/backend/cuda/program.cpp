@@ -97,11 +97,16 @@ CudaExecutable::CudaExecutable(CudaBackend &backend, int64_t index, const StepPr
   }
 }
 
+// Graphs may still be running: CUDA frees them when they finish, and the
+// buffers go back to the pool in the device stream's order. Nothing here can
+// fail usefully; a device broken by a fault keeps its leftovers.
 CudaExecutable::~CudaExecutable() {
-  // Graphs and the stream may still be running: CUDA frees them when they
-  // finish; the buffers go back to the pool in the device stream's order.
-  for (auto &g : graphs_) cudaGraphExecDestroy(g.second);
-  if (capture_stream_) cudaStreamDestroy(capture_stream_);
+  try {
+    CudaBackend::Scope scope(backend_, index_);
+    for (auto &g : graphs_) cudaGraphExecDestroy(g.second);
+    if (capture_stream_) cudaStreamDestroy(capture_stream_);
+  } catch (...) {
+  }
   for (void *p : owned_) backend_.free(index_, p);
 }
 
