@@ -134,7 +134,9 @@ void CudaExecutable::plan_fused_ops() {
   for (size_t i = 1; i < ops.size(); ++i) {
     const auto *below = std::get_if<LinearBackwardOp>(&ops[i]);
     const auto *above = std::get_if<LinearBackwardOp>(&ops[i - 1]);
-    if (!below || !above || below->act != UnaryOp::Relu || !above->dx || above->dx != below->dy) continue;
+    if (!below || !above || below->act != UnaryOp::Relu || !above->dx || above->dx != below->dy ||
+        above->rows != below->rows || above->in != below->out)
+      continue;
     auto f = forward_by_y.find(below->y);
     if (f == forward_by_y.end()) continue;
     const LinearOp &fwd = std::get<LinearOp>(ops[f->second]);
