@@ -1,6 +1,6 @@
 /* The CUDA fast path of step programs (src/backend/cuda/program.hpp) against
- * the plain kernels and the CPU, through the public API. CUDA-only cases: in
- * the CPU run they skip.
+ * the plain kernels and the CPU, through the public API. CUDA only: CTest runs
+ * it as test_cuda_fast_path_cuda, which exits 77 without a GPU.
  *
  * What each comparison proves:
  *  - graphs only vs nothing: bit-identical parameters (same kernels, same
