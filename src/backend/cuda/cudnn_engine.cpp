@@ -467,12 +467,13 @@ class BoundPlan {
     pack_.finalize("finalizing the variant pack");
   }
 
-  // Queues the plan; the caller holds the engine's mutex.
-  void execute(const CudnnApi &api, cudnnHandle_t handle, const std::string &what) const {
+  // Queues the plan; the caller holds the engine's mutex. `what` and `part`
+  // name it in the error (no string is built unless it failed).
+  void execute(const CudnnApi &api, cudnnHandle_t handle, const std::string &what, const char *part) const {
     const cudnnStatus_t s = api.Execute(handle, plan_->plan->get(), pack_.get());
     if (s != CUDNN_STATUS_SUCCESS)
-      fail(KILN_ERROR_BACKEND, "cudnnBackendExecute failed: " + status_text(api, s) + " (" + what + ", engine " +
-                                   std::to_string(plan_->engine_index) + ")");
+      fail(KILN_ERROR_BACKEND, "cudnnBackendExecute failed: " + status_text(api, s) + " (" + what + part +
+                                   ", engine " + std::to_string(plan_->engine_index) + ")");
   }
 
  private:
@@ -485,7 +486,7 @@ class LinearCall final : public CudnnCall {
   LinearCall(CudnnEngine &e, BoundPlan plan, std::string what) : e_(e), plan_(std::move(plan)), what_(std::move(what)) {}
   void execute() override {
     std::lock_guard<std::recursive_mutex> lock(e_.mutex_);
-    plan_.execute(e_.api_, e_.handle_, what_);
+    plan_.execute(e_.api_, e_.handle_, what_, "");
   }
 
  private:
@@ -510,12 +511,12 @@ class LinearBackwardCall final : public CudnnCall {
       : e_(e), op_(op), dgrad_(std::move(dgrad)), fused_(fused), wgrad_(std::move(wgrad)), what_(std::move(what)) {}
   void execute() override {
     std::lock_guard<std::recursive_mutex> lock(e_.mutex_);
-    if (dgrad_ && fused_) dgrad_->execute(e_.api_, e_.handle_, what_ + " dX fused");
+    if (dgrad_ && fused_) dgrad_->execute(e_.api_, e_.handle_, what_, " dX fused");
     if (op_.act != UnaryOp::Identity)
       act_backward(e_.launch_, op_.t, op_.rows * op_.out, op_.act, op_.alpha, op_.dy, op_.pre, op_.y, op_.dy);
-    wgrad_.execute(e_.api_, e_.handle_, what_ + " dW");
+    wgrad_.execute(e_.api_, e_.handle_, what_, " dW");
     if (op_.db) bias_grad(e_.launch_, op_.t, op_.rows, op_.out, op_.dy, op_.db, 0.0);
-    if (dgrad_ && !fused_) dgrad_->execute(e_.api_, e_.handle_, what_ + " dX");
+    if (dgrad_ && !fused_) dgrad_->execute(e_.api_, e_.handle_, what_, " dX");
   }
 
  private:
