@@ -348,6 +348,9 @@ class Graph {
             throw Declined{"its workspace of " + std::to_string(bytes) + " bytes cannot be allocated: " +
                            cudaGetErrorString(e)};
           }
+          // The plan may next run on another stream (a graph's capture
+          // stream), which does not wait for this one's allocation.
+          KILN_CUDA_TRY(cudaStreamSynchronize(stream), "allocating a cuDNN workspace");
         }
         result->engine_index = engine_index;
         result->plan = std::move(plan);
@@ -484,8 +487,9 @@ class BoundPlan {
 class LinearCall final : public CudnnCall {
  public:
   LinearCall(CudnnEngine &e, BoundPlan plan, std::string what) : e_(e), plan_(std::move(plan)), what_(std::move(what)) {}
-  void execute() override {
+  void execute(const Launch &L) override {
     std::lock_guard<std::recursive_mutex> lock(e_.mutex_);
+    e_.use_stream(L.stream);
     plan_.execute(e_.api_, e_.handle_, what_, "");
   }
 
@@ -509,13 +513,14 @@ class LinearBackwardCall final : public CudnnCall {
   LinearBackwardCall(CudnnEngine &e, const LinearBackwardOp &op, std::unique_ptr<BoundPlan> dgrad, bool fused,
                      BoundPlan wgrad, std::string what)
       : e_(e), op_(op), dgrad_(std::move(dgrad)), fused_(fused), wgrad_(std::move(wgrad)), what_(std::move(what)) {}
-  void execute() override {
+  void execute(const Launch &L) override {
     std::lock_guard<std::recursive_mutex> lock(e_.mutex_);
+    e_.use_stream(L.stream);
     if (dgrad_ && fused_) dgrad_->execute(e_.api_, e_.handle_, what_, " dX fused");
     if (op_.act != UnaryOp::Identity)
-      act_backward(e_.launch_, op_.t, op_.rows * op_.out, op_.act, op_.alpha, op_.dy, op_.pre, op_.y, op_.dy);
+      act_backward(L, op_.t, op_.rows * op_.out, op_.act, op_.alpha, op_.dy, op_.pre, op_.y, op_.dy);
     wgrad_.execute(e_.api_, e_.handle_, what_, " dW");
-    if (op_.db) bias_grad(e_.launch_, op_.t, op_.rows, op_.out, op_.dy, op_.db, 0.0);
+    if (op_.db) bias_grad(L, op_.t, op_.rows, op_.out, op_.dy, op_.db, 0.0);
     if (dgrad_ && !fused_) dgrad_->execute(e_.api_, e_.handle_, what_, " dX");
   }
 
@@ -548,7 +553,15 @@ std::unique_ptr<CudnnEngine> CudnnEngine::create(const Launch &launch, cudaMemPo
     *reason = "cudnnSetStream failed: " + status_text(l.api, s);
     return nullptr;
   }
+  e->handle_stream_ = launch.stream;
   return e;
+}
+
+void CudnnEngine::use_stream(cudaStream_t stream) {
+  if (stream == handle_stream_) return;
+  const cudnnStatus_t s = api_.SetStream(handle_, stream);
+  if (s != CUDNN_STATUS_SUCCESS) fail(KILN_ERROR_BACKEND, "cudnnSetStream failed: " + status_text(api_, s));
+  handle_stream_ = stream;
 }
 
 CudnnEngine::CudnnEngine(const CudnnApi &api, const Launch &launch, cudaMemPool_t pool)
@@ -801,7 +814,7 @@ EngineChoice CudnnEngine::choose(const DecisionKey &key,
       continue;
     }
     if (*call) {
-      const Timing t = time_plan([&] { candidate->execute(); }, [&] { (*call)->execute(); });
+      const Timing t = time_plan([&] { candidate->execute(launch_); }, [&] { (*call)->execute(launch_); });
       if (t.plan_ms >= t.alternative_ms) continue;
     }
     *call = std::move(candidate);
@@ -810,7 +823,7 @@ EngineChoice CudnnEngine::choose(const DecisionKey &key,
   if (!*call) {
     c.note = "cudnn declined: " + declined;
   } else {
-    const Timing t = time_plan([&] { (*call)->execute(); }, alternative);
+    const Timing t = time_plan([&] { (*call)->execute(launch_); }, alternative);
     c.cudnn_ms = t.plan_ms, c.other_ms = t.alternative_ms;
     c.use_cudnn = t.plan_ms < kMargin * t.alternative_ms;
     c.note = "cudnn " + ms_text(t.plan_ms) + (c.variant ? " (fused)" : "") + ", other " + ms_text(t.alternative_ms);
@@ -839,7 +852,9 @@ EngineChoice CudnnEngine::choose_linear(const LinearBackwardOp &op, const std::f
 
 // ---- softmax ------------------------------------------------------------------------
 
-void CudnnEngine::run_softmax(DType t, int64_t outer, int64_t n, const void *in, void *out, bool log) {
+void CudnnEngine::run_softmax(cudaStream_t stream, DType t, int64_t outer, int64_t n, const void *in, void *out,
+                              bool log) {
+  use_stream(stream);
   struct TensorDesc {  // owns one legacy tensor descriptor
     const CudnnApi &api;
     cudnnTensorDescriptor_t d = nullptr;
@@ -866,7 +881,7 @@ void CudnnEngine::run_softmax(DType t, int64_t outer, int64_t n, const void *in,
         "cudnnSoftmaxForward");
 }
 
-void CudnnEngine::softmax(DType t, int64_t outer, int64_t n, const void *in, void *out, bool log,
+void CudnnEngine::softmax(const Launch &L, DType t, int64_t outer, int64_t n, const void *in, void *out, bool log,
                           const std::function<void()> &own_kernel) {
   const int64_t bytes = outer * n * dtype_size(t);
   const char *i = static_cast<const char *>(in), *o = static_cast<const char *>(out);
@@ -876,10 +891,10 @@ void CudnnEngine::softmax(DType t, int64_t outer, int64_t n, const void *in, voi
   const SoftmaxKey key{t, outer, n, log};
   auto it = softmax_choice_.find(key);
   if (it == softmax_choice_.end()) {
-    if (capturing(launch_.stream)) return own_kernel();
+    if (L.stream != launch_.stream || capturing(launch_.stream)) return own_kernel();
     bool faster = false;
     try {
-      const Timing tm = time_plan([&] { run_softmax(t, outer, n, in, out, log); }, own_kernel);
+      const Timing tm = time_plan([&] { run_softmax(launch_.stream, t, outer, n, in, out, log); }, own_kernel);
       faster = tm.plan_ms < kMargin * tm.alternative_ms;
     } catch (const Error &) {
       // cuDNN refused the shape (e.g. NOT_SUPPORTED): the own kernel stays.
@@ -887,7 +902,7 @@ void CudnnEngine::softmax(DType t, int64_t outer, int64_t n, const void *in, voi
     }
     it = softmax_choice_.emplace(key, faster).first;
   }
-  if (it->second) run_softmax(t, outer, n, in, out, log);
+  if (it->second) run_softmax(L.stream, t, outer, n, in, out, log);
   else own_kernel();
 }
 

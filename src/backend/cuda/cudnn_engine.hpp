@@ -35,12 +35,13 @@ namespace kiln::cuda {
 
 struct CudnnApi;  // the functions resolved from libcudnn (cudnn_engine.cpp)
 
-// One op's plan(s) bound to that op's pointers: execute() queues it on the
-// engine's stream. Made by CudnnEngine::bind, used by one thread at a time.
+// One op's plan(s) bound to that op's pointers: execute() queues it on
+// L.stream, the device's stream or the one a CUDA graph is being captured on
+// (CudaBackend::launch). Made by CudnnEngine::bind.
 class CudnnCall {
  public:
   virtual ~CudnnCall() = default;
-  virtual void execute() = 0;
+  virtual void execute(const Launch &L) = 0;
 };
 
 // What the per-shape timing chose, for Executable::describe().
@@ -93,14 +94,15 @@ class CudnnEngine {
   EngineChoice choose_linear(const LinearBackwardOp &op, const std::function<void()> &alternative,
                              std::unique_ptr<CudnnCall> *call);
 
-  // Backend::softmax for inner == 1, rows of n contiguous values: the first
-  // call of each (dtype, outer, n, log) times cudnnSoftmaxForward against
-  // `own_kernel` (which must do the same on the engine's stream) and every
-  // call then runs the faster one. Falls back to own_kernel, untimed, where
-  // cuDNN cannot take the shape (int range, f64... see .cpp), where in and
-  // out overlap (a repeated run would not recompute the same thing) or while
-  // the stream is being captured.
-  void softmax(DType t, int64_t outer, int64_t n, const void *in, void *out, bool log,
+  // Backend::softmax for inner == 1, rows of n contiguous values, queued on
+  // L.stream: the first call of each (dtype, outer, n, log) on the engine's
+  // own stream times cudnnSoftmaxForward against `own_kernel` (which must do
+  // the same on L.stream) and every call then runs the faster one. Runs
+  // own_kernel, untimed, where cuDNN cannot take the shape (more than
+  // INT_MAX elements), where in and out overlap (a repeated run would not
+  // recompute the same thing), or before a decision while L.stream is
+  // another stream or captured.
+  void softmax(const Launch &L, DType t, int64_t outer, int64_t n, const void *in, void *out, bool log,
                const std::function<void()> &own_kernel);
 
   struct Plan;  // one finalized execution plan and its workspace (.cpp)
@@ -124,10 +126,13 @@ class CudnnEngine {
   using Binder = std::function<std::unique_ptr<CudnnCall>(std::string *)>;
   EngineChoice choose(const DecisionKey &key, const std::vector<Binder> &variants,
                       const std::function<void()> &alternative, std::unique_ptr<CudnnCall> *call);
-  void run_softmax(DType t, int64_t outer, int64_t n, const void *in, void *out, bool log);
+  void run_softmax(cudaStream_t stream, DType t, int64_t outer, int64_t n, const void *in, void *out, bool log);
+  // Points the handle at `stream` (the caller holds mutex_).
+  void use_stream(cudaStream_t stream);
 
   const CudnnApi &api_;
   cudnnHandle_t handle_ = nullptr;
+  cudaStream_t handle_stream_ = nullptr;  // the stream the handle queues on now
   Launch launch_;
   cudaMemPool_t pool_ = nullptr;
   // Guards the handle (cuDNN handles must not be used by two threads at
