@@ -12,9 +12,6 @@
 //   b  [out]       -> [1, 1, out]   strides [out, out, 1] (broadcast over rows)
 #include "backend/cuda/cudnn_engine.hpp"
 
-#include <cudnn_ops.h>
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <array>
 #include <climits>
@@ -26,106 +23,11 @@
 #include <vector>
 
 #include "backend/cuda/check.hpp"
+#include "backend/cuda/cudnn_library.hpp"
 
 namespace kiln::cuda {
 
-// The functions of libcudnn.so.9 kiln uses, resolved once per process.
-struct CudnnApi {
-  decltype(&cudnnGetVersion) GetVersion = nullptr;
-  decltype(&cudnnGetCudartVersion) GetCudartVersion = nullptr;
-  decltype(&cudnnGetErrorString) GetErrorString = nullptr;
-  decltype(&cudnnCreate) Create = nullptr;
-  decltype(&cudnnDestroy) Destroy = nullptr;
-  decltype(&cudnnSetStream) SetStream = nullptr;
-  decltype(&cudnnBackendCreateDescriptor) CreateDescriptor = nullptr;
-  decltype(&cudnnBackendDestroyDescriptor) DestroyDescriptor = nullptr;
-  decltype(&cudnnBackendSetAttribute) SetAttribute = nullptr;
-  decltype(&cudnnBackendGetAttribute) GetAttribute = nullptr;
-  decltype(&cudnnBackendFinalize) Finalize = nullptr;
-  decltype(&cudnnBackendExecute) Execute = nullptr;
-  decltype(&cudnnCreateTensorDescriptor) CreateTensorDescriptor = nullptr;
-  decltype(&cudnnSetTensor4dDescriptor) SetTensor4dDescriptor = nullptr;
-  decltype(&cudnnDestroyTensorDescriptor) DestroyTensorDescriptor = nullptr;
-  decltype(&cudnnSoftmaxForward) SoftmaxForward = nullptr;
-};
-
 namespace {
-
-// ---- loading ------------------------------------------------------------------
-
-struct Loaded {
-  CudnnApi api;
-  std::string reason;  // empty: usable
-};
-
-Loaded load() {
-  Loaded l;
-  const char *dir = std::getenv("KILN_CUDNN_PATH");
-  const bool from_env = dir && *dir;
-  const std::string name = from_env ? std::string(dir) + "/libcudnn.so.9" : "libcudnn.so.9";
-  void *lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!lib) {
-    const char *e = dlerror();
-    l.reason = "cannot load " + name + ": " + (e ? e : "unknown error") +
-               (from_env ? "" : " (put the folder of libcudnn.so.9, e.g. site-packages/nvidia/cudnn/lib, in "
-                                "LD_LIBRARY_PATH or KILN_CUDNN_PATH)");
-    return l;
-  }
-  std::string missing;
-  auto resolve = [&](auto &fn, const char *symbol) {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, symbol));
-    if (!fn) missing += (missing.empty() ? "" : ", ") + std::string(symbol);
-  };
-  CudnnApi &a = l.api;
-  resolve(a.GetVersion, "cudnnGetVersion");
-  resolve(a.GetCudartVersion, "cudnnGetCudartVersion");
-  resolve(a.GetErrorString, "cudnnGetErrorString");
-  resolve(a.Create, "cudnnCreate");
-  resolve(a.Destroy, "cudnnDestroy");
-  resolve(a.SetStream, "cudnnSetStream");
-  resolve(a.CreateDescriptor, "cudnnBackendCreateDescriptor");
-  resolve(a.DestroyDescriptor, "cudnnBackendDestroyDescriptor");
-  resolve(a.SetAttribute, "cudnnBackendSetAttribute");
-  resolve(a.GetAttribute, "cudnnBackendGetAttribute");
-  resolve(a.Finalize, "cudnnBackendFinalize");
-  resolve(a.Execute, "cudnnBackendExecute");
-  resolve(a.CreateTensorDescriptor, "cudnnCreateTensorDescriptor");
-  resolve(a.SetTensor4dDescriptor, "cudnnSetTensor4dDescriptor");
-  resolve(a.DestroyTensorDescriptor, "cudnnDestroyTensorDescriptor");
-  resolve(a.SoftmaxForward, "cudnnSoftmaxForward");
-  if (missing.empty()) {
-    // cuDNN 9 numbers versions major*10000 + minor*100 + patch (8 used
-    // major*1000 + ...), and the CUDA runtime as major*1000 + minor*10.
-    const size_t version = a.GetVersion(), cudart = a.GetCudartVersion();
-    const std::string text = std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." +
-                             std::to_string(version % 100);
-    if (version / 10000 != CUDNN_MAJOR)
-      l.reason = name + " is cuDNN " + text + " (version number " + std::to_string(version) + "); kiln needs cuDNN " +
-                 std::to_string(CUDNN_MAJOR);
-    else if (cudart / 1000 != CUDART_VERSION / 1000)
-      l.reason = name + " (cuDNN " + text + ") is built for CUDA " + std::to_string(cudart / 1000) +
-                 "; libkiln_cuda uses CUDA " + std::to_string(CUDART_VERSION / 1000) + " (install nvidia-cudnn-cu" +
-                 std::to_string(CUDART_VERSION / 1000) + ")";
-  } else {
-    l.reason = name + " lacks " + missing;
-  }
-  // An unusable library is let go; a usable one stays loaded for the process
-  // (handles and plans may live until exit, and unloading buys nothing).
-  if (!l.reason.empty()) {
-    dlclose(lib);
-    l.api = CudnnApi{};
-  }
-  return l;
-}
-
-const Loaded &loaded() {
-  static const Loaded l = load();  // thread-safe, once
-  return l;
-}
-
-std::string status_text(const CudnnApi &api, cudnnStatus_t s) {
-  return std::string(api.GetErrorString(s)) + " (" + std::to_string(int(s)) + ")";
-}
 
 // ---- plan building: failures decline the plan, they are not errors -----------
 
@@ -536,7 +438,7 @@ class LinearBackwardCall final : public CudnnCall {
 // ---- the engine ---------------------------------------------------------------------
 
 std::unique_ptr<CudnnEngine> CudnnEngine::create(const Launch &launch, cudaMemPool_t pool, std::string *reason) {
-  const Loaded &l = loaded();
+  const CudnnLibrary &l = cudnn_library();
   if (!l.reason.empty()) {
     *reason = l.reason;
     return nullptr;
