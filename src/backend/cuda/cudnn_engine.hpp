@@ -1,13 +1,10 @@
 // The second engine for Linear layers: cuDNN's graph (backend) API, used per
 // shape only where it is measured faster than the cuBLASLt path.
 //
-// cuDNN is optional. The plugin never links it: libcudnn.so.9 is dlopen()ed
-// on first use (from $KILN_CUDNN_PATH when set, else the loader's search
-// path, e.g. LD_LIBRARY_PATH pointing at pip's nvidia/cudnn/lib), and every
-// function is resolved with dlsym. When the library, a symbol, the major
-// version 9 or the CUDA major version does not match, or the handle cannot be
-// made, the engine is unavailable and says why (CudnnEngine::create's reason):
-// kiln then runs its own path and nothing fails.
+// cuDNN is optional and never linked (cudnn_library.hpp). When the library
+// cannot be used or the handle cannot be made, the engine is unavailable and
+// says why (CudnnEngine::create's reason): kiln then runs its own path and
+// nothing fails.
 //
 // One engine per device, made with the device's stream: everything it runs
 // is queued there. Plans (a finalized cuDNN execution plan with its
@@ -37,7 +34,8 @@ struct CudnnApi;  // the functions resolved from libcudnn (cudnn_engine.cpp)
 
 // One op's plan(s) bound to that op's pointers: execute() queues it on
 // L.stream, the device's stream or the one a CUDA graph is being captured on
-// (CudaBackend::launch). Made by CudnnEngine::bind.
+// (CudaBackend::launch). Made by CudnnEngine::bind; it refers to the engine,
+// so it must not outlive it (executables die before their backend).
 class CudnnCall {
  public:
   virtual ~CudnnCall() = default;
