@@ -629,15 +629,18 @@ double median(std::vector<double> v) {
 class Events {
  public:
   explicit Events(size_t n) {
-    for (size_t i = 0; i < n; ++i) {
-      cudaEvent_t e = nullptr;
-      KILN_CUDA_TRY(cudaEventCreate(&e), "creating a timing event");
-      events_.push_back(e);
+    try {
+      for (size_t i = 0; i < n; ++i) {
+        cudaEvent_t e = nullptr;
+        KILN_CUDA_TRY(cudaEventCreate(&e), "creating a timing event");
+        events_.push_back(e);
+      }
+    } catch (...) {
+      release();
+      throw;
     }
   }
-  ~Events() {
-    for (cudaEvent_t e : events_) cudaEventDestroy(e);
-  }
+  ~Events() { release(); }
   Events(const Events &) = delete;
   Events &operator=(const Events &) = delete;
   cudaEvent_t operator[](size_t i) const { return events_[i]; }
@@ -648,6 +651,10 @@ class Events {
   }
 
  private:
+  void release() noexcept {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    events_.clear();
+  }
   std::vector<cudaEvent_t> events_;
 };
 
@@ -657,8 +664,8 @@ std::string ms_text(double ms) {
   return buf;
 }
 
-// cuDNN must beat the other path by this factor: ties go to cuBLASLt, the
-// path the rest of kiln is tested with.
+// cuDNN must beat the other path by this factor: ties go to kiln's own path
+// (cuBLASLt or kernels), the one the rest of kiln is tested with.
 constexpr double kMargin = 0.98;
 
 }  // namespace
