@@ -95,6 +95,7 @@ inline Faults &faults() {
   const std::string in = context.empty() ? "" : " (" + context + ")";
   if (is_sticky(e)) faults().record(e, call_name(call) + in);
   if (e == cudaErrorMemoryAllocation) status = KILN_ERROR_OUT_OF_MEMORY;
+  if (e == cudaErrorDevicesUnavailable || e == cudaErrorInvalidDevice) status = KILN_ERROR_DEVICE_UNAVAILABLE;
   fail(status, call_name(call) + " failed: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e) + in);
 }
 
@@ -117,7 +118,7 @@ inline Faults &faults() {
   } while (0)
 
 // As KILN_CUDA_TRY, with the kiln_status a failure maps to (out of memory
-// stays OUT_OF_MEMORY).
+// stays OUT_OF_MEMORY, an unavailable device DEVICE_UNAVAILABLE).
 #define KILN_CUDA_TRY_AS(call, status, context)                                    \
   do {                                                                             \
     cudaError_t kiln_e_ = (call);                                                  \

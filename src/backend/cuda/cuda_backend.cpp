@@ -30,10 +30,6 @@ std::string version_text(int v) { return std::to_string(v / 1000) + "." + std::t
 // warps to saturate memory bandwidth, few enough to keep per-block atomics rare.
 constexpr int64_t kBlocksPerSm = 8;
 
-}  // namespace
-
-namespace {
-
 // This thread's redirection of one device's kernels (CudaBackend::Redirect).
 struct RedirectState {
   int64_t index = -1;

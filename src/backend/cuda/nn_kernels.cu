@@ -188,8 +188,11 @@ __device__ int64_t load_integer(const void *p, DType t, int64_t i) {
 }
 
 // out[i] = v * scale + shift in the output's compute type (double for f64,
-// float otherwise), product and sum rounded separately as the CPU backend does
-// (no FMA contraction), then stored: bit-identical batches on both backends.
+// float otherwise), product and sum rounded separately as the CPU backend's
+// baseline build does (no FMA contraction), then stored. With shift 0 (no
+// normalisation) the batch is bit-identical to the CPU's on every machine;
+// with a shift, the CPU's AVX-512 path may contract to an FMA and differ in
+// the last bit.
 __device__ void store_scaled(void *out, DType t, int64_t i, double v, double scale, double shift) {
   if (t == DType::F64) {
     static_cast<double *>(out)[i] = __dadd_rn(__dmul_rn(v, scale), shift);

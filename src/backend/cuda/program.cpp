@@ -121,11 +121,16 @@ CudaExecutable::CudaExecutable(CudaBackend &backend, int64_t index, const StepPr
   }
 }
 
+// Graphs may still be running: CUDA frees them when they finish, and the
+// buffers go back to the pool in the device stream's order. Nothing here can
+// fail usefully; a device broken by a fault keeps its leftovers.
 CudaExecutable::~CudaExecutable() {
-  // Graphs and the stream may still be running: CUDA frees them when they
-  // finish; the buffers go back to the pool in the device stream's order.
-  for (auto &g : graphs_) cudaGraphExecDestroy(g.second);
-  if (capture_stream_) cudaStreamDestroy(capture_stream_);
+  try {
+    CudaBackend::Scope scope(backend_, index_);
+    for (auto &g : graphs_) cudaGraphExecDestroy(g.second);
+    if (capture_stream_) cudaStreamDestroy(capture_stream_);
+  } catch (...) {
+  }
   for (void *p : owned_) backend_.free(index_, p);
 }
 
@@ -153,7 +158,9 @@ void CudaExecutable::plan_fused_ops() {
   for (size_t i = 1; i < ops.size(); ++i) {
     const auto *below = std::get_if<LinearBackwardOp>(&ops[i]);
     const auto *above = std::get_if<LinearBackwardOp>(&ops[i - 1]);
-    if (!below || !above || below->act != UnaryOp::Relu || !above->dx || above->dx != below->dy) continue;
+    if (!below || !above || below->act != UnaryOp::Relu || !above->dx || above->dx != below->dy ||
+        above->rows != below->rows || above->in != below->out)
+      continue;
     auto f = forward_by_y.find(below->y);
     if (f == forward_by_y.end()) continue;
     const LinearOp &fwd = std::get<LinearOp>(ops[f->second]);
