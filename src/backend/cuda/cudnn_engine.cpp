@@ -467,7 +467,10 @@ void CudnnEngine::use_stream(cudaStream_t stream) {
 }
 
 CudnnEngine::CudnnEngine(const CudnnApi &api, const Launch &launch, cudaMemPool_t pool)
-    : api_(api), launch_(launch), pool_(pool) {}
+    : api_(api), launch_(launch), pool_(pool) {
+  const char *always = std::getenv("KILN_CUDNN_ALWAYS");
+  always_ = always && std::string(always) == "1";
+}
 
 CudnnEngine::~CudnnEngine() {
   plans_.clear();  // before the handle: plans were made with it
@@ -734,7 +737,7 @@ EngineChoice CudnnEngine::choose(const DecisionKey &key,
   } else {
     const Timing t = time_plan([&] { (*call)->execute(launch_); }, alternative);
     c.cudnn_ms = t.plan_ms, c.other_ms = t.alternative_ms;
-    c.use_cudnn = t.plan_ms < kMargin * t.alternative_ms;
+    c.use_cudnn = always_ || t.plan_ms < kMargin * t.alternative_ms;
     c.note = "cudnn " + ms_text(t.plan_ms) + (c.variant ? " (fused)" : "") + ", other " + ms_text(t.alternative_ms);
     if (!c.use_cudnn) call->reset();
   }
@@ -804,7 +807,7 @@ void CudnnEngine::softmax(const Launch &L, DType t, int64_t outer, int64_t n, co
     bool faster = false;
     try {
       const Timing tm = time_plan([&] { run_softmax(launch_.stream, t, outer, n, in, out, log); }, own_kernel);
-      faster = tm.plan_ms < kMargin * tm.alternative_ms;
+      faster = always_ || tm.plan_ms < kMargin * tm.alternative_ms;
     } catch (const Error &) {
       // cuDNN refused the shape (e.g. NOT_SUPPORTED): the own kernel stays.
       // A real device fault resurfaces at the own kernel's next check.

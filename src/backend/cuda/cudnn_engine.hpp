@@ -139,6 +139,10 @@ class CudnnEngine {
   std::map<PlanKey, std::pair<std::shared_ptr<const Plan>, std::string>> plans_;
   std::map<DecisionKey, EngineChoice> decisions_;
   std::map<SoftmaxKey, bool> softmax_choice_;  // true: cuDNN's is faster
+  // KILN_CUDNN_ALWAYS=1: cuDNN wherever it binds, faster or not (still
+  // timed, for describe()), so that a GPU test checks its results whatever
+  // the timings say.
+  bool always_ = false;
 
   friend class LinearCall;
   friend class LinearBackwardCall;
