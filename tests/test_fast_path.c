@@ -107,7 +107,7 @@ static void test_fast_path_matches_plain_kernels(void **state) {
   static const config configs[] = {
       {"2-64-64-3", KILN_OPTIM_SGD, KILN_PRECISION_FP32, 0},          /* ReLU pairs: RELU_AUX + DRELU_BGRAD */
       {"2-64-64-3", KILN_OPTIM_ADAM, KILN_PRECISION_FP32, 5},         /* runs of 5 and 1 steps */
-      {"2-64-64-3:dropout=0.2", KILN_OPTIM_ADAM, KILN_PRECISION_FP32, 0}, /* dropout breaks the pairs */
+      {"2-64-64-3:dropout=0.2", KILN_OPTIM_SGD, KILN_PRECISION_FP32, 0}, /* dropout breaks the pairs */
       {"2-64-64-3:gelu", KILN_OPTIM_SGD, KILN_PRECISION_FP32, 0},     /* GELU: kernels */
       {"2-64-64-3", KILN_OPTIM_ADAM, KILN_PRECISION_BF16, 0},         /* mixed precision */
   };
@@ -120,11 +120,15 @@ static void test_fast_path_matches_plain_kernels(void **state) {
     assert_int_equal(train(c, gpu, KILN_FAST_PATH_GRAPHS, graphs), n);
     assert_memory_equal(graphs, plain, (size_t)n * sizeof *plain);
     assert_int_equal(train(c, gpu, KILN_FAST_PATH_ALL, all), n);
-    const int bf16 = c->precision == KILN_PRECISION_BF16;
-    assert_allclose(all, plain, n, bf16 ? 5e-2 : 1e-3, bf16 ? 1e-2 : 1e-5);
+    /* Tolerances are estimates, not yet calibrated on a GPU: Adam's
+     * normalised steps turn rounding noise in a near-zero gradient into
+     * steps of up to lr, and bf16 rounds every activation. */
+    const int bf16 = c->precision == KILN_PRECISION_BF16, adam = c->optimizer == KILN_OPTIM_ADAM;
+    const double rtol = bf16 ? 5e-2 : adam ? 2e-2 : 1e-3, atol = bf16 ? 1e-2 : adam ? 2e-3 : 1e-5;
+    assert_allclose(all, plain, n, rtol, atol);
     if (bf16) continue; /* the CPU computes bf16 products differently */
     assert_int_equal(train(c, cpu, 0, host), n);
-    assert_allclose(plain, host, n, 1e-3, 1e-5);
+    assert_allclose(plain, host, n, rtol, atol);
   }
 }
 

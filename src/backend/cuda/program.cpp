@@ -317,16 +317,22 @@ cudaGraphExec_t CudaExecutable::capture(int64_t steps) {
   {
     CudaBackend::Redirect redirect(index_, capture_stream_);
     KILN_CUDA_TRY(cudaStreamBeginCapture(capture_stream_, cudaStreamCaptureModeThreadLocal), what);
+    auto abandon = [&] {  // ends the capture so the stream is usable again; the error thrown says why
+      cudaGraph_t partial = nullptr;
+      if (cudaStreamEndCapture(capture_stream_, &partial) == cudaSuccess && partial) cudaGraphDestroy(partial);
+      cudaGetLastError();
+    };
     try {
       const Launch L = backend_.launch(index_);
       for (int64_t s = 0; s < steps; ++s) {
         advance_step(L, program_.table, &cursor_->next, &cursor_->current);
         run_step(&cursor_->current);
       }
+    } catch (const Error &e) {
+      abandon();
+      fail(e.status(), std::string(e.what()) + ", while " + what);
     } catch (...) {
-      cudaGraph_t partial = nullptr;  // end the capture so the stream is usable; its error is the one thrown
-      if (cudaStreamEndCapture(capture_stream_, &partial) == cudaSuccess && partial) cudaGraphDestroy(partial);
-      cudaGetLastError();
+      abandon();
       throw;
     }
     KILN_CUDA_TRY(cudaStreamEndCapture(capture_stream_, &graph), what);
