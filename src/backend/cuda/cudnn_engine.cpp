@@ -203,12 +203,17 @@ class Graph {
       Desc &heur = add(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "creating the heuristics");
       heur.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph.get(), "the heuristics' graph");
       heur.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "the heuristics' mode");
-      if (api_.Finalize(heur.get()) != CUDNN_STATUS_SUCCESS) continue;  // no such list for this graph
+      // A mode that has no list for this graph leaves the other mode to try.
+      cudnnStatus_t s = api_.Finalize(heur.get());
       int64_t count = 0;
-      check_build(api_,
-                  api_.GetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
-                                    &count, nullptr),
-                  "counting the engine configs");
+      if (s == CUDNN_STATUS_SUCCESS)
+        s = api_.GetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                              nullptr);
+      if (s != CUDNN_STATUS_SUCCESS) {
+        last = std::string(mode == CUDNN_HEUR_MODE_A ? "heuristics mode A" : "fallback heuristics") + ": " +
+               status_text(api_, s);
+        continue;
+      }
       // cuDNN fills descriptors the caller made.
       std::vector<Desc> cfgs;
       std::vector<cudnnBackendDescriptor_t> raw;
@@ -217,11 +222,11 @@ class Graph {
         raw.push_back(cfgs.back().get());
       }
       int64_t got = 0;
-      if (count > 0)
-        check_build(api_,
-                    api_.GetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
-                                      &got, raw.data()),
-                    "reading the engine configs");
+      if (count > 0 && (s = api_.GetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                              count, &got, raw.data())) != CUDNN_STATUS_SUCCESS) {
+        last = "reading the engine configs: " + status_text(api_, s);
+        continue;
+      }
       for (int64_t i = 0; i < std::min(got, count); ++i) {
         int64_t engine_index = -1;
         if (!acceptable(raw[size_t(i)], tensor_cores, &engine_index, &last)) continue;
