@@ -233,7 +233,7 @@ class Graph {
         auto plan = std::make_unique<Desc>(api_, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "creating a plan");
         plan->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_, "the plan's handle");
         plan->set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, raw[size_t(i)], "the plan's engine config");
-        const cudnnStatus_t s = api_.Finalize(plan->get());
+        s = api_.Finalize(plan->get());
         if (s != CUDNN_STATUS_SUCCESS) {
           last = "engine " + std::to_string(engine_index) + " does not finalize: " + status_text(api_, s);
           continue;
