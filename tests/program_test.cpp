@@ -618,7 +618,7 @@ void test_fast_path_from_env() {
       {"", kFastAll},
       {"graphs", kFastAll & ~uint32_t(kFastGraphs)},
       {"graphs,cudnn", kFastAll & ~uint32_t(kFastGraphs | kFastCudnn)},
-      {"epilogues,fused_mlp", kFastAll & ~uint32_t(kFastEpilogues | kFastFusedMlp)},
+      {"epilogues,cudnn", kFastAll & ~uint32_t(kFastEpilogues | kFastCudnn)},
       {"all", 0},
       {"cudnn,,graphs", kFastAll & ~uint32_t(kFastGraphs | kFastCudnn)},
   };

@@ -107,7 +107,7 @@ static void test_all_off_equals_default(void **state) {
   assert_kiln_ok(train(0, 0, def));
   assert_kiln_ok(train(1, 0, off));
   assert_same_training(off, def);
-  assert_kiln_ok(train(1, KILN_FAST_PATH_EPILOGUES | KILN_FAST_PATH_FUSED_MLP, some));
+  assert_kiln_ok(train(1, KILN_FAST_PATH_EPILOGUES | KILN_FAST_PATH_CUDNN, some));
   assert_same_training(some, def);
   double all[NPARAM];
   assert_kiln_ok(train(1, KILN_FAST_PATH_ALL, all));
@@ -139,7 +139,7 @@ static void test_kiln_disable(void **state) {
   assert_status(train(0, 0, got), KILN_ERROR_INVALID_ARGUMENT);
   assert_last_error_contains("nonsense");
   /* Known names are accepted, and training is the same. */
-  const char *good[] = {"graphs,cudnn", "epilogues", "fused_mlp,graphs", "all", ""};
+  const char *good[] = {"graphs,cudnn", "epilogues", "cudnn,graphs", "all", ""};
   for (size_t i = 0; i < sizeof good / sizeof good[0]; ++i) {
     setenv("KILN_DISABLE", good[i], 1);
     memset(got, 0, sizeof got);

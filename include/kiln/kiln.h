@@ -583,20 +583,19 @@ typedef enum kiln_precision {
 KILN_API kiln_status kiln_trainer_options_set_precision(kiln_trainer_options *options, kiln_precision precision);
 
 /* The parts of a backend's fast path, each of which can be switched off to
- * bisect a failure: fused GEMM epilogues, CUDA graphs, cuDNN's fused graphs,
- * the fused kernel for narrow MLPs. Backends without them (the CPU) ignore
- * the bits, and results agree with every part off within float rounding. */
+ * bisect a failure: fused cuBLASLt epilogues, CUDA graphs, cuDNN's fused
+ * graphs. Backends without them (the CPU) ignore the bits, and results agree
+ * with every part off within float rounding. */
 typedef enum kiln_fast_path {
   KILN_FAST_PATH_EPILOGUES = 1,
   KILN_FAST_PATH_GRAPHS = 2,
   KILN_FAST_PATH_CUDNN = 4,
-  KILN_FAST_PATH_FUSED_MLP = 8,
-  KILN_FAST_PATH_ALL = 15
+  KILN_FAST_PATH_ALL = 7
 } kiln_fast_path;
 /* The kiln_fast_path bits a trainer may use (default KILN_FAST_PATH_ALL; 0
  * runs every step as the plain sequence of kernels). The environment
  * variable KILN_DISABLE, a comma-separated list of "epilogues", "graphs",
- * "cudnn", "fused_mlp" or "all", removes more when the trainer is created
+ * "cudnn" or "all", removes more when the trainer is created
  * (KILN_ERROR_INVALID_ARGUMENT there for an unknown name).
  * KILN_ERROR_INVALID_ARGUMENT for bits outside KILN_FAST_PATH_ALL. */
 KILN_API kiln_status kiln_trainer_options_set_fast_path(kiln_trainer_options *options, uint32_t enabled);

@@ -74,12 +74,11 @@ uint32_t fast_path_from_env() {
     if (name == "epilogues") enabled &= ~uint32_t(kFastEpilogues);
     else if (name == "graphs") enabled &= ~uint32_t(kFastGraphs);
     else if (name == "cudnn") enabled &= ~uint32_t(kFastCudnn);
-    else if (name == "fused_mlp") enabled &= ~uint32_t(kFastFusedMlp);
     else if (name == "all") enabled = 0;
     else if (!name.empty())
       fail(KILN_ERROR_INVALID_ARGUMENT, "KILN_DISABLE names \"" + name.substr(0, 32) +
                                             "\"; expected a comma-separated list of epilogues, graphs, cudnn, "
-                                            "fused_mlp or all");
+                                            "or all");
     if (comma == std::string::npos) break;
     start = comma + 1;
   }

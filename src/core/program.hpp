@@ -35,13 +35,11 @@ enum FastPath : uint32_t {
   kFastEpilogues = KILN_FAST_PATH_EPILOGUES,  // GEMM + bias + activation (and backward) fused
   kFastGraphs = KILN_FAST_PATH_GRAPHS,        // steps captured as CUDA graphs and replayed
   kFastCudnn = KILN_FAST_PATH_CUDNN,          // cuDNN's fused graphs where measured faster
-  kFastFusedMlp = KILN_FAST_PATH_FUSED_MLP,   // one kernel for a whole narrow MLP
   kFastAll = KILN_FAST_PATH_ALL,
 };
 
 // The set enabled by default, less what the KILN_DISABLE environment variable
-// names: a comma-separated list of "epilogues", "graphs", "cudnn",
-// "fused_mlp" or "all". Unknown names throw INVALID_ARGUMENT naming them.
+// names: a comma-separated list of "epilogues", "graphs", "cudnn" or "all". Unknown names throw INVALID_ARGUMENT naming them.
 uint32_t fast_path_from_env();
 
 // ---- ops. All pointers are device pointers of the program's device. -------
