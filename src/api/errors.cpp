@@ -83,6 +83,7 @@ KILN_API const char *kiln_status_name(kiln_status status) {
     case KILN_ERROR_CANCELLED: return "KILN_ERROR_CANCELLED";
     case KILN_ERROR_BACKEND: return "KILN_ERROR_BACKEND";
     case KILN_ERROR_INTERNAL: return "KILN_ERROR_INTERNAL";
+    case KILN_ERROR_COMMUNICATION: return "KILN_ERROR_COMMUNICATION";
   }
   return "KILN_ERROR_UNKNOWN";
 }

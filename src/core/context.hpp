@@ -21,6 +21,14 @@ struct ContextOptions {
   bool enable_cuda = true;
 };
 
+// The directory libkiln's plugins (libkiln_cuda.so, libkiln_dist.so) are
+// loaded from: KILN_BACKEND_PATH when set, else libkiln's own directory; ""
+// when neither is known (then the dynamic loader searches). *origin says
+// which, for messages.
+std::string plugin_directory(std::string *origin);
+// text (a loader or engine message) on one line, without trailing spaces.
+std::string one_line(const char *text);
+
 class Context : public std::enable_shared_from_this<Context> {
  public:
   static std::shared_ptr<Context> create(const ContextOptions &options);

@@ -1,0 +1,68 @@
+#include "dist/communicator.hpp"
+
+#include <dlfcn.h>
+
+#include <mutex>
+
+#include "core/error.hpp"
+#include "dist/plugin.hpp"
+
+namespace kiln {
+
+namespace {
+
+constexpr const char *kPluginName = "libkiln_dist.so";
+
+struct Plugin {
+  kiln_dist_create_mpi_fn create_mpi = nullptr;
+  std::string error;  // why it could not be loaded; empty when it was
+};
+
+// Loaded once per process and never unloaded (RTLD_NODELETE): MPI can be
+// initialized only once per process, and the plugin registers the atexit
+// handler that finalizes it.
+const Plugin &plugin(const Context &ctx) {
+  static std::once_flag once;
+  static Plugin p;
+  std::call_once(once, [&] {
+    std::string origin;
+    const std::string dir = plugin_directory(&origin);
+    const std::string path = dir.empty() ? kPluginName : dir + "/" + kPluginName;
+    ctx.log(KILN_LOG_DEBUG, "loading the distributed plugin " + path + " (from " + origin + ")");
+    void *library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    if (!library) {
+      p.error = "cannot load the distributed plugin " + path + " (from " + origin + "): " + one_line(dlerror()) +
+                "; it needs Open MPI's libmpi (install openmpi-bin, or build kiln where MPI was found)";
+      return;
+    }
+    auto version = reinterpret_cast<kiln_dist_interface_version_fn>(dlsym(library, "kiln_dist_interface_version"));
+    auto create = reinterpret_cast<kiln_dist_create_mpi_fn>(dlsym(library, "kiln_dist_create_mpi"));
+    if (!version || !create) {
+      p.error = "the distributed plugin " + path + " is not kiln's: it lacks " +
+                (version ? "kiln_dist_create_mpi" : "kiln_dist_interface_version");
+    } else if (version() != kDistInterfaceVersion) {
+      p.error = "the distributed plugin " + path + " was built for interface " + std::to_string(version()) +
+                ", this library expects " + std::to_string(kDistInterfaceVersion) +
+                " (install libkiln and libkiln_dist from the same build)";
+    } else {
+      p.create_mpi = create;
+    }
+  });
+  return p;
+}
+
+}  // namespace
+
+std::shared_ptr<Collective> create_mpi_communicator(const Context &ctx) {
+  const Plugin &p = plugin(ctx);
+  if (!p.create_mpi) fail(KILN_ERROR_DEVICE_UNAVAILABLE, p.error);
+  kiln_status status = KILN_ERROR_INTERNAL;
+  char reason[512] = {};
+  Collective *c = p.create_mpi(&status, reason, sizeof reason);
+  if (!c) fail(status, "cannot create an MPI communicator: " + one_line(reason));
+  std::shared_ptr<Collective> comm(c);
+  ctx.log(KILN_LOG_INFO, "communicator: " + comm->describe() + ", this is rank " + std::to_string(comm->rank()));
+  return comm;
+}
+
+}  // namespace kiln

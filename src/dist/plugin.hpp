@@ -1,0 +1,26 @@
+// The contract between libkiln and the distributed plugin, libkiln_dist.so,
+// which holds the communication engines (Open MPI, and NCCL when it was
+// built with CUDA) so that libkiln.so links neither and loads on machines
+// without them. libkiln dlopen()s the plugin the first time a communicator is
+// created (from libkiln's directory or KILN_BACKEND_PATH, like
+// libkiln_cuda.so) and refuses one built against another collective.hpp.
+#pragma once
+
+#include <cstdint>
+
+#include "core/collective.hpp"
+
+namespace kiln {
+// Bump whenever collective.hpp or the functions below change in any way.
+constexpr int kDistInterfaceVersion = 1;
+}  // namespace kiln
+
+extern "C" {
+// Returns kiln::kDistInterfaceVersion as the plugin was built.
+typedef int (*kiln_dist_interface_version_fn)(void);
+// A communicator over every process of the MPI job (a duplicate of
+// MPI_COMM_WORLD), initializing MPI first when the host program has not.
+// Collective over all processes. On failure returns null, writes the status
+// and why into *status and reason[0..reason_size). Never throws.
+typedef kiln::Collective *(*kiln_dist_create_mpi_fn)(kiln_status *status, char *reason, int64_t reason_size);
+}
