@@ -5,6 +5,9 @@
  * rank, from the same seeds, to compare against.
  *
  *   dist_test             the DDP cases (CMocka)
+ *   dist_test cuda        one rank on cuda:0, its collectives through NCCL:
+ *                         training matches the same trainer without a
+ *                         communicator; exits 77 (skipped) without a GPU
  *   dist_test dead-peer   rank 1 exits right after attaching; rank 0 must get
  *                         KILN_ERROR_COMMUNICATION from its next epoch within
  *                         a bounded time and print "PASS dead-peer" (run with
@@ -158,6 +161,7 @@ static kiln_dataset *small_dataset(fixture *f, int64_t count) {
 static void test_ranks(void **state) {
   fixture *f = *state;
   assert_int_equal(f->size, 2);
+  assert_true(f->rank == 0 || f->rank == 1);
   int64_t local = -1;
   assert_kiln_ok(kiln_communicator_local_rank(f->comm, &local));
   assert_int_equal(local, f->rank); /* one machine */
@@ -328,8 +332,54 @@ static int dead_peer(void) {
   _exit(ok ? 0 : 1);
 }
 
+/* The GPU twin: a one-rank communicator whose collectives run through NCCL
+ * (the weight broadcast at attach, the gradient mean every step). */
+static void test_cuda_one_rank(void **state) {
+  fixture *f = *state;
+  kiln_device gpu;
+  if (!kiln_test_cuda_device(f->ctx, &gpu)) skip();
+  kiln_dataset *ds = small_dataset(f, 640);
+  kiln_model *ref_model = NULL, *model = NULL;
+  kiln_trainer *ref = make_trainer(f, "784-32-10", 128, 0.1, &ref_model);
+  kiln_trainer *ddp = make_trainer(f, "784-32-10", 128, 0.1, &model);
+  assert_kiln_ok(kiln_model_to(ref_model, gpu));
+  assert_kiln_ok(kiln_model_to(model, gpu));
+  kiln_trainer_release(ref);
+  kiln_trainer_release(ddp);
+  kiln_trainer_options *o = NULL;
+  assert_kiln_ok(kiln_trainer_options_create(&o));
+  assert_kiln_ok(kiln_trainer_options_set_lr(o, 0.1));
+  assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 128));
+  assert_kiln_ok(kiln_trainer_options_set_shuffle_seed(o, 7));
+  assert_kiln_ok(kiln_trainer_create(ref_model, o, &ref));
+  assert_kiln_ok(kiln_trainer_create(model, o, &ddp));
+  kiln_trainer_options_release(o);
+  assert_kiln_ok(kiln_trainer_attach_communicator(ddp, f->comm));
+  kiln_epoch_stats s = {sizeof s};
+  assert_kiln_ok(kiln_trainer_epoch(ref, ds, &s));
+  assert_kiln_ok(kiln_trainer_epoch(ddp, ds, &s));
+  assert_weights_match(model, ref_model, 1e-6);
+  kiln_trainer_release(ref);
+  kiln_trainer_release(ddp);
+  kiln_model_release(ref_model);
+  kiln_model_release(model);
+  kiln_dataset_release(ds);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "dead-peer") == 0) return dead_peer();
+  if (argc > 1 && strcmp(argv[1], "cuda") == 0) {
+    kiln_context *ctx = make_context();
+    kiln_device gpu;
+    const int have_gpu = kiln_test_cuda_device(ctx, &gpu);
+    kiln_context_release(ctx);
+    if (!have_gpu) {
+      printf("SKIP: no usable CUDA device\n");
+      return KILN_TEST_SKIPPED;
+    }
+    const struct CMUnitTest gpu_tests[] = {cmocka_unit_test(test_cuda_one_rank)};
+    return cmocka_run_group_tests(gpu_tests, setup, teardown);
+  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ranks),
       cmocka_unit_test(test_five_steps_match_one_process),
