@@ -267,6 +267,18 @@ static void test_mismatched_options_fail_on_every_rank(void **state) {
   assert_last_error_contains("rank(s) 1 differ from rank 0");
   kiln_trainer_release(t);
   kiln_model_release(model);
+  /* Datasets of different sizes, found before any step. */
+  kiln_dataset *ds = small_dataset(f, f->rank == 1 ? 128 : 192);
+  t = make_trainer(f, "784-32-10", 64, 0.1, &model);
+  assert_kiln_ok(kiln_trainer_attach_communicator(t, f->comm));
+  kiln_epoch_stats s = {sizeof s};
+  assert_status(kiln_trainer_epoch(t, ds, &s), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("every rank must pass the same dataset");
+  double loss = 0, acc = 0;
+  assert_status(kiln_trainer_evaluate(t, ds, &loss, &acc), KILN_ERROR_INVALID_ARGUMENT);
+  kiln_dataset_release(ds);
+  kiln_trainer_release(t);
+  kiln_model_release(model);
   /* A different architecture too. */
   t = make_trainer(f, f->rank == 1 ? "784-16-10" : "784-32-10", 64, 0.1, &model);
   assert_status(kiln_trainer_attach_communicator(t, f->comm), KILN_ERROR_INVALID_ARGUMENT);

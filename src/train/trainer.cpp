@@ -447,10 +447,24 @@ void Trainer::reduce_stats(double stats[3]) const {
   if (comm_) comm_->allreduce(Device::cpu(), DType::F64, stats, 3, false);
 }
 
+void Trainer::check_same_size(const Dataset &ds, const char *what) const {
+  if (!comm_) return;
+  // Ranks with datasets of different sizes would run different numbers of
+  // steps and pair one rank's allreduce with another's next one.
+  const int64_t mine = ds.size();
+  std::vector<int64_t> all(size_t(comm_->size()));
+  comm_->allgather(&mine, sizeof mine, all.data());
+  for (size_t r = 1; r < all.size(); ++r)
+    check(all[r] == all[0], KILN_ERROR_INVALID_ARGUMENT,
+          std::string(what) + " has " + std::to_string(all[r]) + " samples on rank " + std::to_string(r) + " but " +
+              std::to_string(all[0]) + " on rank 0: every rank must pass the same dataset");
+}
+
 kiln_epoch_stats Trainer::run_epoch(const Dataset &ds, int64_t epoch_index, int64_t epochs, kiln_progress_fn callback,
                                     void *user) {
   check_model_device();
   check_dataset(ds, "the training dataset");
+  check_same_size(ds, "the training dataset");
   // n: this rank's samples (all of them in one process); total: every rank's.
   const int64_t n = local_count(ds.size(), true);
   const int64_t total = comm_ ? n * comm_->size() : n;
@@ -516,6 +530,7 @@ kiln_epoch_stats Trainer::epoch(const Dataset &dataset) { return run_epoch(datas
 void Trainer::evaluate(const Dataset &ds, double *loss, double *accuracy) {
   check_model_device();
   check_dataset(ds, "the evaluation dataset");
+  check_same_size(ds, "the evaluation dataset");
   // Each rank evaluates its share (possibly none: fewer samples than ranks).
   const int64_t n = ds.size(), local = local_count(n, false);
   const int64_t batch = std::max<int64_t>(1, std::min(options_.batch_size, local));

@@ -148,6 +148,9 @@ class Trainer {
   const int64_t *pass_order(const Dataset &ds, const Dataset::GatherSource &source, bool shuffle, bool pad);
   // Sums the pass statistics over the ranks (no-op without a communicator).
   void reduce_stats(double stats[3]) const;
+  // INVALID_ARGUMENT on every rank unless every rank passed a dataset of the
+  // same size (no-op without a communicator). Collective.
+  void check_same_size(const Dataset &ds, const char *what) const;
   // Runs steps [first, first + count) of a pass of `batches` batches of
   // `batch` rows over n samples (the last one may be smaller).
   void run_pass_steps(bool trains, int64_t first, int64_t count, int64_t n, int64_t batch,
