@@ -152,7 +152,9 @@ struct ClipOp {
 // flat gradient buffer, before clipping and the optimizer, so every rank
 // applies the same update. The default meaning waits for the device's queued
 // work, then runs the collective to completion (comm throws
-// KILN_ERROR_COMMUNICATION on a timeout or a dead peer).
+// KILN_ERROR_COMMUNICATION on a timeout or a dead peer). Because it waits on
+// the host, a backend must not capture a program holding it in a CUDA graph
+// (run it as plain kernels, or capture the parts between).
 struct AllReduceOp {
   DType t = DType::F32;
   int64_t n = 0;
