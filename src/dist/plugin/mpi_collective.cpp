@@ -38,10 +38,10 @@ using Clock = std::chrono::steady_clock;
 
 constexpr double kDefaultTimeout = 600;  // seconds; KILN_DIST_TIMEOUT overrides
 
-// Whether kiln initialized MPI, and whether a collective was left pending (then
-// MPI_Finalize, which may wait for it, is skipped at exit).
+// Whether a collective was left pending after a timeout: then MPI_Finalize,
+// which may wait for it, is skipped at exit. The finalizer is registered only
+// when kiln initialized MPI; a host program that did finalizes it itself.
 std::mutex g_mutex;
-bool g_initialized_by_kiln = false;
 bool g_pending_left = false;
 
 void finalize_at_exit() {
@@ -92,7 +92,6 @@ class MpiCollective final : public Collective {
       // at a time per communicator.
       int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
       if (rc != MPI_SUCCESS) fail(KILN_ERROR_DEVICE_UNAVAILABLE, "MPI_Init_thread failed: " + mpi_error(rc));
-      g_initialized_by_kiln = true;
       std::atexit(finalize_at_exit);  // the plugin is loaded RTLD_NODELETE, so this stays mapped
     }
     int finalized = 0;
