@@ -83,10 +83,10 @@ MPI_Datatype mpi_type(DType t) {
 class MpiCollective final : public Collective {
  public:
   MpiCollective() : timeout_(timeout_from_env()) {
+    std::unique_lock<std::mutex> lock(g_mutex);  // two threads must not both initialize MPI
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
-      std::lock_guard<std::mutex> lock(g_mutex);
       int provided = 0;
       // SERIALIZED: kiln calls MPI from whichever thread drives a trainer, one
       // at a time per communicator.
@@ -97,6 +97,8 @@ class MpiCollective final : public Collective {
     int finalized = 0;
     MPI_Finalized(&finalized);
     check(!finalized, KILN_ERROR_DEVICE_UNAVAILABLE, "MPI was already finalized in this process");
+    lock.unlock();
+    // Blocking, without the timeout: they run once, when every rank starts.
     call(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     int rank = 0, size = 0;
@@ -120,8 +122,8 @@ class MpiCollective final : public Collective {
     if (nccl_) {
       if (broken_.empty()) ncclCommDestroy(nccl_);
       else ncclCommAbort(nccl_);
-      cudaStreamDestroy(stream_);
     }
+    if (stream_) cudaStreamDestroy(stream_);
 #endif
     int finalized = 0;
     MPI_Finalized(&finalized);
