@@ -314,6 +314,69 @@ static void test_checkpoint_written_by_rank_0_resumes_everywhere(void **state) {
   if (f->rank == 0) remove(path);
 }
 
+/* kiln_trainer_step with each rank's half of a batch = one step on all of it. */
+static void test_caller_steps_average_over_ranks(void **state) {
+  fixture *f = *state;
+  kiln_dataset *ds = small_dataset(f, 256);
+  kiln_model *ref_model = NULL, *model = NULL;
+  kiln_trainer *ref = make_trainer(f, "784-32-10", 128, 0.1, &ref_model);
+  kiln_trainer *ddp = make_trainer(f, "784-32-10", 64, 0.1, &model);
+  assert_kiln_ok(kiln_trainer_attach_communicator(ddp, f->comm));
+  for (int64_t i = 0; i < 2; ++i) {
+    kiln_tensor *x = NULL, *y = NULL, *xr = NULL, *yr = NULL;
+    double loss = 0;
+    assert_kiln_ok(kiln_dataset_batch(ds, 128 * i, 128, kCpu, &x, &y));
+    assert_kiln_ok(kiln_trainer_step(ref, x, y, &loss));
+    assert_kiln_ok(kiln_tensor_rows(x, 64 * f->rank, 64 * f->rank + 64, &xr));
+    assert_kiln_ok(kiln_tensor_rows(y, 64 * f->rank, 64 * f->rank + 64, &yr));
+    assert_kiln_ok(kiln_trainer_step(ddp, xr, yr, &loss));
+    kiln_tensor_release(x);
+    kiln_tensor_release(y);
+    kiln_tensor_release(xr);
+    kiln_tensor_release(yr);
+  }
+  assert_weights_match(model, ref_model, 1e-5);
+  kiln_trainer_release(ref);
+  kiln_trainer_release(ddp);
+  kiln_model_release(ref_model);
+  kiln_model_release(model);
+  kiln_dataset_release(ds);
+}
+
+static int count_reports(void *user, const kiln_progress *p) {
+  (void)p;
+  ++*(int *)user;
+  return 0;
+}
+
+/* Progress reports on rank 0 only (as the CLI does) read this rank's numbers
+ * and exchange nothing, so the ranks stay in step. */
+static void test_progress_on_rank_0_only(void **state) {
+  fixture *f = *state;
+  kiln_dataset *ds = small_dataset(f, 640);
+  kiln_model *model = NULL;
+  kiln_trainer_options *o = NULL;
+  kiln_trainer *t = make_trainer(f, "784-16-10", 32, 0.1, &model);
+  kiln_trainer_release(t);
+  assert_kiln_ok(kiln_trainer_options_create(&o));
+  assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 32));
+  assert_kiln_ok(kiln_trainer_options_set_lr(o, 0.1));
+  assert_kiln_ok(kiln_trainer_options_set_shuffle_seed(o, 7));
+  assert_kiln_ok(kiln_trainer_options_set_progress_interval(o, 3));
+  assert_kiln_ok(kiln_trainer_create(model, o, &t));
+  kiln_trainer_options_release(o);
+  assert_kiln_ok(kiln_trainer_attach_communicator(t, f->comm));
+  int reports = 0;
+  kiln_history *h = NULL;
+  assert_kiln_ok(kiln_trainer_fit(t, ds, ds, 2, f->rank == 0 ? count_reports : NULL, &reports, &h));
+  /* 10 batches per rank and epoch: reports after batches 3, 6 and 9, and the epoch's. */
+  assert_int_equal(reports, f->rank == 0 ? 8 : 0);
+  kiln_history_release(h);
+  kiln_trainer_release(t);
+  kiln_model_release(model);
+  kiln_dataset_release(ds);
+}
+
 static double now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -398,6 +461,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_uneven_sizes_pad_by_wrapping),
       cmocka_unit_test(test_mismatched_options_fail_on_every_rank),
       cmocka_unit_test(test_checkpoint_written_by_rank_0_resumes_everywhere),
+      cmocka_unit_test(test_caller_steps_average_over_ranks),
+      cmocka_unit_test(test_progress_on_rank_0_only),
       cmocka_unit_test(test_epoch_and_accuracy_match_one_process),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
