@@ -119,6 +119,8 @@ resumed="$(grep '^test (loss|accuracy):' -E "$work/out")"
 [[ "$resumed" == "$straight" ]] || fail "resumed run gave '$resumed', the straight run '$straight'"
 expect 1 "cannot resume from" "$kiln" train "${common[@]}" --hidden 8 --epochs 2 --resume "$work/epoch1.ckpt"
 
+usage_error "one process per device: mpirun -np N kiln train --distributed" train --device cuda:0,cuda:1
+
 # ---- --distributed: 2 ranks x batch 10 = 1 process x batch 20 ---------------
 # Only where CTest found mpirun (KILN_MPIRUN) and libkiln_dist.so was built.
 if [[ -n "${KILN_MPIRUN:-}" ]]; then

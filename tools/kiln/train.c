@@ -93,6 +93,11 @@ static int check_args(const cli_command *cmd, train_args *a) {
     }
   if (!found) return cli_usage_error(cmd, "unknown --precision '%s' (fp32, tf32 or bf16)", a->precision);
 
+  if (strchr(a->device, ','))
+    return cli_usage_error(cmd,
+                           "--device '%s': several devices in one process are not supported yet; run one process "
+                           "per device: mpirun -np N kiln train --distributed --device cuda",
+                           a->device);
   if (a->epochs < 1) return cli_usage_error(cmd, "--epochs must be at least 1, got %lld", (long long)a->epochs);
   if (a->batch < 1) return cli_usage_error(cmd, "--batch must be at least 1, got %lld", (long long)a->batch);
   if (a->threads < 0) return cli_usage_error(cmd, "--threads must be 0 (one per core) or more");
