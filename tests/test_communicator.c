@@ -3,9 +3,11 @@
  * (MPI's singleton start), and a missing plugin. The multi-rank behaviour is
  * tests/dist_test.c's, under mpirun.
  *
- * CTest runs this program twice: as test_communicator (libkiln_dist.so next
- * to libkiln) and as test_communicator_no_plugin, with KILN_BACKEND_PATH at a
- * directory without it and KILN_TEST_NO_DIST_PLUGIN=1.
+ * CTest runs this program three times: as test_communicator (libkiln_dist.so
+ * next to libkiln), as test_communicator_no_plugin, with KILN_BACKEND_PATH at
+ * a directory without it and KILN_TEST_NO_DIST_PLUGIN=1, and as
+ * test_communicator_cuda, the GPU twin (skipped without a GPU): DDP inside one
+ * process over a local NCCL communicator of cuda:0.
  */
 #include "support.h"
 
@@ -111,11 +113,79 @@ static void test_one_rank_job_trains_like_one_process(void **state) {
   kiln_tensor_release(y);
 }
 
+static void test_local_argument_checks(void **state) {
+  kiln_context *ctx = *state;
+  kiln_communicator *out[2] = {(kiln_communicator *)ctx, (kiln_communicator *)ctx};
+  kiln_device cpu[1] = {{KILN_DEVICE_CPU, -1}}, missing[1] = {{KILN_DEVICE_CUDA, 99}};
+  assert_status(kiln_communicator_create_local(ctx, cpu, 0, out), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_communicator_create_local(ctx, NULL, 1, out), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_communicator_create_local(ctx, cpu, 1, NULL), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_communicator_create_local(ctx, cpu, 1, out), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("cpu is not one");
+  assert_status(kiln_communicator_create_local(ctx, missing, 1, out), KILN_ERROR_DEVICE_UNAVAILABLE);
+  assert_null(out[0]); /* the failed call's outputs are NULL */
+}
+
+/* The GPU twin of DataParallel: a local NCCL communicator over [cuda:0], one
+ * rank, trains like no communicator. */
+static void test_local_communicator_on_one_gpu(void **state) {
+  kiln_context *ctx = *state;
+  kiln_device gpu;
+  if (no_plugin() || !kiln_test_gpu_cases(ctx, &gpu)) skip();
+  kiln_communicator *comm = NULL;
+  assert_kiln_ok(kiln_communicator_create_local(ctx, &gpu, 1, &comm));
+  int64_t rank = -1, size = -1;
+  assert_kiln_ok(kiln_communicator_rank(comm, &rank));
+  assert_kiln_ok(kiln_communicator_size(comm, &size));
+  assert_int_equal(rank, 0);
+  assert_int_equal(size, 1);
+  kiln_test_rng rng = kiln_test_rng_make(13);
+  float xs[128 * 6];
+  int64_t ys[128];
+  for (int i = 0; i < 128 * 6; ++i) xs[i] = (float)kiln_test_rng_uniform(&rng, -1, 1);
+  for (int i = 0; i < 128; ++i) ys[i] = (int64_t)(kiln_test_rng_next(&rng) % 3);
+  const int64_t xshape[2] = {128, 6}, yshape[1] = {128};
+  kiln_tensor *x = kiln_test_tensor_f32(ctx, xs, xshape, 2, gpu), *y = NULL;
+  assert_kiln_ok(kiln_tensor_from_host(ctx, ys, sizeof ys, yshape, 1, KILN_I64, gpu, &y));
+  kiln_dataset *ds = NULL;
+  assert_kiln_ok(kiln_dataset_from_tensors(ctx, x, y, &ds));
+  kiln_model *plain_model = NULL, *model = NULL;
+  kiln_trainer *plain = make_trainer(ctx, &plain_model), *ddp = make_trainer(ctx, &model);
+  kiln_trainer_release(plain);
+  kiln_trainer_release(ddp);
+  assert_kiln_ok(kiln_model_to(plain_model, gpu));
+  assert_kiln_ok(kiln_model_to(model, gpu));
+  assert_kiln_ok(kiln_trainer_create(plain_model, NULL, &plain));
+  assert_kiln_ok(kiln_trainer_create(model, NULL, &ddp));
+  assert_kiln_ok(kiln_trainer_attach_communicator(ddp, comm));
+  kiln_epoch_stats a = {sizeof a}, b = {sizeof b};
+  assert_kiln_ok(kiln_trainer_epoch(plain, ds, &a));
+  assert_kiln_ok(kiln_trainer_epoch(ddp, ds, &b));
+  kiln_tensor *wa = NULL, *wb = NULL;
+  double va[48];
+  assert_kiln_ok(kiln_model_parameter(plain_model, 0, &wa));
+  assert_kiln_ok(kiln_model_parameter(model, 0, &wb));
+  kiln_test_read_f64(wa, va, 48);
+  assert_tensor_close(wb, va, 48, 1e-6, 1e-7);
+  kiln_tensor_release(wa);
+  kiln_tensor_release(wb);
+  kiln_trainer_release(plain);
+  kiln_trainer_release(ddp);
+  kiln_model_release(plain_model);
+  kiln_model_release(model);
+  kiln_dataset_release(ds);
+  kiln_tensor_release(x);
+  kiln_tensor_release(y);
+  kiln_communicator_release(comm);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_null_arguments),
       cmocka_unit_test(test_missing_plugin_is_device_unavailable),
       cmocka_unit_test(test_one_rank_job_trains_like_one_process),
+      cmocka_unit_test(test_local_argument_checks),
+      cmocka_unit_test(test_local_communicator_on_one_gpu),
   };
   return cmocka_run_group_tests(tests, kiln_test_context_setup, kiln_test_context_teardown);
 }

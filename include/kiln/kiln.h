@@ -689,6 +689,18 @@ typedef struct kiln_communicator kiln_communicator;
  * default 600). *out is released with kiln_communicator_release; a trainer
  * it is attached to keeps it alive. */
 KILN_API kiln_status kiln_communicator_create_mpi(kiln_context *ctx, kiln_communicator **out);
+/* One communicator per GPU of devices[0..count), over NCCL alone (no MPI):
+ * out[i] (an array of count pointers the caller provides) is rank i of count
+ * and runs on devices[i]. For DDP inside one process: one thread per GPU, each
+ * with its own model on its GPU and its own trainer attached to its
+ * communicator; the ranks meet in every collective, so each must be driven by
+ * a thread of its own. KILN_ERROR_INVALID_ARGUMENT for count < 1, a CPU
+ * device or a device listed twice; KILN_ERROR_DEVICE_UNAVAILABLE for a GPU
+ * that does not exist or a missing plugin; KILN_ERROR_NOT_SUPPORTED when the
+ * plugin was built without NCCL. On failure every out[i] is NULL. Each
+ * out[i] is released with kiln_communicator_release. */
+KILN_API kiln_status kiln_communicator_create_local(kiln_context *ctx, const kiln_device *devices, int64_t count,
+                                                    kiln_communicator **out);
 KILN_API void kiln_communicator_release(kiln_communicator *comm);
 /* This process's rank in [0, size), the number of ranks, and the rank among
  * the ranks of the same machine (the GPU to use: cuda:<local rank>). */

@@ -1,6 +1,7 @@
 // Communicators and DDP: argument checks here, the logic in src/dist and
 // src/train.
 #include <cmath>
+#include <vector>
 
 #include "api/handles.hpp"
 #include "dist/communicator.hpp"
@@ -19,6 +20,23 @@ KILN_API kiln_status kiln_communicator_create_mpi(kiln_context *ctx, kiln_commun
     std::shared_ptr<kiln::Collective> comm = kiln::create_mpi_communicator(*c);
     *out = kiln::api::make_handle<kiln_communicator>(std::move(comm));
   }, out);
+}
+
+KILN_API kiln_status kiln_communicator_create_local(kiln_context *ctx, const kiln_device *devices, int64_t count,
+                                                    kiln_communicator **out) {
+  if (out && count > 0)
+    for (int64_t i = 0; i < count; ++i) out[i] = nullptr;
+  return guard([&] {
+    std::shared_ptr<kiln::Context> c = value(ctx, "context");
+    require(devices, "devices");
+    require(out, "out");
+    kiln::check(count >= 1, KILN_ERROR_INVALID_ARGUMENT, "count must be >= 1, got " + std::to_string(count));
+    std::vector<kiln::Device> list;
+    for (int64_t i = 0; i < count; ++i) list.push_back(kiln::api::device(devices[i]));
+    std::vector<std::shared_ptr<kiln::Collective>> comms = kiln::create_local_communicators(*c, list);
+    // Handles last, all at once: nothing after can fail.
+    for (int64_t i = 0; i < count; ++i) out[i] = kiln::api::make_handle<kiln_communicator>(comms[size_t(i)]);
+  });
 }
 
 KILN_API void kiln_communicator_release(kiln_communicator *comm) { kiln::api::release_handle(comm); }

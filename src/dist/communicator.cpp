@@ -15,6 +15,7 @@ constexpr const char *kPluginName = "libkiln_dist.so";
 
 struct Plugin {
   kiln_dist_create_mpi_fn create_mpi = nullptr;
+  kiln_dist_create_local_fn create_local = nullptr;
   std::string error;  // why it could not be loaded; empty when it was
 };
 
@@ -37,15 +38,17 @@ const Plugin &plugin(const Context &ctx) {
     }
     auto version = reinterpret_cast<kiln_dist_interface_version_fn>(dlsym(library, "kiln_dist_interface_version"));
     auto create = reinterpret_cast<kiln_dist_create_mpi_fn>(dlsym(library, "kiln_dist_create_mpi"));
-    if (!version || !create) {
+    auto local = reinterpret_cast<kiln_dist_create_local_fn>(dlsym(library, "kiln_dist_create_local"));
+    if (!version || !create || !local) {
       p.error = "the distributed plugin " + path + " is not kiln's: it lacks " +
-                (version ? "kiln_dist_create_mpi" : "kiln_dist_interface_version");
+                (!version ? "kiln_dist_interface_version" : !create ? "kiln_dist_create_mpi" : "kiln_dist_create_local");
     } else if (version() != kDistInterfaceVersion) {
       p.error = "the distributed plugin " + path + " was built for interface " + std::to_string(version()) +
                 ", this library expects " + std::to_string(kDistInterfaceVersion) +
                 " (install libkiln and libkiln_dist from the same build)";
     } else {
       p.create_mpi = create;
+      p.create_local = local;
     }
   });
   return p;
@@ -63,6 +66,30 @@ std::shared_ptr<Collective> create_mpi_communicator(const Context &ctx) {
   std::shared_ptr<Collective> comm(c);
   ctx.log(KILN_LOG_INFO, "communicator: " + comm->describe() + ", this is rank " + std::to_string(comm->rank()));
   return comm;
+}
+
+std::vector<std::shared_ptr<Collective>> create_local_communicators(const Context &ctx,
+                                                                    const std::vector<Device> &devices) {
+  check(!devices.empty(), KILN_ERROR_INVALID_ARGUMENT, "a local communicator needs at least one device");
+  std::vector<int64_t> indices;
+  for (const Device &d : devices) {
+    check(!d.is_cpu(), KILN_ERROR_INVALID_ARGUMENT,
+          "a local communicator runs NCCL on GPUs; " + d.str() + " is not one (CPU ranks run under mpirun)");
+    ctx.validate(d);
+    for (int64_t seen : indices)
+      check(seen != d.index, KILN_ERROR_INVALID_ARGUMENT, d.str() + " is listed twice");
+    indices.push_back(d.index);
+  }
+  const Plugin &p = plugin(ctx);
+  if (!p.create_local) fail(KILN_ERROR_DEVICE_UNAVAILABLE, p.error);
+  std::vector<Collective *> raw(devices.size(), nullptr);
+  char reason[512] = {};
+  kiln_status status = p.create_local(indices.data(), int64_t(indices.size()), raw.data(), reason, sizeof reason);
+  if (status != KILN_OK) fail(status, "cannot create communicators over local GPUs: " + one_line(reason));
+  std::vector<std::shared_ptr<Collective>> comms;
+  for (Collective *c : raw) comms.emplace_back(c);
+  ctx.log(KILN_LOG_INFO, "communicators: " + comms.front()->describe());
+  return comms;
 }
 
 }  // namespace kiln

@@ -23,4 +23,10 @@ typedef int (*kiln_dist_interface_version_fn)(void);
 // Collective over all processes. On failure returns null, writes the status
 // and why into *status and reason[0..reason_size). Never throws.
 typedef kiln::Collective *(*kiln_dist_create_mpi_fn)(kiln_status *status, char *reason, int64_t reason_size);
+// One communicator per GPU of devices[0..count) (CUDA indices, distinct, all
+// existing: checked by libkiln), rank i on devices[i], over NCCL alone, into
+// out[0..count). Returns KILN_OK, or a status with why in reason (nothing
+// in out then): NOT_SUPPORTED from a plugin built without NCCL. Never throws.
+typedef kiln_status (*kiln_dist_create_local_fn)(const int64_t *devices, int64_t count, kiln::Collective **out,
+                                                 char *reason, int64_t reason_size);
 }

@@ -10,33 +10,18 @@
 // (bounded too); under `mpirun --enable-recovery` the job keeps running and
 // the survivors' collectives time out here (tests/dist_test.c checks that).
 #include <mpi.h>
-#include <sched.h>
-#include <time.h>
 
 #include <algorithm>
-#include <chrono>
 #include <climits>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <string>
-#include <thread>
 
-#ifdef KILN_DIST_NCCL
-#include <cuda_runtime.h>
-#include <nccl.h>
-#endif
-
-#include "core/error.hpp"
 #include "dist/plugin.hpp"
+#include "dist/plugin/engine.hpp"
 
-namespace kiln {
+namespace kiln::dist {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-constexpr double kDefaultTimeout = 600;  // seconds; KILN_DIST_TIMEOUT overrides
 
 // Whether a collective was left pending after a timeout: then MPI_Finalize,
 // which may wait for it, is skipped at exit. The finalizer is registered only
@@ -58,17 +43,6 @@ std::string mpi_error(int code) {
   return std::string(text, size_t(len));
 }
 
-double timeout_from_env() {
-  const char *env = std::getenv("KILN_DIST_TIMEOUT");
-  if (!env || !*env) return kDefaultTimeout;
-  char *end = nullptr;
-  double v = std::strtod(env, &end);
-  if (*end != '\0' || !(v > 0))
-    fail(KILN_ERROR_INVALID_ARGUMENT, "KILN_DIST_TIMEOUT must be a number of seconds > 0, got \"" +
-                                          std::string(env).substr(0, 32) + "\"");
-  return v;
-}
-
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
     case DType::F32: return MPI_FLOAT;
@@ -80,9 +54,9 @@ MPI_Datatype mpi_type(DType t) {
   }
 }
 
-class MpiCollective final : public Collective {
+class MpiCollective final : public PluginCollective {
  public:
-  MpiCollective() : timeout_(timeout_from_env()) {
+  MpiCollective() {
     std::unique_lock<std::mutex> lock(g_mutex);  // two threads must not both initialize MPI
     int initialized = 0;
     MPI_Initialized(&initialized);
@@ -118,20 +92,11 @@ class MpiCollective final : public Collective {
   }
 
   ~MpiCollective() override {
-#ifdef KILN_DIST_NCCL
-    if (nccl_) {
-      if (broken_.empty()) ncclCommDestroy(nccl_);
-      else ncclCommAbort(nccl_);
-    }
-    if (stream_) cudaStreamDestroy(stream_);
-#endif
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized && broken_.empty()) MPI_Comm_free(&comm_);
   }
 
-  int64_t rank() const override { return rank_; }
-  int64_t size() const override { return size_; }
   int64_t local_rank() const override { return local_rank_; }
   std::string describe() const override {
     std::string s = "mpi (" + library_ + "), " + std::to_string(size_) + (size_ == 1 ? " rank" : " ranks");
@@ -151,9 +116,8 @@ class MpiCollective final : public Collective {
 
   void allreduce(Device device, DType t, void *buf, int64_t n, bool mean) override {
     usable();
-    check(!mean || t == DType::F32 || t == DType::F64, KILN_ERROR_NOT_SUPPORTED,
-          std::string("a mean over ranks needs a float buffer, not ") + dtype_name(t));
-    if (!device.is_cpu()) return nccl_allreduce(device, t, buf, n, mean);
+    check_mean(t, mean);
+    if (!device.is_cpu()) return gpu_allreduce(device, t, buf, n, mean);
     const MPI_Datatype type = mpi_type(t);
     const int64_t elem = dtype_size(t);
     for (int64_t done = 0; done < n;) {  // MPI counts are ints
@@ -177,7 +141,7 @@ class MpiCollective final : public Collective {
 
   void broadcast(Device device, void *buf, int64_t bytes, int64_t root) override {
     usable();
-    if (!device.is_cpu()) return nccl_broadcast(device, buf, bytes, root);
+    if (!device.is_cpu()) return gpu_broadcast(device, buf, bytes, root);
     for (int64_t done = 0; done < bytes;) {
       const int count = int(std::min<int64_t>(bytes - done, INT_MAX));
       MPI_Request request;
@@ -195,20 +159,7 @@ class MpiCollective final : public Collective {
     wait(request, "allgather");
   }
 
-  void set_timeout(double seconds) override { timeout_ = seconds; }
-  double timeout() const override { return timeout_; }
-
  private:
-  // Every call fails the same way once a collective failed (collective.hpp).
-  void usable() const {
-    if (!broken_.empty()) fail(KILN_ERROR_COMMUNICATION, "the communicator is broken: " + broken_);
-  }
-
-  [[noreturn]] void break_with(const std::string &why) {
-    broken_ = why + " (rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ")";
-    fail(KILN_ERROR_COMMUNICATION, broken_);
-  }
-
   void call(int rc, const char *what) {
     if (rc != MPI_SUCCESS) break_with(std::string(what) + " failed: " + mpi_error(rc));
   }
@@ -225,7 +176,7 @@ class MpiCollective final : public Collective {
       int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) break_with(std::string(what) + " failed (a peer rank died?): " + mpi_error(rc));
       if (done) return;
-      const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+      const double waited = seconds_since(start);
       if (waited > timeout_) {
         std::lock_guard<std::mutex> lock(g_mutex);
         g_pending_left = true;
@@ -242,33 +193,11 @@ class MpiCollective final : public Collective {
   }
 
 #ifdef KILN_DIST_NCCL
-  static ncclDataType_t nccl_type(DType t) {
-    switch (t) {
-      case DType::F32: return ncclFloat32;
-      case DType::F64: return ncclFloat64;
-      case DType::I64: return ncclInt64;
-      case DType::BF16: return ncclBfloat16;
-      case DType::F16: return ncclFloat16;
-      default: fail(KILN_ERROR_NOT_SUPPORTED, std::string("NCCL collectives do not take ") + dtype_name(t));
-    }
-  }
-
-  void cuda_call(cudaError_t rc, const char *what) {
-    if (rc != cudaSuccess) break_with(std::string(what) + " failed: " + cudaGetErrorString(rc));
-  }
-  void nccl_call(ncclResult_t rc, const char *what) {
-    if (rc != ncclSuccess) break_with(std::string(what) + " failed: " + ncclGetErrorString(rc));
-  }
-
   // The NCCL communicator of this rank's GPU, created on first use: every
   // rank reaches its first GPU collective together, so the unique id of rank
   // 0 can be broadcast over MPI then.
   void nccl_for(Device device) {
-    if (nccl_) {
-      check(device.index == nccl_device_, KILN_ERROR_INVALID_ARGUMENT,
-            "this communicator runs NCCL on cuda:" + std::to_string(nccl_device_) + ", not " + device.str());
-      return;
-    }
+    if (nccl_) return check_nccl_device(device);
     ncclUniqueId id{};
     if (rank_ == 0) nccl_call(ncclGetUniqueId(&id), "ncclGetUniqueId");
     broadcast(Device::cpu(), &id, sizeof id, 0);
@@ -278,60 +207,31 @@ class MpiCollective final : public Collective {
     nccl_device_ = device.index;
   }
 
-  // Waits for the stream like wait() does for MPI: polled against the
-  // deadline, the NCCL communicator aborted on a timeout or an async error.
-  void nccl_wait(const char *what) {
-    const Clock::time_point start = Clock::now();
-    for (;;) {
-      cudaError_t q = cudaStreamQuery(stream_);
-      if (q == cudaSuccess) return;
-      if (q != cudaErrorNotReady) cuda_call(q, what);
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(nccl_, &async);
-      if (async != ncclSuccess && async != ncclInProgress) nccl_call(async, what);
-      if (std::chrono::duration<double>(Clock::now() - start).count() > timeout_) {
-        ncclCommAbort(nccl_);
-        nccl_ = nullptr;
-        break_with(std::string(what) + " on the GPU did not complete within " + std::to_string(timeout_) + " s");
-      }
-      std::this_thread::yield();
-    }
-  }
-
-  void nccl_allreduce(Device device, DType t, void *buf, int64_t n, bool mean) {
+  void gpu_allreduce(Device device, DType t, void *buf, int64_t n, bool mean) {
     nccl_for(device);
-    nccl_call(ncclAllReduce(buf, buf, size_t(n), nccl_type(t), mean ? ncclAvg : ncclSum, nccl_, stream_),
-              "ncclAllReduce");
-    nccl_wait("allreduce");
+    nccl_allreduce(t, buf, n, mean);
   }
 
-  void nccl_broadcast(Device device, void *buf, int64_t bytes, int64_t root) {
+  void gpu_broadcast(Device device, void *buf, int64_t bytes, int64_t root) {
     nccl_for(device);
-    nccl_call(ncclBroadcast(buf, buf, size_t(bytes), ncclUint8, int(root), nccl_, stream_), "ncclBroadcast");
-    nccl_wait("broadcast");
+    nccl_broadcast(buf, bytes, root);
   }
-
-  ncclComm_t nccl_ = nullptr;
-  cudaStream_t stream_ = nullptr;
-  int64_t nccl_device_ = -1;
 #else
   [[noreturn]] void no_nccl(Device device) const {
     fail(KILN_ERROR_NOT_SUPPORTED, "collectives over " + device.str() +
                                        " buffers need NCCL, and this libkiln_dist.so was built without it");
   }
-  void nccl_allreduce(Device device, DType, void *, int64_t, bool) { no_nccl(device); }
-  void nccl_broadcast(Device device, void *, int64_t, int64_t) { no_nccl(device); }
+  void gpu_allreduce(Device device, DType, void *, int64_t, bool) { no_nccl(device); }
+  void gpu_broadcast(Device device, void *, int64_t, int64_t) { no_nccl(device); }
 #endif
 
   MPI_Comm comm_ = MPI_COMM_NULL;
-  int64_t rank_ = 0, size_ = 1, local_rank_ = 0;
+  int64_t local_rank_ = 0;
   std::string library_;
-  double timeout_;
-  std::string broken_;  // non-empty: the first failure, repeated by every later call
 };
 
 }  // namespace
-}  // namespace kiln
+}  // namespace kiln::dist
 
 extern "C" {
 
@@ -340,7 +240,7 @@ __attribute__((visibility("default"))) int kiln_dist_interface_version(void) { r
 __attribute__((visibility("default"))) kiln::Collective *kiln_dist_create_mpi(kiln_status *status, char *reason,
                                                                               int64_t reason_size) {
   try {
-    return new kiln::MpiCollective();
+    return new kiln::dist::MpiCollective();
   } catch (const kiln::Error &e) {
     *status = e.status();
     std::snprintf(reason, size_t(reason_size), "%s", e.what());
