@@ -1,10 +1,9 @@
 // Times the CPU backend's kernels on the tutorial MLP's training step
 // (784-32-10, batch 128, SGD with momentum), kernel by kernel and as a whole
-// step, to tune thresholds and threading. Built by hand against the backend's
-// sources (libkiln exports only the C API), e.g.:
-//   g++ -std=c++17 -O3 -Isrc -Iinclude $(pkg-config --cflags openblas) bench/cpu_kernels_bench.cpp \
-//       src/backend/cpu/*.cpp src/core/thread_pool.cpp $(pkg-config --libs openblas) -pthread
-//   ./a.out [threads] [batch]
+// step, to tune thresholds and threading. Built with the benchmarks
+// (bench/CMakeLists.txt: target kiln_cpu_kernels_bench, linked with
+// kiln_internal since libkiln exports only the C API):
+//   ninja -C build bench/kiln_cpu_kernels_bench && build/bench/kiln_cpu_kernels_bench [threads] [batch]
 #include <time.h>
 
 #include <chrono>
@@ -64,23 +63,41 @@ int main(int argc, char **argv) {
       dlogits(size_t(batch * classes)), dh(size_t(batch * hidden));
   double stats[3] = {0, 0, 0};
   const DType f32 = DType::F32;
+  StepParams params_of_step;  // what the trainer's step table holds for one step
+  params_of_step.lr = 0.01, params_of_step.step = 1;
+
+  GatherArgs gather_x;
+  gather_x.order = rows.data(), gather_x.count = batch;
+  gather_x.x_type = DType::U8, gather_x.x = images.data(), gather_x.cols = in, gather_x.scale = 1.0 / 255;
+  gather_x.out_x_type = f32, gather_x.out_x = x.data();
+  GatherArgs gather_y;
+  gather_y.order = rows.data(), gather_y.count = batch;
+  gather_y.y_type = DType::I64, gather_y.y = labels.data(), gather_y.out_y = y.data();
+  auto gemm = [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, const float *b, float *c) {
+    GemmArgs g;
+    g.t = f32, g.trans_a = ta, g.trans_b = tb, g.m = m, g.n = n, g.k = k, g.a = a, g.b = b, g.c = c;
+    be.gemm(-1, g);
+  };
+  SgdArgs sgd;
+  sgd.t = f32, sgd.n = n_params, sgd.params = params.data(), sgd.grads = grads.data();
+  sgd.velocity = velocity.data(), sgd.momentum = 0.9;
 
   struct Kernel { const char *name; std::function<void()> fn; };
   std::vector<Kernel> kernels = {
-      {"gather_rows u8->f32", [&] { be.gather_rows(-1, DType::U8, images.data(), in, rows.data(), batch, f32, x.data(), 1.0 / 255, 0); }},
-      {"gather_labels", [&] { be.gather_labels(-1, DType::I64, labels.data(), rows.data(), batch, y.data()); }},
-      {"gemm X W1^T", [&] { be.gemm(-1, f32, false, true, batch, hidden, in, 1, x.data(), w1, 0, h.data()); }},
+      {"gather x u8->f32", [&] { be.gather(-1, gather_x, &params_of_step); }},
+      {"gather labels", [&] { be.gather(-1, gather_y, &params_of_step); }},
+      {"gemm X W1^T", [&] { gemm(false, true, batch, hidden, in, x.data(), w1, h.data()); }},
       {"bias_act relu", [&] { be.bias_act(-1, f32, batch, hidden, h.data(), b1, UnaryOp::Relu, 0, nullptr); }},
-      {"gemm H W2^T", [&] { be.gemm(-1, f32, false, true, batch, classes, hidden, 1, h.data(), w2, 0, logits.data()); }},
+      {"gemm H W2^T", [&] { gemm(false, true, batch, classes, hidden, h.data(), w2, logits.data()); }},
       {"bias_act identity", [&] { be.bias_act(-1, f32, batch, classes, logits.data(), b2, UnaryOp::Identity, 0, nullptr); }},
       {"cross_entropy", [&] { be.cross_entropy(-1, f32, batch, classes, logits.data(), y.data(), 1.0 / double(batch), dlogits.data(), stats); }},
-      {"gemm dW2 = dL^T H", [&] { be.gemm(-1, f32, true, false, classes, hidden, batch, 1, dlogits.data(), h.data(), 0, dw2); }},
+      {"gemm dW2 = dL^T H", [&] { gemm(true, false, classes, hidden, batch, dlogits.data(), h.data(), dw2); }},
       {"bias_grad b2", [&] { be.bias_grad(-1, f32, batch, classes, dlogits.data(), db2, 0); }},
-      {"gemm dH = dL W2", [&] { be.gemm(-1, f32, false, false, batch, hidden, classes, 1, dlogits.data(), w2, 0, dh.data()); }},
+      {"gemm dH = dL W2", [&] { gemm(false, false, batch, hidden, classes, dlogits.data(), w2, dh.data()); }},
       {"act_backward relu", [&] { be.act_backward(-1, f32, batch * hidden, UnaryOp::Relu, 0, dh.data(), nullptr, h.data(), dh.data()); }},
-      {"gemm dW1 = dH^T X", [&] { be.gemm(-1, f32, true, false, hidden, in, batch, 1, dh.data(), x.data(), 0, dw1); }},
+      {"gemm dW1 = dH^T X", [&] { gemm(true, false, hidden, in, batch, dh.data(), x.data(), dw1); }},
       {"bias_grad b1", [&] { be.bias_grad(-1, f32, batch, hidden, dh.data(), db1, 0); }},
-      {"sgd_update momentum", [&] { be.sgd_update(-1, f32, n_params, params.data(), grads.data(), velocity.data(), 0.01, 0.9, 0, false, false); }},
+      {"sgd_update momentum", [&] { be.sgd_update(-1, sgd, &params_of_step); }},
   };
   Timing total{0, 0};
   std::printf("  %-22s %10s %10s\n", "kernel", "wall us", "cpu us");

@@ -2,19 +2,23 @@
 // loader's refusals can be tested on any machine: test_context points
 // KILN_BACKEND_PATH at the directory holding it.
 //
-// It claims kiln's current interface version, or another one when the
-// environment has KILN_FAKE_PLUGIN_MISMATCH=1; its create function always
-// fails with a reason that names it.
+// It is built twice (tests/CMakeLists.txt): once claiming the interface
+// version of this build, as the real plugin does, and once with
+// KILN_FAKE_PLUGIN_INTERFACE_VERSION set to another version, as a plugin from
+// another build would. Its create function always fails with a reason that
+// names it.
 #include <cstdio>
-#include <cstdlib>
 
 #include "backend/plugin.hpp"
+
+#ifndef KILN_FAKE_PLUGIN_INTERFACE_VERSION
+#define KILN_FAKE_PLUGIN_INTERFACE_VERSION kiln::kBackendInterfaceVersion
+#endif
 
 extern "C" {
 
 __attribute__((visibility("default"))) int kiln_backend_interface_version(void) {
-  const char *mismatch = std::getenv("KILN_FAKE_PLUGIN_MISMATCH");
-  return mismatch && mismatch[0] == '1' ? kiln::kBackendInterfaceVersion + 1000 : kiln::kBackendInterfaceVersion;
+  return KILN_FAKE_PLUGIN_INTERFACE_VERSION;
 }
 
 __attribute__((visibility("default"))) kiln::Backend *kiln_backend_cuda_create(char *reason, int64_t reason_size) {

@@ -83,6 +83,14 @@ __attribute__((constructor)) static void skip_cuda_run_without_gpu(void) {
   if (!available) exit(KILN_TEST_SKIPPED);
 }
 
+int kiln_test_cuda_run(void) { return cuda_run(); }
+
+kiln_device kiln_test_device(kiln_context *ctx) {
+  kiln_device dev;
+  kiln_test_gpu_cases(ctx, &dev);
+  return dev;
+}
+
 int kiln_test_gpu_cases(kiln_context *ctx, kiln_device *dev) {
   kiln_device gpu;
   int run = cuda_run() && kiln_test_cuda_device(ctx, &gpu);

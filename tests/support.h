@@ -14,6 +14,10 @@
  * the device cases on the CPU and on cuda:0. Device-generic cases loop over
  * kiln_test_devices; CUDA-only cases ask kiln_test_gpu_cases and skip() when
  * it says no. kiln_test_cuda_device only reports what the machine has.
+ * Programs whose NAME_cuda twin runs only the GPU half (test_gradients,
+ * test_trainer, test_model, test_checkpoint, test_precision, test_fast_path,
+ * test_fashion_mnist) run their cases on kiln_test_device (the CPU, or cuda:0
+ * alone in the cuda run) and skip() CPU-only cases when kiln_test_cuda_run().
  */
 #ifndef KILN_TESTS_SUPPORT_H
 #define KILN_TESTS_SUPPORT_H
@@ -65,6 +69,16 @@ int kiln_test_cuda_device(kiln_context *ctx, kiln_device *dev);
 /* The devices to run device-generic cases on: the CPU, then cuda:0 in a
  * KILN_TEST_DEVICE=cuda run. Returns how many were written to devs (1 or 2). */
 int kiln_test_devices(kiln_context *ctx, kiln_device devs[2]);
+
+/* Whether this is a KILN_TEST_DEVICE=cuda run (which, past the constructor in
+ * support.c, means cuda:0 is usable). Programs whose cases all run on one
+ * device use kiln_test_device; cases that only make sense on the CPU skip()
+ * when this says 1, so that the NAME_cuda twin runs only the GPU half. */
+int kiln_test_cuda_run(void);
+
+/* The one device of a program's device cases: cuda:0 in a
+ * KILN_TEST_DEVICE=cuda run, else the CPU. */
+kiln_device kiln_test_device(kiln_context *ctx);
 
 /* Whether to run CUDA-only cases: 1 (and *dev = cuda:0) in a
  * KILN_TEST_DEVICE=cuda run, else 0 (and *dev = the CPU). dev may be NULL. */

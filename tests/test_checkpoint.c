@@ -1,6 +1,10 @@
 /* Training checkpoints: resuming from one reproduces the uninterrupted run
- * bit for bit (CPU), and mismatched or hostile files are refused without
- * changing the trainer. */
+ * bit for bit, and mismatched or hostile files are refused without changing
+ * the trainer. test_checkpoint runs on the CPU; test_checkpoint_cuda
+ * (KILN_TEST_DEVICE=cuda, skipped without a device) runs the same cases on
+ * cuda:0 alone, where the resumed run must be bit for bit too (the weights'
+ * kernels are deterministic on one device; only the loss statistics use
+ * atomics). */
 #define _GNU_SOURCE /* memmem */
 #include "support.h"
 
@@ -8,7 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const kiln_device cpu = {KILN_DEVICE_CPU, -1};
+/* The CPU, or cuda:0 in the KILN_TEST_DEVICE=cuda run; set by the group setup. */
+static kiln_device dev = {KILN_DEVICE_CPU, -1};
+
+static int setup(void **state) {
+  kiln_test_context_setup(state);
+  dev = kiln_test_device(*state);
+  return 0;
+}
 
 enum { NPARAM = 6 * 12 + 12 + 12 * 3 + 3 };
 
@@ -17,7 +28,7 @@ static kiln_model *make_model(kiln_context *ctx, const char *text) {
   kiln_model *model = NULL;
   assert_kiln_ok(kiln_model_spec_create(&spec));
   assert_kiln_ok(kiln_model_spec_parse(spec, text));
-  assert_kiln_ok(kiln_model_create(ctx, spec, cpu, &model));
+  assert_kiln_ok(kiln_model_create(ctx, spec, dev, &model));
   kiln_model_spec_release(spec);
   return model;
 }
@@ -43,8 +54,8 @@ static kiln_dataset *random_dataset(kiln_context *ctx) {
   kiln_test_fill_uniform_f32(&rng, x, 600, -1, 1);
   for (int i = 0; i < 100; ++i) y[i] = (x[6 * i] + x[6 * i + 1] > 0) + (x[6 * i + 2] > 0.5f);
   const int64_t xs[] = {100, 6}, ys[] = {100};
-  kiln_tensor *xt = kiln_test_tensor_f32(ctx, x, xs, 2, cpu), *yt = NULL;
-  assert_kiln_ok(kiln_tensor_from_host(ctx, y, sizeof y, ys, 1, KILN_I64, cpu, &yt));
+  kiln_tensor *xt = kiln_test_tensor_f32(ctx, x, xs, 2, dev), *yt = NULL;
+  assert_kiln_ok(kiln_tensor_from_host(ctx, y, sizeof y, ys, 1, KILN_I64, dev, &yt));
   kiln_dataset *ds = NULL;
   assert_kiln_ok(kiln_dataset_from_tensors(ctx, xt, yt, &ds));
   kiln_tensor_release(xt);
@@ -205,5 +216,5 @@ int main(void) {
       cmocka_unit_test(test_resume_is_exact),
       cmocka_unit_test(test_mismatched_checkpoints),
   };
-  return cmocka_run_group_tests(tests, kiln_test_context_setup, kiln_test_context_teardown);
+  return cmocka_run_group_tests(tests, setup, kiln_test_context_teardown);
 }

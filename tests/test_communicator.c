@@ -18,7 +18,11 @@ static const kiln_device kCpu = {KILN_DEVICE_CPU, -1};
 
 static int no_plugin(void) { return getenv("KILN_TEST_NO_DIST_PLUGIN") != NULL; }
 
+/* The CPU cases; the _cuda twin runs only the GPU one (support.h). */
+static int cpu_cases(void) { return !kiln_test_cuda_run(); }
+
 static void test_null_arguments(void **state) {
+  if (!cpu_cases()) skip();
   kiln_context *ctx = *state;
   kiln_communicator *comm = (kiln_communicator *)ctx; /* overwritten with NULL on failure */
   int64_t v = 0;
@@ -34,7 +38,7 @@ static void test_null_arguments(void **state) {
 }
 
 static void test_missing_plugin_is_device_unavailable(void **state) {
-  if (!no_plugin()) skip();
+  if (!no_plugin() || !cpu_cases()) skip();
   kiln_communicator *comm = NULL;
   assert_status(kiln_communicator_create_mpi(*state, &comm), KILN_ERROR_DEVICE_UNAVAILABLE);
   assert_last_error_contains("libkiln_dist.so");
@@ -61,7 +65,7 @@ static kiln_trainer *make_trainer(kiln_context *ctx, kiln_model **model) {
 
 /* A job of one rank trains bit for bit like no communicator at all. */
 static void test_one_rank_job_trains_like_one_process(void **state) {
-  if (no_plugin()) skip();
+  if (no_plugin() || !cpu_cases()) skip();
   kiln_context *ctx = *state;
   kiln_communicator *comm = NULL;
   int64_t rank = -1, size = -1, local = -1;
@@ -114,6 +118,7 @@ static void test_one_rank_job_trains_like_one_process(void **state) {
 }
 
 static void test_local_argument_checks(void **state) {
+  if (!cpu_cases()) skip();
   kiln_context *ctx = *state;
   kiln_communicator *out[2] = {(kiln_communicator *)ctx, (kiln_communicator *)ctx};
   kiln_device cpu[1] = {{KILN_DEVICE_CPU, -1}}, missing[1] = {{KILN_DEVICE_CUDA, 99}};

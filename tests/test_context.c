@@ -1,15 +1,21 @@
-/* Context options, contexts, seeding, logging, the CUDA plugin loader's
- * reasons, handle checks and the per-thread last error. */
+/* Context options, contexts, seeding, logging, the CUDA plugin loader (its
+ * reasons, and one plugin and backend per process shared by every context),
+ * handle checks and the per-thread last error. */
 #define _XOPEN_SOURCE 700
 
 #include "support.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 static const kiln_device cpu = {KILN_DEVICE_CPU, -1};
 
@@ -364,21 +370,46 @@ static void test_cuda_disabled_by_options(void **state) {
   kiln_context_release(ctx);
 }
 
-/* Runs with KILN_BACKEND_PATH set to dir, restoring the old value after. */
-static kiln_context *context_with_backend_path(const char *dir) {
-  const char *old = getenv("KILN_BACKEND_PATH");
-  char *saved = old ? strdup(old) : NULL;
-  setenv("KILN_BACKEND_PATH", dir, 1);
-  kiln_context *ctx = NULL;
-  kiln_status status = kiln_context_create(NULL, &ctx);
-  if (saved) {
-    setenv("KILN_BACKEND_PATH", saved, 1);
-    free(saved);
-  } else {
-    unsetenv("KILN_BACKEND_PATH");
+/* The plugin is looked for once per process, by the first context that wants
+ * CUDA, and KILN_BACKEND_PATH is read then. So every case about a particular
+ * plugin directory runs in a child process of its own: run_in_child starts
+ * this program again with that directory as KILN_BACKEND_PATH and the case's
+ * name, and main runs just that case (one of child_cases) there. */
+static void run_in_child(const char *case_name, const char *backend_path) {
+  /* This process's environment, with KILN_BACKEND_PATH replaced. */
+  static const char kVar[] = "KILN_BACKEND_PATH=";
+  size_t n = 0;
+  while (environ[n]) ++n;
+  char **env = calloc(n + 2, sizeof *env);
+  assert_non_null(env);
+  size_t kept = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (strncmp(environ[i], kVar, sizeof kVar - 1) != 0) env[kept++] = environ[i];
+  char setting[600];
+  snprintf(setting, sizeof setting, "%s%s", kVar, backend_path);
+  env[kept++] = setting;
+  env[kept] = NULL;
+
+  char *argv[] = {"/proc/self/exe", "--child", (char *)case_name, NULL};
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = 0;
+  int spawned = posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv, env);
+  free(env);
+  assert_int_equal(spawned, 0);
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    print_error("child case %s (KILN_BACKEND_PATH=%s) failed, wait status %d: its output is above\n", case_name,
+                backend_path, status);
+    fail();
   }
-  assert_kiln_ok(status);
-  return ctx;
+}
+
+static const char *backend_path(void) {
+  const char *dir = getenv("KILN_BACKEND_PATH");
+  assert_non_null(dir);
+  return dir;
 }
 
 static void assert_cuda_refused_with(kiln_context *ctx, const char *needle) {
@@ -401,14 +432,187 @@ static void assert_cuda_refused_with(kiln_context *ctx, const char *needle) {
   assert_int_equal(count, 0);
 }
 
+/* What a context says about CUDA. */
+typedef struct cuda_view {
+  kiln_status status;
+  int available;
+  char reason[512];
+} cuda_view;
+
+static void view_cuda(kiln_context *ctx, cuda_view *view) {
+  const char *reason = NULL;
+  view->available = -1;
+  view->status = kiln_cuda_is_available(ctx, &view->available);
+  if (view->status == KILN_OK) view->status = kiln_cuda_unavailable_reason(ctx, &reason);
+  snprintf(view->reason, sizeof view->reason, "%s", reason ? reason : "(none)");
+}
+
+static void assert_same_view(const cuda_view *got, const cuda_view *want) {
+  assert_kiln_ok(got->status);
+  assert_int_equal(got->available, want->available);
+  assert_string_equal(got->reason, want->reason);
+}
+
+typedef struct viewing_thread {
+  pthread_barrier_t *barrier;
+  cuda_view view;
+} viewing_thread;
+
+/* Creates a context at the same moment as the other threads, reads what it
+ * says about CUDA, and releases it at the same moment too. */
+static void *create_view_release(void *arg) {
+  viewing_thread *t = (viewing_thread *)arg;
+  kiln_context_options *options = NULL;
+  kiln_context *ctx = NULL;
+  t->view.status = kiln_context_options_create(&options);
+  if (t->view.status == KILN_OK) t->view.status = kiln_context_options_set_log_level(options, KILN_LOG_OFF);
+  pthread_barrier_wait(t->barrier);
+  if (t->view.status == KILN_OK) t->view.status = kiln_context_create(options, &ctx);
+  kiln_context_options_release(options);
+  if (t->view.status == KILN_OK) view_cuda(ctx, &t->view);
+  pthread_barrier_wait(t->barrier);
+  kiln_context_release(ctx);
+  return NULL;
+}
+
+/* Contexts made at once on several threads all see `want` (or, when want is
+ * NULL, what the first of them sees). Returns what they saw. */
+static cuda_view views_from_concurrent_contexts(const cuda_view *want) {
+  enum { THREADS = 4 };
+  pthread_barrier_t barrier;
+  pthread_barrier_init(&barrier, NULL, THREADS);
+  viewing_thread threads[THREADS];
+  pthread_t ids[THREADS];
+  for (int i = 0; i < THREADS; ++i) {
+    threads[i] = (viewing_thread){.barrier = &barrier};
+    assert_int_equal(pthread_create(&ids[i], NULL, create_view_release, &threads[i]), 0);
+  }
+  for (int i = 0; i < THREADS; ++i) pthread_join(ids[i], NULL);
+  pthread_barrier_destroy(&barrier);
+  if (!want) want = &threads[0].view;
+  for (int i = 0; i < THREADS; ++i) assert_same_view(&threads[i].view, want);
+  return threads[0].view;
+}
+
+/* Two contexts, the first released before the second is made, and then four
+ * at once: all share the process's CUDA backend, so they say the same. */
+static cuda_view assert_contexts_share_cuda(void) {
+  cuda_view first, second;
+  kiln_context *ctx = create_with(quiet_options());
+  view_cuda(ctx, &first);
+  kiln_context_release(ctx);
+  assert_kiln_ok(first.status);
+  ctx = create_with(quiet_options());
+  view_cuda(ctx, &second);
+  kiln_context_release(ctx);
+  assert_same_view(&second, &first);
+  views_from_concurrent_contexts(&first);
+  return first;
+}
+
+/* Whether the plugin in dir is mapped into this process, asked without
+ * loading it. */
+static int plugin_is_loaded(const char *dir) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/libkiln_cuda.so", dir);
+  void *handle = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+  if (handle) dlclose(handle); /* drops only the reference this call took */
+  return handle != NULL;
+}
+
+static void test_contexts_share_cuda(void **state) {
+  (void)state;
+  /* Whatever this machine has: the build's plugin, a GPU, or neither. */
+  assert_contexts_share_cuda();
+}
+
+/* ---- cases run in a child process (child_cases) -------------------------- */
+
+static void child_missing_plugin(void **state) {
+  (void)state;
+  kiln_context *ctx = create_with(quiet_options());
+  assert_cuda_refused_with(ctx, backend_path());
+  assert_cuda_refused_with(ctx, "libkiln_cuda.so");
+  kiln_context_release(ctx);
+}
+
+static void child_not_a_library(void **state) {
+  (void)state;
+  char path[600];
+  snprintf(path, sizeof path, "%s/libkiln_cuda.so", backend_path());
+  kiln_context *ctx = create_with(quiet_options());
+  assert_cuda_refused_with(ctx, path); /* the loader's own message names the file */
+  kiln_context_release(ctx);
+}
+
+#define STRINGIFY(x) #x
+#define TEXT_OF(x) STRINGIFY(x)
+
+static void child_wrong_interface_version(void **state) {
+  (void)state;
+  for (int i = 0; i < 2; ++i) { /* the refusal is kept for later contexts */
+    log_capture capture = {0};
+    kiln_context_options *options = NULL;
+    assert_kiln_ok(kiln_context_options_create(&options));
+    assert_kiln_ok(kiln_context_options_set_log_level(options, KILN_LOG_WARNING));
+    assert_kiln_ok(kiln_context_options_set_log_callback(options, capture_log, &capture));
+    capture.min_level = KILN_LOG_WARNING;
+    expected_user = &capture;
+    kiln_context *ctx = create_with(options);
+    assert_cuda_refused_with(ctx, "built for interface " TEXT_OF(KILN_OTHER_INTERFACE_VERSION) ",");
+    assert_cuda_refused_with(ctx, "this library expects " TEXT_OF(KILN_INTERFACE_VERSION) " ");
+    /* A broken installation is worth a warning even at the default level. */
+    assert_int_equal(capture.calls, 1);
+    kiln_context_release(ctx);
+  }
+}
+
+static void child_fake_plugin_kept_and_shared(void **state) {
+  (void)state;
+  const char *dir = backend_path();
+  assert_false(plugin_is_loaded(dir)); /* so the check below means something */
+  kiln_context *ctx = create_with(quiet_options());
+  assert_cuda_refused_with(ctx, "fake plugin: no CUDA driver on this test machine");
+  kiln_context_release(ctx);
+  cuda_view shared = assert_contexts_share_cuda();
+  assert_non_null(strstr(shared.reason, "fake plugin"));
+  /* Every context is gone, and the plugin stays. */
+  assert_true(plugin_is_loaded(dir));
+
+  /* KILN_BACKEND_PATH was read once: pointing it elsewhere changes nothing. */
+  setenv("KILN_BACKEND_PATH", KILN_WRONG_VERSION_PLUGIN_DIR, 1);
+  ctx = create_with(quiet_options());
+  assert_cuda_refused_with(ctx, "fake plugin: no CUDA driver on this test machine");
+  kiln_context_release(ctx);
+  assert_false(plugin_is_loaded(KILN_WRONG_VERSION_PLUGIN_DIR));
+}
+
+/* The first contexts of the process are made on several threads at once:
+ * one of them loads the plugin, and all get its answer. */
+static void child_fake_plugin_first_load_on_many_threads(void **state) {
+  (void)state;
+  cuda_view view = views_from_concurrent_contexts(NULL);
+  assert_int_equal(view.available, 0);
+  assert_string_equal(view.reason, "fake plugin: no CUDA driver on this test machine");
+  assert_true(plugin_is_loaded(backend_path()));
+  views_from_concurrent_contexts(&view);
+}
+
+static const struct CMUnitTest child_cases[] = {
+    cmocka_unit_test(child_missing_plugin),
+    cmocka_unit_test(child_not_a_library),
+    cmocka_unit_test(child_wrong_interface_version),
+    cmocka_unit_test(child_fake_plugin_kept_and_shared),
+    cmocka_unit_test(child_fake_plugin_first_load_on_many_threads),
+};
+
+/* ---- the same cases, each in its own process ----------------------------- */
+
 static void test_backend_path_empty_dir(void **state) {
   (void)state;
   char dir[256];
   kiln_test_make_temp_dir(dir, sizeof dir);
-  kiln_context *ctx = context_with_backend_path(dir);
-  assert_cuda_refused_with(ctx, dir);
-  assert_cuda_refused_with(ctx, "libkiln_cuda.so");
-  kiln_context_release(ctx);
+  run_in_child("child_missing_plugin", dir);
   kiln_test_remove_tree(dir);
 }
 
@@ -421,45 +625,26 @@ static void test_backend_path_not_a_library(void **state) {
   assert_non_null(f);
   fputs("not an ELF file\n", f);
   fclose(f);
-  kiln_context *ctx = context_with_backend_path(dir);
-  assert_cuda_refused_with(ctx, path); /* the loader's own message names the file */
-  kiln_context_release(ctx);
+  run_in_child("child_not_a_library", dir);
   kiln_test_remove_tree(dir);
 }
 
+/* A plugin of another build (another interface version) is refused, and the
+ * message names both versions. */
 static void test_plugin_interface_mismatch(void **state) {
   (void)state;
-  setenv("KILN_FAKE_PLUGIN_MISMATCH", "1", 1);
-  log_capture capture = {0};
-  kiln_context_options *options = NULL;
-  assert_kiln_ok(kiln_context_options_create(&options));
-  assert_kiln_ok(kiln_context_options_set_log_level(options, KILN_LOG_WARNING));
-  assert_kiln_ok(kiln_context_options_set_log_callback(options, capture_log, &capture));
-  capture.min_level = KILN_LOG_WARNING;
-  expected_user = &capture;
-  const char *old = getenv("KILN_BACKEND_PATH");
-  char *saved = old ? strdup(old) : NULL;
-  setenv("KILN_BACKEND_PATH", KILN_FAKE_PLUGIN_DIR, 1);
-  kiln_context *ctx = NULL;
-  kiln_status status = kiln_context_create(options, &ctx);
-  if (saved) setenv("KILN_BACKEND_PATH", saved, 1); else unsetenv("KILN_BACKEND_PATH");
-  free(saved);
-  unsetenv("KILN_FAKE_PLUGIN_MISMATCH");
-  kiln_context_options_release(options);
-  assert_kiln_ok(status);
-
-  assert_cuda_refused_with(ctx, "built for interface");
-  assert_cuda_refused_with(ctx, "expects");
-  /* A broken installation is worth a warning even at the default level. */
-  assert_int_equal(capture.calls, 1);
-  kiln_context_release(ctx);
+  assert_int_not_equal(KILN_INTERFACE_VERSION, KILN_OTHER_INTERFACE_VERSION);
+  run_in_child("child_wrong_interface_version", KILN_WRONG_VERSION_PLUGIN_DIR);
 }
 
-static void test_plugin_reason_is_kept(void **state) {
+static void test_plugin_reason_is_kept_and_plugin_stays_loaded(void **state) {
   (void)state;
-  kiln_context *ctx = context_with_backend_path(KILN_FAKE_PLUGIN_DIR);
-  assert_cuda_refused_with(ctx, "fake plugin: no CUDA driver on this test machine");
-  kiln_context_release(ctx);
+  run_in_child("child_fake_plugin_kept_and_shared", KILN_FAKE_PLUGIN_DIR);
+}
+
+static void test_plugin_first_load_on_many_threads(void **state) {
+  (void)state;
+  run_in_child("child_fake_plugin_first_load_on_many_threads", KILN_FAKE_PLUGIN_DIR);
 }
 
 /* ---- threads ------------------------------------------------------------ */
@@ -593,41 +778,14 @@ static void test_concurrent_draws_take_disjoint_ranges(void **state) {
   }
 }
 
-/* Contexts are created (loading the plugin) and released on several threads
- * at once, and a context made on one thread is released on another. */
-static void *create_and_release_contexts(void *arg) {
-  int *failures = (int *)arg;
-  for (int i = 0; i < 20; ++i) {
-    kiln_context *ctx = NULL;
-    int available = 1;
-    if (kiln_context_create(NULL, &ctx) != KILN_OK || kiln_cuda_is_available(ctx, &available) != KILN_OK ||
-        available != 0)
-      (*failures)++;
-    kiln_context_release(ctx);
-  }
-  return NULL;
-}
-
+/* A context made on one thread is released on another. */
 static void *release_context(void *arg) {
   kiln_context_release((kiln_context *)arg);
   return NULL;
 }
 
-static void test_contexts_on_many_threads(void **state) {
+static void test_context_released_on_another_thread(void **state) {
   (void)state;
-  enum { THREADS = 4 };
-  const char *old = getenv("KILN_BACKEND_PATH");
-  char *saved = old ? strdup(old) : NULL;
-  setenv("KILN_BACKEND_PATH", KILN_FAKE_PLUGIN_DIR, 1); /* every load gets as far as the plugin's refusal */
-  int failures[THREADS] = {0};
-  pthread_t threads[THREADS];
-  for (int i = 0; i < THREADS; ++i)
-    assert_int_equal(pthread_create(&threads[i], NULL, create_and_release_contexts, &failures[i]), 0);
-  for (int i = 0; i < THREADS; ++i) pthread_join(threads[i], NULL);
-  if (saved) setenv("KILN_BACKEND_PATH", saved, 1); else unsetenv("KILN_BACKEND_PATH");
-  free(saved);
-  for (int i = 0; i < THREADS; ++i) assert_int_equal(failures[i], 0);
-
   kiln_context *ctx = kiln_test_context_create(0);
   pthread_t releaser;
   assert_int_equal(pthread_create(&releaser, NULL, release_context, ctx), 0);
@@ -635,7 +793,16 @@ static void test_contexts_on_many_threads(void **state) {
   assert_status(kiln_context_set_seed(ctx, 1), KILN_ERROR_INVALID_HANDLE);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "--child") == 0) { /* from run_in_child */
+    for (size_t i = 0; i < sizeof child_cases / sizeof child_cases[0]; ++i) {
+      if (strcmp(child_cases[i].name, argv[2]) != 0) continue;
+      const struct CMUnitTest one[] = {child_cases[i]};
+      return cmocka_run_group_tests_name(argv[2], one, NULL, NULL);
+    }
+    fprintf(stderr, "no child case %s\n", argv[2]);
+    return 2;
+  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_options_defaults_and_setters),
       cmocka_unit_test(test_options_reject_bad_values),
@@ -652,11 +819,13 @@ int main(void) {
       cmocka_unit_test(test_backend_path_empty_dir),
       cmocka_unit_test(test_backend_path_not_a_library),
       cmocka_unit_test(test_plugin_interface_mismatch),
-      cmocka_unit_test(test_plugin_reason_is_kept),
+      cmocka_unit_test(test_plugin_reason_is_kept_and_plugin_stays_loaded),
+      cmocka_unit_test(test_plugin_first_load_on_many_threads),
+      cmocka_unit_test(test_contexts_share_cuda),
       cmocka_unit_test(test_last_error_is_per_thread),
       cmocka_unit_test(test_context_shared_by_threads),
       cmocka_unit_test(test_concurrent_draws_take_disjoint_ranges),
-      cmocka_unit_test(test_contexts_on_many_threads),
+      cmocka_unit_test(test_context_released_on_another_thread),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

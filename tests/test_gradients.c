@@ -5,7 +5,12 @@
  * kiln_loss(kiln_model_forward(x), y) with each parameter moved by +-h
  * through the parameter views. Covered: Linear with and without bias, every
  * activation both fused after a Linear and on its own, Dropout (eval mode
- * identity, training mode mask scaling), and the three losses. */
+ * identity, training mode mask scaling), and the three losses.
+ *
+ * The GPU half (test_gradients_cuda, KILN_TEST_DEVICE=cuda) runs the same
+ * cases on cuda:0 with f32 models (f64 models are CPU-only, and f32 is too
+ * coarse for finite differences): the CUDA step's gradient must equal the
+ * CPU's float64 analytic gradient at the same (f32-rounded) parameters. */
 #include "support.h"
 
 #include <math.h>
@@ -22,15 +27,17 @@ typedef struct {
   int eval_mode; /* run the step and the differences in evaluation mode */
 } grad_case;
 
-static kiln_model *make_model(kiln_context *ctx, const char *text) {
+static kiln_model *make_model_on(kiln_context *ctx, const char *text, kiln_device dev, kiln_dtype dtype) {
   kiln_model_spec *spec = NULL;
   kiln_model *model = NULL;
   assert_kiln_ok(kiln_model_spec_create(&spec));
   assert_kiln_ok(kiln_model_spec_parse(spec, text));
-  assert_kiln_ok(kiln_model_create_dtype(ctx, spec, cpu, KILN_F64, &model));
+  assert_kiln_ok(kiln_model_create_dtype(ctx, spec, dev, dtype, &model));
   kiln_model_spec_release(spec);
   return model;
 }
+
+static kiln_model *make_model(kiln_context *ctx, const char *text) { return make_model_on(ctx, text, cpu, KILN_F64); }
 
 static int64_t count_params(kiln_model *model, int64_t *tensors) {
   int64_t n = 0;
@@ -39,22 +46,58 @@ static int64_t count_params(kiln_model *model, int64_t *tensors) {
   return n;
 }
 
-/* Reads (or, when write, writes) all parameters as one concatenated array. */
+/* Reads (or, when write, writes) all parameters as one concatenated array,
+ * for f64 models and (converted) f32 ones on any device. */
 static void params_io(kiln_model *model, double *all, int write) {
   int64_t tensors = 0, at = 0;
   count_params(model, &tensors);
   for (int64_t i = 0; i < tensors; ++i) {
     kiln_tensor *p = NULL;
     int64_t n = 0;
+    kiln_dtype dtype;
     assert_kiln_ok(kiln_model_parameter(model, i, &p));
     assert_kiln_ok(kiln_tensor_numel(p, &n));
-    if (write)
-      assert_kiln_ok(kiln_tensor_copy_from_host(p, all + at, n * (int64_t)sizeof(double)));
-    else
-      assert_kiln_ok(kiln_tensor_copy_to_host(p, all + at, n * (int64_t)sizeof(double)));
+    assert_kiln_ok(kiln_tensor_dtype(p, &dtype));
+    if (dtype == KILN_F64) {
+      if (write)
+        assert_kiln_ok(kiln_tensor_copy_from_host(p, all + at, n * (int64_t)sizeof(double)));
+      else
+        assert_kiln_ok(kiln_tensor_copy_to_host(p, all + at, n * (int64_t)sizeof(double)));
+    } else {
+      assert_int_equal(dtype, KILN_F32);
+      float *f = malloc((size_t)n * sizeof *f);
+      if (write) {
+        for (int64_t j = 0; j < n; ++j) f[j] = (float)all[at + j];
+        assert_kiln_ok(kiln_tensor_copy_from_host(p, f, n * (int64_t)sizeof(float)));
+      } else {
+        assert_kiln_ok(kiln_tensor_copy_to_host(p, f, n * (int64_t)sizeof(float)));
+        for (int64_t j = 0; j < n; ++j) all[at + j] = f[j];
+      }
+      free(f);
+    }
     at += n;
     kiln_tensor_release(p);
   }
+}
+
+/* One SGD step at lr = 1: grad = params before - params after. */
+static void step_gradient(kiln_model *model, kiln_loss_kind loss, const kiln_tensor *x, const kiln_tensor *y,
+                          const double *before, double *grad, double *step_loss) {
+  kiln_trainer_options *opts = NULL;
+  kiln_trainer *trainer = NULL;
+  int64_t tensors = 0;
+  const int64_t n = count_params(model, &tensors);
+  double *after = malloc((size_t)n * sizeof *after);
+  assert_kiln_ok(kiln_trainer_options_create(&opts));
+  assert_kiln_ok(kiln_trainer_options_set_loss(opts, loss));
+  assert_kiln_ok(kiln_trainer_options_set_lr(opts, 1.0));
+  assert_kiln_ok(kiln_trainer_create(model, opts, &trainer));
+  assert_kiln_ok(kiln_trainer_step(trainer, x, y, step_loss));
+  params_io(model, after, 0);
+  for (int64_t i = 0; i < n; ++i) grad[i] = before[i] - after[i];
+  kiln_trainer_release(trainer);
+  kiln_trainer_options_release(opts);
+  free(after);
 }
 
 static double loss_of(kiln_model *model, kiln_loss_kind kind, const kiln_tensor *x, const kiln_tensor *y) {
@@ -93,22 +136,47 @@ static void check_case(kiln_context *ctx, const grad_case *c) {
     free(t);
   }
 
-  double *before = malloc((size_t)n * sizeof *before), *after = malloc((size_t)n * sizeof *after);
+  double *before = malloc((size_t)n * sizeof *before);
   double *analytic = malloc((size_t)n * sizeof *analytic), *numeric = malloc((size_t)n * sizeof *numeric);
   params_io(model, before, 0);
+  /* The GPU half compares an f32 model against this one: both start from the
+   * same f32-rounded parameters. */
+  for (int64_t i = 0; i < n; ++i) before[i] = (float)before[i];
+  params_io(model, before, 1);
   const double loss0 = loss_of(model, c->loss, x, y);
 
-  kiln_trainer_options *opts = NULL;
-  kiln_trainer *trainer = NULL;
-  assert_kiln_ok(kiln_trainer_options_create(&opts));
-  assert_kiln_ok(kiln_trainer_options_set_loss(opts, c->loss));
-  assert_kiln_ok(kiln_trainer_options_set_lr(opts, 1.0));
-  assert_kiln_ok(kiln_trainer_create(model, opts, &trainer));
   double step_loss = 0;
-  assert_kiln_ok(kiln_trainer_step(trainer, x, y, &step_loss));
+  step_gradient(model, c->loss, x, y, before, analytic, &step_loss);
   assert_allclose(&step_loss, &loss0, 1, 1e-12, 0); /* the loss before the update */
-  params_io(model, after, 0);
-  for (int64_t i = 0; i < n; ++i) analytic[i] = before[i] - after[i];
+
+  if (kiln_test_cuda_run()) {
+    /* The same step on cuda:0 in f32. Tolerances: parameters and gradients
+     * are O(1) here and the nets at most 6 wide, so f32 rounding in the
+     * forward and backward stays near 1e-6 relative; grad = before - after is
+     * exact up to one f32 rounding of the updated parameter (<= 6e-8 for
+     * |p| < 1). rtol 1e-4 / atol 1e-6 leaves a wide margin and is still far
+     * below any real error (a wrong term is O(grad)). */
+    kiln_device gpu = kiln_test_device(ctx);
+    kiln_model *gm = make_model_on(ctx, c->spec, gpu, KILN_F32);
+    if (c->eval_mode) assert_kiln_ok(kiln_model_set_training(gm, 0));
+    params_io(gm, before, 1);
+    double *gpu_grad = malloc((size_t)n * sizeof *gpu_grad);
+    double gpu_loss = 0;
+    step_gradient(gm, c->loss, x, y, before, gpu_grad, &gpu_loss);
+    print_message("cuda %-55s %lld parameters\n", c->spec, (long long)n);
+    assert_allclose(&gpu_loss, &loss0, 1, 1e-5, 1e-6);
+    assert_allclose(gpu_grad, analytic, n, 1e-4, 1e-6);
+    free(gpu_grad);
+    kiln_model_release(gm);
+    kiln_tensor_release(x);
+    kiln_tensor_release(y);
+    kiln_model_release(model);
+    free(xv);
+    free(before);
+    free(analytic);
+    free(numeric);
+    return;
+  }
 
   const double h = 1e-6;
   params_io(model, before, 1);
@@ -129,14 +197,11 @@ static void check_case(kiln_context *ctx, const grad_case *c) {
                 (long long)n);
   assert_allclose(analytic, numeric, n, 1e-6, 1e-9);
 
-  kiln_trainer_release(trainer);
-  kiln_trainer_options_release(opts);
   kiln_tensor_release(x);
   kiln_tensor_release(y);
   kiln_model_release(model);
   free(xv);
   free(before);
-  free(after);
   free(analytic);
   free(numeric);
 }
@@ -177,12 +242,18 @@ static void test_regression_losses(void **state) {
 static void test_dropout_scaling(void **state) {
   kiln_context *ctx = *state;
   const double p = 0.3;
-  kiln_model *model = make_model(ctx, "linear(6,50);dropout(0.3)");
+  /* On the CPU an f64 model; on CUDA an f32 one, checked at f32's rounding
+   * (6 products of O(1) terms: 1e-6 relative is ~10 ulp). */
+  const int gpu = kiln_test_cuda_run();
+  const kiln_device dev = kiln_test_device(ctx);
+  const double rtol = gpu ? 1e-6 : 1e-12, atol = gpu ? 1e-7 : 1e-14;
+  kiln_model *model = make_model_on(ctx, "linear(6,50);dropout(0.3)", dev, gpu ? KILN_F32 : KILN_F64);
   kiln_test_rng rng = kiln_test_rng_make(5);
   double xv[8 * 6], w[50 * 6], b[50], want[8 * 50];
   kiln_test_fill_uniform_f64(&rng, xv, 48, -1, 1);
+  for (int i = 0; i < 48; ++i) xv[i] = (float)xv[i]; /* exact in both dtypes */
   const int64_t shape[] = {8, 6};
-  kiln_tensor *x = kiln_test_tensor_f64(ctx, xv, shape, 2, cpu);
+  kiln_tensor *x = kiln_test_tensor_f64(ctx, xv, shape, 2, dev);
   kiln_tensor *wt = NULL, *bt = NULL;
   assert_kiln_ok(kiln_model_parameter(model, 0, &wt));
   assert_kiln_ok(kiln_model_parameter(model, 1, &bt));
@@ -207,7 +278,7 @@ static void test_dropout_scaling(void **state) {
       ++zeros;
     } else {
       double scaled = want[i] / (1 - p);
-      assert_allclose(&y1[i], &scaled, 1, 1e-12, 0);
+      assert_allclose(&y1[i], &scaled, 1, rtol, atol);
     }
   }
   assert_true(fabs(zeros / 400.0 - p) < 0.1);
@@ -217,7 +288,7 @@ static void test_dropout_scaling(void **state) {
 
   assert_kiln_ok(kiln_model_set_training(model, 0));
   assert_kiln_ok(kiln_model_forward(model, x, &t1));
-  assert_tensor_close(t1, want, 400, 1e-12, 1e-14);
+  assert_tensor_close(t1, want, 400, rtol, atol);
   kiln_tensor_release(t1);
   kiln_tensor_release(wt);
   kiln_tensor_release(bt);

@@ -1,6 +1,11 @@
 /* Model specs (building, parsing, describing, errors), initialisation,
  * forward passes against a float64 reference computed here from the
- * parameters, predict, parameter views and names, and model files. */
+ * parameters, predict, parameter views and names, and model files.
+ *
+ * test_model runs everything on the CPU; test_model_cuda (KILN_TEST_DEVICE=
+ * cuda, skipped without a device) runs the cases that involve a device on
+ * cuda:0 alone (f32 models: f64 models are CPU-only) and skips the
+ * device-independent ones (specs, handles). */
 #include "support.h"
 
 #include <math.h>
@@ -9,6 +14,25 @@
 #include <string.h>
 
 static const kiln_device cpu = {KILN_DEVICE_CPU, -1};
+/* The device of the device cases (set by the group setup). */
+static kiln_device dev = {KILN_DEVICE_CPU, -1};
+static int gpu_run = 0;
+
+static int setup(void **state) {
+  kiln_test_context_setup(state);
+  dev = kiln_test_device(*state);
+  gpu_run = dev.kind == KILN_DEVICE_CUDA;
+  return 0;
+}
+
+/* Device-independent cases run in the CPU program only. */
+#define CPU_HALF_ONLY() \
+  do {                  \
+    if (gpu_run) skip(); \
+  } while (0)
+
+/* f32 always; f64 too where models can be f64 (the CPU). */
+static int model_dtypes(void) { return gpu_run ? 1 : 2; }
 
 static kiln_model_spec *spec_from(const char *text) {
   kiln_model_spec *spec = NULL;
@@ -17,12 +41,16 @@ static kiln_model_spec *spec_from(const char *text) {
   return spec;
 }
 
-static kiln_model *model_from(kiln_context *ctx, const char *text, kiln_dtype dtype) {
+static kiln_model *model_on(kiln_context *ctx, const char *text, kiln_device device, kiln_dtype dtype) {
   kiln_model_spec *spec = spec_from(text);
   kiln_model *model = NULL;
-  assert_kiln_ok(kiln_model_create_dtype(ctx, spec, cpu, dtype, &model));
+  assert_kiln_ok(kiln_model_create_dtype(ctx, spec, device, dtype, &model));
   kiln_model_spec_release(spec);
   return model;
+}
+
+static kiln_model *model_from(kiln_context *ctx, const char *text, kiln_dtype dtype) {
+  return model_on(ctx, text, dev, dtype);
 }
 
 static int64_t param_numel(kiln_model *model, int64_t i) {
@@ -75,6 +103,7 @@ static void assert_describe(kiln_context *ctx, const char *text, const char *wan
 /* ---- specs -------------------------------------------------------------- */
 
 static void test_spec_parse_and_describe(void **state) {
+  CPU_HALF_ONLY();
   kiln_context *ctx = *state;
   assert_describe(ctx, "784-32-10", "784-32-10");
   assert_describe(ctx, " 784-32-10:relu ", "784-32-10");
@@ -89,6 +118,7 @@ static void test_spec_parse_and_describe(void **state) {
 }
 
 static void test_spec_builders(void **state) {
+  CPU_HALF_ONLY();
   kiln_context *ctx = *state;
   kiln_model_spec *spec = NULL;
   assert_kiln_ok(kiln_model_spec_create(&spec));
@@ -116,6 +146,7 @@ static void test_spec_builders(void **state) {
 }
 
 static void test_spec_errors(void **state) {
+  CPU_HALF_ONLY();
   kiln_context *ctx = *state;
   kiln_model_spec *spec = NULL;
   assert_kiln_ok(kiln_model_spec_create(&spec));
@@ -323,12 +354,12 @@ static void test_forward_matches_reference(void **state) {
   float xf[6 * 5];
   for (int i = 0; i < 30; ++i) xf[i] = (float)(xd[i] = (float)kiln_test_rng_uniform(&rng, -2, 2));
   const int64_t shape[] = {6, 5};
-  for (int dt = 0; dt < 2; ++dt) {
+  for (int dt = 0; dt < model_dtypes(); ++dt) {
     kiln_dtype dtype = dt ? KILN_F64 : KILN_F32;
     kiln_model *model = model_from(ctx, spec, dtype);
     forward_ref(model, xd, 6, want);
     /* f32 input into either model (converted), and f64 input. */
-    kiln_tensor *x32 = kiln_test_tensor_f32(ctx, xf, shape, 2, cpu), *x64 = kiln_test_tensor_f64(ctx, xd, shape, 2, cpu);
+    kiln_tensor *x32 = kiln_test_tensor_f32(ctx, xf, shape, 2, dev), *x64 = kiln_test_tensor_f64(ctx, xd, shape, 2, dev);
     kiln_tensor *y = NULL;
     const double tol = dt ? 1e-12 : 2e-6;
     assert_kiln_ok(kiln_model_forward(model, x32, &y));
@@ -342,7 +373,7 @@ static void test_forward_matches_reference(void **state) {
     kiln_tensor_release(y);
     /* [batch, 1, 5] has 5 features per row too. */
     const int64_t shape3[] = {6, 1, 5};
-    kiln_tensor *x3 = kiln_test_tensor_f64(ctx, xd, shape3, 3, cpu);
+    kiln_tensor *x3 = kiln_test_tensor_f64(ctx, xd, shape3, 3, dev);
     assert_kiln_ok(kiln_model_forward(model, x3, &y));
     assert_tensor_close(y, want, 18, tol, tol);
     kiln_tensor_release(y);
@@ -358,13 +389,13 @@ static void test_forward_errors(void **state) {
   kiln_model *model = model_from(ctx, "5-3", KILN_F32);
   kiln_tensor *y = (kiln_tensor *)(uintptr_t)1, *x = NULL;
   const int64_t wrong[] = {4, 6};
-  assert_kiln_ok(kiln_tensor_zeros(ctx, wrong, 2, KILN_F32, cpu, &x));
+  assert_kiln_ok(kiln_tensor_zeros(ctx, wrong, 2, KILN_F32, dev, &x));
   assert_status(kiln_model_forward(model, x, &y), KILN_ERROR_SHAPE_MISMATCH);
   assert_null(y);
   assert_last_error_contains("[4, 6]");
   kiln_tensor_release(x);
   const int64_t good[] = {4, 5};
-  assert_kiln_ok(kiln_tensor_zeros(ctx, good, 2, KILN_I32, cpu, &x));
+  assert_kiln_ok(kiln_tensor_zeros(ctx, good, 2, KILN_I32, dev, &x));
   assert_status(kiln_model_forward(model, x, &y), KILN_ERROR_DTYPE_MISMATCH);
   assert_status(kiln_model_predict(model, x, (kiln_predict_kind)9, &y), KILN_ERROR_INVALID_ARGUMENT);
   kiln_tensor_release(x);
@@ -372,7 +403,7 @@ static void test_forward_errors(void **state) {
   assert_status(kiln_model_forward(NULL, NULL, &y), KILN_ERROR_INVALID_ARGUMENT);
   /* An empty batch gives an empty result. */
   const int64_t none[] = {0, 5};
-  assert_kiln_ok(kiln_tensor_zeros(ctx, none, 2, KILN_F32, cpu, &x));
+  assert_kiln_ok(kiln_tensor_zeros(ctx, none, 2, KILN_F32, dev, &x));
   assert_kiln_ok(kiln_model_forward(model, x, &y));
   int64_t shape[2];
   assert_kiln_ok(kiln_tensor_shape(y, shape, 2));
@@ -390,7 +421,7 @@ static void test_predict_kinds(void **state) {
   float xf[7 * 4];
   kiln_test_fill_uniform_f32(&rng, xf, 28, -3, 3);
   const int64_t shape[] = {7, 4};
-  kiln_tensor *x = kiln_test_tensor_f32(ctx, xf, shape, 2, cpu);
+  kiln_tensor *x = kiln_test_tensor_f32(ctx, xf, shape, 2, dev);
   kiln_tensor *logits = NULL, *probs = NULL, *classes = NULL, *eval = NULL;
   /* predict is evaluation mode even while the model is in training mode. */
   assert_kiln_ok(kiln_model_predict(model, x, KILN_PREDICT_LOGITS, &logits));
@@ -437,9 +468,14 @@ static void test_training_flag_and_device(void **state) {
   assert_int_equal(training, 0);
   kiln_device d = {KILN_DEVICE_CUDA, 3};
   assert_kiln_ok(kiln_model_device(model, &d));
-  assert_int_equal(d.kind, KILN_DEVICE_CPU);
-  assert_int_equal(d.index, -1);
+  assert_int_equal(d.kind, dev.kind);
+  assert_int_equal(d.index, dev.index);
   assert_kiln_ok(kiln_model_to(model, cpu));
+  assert_kiln_ok(kiln_model_device(model, &d));
+  assert_int_equal(d.kind, KILN_DEVICE_CPU);
+  assert_kiln_ok(kiln_model_to(model, dev));
+  assert_kiln_ok(kiln_model_device(model, &d));
+  assert_int_equal(d.kind, dev.kind);
   kiln_device far = {KILN_DEVICE_CUDA, 99};
   assert_status(kiln_model_to(model, far), KILN_ERROR_DEVICE_UNAVAILABLE);
   kiln_model_release(model);
@@ -452,11 +488,11 @@ static void test_save_load_round_trip(void **state) {
   char dir[512], path[600];
   kiln_test_make_temp_dir(dir, sizeof dir);
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
-  for (int dt = 0; dt < 2; ++dt) {
+  for (int dt = 0; dt < model_dtypes(); ++dt) {
     kiln_model *model = model_from(ctx, "linear(6,5);gelu;dropout(0.1);linear(5,3,nobias)", dt ? KILN_F64 : KILN_F32);
     assert_kiln_ok(kiln_model_save(model, path));
     kiln_model *loaded = NULL;
-    assert_kiln_ok(kiln_model_load(ctx, path, cpu, &loaded));
+    assert_kiln_ok(kiln_model_load(ctx, path, dev, &loaded));
     const char *a = NULL, *b = NULL;
     assert_kiln_ok(kiln_model_describe(model, &a));
     assert_kiln_ok(kiln_model_describe(loaded, &b));
@@ -501,7 +537,7 @@ static void test_load_weights_checks_first(void **state) {
   free(after);
   free(before);
   /* An f64 file into an f32 model. */
-  kiln_model *d = model_from(ctx, "8-6-4", KILN_F64);
+  kiln_model *d = model_on(ctx, "8-6-4", cpu, KILN_F64); /* f64 models live on the CPU */
   assert_kiln_ok(kiln_model_save(d, other));
   assert_status(kiln_model_load_weights(a, other), KILN_ERROR_DTYPE_MISMATCH);
   kiln_model_release(d);
@@ -528,18 +564,19 @@ static void test_bad_files(void **state) {
   fwrite(buf, 1, size - 40, f);
   fclose(f);
   kiln_model *loaded = (kiln_model *)(uintptr_t)1;
-  assert_status(kiln_model_load(ctx, trunc, cpu, &loaded), KILN_ERROR_FORMAT);
+  assert_status(kiln_model_load(ctx, trunc, dev, &loaded), KILN_ERROR_FORMAT);
   assert_null(loaded);
   assert_status(kiln_model_load_weights(model, trunc), KILN_ERROR_FORMAT);
   snprintf(trunc, sizeof trunc, "%s/missing.safetensors", dir);
-  assert_status(kiln_model_load(ctx, trunc, cpu, &loaded), KILN_ERROR_IO);
+  assert_status(kiln_model_load(ctx, trunc, dev, &loaded), KILN_ERROR_IO);
   assert_status(kiln_model_save(model, "/nonexistent-dir/x/y.safetensors"), KILN_ERROR_IO);
-  assert_status(kiln_model_load(ctx, NULL, cpu, &loaded), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_model_load(ctx, NULL, dev, &loaded), KILN_ERROR_INVALID_ARGUMENT);
   kiln_model_release(model);
   kiln_test_remove_tree(dir);
 }
 
 static void test_handle_errors(void **state) {
+  CPU_HALF_ONLY();
   kiln_context *ctx = *state;
   kiln_model *model = model_from(ctx, "3-2", KILN_F32);
   int64_t n = 7;
@@ -571,5 +608,5 @@ int main(void) {
       cmocka_unit_test(test_bad_files),
       cmocka_unit_test(test_handle_errors),
   };
-  return cmocka_run_group_tests(tests, kiln_test_context_setup, kiln_test_context_teardown);
+  return cmocka_run_group_tests(tests, setup, kiln_test_context_teardown);
 }

@@ -4,14 +4,38 @@
  *
  * Updates are checked on a single Linear(3, 2) in float64 with the MSE loss,
  * whose gradient has a closed form: dL/dpred = 2 (pred - t) / (B K),
- * dW = dpred^T x, db = column sums of dpred. */
+ * dW = dpred^T x, db = column sums of dpred.
+ *
+ * Every case runs on the CPU (test_trainer) or on cuda:0 alone
+ * (test_trainer_cuda, KILN_TEST_DEVICE=cuda; skipped without a device). */
 #include "support.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const kiln_device cpu = {KILN_DEVICE_CPU, -1};
+/* The device of every case: the CPU, or cuda:0 in the test_trainer_cuda run
+ * (KILN_TEST_DEVICE=cuda), set by the group setup. f64 models are CPU-only,
+ * so on CUDA the f64 cases run f32 models at f32 tolerances (model_dtype,
+ * upd_rtol, upd_atol). */
+static kiln_device dev = {KILN_DEVICE_CPU, -1};
+static int gpu_run = 0;
+
+static kiln_dtype model_dtype(kiln_dtype wanted) { return gpu_run ? KILN_F32 : wanted; }
+/* Parameters after a few updates, against the float64 reference: f64 models
+ * agree to rounding (1e-11); f32 models hold O(1) parameters to ~6e-8 per
+ * rounding, a few roundings per step over 3 steps, and the f32-rounded x and
+ * targets move the gradient by ~1e-7 relative: 1e-5 bounds that with a margin
+ * while a wrong formula (an error of order lr * grad ~ 1e-2) still fails. */
+static double upd_rtol(double f64) { return gpu_run ? 1e-5 : f64; }
+static double upd_atol(double f64) { return gpu_run ? 1e-5 : f64; }
+
+static int setup(void **state) {
+  kiln_test_context_setup(state);
+  dev = kiln_test_device(*state);
+  gpu_run = dev.kind == KILN_DEVICE_CUDA;
+  return 0;
+}
 
 enum { B = 4, IN = 3, OUT = 2, NP = OUT * IN + OUT };
 
@@ -20,7 +44,7 @@ static kiln_model *make_model(kiln_context *ctx, const char *text, kiln_dtype dt
   kiln_model *model = NULL;
   assert_kiln_ok(kiln_model_spec_create(&spec));
   assert_kiln_ok(kiln_model_spec_parse(spec, text));
-  assert_kiln_ok(kiln_model_create_dtype(ctx, spec, cpu, dtype, &model));
+  assert_kiln_ok(kiln_model_create_dtype(ctx, spec, dev, model_dtype(dtype), &model));
   kiln_model_spec_release(spec);
   return model;
 }
@@ -88,7 +112,7 @@ static void check_optimizer(kiln_context *ctx, const optim_case *c) {
   kiln_test_fill_uniform_f64(&rng, x, B * IN, -1, 1);
   kiln_test_fill_uniform_f64(&rng, t, B * OUT, -1, 1);
   const int64_t xs[] = {B, IN}, ts[] = {B, OUT};
-  kiln_tensor *xt = kiln_test_tensor_f64(ctx, x, xs, 2, cpu), *tt = kiln_test_tensor_f64(ctx, t, ts, 2, cpu);
+  kiln_tensor *xt = kiln_test_tensor_f64(ctx, x, xs, 2, dev), *tt = kiln_test_tensor_f64(ctx, t, ts, 2, dev);
   kiln_trainer_options *o = NULL;
   kiln_trainer *trainer = NULL;
   assert_kiln_ok(kiln_trainer_options_create(&o));
@@ -107,7 +131,7 @@ static void check_optimizer(kiln_context *ctx, const optim_case *c) {
     torch_step(c, p, g, m, v, step);
     assert_kiln_ok(kiln_trainer_step(trainer, xt, tt, NULL));
     read_linear(model, got);
-    assert_allclose(got, p, NP, 1e-11, 1e-13);
+    assert_allclose(got, p, NP, upd_rtol(1e-11), upd_atol(1e-13));
   }
   int64_t steps = 0;
   assert_kiln_ok(kiln_trainer_steps_done(trainer, &steps));
@@ -143,7 +167,7 @@ static void test_grad_clipping(void **state) {
   kiln_test_fill_uniform_f64(&rng, x, B * IN, -1, 1);
   kiln_test_fill_uniform_f64(&rng, t, B * OUT, 2, 3);
   const int64_t xs[] = {B, IN}, ts[] = {B, OUT};
-  kiln_tensor *xt = kiln_test_tensor_f64(ctx, x, xs, 2, cpu), *tt = kiln_test_tensor_f64(ctx, t, ts, 2, cpu);
+  kiln_tensor *xt = kiln_test_tensor_f64(ctx, x, xs, 2, dev), *tt = kiln_test_tensor_f64(ctx, t, ts, 2, dev);
   kiln_trainer_options *o = NULL;
   kiln_trainer *trainer = NULL;
   assert_kiln_ok(kiln_trainer_options_create(&o));
@@ -160,7 +184,7 @@ static void test_grad_clipping(void **state) {
   for (int i = 0; i < NP; ++i) p[i] -= g[i] * 0.05 / (norm + 1e-6);
   assert_kiln_ok(kiln_trainer_step(trainer, xt, tt, NULL));
   read_linear(model, got);
-  assert_allclose(got, p, NP, 1e-12, 1e-14);
+  assert_allclose(got, p, NP, upd_rtol(1e-12), upd_atol(1e-14));
   kiln_trainer_release(trainer);
   kiln_trainer_options_release(o);
   kiln_tensor_release(xt);
@@ -183,8 +207,8 @@ static tiny tiny_make(kiln_context *ctx) {
   double x[B * IN] = {0};
   int64_t y[B] = {0, 1, 0, 1};
   const int64_t xs[] = {B, IN}, ys[] = {B};
-  s.x = kiln_test_tensor_f64(ctx, x, xs, 2, cpu);
-  assert_kiln_ok(kiln_tensor_from_host(ctx, y, sizeof y, ys, 1, KILN_I64, cpu, &s.y));
+  s.x = kiln_test_tensor_f64(ctx, x, xs, 2, dev);
+  assert_kiln_ok(kiln_tensor_from_host(ctx, y, sizeof y, ys, 1, KILN_I64, dev, &s.y));
   return s;
 }
 
@@ -292,8 +316,8 @@ static kiln_dataset *separable(kiln_context *ctx, int64_t n, uint64_t seed) {
     y[i++] = best;
   }
   const int64_t xs[] = {n, 2}, ys[] = {n};
-  kiln_tensor *xt = kiln_test_tensor_f32(ctx, x, xs, 2, cpu), *yt = NULL;
-  assert_kiln_ok(kiln_tensor_from_host(ctx, y, n * (int64_t)sizeof *y, ys, 1, KILN_I64, cpu, &yt));
+  kiln_tensor *xt = kiln_test_tensor_f32(ctx, x, xs, 2, dev), *yt = NULL;
+  assert_kiln_ok(kiln_tensor_from_host(ctx, y, n * (int64_t)sizeof *y, ys, 1, KILN_I64, dev, &yt));
   kiln_dataset *ds = NULL;
   assert_kiln_ok(kiln_dataset_from_tensors(ctx, xt, yt, &ds));
   kiln_tensor_release(xt);
@@ -494,10 +518,10 @@ static void test_step_errors(void **state) {
   kiln_trainer *trainer = make_trainer(model, KILN_OPTIM_SGD, 0.1, 8, 1, 0);
   float xv[2 * 4] = {0};
   const int64_t xs[] = {2, 4}, bad_xs[] = {2, 5}, ys[] = {2}, ys3[] = {3};
-  kiln_tensor *x = kiln_test_tensor_f32(ctx, xv, xs, 2, cpu), *xbad = NULL, *y = NULL;
-  assert_kiln_ok(kiln_tensor_zeros(ctx, bad_xs, 2, KILN_F32, cpu, &xbad));
+  kiln_tensor *x = kiln_test_tensor_f32(ctx, xv, xs, 2, dev), *xbad = NULL, *y = NULL;
+  assert_kiln_ok(kiln_tensor_zeros(ctx, bad_xs, 2, KILN_F32, dev, &xbad));
   int64_t labels[2] = {1, 2};
-  assert_kiln_ok(kiln_tensor_from_host(ctx, labels, sizeof labels, ys, 1, KILN_I64, cpu, &y));
+  assert_kiln_ok(kiln_tensor_from_host(ctx, labels, sizeof labels, ys, 1, KILN_I64, dev, &y));
   double loss = 5;
   assert_status(kiln_trainer_step(trainer, xbad, y, &loss), KILN_ERROR_SHAPE_MISMATCH);
   assert_true(loss == 0);
@@ -505,21 +529,35 @@ static void test_step_errors(void **state) {
   /* Labels of another dtype are converted; floats are refused. */
   int32_t l32[2] = {0, 2};
   kiln_tensor *y32 = NULL, *yf = NULL, *y3 = NULL, *ybig = NULL;
-  assert_kiln_ok(kiln_tensor_from_host(ctx, l32, sizeof l32, ys, 1, KILN_I32, cpu, &y32));
+  assert_kiln_ok(kiln_tensor_from_host(ctx, l32, sizeof l32, ys, 1, KILN_I32, dev, &y32));
   assert_kiln_ok(kiln_trainer_step(trainer, x, y32, &loss));
   assert_true(isfinite(loss) && loss > 0);
-  assert_kiln_ok(kiln_tensor_zeros(ctx, ys, 1, KILN_F32, cpu, &yf));
+  assert_kiln_ok(kiln_tensor_zeros(ctx, ys, 1, KILN_F32, dev, &yf));
   assert_status(kiln_trainer_step(trainer, x, yf, &loss), KILN_ERROR_DTYPE_MISMATCH);
-  assert_kiln_ok(kiln_tensor_zeros(ctx, ys3, 1, KILN_I64, cpu, &y3));
+  assert_kiln_ok(kiln_tensor_zeros(ctx, ys3, 1, KILN_I64, dev, &y3));
   assert_status(kiln_trainer_step(trainer, x, y3, &loss), KILN_ERROR_SHAPE_MISMATCH);
+  /* Labels on the host are checked before the step, whatever the model's
+   * device: refused, naming the label, and nothing is updated. */
   int64_t big[2] = {0, 3};
-  assert_kiln_ok(kiln_tensor_from_host(ctx, big, sizeof big, ys, 1, KILN_I64, cpu, &ybig));
-  assert_status(kiln_trainer_step(trainer, x, ybig, &loss), KILN_ERROR_INVALID_ARGUMENT);
+  const kiln_device host = {KILN_DEVICE_CPU, -1};
+  kiln_tensor *ybig_host = NULL;
+  assert_kiln_ok(kiln_tensor_from_host(ctx, big, sizeof big, ys, 1, KILN_I64, host, &ybig_host));
+  assert_status(kiln_trainer_step(trainer, x, ybig_host, &loss), KILN_ERROR_INVALID_ARGUMENT);
   assert_last_error_contains("label 3");
-  assert_status(kiln_trainer_step(trainer, x, ybig, NULL), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_step(trainer, x, ybig_host, NULL), KILN_ERROR_INVALID_ARGUMENT);
+  kiln_tensor_release(ybig_host);
   int64_t steps = 0;
   assert_kiln_ok(kiln_trainer_steps_done(trainer, &steps));
   assert_int_equal(steps, 1);
+  assert_kiln_ok(kiln_tensor_from_host(ctx, big, sizeof big, ys, 1, KILN_I64, dev, &ybig));
+  if (gpu_run) {
+    /* Labels already on the GPU are counted by the loss kernel instead (no
+     * host check, no wait): the step reports them when its loss is read. */
+    assert_status(kiln_trainer_step(trainer, x, ybig, &loss), KILN_ERROR_INVALID_ARGUMENT);
+    assert_last_error_contains("labels outside [0, 3)");
+    assert_kiln_ok(kiln_trainer_steps_done(trainer, &steps));
+    assert_int_equal(steps, 2); /* applied, as the message says */
+  }
   assert_status(kiln_trainer_step(trainer, NULL, y, &loss), KILN_ERROR_INVALID_ARGUMENT);
   assert_status(kiln_trainer_step(NULL, x, y, &loss), KILN_ERROR_INVALID_ARGUMENT);
 
@@ -576,9 +614,9 @@ static void test_loss_values(void **state) {
   kiln_context *ctx = *state;
   const double logits[6] = {1, 2, 3, -1, 0, 1};
   const int64_t ls[] = {2, 3}, ys[] = {2};
-  kiln_tensor *p = kiln_test_tensor_f64(ctx, logits, ls, 2, cpu), *y = NULL, *t = NULL;
+  kiln_tensor *p = kiln_test_tensor_f64(ctx, logits, ls, 2, dev), *y = NULL, *t = NULL;
   uint8_t labels[2] = {0, 2};
-  assert_kiln_ok(kiln_tensor_from_host(ctx, labels, sizeof labels, ys, 1, KILN_U8, cpu, &y));
+  assert_kiln_ok(kiln_tensor_from_host(ctx, labels, sizeof labels, ys, 1, KILN_U8, dev, &y));
   double got = 0, want = 0;
   assert_kiln_ok(kiln_loss(KILN_LOSS_CROSS_ENTROPY, p, y, &got));
   for (int r = 0; r < 2; ++r) {
@@ -588,7 +626,7 @@ static void test_loss_values(void **state) {
   }
   assert_allclose(&got, &want, 1, 1e-12, 0);
   const double target[6] = {0, 1, 1, 0.5, 0, 1};
-  t = kiln_test_tensor_f64(ctx, target, ls, 2, cpu);
+  t = kiln_test_tensor_f64(ctx, target, ls, 2, dev);
   assert_kiln_ok(kiln_loss(KILN_LOSS_MSE, p, t, &got));
   want = 0;
   for (int i = 0; i < 6; ++i) want += (logits[i] - target[i]) * (logits[i] - target[i]) / 6;
@@ -605,7 +643,7 @@ static void test_loss_values(void **state) {
   assert_status(kiln_loss((kiln_loss_kind)7, p, t, &got), KILN_ERROR_INVALID_ARGUMENT);
   labels[1] = 3;
   kiln_tensor *bad = NULL;
-  assert_kiln_ok(kiln_tensor_from_host(ctx, labels, sizeof labels, ys, 1, KILN_U8, cpu, &bad));
+  assert_kiln_ok(kiln_tensor_from_host(ctx, labels, sizeof labels, ys, 1, KILN_U8, dev, &bad));
   assert_status(kiln_loss(KILN_LOSS_CROSS_ENTROPY, p, bad, &got), KILN_ERROR_INVALID_ARGUMENT);
   kiln_tensor_release(bad);
   kiln_tensor_release(p);
@@ -625,5 +663,5 @@ int main(void) {
       cmocka_unit_test(test_step_errors),
       cmocka_unit_test(test_loss_values),
   };
-  return cmocka_run_group_tests(tests, kiln_test_context_setup, kiln_test_context_teardown);
+  return cmocka_run_group_tests(tests, setup, kiln_test_context_teardown);
 }

@@ -11,9 +11,21 @@
  *  - Handles are opaque and reference-counted inside: releasing a handle drops
  *    the caller's reference; objects that depend on it (a trainer on its model,
  *    a tensor on its context) keep it alive. kiln_*_release(NULL) does nothing.
- *    A released or foreign handle passed back yields KILN_ERROR_INVALID_HANDLE.
+ *    A released or foreign handle passed back yields KILN_ERROR_INVALID_HANDLE,
+ *    always: handles are never-reused identifiers, not addresses, so a
+ *    released handle can never come back as a new object. A release while
+ *    other threads (or a callback of the same call) are inside calls with the
+ *    handle lets those calls finish with the object; later calls get
+ *    KILN_ERROR_INVALID_HANDLE.
  *  - Buffers are passed as (pointer, count) and copied during the call; kiln
  *    never keeps a caller's pointer after a call returns.
+ *  - Files: readers open only regular files (a FIFO, device node or
+ *    directory gives KILN_ERROR_IO "not a regular file" at once). Writers
+ *    replace files atomically (temporary file, fsync, rename): a crash or a
+ *    kill leaves the old file or the complete new one, and the next save of
+ *    the same path removes temporaries that dead writers left. They replace
+ *    only regular files (any other existing file type: KILN_ERROR_IO, left
+ *    untouched); a symbolic link is followed and the file it names replaced.
  *  - Strings returned through `const char **` are owned by the object they
  *    came from and stay valid until that object is released.
  *  - No C++ exception, abort or exit crosses this boundary.
@@ -73,7 +85,10 @@ typedef enum kiln_status {
   KILN_ERROR_CANCELLED = 10,         /* a callback asked to stop */
   KILN_ERROR_BACKEND = 11,           /* CUDA, cuBLAS, cuDNN or BLAS failure */
   KILN_ERROR_INTERNAL = 12,          /* a bug in kiln: please report it */
-  KILN_ERROR_COMMUNICATION = 13      /* a collective across ranks failed: a peer died or timed out */
+  KILN_ERROR_BUSY = 13,              /* the object is inside another call (e.g. a
+                                        trainer called from its own callback) */
+  KILN_ERROR_NUMERIC = 14,           /* training diverged: a loss that is NaN or infinite */
+  KILN_ERROR_COMMUNICATION = 15      /* a collective across ranks failed: a peer died or timed out */
 } kiln_status;
 
 /* A constant name for a status, e.g. "KILN_ERROR_SHAPE_MISMATCH". Static
@@ -125,14 +140,20 @@ KILN_API kiln_status kiln_context_options_set_log_level(kiln_context_options *op
 /* fn may be NULL to log to stderr again. user is passed back untouched. */
 KILN_API kiln_status kiln_context_options_set_log_callback(kiln_context_options *options, kiln_log_fn fn,
                                                            void *user);
-/* enable = 0 skips loading the CUDA plugin: the context is CPU-only. */
+/* enable = 0 makes the context CPU-only: it neither loads the CUDA plugin
+ * nor uses the one another context loaded. */
 KILN_API kiln_status kiln_context_options_set_enable_cuda(kiln_context_options *options, int enable);
 
-/* Creates a context: the CPU backend and, if it loads, the CUDA backend
- * (libkiln_cuda.so from libkiln's own directory, or from the directory in the
- * environment variable KILN_BACKEND_PATH). options may be NULL for defaults;
- * it is copied. A missing plugin or driver is not an error: the context is
- * then CPU-only and kiln_cuda_unavailable_reason says why. */
+/* Creates a context: its own CPU backend and, if it loads, the CUDA backend.
+ * The CUDA plugin (libkiln_cuda.so from libkiln's own directory, or from the
+ * directory in the environment variable KILN_BACKEND_PATH, read at that
+ * moment) is loaded once per process, by the first context that asks for
+ * CUDA, and stays loaded until the process exits, even when every context is
+ * released. All contexts share one CUDA backend per device (one memory pool
+ * per device), and all see the same availability and reason. options may be
+ * NULL for defaults; it is copied. A missing plugin or driver is not an
+ * error: the context is then CPU-only and kiln_cuda_unavailable_reason says
+ * why. */
 KILN_API kiln_status kiln_context_create(const kiln_context_options *options, kiln_context **out);
 KILN_API void kiln_context_release(kiln_context *ctx);
 /* Reseeds the context's generator (torch.manual_seed). Affects rand, randn,
@@ -162,10 +183,14 @@ KILN_API kiln_status kiln_device_parse(kiln_context *ctx, const char *text, kiln
  * KILN_ERROR_INVALID_ARGUMENT if the device is malformed or buf too small. */
 KILN_API kiln_status kiln_device_format(kiln_device device, char *buf, int64_t buf_size);
 
-/* *out = 1 when the CUDA backend loaded and sees at least one device. */
+/* *out = 1 when the CUDA backend loaded and sees at least one device. The
+ * plugin is loaded once per process by the first context that asks and stays
+ * loaded, so every context that did not disable CUDA gives the same answer. */
 KILN_API kiln_status kiln_cuda_is_available(kiln_context *ctx, int *out);
-/* Why CUDA is not usable ("" when it is): the loader's or driver's message.
- * The string is owned by ctx. */
+/* Why CUDA is not usable ("" when it is): the loader's or driver's message,
+ * found once per process and the same for every context (or, for a context
+ * made with enable_cuda = 0, that it was disabled). The string is owned by
+ * ctx. */
 KILN_API kiln_status kiln_cuda_unavailable_reason(kiln_context *ctx, const char **out);
 /* Number of devices of a kind: 1 for the CPU, 0..N for CUDA. */
 KILN_API kiln_status kiln_device_count(kiln_context *ctx, kiln_device_kind kind, int64_t *out);
@@ -209,6 +234,10 @@ typedef enum kiln_dtype {
 } kiln_dtype;
 
 #define KILN_MAX_DIMS 8
+/* The most parameters (weights and biases, all layers) a model spec may
+ * describe: larger specs, from a caller or a file, are refused with
+ * KILN_ERROR_INVALID_ARGUMENT before anything is allocated. */
+#define KILN_MAX_PARAMETERS (INT64_C(1) << 40)
 
 /* "f32", "f16", ...; NULL for an unknown value. Never fails. */
 KILN_API const char *kiln_dtype_name(kiln_dtype dtype);
@@ -578,9 +607,14 @@ KILN_API kiln_status kiln_trainer_options_set_fast_path(kiln_trainer_options *op
 KILN_API kiln_status kiln_trainer_create(kiln_model *model, const kiln_trainer_options *options, kiln_trainer **out);
 KILN_API void kiln_trainer_release(kiln_trainer *trainer);
 
-/* One optimisation step on a batch (x [B, in], y labels [B] or targets
- * [B, K], any device: moved to the model's). *loss (may be NULL: then the
- * loss is not read back) is the batch's mean loss before the update. */
+/* One optimisation step on a batch (x [B, in], or [B, ...] with `in`
+ * elements per sample as kiln_model_forward takes it; y labels [B] or
+ * targets [B, K]; any device: moved to the model's). *loss (may be NULL: then the
+ * loss is not read back) is the batch's mean loss before the update. x and
+ * y have been copied when the call returns, so the caller may refill them at
+ * once, pinned host tensors included (for those the call waits for the
+ * copy, and so for the steps queued before it). Without a loss to read, the
+ * step itself may still be running on a GPU when the call returns. */
 KILN_API kiln_status kiln_trainer_step(kiln_trainer *trainer, const kiln_tensor *x, const kiln_tensor *y,
                                        double *loss);
 
@@ -622,11 +656,19 @@ typedef struct kiln_progress {
 
 /* Progress callback: runs on the thread that called kiln_trainer_fit; a
  * non-zero return stops training after the current batch and makes fit
- * return KILN_ERROR_CANCELLED (the model keeps the updates done so far). */
+ * return KILN_ERROR_CANCELLED (the model keeps the updates done so far).
+ * Inside it, the trainer may be read (epochs_done, current_lr,
+ * save_checkpoint) and released (fit keeps it alive until it returns);
+ * kiln_trainer_step, _epoch, _fit, _evaluate and _load_checkpoint on the same
+ * trainer return KILN_ERROR_BUSY. */
 typedef int (*kiln_progress_fn)(void *user, const kiln_progress *progress);
 
 /* Trains for epochs epochs, evaluating validation (may be NULL) after each,
- * and returns the history (caller releases). callback may be NULL. */
+ * and returns the history (caller releases). callback may be NULL.
+ * KILN_ERROR_NUMERIC, naming the epoch and its figures, when an epoch's mean
+ * loss is NaN or infinite (the updates done so far stay in the model; the
+ * same for kiln_trainer_epoch); KILN_ERROR_INVALID_ARGUMENT when epochs < 1
+ * or the total step count would pass 2^62. */
 KILN_API kiln_status kiln_trainer_fit(kiln_trainer *trainer, const kiln_dataset *train,
                                       const kiln_dataset *validation, int64_t epochs, kiln_progress_fn callback,
                                       void *user, kiln_history **out);

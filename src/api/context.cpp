@@ -2,6 +2,7 @@
 #include <string>
 
 #include "api/handles.hpp"
+#include "backend/registry.hpp"
 
 namespace {
 
@@ -39,9 +40,7 @@ KILN_API kiln_status kiln_context_options_set_num_threads(kiln_context_options *
 KILN_API kiln_status kiln_context_options_set_log_level(kiln_context_options *options, kiln_log_level level) {
   return kiln::api::guard([&] {
     kiln_context_options *o = kiln::api::lookup(options, "options");
-    kiln::check(level >= KILN_LOG_DEBUG && level <= KILN_LOG_OFF, KILN_ERROR_INVALID_ARGUMENT,
-                "log level must be KILN_LOG_DEBUG (0) .. KILN_LOG_OFF (4), got " + std::to_string(int(level)));
-    o->value.log_level = level;
+    o->value.log_level = kiln::api::checked_enum(level, KILN_LOG_DEBUG, KILN_LOG_OFF, "log level");
   });
 }
 
@@ -62,7 +61,7 @@ KILN_API kiln_status kiln_context_create(const kiln_context_options *options, ki
   return kiln::api::guard([&] {
     kiln::api::require(out, "out");
     kiln::ContextOptions o = options ? kiln::api::value(options, "options") : kiln::ContextOptions{};
-    *out = kiln::api::make_handle<kiln_context>(kiln::Context::create(o));
+    *out = kiln::api::make_handle<kiln_context>(kiln::Context::create(o, kiln::backend_registry()));
   }, out);
 }
 

@@ -83,7 +83,7 @@ KILN_API kiln_status kiln_device_count(kiln_context *ctx, kiln_device_kind kind,
   return kiln::api::guard([&] {
     auto c = kiln::api::value(ctx, "ctx");
     kiln::api::require(out, "out");
-    *out = c->device_count(kind);
+    *out = c->device_count(kiln::api::checked_enum(kind, KILN_DEVICE_CPU, KILN_DEVICE_CUDA, "device kind"));
   }, out);
 }
 

@@ -1,5 +1,6 @@
 // Version queries, status names, the thread-local last error, and the handle
 // registry shared by every entry point.
+#include <climits>
 #include <cstring>
 #include <string>
 
@@ -32,22 +33,27 @@ void invalid_handle(const char *what, const char *type) {
        std::string(what) + " is not a live " + type + " handle (released, or another kind of handle)");
 }
 
-Device device(kiln_device d) {
-  if (d.kind == KILN_DEVICE_CPU) {
+Device device(const kiln_device &d) {
+  const kiln_device_kind kind = checked_enum(d.kind, KILN_DEVICE_CPU, KILN_DEVICE_CUDA, "device kind");
+  if (kind == KILN_DEVICE_CPU) {
     check(d.index == -1 || d.index == 0, KILN_ERROR_INVALID_ARGUMENT,
           "cpu device index must be -1 (or 0), got " + std::to_string(d.index));
     return Device::cpu();
   }
-  if (d.kind == KILN_DEVICE_CUDA) {
+  {
     check(d.index >= 0, KILN_ERROR_INVALID_ARGUMENT, "cuda device index must be >= 0, got " + std::to_string(d.index));
+    // CUDA numbers devices with an int, as kiln_device_parse accepts them.
+    check(d.index <= INT_MAX, KILN_ERROR_INVALID_ARGUMENT,
+          "cuda device index " + std::to_string(d.index) + " is larger than " + std::to_string(INT_MAX));
     return Device::cuda(d.index);
   }
-  fail(KILN_ERROR_INVALID_ARGUMENT, "unknown device kind " + std::to_string(int(d.kind)));
 }
 
-DType dtype(kiln_dtype d) {
-  check(dtype_valid(int(d)), KILN_ERROR_INVALID_ARGUMENT, "unknown dtype " + std::to_string(int(d)));
-  return DType(d);
+DType dtype(const kiln_dtype &d) {
+  int raw;
+  std::memcpy(&raw, &d, sizeof raw);  // see checked_enum
+  check(dtype_valid(raw), KILN_ERROR_INVALID_ARGUMENT, "unknown dtype " + std::to_string(raw));
+  return DType(raw);
 }
 
 }  // namespace kiln::api
@@ -83,6 +89,8 @@ KILN_API const char *kiln_status_name(kiln_status status) {
     case KILN_ERROR_CANCELLED: return "KILN_ERROR_CANCELLED";
     case KILN_ERROR_BACKEND: return "KILN_ERROR_BACKEND";
     case KILN_ERROR_INTERNAL: return "KILN_ERROR_INTERNAL";
+    case KILN_ERROR_BUSY: return "KILN_ERROR_BUSY";
+    case KILN_ERROR_NUMERIC: return "KILN_ERROR_NUMERIC";
     case KILN_ERROR_COMMUNICATION: return "KILN_ERROR_COMMUNICATION";
   }
   return "KILN_ERROR_UNKNOWN";

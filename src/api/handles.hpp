@@ -18,6 +18,8 @@
 // again on failure.
 #pragma once
 
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -69,13 +71,27 @@ KILN_HANDLE_TAG(kiln_history, 9, "history")
 KILN_HANDLE_TAG(kiln_communicator, 10, "communicator")
 #undef KILN_HANDLE_TAG
 
-// The registry: live handle address -> tag id, under one mutex. Lookups are a
-// hash probe; kiln's calls are coarse enough that this never shows.
+// The registry of live handles. A handle the caller holds is not an address
+// but a never-reused id dressed as a pointer (kHandleMark in the high bits,
+// a counter below): a released handle can never come back as a new object,
+// even of the same type (no ABA through address reuse), and the non-canonical
+// address faults at once if anything ever dereferenced it. The id maps to
+// the real struct and its tag under one mutex; kiln's calls are coarse
+// enough that the hash probe never shows.
 struct Registry {
+  struct Entry {
+    int tag = 0;
+    std::shared_ptr<void> object;  // the handle struct (H)
+  };
   std::mutex mutex;
-  std::unordered_map<const void *, int> live;
+  std::unordered_map<uintptr_t, Entry> live;
+  uintptr_t next = 0;  // ids handed out so far
 };
 Registry &registry();
+
+// High bits no x86-64 or AArch64 user address has ("KILN" in ASCII).
+constexpr uintptr_t kHandleMark = uintptr_t(0x4b494c4eull) << 32;
+constexpr uintptr_t kHandleStep = 16;  // ids look aligned, as real pointers would
 
 // Records the failure for kiln_last_error and returns status.
 kiln_status set_error(kiln_status status, const char *message) noexcept;
@@ -86,57 +102,80 @@ inline void require(const void *p, const char *what) {
   if (!p) fail(KILN_ERROR_INVALID_ARGUMENT, std::string(what) + " is NULL");
 }
 
-// Checks that h is a live handle of its type and returns it. Use for handles
-// whose contents only the calling thread touches (options, trainers).
+// The registry entry of h when it is a live handle of type H, else null.
+// The registry's mutex must be held.
+template <class H> Registry::Entry *find_live(Registry &r, const H *h) {
+  auto it = r.live.find(reinterpret_cast<uintptr_t>(h));
+  if (it == r.live.end() || it->second.tag != HandleTag<std::remove_const_t<H>>::id) return nullptr;
+  return &it->second;
+}
+
+// Checks that h is a live handle of its type and returns its struct. Use for
+// handles whose contents only the calling thread touches (options, specs);
+// objects a call must keep alive while it runs are taken with value().
 template <class H> H *lookup(H *h, const char *what) {
   require(h, what);
   Registry &r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  auto it = r.live.find(h);
-  if (it == r.live.end() || it->second != HandleTag<std::remove_const_t<H>>::id)
-    invalid_handle(what, HandleTag<std::remove_const_t<H>>::name);
-  return h;
+  Registry::Entry *e = find_live(r, h);
+  if (!e) invalid_handle(what, HandleTag<std::remove_const_t<H>>::name);
+  return static_cast<H *>(e->object.get());
 }
 
 // A copy of what h owns, taken under the registry lock, so a concurrent
-// release on another thread cannot pull it away mid-call.
+// release on another thread (or from a callback) cannot pull it away mid-call.
 template <class H> auto value(const H *h, const char *what) -> decltype(h->value) {
   require(h, what);
   Registry &r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  auto it = r.live.find(h);
-  if (it == r.live.end() || it->second != HandleTag<H>::id) invalid_handle(what, HandleTag<H>::name);
-  return h->value;
+  Registry::Entry *e = find_live(r, h);
+  if (!e) invalid_handle(what, HandleTag<H>::name);
+  return static_cast<const H *>(e->object.get())->value;
 }
 
 // A new registered handle owning v.
 template <class H, class V> H *make_handle(V &&v) {
-  H *h = new H{std::forward<V>(v)};
+  std::shared_ptr<void> object = std::make_shared<H>(H{std::forward<V>(v)});
   Registry &r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  r.live[h] = HandleTag<H>::id;
-  return h;
+  r.next += kHandleStep;
+  const uintptr_t id = kHandleMark | r.next;
+  r.live[id] = Registry::Entry{HandleTag<H>::id, std::move(object)};
+  return reinterpret_cast<H *>(id);
 }
 
-// Unregisters and deletes h; NULL, unknown and already released pointers are
-// ignored (release functions return void and must never crash).
+// Unregisters h and drops its struct; NULL, unknown and already released
+// handles are ignored (release functions return void and must never crash).
 template <class H> void release_handle(H *h) noexcept {
   if (!h) return;
+  std::shared_ptr<void> object;  // destroyed outside the lock: destructors may release other objects
   {
     Registry &r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
-    auto it = r.live.find(h);
-    if (it == r.live.end() || it->second != HandleTag<H>::id) return;
-    r.live.erase(it);
+    Registry::Entry *e = find_live(r, h);
+    if (!e) return;
+    object = std::move(e->object);
+    r.live.erase(reinterpret_cast<uintptr_t>(h));
   }
-  delete h;  // outside the lock: destructors may release other handles' objects
+}
+
+// A caller's enum argument after checking that its integer representation
+// is an enumerator in [lo, hi] (INVALID_ARGUMENT "unknown <what> N"). The
+// value is read through its bytes: a C caller may pass any int, and loading
+// an out-of-range value as the C++ enum type would be undefined behaviour.
+template <class E> E checked_enum(const E &e, int lo, int hi, const char *what) {
+  static_assert(sizeof(E) == sizeof(int), "C enums are int-sized here");
+  int raw;
+  std::memcpy(&raw, &e, sizeof raw);
+  if (raw < lo || raw > hi) fail(KILN_ERROR_INVALID_ARGUMENT, std::string("unknown ") + what + " " + std::to_string(raw));
+  return static_cast<E>(raw);
 }
 
 // Validates a caller's device value (kind known; index -1 for the CPU,
 // >= 0 for CUDA) and converts it; existence is checked by the context.
-Device device(kiln_device d);
+Device device(const kiln_device &d);
 // Validates a caller's dtype value.
-DType dtype(kiln_dtype d);
+DType dtype(const kiln_dtype &d);
 
 template <class T> inline void clear_out(T **p) noexcept { if (p) *p = nullptr; }
 template <class T> inline void clear_out(T *p) noexcept { if (p) *p = T{}; }

@@ -38,7 +38,10 @@ KILN_API kiln_status kiln_model_spec_add_linear(kiln_model_spec *spec, int64_t i
 }
 
 KILN_API kiln_status kiln_model_spec_add(kiln_model_spec *spec, kiln_layer_kind kind, double arg) {
-  return guard([&] { lookup(spec, "spec")->value->add(kind, arg); });
+  return guard([&] {
+    lookup(spec, "spec")->value->add(kiln::api::checked_enum(kind, KILN_LAYER_LINEAR, KILN_LAYER_DROPOUT, "layer kind"),
+                                     arg);
+  });
 }
 
 KILN_API kiln_status kiln_model_spec_add_mlp(kiln_model_spec *spec, const int64_t *sizes, int64_t n,
@@ -46,7 +49,8 @@ KILN_API kiln_status kiln_model_spec_add_mlp(kiln_model_spec *spec, const int64_
   return guard([&] {
     kiln_model_spec *s = lookup(spec, "spec");
     require(sizes, "sizes");
-    s->value->add_mlp(sizes, n, activation);
+    s->value->add_mlp(sizes, n,
+                      kiln::api::checked_enum(activation, KILN_LAYER_LINEAR, KILN_LAYER_DROPOUT, "layer kind"));
   });
 }
 
@@ -151,7 +155,8 @@ KILN_API kiln_status kiln_model_predict(kiln_model *model, const kiln_tensor *x,
     std::shared_ptr<kiln::Model> m = value(model, "model");
     kiln::Tensor t = value(x, "x");
     require(out, "out");
-    *out = kiln::api::make_handle<kiln_tensor>(m->predict(t, kind));
+    *out = kiln::api::make_handle<kiln_tensor>(
+        m->predict(t, kiln::api::checked_enum(kind, KILN_PREDICT_LOGITS, KILN_PREDICT_CLASSES, "predict kind")));
   }, out);
 }
 

@@ -1,4 +1,5 @@
 // C entry points for tensors: kiln_tensor_* and kiln_dtype_*.
+#include <cstring>
 #include <string>
 
 #include "api/handles.hpp"
@@ -12,32 +13,26 @@ using kiln::api::guard;
 using kiln::api::query;
 using kiln::api::make_handle;
 using kiln::api::require;
+using kiln::api::checked_enum;
 using kiln::api::value;
 
 kiln_tensor *wrap(Tensor t) { return make_handle<kiln_tensor>(std::move(t)); }
 
-kiln::BinaryOp binary_op(kiln_binary_op op) {
-  kiln::check(op >= KILN_ADD && op <= KILN_POW, KILN_ERROR_INVALID_ARGUMENT,
-              "unknown binary op " + std::to_string(int(op)));
-  return kiln::BinaryOp(int(kiln::BinaryOp::Add) + int(op));
+// The C ops, taken by reference: checked_enum reads their representation.
+kiln::BinaryOp binary_op(const kiln_binary_op &op) {
+  return kiln::BinaryOp(int(kiln::BinaryOp::Add) + int(checked_enum(op, KILN_ADD, KILN_POW, "binary op")));
 }
 
-kiln::BinaryOp compare_op(kiln_compare_op op) {
-  kiln::check(op >= KILN_EQ && op <= KILN_GE, KILN_ERROR_INVALID_ARGUMENT,
-              "unknown compare op " + std::to_string(int(op)));
-  return kiln::BinaryOp(int(kiln::BinaryOp::Eq) + int(op));
+kiln::BinaryOp compare_op(const kiln_compare_op &op) {
+  return kiln::BinaryOp(int(kiln::BinaryOp::Eq) + int(checked_enum(op, KILN_EQ, KILN_GE, "compare op")));
 }
 
-kiln::UnaryOp unary_op(kiln_unary_op op) {
-  kiln::check(op >= KILN_NEG && op <= KILN_LEAKY_RELU, KILN_ERROR_INVALID_ARGUMENT,
-              "unknown unary op " + std::to_string(int(op)));
-  return kiln::UnaryOp(int(kiln::UnaryOp::Neg) + int(op));
+kiln::UnaryOp unary_op(const kiln_unary_op &op) {
+  return kiln::UnaryOp(int(kiln::UnaryOp::Neg) + int(checked_enum(op, KILN_NEG, KILN_LEAKY_RELU, "unary op")));
 }
 
-kiln::ReduceOp reduce_op(kiln_reduce_op op) {
-  kiln::check(op >= KILN_SUM && op <= KILN_ARGMAX, KILN_ERROR_INVALID_ARGUMENT,
-              "unknown reduce op " + std::to_string(int(op)));
-  return kiln::ReduceOp(int(kiln::ReduceOp::Sum) + int(op));
+kiln::ReduceOp reduce_op(const kiln_reduce_op &op) {
+  return kiln::ReduceOp(int(kiln::ReduceOp::Sum) + int(checked_enum(op, KILN_SUM, KILN_ARGMAX, "reduce op")));
 }
 
 // The C enums and the backend's share their order; these keep it so.
@@ -78,11 +73,15 @@ kiln_status two_tensors(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor 
 extern "C" {
 
 KILN_API const char *kiln_dtype_name(kiln_dtype dtype) {
-  return kiln::dtype_valid(int(dtype)) ? kiln::dtype_name(kiln::DType(dtype)) : nullptr;
+  int raw;
+  std::memcpy(&raw, &dtype, sizeof raw);  // any int from C: see checked_enum
+  return kiln::dtype_valid(raw) ? kiln::dtype_name(kiln::DType(raw)) : nullptr;
 }
 
 KILN_API int64_t kiln_dtype_size(kiln_dtype dtype) {
-  return kiln::dtype_valid(int(dtype)) ? kiln::dtype_size(kiln::DType(dtype)) : 0;
+  int raw;
+  std::memcpy(&raw, &dtype, sizeof raw);
+  return kiln::dtype_valid(raw) ? kiln::dtype_size(kiln::DType(raw)) : 0;
 }
 
 KILN_API kiln_status kiln_tensor_empty(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype,

@@ -10,6 +10,7 @@
 
 namespace {
 
+using kiln::api::checked_enum;
 using kiln::api::guard;
 using kiln::api::query;
 using kiln::api::lookup;
@@ -51,7 +52,7 @@ KILN_API kiln_status kiln_loss(kiln_loss_kind kind, const kiln_tensor *pred, con
   return guard([&] {
     kiln::Tensor p = value(pred, "pred"), t = value(target, "target");
     require(out, "out");
-    *out = kiln::compute_loss(kind, p, t);
+    *out = kiln::compute_loss(checked_enum(kind, KILN_LOSS_CROSS_ENTROPY, KILN_LOSS_BCE_WITH_LOGITS, "loss kind"), p, t);
   }, out);
 }
 
@@ -67,17 +68,14 @@ KILN_API void kiln_trainer_options_release(kiln_trainer_options *options) { kiln
 KILN_API kiln_status kiln_trainer_options_set_loss(kiln_trainer_options *options, kiln_loss_kind loss) {
   return guard([&] {
     kiln::TrainerOptions &o = options_of(options);
-    kiln::check_loss_kind(loss);
-    o.loss = loss;
+    o.loss = checked_enum(loss, KILN_LOSS_CROSS_ENTROPY, KILN_LOSS_BCE_WITH_LOGITS, "loss kind");
   });
 }
 
 KILN_API kiln_status kiln_trainer_options_set_optimizer(kiln_trainer_options *options, kiln_optimizer_kind kind) {
   return guard([&] {
     kiln::TrainerOptions &o = options_of(options);
-    kiln::check(kind >= KILN_OPTIM_SGD && kind <= KILN_OPTIM_ADAMW, KILN_ERROR_INVALID_ARGUMENT,
-                "unknown optimizer kind " + std::to_string(int(kind)));
-    o.optimizer.kind = kind;
+    o.optimizer.kind = checked_enum(kind, KILN_OPTIM_SGD, KILN_OPTIM_ADAMW, "optimizer kind");
   });
 }
 
@@ -154,7 +152,7 @@ KILN_API kiln_status kiln_trainer_options_set_schedule(kiln_trainer_options *opt
   return guard([&] {
     kiln::TrainerOptions &o = options_of(options);
     kiln::ScheduleConfig c = o.schedule;
-    c.kind = schedule;
+    c.kind = checked_enum(schedule, KILN_LR_CONSTANT, KILN_LR_COSINE, "lr schedule");
     c.step_size = step_size;
     c.gamma = gamma;
     c.total_steps = total_steps;
@@ -192,8 +190,7 @@ KILN_API kiln_status kiln_trainer_options_set_progress_interval(kiln_trainer_opt
 KILN_API kiln_status kiln_trainer_options_set_precision(kiln_trainer_options *options, kiln_precision precision) {
   return guard([&] {
     kiln::TrainerOptions &o = options_of(options);
-    kiln::check_precision(precision);
-    o.precision = precision;
+    o.precision = checked_enum(precision, KILN_PRECISION_FP32, KILN_PRECISION_BF16, "precision");
   });
 }
 
@@ -223,7 +220,10 @@ KILN_API void kiln_trainer_release(kiln_trainer *trainer) { kiln::api::release_h
 KILN_API kiln_status kiln_trainer_step(kiln_trainer *trainer, const kiln_tensor *x, const kiln_tensor *y,
                                        double *loss) {
   return guard([&] {
-    kiln::Trainer &t = *lookup(trainer, "trainer")->value;
+    // A strong reference for the whole call: the progress callback may release
+    // the trainer's handle.
+    const std::shared_ptr<kiln::Trainer> held = value(trainer, "trainer");
+    kiln::Trainer &t = *held;
     kiln::Tensor xt = value(x, "x"), yt = value(y, "y");
     const double l = t.step(xt, yt, loss != nullptr);
     if (loss) *loss = l;
@@ -232,7 +232,10 @@ KILN_API kiln_status kiln_trainer_step(kiln_trainer *trainer, const kiln_tensor 
 
 KILN_API kiln_status kiln_trainer_epoch(kiln_trainer *trainer, const kiln_dataset *dataset, kiln_epoch_stats *out) {
   return clear_stats_on_failure(guard([&] {
-    kiln::Trainer &t = *lookup(trainer, "trainer")->value;
+    // A strong reference for the whole call: the progress callback may release
+    // the trainer's handle.
+    const std::shared_ptr<kiln::Trainer> held = value(trainer, "trainer");
+    kiln::Trainer &t = *held;
     std::shared_ptr<kiln::Dataset> ds = value(dataset, "dataset");
     check_stats_out(out);
     copy_stats(t.epoch(*ds), out);
@@ -243,7 +246,10 @@ KILN_API kiln_status kiln_trainer_fit(kiln_trainer *trainer, const kiln_dataset 
                                       const kiln_dataset *validation, int64_t epochs, kiln_progress_fn callback,
                                       void *user, kiln_history **out) {
   return guard([&] {
-    kiln::Trainer &t = *lookup(trainer, "trainer")->value;
+    // A strong reference for the whole call: the progress callback may release
+    // the trainer's handle.
+    const std::shared_ptr<kiln::Trainer> held = value(trainer, "trainer");
+    kiln::Trainer &t = *held;
     std::shared_ptr<kiln::Dataset> tr = value(train, "train");
     std::shared_ptr<kiln::Dataset> va = validation ? value(validation, "validation") : nullptr;
     require(out, "out");
@@ -255,7 +261,10 @@ KILN_API kiln_status kiln_trainer_fit(kiln_trainer *trainer, const kiln_dataset 
 KILN_API kiln_status kiln_trainer_evaluate(kiln_trainer *trainer, const kiln_dataset *dataset, double *loss,
                                            double *accuracy) {
   return guard([&] {
-    kiln::Trainer &t = *lookup(trainer, "trainer")->value;
+    // A strong reference for the whole call: the progress callback may release
+    // the trainer's handle.
+    const std::shared_ptr<kiln::Trainer> held = value(trainer, "trainer");
+    kiln::Trainer &t = *held;
     std::shared_ptr<kiln::Dataset> ds = value(dataset, "dataset");
     double l = 0, a = 0;
     t.evaluate(*ds, &l, &a);
@@ -278,7 +287,8 @@ KILN_API kiln_status kiln_trainer_current_lr(const kiln_trainer *trainer, double
 
 KILN_API kiln_status kiln_trainer_save_checkpoint(const kiln_trainer *trainer, const char *path) {
   return guard([&] {
-    const kiln::Trainer &t = *lookup(trainer, "trainer")->value;
+    const std::shared_ptr<kiln::Trainer> held = value(trainer, "trainer");
+    const kiln::Trainer &t = *held;
     require(path, "path");
     t.save_checkpoint(path);
   });
@@ -286,7 +296,10 @@ KILN_API kiln_status kiln_trainer_save_checkpoint(const kiln_trainer *trainer, c
 
 KILN_API kiln_status kiln_trainer_load_checkpoint(kiln_trainer *trainer, const char *path) {
   return guard([&] {
-    kiln::Trainer &t = *lookup(trainer, "trainer")->value;
+    // A strong reference for the whole call: the progress callback may release
+    // the trainer's handle.
+    const std::shared_ptr<kiln::Trainer> held = value(trainer, "trainer");
+    kiln::Trainer &t = *held;
     require(path, "path");
     t.load_checkpoint(path);
   });

@@ -1,16 +1,16 @@
 // The contract between libkiln and the CUDA plugin, libkiln_cuda.so. The
-// plugin exports two C symbols; libkiln dlopen()s it when a context is
-// created and refuses a plugin built against another backend.hpp.
+// plugin exports two C symbols; libkiln dlopen()s it once per process (the
+// registry, backend/registry.cpp) and refuses a plugin built against other
+// interface headers.
 #pragma once
 
 #include <cstdint>
 
 #include "core/backend.hpp"
-
-namespace kiln {
-// Bump whenever backend.hpp changes in any way.
-constexpr int kBackendInterfaceVersion = 1;
-}  // namespace kiln
+// kiln::kBackendInterfaceVersion, which CMake derives from a hash of the
+// interface headers (KILN_BACKEND_INTERFACE_HEADERS in CMakeLists.txt), so
+// any change to them makes an older plugin refuse to load.
+#include "kiln/backend_version.hpp"
 
 extern "C" {
 // Returns kiln::kBackendInterfaceVersion as the plugin was built.

@@ -1,58 +1,13 @@
-// Context creation (CPU backend, then the CUDA plugin), device lookup and
+// Context creation (the backends from the registry), device lookup and
 // parsing, and the random stream. Logging is in log.cpp.
 #include "core/context.hpp"
 
-#include <dlfcn.h>
-#include <sys/stat.h>
-
-#include <cerrno>
 #include <climits>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 
-#include "backend/cpu/cpu_backend.hpp"
-#include "backend/plugin.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
 
 namespace kiln {
-
-namespace {
-
-constexpr const char *kPluginName = "libkiln_cuda.so";
-
-// Any function of libkiln: dladdr on it names the file libkiln was loaded from.
-void locate_libkiln() {}
-
-}  // namespace
-
-std::string plugin_directory(std::string *origin) {
-  const char *env = std::getenv("KILN_BACKEND_PATH");
-  if (env && *env) {
-    *origin = "KILN_BACKEND_PATH";
-    return env;
-  }
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void *>(&locate_libkiln), &info) && info.dli_fname) {
-    std::string file = info.dli_fname;
-    size_t slash = file.rfind('/');
-    if (slash != std::string::npos) {
-      *origin = "the directory of libkiln";
-      return file.substr(0, slash == 0 ? 1 : slash);
-    }
-  }
-  *origin = "the dynamic loader's search path";
-  return "";
-}
-
-std::string one_line(const char *text) {
-  std::string s = text ? text : "";
-  for (char &c : s)
-    if (c == '\n' || c == '\r') c = ' ';
-  while (!s.empty() && s.back() == ' ') s.pop_back();
-  return s;
-}
 
 namespace {
 
@@ -73,86 +28,26 @@ std::string visible_devices(int64_t count) {
 
 Context::Context(const ContextOptions &options) : options_(options), seed_(options.seed) {}
 
-Context::~Context() {
-  // The CUDA backend's code lives in the plugin: destroy it before unmapping.
-  cuda_.reset();
-  if (cuda_library_) dlclose(cuda_library_);
-  cpu_.reset();
-}
-
-std::shared_ptr<Context> Context::create(const ContextOptions &options) {
+std::shared_ptr<Context> Context::create(const ContextOptions &options, BackendRegistry &registry) {
   std::shared_ptr<Context> ctx(new Context(options));
-  ctx->cpu_ = make_cpu_backend(options.threads);
-  if (options.enable_cuda) {
-    ctx->load_cuda_plugin();
-  } else {
+  ctx->cpu_ = registry.make_cpu(options.threads);
+  if (!options.enable_cuda) {
     ctx->cuda_reason_ = "the CUDA backend was disabled by the context options (enable_cuda = 0)";
+    ctx->log(KILN_LOG_INFO, "CUDA backend not available: " + ctx->cuda_reason_);
+    return ctx;
   }
+  const CudaBackendLoad &cuda = registry.cuda();
+  ctx->cuda_ = cuda.backend;
+  ctx->cuda_reason_ = cuda.reason;
+  ctx->log(KILN_LOG_DEBUG, "the CUDA plugin of this process was looked for at " + cuda.searched);
   if (ctx->cuda_available()) {
     ctx->log(KILN_LOG_INFO, "CUDA backend loaded: " + visible_devices(ctx->cuda_->device_count()));
   } else {
-    ctx->log(KILN_LOG_INFO, "CUDA backend not available: " + ctx->cuda_reason_);
+    // A broken installation is worth a warning even at the default level.
+    ctx->log(cuda.broken_installation ? KILN_LOG_WARNING : KILN_LOG_INFO,
+             "CUDA backend not available: " + ctx->cuda_reason_);
   }
   return ctx;
-}
-
-void Context::load_cuda_plugin() {
-  std::string origin;
-  const std::string dir = plugin_directory(&origin);
-  std::string path = dir.empty() ? kPluginName : dir + "/" + kPluginName;
-  log(KILN_LOG_DEBUG, "looking for the CUDA plugin at " + path + " (from " + origin + ")");
-
-  struct stat st {};
-  if (!dir.empty() && stat(path.c_str(), &st) != 0) {
-    cuda_reason_ = std::string(kPluginName) + " not found in " + dir + " (" + origin +
-                   "): " + std::strerror(errno);
-    return;
-  }
-  void *library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!library) {
-    cuda_reason_ = "cannot load the CUDA plugin " + path + ": " + one_line(dlerror());
-    return;
-  }
-
-  auto version_fn =
-      reinterpret_cast<kiln_backend_interface_version_fn>(dlsym(library, "kiln_backend_interface_version"));
-  auto create_fn = reinterpret_cast<kiln_backend_cuda_create_fn>(dlsym(library, "kiln_backend_cuda_create"));
-  if (!version_fn || !create_fn) {
-    cuda_reason_ = "the CUDA plugin " + path + " is not a kiln backend: it lacks " +
-                   (version_fn ? "kiln_backend_cuda_create" : "kiln_backend_interface_version");
-    dlclose(library);
-    log(KILN_LOG_WARNING, cuda_reason_);
-    return;
-  }
-  int version = version_fn();
-  if (version != kBackendInterfaceVersion) {
-    cuda_reason_ = "the CUDA plugin " + path + " was built for interface " + std::to_string(version) +
-                   ", this library expects " + std::to_string(kBackendInterfaceVersion) +
-                   " (install libkiln and libkiln_cuda from the same build)";
-    dlclose(library);
-    log(KILN_LOG_WARNING, cuda_reason_);
-    return;
-  }
-
-  char reason[512] = {};
-  Backend *backend = nullptr;
-  try {
-    backend = create_fn(reason, sizeof reason);
-  } catch (const std::exception &e) {  // the plugin promises not to throw; do not trust it with our caller
-    std::snprintf(reason, sizeof reason, "%s", e.what());
-  } catch (...) {
-    std::snprintf(reason, sizeof reason, "unknown exception while creating the CUDA backend");
-  }
-  reason[sizeof reason - 1] = '\0';
-  if (!backend) {
-    cuda_reason_ = one_line(reason);
-    if (cuda_reason_.empty()) cuda_reason_ = "the CUDA plugin " + path + " gave no backend and no reason";
-    dlclose(library);
-    return;
-  }
-  cuda_.reset(backend);
-  cuda_library_ = library;
-  if (cuda_->device_count() == 0) cuda_reason_ = "the CUDA backend loaded but " + visible_devices(0);
 }
 
 Backend &Context::backend(Device device) const {

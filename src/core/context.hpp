@@ -1,6 +1,7 @@
-// Context: owns the backends (the CPU one always, the CUDA plugin when it
-// loads), the random generator, and logging. Every Storage keeps its Context
-// alive. Thread-safe: all members may be called from several threads.
+// Context: its own CPU backend, the process's CUDA backend when there is one
+// (shared by every context, see core/backend_registry.hpp), the random
+// generator, and logging. Every Storage keeps its Context alive. Thread-safe:
+// all members may be called from several threads.
 #pragma once
 
 #include <atomic>
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "core/backend.hpp"
+#include "core/backend_registry.hpp"
 
 namespace kiln {
 
@@ -21,18 +23,11 @@ struct ContextOptions {
   bool enable_cuda = true;
 };
 
-// The directory libkiln's plugins (libkiln_cuda.so, libkiln_dist.so) are
-// loaded from: KILN_BACKEND_PATH when set, else libkiln's own directory; ""
-// when neither is known (then the dynamic loader searches). *origin says
-// which, for messages.
-std::string plugin_directory(std::string *origin);
-// text (a loader or engine message) on one line, without trailing spaces.
-std::string one_line(const char *text);
-
 class Context : public std::enable_shared_from_this<Context> {
  public:
-  static std::shared_ptr<Context> create(const ContextOptions &options);
-  ~Context();
+  // Makes the backends through registry: a CPU backend for this context and,
+  // unless options disable it, the process's CUDA backend.
+  static std::shared_ptr<Context> create(const ContextOptions &options, BackendRegistry &registry);
 
   Backend &cpu() const { return *cpu_; }
   // The backend for device, after checking the device exists; throws
@@ -66,12 +61,9 @@ class Context : public std::enable_shared_from_this<Context> {
 
  private:
   explicit Context(const ContextOptions &options);
-  // Fills cuda_ and cuda_library_, or cuda_reason_ with why not.
-  void load_cuda_plugin();
   ContextOptions options_;
   std::unique_ptr<Backend> cpu_;
-  std::unique_ptr<Backend> cuda_;
-  void *cuda_library_ = nullptr;  // dlopen handle, closed after cuda_ is destroyed
+  Backend *cuda_ = nullptr;  // the process's; outlives every context
   std::string cuda_reason_;
   std::atomic<uint64_t> seed_{0};
   std::atomic<uint64_t> counter_{0};

@@ -108,7 +108,21 @@ Broadcast broadcast(const Shape &a, const Shape &b, Shape *out) {
   }
   *out = shape;
 
+  // The merging below multiplies sizes: legal shapes whose product does not
+  // fit (or that hold no element, where any size is legal) stop here.
+  int64_t numel = 1;
+  bool too_large = false, empty = false;
+  for (int i = 0; i < shape.ndim; ++i) {
+    empty |= shape[i] == 0;
+    too_large |= __builtin_mul_overflow(numel, shape[i], &numel);
+  }
   Broadcast bc;
+  if (empty) {
+    bc.ndim = 1;  // nothing to compute
+    return bc;
+  }
+  check(!too_large, KILN_ERROR_OUT_OF_MEMORY,
+        "broadcasting " + a.str() + " with " + b.str() + " gives more than 2^63 elements");
   for (int i = 0; i < shape.ndim; ++i) {
     if (shape[i] == 1) continue;
     if (bc.ndim > 0) {

@@ -19,34 +19,15 @@ template <class... F>
 Overloaded(F...) -> Overloaded<F...>;
 
 void linear_forward(Backend &b, int64_t dev, const LinearOp &op) {
-  GemmArgs g;
-  g.t = op.t;
-  g.trans_b = true;
-  g.m = op.rows, g.n = op.out, g.k = op.in;
-  g.a = op.x, g.b = op.w, g.c = op.y;
-  g.math = op.math;
-  b.gemm(dev, g);
+  b.gemm(dev, forward_product(op));
   if (op.b || op.act != UnaryOp::Identity) b.bias_act(dev, op.t, op.rows, op.out, op.y, op.b, op.act, op.alpha, op.pre);
 }
 
 void linear_backward(Backend &b, int64_t dev, const LinearBackwardOp &op) {
   if (op.act != UnaryOp::Identity) b.act_backward(dev, op.t, op.rows * op.out, op.act, op.alpha, op.dy, op.pre, op.y, op.dy);
-  GemmArgs dw;  // dW[out, in] = dy^T x
-  dw.t = op.t;
-  dw.trans_a = true;
-  dw.m = op.out, dw.n = op.in, dw.k = op.rows;
-  dw.a = op.dy, dw.b = op.x, dw.c = op.dw;
-  dw.math = op.math;
-  b.gemm(dev, dw);
+  b.gemm(dev, weight_grad_product(op));
   if (op.db) b.bias_grad(dev, op.t, op.rows, op.out, op.dy, op.db, 0.0);
-  if (op.dx) {
-    GemmArgs dx;  // dx[rows, in] = dy W
-    dx.t = op.t;
-    dx.m = op.rows, dx.n = op.in, dx.k = op.out;
-    dx.a = op.dy, dx.b = op.w, dx.c = op.dx;
-    dx.math = op.math;
-    b.gemm(dev, dx);
-  }
+  if (op.dx) b.gemm(dev, input_grad_product(op));
 }
 
 void loss(Backend &b, int64_t dev, const LossOp &op) {
@@ -103,6 +84,35 @@ uint32_t fast_path_from_env() {
     start = comma + 1;
   }
   return enabled;
+}
+
+GemmArgs forward_product(const LinearOp &op) {
+  GemmArgs g;
+  g.t = op.t;
+  g.trans_b = true;
+  g.m = op.rows, g.n = op.out, g.k = op.in;
+  g.a = op.x, g.b = op.w, g.c = op.y;
+  g.math = op.math;
+  return g;
+}
+
+GemmArgs weight_grad_product(const LinearBackwardOp &op) {
+  GemmArgs g;
+  g.t = op.t;
+  g.trans_a = true;
+  g.m = op.out, g.n = op.in, g.k = op.rows;
+  g.a = op.dy, g.b = op.x, g.c = op.dw;
+  g.math = op.math;
+  return g;
+}
+
+GemmArgs input_grad_product(const LinearBackwardOp &op) {
+  GemmArgs g;
+  g.t = op.t;
+  g.m = op.rows, g.n = op.in, g.k = op.out;
+  g.a = op.dy, g.b = op.w, g.c = op.dx;
+  g.math = op.math;
+  return g;
 }
 
 const char *op_name(const StepOp &op) {

@@ -203,6 +203,12 @@ class Executable {
   virtual std::string describe() const { return "kernels"; }
 };
 
+// The products of a Linear layer, as run_op computes them; a backend that
+// fuses an op (a cuBLASLt epilogue) starts from the same GemmArgs.
+GemmArgs forward_product(const LinearOp &op);              // y[rows, out] = x W^T
+GemmArgs weight_grad_product(const LinearBackwardOp &op);  // dW[out, in] = dy^T x
+GemmArgs input_grad_product(const LinearBackwardOp &op);   // dx[rows, in] = dy W
+
 // The default meaning of one op: the plain sequence of kernels of `b`.
 void run_op(Backend &b, int64_t index, const StepOp &op, const StepParams *step);
 

@@ -28,6 +28,9 @@ struct Shape {
   int64_t operator[](int i) const { return d[i]; }
   int64_t &operator[](int i) { return d[i]; }
   int64_t numel() const {
+    // An empty shape may have other sizes whose product overflows.
+    for (int i = 0; i < ndim; ++i)
+      if (d[i] == 0) return 0;
     int64_t n = 1;
     for (int i = 0; i < ndim; ++i) n *= d[i];
     return n;

@@ -4,6 +4,7 @@
 
 #include <mutex>
 
+#include "backend/registry.hpp"
 #include "core/error.hpp"
 #include "dist/plugin.hpp"
 

@@ -2,11 +2,14 @@
 // atomic within a file system, hence the temporary in the same directory).
 #include "io/atomic_file.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -27,13 +30,68 @@ std::string directory_of(const std::string &path) {
   return path.substr(0, slash);
 }
 
-// Creates a new file named path + ".tmp.<pid>.<random>" (O_EXCL, so it never
-// reuses someone else's) and stores its name in *tmp_path.
+// "<path>.tmp.<host>.": the prefix of this machine's temporaries of path.
+// The host name keeps a writer on another machine sharing the directory (NFS)
+// from being taken for a dead local one.
+std::string temporary_prefix(const std::string &path) {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "localhost");
+  for (char *c = host; *c; ++c)
+    if (*c == '/' || *c == '.') *c = '_';
+  return path + ".tmp." + host + ".";
+}
+
+// Removes temporaries of path left by writers of this machine that died
+// mid-save (kill -9, power loss): their names carry the writer's pid, and a
+// pid with no live process cannot finish its rename. Best effort.
+void remove_stale_temporaries(const std::string &path) {
+  const std::string prefix = temporary_prefix(path);
+  const std::string dir = directory_of(path);
+  const std::string name_prefix = prefix.substr(prefix.find_last_of('/') + 1);
+  DIR *d = ::opendir(dir.c_str());
+  if (!d) return;
+  while (const dirent *e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.compare(0, name_prefix.size(), name_prefix) != 0) continue;
+    char *end = nullptr;
+    const long pid = std::strtol(name.c_str() + name_prefix.size(), &end, 10);
+    if (pid <= 0 || *end != '.' || pid == long(getpid())) continue;
+    if (::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    ::unlinkat(::dirfd(d), name.c_str(), 0);
+  }
+  ::closedir(d);
+}
+
+// The file a save of path replaces: path itself, or the file a symbolic link
+// there points to (the link stays a link). Refuses anything but a regular
+// file, so a save can never replace a device node, FIFO or directory.
+std::string replace_target(const std::string &path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return path;  // a new file
+    io_error("cannot write", path, errno);
+  }
+  std::string target = path;
+  if (S_ISLNK(st.st_mode)) {
+    char *resolved = ::realpath(path.c_str(), nullptr);
+    if (!resolved) io_error("cannot write through the symbolic link", path, errno);
+    target = resolved;
+    std::free(resolved);
+    if (::stat(target.c_str(), &st) != 0) io_error("cannot write", target, errno);
+  }
+  if (!S_ISREG(st.st_mode))
+    fail(KILN_ERROR_IO, "cannot write '" + path + "': not a regular file (kiln replaces only regular files)");
+  return target;
+}
+
+// Creates a new file named "<path>.tmp.<host>.<pid>.<random>" (O_EXCL, so it
+// never reuses someone else's) and stores its name in *tmp_path.
 int create_temporary(const std::string &path, std::string *tmp_path) {
   std::random_device device;
+  const std::string prefix = temporary_prefix(path);
   for (int attempt = 0;; ++attempt) {
     uint64_t r = (uint64_t(device()) << 32) ^ device();
-    *tmp_path = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(r);
+    *tmp_path = prefix + std::to_string(getpid()) + "." + std::to_string(r);
     int fd = ::open(tmp_path->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd >= 0) return fd;
     if (errno != EEXIST || attempt == 16) io_error("cannot create a temporary file to write", path, errno);
@@ -54,7 +112,9 @@ void sync_directory(const std::string &path) {
 
 }  // namespace
 
-void write_file_atomically(const std::string &path, const std::function<void(std::FILE *)> &write) {
+void write_file_atomically(const std::string &requested, const std::function<void(std::FILE *)> &write) {
+  const std::string path = replace_target(requested);
+  remove_stale_temporaries(path);
   std::string tmp;
   int fd = create_temporary(path, &tmp);
   std::FILE *f = ::fdopen(fd, "wb");

@@ -11,9 +11,13 @@
 namespace kiln::io {
 
 // Writes `path` by calling write(f) on a temporary file in the same
-// directory (path + ".tmp.<pid>.<random>"), then fflush, fsync, close,
-// rename over path, and fsync of the directory so the rename itself is
-// durable. write may use any stdio output function on f; a failed write is
+// directory (path + ".tmp.<host>.<pid>.<random>"), then fflush, fsync,
+// close, rename over path, and fsync of the directory so the rename itself
+// is durable. Only regular files are replaced: an existing path that is a
+// device node, FIFO, socket or directory is refused (KILN_ERROR_IO) and left
+// alone; a symbolic link is followed, and the file it points to is replaced
+// (the link stays). Temporaries of path left by dead writers on this machine
+// (a kill during a save) are removed first. write may use any stdio output function on f; a failed write is
 // detected through ferror(f) afterwards, so it need not check each call.
 // On any failure (including an exception thrown by write, which is
 // rethrown) the temporary file is removed and the old file is untouched;

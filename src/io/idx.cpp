@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/context.hpp"
+#include "io/regular_file.hpp"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "IDX elements are byte-swapped from big-endian");
 
@@ -105,15 +106,13 @@ template <class T> void swap_in_place(void *data, int64_t n) {
 Tensor read_idx(const std::string &path, const std::shared_ptr<Context> &ctx) {
   auto format_error = [&](const std::string &problem) { fail(KILN_ERROR_FORMAT, "IDX file '" + path + "': " + problem); };
 
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(KILN_ERROR_IO, "cannot open '" + path + "': " + std::strerror(errno));
+  int fd = open_regular_file(path);
   auto io_error = [&](const std::string &problem) {
     ::close(fd);
     fail(KILN_ERROR_IO, "cannot read '" + path + "': " + problem);
   };
   struct stat st;
   if (::fstat(fd, &st) != 0) io_error(std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) io_error("not a regular file");
   unsigned char magic[2] = {0, 0};
   if (::pread(fd, magic, 2, 0) < 0) io_error(std::strerror(errno));
   const bool gzip = magic[0] == 0x1f && magic[1] == 0x8b;

@@ -13,6 +13,7 @@
 #include "core/context.hpp"
 #include "io/atomic_file.hpp"
 #include "io/json.hpp"
+#include "io/regular_file.hpp"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "safetensors data is little-endian and is read and written without swapping");
@@ -178,15 +179,13 @@ class HeaderReader {
 }  // namespace
 
 SafetensorsFile SafetensorsFile::open(const std::string &path) {
-  int raw_fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (raw_fd < 0) io_error("cannot open", path, errno);
+  int raw_fd = open_regular_file(path);
   SafetensorsFile file;
   file.path_ = path;
   file.fd_ = std::make_shared<Fd>(raw_fd);
 
   struct stat st;
   if (::fstat(raw_fd, &st) != 0) io_error("cannot stat", path, errno);
-  if (!S_ISREG(st.st_mode)) fail(KILN_ERROR_IO, "cannot read '" + path + "': not a regular file");
   const int64_t file_size = st.st_size;
   auto error = [&](const std::string &problem) {
     fail(KILN_ERROR_FORMAT, "safetensors file '" + path + "': " + problem);
@@ -221,13 +220,14 @@ SafetensorsFile SafetensorsFile::open(const std::string &path) {
       file.entries_.push_back(reader.read_entry(root.keys[i], root.items[i]));
   }
   reader.check_coverage(&file.entries_);
+  file.index_.reserve(file.entries_.size());
+  for (size_t i = 0; i < file.entries_.size(); ++i) file.index_.emplace(file.entries_[i].name, i);
   return file;
 }
 
 const SafetensorsFile::Entry *SafetensorsFile::find(const std::string &name) const {
-  for (const Entry &e : entries_)
-    if (e.name == name) return &e;
-  return nullptr;
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &entries_[it->second];
 }
 
 void SafetensorsFile::read_into(const std::string &name, const Tensor &dst) const {

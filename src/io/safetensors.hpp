@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <map>
+#include <unordered_map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -64,6 +65,7 @@ class SafetensorsFile {
   std::shared_ptr<Fd> fd_;
   std::map<std::string, std::string> metadata_;
   std::vector<Entry> entries_;
+  std::unordered_map<std::string, size_t> index_;  // name -> entries_ position: find() in O(1)
 };
 
 // Writes tensors (on any device: copied to the host) and metadata to path,

@@ -12,7 +12,7 @@ void check_schedule_config(const ScheduleConfig &c) {
         "unknown lr schedule " + std::to_string(int(c.kind)));
   check(c.kind != KILN_LR_STEP || c.step_size >= 1, KILN_ERROR_INVALID_ARGUMENT,
         "the step schedule's step_size must be >= 1, got " + std::to_string(c.step_size));
-  check(std::isfinite(c.gamma) && c.gamma > 0, KILN_ERROR_INVALID_ARGUMENT,
+  check(c.kind != KILN_LR_STEP || (std::isfinite(c.gamma) && c.gamma > 0), KILN_ERROR_INVALID_ARGUMENT,
         "the step schedule's gamma must be > 0, got " + std::to_string(c.gamma));
   check(c.total_steps >= 0, KILN_ERROR_INVALID_ARGUMENT,
         "the cosine schedule's total_steps must be >= 0, got " + std::to_string(c.total_steps));

@@ -165,9 +165,19 @@ const char *layer_kind_name(kiln_layer_kind kind) {
   return "?";
 }
 
+int64_t linear_parameters(int64_t in, int64_t out, bool bias) {
+  // in, out >= 1; weights plus bias, with room for the flat buffer's
+  // alignment padding, must stay within KILN_MAX_PARAMETERS.
+  check(in <= KILN_MAX_PARAMETERS / out && in * out <= KILN_MAX_PARAMETERS - out - 64, KILN_ERROR_INVALID_ARGUMENT,
+        "Linear(" + std::to_string(in) + ", " + std::to_string(out) +
+            ") has more than KILN_MAX_PARAMETERS (2^40) parameters");
+  return in * out + (bias ? out : 0) + 32;  // + at most two alignment gaps
+}
+
 void ModelSpec::add_linear(int64_t in, int64_t out, bool bias) {
   check(in >= 1 && out >= 1, KILN_ERROR_INVALID_ARGUMENT,
         "Linear sizes must be >= 1, got in_features " + std::to_string(in) + ", out_features " + std::to_string(out));
+  linear_parameters(in, out, bias);
   int64_t prev = output_size();
   check(prev == 0 || prev == in, KILN_ERROR_SHAPE_MISMATCH,
         "Linear(" + std::to_string(in) + ", " + std::to_string(out) + ") cannot follow a Linear with " +
@@ -251,6 +261,16 @@ int64_t ModelSpec::output_size() const {
 void ModelSpec::validate() const {
   check(input_size() > 0, KILN_ERROR_INVALID_ARGUMENT,
         layers_.empty() ? "the model spec is empty" : "the model spec has no Linear layer");
+  // Sizes may come from an untrusted file: every product and the total are
+  // checked against the limit before anything multiplies them unchecked.
+  int64_t total = 0;
+  for (const LayerSpec &l : layers_) {
+    if (l.kind != KILN_LAYER_LINEAR) continue;
+    const int64_t layer = linear_parameters(l.in, l.out, l.bias);
+    check(total <= KILN_MAX_PARAMETERS - layer, KILN_ERROR_INVALID_ARGUMENT,
+          "the model spec has more than KILN_MAX_PARAMETERS (2^40) parameters");
+    total += layer;
+  }
 }
 
 std::string ModelSpec::describe() const {

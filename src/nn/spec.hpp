@@ -27,6 +27,11 @@ struct LayerSpec {
   double arg = 0;           // LeakyReLU's slope, Dropout's probability
 };
 
+// The flat-buffer elements of a Linear(in, out) (weights, bias and their
+// alignment), after checking it fits KILN_MAX_PARAMETERS (INVALID_ARGUMENT).
+// in, out >= 1.
+int64_t linear_parameters(int64_t in, int64_t out, bool bias);
+
 class ModelSpec {
  public:
   // Linear(in, out): sizes >= 1 (INVALID_ARGUMENT); in must equal the

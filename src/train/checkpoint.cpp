@@ -54,6 +54,16 @@ uint64_t parse_u64(const std::map<std::string, std::string> &meta, const std::st
   return uint64_t(v);
 }
 
+// A step, epoch or update count: the trainer adds to these as int64, so a
+// file's value must leave room to count on (2^62 is ~10^18 steps).
+int64_t parse_counter(const std::map<std::string, std::string> &meta, const std::string &key, const std::string &path) {
+  constexpr uint64_t kMaxCounter = uint64_t(1) << 62;
+  const uint64_t v = parse_u64(meta, key, path);
+  check(v <= kMaxCounter, KILN_ERROR_FORMAT,
+        path + ": metadata \"" + key + "\" is " + std::to_string(v) + ", beyond the largest count kiln resumes (2^62)");
+  return int64_t(v);
+}
+
 }  // namespace
 
 void Trainer::save_checkpoint(const std::string &path) const {
@@ -106,6 +116,7 @@ void Trainer::save_checkpoint(const std::string &path) const {
 }
 
 void Trainer::load_checkpoint(const std::string &path) {
+  BusyScope busy(*this, "kiln_trainer_load_checkpoint");
   check_model_device();
   const io::SafetensorsFile file = io::SafetensorsFile::open(path);
   const auto &meta = file.metadata();
@@ -117,8 +128,8 @@ void Trainer::load_checkpoint(const std::string &path) {
   const char *mine = optimizer_name(optimizer_.config().kind);
   check(kind->second == mine, KILN_ERROR_INVALID_ARGUMENT,
         path + " holds the state of the " + kind->second + " optimizer but this trainer uses " + mine);
-  const uint64_t epochs = parse_u64(meta, "epochs_done", path), steps = parse_u64(meta, "steps_done", path);
-  const uint64_t optimizer_steps = parse_u64(meta, "optimizer_steps", path);
+  const int64_t epochs = parse_counter(meta, "epochs_done", path), steps = parse_counter(meta, "steps_done", path);
+  const int64_t optimizer_steps = parse_counter(meta, "optimizer_steps", path);
   const uint64_t seed = parse_u64(meta, "shuffle_seed", path), counter = parse_u64(meta, "shuffle_counter", path);
 
   // Staging buffers in the trainer's layout; the committed buffers are
@@ -150,9 +161,9 @@ void Trainer::load_checkpoint(const std::string &path) {
   model_->flat().copy_from(staged_params);
   const auto state = optimizer_.state();
   for (size_t i = 0; i < state.size(); ++i) state[i].second.copy_from(staged_state[i].second);
-  optimizer_.set_steps(int64_t(optimizer_steps));
-  epochs_done_ = int64_t(epochs);
-  steps_done_ = int64_t(steps);
+  optimizer_.set_steps(optimizer_steps);
+  epochs_done_ = epochs;
+  steps_done_ = steps;
   rng_seed_ = seed;
   rng_counter_ = counter;
 }

@@ -92,11 +92,6 @@ OptimizerConfig TrainerOptions::resolved_optimizer() const {
   return c;
 }
 
-void check_precision(kiln_precision precision) {
-  check(precision >= KILN_PRECISION_FP32 && precision <= KILN_PRECISION_BF16, KILN_ERROR_INVALID_ARGUMENT,
-        "unknown precision " + std::to_string(int(precision)) + " (expected fp32, tf32 or bf16)");
-}
-
 Trainer::Trainer(std::shared_ptr<Model> model, const TrainerOptions &options)
     : model_(std::move(model)),
       options_(options),
@@ -114,7 +109,6 @@ Trainer::Trainer(std::shared_ptr<Model> model, const TrainerOptions &options)
   check(options.progress_interval >= 0, KILN_ERROR_INVALID_ARGUMENT,
         "the progress interval must be >= 0, got " + std::to_string(options.progress_interval));
   check_schedule_config(options.schedule);
-  check_precision(options.precision);
   if (options.precision == KILN_PRECISION_TF32 && device_.is_cpu())
     fail(KILN_ERROR_NOT_SUPPORTED, "precision tf32 is a CUDA mode (TF32 tensor cores), not available on the CPU; "
                                    "use fp32 or bf16 there");
@@ -131,6 +125,22 @@ Trainer::Trainer(std::shared_ptr<Model> model, const TrainerOptions &options)
   }
   stats_ = Tensor::full(params.context(), Shape{kStatsSize}, DType::F64, device_, 0.0);
   rng_seed_ = options.shuffle_seed_set ? options.shuffle_seed : model_->context()->derive_seed();
+}
+
+Trainer::BusyScope::BusyScope(Trainer &t, const char *what) : busy_(t.busy_) {
+  if (busy_)
+    fail(KILN_ERROR_BUSY, std::string("the trainer is busy: ") + what +
+                              " was called from inside another call on the same trainer (its progress callback); "
+                              "return from the callback first");
+  busy_ = true;
+}
+
+void Trainer::check_finite(const kiln_epoch_stats &s) const {
+  if (std::isfinite(s.train_loss)) return;
+  fail(KILN_ERROR_NUMERIC, "training diverged: the mean loss of epoch " + std::to_string(s.epoch) + " is " +
+                               std::to_string(s.train_loss) + " (train accuracy " +
+                               std::to_string(100 * s.train_accuracy) + "%, lr " + std::to_string(s.lr) +
+                               "); lower the learning rate or momentum, or clip gradients");
 }
 
 // The checks on the step path are `if (!ok) fail(...)`: check() would build
@@ -400,6 +410,7 @@ void Trainer::run_pass_steps(bool trains, int64_t first, int64_t count, int64_t 
 }
 
 double Trainer::step(const Tensor &x, const Tensor &y, bool want_loss) {
+  BusyScope busy(*this, "kiln_trainer_step");
   check_model_device();
   const int64_t in = model_->input_size(), out = model_->output_size();
   if (!dtype_is_float(x.dtype()) && x.dtype() != DType::U8)
@@ -415,6 +426,10 @@ double Trainer::step(const Tensor &x, const Tensor &y, bool want_loss) {
 
   stage(x, batch_x_, rows);
   stage(y, batch_y_, rows);
+  // Copies from page-locked host memory are asynchronous: wait for them, so
+  // the caller may refill x and y as soon as the step returns.
+  const auto pinned_host = [](const Tensor &t) { return t.device().is_cpu() && t.pinned(); };
+  if (!device_.is_cpu() && (pinned_host(x) || pinned_host(y))) stats_.backend().synchronize(device_.index);
   if (!(window_valid_ && steps_done_ >= window_first_ && steps_done_ < window_first_ + kStepWindow &&
         optimizer_.steps() - steps_done_ == window_opt_steps_ - window_first_ && fit_end_ == window_fit_end_)) {
     write_table(kStepWindow, 0);
@@ -525,9 +540,19 @@ kiln_epoch_stats Trainer::run_epoch(const Dataset &ds, int64_t epoch_index, int6
   return s;
 }
 
-kiln_epoch_stats Trainer::epoch(const Dataset &dataset) { return run_epoch(dataset, epochs_done_ + 1, 1, nullptr, nullptr); }
+kiln_epoch_stats Trainer::epoch(const Dataset &dataset) {
+  BusyScope busy(*this, "kiln_trainer_epoch");
+  const kiln_epoch_stats s = run_epoch(dataset, epochs_done_ + 1, 1, nullptr, nullptr);
+  check_finite(s);
+  return s;
+}
 
 void Trainer::evaluate(const Dataset &ds, double *loss, double *accuracy) {
+  BusyScope busy(*this, "kiln_trainer_evaluate");
+  evaluate_pass(ds, loss, accuracy);
+}
+
+void Trainer::evaluate_pass(const Dataset &ds, double *loss, double *accuracy) {
   check_model_device();
   check_dataset(ds, "the evaluation dataset");
   check_same_size(ds, "the evaluation dataset");
@@ -555,6 +580,7 @@ void Trainer::evaluate(const Dataset &ds, double *loss, double *accuracy) {
 }
 std::shared_ptr<History> Trainer::fit(const Dataset &train, const Dataset *validation, int64_t epochs,
                                       kiln_progress_fn callback, void *user) {
+  BusyScope busy(*this, "kiln_trainer_fit");
   check(epochs >= 1, KILN_ERROR_INVALID_ARGUMENT, "epochs must be >= 1, got " + std::to_string(epochs));
   check_model_device();
   check_dataset(train, "the training dataset");
@@ -569,15 +595,18 @@ std::shared_ptr<History> Trainer::fit(const Dataset &train, const Dataset *valid
     int64_t &end;
     ~FitEnd() { end = 0; }
   } fit_end{fit_end_};
+  check(epochs <= (INT64_MAX / 2 - steps_done_) / batches, KILN_ERROR_INVALID_ARGUMENT,
+        std::to_string(epochs) + " epochs of " + std::to_string(batches) + " steps are more steps than kiln counts");
   fit_end_ = steps_done_ + epochs * batches;
 
   auto history = std::make_shared<History>();
-  history->epochs.reserve(size_t(epochs));
+  history->epochs.reserve(size_t(std::min<int64_t>(epochs, 1024)));  // grows past that as epochs finish
   for (int64_t e = 1; e <= epochs; ++e) {
     model_->set_training(true);
     kiln_epoch_stats s = run_epoch(train, e, epochs, callback, user);
+    check_finite(s);
     if (validation) {
-      evaluate(*validation, &s.val_loss, &s.val_accuracy);
+      evaluate_pass(*validation, &s.val_loss, &s.val_accuracy);
       s.has_validation = 1;
     }
     history->epochs.push_back(s);

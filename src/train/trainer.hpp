@@ -74,9 +74,6 @@ struct TrainerOptions {
   OptimizerConfig resolved_optimizer() const;
 };
 
-// INVALID_ARGUMENT for a value outside kiln_precision.
-void check_precision(kiln_precision precision);
-
 class Trainer {
  public:
   // Validates options (INVALID_ARGUMENT naming the value).
@@ -93,6 +90,9 @@ class Trainer {
                                kiln_progress_fn callback, void *user);
   // Mean loss and accuracy (0 for float targets) in evaluation mode.
   void evaluate(const Dataset &dataset, double *loss, double *accuracy);
+  // step, epoch, fit, evaluate and load_checkpoint throw BUSY when called
+  // from inside another of them (a progress callback); fit and epoch throw
+  // NUMERIC, with the epoch's figures, when an epoch's loss is not finite.
 
   // Makes this trainer one rank of distributed data parallel training over
   // comm (see the top of this file). Collective: every rank calls it, with
@@ -158,11 +158,30 @@ class Trainer {
   // One pass; epoch_index (1-based) and epochs only label progress reports.
   kiln_epoch_stats run_epoch(const Dataset &dataset, int64_t epoch_index, int64_t epochs, kiln_progress_fn callback,
                              void *user);
+  // evaluate without the busy check (fit's validation).
+  void evaluate_pass(const Dataset &dataset, double *loss, double *accuracy);
   // Reads the three pass statistics (loss sum, correct, bad labels) at offset.
   void read_stats(int64_t offset, double out[3]) const;
 
+  // Marks the trainer busy for one public call; calls into it from inside
+  // (its progress callback) get KILN_ERROR_BUSY instead of corrupting the
+  // running pass.
+  class BusyScope {
+   public:
+    BusyScope(Trainer &t, const char *what);
+    ~BusyScope() { busy_ = false; }
+    BusyScope(const BusyScope &) = delete;
+    BusyScope &operator=(const BusyScope &) = delete;
+
+   private:
+    bool &busy_;
+  };
+  // Throws NUMERIC when an epoch's mean loss is not finite.
+  void check_finite(const kiln_epoch_stats &s) const;
+
   std::shared_ptr<Model> model_;
   TrainerOptions options_;
+  bool busy_ = false;
   Device device_;
   DType work_dtype_;  // the step's activations and products: the model's dtype, or bf16
   MathMode math_;

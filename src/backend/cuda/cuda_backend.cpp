@@ -4,12 +4,16 @@
 
 #include <cuda_runtime_api.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "backend/cuda/check.hpp"
+#include "backend/cuda/program.hpp"
 #include "backend/plugin.hpp"
 
 namespace kiln::cuda {
@@ -25,27 +29,39 @@ std::string version_text(int v) { return std::to_string(v / 1000) + "." + std::t
 // warps to saturate memory bandwidth, few enough to keep per-block atomics rare.
 constexpr int64_t kBlocksPerSm = 8;
 
+// This thread's redirection of one device's kernels (CudaBackend::Redirect).
+struct RedirectState {
+  int64_t index = -1;
+  cudaStream_t stream = nullptr;
+};
+thread_local RedirectState t_redirect;
+
 }  // namespace
 
-// Makes `index` the calling thread's current device for the duration of one
-// call, initialising it on first use, and restores the caller's device.
-class CudaBackend::Scope {
- public:
-  Scope(const CudaBackend &backend, int64_t index) {
-    backend.check_index(index);
-    KILN_CUDA_TRY(cudaGetDevice(&previous_), device_name(index));
-    if (previous_ != int(index)) KILN_CUDA_TRY(cudaSetDevice(int(index)), device_name(index));
-    index_ = int(index);
-  }
-  ~Scope() {
-    if (previous_ != index_) cudaSetDevice(previous_);
-  }
-  Scope(const Scope &) = delete;
-  Scope &operator=(const Scope &) = delete;
+CudaBackend::Scope::Scope(const CudaBackend &backend, int64_t index) {
+  backend.check_index(index);
+  faults().check_usable(int(index));
+  KILN_CUDA_TRY(cudaGetDevice(&previous_), device_name(index));
+  if (previous_ != int(index))
+    KILN_CUDA_TRY_AS(cudaSetDevice(int(index)), KILN_ERROR_DEVICE_UNAVAILABLE, "making " + device_name(index) + " current");
+  index_ = int(index);
+}
 
- private:
-  int previous_ = 0, index_ = 0;
-};
+CudaBackend::Scope::~Scope() {
+  if (previous_ != index_) cudaSetDevice(previous_);
+}
+
+CudaBackend::Redirect::Redirect(int64_t index, cudaStream_t stream) { t_redirect = {index, stream}; }
+
+CudaBackend::Redirect::~Redirect() { t_redirect = {}; }
+
+Launch CudaBackend::launch(int64_t index) {
+  Launch L = device(index).launch;
+  if (t_redirect.index == index) L.stream = t_redirect.stream;
+  return L;
+}
+
+Gemm &CudaBackend::matmuls(int64_t index) { return *device(index).gemm; }
 
 void CudaBackend::Device::release() noexcept {
   if (stream) cudaStreamSynchronize(stream);  // errors are the caller's to see earlier; here only tidy up
@@ -85,6 +101,9 @@ CudaBackend::Device &CudaBackend::device(int64_t index) {
     int sms = 0, pools = 0;
     KILN_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, int(index)), where);
     KILN_CUDA_TRY(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, int(index)), where);
+    size_t free_bytes = 0, total_bytes = 0;
+    KILN_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes), where);
+    d.total_memory = int64_t(total_bytes);
     KILN_CUDA_TRY(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking), where);
     if (pools) {
       cudaMemPoolProps props{};
@@ -141,6 +160,10 @@ void *CudaBackend::alloc(int64_t index, int64_t bytes) {
   if (bytes <= 0) return nullptr;
   Scope scope(*this, index);
   Device &d = device(index);
+  if (bytes > d.total_memory)  // a size bug or a huge model: no retry or pool trim can help
+    fail(KILN_ERROR_OUT_OF_MEMORY, "out of memory on " + device_name(index) + ": cannot allocate " +
+                                       std::to_string(bytes) + " bytes (" + mib(bytes) + "), more than the device's " +
+                                       mib(d.total_memory) + " in total");
   auto attempt = [&](void **p) {
     return d.pool ? cudaMallocFromPoolAsync(p, size_t(bytes), d.pool, d.stream) : cudaMalloc(p, size_t(bytes));
   };
@@ -178,8 +201,22 @@ void CudaBackend::free(int64_t index, void *ptr) {
   }
 }
 
+int64_t CudaBackend::pinned_device() const {
+  for (size_t i = 0; i < devices_.size(); ++i)
+    if (devices_[i]->ready.load(std::memory_order_acquire)) return int64_t(i);
+  int current = 0;
+  KILN_CUDA_TRY(cudaGetDevice(&current), "choosing the device for page-locked memory");
+  return current;
+}
+
 void *CudaBackend::alloc_pinned(int64_t bytes) {
   if (bytes <= 0) return nullptr;
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+  const int64_t host_memory = pages > 0 && page_size > 0 ? int64_t(pages) * page_size : INT64_MAX;
+  if (bytes > host_memory)
+    fail(KILN_ERROR_OUT_OF_MEMORY, "cannot allocate " + std::to_string(bytes) + " bytes (" + mib(bytes) +
+                                       ") of page-locked host memory: the machine has " + mib(host_memory));
+  Scope scope(*this, pinned_device());
   void *p = nullptr;
   cudaError_t e = cudaHostAlloc(&p, size_t(bytes), cudaHostAllocPortable);
   if (e == cudaErrorMemoryAllocation) {
@@ -224,132 +261,138 @@ void CudaBackend::copy_on_device(int64_t index, void *dst, const void *src, int6
 
 void CudaBackend::fill(int64_t index, DType t, int64_t n, void *out, double value) {
   Scope scope(*this, index);
-  cuda::fill(device(index).launch, t, n, out, value);
+  cuda::fill(launch(index), t, n, out, value);
 }
 
 void CudaBackend::arange(int64_t index, DType t, int64_t n, void *out, double start, double step) {
   Scope scope(*this, index);
-  cuda::arange(device(index).launch, t, n, out, start, step);
+  cuda::arange(launch(index), t, n, out, start, step);
 }
 
 void CudaBackend::cast(int64_t index, DType from, const void *in, DType to, void *out, int64_t n) {
   Scope scope(*this, index);
-  cuda::cast(device(index).launch, from, in, to, out, n);
+  cuda::cast(launch(index), from, in, to, out, n);
 }
 
 void CudaBackend::unary(int64_t index, UnaryOp op, DType t, int64_t n, const void *in, void *out, double alpha) {
   Scope scope(*this, index);
-  cuda::unary(device(index).launch, op, t, n, in, out, alpha);
+  cuda::unary(launch(index), op, t, n, in, out, alpha);
 }
 
 void CudaBackend::scalar(int64_t index, BinaryOp op, DType t, int64_t n, const void *a, double s, void *out) {
   Scope scope(*this, index);
-  cuda::scalar(device(index).launch, op, t, n, a, s, out);
+  cuda::scalar(launch(index), op, t, n, a, s, out);
 }
 
 void CudaBackend::binary(int64_t index, BinaryOp op, DType t, const Broadcast &bc, const void *a, const void *b,
                          void *out) {
   Scope scope(*this, index);
-  cuda::binary(device(index).launch, op, t, bc, a, b, out);
+  cuda::binary(launch(index), op, t, bc, a, b, out);
 }
 
 void CudaBackend::reduce(int64_t index, ReduceOp op, DType t, int64_t outer, int64_t n, int64_t inner, const void *in,
                          void *out) {
   Scope scope(*this, index);
-  cuda::reduce(device(index).launch, op, t, outer, n, inner, in, out);
+  cuda::reduce(launch(index), op, t, outer, n, inner, in, out);
 }
 
 void CudaBackend::softmax(int64_t index, DType t, int64_t outer, int64_t n, int64_t inner, const void *in, void *out,
                           bool log) {
   Scope scope(*this, index);
-  cuda::softmax(device(index).launch, t, outer, n, inner, in, out, log);
+  cuda::softmax(launch(index), t, outer, n, inner, in, out, log);
 }
 
-void CudaBackend::gemm(int64_t index, DType t, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                       double alpha, const void *a, const void *b, double beta, void *c) {
+void CudaBackend::gemm(int64_t index, const GemmArgs &args) {
   Scope scope(*this, index);
-  Device &d = device(index);
-  d.gemm->run(d.launch, t, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+  matmuls(index).run(launch(index), args);
 }
 
 void CudaBackend::bias_act(int64_t index, DType t, int64_t rows, int64_t cols, void *y, const void *bias,
                            UnaryOp act, double alpha, void *pre) {
   Scope scope(*this, index);
-  cuda::bias_act(device(index).launch, t, rows, cols, y, bias, act, alpha, pre);
+  cuda::bias_act(launch(index), t, rows, cols, y, bias, act, alpha, pre);
 }
 
 void CudaBackend::act_backward(int64_t index, DType t, int64_t n, UnaryOp act, double alpha, const void *dy,
                                const void *pre, const void *y, void *dx) {
   Scope scope(*this, index);
-  cuda::act_backward(device(index).launch, t, n, act, alpha, dy, pre, y, dx);
+  cuda::act_backward(launch(index), t, n, act, alpha, dy, pre, y, dx);
 }
 
 void CudaBackend::bias_grad(int64_t index, DType t, int64_t rows, int64_t cols, const void *dy, void *db,
                             double beta) {
   Scope scope(*this, index);
-  cuda::bias_grad(device(index).launch, t, rows, cols, dy, db, beta);
+  cuda::bias_grad(launch(index), t, rows, cols, dy, db, beta);
 }
 
 void CudaBackend::cross_entropy(int64_t index, DType t, int64_t rows, int64_t cols, const void *logits,
                                 const int64_t *labels, double grad_scale, void *dlogits, double *stats) {
   Scope scope(*this, index);
-  cuda::cross_entropy(device(index).launch, t, rows, cols, logits, labels, grad_scale, dlogits, stats);
+  cuda::cross_entropy(launch(index), t, rows, cols, logits, labels, grad_scale, dlogits, stats);
 }
 
 void CudaBackend::mse(int64_t index, DType t, int64_t n, const void *pred, const void *target, double grad_scale,
                       void *dpred, double *stats) {
   Scope scope(*this, index);
-  cuda::mse(device(index).launch, t, n, pred, target, grad_scale, dpred, stats);
+  cuda::mse(launch(index), t, n, pred, target, grad_scale, dpred, stats);
 }
 
 void CudaBackend::bce_with_logits(int64_t index, DType t, int64_t n, const void *logits, const void *target,
                                   double grad_scale, void *dlogits, double *stats) {
   Scope scope(*this, index);
-  cuda::bce_with_logits(device(index).launch, t, n, logits, target, grad_scale, dlogits, stats);
+  cuda::bce_with_logits(launch(index), t, n, logits, target, grad_scale, dlogits, stats);
 }
 
-void CudaBackend::dropout(int64_t index, DType t, int64_t n, const void *x, void *y, uint8_t *mask, double p,
-                          uint64_t seed) {
+void CudaBackend::dropout(int64_t index, const DropoutArgs &args, const StepParams *step) {
   Scope scope(*this, index);
-  cuda::dropout(device(index).launch, t, n, x, y, mask, p, seed);
+  cuda::dropout(launch(index), args, step);
 }
 
 void CudaBackend::dropout_backward(int64_t index, DType t, int64_t n, const void *dy, const uint8_t *mask, double p,
                                    void *dx) {
   Scope scope(*this, index);
-  cuda::dropout_backward(device(index).launch, t, n, dy, mask, p, dx);
+  cuda::dropout_backward(launch(index), t, n, dy, mask, p, dx);
 }
 
 void CudaBackend::clip_grad_norm(int64_t index, DType t, int64_t n, void *grads, double max_norm, double *scratch) {
   Scope scope(*this, index);
-  cuda::clip_grad_norm(device(index).launch, t, n, grads, max_norm, scratch);
+  cuda::clip_grad_norm(launch(index), t, n, grads, max_norm, scratch);
 }
 
-void CudaBackend::sgd_update(int64_t index, DType t, int64_t n, void *params, const void *grads, void *velocity,
-                             double lr, double momentum, double weight_decay, bool nesterov, bool first_step) {
+void CudaBackend::sgd_update(int64_t index, const SgdArgs &args, const StepParams *step) {
   Scope scope(*this, index);
-  cuda::sgd_update(device(index).launch, t, n, params, grads, velocity, lr, momentum, weight_decay, nesterov,
-                   first_step);
+  cuda::sgd_update(launch(index), args, step);
 }
 
-void CudaBackend::adam_update(int64_t index, DType t, int64_t n, void *params, const void *grads, void *m, void *v,
-                              double lr, double beta1, double beta2, double eps, double weight_decay, bool decoupled,
-                              int64_t step) {
+void CudaBackend::adam_update(int64_t index, const AdamArgs &args, const StepParams *step) {
   Scope scope(*this, index);
-  cuda::adam_update(device(index).launch, t, n, params, grads, m, v, lr, beta1, beta2, eps, weight_decay, decoupled,
-                    step);
+  cuda::adam_update(launch(index), args, step);
 }
 
-void CudaBackend::gather_rows(int64_t index, DType src_t, const void *src, int64_t cols, const int64_t *rows,
-                              int64_t count, DType out_t, void *out, double scale, double shift) {
+void CudaBackend::gather(int64_t index, const GatherArgs &args, const StepParams *step) {
   Scope scope(*this, index);
-  cuda::gather_rows(device(index).launch, src_t, src, cols, rows, count, out_t, out, scale, shift);
+  cuda::gather(launch(index), args, step);
 }
 
-void CudaBackend::gather_labels(int64_t index, DType src_t, const void *src, const int64_t *rows, int64_t count,
-                                int64_t *out) {
+// The sort's scratch comes from the device's pool and goes back to it in
+// stream order, so a shuffle per epoch costs no device-wide synchronisation.
+void CudaBackend::shuffle(int64_t index, int64_t n, uint64_t seed, int64_t *out) {
+  if (n <= 0) return;
   Scope scope(*this, index);
-  cuda::gather_labels(device(index).launch, src_t, src, rows, count, out);
+  const size_t bytes = shuffle_scratch_bytes(n);
+  void *scratch = alloc(index, int64_t(bytes));
+  try {
+    cuda::shuffle(launch(index), n, seed, out, scratch, bytes);
+  } catch (...) {
+    free(index, scratch);
+    throw;
+  }
+  free(index, scratch);
+}
+
+std::unique_ptr<Executable> CudaBackend::compile(int64_t index, const StepProgram &program) {
+  Scope scope(*this, index);
+  return compile_cuda(*this, index, program);
 }
 
 // ---- plugin entry points ------------------------------------------------------------

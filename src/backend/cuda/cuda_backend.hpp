@@ -13,6 +13,18 @@
 // untouched (copy_to_device) or is not ready to read (copy_to_host) until
 // synchronize(index) or another waiting call on that device returns.
 // free_pinned must not be called on a buffer with a copy still in flight.
+//
+// Page-locked memory belongs to no device, but CUDA allocates it through the
+// calling thread's current context. alloc_pinned makes that context one kiln
+// already uses: the lowest-indexed device kiln has initialised, else the
+// caller's current device (device 0 unless the caller chose another). It
+// never creates a context on a device kiln and its caller do not use, and the
+// allocation is portable (usable from every device).
+//
+// Failures: a size above the device's total memory (host memory for
+// alloc_pinned) is OUT_OF_MEMORY before CUDA is asked; a device that cannot
+// be made current is DEVICE_UNAVAILABLE; after a sticky fault (check.hpp)
+// every call on that device fails at once, naming the fault.
 #pragma once
 
 #include <atomic>
@@ -55,8 +67,7 @@ class CudaBackend final : public Backend {
               void *out) override;
   void softmax(int64_t index, DType t, int64_t outer, int64_t n, int64_t inner, const void *in, void *out,
                bool log) override;
-  void gemm(int64_t index, DType t, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
-            const void *a, const void *b, double beta, void *c) override;
+  void gemm(int64_t index, const GemmArgs &args) override;
 
   void bias_act(int64_t index, DType t, int64_t rows, int64_t cols, void *y, const void *bias, UnaryOp act,
                 double alpha, void *pre) override;
@@ -69,20 +80,46 @@ class CudaBackend final : public Backend {
            double *stats) override;
   void bce_with_logits(int64_t index, DType t, int64_t n, const void *logits, const void *target, double grad_scale,
                        void *dlogits, double *stats) override;
-  void dropout(int64_t index, DType t, int64_t n, const void *x, void *y, uint8_t *mask, double p,
-               uint64_t seed) override;
+  void dropout(int64_t index, const DropoutArgs &args, const StepParams *step) override;
   void dropout_backward(int64_t index, DType t, int64_t n, const void *dy, const uint8_t *mask, double p,
                         void *dx) override;
   void clip_grad_norm(int64_t index, DType t, int64_t n, void *grads, double max_norm, double *scratch) override;
-  void sgd_update(int64_t index, DType t, int64_t n, void *params, const void *grads, void *velocity, double lr,
-                  double momentum, double weight_decay, bool nesterov, bool first_step) override;
-  void adam_update(int64_t index, DType t, int64_t n, void *params, const void *grads, void *m, void *v, double lr,
-                   double beta1, double beta2, double eps, double weight_decay, bool decoupled,
-                   int64_t step) override;
-  void gather_rows(int64_t index, DType src_t, const void *src, int64_t cols, const int64_t *rows, int64_t count,
-                   DType out_t, void *out, double scale, double shift) override;
-  void gather_labels(int64_t index, DType src_t, const void *src, const int64_t *rows, int64_t count,
-                     int64_t *out) override;
+  void sgd_update(int64_t index, const SgdArgs &args, const StepParams *step) override;
+  void adam_update(int64_t index, const AdamArgs &args, const StepParams *step) override;
+  void gather(int64_t index, const GatherArgs &args, const StepParams *step) override;
+  void shuffle(int64_t index, int64_t n, uint64_t seed, int64_t *out) override;
+
+  // The CUDA fast path: cuBLASLt epilogues and CUDA graphs (program.hpp).
+  std::unique_ptr<Executable> compile(int64_t index, const StepProgram &program) override;
+
+  // ---- for CudaExecutable (program.cpp) ----------------------------------
+  // Makes `index` the calling thread's current device for one call and
+  // restores the caller's device; refuses a device broken by a sticky fault.
+  class Scope {
+   public:
+    Scope(const CudaBackend &backend, int64_t index);
+    ~Scope();
+    Scope(const Scope &) = delete;
+    Scope &operator=(const Scope &) = delete;
+
+   private:
+    int previous_ = 0, index_ = 0;
+  };
+  // Where this thread's kernels for device `index` go now, and its products;
+  // the device must be current (a Scope).
+  Launch launch(int64_t index);
+  Gemm &matmuls(int64_t index);
+  // While alive, this thread's kernels for device `index` are queued on
+  // `stream` instead of the device's stream. CudaExecutable captures a graph
+  // on its own stream through the ordinary kernel methods this way, so work
+  // that other threads queue meanwhile is never captured into it.
+  class Redirect {
+   public:
+    Redirect(int64_t index, cudaStream_t stream);
+    ~Redirect();
+    Redirect(const Redirect &) = delete;
+    Redirect &operator=(const Redirect &) = delete;
+  };
 
  private:
   struct Device {
@@ -90,14 +127,14 @@ class CudaBackend final : public Backend {
     std::atomic<bool> ready{false};
     cudaStream_t stream = nullptr;
     cudaMemPool_t pool = nullptr;  // null where the device has no memory pools: plain cudaMalloc
+    int64_t total_memory = 0;      // no allocation can be larger
     std::unique_ptr<Gemm> gemm;
     Launch launch;
     void release() noexcept;
   };
-  class Scope;  // makes a device current for one call (cuda_backend.cpp)
-
   void check_index(int64_t index) const;
   Device &device(int64_t index);  // initialised on first use; the device must be current
+  int64_t pinned_device() const;  // see the header comment
 
   std::vector<std::unique_ptr<Device>> devices_;
 };

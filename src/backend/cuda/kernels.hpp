@@ -1,6 +1,8 @@
 // Host-side launchers of kiln's own CUDA kernels (elementwise.cu, reduce.cu,
-// nn_kernels.cu, optim.cu). Each queues its kernel(s) on `L.stream` and checks
-// the launch; the semantics are those of the same-named Backend methods.
+// nn_kernels.cu, optim.cu, shuffle.cu, steps.cu). Each queues its kernel(s) on
+// `L.stream` and checks the launch; the semantics are those of the same-named
+// Backend methods. A `step` argument is a device pointer to the StepParams
+// block of the step, read by the kernels, never by the host.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -42,17 +44,24 @@ void mse(const Launch &L, DType t, int64_t n, const void *pred, const void *targ
          double *stats);
 void bce_with_logits(const Launch &L, DType t, int64_t n, const void *logits, const void *target, double grad_scale,
                      void *dlogits, double *stats);
-void dropout(const Launch &L, DType t, int64_t n, const void *x, void *y, uint8_t *mask, double p, uint64_t seed);
+void dropout(const Launch &L, const DropoutArgs &args, const StepParams *step);
 void dropout_backward(const Launch &L, DType t, int64_t n, const void *dy, const uint8_t *mask, double p, void *dx);
-void gather_rows(const Launch &L, DType src_t, const void *src, int64_t cols, const int64_t *rows, int64_t count,
-                 DType out_t, void *out, double scale, double shift);
-void gather_labels(const Launch &L, DType src_t, const void *src, const int64_t *rows, int64_t count, int64_t *out);
+void gather(const Launch &L, const GatherArgs &args, const StepParams *step);
 
 // optim.cu
 void clip_grad_norm(const Launch &L, DType t, int64_t n, void *grads, double max_norm, double *scratch);
-void sgd_update(const Launch &L, DType t, int64_t n, void *params, const void *grads, void *velocity, double lr,
-                double momentum, double weight_decay, bool nesterov, bool first_step);
-void adam_update(const Launch &L, DType t, int64_t n, void *params, const void *grads, void *m, void *v, double lr,
-                 double beta1, double beta2, double eps, double weight_decay, bool decoupled, int64_t step);
+void sgd_update(const Launch &L, const SgdArgs &args, const StepParams *step);
+void adam_update(const Launch &L, const AdamArgs &args, const StepParams *step);
+
+// shuffle.cu: Backend::shuffle in two parts, so that the caller owns the
+// scratch memory (from the device's pool): its size for n, then the sort.
+size_t shuffle_scratch_bytes(int64_t n);
+void shuffle(const Launch &L, int64_t n, uint64_t seed, int64_t *out, void *scratch, size_t scratch_bytes);
+
+// steps.cu: the step cursor of a CUDA graph (program.hpp). set_cursor writes
+// `first` into *cursor; advance_step copies table[*cursor] into *current and
+// increments *cursor, on the device, at the start of each captured step.
+void set_cursor(const Launch &L, int64_t *cursor, int64_t first);
+void advance_step(const Launch &L, const StepParams *table, int64_t *cursor, StepParams *current);
 
 }  // namespace kiln::cuda

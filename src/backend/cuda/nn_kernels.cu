@@ -136,12 +136,15 @@ __global__ void bce_kernel(int64_t n, const T *logits, const T *target, double g
 inline double keep_scale(double p) { return p < 1.0 ? 1.0 / (1.0 - p) : 0.0; }
 
 // Inverted dropout with the mask a pure function of (seed, i): the same bits
-// as the CPU backend, whatever the launch geometry. mask may be null
-// (inference-style use that needs no backward).
+// as the CPU backend, whatever the launch geometry. Inside a training step the
+// seed is derived here, on the device, from the step's block, so a replayed
+// CUDA graph draws new masks at every step. mask may be null (inference-style
+// use that needs no backward).
 template <class T>
 __global__ void dropout_kernel(int64_t n, const T *x, T *y, uint8_t *mask, double keep_p, double scale,
-                               uint64_t seed) {
+                               const StepParams *step, uint64_t stream) {
   using C = Acc<T>;
+  const uint64_t seed = step ? rng_bits(step->dropout_seed, stream) : stream;
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     const bool keep = rng_uniform(seed, uint64_t(i)) < keep_p;
     if (mask) mask[i] = keep;
@@ -156,20 +159,70 @@ __global__ void dropout_backward_kernel(int64_t n, const T *dy, const uint8_t *m
     dx[i] = store<T>(mask[i] ? load(dy, i) * C(scale) : C(0));
 }
 
-// Batch assembly from a resident dataset: out[r, :] = src[rows[r], :] * scale
-// + shift, e.g. MNIST's u8 pixels to f32 in [0, 1] in the same pass.
-template <class S, class O>
-__global__ void gather_rows_kernel(const S *src, int64_t cols, const int64_t *rows, int64_t count, O *out,
-                                   double scale, double shift) {
-  using C = Acc<O>;
-  for (int64_t i = global_thread(); i < count * cols; i += grid_threads()) {
-    const int64_t r = i / cols, c = i - r * cols;
-    out[i] = store<O>(C(load(src, rows[r] * cols + c)) * C(scale) + C(shift));
+// ---- batch assembly ------------------------------------------------------------
+// Gather reads up to four dtypes at once (features, feature output, labels or
+// targets, their output). Compiling every combination would be 1000+ kernels
+// for a memory-bound copy, so the dtypes are switched on at run time: the
+// branch is the same for the whole grid and costs nothing next to the loads.
+
+// A stored value of any dtype as a double: exact for all but i64 beyond 2^53.
+__device__ double load_real(const void *p, DType t, int64_t i) {
+  switch (t) {
+    case DType::F32: return static_cast<const float *>(p)[i];
+    case DType::F64: return static_cast<const double *>(p)[i];
+    case DType::F16: return __half2float(static_cast<const __half *>(p)[i]);
+    case DType::BF16: return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
+    case DType::I32: return static_cast<const int32_t *>(p)[i];
+    case DType::I64: return double(static_cast<const int64_t *>(p)[i]);
+    default: return static_cast<const uint8_t *>(p)[i];
   }
 }
 
-template <class S> __global__ void gather_labels_kernel(const S *src, const int64_t *rows, int64_t count, int64_t *out) {
-  for (int64_t r = global_thread(); r < count; r += grid_threads()) out[r] = int64_t(load(src, rows[r]));
+// An integer label (the host checked that t is I32, I64 or U8).
+__device__ int64_t load_integer(const void *p, DType t, int64_t i) {
+  switch (t) {
+    case DType::I32: return static_cast<const int32_t *>(p)[i];
+    case DType::I64: return static_cast<const int64_t *>(p)[i];
+    default: return static_cast<const uint8_t *>(p)[i];
+  }
+}
+
+// out[i] = v * scale + shift in the output's compute type (double for f64,
+// float otherwise), product and sum rounded separately as the CPU backend's
+// baseline build does (no FMA contraction), then stored. With shift 0 (no
+// normalisation) the batch is bit-identical to the CPU's on every machine;
+// with a shift, the CPU's AVX-512 path may contract to an FMA and differ in
+// the last bit.
+__device__ void store_scaled(void *out, DType t, int64_t i, double v, double scale, double shift) {
+  if (t == DType::F64) {
+    static_cast<double *>(out)[i] = __dadd_rn(__dmul_rn(v, scale), shift);
+    return;
+  }
+  const float f = __fadd_rn(__fmul_rn(float(v), float(scale)), float(shift));
+  switch (t) {
+    case DType::F16: static_cast<__half *>(out)[i] = __float2half_rn(f); break;
+    case DType::BF16: static_cast<__nv_bfloat16 *>(out)[i] = __float2bfloat16_rn(f); break;
+    default: static_cast<float *>(out)[i] = f;
+  }
+}
+
+// Features and labels (or targets) of one batch in one launch: items
+// [0, x_items) are feature elements, the rest label or target elements. The
+// batch's rows are order[offset + r], with the offset read from the step.
+__global__ void gather_kernel(GatherArgs a, int64_t x_items, int64_t y_items, const StepParams *step) {
+  const int64_t *rows = a.order + (step ? step->offset : 0);
+  for (int64_t i = global_thread(); i < x_items + y_items; i += grid_threads()) {
+    if (i < x_items) {
+      const int64_t r = i / a.cols, c = i - r * a.cols;
+      store_scaled(a.out_x, a.out_x_type, i, load_real(a.x, a.x_type, rows[r] * a.cols + c), a.scale, a.shift);
+    } else if (a.y_cols == 0) {
+      const int64_t r = i - x_items;
+      static_cast<int64_t *>(a.out_y)[r] = load_integer(a.y, a.y_type, rows[r]);
+    } else {
+      const int64_t j = i - x_items, r = j / a.y_cols, c = j - r * a.y_cols;
+      store_scaled(a.out_y, a.out_y_type, j, load_real(a.y, a.y_type, rows[r] * a.y_cols + c), 1.0, 0.0);
+    }
+  }
 }
 
 }  // namespace
@@ -243,12 +296,13 @@ void bce_with_logits(const Launch &L, DType t, int64_t n, const void *logits, co
   KILN_CUDA_LAUNCHED("bce_with_logits");
 }
 
-void dropout(const Launch &L, DType t, int64_t n, const void *x, void *y, uint8_t *mask, double p, uint64_t seed) {
-  if (n <= 0) return;
-  dispatch_float(t, "dropout", [&](auto tag) {
+void dropout(const Launch &L, const DropoutArgs &a, const StepParams *step) {
+  if (a.n <= 0) return;
+  dispatch_float(a.t, "dropout", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    dropout_kernel<T><<<blocks_for(L, n), kThreads, 0, L.stream>>>(n, static_cast<const T *>(x), static_cast<T *>(y),
-                                                                   mask, 1.0 - p, keep_scale(p), seed);
+    dropout_kernel<T><<<blocks_for(L, a.n), kThreads, 0, L.stream>>>(a.n, static_cast<const T *>(a.x),
+                                                                     static_cast<T *>(a.y), a.mask, 1.0 - a.p,
+                                                                     keep_scale(a.p), step, a.stream);
   });
   KILN_CUDA_LAUNCHED("dropout");
 }
@@ -263,28 +317,22 @@ void dropout_backward(const Launch &L, DType t, int64_t n, const void *dy, const
   KILN_CUDA_LAUNCHED("dropout_backward");
 }
 
-void gather_rows(const Launch &L, DType src_t, const void *src, int64_t cols, const int64_t *rows, int64_t count,
-                 DType out_t, void *out, double scale, double shift) {
-  if (count <= 0 || cols <= 0) return;
-  dispatch_all(src_t, "gather_rows", [&](auto src_tag) {
-    using S = typename decltype(src_tag)::type;
-    dispatch_float(out_t, "gather_rows", [&](auto out_tag) {
-      using O = typename decltype(out_tag)::type;
-      gather_rows_kernel<S, O><<<blocks_for(L, count * cols), kThreads, 0, L.stream>>>(
-          static_cast<const S *>(src), cols, rows, count, static_cast<O *>(out), scale, shift);
-    });
-  });
-  KILN_CUDA_LAUNCHED("gather_rows");
-}
-
-void gather_labels(const Launch &L, DType src_t, const void *src, const int64_t *rows, int64_t count, int64_t *out) {
-  if (count <= 0) return;
-  dispatch_all(src_t, "gather_labels", [&](auto tag) {
-    using S = typename decltype(tag)::type;
-    gather_labels_kernel<S><<<blocks_for(L, count), kThreads, 0, L.stream>>>(static_cast<const S *>(src), rows,
-                                                                             count, out);
-  });
-  KILN_CUDA_LAUNCHED("gather_labels");
+void gather(const Launch &L, const GatherArgs &a, const StepParams *step) {
+  if (a.count <= 0) return;
+  const bool is_float_out_x = dtype_is_float(a.out_x_type);
+  const bool labels = a.y_cols == 0;
+  const bool integer_y = a.y_type == DType::I32 || a.y_type == DType::I64 || a.y_type == DType::U8;
+  check(!a.x || is_float_out_x, KILN_ERROR_NOT_SUPPORTED,
+        std::string("gather on CUDA writes float features, not ") + dtype_name(a.out_x_type));
+  check(!a.y || (labels ? integer_y && a.out_y_type == DType::I64 : dtype_is_float(a.out_y_type)),
+        KILN_ERROR_NOT_SUPPORTED,
+        std::string("gather on CUDA takes integer labels into i64 or targets into a float dtype, not ") +
+            dtype_name(a.y_type) + " into " + dtype_name(a.out_y_type));
+  const int64_t x_items = a.x && a.cols > 0 ? a.count * a.cols : 0;
+  const int64_t y_items = a.y ? a.count * (labels ? 1 : a.y_cols) : 0;
+  if (x_items + y_items == 0) return;
+  gather_kernel<<<blocks_for(L, x_items + y_items), kThreads, 0, L.stream>>>(a, x_items, y_items, step);
+  KILN_CUDA_LAUNCHED("gather");
 }
 
 }  // namespace kiln::cuda

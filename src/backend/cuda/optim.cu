@@ -1,9 +1,8 @@
 // Optimizer kernels over one flat parameter buffer: global-norm gradient
 // clipping that never leaves the device, and single-kernel SGD and Adam
-// updates with torch.optim's arithmetic (host-computed bias corrections).
-#include <algorithm>
-#include <cmath>
-
+// updates with torch.optim's arithmetic. The learning rate and step number
+// are read from the step's StepParams block in device memory, so a captured
+// CUDA graph applies each step's own values when it is replayed.
 #include "backend/cuda/device_math.cuh"
 
 namespace kiln::cuda {
@@ -31,10 +30,13 @@ template <class T> __global__ void clip_scale_kernel(int64_t n, T *g, double max
   for (int64_t i = global_thread(); i < n; i += grid_threads()) g[i] = store<T>(load(g, i) * f);
 }
 
-// torch.optim.SGD with dampening 0.
+// torch.optim.SGD with dampening 0; step->step == 0 is the first update,
+// which initialises the velocity with the gradient.
 template <class T, class C = Acc<T>>
-__global__ void sgd_kernel(int64_t n, T *params, const T *grads, T *velocity, C lr, C momentum, C weight_decay,
-                           bool nesterov, bool first_step) {
+__global__ void sgd_kernel(int64_t n, T *params, const T *grads, T *velocity, C momentum, C weight_decay,
+                           bool nesterov, const StepParams *step) {
+  const C lr = C(step->lr);
+  const bool first_step = step->step == 0;
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     C w = load(params, i), g = load(grads, i);
     if (weight_decay != C(0)) g += weight_decay * w;
@@ -47,24 +49,42 @@ __global__ void sgd_kernel(int64_t n, T *params, const T *grads, T *velocity, C 
   }
 }
 
-// The constants of one Adam step, computed in double on the host as the CPU
-// backend does, then rounded to the compute type.
+// Adam's hyper-parameters, fixed for the program's life.
+struct AdamConfig {
+  double beta1, beta2, eps, weight_decay;
+  bool l2, shrink;  // which of the two weight decays applies (Adam's L2, AdamW's decay)
+};
+
+// The constants of update number step->step + 1, in double as the CPU backend
+// computes them, then rounded to the compute type. Every thread derives them
+// once, before its loop: a few double operations instead of a host round
+// trip. Device pow may differ from the host's by an ulp of the double, which
+// the rounding to f32 hides (f64 models may see that ulp).
 template <class C> struct AdamStep {
   C step_size;  // lr / (1 - beta1^t)
   C bc2_sqrt;   // sqrt(1 - beta2^t)
   C weight1, beta2, weight2, eps;  // 1 - beta1, beta2, 1 - beta2, eps
   C weight_decay, decay;           // L2 coefficient; AdamW's factor 1 - lr * wd
-  bool l2, shrink;                 // which of the two weight decays applies
+
+  __device__ AdamStep(const AdamConfig &k, const StepParams &s) {
+    const double t = double(s.step + 1 > 1 ? s.step + 1 : 1);  // 1-based; the CPU clamps too
+    step_size = C(s.lr / (1 - pow(k.beta1, t)));
+    bc2_sqrt = C(sqrt(1 - pow(k.beta2, t)));
+    weight1 = C(1 - k.beta1), beta2 = C(k.beta2), weight2 = C(1 - k.beta2), eps = C(k.eps);
+    weight_decay = C(k.weight_decay), decay = C(1 - s.lr * k.weight_decay);
+  }
 };
 
 // torch.optim.Adam (L2 weight decay into the gradient) or AdamW (decoupled
 // decay of the weight), with torch's lerp for the first moment.
 template <class T, class C = Acc<T>>
-__global__ void adam_kernel(int64_t n, T *params, const T *grads, T *m, T *v, AdamStep<C> k) {
+__global__ void adam_kernel(int64_t n, T *params, const T *grads, T *m, T *v, AdamConfig config,
+                            const StepParams *step) {
+  const AdamStep<C> k(config, *step);
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     C w = load(params, i), g = load(grads, i);
-    if (k.shrink) w *= k.decay;
-    if (k.l2) g += k.weight_decay * w;
+    if (config.shrink) w *= k.decay;
+    if (config.l2) g += k.weight_decay * w;
     const C m_old = load(m, i);
     const C m_new = k.weight1 < C(0.5) ? m_old + k.weight1 * (g - m_old) : g - (g - m_old) * (C(1) - k.weight1);
     const C v_new = k.beta2 * load(v, i) + k.weight2 * g * g;
@@ -90,34 +110,30 @@ void clip_grad_norm(const Launch &L, DType t, int64_t n, void *grads, double max
   KILN_CUDA_LAUNCHED("clip_grad_norm (scale)");
 }
 
-void sgd_update(const Launch &L, DType t, int64_t n, void *params, const void *grads, void *velocity, double lr,
-                double momentum, double weight_decay, bool nesterov, bool first_step) {
-  if (n <= 0) return;
-  dispatch_float(t, "sgd_update", [&](auto tag) {
+void sgd_update(const Launch &L, const SgdArgs &a, const StepParams *step) {
+  if (a.n <= 0) return;
+  check(step != nullptr, KILN_ERROR_INVALID_ARGUMENT, "sgd_update needs the step's StepParams");
+  dispatch_float(a.t, "sgd_update", [&](auto tag) {
     using T = typename decltype(tag)::type;
     using C = Acc<T>;
-    sgd_kernel<T><<<blocks_for(L, n), kThreads, 0, L.stream>>>(
-        n, static_cast<T *>(params), static_cast<const T *>(grads), static_cast<T *>(velocity), C(lr), C(momentum),
-        C(weight_decay), nesterov, first_step);
+    sgd_kernel<T><<<blocks_for(L, a.n), kThreads, 0, L.stream>>>(
+        a.n, static_cast<T *>(a.params), static_cast<const T *>(a.grads), static_cast<T *>(a.velocity),
+        C(a.momentum), C(a.weight_decay), a.nesterov, step);
   });
   KILN_CUDA_LAUNCHED("sgd_update");
 }
 
-void adam_update(const Launch &L, DType t, int64_t n, void *params, const void *grads, void *m, void *v, double lr,
-                 double beta1, double beta2, double eps, double weight_decay, bool decoupled, int64_t step) {
-  if (n <= 0) return;
-  const double t_step = double(std::max<int64_t>(step, 1));  // 1-based; the CPU clamps too
-  dispatch_float(t, "adam_update", [&](auto tag) {
+void adam_update(const Launch &L, const AdamArgs &a, const StepParams *step) {
+  if (a.n <= 0) return;
+  check(step != nullptr, KILN_ERROR_INVALID_ARGUMENT, "adam_update needs the step's StepParams");
+  const AdamConfig config{a.beta1, a.beta2, a.eps, a.weight_decay, a.weight_decay != 0 && !a.decoupled,
+                          a.weight_decay != 0 && a.decoupled};
+  dispatch_float(a.t, "adam_update", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using C = Acc<T>;
-    const AdamStep<C> k{C(lr / (1 - std::pow(beta1, t_step))),
-                        C(std::sqrt(1 - std::pow(beta2, t_step))),
-                        C(1 - beta1), C(beta2), C(1 - beta2), C(eps),
-                        C(weight_decay), C(1 - lr * weight_decay),
-                        weight_decay != 0 && !decoupled, weight_decay != 0 && decoupled};
-    adam_kernel<T><<<blocks_for(L, n), kThreads, 0, L.stream>>>(n, static_cast<T *>(params),
-                                                                static_cast<const T *>(grads), static_cast<T *>(m),
-                                                                static_cast<T *>(v), k);
+    adam_kernel<T><<<blocks_for(L, a.n), kThreads, 0, L.stream>>>(a.n, static_cast<T *>(a.params),
+                                                                   static_cast<const T *>(a.grads),
+                                                                   static_cast<T *>(a.m), static_cast<T *>(a.v),
+                                                                   config, step);
   });
   KILN_CUDA_LAUNCHED("adam_update");
 }

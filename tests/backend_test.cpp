@@ -1,10 +1,16 @@
-// The CPU backend's kernels against naive float64 loops, through the Backend
-// interface. Built from the backend's own sources (libkiln hides its C++
-// symbols), so it tests the kernels without the rest of kiln: every dtype
-// path, broadcasting, reductions, gemm, the nn kernels (gradients against
+// Every backend's kernels against naive float64 loops, through the Backend
+// interface: the CPU always, CUDA when a context has a usable device (the
+// CUDA half alone under KILN_TEST_DEVICE=cuda, the CPU half alone under
+// KILN_TEST_DEVICE=cpu). Linked with kiln_internal
+// (libkiln hides its C++ symbols), so it tests the kernels without the rest of
+// kiln: every dtype path, StepParams read from device memory, shuffles,
+// broadcasting, reductions, gemm, the nn kernels (gradients against
 // finite differences), optimizer steps against torch.optim's formulas, and
 // the thread pool under concurrent callers.
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -14,7 +20,8 @@
 #include <thread>
 #include <vector>
 
-#include "backend/cpu/cpu_backend.hpp"
+#include "backend/registry.hpp"
+#include "core/context.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "core/thread_pool.hpp"
@@ -25,6 +32,11 @@ namespace {
 
 int g_failures = 0;
 std::string g_case;
+// The backend under test and its device index (-1: the CPU, 0: cuda:0).
+Backend *g_be = nullptr;
+int64_t g_dev = -1;
+#define D g_dev
+bool on_cpu() { return g_be->kind() == KILN_DEVICE_CPU; }
 
 #define CHECK(cond)                                                                          \
   do {                                                                                       \
@@ -61,16 +73,15 @@ std::vector<double> randoms(size_t n, uint64_t seed, double lo = -2, double hi =
   return v;
 }
 
-// Host buffers of any dtype, converted from / to double.
-struct Buf {
+// Host values of any dtype, converted from / to double.
+struct Host {
   DType t;
   std::vector<unsigned char> bytes;
-  Buf(DType type, size_t n) : t(type), bytes(n * size_t(dtype_size(type)) + 1) {}
-  Buf(DType type, const std::vector<double> &v) : Buf(type, v.size()) {
+  Host(DType type, size_t n) : t(type), bytes(n * size_t(dtype_size(type)) + 1) {}
+  Host(DType type, const std::vector<double> &v) : Host(type, v.size()) {
     for (size_t i = 0; i < v.size(); ++i) set(i, v[i]);
   }
   size_t size() const { return (bytes.size() - 1) / size_t(dtype_size(t)); }
-  void *data() { return bytes.data(); }
   void set(size_t i, double x) {
     unsigned char *p = bytes.data() + i * size_t(dtype_size(t));
     switch (t) {
@@ -103,8 +114,70 @@ struct Buf {
   }
 };
 
+// A buffer in the current backend's device memory (host memory on the CPU)
+// with a host mirror: data() uploads pending host writes and hands out the
+// device pointer (kernels may then write it), values() downloads first.
+struct Buf {
+  Host host;
+  void *dev = nullptr;
+  bool host_newer = true, device_newer = false;
+  Buf(DType type, size_t n) : host(type, n) { dev = g_be->alloc(D, int64_t(host.bytes.size())); }
+  Buf(DType type, const std::vector<double> &v) : Buf(type, v.size()) {
+    for (size_t i = 0; i < v.size(); ++i) host.set(i, v[i]);
+  }
+  Buf(const Buf &) = delete;
+  Buf &operator=(const Buf &) = delete;
+  ~Buf() { g_be->free(D, dev); }
+  size_t size() const { return host.size(); }
+  void download() {
+    if (!device_newer) return;
+    g_be->copy_to_host(D, host.bytes.data(), dev, int64_t(host.bytes.size()), false);
+    device_newer = false;
+  }
+  void *data() {
+    if (host_newer) g_be->copy_to_device(D, dev, host.bytes.data(), int64_t(host.bytes.size()), false);
+    host_newer = false;
+    device_newer = true;
+    return dev;
+  }
+  template <class T>
+  T *as() { return static_cast<T *>(data()); }
+  void set(size_t i, double x) {
+    download();
+    host.set(i, x);
+    host_newer = true;
+  }
+  // Raw bytes into the buffer's start (integer patterns doubles cannot carry).
+  void set_bytes(const void *src, size_t n) {
+    download();
+    std::memcpy(host.bytes.data(), src, n);
+    host_newer = true;
+  }
+  std::vector<double> values() {
+    download();
+    return host.values();
+  }
+  std::vector<unsigned char> bytes() {
+    download();
+    return std::vector<unsigned char>(host.bytes.begin(), host.bytes.end() - 1);
+  }
+};
+
 // The input as the dtype would store it (what the kernel actually reads).
-std::vector<double> rounded(DType t, const std::vector<double> &v) { return Buf(t, v).values(); }
+std::vector<double> rounded(DType t, const std::vector<double> &v) { return Host(t, v).values(); }
+
+// A StepParams block in the current backend's memory.
+struct DevStep {
+  void *dev;
+  explicit DevStep(const StepParams &sp) {
+    dev = g_be->alloc(D, int64_t(sizeof(StepParams)));
+    g_be->copy_to_device(D, dev, &sp, int64_t(sizeof(StepParams)), false);
+  }
+  DevStep(const DevStep &) = delete;
+  DevStep &operator=(const DevStep &) = delete;
+  ~DevStep() { g_be->free(D, dev); }
+  const StepParams *get() const { return static_cast<const StepParams *>(dev); }
+};
 
 const DType kFloats[] = {DType::F32, DType::F64, DType::F16, DType::BF16};
 const DType kAll[] = {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::U8};
@@ -157,26 +230,32 @@ DropoutArgs dropout_args(DType t, int64_t n, const void *x, void *y, uint8_t *ma
 
 void test_memory_and_info(Backend &be) {
   g_case = "memory";
-  void *p = be.alloc(-1, 1000);
+  void *p = be.alloc(D, 1000);
   CHECK(p != nullptr && reinterpret_cast<uintptr_t>(p) % 64 == 0);
-  be.free(-1, p);
-  void *z = be.alloc(-1, 0);
-  CHECK(z != nullptr);
-  be.free(-1, z);
-  CHECK(status_of([&] { be.alloc(-1, std::numeric_limits<int64_t>::max()); }) == KILN_ERROR_OUT_OF_MEMORY);
-  CHECK(status_of([&] { be.alloc(-1, int64_t(1) << 60); }) == KILN_ERROR_OUT_OF_MEMORY);
-  DeviceInfo info = be.info(-1);
+  be.free(D, p);
+  void *z = be.alloc(D, 0);
+  if (on_cpu()) CHECK(z != nullptr);  // elsewhere only bytes > 0 promise a pointer
+  be.free(D, z);
+  CHECK(status_of([&] { be.alloc(D, std::numeric_limits<int64_t>::max()); }) == KILN_ERROR_OUT_OF_MEMORY);
+  CHECK(status_of([&] { be.alloc(D, int64_t(1) << 60); }) == KILN_ERROR_OUT_OF_MEMORY);
+  DeviceInfo info = be.info(D);
   CHECK(!info.name.empty() && info.total_memory > 0 && info.free_memory > 0);
-  CHECK(info.multiprocessor_count >= 1 && info.threads >= 1);
+  CHECK(info.multiprocessor_count >= 1);
+  if (on_cpu()) CHECK(info.threads >= 1);
+  // Copies there and back, and on the device.
+  std::vector<double> v = randoms(1000, 3);
+  Buf a(DType::F64, v), b(DType::F64, v.size());
+  be.copy_on_device(D, b.data(), a.data(), int64_t(v.size() * 8));
+  check_close("copy_on_device", b.values(), v, 0, 0);
 }
 
 void test_fill_arange_cast(Backend &be) {
   for (DType t : kAll) {
     g_case = std::string("fill/arange ") + dtype_name(t);
     Buf out(t, 100);
-    be.fill(-1, t, 100, out.data(), 3.0);
+    be.fill(D, t, 100, out.data(), 3.0);
     check_close("fill", out.values(), std::vector<double>(100, 3.0), 0, 0);
-    be.arange(-1, t, 100, out.data(), 1.0, 2.0);
+    be.arange(D, t, 100, out.data(), 1.0, 2.0);
     std::vector<double> want(100);
     for (int i = 0; i < 100; ++i) want[size_t(i)] = 1 + 2 * i;
     if (t == DType::U8) for (auto &w : want) w = double(uint8_t(int(w)));
@@ -187,18 +266,18 @@ void test_fill_arange_cast(Backend &be) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   Buf f(DType::F64, {2.7, -2.7, 1e30, -1e30, nan, 300, -5});
   Buf i32(DType::I32, 7), u8(DType::U8, 7), i64(DType::I64, 7);
-  be.cast(-1, DType::F64, f.data(), DType::I32, i32.data(), 7);
+  be.cast(D, DType::F64, f.data(), DType::I32, i32.data(), 7);
   check_close("f64->i32", i32.values(), {2, -2, 2147483647.0, -2147483648.0, 0, 300, -5}, 0, 0);
-  be.cast(-1, DType::F64, f.data(), DType::U8, u8.data(), 7);
+  be.cast(D, DType::F64, f.data(), DType::U8, u8.data(), 7);
   check_close("f64->u8", u8.values(), {2, 0, 255, 0, 0, 255, 0}, 0, 0);
-  be.cast(-1, DType::F64, f.data(), DType::I64, i64.data(), 7);
+  be.cast(D, DType::F64, f.data(), DType::I64, i64.data(), 7);
   check_close("f64->i64", i64.values(), {2, -2, 9223372036854775807.0, -9223372036854775808.0, 0, 300, -5}, 0, 0);
   for (DType from : kAll) {
     for (DType to : kAll) {
       g_case = std::string("cast ") + dtype_name(from) + "->" + dtype_name(to);
       std::vector<double> v = {0, 1, 2, 3, 100, 7, 42, 5};
       Buf in(from, v), out(to, v.size());
-      be.cast(-1, from, in.data(), to, out.data(), int64_t(v.size()));
+      be.cast(D, from, in.data(), to, out.data(), int64_t(v.size()));
       check_close("small integers", out.values(), rounded(to, v), 0, 0);
     }
   }
@@ -206,7 +285,7 @@ void test_fill_arange_cast(Backend &be) {
   g_case = "cast large";
   std::vector<double> big = randoms(200000, 5, -100, 100);
   Buf in(DType::F32, big), out(DType::F64, big.size());
-  be.cast(-1, DType::F32, in.data(), DType::F64, out.data(), int64_t(big.size()));
+  be.cast(D, DType::F32, in.data(), DType::F64, out.data(), int64_t(big.size()));
   check_close("f32->f64", out.values(), rounded(DType::F32, big), 0, 0);
 }
 
@@ -238,7 +317,7 @@ void test_unary(Backend &be) {
       const bool positive = op == UnaryOp::Log || op == UnaryOp::Sqrt;
       std::vector<double> x = rounded(t, randoms(70000, 11, positive ? 0.01 : -4, 4));
       Buf in(t, x), out(t, x.size());
-      be.unary(-1, op, t, int64_t(x.size()), in.data(), out.data(), 0.1);
+      be.unary(D, op, t, int64_t(x.size()), in.data(), out.data(), 0.1);
       std::vector<double> want(x.size());
       for (size_t i = 0; i < x.size(); ++i) want[i] = unary_ref(op, x[i], 0.1);
       check_close("values", out.values(), rounded(t, want), rtol_of(t) * 4, t == DType::F64 ? 1e-15 : 1e-6);
@@ -247,16 +326,16 @@ void test_unary(Backend &be) {
   g_case = "unary integers";
   Buf i32(DType::I32, 4);
   int32_t vals[4] = {INT32_MIN, -3, 0, 7};
-  std::memcpy(i32.data(), vals, sizeof vals);
+  i32.set_bytes(vals, sizeof vals);
   Buf out(DType::I32, 4);
-  be.unary(-1, UnaryOp::Neg, DType::I32, 4, i32.data(), out.data(), 0);
+  be.unary(D, UnaryOp::Neg, DType::I32, 4, i32.data(), out.data(), 0);
   check_close("neg wraps", out.values(), {double(INT32_MIN), 3, 0, -7}, 0, 0);
-  be.unary(-1, UnaryOp::Abs, DType::I32, 4, i32.data(), out.data(), 0);
+  be.unary(D, UnaryOp::Abs, DType::I32, 4, i32.data(), out.data(), 0);
   check_close("abs wraps", out.values(), {double(INT32_MIN), 3, 0, 7}, 0, 0);
-  be.unary(-1, UnaryOp::Relu, DType::I32, 4, i32.data(), out.data(), 0);
+  be.unary(D, UnaryOp::Relu, DType::I32, 4, i32.data(), out.data(), 0);
   check_close("relu", out.values(), {0, 0, 0, 7}, 0, 0);
   Buf u8(DType::U8, {0, 1, 255}), u8out(DType::U8, 3);
-  be.unary(-1, UnaryOp::Neg, DType::U8, 3, u8.data(), u8out.data(), 0);
+  be.unary(D, UnaryOp::Neg, DType::U8, 3, u8.data(), u8out.data(), 0);
   check_close("u8 neg wraps", u8out.values(), {0, 255, 1}, 0, 0);
 }
 
@@ -304,7 +383,7 @@ void test_binary(Backend &be) {
         if (cmp) for (size_t i = 0; i < l.b_len && i < a.size(); i += 3) b[i] = a[i];  // some equal pairs
         Buf ba(t, a), bb(t, b), out(out_t, a.size());
         Broadcast bc = make_broadcast({l.rows, l.cols}, {l.cols, 1}, l.bs);
-        be.binary(-1, op, t, bc, ba.data(), bb.data(), out.data());
+        be.binary(D, op, t, bc, ba.data(), bb.data(), out.data());
         std::vector<double> want(a.size());
         for (int64_t r = 0; r < l.rows; ++r)
           for (int64_t c = 0; c < l.cols; ++c)
@@ -315,7 +394,7 @@ void test_binary(Backend &be) {
         g_case = std::string("scalar ") + std::to_string(int(op)) + " " + dtype_name(t);
         std::vector<double> a = rounded(t, randoms(50000, 23, 0.1, 3));
         Buf ba(t, a), out(t, a.size());
-        be.scalar(-1, op, t, int64_t(a.size()), ba.data(), 1.5, out.data());
+        be.scalar(D, op, t, int64_t(a.size()), ba.data(), 1.5, out.data());
         std::vector<double> want(a.size());
         for (size_t i = 0; i < a.size(); ++i) want[i] = binary_ref(op, a[i], 1.5);
         check_close("values", out.values(), rounded(t, want), rtol_of(t) * 4, 0);
@@ -327,7 +406,7 @@ void test_binary(Backend &be) {
     std::vector<double> a = randoms(120, 31), b = randoms(24, 32);
     Buf ba(DType::F64, a), bb(DType::F64, b), out(DType::F64, 120);
     Broadcast bc = make_broadcast({4, 5, 6}, {30, 6, 1}, {6, 0, 1});
-    be.binary(-1, BinaryOp::Sub, DType::F64, bc, ba.data(), bb.data(), out.data());
+    be.binary(D, BinaryOp::Sub, DType::F64, bc, ba.data(), bb.data(), out.data());
     std::vector<double> want(120);
     for (int i = 0; i < 4; ++i)
       for (int j = 0; j < 5; ++j)
@@ -339,7 +418,7 @@ void test_binary(Backend &be) {
     const double nan = std::numeric_limits<double>::quiet_NaN();
     Buf a(DType::F32, {nan, 1, 2}), b(DType::F32, {1, nan, 3}), out(DType::F32, 3);
     Broadcast bc = make_broadcast({3}, {1}, {1});
-    be.binary(-1, BinaryOp::Maximum, DType::F32, bc, a.data(), b.data(), out.data());
+    be.binary(D, BinaryOp::Maximum, DType::F32, bc, a.data(), b.data(), out.data());
     check_close("maximum propagates NaN", out.values(), {nan, nan, 3}, 0, 0);
   }
   g_case = "binary integers";
@@ -347,25 +426,25 @@ void test_binary(Backend &be) {
     Broadcast bc = make_broadcast({6}, {1}, {1});
     Buf a(DType::I32, 6), b(DType::I32, 6), out(DType::I32, 6);
     int32_t av[6] = {7, -7, INT32_MIN, 5, INT32_MAX, 3}, bv[6] = {2, 2, -1, 0, 1, 4};
-    std::memcpy(a.data(), av, sizeof av);
-    std::memcpy(b.data(), bv, sizeof bv);
-    be.binary(-1, BinaryOp::Div, DType::I32, bc, a.data(), b.data(), out.data());
+    a.set_bytes(av, sizeof av);
+    b.set_bytes(bv, sizeof bv);
+    be.binary(D, BinaryOp::Div, DType::I32, bc, a.data(), b.data(), out.data());
     check_close("div truncates, /0 = 0, INT_MIN/-1 wraps", out.values(), {3, -3, double(INT32_MIN), 0, INT32_MAX, 0},
                 0, 0);
-    be.binary(-1, BinaryOp::Add, DType::I32, bc, a.data(), b.data(), out.data());
+    be.binary(D, BinaryOp::Add, DType::I32, bc, a.data(), b.data(), out.data());
     check_close("add wraps", out.values(), {9, -5, INT32_MAX, 5, double(INT32_MIN), 7}, 0, 0);
-    be.binary(-1, BinaryOp::Pow, DType::I32, bc, b.data(), b.data(), out.data());
+    be.binary(D, BinaryOp::Pow, DType::I32, bc, b.data(), b.data(), out.data());
     check_close("pow", out.values(), {4, 4, -1, 1, 1, 256}, 0, 0);
     Buf u(DType::U8, {200, 10, 3}), v(DType::U8, {100, 20, 0}), uo(DType::U8, 3);
     Broadcast bc3 = make_broadcast({3}, {1}, {1});
-    be.binary(-1, BinaryOp::Add, DType::U8, bc3, u.data(), v.data(), uo.data());
+    be.binary(D, BinaryOp::Add, DType::U8, bc3, u.data(), v.data(), uo.data());
     check_close("u8 add wraps", uo.values(), {44, 30, 3}, 0, 0);
-    be.binary(-1, BinaryOp::Sub, DType::U8, bc3, u.data(), v.data(), uo.data());
+    be.binary(D, BinaryOp::Sub, DType::U8, bc3, u.data(), v.data(), uo.data());
     check_close("u8 sub wraps", uo.values(), {100, 246, 3}, 0, 0);
     Buf i64(DType::I64, {-9, 9}), o64(DType::I64, 2);
-    be.scalar(-1, BinaryOp::Div, DType::I64, 2, i64.data(), 2.0, o64.data());
+    be.scalar(D, BinaryOp::Div, DType::I64, 2, i64.data(), 2.0, o64.data());
     check_close("i64 scalar div", o64.values(), {-4, 4}, 0, 0);
-    be.scalar(-1, BinaryOp::Div, DType::I64, 2, i64.data(), 0.0, o64.data());
+    be.scalar(D, BinaryOp::Div, DType::I64, 2, i64.data(), 0.0, o64.data());
     check_close("i64 scalar div by 0", o64.values(), {0, 0}, 0, 0);
   }
 }
@@ -387,7 +466,7 @@ void test_reduce_softmax(Backend &be) {
         Buf in(t, x);
         const DType out_t = op == ReduceOp::Argmax ? DType::I64 : t;
         Buf out(out_t, size_t(s.outer * s.inner));
-        be.reduce(-1, op, t, s.outer, s.n, s.inner, in.data(), out.data());
+        be.reduce(D, op, t, s.outer, s.n, s.inner, in.data(), out.data());
         std::vector<double> want(size_t(s.outer * s.inner));
         for (int64_t o = 0; o < s.outer; ++o) {
           for (int64_t i = 0; i < s.inner; ++i) {
@@ -411,9 +490,9 @@ void test_reduce_softmax(Backend &be) {
   g_case = "reduce sum of empty";
   {
     Buf in(DType::F32, 1), out(DType::F32, 2);
-    be.reduce(-1, ReduceOp::Sum, DType::F32, 2, 0, 1, in.data(), out.data());
+    be.reduce(D, ReduceOp::Sum, DType::F32, 2, 0, 1, in.data(), out.data());
     check_close("zero", out.values(), {0, 0}, 0, 0);
-    CHECK(status_of([&] { be.reduce(-1, ReduceOp::Max, DType::F32, 2, 0, 1, in.data(), out.data()); }) ==
+    CHECK(status_of([&] { be.reduce(D, ReduceOp::Max, DType::F32, 2, 0, 1, in.data(), out.data()); }) ==
           KILN_ERROR_INVALID_ARGUMENT);
   }
   for (DType t : kFloats) {
@@ -423,7 +502,7 @@ void test_reduce_softmax(Backend &be) {
         const size_t total = size_t(s.outer * s.n * s.inner);
         std::vector<double> x = rounded(t, randoms(total, 51, -5, 5));
         Buf in(t, x), out(t, total);
-        be.softmax(-1, t, s.outer, s.n, s.inner, in.data(), out.data(), log);
+        be.softmax(D, t, s.outer, s.n, s.inner, in.data(), out.data(), log);
         std::vector<double> want(total);
         for (int64_t o = 0; o < s.outer; ++o) {
           for (int64_t i = 0; i < s.inner; ++i) {
@@ -460,7 +539,7 @@ void test_gemm(Backend &be) {
         Buf ba(t, a), bb(t, b), bc(t, c);
         const double alpha = 1.5, beta = trans == 3 ? 0.0 : 0.5;
         if (beta == 0) bc.set(0, std::numeric_limits<double>::quiet_NaN());  // beta = 0 ignores C
-        be.gemm(-1, gemm_args(t, ta, tb, s.m, s.n, s.k, alpha, ba.data(), bb.data(), beta, bc.data()));
+        be.gemm(D, gemm_args(t, ta, tb, s.m, s.n, s.k, alpha, ba.data(), bb.data(), beta, bc.data()));
         std::vector<double> want(size_t(s.m * s.n));
         for (int64_t i = 0; i < s.m; ++i) {
           for (int64_t j = 0; j < s.n; ++j) {
@@ -478,6 +557,47 @@ void test_gemm(Backend &be) {
       }
     }
   }
+  // TF32: a CUDA mode. The CPU refuses it, naming it; CUDA rounds the inputs
+  // to 10-bit mantissas (relative error <= 2^-11 each, so <= ~2^-10 per
+  // product) and accumulates in f32: |C - ref| <= 2^-9 * sum |a||b| bounds it.
+  for (const Size &s : {Size{128, 32, 784}, Size{257, 129, 65}}) {
+    g_case = "gemm tf32 " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+    std::vector<double> a = rounded(DType::F32, randoms(size_t(s.m * s.k), 64, -1, 1));
+    std::vector<double> b = rounded(DType::F32, randoms(size_t(s.k * s.n), 65, -1, 1));
+    Buf ba(DType::F32, a), bb(DType::F32, b), bc(DType::F32, size_t(s.m * s.n));
+    GemmArgs g = gemm_args(DType::F32, false, false, s.m, s.n, s.k, 1, ba.data(), bb.data(), 0, bc.data());
+    g.math = MathMode::Tf32;
+    if (on_cpu()) {
+      std::string message;
+      kiln_status status = KILN_OK;
+      try {
+        be.gemm(D, g);
+      } catch (const Error &e) {
+        status = e.status();
+        message = e.what();
+      }
+      CHECK(status == KILN_ERROR_NOT_SUPPORTED);
+      CHECK(message.find("tf32") != std::string::npos);
+      continue;
+    }
+    be.gemm(D, g);
+    const std::vector<double> got = bc.values();
+    bool ok = true;
+    for (int64_t i = 0; i < s.m && ok; ++i)
+      for (int64_t j = 0; j < s.n && ok; ++j) {
+        double acc = 0, mag = 0;
+        for (int64_t p = 0; p < s.k; ++p) {
+          acc += a[size_t(i * s.k + p)] * b[size_t(p * s.n + j)];
+          mag += std::fabs(a[size_t(i * s.k + p)] * b[size_t(p * s.n + j)]);
+        }
+        if (!(std::fabs(got[size_t(i * s.n + j)] - acc) <= std::ldexp(mag, -9) + 1e-6)) {
+          std::fprintf(stderr, "FAIL [%s] C[%lld,%lld] = %.9g, want %.9g\n", g_case.c_str(), (long long)i,
+                       (long long)j, got[size_t(i * s.n + j)], acc);
+          ++g_failures;
+          ok = false;
+        }
+      }
+  }
 }
 
 // ---- neural-network kernels ---------------------------------------------
@@ -493,7 +613,7 @@ void test_bias_act(Backend &be) {
         std::vector<double> y = rounded(t, randoms(size_t(rows * cols), 71, -3, 3));
         std::vector<double> bias = rounded(t, randoms(size_t(cols), 72, -1, 1));
         Buf by(t, y), bb(t, bias), pre(t, y.size());
-        be.bias_act(-1, t, rows, cols, by.data(), with_bias ? bb.data() : nullptr, act, 0.05, pre.data());
+        be.bias_act(D, t, rows, cols, by.data(), with_bias ? bb.data() : nullptr, act, 0.05, pre.data());
         std::vector<double> want_pre(y.size()), want(y.size());
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t c = 0; c < cols; ++c) {
@@ -509,7 +629,7 @@ void test_bias_act(Backend &be) {
         g_case = std::string("act_backward ") + std::to_string(int(act)) + " " + dtype_name(t);
         std::vector<double> dy = rounded(t, randoms(y.size(), 73, -1, 1));
         Buf bdy(t, dy), dx(t, y.size());
-        be.act_backward(-1, t, int64_t(y.size()), act, 0.05, bdy.data(), pre.data(), by.data(), dx.data());
+        be.act_backward(D, t, int64_t(y.size()), act, 0.05, bdy.data(), pre.data(), by.data(), dx.data());
         std::vector<double> want_dx(y.size());
         const std::vector<double> out = by.values();
         for (size_t k = 0; k < y.size(); ++k) {
@@ -536,7 +656,7 @@ void test_bias_grad(Backend &be) {
       std::vector<double> dy = rounded(t, randoms(size_t(rows * cols), 81, -1, 1));
       std::vector<double> db = rounded(t, randoms(size_t(cols), 82, -1, 1));
       Buf bdy(t, dy), bdb(t, db);
-      be.bias_grad(-1, t, rows, cols, bdy.data(), bdb.data(), 0.5);
+      be.bias_grad(D, t, rows, cols, bdy.data(), bdb.data(), 0.5);
       std::vector<double> want(static_cast<size_t>(cols));
       for (int64_t c = 0; c < cols; ++c) {
         double s = 0.5 * db[size_t(c)];
@@ -545,7 +665,7 @@ void test_bias_grad(Backend &be) {
       }
       check_close("db", bdb.values(), want, rtol_of(t) * 4, rtol_of(t) * 4);
       bdb.set(0, std::numeric_limits<double>::quiet_NaN());  // beta = 0 overwrites
-      be.bias_grad(-1, t, rows, cols, bdy.data(), bdb.data(), 0.0);
+      be.bias_grad(D, t, rows, cols, bdy.data(), bdb.data(), 0.0);
       for (int64_t c = 0; c < cols; ++c) want[size_t(c)] -= 0.5 * db[size_t(c)];
       check_close("db beta 0", bdb.values(), want, rtol_of(t) * 4, rtol_of(t) * 4);
     }
@@ -567,14 +687,17 @@ void test_losses(Backend &be) {
   const int64_t rows = 300, cols = 10;
   std::vector<int64_t> labels(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) labels[size_t(r)] = (r * 7) % cols;
+  Buf blabels(DType::I64, std::vector<double>(labels.begin(), labels.end()));
   for (DType t : {DType::F64, DType::F32, DType::F16, DType::BF16}) {
     g_case = std::string("cross_entropy ") + dtype_name(t);
     std::vector<double> x = rounded(t, randoms(size_t(rows * cols), 91, -4, 4));
     for (int64_t r = 0; r < rows; r += 3) x[size_t(r * cols + labels[size_t(r)])] = 5;  // a third correct
     Buf bx(t, x), dl(t, x.size());
-    double stats[3] = {1, 2, 0};
+    Buf bstats(DType::F64, {1, 2, 0});
     const double scale = 1.0 / double(rows);
-    be.cross_entropy(-1, t, rows, cols, bx.data(), labels.data(), scale, dl.data(), stats);
+    be.cross_entropy(D, t, rows, cols, bx.data(), blabels.as<int64_t>(), scale, dl.data(), bstats.as<double>());
+    const std::vector<double> stats = bstats.values();
+    check_close("bad labels", {stats[2]}, {0}, 0, 0);
     check_close("loss", {stats[0] - 1}, {ce_loss_ref(x, labels, rows, cols)}, rtol_of(t) * 4, 0);
     int64_t correct = 0;
     for (int64_t r = 0; r < rows; ++r) {
@@ -603,26 +726,40 @@ void test_losses(Backend &be) {
       }
       check_close("dlogits", dl.values(), want, rtol_of(t) * 8, rtol_of(t) * scale);
     }
-    double plain[2] = {0, 0};  // no gradient wanted
-    be.cross_entropy(-1, t, rows, cols, bx.data(), labels.data(), scale, nullptr, plain);
-    check_close("loss without gradient", {plain[0]}, {stats[0] - 1}, 1e-12, 0);
+    Buf plain(DType::F64, {0, 0, 0});  // no gradient wanted
+    be.cross_entropy(D, t, rows, cols, bx.data(), blabels.as<int64_t>(), scale, nullptr, plain.as<double>());
+    check_close("loss without gradient", {plain.values()[0]}, {stats[0] - 1}, 1e-12, 0);
   }
   g_case = "cross_entropy bad label";
   {
-    Buf bx(DType::F32, 20), dl(DType::F32, 20);
-    std::vector<int64_t> bad = {1, 10};
-    double stats[2] = {0, 0};
-    std::string message;
-    try {
-      be.cross_entropy(-1, DType::F32, 2, 10, bx.data(), bad.data(), 1, dl.data(), stats);
-    } catch (const Error &e) {
-      CHECK(e.status() == KILN_ERROR_INVALID_ARGUMENT);
-      message = e.what();
+    Buf bx(DType::F32, std::vector<double>(20, 0.0)), dl(DType::F32, 20);
+    Buf bad(DType::I64, {1, 10}), stats(DType::F64, {0, 0, 0});
+    if (on_cpu()) {  // the CPU refuses the label
+      std::string message;
+      try {
+        be.cross_entropy(D, DType::F32, 2, 10, bx.data(), bad.as<int64_t>(), 1, dl.data(), stats.as<double>());
+      } catch (const Error &e) {
+        CHECK(e.status() == KILN_ERROR_INVALID_ARGUMENT);
+        message = e.what();
+      }
+      CHECK(message.find("label 10") != std::string::npos && message.find("row 1") != std::string::npos);
+      bad.set(1, -1);
+      CHECK(status_of([&] {
+              be.cross_entropy(D, DType::F32, 2, 10, bx.data(), bad.as<int64_t>(), 1, dl.data(), stats.as<double>());
+            }) == KILN_ERROR_INVALID_ARGUMENT);
+    } else {  // CUDA counts it (stats[2]) with loss 0; row 0 (all logits 0) loses log(10)
+      for (double label : {10.0, -1.0}) {
+        bad.set(1, label);
+        Buf st(DType::F64, {0, 0, 0});
+        be.cross_entropy(D, DType::F32, 2, 10, bx.data(), bad.as<int64_t>(), 1, dl.data(), st.as<double>());
+        const std::vector<double> got = st.values();
+        check_close("loss of the good row", {got[0]}, {std::log(10.0)}, 1e-6, 0);
+        check_close("bad labels", {got[2]}, {1}, 0, 0);
+        const std::vector<double> grad = dl.values();  // row 1's gradient is zero
+        check_close("bad row's gradient", std::vector<double>(grad.begin() + 10, grad.end()),
+                    std::vector<double>(10, 0.0), 0, 0);
+      }
     }
-    CHECK(message.find("label 10") != std::string::npos && message.find("row 1") != std::string::npos);
-    bad[1] = -1;
-    CHECK(status_of([&] { be.cross_entropy(-1, DType::F32, 2, 10, bx.data(), bad.data(), 1, dl.data(), stats); }) ==
-          KILN_ERROR_INVALID_ARGUMENT);
   }
   for (DType t : kFloats) {
     g_case = std::string("mse/bce ") + dtype_name(t);
@@ -630,8 +767,9 @@ void test_losses(Backend &be) {
     std::vector<double> p = rounded(t, randoms(n, 101, -30, 30)), y = rounded(t, randoms(n, 102, 0, 1));
     Buf bp(t, p), by(t, y), d(t, n);
     const double scale = 1.0 / double(n);
-    double stats[2] = {0, 0};
-    be.mse(-1, t, int64_t(n), bp.data(), by.data(), scale, d.data(), stats);
+    Buf bstats(DType::F64, {0, 0, 0});
+    be.mse(D, t, int64_t(n), bp.data(), by.data(), scale, d.data(), bstats.as<double>());
+    std::vector<double> stats = bstats.values();
     double want_loss = 0;
     std::vector<double> want(n);
     for (size_t i = 0; i < n; ++i) {
@@ -640,8 +778,9 @@ void test_losses(Backend &be) {
     }
     check_close("mse loss", {stats[0]}, {want_loss}, rtol_of(t) * 4, 0);
     check_close("mse grad", d.values(), rounded(t, want), rtol_of(t) * 4, 1e-12);
-    stats[0] = 0;
-    be.bce_with_logits(-1, t, int64_t(n), bp.data(), by.data(), scale, d.data(), stats);
+    bstats.set(0, 0);
+    be.bce_with_logits(D, t, int64_t(n), bp.data(), by.data(), scale, d.data(), bstats.as<double>());
+    stats = bstats.values();
     want_loss = 0;
     for (size_t i = 0; i < n; ++i) {
       const double x = p[i];
@@ -654,11 +793,33 @@ void test_losses(Backend &be) {
   g_case = "bce extreme logits";
   {
     Buf bp(DType::F32, {-1000, 1000, 0}), by(DType::F32, {1, 0, 0.5}), d(DType::F32, 3);
-    double stats[2] = {0, 0};
-    be.bce_with_logits(-1, DType::F32, 3, bp.data(), by.data(), 1, d.data(), stats);
-    check_close("loss finite", {stats[0]}, {2000 + std::log(2.0)}, 1e-6, 0);
+    Buf stats(DType::F64, {0, 0, 0});
+    be.bce_with_logits(D, DType::F32, 3, bp.data(), by.data(), 1, d.data(), stats.as<double>());
+    check_close("loss finite", {stats.values()[0]}, {2000 + std::log(2.0)}, 1e-6, 0);
     check_close("grad", d.values(), {-1, 1, 0}, 0, 1e-7);
   }
+}
+
+// Dropout's mask rule, shared by every backend: element i is kept when
+// rng_uniform(seed, i) < 1 - p.
+void check_dropout(Backend &be, DType t, int64_t n, double p, uint64_t seed, const StepParams *step,
+                   const std::vector<double> &x, Buf &bx) {
+  Buf y(t, size_t(n)), dx(t, size_t(n)), mask(DType::U8, size_t(n));
+  DropoutArgs args = dropout_args(t, n, bx.data(), y.data(), mask.as<uint8_t>(), p, step ? 5 : seed);
+  be.dropout(D, args, step);
+  std::vector<double> want(static_cast<size_t>(n)), want_mask(static_cast<size_t>(n));
+  int64_t kept = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool keep = rng_uniform(seed, uint64_t(i)) < 1 - p;
+    kept += keep;
+    want_mask[size_t(i)] = keep;
+    want[size_t(i)] = keep ? x[size_t(i)] / (1 - p) : 0;
+  }
+  check_close("mask", mask.values(), want_mask, 0, 0);
+  check_close("y", y.values(), rounded(t, want), rtol_of(t) * 2, 0);
+  CHECK(std::fabs(double(kept) / double(n) - (1 - p)) < 0.01);
+  be.dropout_backward(D, t, n, bx.data(), mask.as<uint8_t>(), p, dx.data());
+  check_close("dx", dx.values(), rounded(t, want), rtol_of(t) * 2, 0);
 }
 
 void test_dropout(Backend &be) {
@@ -668,28 +829,31 @@ void test_dropout(Backend &be) {
   for (DType t : kFloats) {
     g_case = std::string("dropout ") + dtype_name(t);
     std::vector<double> x = rounded(t, randoms(size_t(n), 111, -2, 2));
-    Buf bx(t, x), y(t, size_t(n)), dx(t, size_t(n));
-    std::vector<uint8_t> mask(static_cast<size_t>(n));
-    be.dropout(-1, dropout_args(t, n, bx.data(), y.data(), mask.data(), p, seed), nullptr);
-    std::vector<double> want(static_cast<size_t>(n)), want_mask(static_cast<size_t>(n)), got_mask(static_cast<size_t>(n));
-    int64_t kept = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const bool keep = rng_uniform(seed, uint64_t(i)) < 1 - p;  // the rule all backends share
-      kept += keep;
-      want_mask[size_t(i)] = keep;
-      got_mask[size_t(i)] = mask[size_t(i)];
-      want[size_t(i)] = keep ? x[size_t(i)] / (1 - p) : 0;
+    Buf bx(t, x);
+    check_dropout(be, t, n, p, seed, nullptr, x, bx);
+    // Inside a step the seed is rng_bits(step->dropout_seed, stream), read
+    // from the StepParams block on the device (stream 5 here).
+    g_case = std::string("dropout StepParams seed ") + dtype_name(t);
+    for (uint64_t step_seed : {uint64_t(77), uint64_t(0xfeedbeefcafeull)}) {
+      StepParams sp;
+      sp.dropout_seed = step_seed;
+      DevStep step(sp);
+      check_dropout(be, t, n, p, rng_bits(step_seed, 5), step.get(), x, bx);
     }
-    check_close("mask", got_mask, want_mask, 0, 0);
-    check_close("y", y.values(), rounded(t, want), rtol_of(t) * 2, 0);
-    CHECK(std::fabs(double(kept) / double(n) - 0.7) < 0.01);
-    be.dropout_backward(-1, t, n, bx.data(), mask.data(), p, dx.data());
-    check_close("dx", dx.values(), rounded(t, want), rtol_of(t) * 2, 0);
+  }
+  g_case = "dropout StepParams seeds differ";
+  {
+    StepParams s1, s2;
+    s1.dropout_seed = 1, s2.dropout_seed = 2;
+    DevStep d1(s1), d2(s2);
+    Buf bx(DType::F32, std::vector<double>(1000, 1.0)), m1(DType::U8, 1000), m2(DType::U8, 1000), y(DType::F32, 1000);
+    be.dropout(D, dropout_args(DType::F32, 1000, bx.data(), y.data(), m1.as<uint8_t>(), 0.5, 0), d1.get());
+    be.dropout(D, dropout_args(DType::F32, 1000, bx.data(), y.data(), m2.as<uint8_t>(), 0.5, 0), d2.get());
+    CHECK(m1.values() != m2.values());
   }
   g_case = "dropout p = 1";
-  Buf bx(DType::F32, {1, 2, 3}), y(DType::F32, 3);
-  uint8_t mask[3];
-  be.dropout(-1, dropout_args(DType::F32, 3, bx.data(), y.data(), mask, 1.0, seed), nullptr);
+  Buf bx(DType::F32, {1, 2, 3}), y(DType::F32, 3), mask(DType::U8, 3);
+  be.dropout(D, dropout_args(DType::F32, 3, bx.data(), y.data(), mask.as<uint8_t>(), 1.0, seed), nullptr);
   check_close("zeros", y.values(), {0, 0, 0}, 0, 0);
 }
 
@@ -702,14 +866,13 @@ void test_optimizers(Backend &be) {
       double norm = 0;
       for (double v : g) norm += v * v;
       norm = std::sqrt(norm);
-      Buf bg(t, g);
-      double scratch = -1;
-      be.clip_grad_norm(-1, t, n, bg.data(), 1.0, &scratch);
+      Buf bg(t, g), scratch(DType::F64, std::vector<double>{-1.0});
+      be.clip_grad_norm(D, t, n, bg.data(), 1.0, scratch.as<double>());
       std::vector<double> want(g);
       for (auto &v : want) v *= 1.0 / (norm + 1e-6);
-      check_close("norm", {scratch}, {norm}, rtol_of(t), 0);
+      check_close("norm", scratch.values(), {norm}, rtol_of(t), 0);
       check_close("clipped", bg.values(), want, rtol_of(t) * 2, 0);
-      be.clip_grad_norm(-1, t, n, bg.data(), 100.0, &scratch);  // under the limit: unchanged
+      be.clip_grad_norm(D, t, n, bg.data(), 100.0, scratch.as<double>());  // under the limit: unchanged
       check_close("unchanged", bg.values(), want, rtol_of(t) * 2, 0);
     }
     for (int variant = 0; variant < 4; ++variant) {
@@ -724,16 +887,17 @@ void test_optimizers(Backend &be) {
         SgdArgs a;
         a.t = t, a.n = n, a.params = bp.data(), a.grads = bg.data(), a.velocity = bv.data();
         a.momentum = momentum, a.weight_decay = wd, a.nesterov = nesterov;
-        StepParams sp;
-        sp.lr = lr, sp.step = step - 1;
-        be.sgd_update(-1, a, &sp);
+        StepParams sp;  // lr and step are read from the device
+        sp.lr = lr / step, sp.step = step - 1;
+        DevStep ds(sp);
+        be.sgd_update(D, a, ds.get());
         for (size_t i = 0; i < size_t(n); ++i) {  // torch.optim.SGD, dampening 0
           double d = g[i] + wd * p[i];
           if (momentum != 0) {
             v[i] = step == 1 ? d : momentum * v[i] + d;
             d = nesterov ? d + momentum * v[i] : v[i];
           }
-          p[i] -= lr * d;
+          p[i] -= lr / step * d;
         }
       }
       check_close("params", bp.values(), p, rtol_of(t) * 10, rtol_of(t) * 10);
@@ -751,15 +915,17 @@ void test_optimizers(Backend &be) {
         a.t = t, a.n = n, a.params = bp.data(), a.grads = bg.data(), a.m = bm.data(), a.v = bv.data();
         a.beta1 = b1, a.beta2 = b2, a.eps = eps, a.weight_decay = wd, a.decoupled = decoupled;
         StepParams sp;
-        sp.lr = lr, sp.step = step - 1;
-        be.adam_update(-1, a, &sp);
+        sp.lr = lr * step, sp.step = step - 1;  // an lr that changes from step to step
+        DevStep ds(sp);
+        be.adam_update(D, a, ds.get());
         for (size_t i = 0; i < size_t(n); ++i) {  // torch.optim.Adam / AdamW
           double d = g[i];
-          if (decoupled) p[i] *= 1 - lr * wd; else d += wd * p[i];
+          const double lr_t = lr * step;
+          if (decoupled) p[i] *= 1 - lr_t * wd; else d += wd * p[i];
           m[i] = b1 * m[i] + (1 - b1) * d;
           v[i] = b2 * v[i] + (1 - b2) * d * d;
           const double mhat = m[i] / (1 - std::pow(b1, step)), vhat = v[i] / (1 - std::pow(b2, step));
-          p[i] -= lr * mhat / (std::sqrt(vhat) + eps);
+          p[i] -= lr_t * mhat / (std::sqrt(vhat) + eps);
         }
       }
       check_close("params", bp.values(), p, rtol_of(t) * 10, 1e-6);
@@ -773,38 +939,121 @@ void test_gather(Backend &be) {
   const int64_t src_rows = 50, cols = 784, count = 128;
   std::vector<double> src(size_t(src_rows * cols));
   for (size_t i = 0; i < src.size(); ++i) src[i] = double((i * 37) % 256);
-  std::vector<int64_t> rows(static_cast<size_t>(count));
-  for (int64_t r = 0; r < count; ++r) rows[size_t(r)] = (r * 13) % src_rows;
-  for (DType src_t : {DType::U8, DType::F32}) {
-    for (DType out_t : kFloats) {
-      g_case = std::string("gather x ") + dtype_name(src_t) + "->" + dtype_name(out_t);
-      Buf bs(src_t, src), out(out_t, size_t(count * cols));
+  // An order longer than a batch: a step reads order[offset, offset + count).
+  const int64_t order_len = 3 * count;
+  std::vector<double> order(static_cast<size_t>(order_len));
+  for (int64_t r = 0; r < order_len; ++r) order[size_t(r)] = double((r * 13 + r / 7) % src_rows);
+  Buf border(DType::I64, order);
+  for (int64_t offset : {int64_t(-1), int64_t(0), int64_t(count + 5), int64_t(2 * count)}) {
+    // offset -1: no StepParams (offset 0); else the offset is read from the device.
+    StepParams sp;
+    sp.offset = offset < 0 ? 0 : offset;
+    DevStep ds(sp);
+    const StepParams *step = offset < 0 ? nullptr : ds.get();
+    const int64_t first = offset < 0 ? 0 : offset;
+    auto sample = [&](int64_t r) { return int64_t(order[size_t(first + r)]); };
+    const std::string at = " offset " + std::to_string(offset);
+    for (DType src_t : {DType::U8, DType::F32}) {
+      for (DType out_t : kFloats) {
+        g_case = std::string("gather x ") + dtype_name(src_t) + "->" + dtype_name(out_t) + at;
+        Buf bs(src_t, src), out(out_t, size_t(count * cols));
+        GatherArgs g;
+        g.order = border.as<int64_t>(), g.count = count;
+        g.x_type = src_t, g.x = bs.data(), g.cols = cols, g.scale = 1.0 / 255, g.shift = -0.5;
+        g.out_x_type = out_t, g.out_x = out.data();
+        be.gather(D, g, step);
+        std::vector<double> want(size_t(count * cols));
+        for (int64_t r = 0; r < count; ++r)
+          for (int64_t c = 0; c < cols; ++c)
+            want[size_t(r * cols + c)] = src[size_t(sample(r) * cols + c)] / 255 - 0.5;
+        check_close("values", out.values(), rounded(out_t, want), rtol_of(out_t) * 2, 1e-7);
+      }
+    }
+    std::vector<double> labels(static_cast<size_t>(src_rows));
+    for (int64_t i = 0; i < src_rows; ++i) labels[size_t(i)] = double((i * 3) % 10);
+    for (DType t : {DType::U8, DType::I32, DType::I64}) {
+      g_case = std::string("gather labels ") + dtype_name(t) + at;
+      Buf bl(t, labels), out(DType::I64, size_t(count));
       GatherArgs g;
-      g.order = rows.data(), g.count = count;
-      g.x_type = src_t, g.x = bs.data(), g.cols = cols, g.scale = 1.0 / 255, g.shift = -0.5;
-      g.out_x_type = out_t, g.out_x = out.data();
-      be.gather(-1, g, nullptr);
-      std::vector<double> want(size_t(count * cols));
-      for (int64_t r = 0; r < count; ++r)
-        for (int64_t c = 0; c < cols; ++c)
-          want[size_t(r * cols + c)] = src[size_t(rows[size_t(r)] * cols + c)] / 255 - 0.5;
-      check_close("values", out.values(), rounded(out_t, want), rtol_of(out_t) * 2, 1e-7);
+      g.order = border.as<int64_t>(), g.count = count;
+      g.y_type = t, g.y = bl.data(), g.out_y = out.data();
+      be.gather(D, g, step);
+      std::vector<double> want(static_cast<size_t>(count));
+      for (int64_t r = 0; r < count; ++r) want[size_t(r)] = labels[size_t(sample(r))];
+      check_close("labels", out.values(), want, 0, 0);
+    }
+    // Both halves at once, with float targets of 3 columns.
+    for (DType t : {DType::F32, DType::F64}) {
+      g_case = std::string("gather x and targets ") + dtype_name(t) + at;
+      const int64_t y_cols = 3, x_cols = 5;
+      std::vector<double> xs = rounded(t, randoms(size_t(src_rows * x_cols), 181));
+      std::vector<double> ys = rounded(t, randoms(size_t(src_rows * y_cols), 182));
+      Buf bx(t, xs), by(t, ys), out_x(t, size_t(count * x_cols)), out_y(t, size_t(count * y_cols));
+      GatherArgs g;
+      g.order = border.as<int64_t>(), g.count = count;
+      g.x_type = t, g.x = bx.data(), g.cols = x_cols, g.scale = 2.0, g.shift = 0.25;
+      g.out_x_type = t, g.out_x = out_x.data();
+      g.y_type = t, g.y = by.data(), g.y_cols = y_cols, g.out_y_type = t, g.out_y = out_y.data();
+      be.gather(D, g, step);
+      std::vector<double> want_x(size_t(count * x_cols)), want_y(size_t(count * y_cols));
+      for (int64_t r = 0; r < count; ++r) {
+        for (int64_t c = 0; c < x_cols; ++c)
+          want_x[size_t(r * x_cols + c)] = xs[size_t(sample(r) * x_cols + c)] * 2.0 + 0.25;
+        for (int64_t c = 0; c < y_cols; ++c) want_y[size_t(r * y_cols + c)] = ys[size_t(sample(r) * y_cols + c)];
+      }
+      check_close("x", out_x.values(), rounded(t, want_x), rtol_of(t) * 2, 0);
+      check_close("targets", out_y.values(), want_y, 0, 0);
     }
   }
-  for (DType t : {DType::U8, DType::I32, DType::I64}) {
-    g_case = std::string("gather labels ") + dtype_name(t);
-    std::vector<double> labels(static_cast<size_t>(src_rows));
-    for (int64_t i = 0; i < src_rows; ++i) labels[size_t(i)] = double(i % 10);
-    Buf bl(t, labels);
-    std::vector<int64_t> out(static_cast<size_t>(count));
-    GatherArgs g;
-    g.order = rows.data(), g.count = count;
-    g.y_type = t, g.y = bl.data(), g.out_y = out.data();
-    be.gather(-1, g, nullptr);
-    bool ok = true;
-    for (int64_t r = 0; r < count; ++r) ok = ok && out[size_t(r)] == rows[size_t(r)] % 10;
-    CHECK(ok);
+}
+
+// The permutation every backend draws: 0..n-1 stably sorted by the 32-bit
+// keys rng_bits(seed, i) >> 32 (std::stable_sort, independent of the
+// backend's radix sort).
+std::vector<int64_t> shuffle_ref(int64_t n, uint64_t seed) {
+  std::vector<int64_t> idx(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) idx[size_t(i)] = i;
+  std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) {
+    return (rng_bits(seed, uint64_t(a)) >> 32) < (rng_bits(seed, uint64_t(b)) >> 32);
+  });
+  return idx;
+}
+
+std::vector<int64_t> run_shuffle(Backend &be, int64_t n, uint64_t seed) {
+  Buf out(DType::I64, size_t(n));
+  be.shuffle(D, n, seed, out.as<int64_t>());
+  std::vector<double> v = out.values();
+  return std::vector<int64_t>(v.begin(), v.end());
+}
+
+void test_shuffle(Backend &be) {
+  // 200000 > 2^16 keys: the 32-bit keys collide (birthday), so stability matters.
+  for (int64_t n : {int64_t(1), int64_t(2), int64_t(1000), int64_t(60000), int64_t(200000)}) {
+    for (uint64_t seed : {uint64_t(0), uint64_t(42), uint64_t(0x9e3779b97f4a7c15ull)}) {
+      g_case = "shuffle n " + std::to_string(n) + " seed " + std::to_string(seed);
+      const std::vector<int64_t> got = run_shuffle(be, n, seed);
+      std::vector<char> seen(static_cast<size_t>(n), 0);  // a permutation of [0, n)
+      bool valid = int64_t(got.size()) == n;
+      for (int64_t v : got) {
+        if (v < 0 || v >= n || seen[size_t(v)]) { valid = false; break; }
+        seen[size_t(v)] = 1;
+      }
+      CHECK(valid);
+      CHECK(got == shuffle_ref(n, seed));
+      CHECK(got == run_shuffle(be, n, seed));  // deterministic
+      if (n >= 1000) CHECK(got != run_shuffle(be, n, seed + 1));
+    }
   }
+  g_case = "shuffle key collisions";
+  {  // the reference itself must exercise ties for the stability check to mean anything
+    const int64_t n = 200000;
+    std::vector<uint32_t> keys(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) keys[size_t(i)] = uint32_t(rng_bits(42, uint64_t(i)) >> 32);
+    std::sort(keys.begin(), keys.end());
+    CHECK(std::adjacent_find(keys.begin(), keys.end()) != keys.end());
+  }
+  g_case = "shuffle n 0";
+  be.shuffle(D, 0, 1, nullptr);
 }
 
 // ---- the thread pool --------------------------------------------------------
@@ -865,15 +1114,17 @@ void test_concurrent_kernels(Backend &be) {
   const int64_t m = 128, n = 64, k = 300;
   std::vector<double> a = randoms(size_t(m * k), 171), b = randoms(size_t(k * n), 172);
   Buf ba(DType::F32, a), bb(DType::F32, b), ref(DType::F32, size_t(m * n));
-  be.gemm(-1, gemm_args(DType::F32, false, false, m, n, k, 1, ba.data(), bb.data(), 0, ref.data()));
+  be.gemm(D, gemm_args(DType::F32, false, false, m, n, k, 1, ba.data(), bb.data(), 0, ref.data()));
+  const std::vector<unsigned char> want = ref.bytes();
+  const void *pa = ba.data(), *pb = bb.data();  // uploaded before the threads start
   std::atomic<int> mismatches{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
       Buf c(DType::F32, size_t(m * n));
       for (int rep = 0; rep < 50; ++rep) {
-        be.gemm(-1, gemm_args(DType::F32, false, false, m, n, k, 1, ba.data(), bb.data(), 0, c.data()));
-        if (std::memcmp(c.data(), ref.data(), size_t(m * n) * 4) != 0) ++mismatches;
+        be.gemm(D, gemm_args(DType::F32, false, false, m, n, k, 1, pa, pb, 0, c.data()));
+        if (c.bytes() != want) ++mismatches;
       }
     });
   }
@@ -883,24 +1134,59 @@ void test_concurrent_kernels(Backend &be) {
 
 }  // namespace
 
+static void run_all(Backend &be, const char *name) {
+  std::printf("%s backend (%s)\n", name, be.info(D).name.c_str());
+  const int before = g_failures;
+  test_memory_and_info(be);
+  test_fill_arange_cast(be);
+  test_unary(be);
+  test_binary(be);
+  test_reduce_softmax(be);
+  test_gemm(be);
+  test_bias_act(be);
+  test_bias_grad(be);
+  test_losses(be);
+  test_dropout(be);
+  test_optimizers(be);
+  test_gather(be);
+  test_shuffle(be);
+  test_concurrent_kernels(be);
+  std::printf("%s backend: %s\n", name, g_failures == before ? "all checks passed" : "FAILED");
+}
+
+// The backends run the same cases in one process: the CPU, and CUDA too when
+// cuda:0 is usable. KILN_TEST_DEVICE=cpu (the backend_test registration)
+// runs only the CPU half; KILN_TEST_DEVICE=cuda (backend_test_cuda) only the
+// CUDA half, and exits 77 (skipped) without a device.
 int main() {
+  const char *mode = std::getenv("KILN_TEST_DEVICE");
+  const bool cuda_only = mode && std::strcmp(mode, "cuda") == 0;
+  const bool cpu_only = mode && std::strcmp(mode, "cpu") == 0;
   try {
-    test_thread_pool();
-    auto backend = make_cpu_backend(3);
-    Backend &be = *backend;
-    test_memory_and_info(be);
-    test_fill_arange_cast(be);
-    test_unary(be);
-    test_binary(be);
-    test_reduce_softmax(be);
-    test_gemm(be);
-    test_bias_act(be);
-    test_bias_grad(be);
-    test_losses(be);
-    test_dropout(be);
-    test_optimizers(be);
-    test_gather(be);
-    test_concurrent_kernels(be);
+    ContextOptions options;
+    options.threads = 3;  // more threads than the CI's cores: the pool's splitting is exercised everywhere
+    options.log_level = KILN_LOG_ERROR;
+    std::shared_ptr<Context> ctx = Context::create(options, backend_registry());
+    if (!cuda_only) {
+      test_thread_pool();
+      g_be = &ctx->cpu();
+      g_dev = -1;
+      run_all(*g_be, "cpu");
+    }
+    if (!cpu_only && ctx->cuda_available()) {
+      g_be = &ctx->backend(Device::cuda(0));
+      g_dev = 0;
+      run_all(*g_be, "cuda");
+      // The same permutation on both backends, for the trainer's epochs.
+      g_case = "shuffle cpu == cuda";
+      std::vector<int64_t> gpu = run_shuffle(*g_be, 100000, 7);
+      g_be = &ctx->cpu();
+      g_dev = -1;
+      CHECK(gpu == run_shuffle(*g_be, 100000, 7));
+    } else if (cuda_only) {
+      std::fprintf(stderr, "skipped: no usable CUDA device (%s)\n", ctx->cuda_unavailable_reason().c_str());
+      return 77;
+    }
   } catch (const std::exception &e) {
     std::fprintf(stderr, "FAIL [%s] unexpected exception: %s\n", g_case.c_str(), e.what());
     return 1;
@@ -909,6 +1195,6 @@ int main() {
     std::fprintf(stderr, "%d check(s) failed\n", g_failures);
     return 1;
   }
-  std::printf("cpu kernels: all checks passed\n");
+  std::printf("backend kernels: all checks passed\n");
   return 0;
 }
