@@ -244,6 +244,9 @@ Executable &Trainer::program(bool trains, bool training, int64_t rows, const Dat
   p.table = static_cast<const StepParams *>(table_.data());
   p.table_size = table_entries_;
   p.fast_path = options_.fast_path;
+  // A training step with a communicator holds an AllReduceOp, which waits on
+  // the host: it must not be captured in a CUDA graph (core/program.hpp).
+  if (comm_ && trains) p.fast_path &= ~uint32_t(kFastGraphs);
   p.label = std::string(trains ? "train " : "evaluate ") + m.description() + " rows " + std::to_string(rows) + " " +
             precision_name(options_.precision);
   const bool mixed = work_dtype_ != m.dtype();
