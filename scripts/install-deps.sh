@@ -12,10 +12,12 @@
 # (on PATH or in /usr/local/cuda) and the build goes without it otherwise.
 set -euo pipefail
 
+# libopenblas0-serial: libkiln loads the single-threaded OpenBLAS (see
+# CMakeLists.txt), so it starts no threads of its own in a host process.
 # Open MPI: libkiln_dist.so (distributed training) and the mpirun the
 # multi-rank tests run under.
-core=(cmake g++ ninja-build pkg-config libopenblas-dev libcmocka-dev zlib1g-dev dataset-fashion-mnist
-  openmpi-bin libopenmpi-dev)
+core=(cmake g++ ninja-build pkg-config libopenblas-dev libopenblas0-serial libcmocka-dev zlib1g-dev
+  dataset-fashion-mnist openmpi-bin libopenmpi-dev)
 # bindgen loads libclang at run time but does not depend on it in Debian.
 bindings=(swig golang-go mono-mcs mono-devel bindgen libclang1)
 

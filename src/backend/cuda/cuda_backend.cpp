@@ -14,6 +14,7 @@
 
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/program.hpp"
+#include "core/program.hpp"
 #include "backend/plugin.hpp"
 
 namespace kiln::cuda {
@@ -63,8 +64,16 @@ Launch CudaBackend::launch(int64_t index) {
 
 Gemm &CudaBackend::matmuls(int64_t index) { return *device(index).gemm; }
 
+CudnnEngine *CudaBackend::cudnn(int64_t index, std::string *reason) {
+  Device &d = device(index);
+  std::call_once(d.cudnn_once, [&] { d.cudnn = CudnnEngine::create(d.launch, d.pool, &d.cudnn_reason); });
+  *reason = d.cudnn_reason;
+  return d.cudnn.get();
+}
+
 void CudaBackend::Device::release() noexcept {
   if (stream) cudaStreamSynchronize(stream);  // errors are the caller's to see earlier; here only tidy up
+  cudnn.reset();  // its workspaces go back to the pool on the stream, so before both
   gemm.reset();
   if (pool) cudaMemPoolDestroy(pool);  // outstanding allocations keep it alive until freed
   if (stream) cudaStreamDestroy(stream);
@@ -73,6 +82,12 @@ void CudaBackend::Device::release() noexcept {
 
 CudaBackend::CudaBackend(int device_count) {
   for (int i = 0; i < device_count; ++i) devices_.push_back(std::make_unique<Device>());
+  try {
+    cudnn_softmax_ = (fast_path_from_env() & kFastCudnn) != 0;
+  } catch (const Error &) {
+    // A malformed KILN_DISABLE is reported where programs are made; softmax
+    // stays on kiln's kernel meanwhile.
+  }
 }
 
 CudaBackend::~CudaBackend() {
@@ -299,7 +314,12 @@ void CudaBackend::reduce(int64_t index, ReduceOp op, DType t, int64_t outer, int
 void CudaBackend::softmax(int64_t index, DType t, int64_t outer, int64_t n, int64_t inner, const void *in, void *out,
                           bool log) {
   Scope scope(*this, index);
-  cuda::softmax(launch(index), t, outer, n, inner, in, out, log);
+  const Launch L = launch(index);
+  auto own = [&] { cuda::softmax(L, t, outer, n, inner, in, out, log); };
+  std::string why_not;  // cuDNN being unavailable only means kiln's kernel
+  CudnnEngine *engine = inner == 1 && cudnn_softmax_ ? cudnn(index, &why_not) : nullptr;
+  if (engine) engine->softmax(L, t, outer, n, in, out, log, own);
+  else own();
 }
 
 void CudaBackend::gemm(int64_t index, const GemmArgs &args) {

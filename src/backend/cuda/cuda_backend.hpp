@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "core/backend.hpp"
+#include "backend/cuda/cudnn_engine.hpp"
 #include "backend/cuda/gemm.hpp"
 #include "backend/cuda/kernels.hpp"
 
@@ -109,6 +110,9 @@ class CudaBackend final : public Backend {
   // the device must be current (a Scope).
   Launch launch(int64_t index);
   Gemm &matmuls(int64_t index);
+  // The device's cuDNN engine, made (and libcudnn loaded) on first call; null
+  // with *reason set where cuDNN cannot be used, which is never an error.
+  CudnnEngine *cudnn(int64_t index, std::string *reason);
   // While alive, this thread's kernels for device `index` are queued on
   // `stream` instead of the device's stream. CudaExecutable captures a graph
   // on its own stream through the ordinary kernel methods this way, so work
@@ -130,6 +134,9 @@ class CudaBackend final : public Backend {
     int64_t total_memory = 0;      // no allocation can be larger
     std::unique_ptr<Gemm> gemm;
     Launch launch;
+    std::once_flag cudnn_once;
+    std::unique_ptr<CudnnEngine> cudnn;  // null where cuDNN is unavailable, for cudnn_reason
+    std::string cudnn_reason;
     void release() noexcept;
   };
   void check_index(int64_t index) const;
@@ -137,6 +144,9 @@ class CudaBackend final : public Backend {
   int64_t pinned_device() const;  // see the header comment
 
   std::vector<std::unique_ptr<Device>> devices_;
+  // KILN_DISABLE=cudnn (core/program.hpp) also keeps softmax off cuDNN: the
+  // one switch for the engine outside step programs, read once.
+  bool cudnn_softmax_ = false;
 };
 
 }  // namespace kiln::cuda

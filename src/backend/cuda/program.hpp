@@ -1,5 +1,5 @@
 // Backend::compile for CUDA: a step program (core/program.hpp) compiled into
-// a CudaExecutable, with two independent parts of the fast path.
+// a CudaExecutable, with three independent parts of the fast path.
 //
 // cuBLASLt epilogues (kFastEpilogues). A Linear layer's product, bias and
 // ReLU become one cuBLASLt call (RELU_BIAS, BIAS), and the backward's products
@@ -9,6 +9,10 @@
 // pre-activation, or a product cuBLASLt has no algorithm for: that op runs
 // as core's run_op kernels. choose_linear_engine (program.cpp) is the one
 // place that decides, per op.
+//
+// cuDNN (kFastCudnn). Each Linear op outside a ReLU pair is timed once per
+// shape against the path above and runs on cuDNN's fused graph where that is
+// faster (cudnn_engine.hpp); describe() lists the choices.
 //
 // CUDA graphs (kFastGraphs). The executable's kernels read one StepParams
 // block it owns, `current`, instead of table + i. Each step begins with a
