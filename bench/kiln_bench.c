@@ -2,6 +2,9 @@
  *
  *   kiln_bench --workload A|B --epochs N [--device D] [--threads T] [--seed S] [--data DIR]
  *   kiln_bench --workload C --model A|B [--device D] [--threads T] [--data DIR]
+ *   mpirun -np N kiln_bench --workload A|B --epochs N --distributed 1 [...]
+ *       DDP over the MPI job: --batch-per-rank B (default the workload's
+ *       batch) on every rank; rank 0 prints, samples/s count every rank's
  *
  * A: 784-32-10 ReLU, SGD lr 0.1, batch 128.  B: 784-1024-1024-10 ReLU, SGD
  * lr 0.1, batch 256.  C: inference samples/s of A's or B's model at batch 1,
@@ -68,8 +71,15 @@ static kiln_model *make_model(kiln_context *ctx, const char *spec_text, kiln_dev
   return model;
 }
 
-static void train(kiln_context *ctx, kiln_device dev, char name, int epochs, const char *data) {
+static void train(kiln_context *ctx, kiln_device dev, char name, int epochs, const char *data,
+                  kiln_communicator *comm, int64_t batch) {
   struct workload w = workload_of(name);
+  if (batch > 0) w.batch = batch;
+  int64_t rank = 0, ranks = 1;
+  if (comm) {
+    CHECK(kiln_communicator_rank(comm, &rank));
+    CHECK(kiln_communicator_size(comm, &ranks));
+  }
   kiln_dataset *train_set, *test_set;
   CHECK(kiln_dataset_load_mnist(ctx, data, "train", &train_set));
   CHECK(kiln_dataset_load_mnist(ctx, data, "test", &test_set));
@@ -80,6 +90,7 @@ static void train(kiln_context *ctx, kiln_device dev, char name, int epochs, con
   CHECK(kiln_trainer_options_set_lr(opts, 0.1));
   CHECK(kiln_trainer_options_set_batch_size(opts, w.batch));
   CHECK(kiln_trainer_create(model, opts, &trainer));
+  if (comm) CHECK(kiln_trainer_attach_communicator(trainer, comm));
 
   double seconds[64];
   if (epochs > 64) epochs = 64;
@@ -94,11 +105,15 @@ static void train(kiln_context *ctx, kiln_device dev, char name, int epochs, con
   double loss, acc;
   CHECK(kiln_trainer_evaluate(trainer, test_set, &loss, &acc));
   double med = median(seconds, epochs);
-  printf("{\"impl\": \"kiln\", \"workload\": \"%c\", \"epochs\": %d, \"epoch_seconds\": [", name, epochs);
+  if (rank != 0) goto done;
+  printf("{\"impl\": \"kiln\", \"workload\": \"%c\", \"ranks\": %lld, \"batch_per_rank\": %lld, \"epochs\": %d, "
+         "\"epoch_seconds\": [",
+         name, (long long)ranks, (long long)w.batch, epochs);
   for (int e = 0; e < epochs; ++e) printf("%s%.6f", e ? ", " : "", seconds[e]);
   printf("], \"median_epoch_seconds\": %.6f, \"samples_per_second\": %.1f, \"test_accuracy\": %.4f, "
          "\"peak_rss_mib\": %.1f}\n",
          med, (double)n / med, acc, peak_rss_mib());
+done:
   kiln_trainer_release(trainer);
   kiln_trainer_options_release(opts);
   kiln_model_release(model);
@@ -144,8 +159,8 @@ static void infer(kiln_context *ctx, kiln_device dev, char name, const char *dat
 
 int main(int argc, char **argv) {
   char workload = 'A', model = 'A';
-  int epochs = 3;
-  int64_t threads = 0;
+  int epochs = 3, distributed = 0;
+  int64_t threads = 0, batch = 0;
   uint64_t seed = 1;
   const char *device = "cpu", *data = "/usr/share/datasets/fashion-mnist";
   for (int i = 1; i < argc; ++i) {
@@ -158,6 +173,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
     else if (!strcmp(a, "--device")) device = v;
     else if (!strcmp(a, "--data")) data = v;
+    else if (!strcmp(a, "--distributed")) distributed = atoi(v);
+    else if (!strcmp(a, "--batch-per-rank")) batch = atoll(v);
     else { fprintf(stderr, "kiln_bench: unknown flag %s\n", a); return 2; }
     ++i;
   }
@@ -172,7 +189,12 @@ int main(int argc, char **argv) {
   kiln_device dev;
   CHECK(kiln_device_parse(ctx, device, &dev));
   if (workload == 'C') infer(ctx, dev, model, data);
-  else train(ctx, dev, workload, epochs, data);
+  else {
+    kiln_communicator *comm = NULL;
+    if (distributed) CHECK(kiln_communicator_create_mpi(ctx, &comm));
+    train(ctx, dev, workload, epochs, data, comm, batch);
+    kiln_communicator_release(comm);
+  }
   kiln_context_release(ctx);
   return 0;
 }

@@ -5,13 +5,17 @@
 #   scripts/install-deps.sh          everything: C library, tests, the Go, Rust
 #                                    and C# bindings, the Fashion-MNIST dataset
 #   scripts/install-deps.sh --core   only what builds the library, its tests and
-#                                    the kiln program, plus the dataset
+#                                    the kiln program (Open MPI included), plus
+#                                    the dataset
 #
 # The CUDA toolkit is not a Debian package here: it is used when nvcc exists
 # (on PATH or in /usr/local/cuda) and the build goes without it otherwise.
 set -euo pipefail
 
-core=(cmake g++ ninja-build pkg-config libopenblas-dev libcmocka-dev zlib1g-dev dataset-fashion-mnist)
+# Open MPI: libkiln_dist.so (distributed training) and the mpirun the
+# multi-rank tests run under.
+core=(cmake g++ ninja-build pkg-config libopenblas-dev libcmocka-dev zlib1g-dev
+  dataset-fashion-mnist openmpi-bin libopenmpi-dev)
 # bindgen loads libclang at run time but does not depend on it in Debian.
 bindings=(swig golang-go mono-mcs mono-devel bindgen libclang1)
 

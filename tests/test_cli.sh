@@ -119,4 +119,19 @@ resumed="$(grep '^test (loss|accuracy):' -E "$work/out")"
 [[ "$resumed" == "$straight" ]] || fail "resumed run gave '$resumed', the straight run '$straight'"
 expect 1 "cannot resume from" "$kiln" train "${common[@]}" --hidden 8 --epochs 2 --resume "$work/epoch1.ckpt"
 
+usage_error "one process per device: mpirun -np N kiln train --distributed" train --device cuda:0,cuda:1
+
+# ---- --distributed: 2 ranks x batch 10 = 1 process x batch 20 ---------------
+# Only where CTest found mpirun (KILN_MPIRUN) and libkiln_dist.so was built.
+if [[ -n "${KILN_MPIRUN:-}" ]]; then
+  mpi=("$KILN_MPIRUN" -np 2 --oversubscribe --allow-run-as-root)
+  dist=(--data "$data" --device cpu --hidden 16 --batch 10 --lr 0.2 --seed 7 --epochs 2)
+  expect 0 "^distributed: 2 ranks, batch 10 per rank \(20 per step in all\)" \
+    "${mpi[@]}" "$kiln" train --distributed "${dist[@]}" --save "$work/dist.safetensors"
+  [[ $(grep -c '^test accuracy:' "$work/out") -eq 1 ]] || fail "a rank other than 0 printed results"
+  [[ -s "$work/dist.safetensors" ]] || fail "--distributed --save wrote no file"
+  distributed="$(grep '^test (loss|accuracy):' -E "$work/out")"
+  [[ "$distributed" == "$straight" ]] || fail "2 ranks x batch 10 gave '$distributed', 1 x batch 20 '$straight'"
+fi
+
 echo "test_cli: $passed passed, 0 failed"

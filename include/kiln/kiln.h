@@ -87,7 +87,8 @@ typedef enum kiln_status {
   KILN_ERROR_INTERNAL = 12,          /* a bug in kiln: please report it */
   KILN_ERROR_BUSY = 13,              /* the object is inside another call (e.g. a
                                         trainer called from its own callback) */
-  KILN_ERROR_NUMERIC = 14            /* training diverged: a loss that is NaN or infinite */
+  KILN_ERROR_NUMERIC = 14,           /* training diverged: a loss that is NaN or infinite */
+  KILN_ERROR_COMMUNICATION = 15      /* a collective across ranks failed: a peer died or timed out */
 } kiln_status;
 
 /* A constant name for a status, e.g. "KILN_ERROR_SHAPE_MISMATCH". Static
@@ -692,6 +693,76 @@ KILN_API void kiln_history_release(kiln_history *history);
 KILN_API kiln_status kiln_history_size(const kiln_history *history, int64_t *out);
 /* Epoch i (0-based) of the history; out->struct_size set by the caller. */
 KILN_API kiln_status kiln_history_get(const kiln_history *history, int64_t index, kiln_epoch_stats *out);
+
+/* ---- Distributed data parallel (DDP) ------------------------------------
+ * Training across processes and machines, one process (rank) per device,
+ * started by Open MPI's mpirun. Every rank creates a communicator and a
+ * trainer for the same model spec and options, attaches the communicator,
+ * and makes the same training calls; kiln then:
+ *  - starts every rank from rank 0's weights, optimizer state and counters;
+ *  - gives rank r of N positions r, r + N, r + 2N, ... of each epoch's
+ *    shuffled order (the same permutation on every rank: PyTorch's
+ *    DistributedSampler), padded by wrapping around to a multiple of N so
+ *    every rank runs the same steps; with a dataset size divisible by N, N
+ *    ranks with batch b train exactly like one process with batch N*b;
+ *  - averages the gradients over the ranks every step (one allreduce over
+ *    the flat gradient buffer) before clipping and the update;
+ *  - reduces the epoch's loss, accuracy and samples/s, and shards and reduces
+ *    evaluation and validation (every rank gets the same numbers);
+ *  - writes checkpoints from rank 0 only (kiln_trainer_save_checkpoint on
+ *    every rank; the others wait for rank 0's outcome and return it). Model
+ *    files are written by whoever calls kiln_model_save: call it on rank 0.
+ * The engines, Open MPI (process start-up, CPU buffers) and NCCL (CUDA
+ * buffers, its unique id sent over MPI), live in the plugin libkiln_dist.so,
+ * loaded on first use from libkiln's directory or KILN_BACKEND_PATH;
+ * libkiln.so links neither. A collective that fails (a peer died) or takes
+ * longer than the communicator's timeout returns KILN_ERROR_COMMUNICATION,
+ * and so does every later call on that communicator. */
+typedef struct kiln_communicator kiln_communicator;
+
+/* A communicator over every process of the MPI job (a duplicate of
+ * MPI_COMM_WORLD; MPI is initialized with MPI_Init_thread when the host
+ * program has not, and finalized at exit). Collective: every process of the
+ * job calls it. A process not started by mpirun is a job of one rank.
+ * KILN_ERROR_DEVICE_UNAVAILABLE when libkiln_dist.so or Open MPI's libmpi
+ * cannot be loaded (the message has the loader's reason) or MPI cannot be
+ * initialized. The timeout starts at KILN_DIST_TIMEOUT seconds (environment;
+ * default 600). *out is released with kiln_communicator_release; a trainer
+ * it is attached to keeps it alive. */
+KILN_API kiln_status kiln_communicator_create_mpi(kiln_context *ctx, kiln_communicator **out);
+/* One communicator per GPU of devices[0..count), over NCCL alone (no MPI):
+ * out[i] (an array of count pointers the caller provides) is rank i of count
+ * and runs on devices[i]. For DDP inside one process: one thread per GPU, each
+ * with its own model on its GPU and its own trainer attached to its
+ * communicator; the ranks meet in every collective, so each must be driven by
+ * a thread of its own. KILN_ERROR_INVALID_ARGUMENT for count < 1, a CPU
+ * device or a device listed twice; KILN_ERROR_DEVICE_UNAVAILABLE for a GPU
+ * that does not exist or a missing plugin; KILN_ERROR_NOT_SUPPORTED when the
+ * plugin was built without NCCL. On failure every out[i] is NULL. Each
+ * out[i] is released with kiln_communicator_release. */
+KILN_API kiln_status kiln_communicator_create_local(kiln_context *ctx, const kiln_device *devices, int64_t count,
+                                                    kiln_communicator **out);
+KILN_API void kiln_communicator_release(kiln_communicator *comm);
+/* This process's rank in [0, size), the number of ranks, and the rank among
+ * the ranks of the same machine (the GPU to use: cuda:<local rank>). */
+KILN_API kiln_status kiln_communicator_rank(const kiln_communicator *comm, int64_t *out);
+KILN_API kiln_status kiln_communicator_size(const kiln_communicator *comm, int64_t *out);
+KILN_API kiln_status kiln_communicator_local_rank(const kiln_communicator *comm, int64_t *out);
+/* Seconds any one collective may take before it fails with
+ * KILN_ERROR_COMMUNICATION (a dead or stuck peer). KILN_ERROR_INVALID_ARGUMENT
+ * unless seconds > 0 and finite. Not while a trainer it is attached to runs. */
+KILN_API kiln_status kiln_communicator_set_timeout(kiln_communicator *comm, double seconds);
+
+/* Makes trainer one rank of DDP training over comm (see above); the trainer
+ * keeps comm alive. Collective: every rank calls it. KILN_ERROR_INVALID_ARGUMENT
+ * on every rank when the model spec, dtype or options (loss, lr, optimizer,
+ * batch size, clipping, schedule, shuffle seed, precision) differ between
+ * ranks, naming the ranks; KILN_ERROR_NOT_SUPPORTED when comm cannot reduce
+ * buffers of the trainer's device (a CUDA model with a plugin built without
+ * NCCL); KILN_ERROR_COMMUNICATION when the exchange fails. From then on
+ * kiln_trainer_step also averages gradients (every rank must call it, each
+ * with its own batch; the loss returned is this rank's batch's). */
+KILN_API kiln_status kiln_trainer_attach_communicator(kiln_trainer *trainer, kiln_communicator *comm);
 
 #ifdef __cplusplus
 }

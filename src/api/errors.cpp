@@ -91,6 +91,7 @@ KILN_API const char *kiln_status_name(kiln_status status) {
     case KILN_ERROR_INTERNAL: return "KILN_ERROR_INTERNAL";
     case KILN_ERROR_BUSY: return "KILN_ERROR_BUSY";
     case KILN_ERROR_NUMERIC: return "KILN_ERROR_NUMERIC";
+    case KILN_ERROR_COMMUNICATION: return "KILN_ERROR_COMMUNICATION";
   }
   return "KILN_ERROR_UNKNOWN";
 }

@@ -37,6 +37,7 @@ class Dataset;
 class Trainer;
 struct TrainerOptions;
 struct History;
+class Collective;
 }  // namespace kiln
 
 // The structs behind the opaque handles. `value` is what the handle owns.
@@ -49,6 +50,7 @@ struct kiln_dataset { std::shared_ptr<kiln::Dataset> value; };
 struct kiln_trainer_options { std::shared_ptr<kiln::TrainerOptions> value; };
 struct kiln_trainer { std::shared_ptr<kiln::Trainer> value; };
 struct kiln_history { std::shared_ptr<kiln::History> value; };
+struct kiln_communicator { std::shared_ptr<kiln::Collective> value; };
 
 namespace kiln::api {
 
@@ -66,6 +68,7 @@ KILN_HANDLE_TAG(kiln_dataset, 6, "dataset")
 KILN_HANDLE_TAG(kiln_trainer_options, 7, "trainer options")
 KILN_HANDLE_TAG(kiln_trainer, 8, "trainer")
 KILN_HANDLE_TAG(kiln_history, 9, "history")
+KILN_HANDLE_TAG(kiln_communicator, 10, "communicator")
 #undef KILN_HANDLE_TAG
 
 // The registry of live handles. A handle the caller holds is not an address

@@ -24,21 +24,25 @@ constexpr const char *kPluginName = "libkiln_cuda.so";
 // Any function of libkiln: dladdr on it names the file libkiln was loaded from.
 void locate_libkiln() {}
 
-struct PluginLocation {
-  std::string dir;     // "" when it cannot be determined: then the loader searches
-  std::string origin;  // how dir was chosen, for messages
-};
+}  // namespace
 
-PluginLocation plugin_location() {
+std::string plugin_directory(std::string *origin) {
   const char *env = std::getenv("KILN_BACKEND_PATH");
-  if (env && *env) return {env, "KILN_BACKEND_PATH"};
+  if (env && *env) {
+    *origin = "KILN_BACKEND_PATH";
+    return env;
+  }
   Dl_info info{};
   if (dladdr(reinterpret_cast<void *>(&locate_libkiln), &info) && info.dli_fname) {
     std::string file = info.dli_fname;
     size_t slash = file.rfind('/');
-    if (slash != std::string::npos) return {file.substr(0, slash == 0 ? 1 : slash), "the directory of libkiln"};
+    if (slash != std::string::npos) {
+      *origin = "the directory of libkiln";
+      return file.substr(0, slash == 0 ? 1 : slash);
+    }
   }
-  return {"", "the dynamic loader's search path"};
+  *origin = "the dynamic loader's search path";
+  return "";
 }
 
 std::string one_line(const char *text) {
@@ -48,6 +52,8 @@ std::string one_line(const char *text) {
   while (!s.empty() && s.back() == ' ') s.pop_back();
   return s;
 }
+
+namespace {
 
 // Looks for the plugin, checks it and asks it for the backend.
 //
@@ -59,13 +65,14 @@ std::string one_line(const char *text) {
 // It is loaded at most once per process, so keeping it costs one mapping.
 CudaBackendLoad load_cuda_plugin() {
   CudaBackendLoad load;
-  PluginLocation where = plugin_location();
-  std::string path = where.dir.empty() ? kPluginName : where.dir + "/" + kPluginName;
-  load.searched = path + " (from " + where.origin + ")";
+  std::string origin;
+  const std::string dir = plugin_directory(&origin);
+  std::string path = dir.empty() ? kPluginName : dir + "/" + kPluginName;
+  load.searched = path + " (from " + origin + ")";
 
   struct stat st {};
-  if (!where.dir.empty() && stat(path.c_str(), &st) != 0) {
-    load.reason = std::string(kPluginName) + " not found in " + where.dir + " (" + where.origin +
+  if (!dir.empty() && stat(path.c_str(), &st) != 0) {
+    load.reason = std::string(kPluginName) + " not found in " + dir + " (" + origin +
                   "): " + std::strerror(errno);
     return load;
   }

@@ -122,6 +122,7 @@ const char *op_name(const StepOp &op) {
                                [](const LinearBackwardOp &) { return "linear_backward"; },
                                [](const ActivationBackwardOp &) { return "activation_backward"; },
                                [](const DropoutBackwardOp &) { return "dropout_backward"; },
+                               [](const AllReduceOp &) { return "allreduce"; },
                                [](const ClipOp &) { return "clip"; }, [](const SgdOp &) { return "sgd"; },
                                [](const AdamOp &) { return "adam"; }},
                     op);
@@ -139,6 +140,11 @@ void run_op(Backend &b, int64_t dev, const StepOp &op, const StepParams *step) {
           [&](const LinearBackwardOp &o) { linear_backward(b, dev, o); },
           [&](const ActivationBackwardOp &o) { b.act_backward(dev, o.t, o.n, o.act, o.alpha, o.dy, o.x, o.y, o.dy); },
           [&](const DropoutBackwardOp &o) { b.dropout_backward(dev, o.t, o.n, o.dy, o.mask, o.p, o.dx); },
+          [&](const AllReduceOp &o) {
+            const Device device{b.kind(), b.kind() == KILN_DEVICE_CPU ? -1 : dev};
+            if (!device.is_cpu()) b.synchronize(dev);  // the engine reads buf from its own stream
+            o.comm->allreduce(device, o.t, o.buf, o.n, o.mean);
+          },
           [&](const ClipOp &o) { b.clip_grad_norm(dev, o.t, o.n, o.grads, o.max_norm, o.scratch); },
           [&](const SgdOp &o) { b.sgd_update(dev, o.args, step); },
           [&](const AdamOp &o) { b.adam_update(dev, o.args, step); },

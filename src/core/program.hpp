@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/backend.hpp"
+#include "core/collective.hpp"
 
 namespace kiln {
 
@@ -144,6 +145,22 @@ struct ClipOp {
   double *scratch = nullptr;
 };
 
+// Distributed data parallel: buf[0..n) becomes the mean (or sum) of every
+// rank's buf, in place. The trainer places it after the backward ops, on the
+// flat gradient buffer, before clipping and the optimizer, so every rank
+// applies the same update. The default meaning waits for the device's queued
+// work, then runs the collective to completion (comm throws
+// KILN_ERROR_COMMUNICATION on a timeout or a dead peer). Because it waits on
+// the host, a backend must not capture a program holding it in a CUDA graph
+// (run it as plain kernels, or capture the parts between).
+struct AllReduceOp {
+  DType t = DType::F32;
+  int64_t n = 0;
+  void *buf = nullptr;
+  bool mean = true;
+  Collective *comm = nullptr;  // owned by the trainer, which outlives its programs
+};
+
 struct SgdOp {
   SgdArgs args;
 };
@@ -153,7 +170,7 @@ struct AdamOp {
 };
 
 using StepOp = std::variant<GatherOp, CastOp, LinearOp, ActivationOp, DropoutOp, LossOp, LinearBackwardOp,
-                            ActivationBackwardOp, DropoutBackwardOp, ClipOp, SgdOp, AdamOp>;
+                            ActivationBackwardOp, DropoutBackwardOp, AllReduceOp, ClipOp, SgdOp, AdamOp>;
 
 // The op's name, for logs and error messages ("linear", "loss", ...).
 const char *op_name(const StepOp &op);

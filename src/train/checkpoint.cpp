@@ -6,6 +6,7 @@
 // the trainer, reads into staging buffers, and only then commits, so a bad
 // file leaves the trainer unchanged.
 #include <cerrno>
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 
@@ -88,7 +89,30 @@ void Trainer::save_checkpoint(const std::string &path) const {
       {"beta2", exact_text(c.beta2)},
       {"eps", exact_text(c.eps)},
   };
-  io::write_safetensors(path, tensors, meta);
+  if (!comm_) {
+    io::write_safetensors(path, tensors, meta);
+    return;
+  }
+  // Distributed: the ranks hold the same state, so rank 0 alone writes (the
+  // ranks may share a file system), then tells the others whether it did, so
+  // that every rank returns the same status and a rank that goes on to read
+  // the file finds it complete.
+  int64_t outcome[2] = {KILN_OK, 0};  // status; the message follows, when there is one
+  std::string message;
+  if (comm_->rank() == 0) {
+    try {
+      io::write_safetensors(path, tensors, meta);
+    } catch (const Error &e) {
+      outcome[0] = e.status();
+      message = e.what();
+    }
+    outcome[1] = int64_t(std::min<size_t>(message.size(), 1024));
+  }
+  comm_->broadcast(Device::cpu(), outcome, sizeof outcome, 0);
+  if (outcome[0] == KILN_OK) return;
+  message.resize(size_t(outcome[1]));
+  comm_->broadcast(Device::cpu(), message.data(), outcome[1], 0);
+  fail(kiln_status(outcome[0]), comm_->rank() == 0 ? message : "rank 0 could not write the checkpoint: " + message);
 }
 
 void Trainer::load_checkpoint(const std::string &path) {

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 
 #include "core/rng.hpp"
 #include "nn/loss.hpp"
+#include "nn/optimizer.hpp"
 
 namespace kiln {
 
@@ -55,6 +57,31 @@ const char *precision_name(kiln_precision p) {
     case KILN_PRECISION_BF16: return "bf16";
   }
   return "?";
+}
+
+// FNV-1a, 64 bits: enough to tell two configurations apart, not a security
+// measure.
+uint64_t fnv1a(const std::string &text) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// Everything that must be equal on every rank of a distributed run for the
+// ranks to compute the same update: the model and the options that shape a
+// step. Doubles as %a, exactly.
+std::string training_fingerprint(const Model &m, const TrainerOptions &o, kiln_precision precision) {
+  const OptimizerConfig c = o.resolved_optimizer();
+  const ScheduleConfig &sc = o.schedule;
+  char text[512];
+  std::snprintf(text, sizeof text,
+                "loss %d lr %a optim %d %a %d %a %a %a %a batch %lld clip %a schedule %d %lld %a %lld %a %lld "
+                "seed %d %llu precision %d",
+                int(o.loss), o.lr, int(c.kind), c.momentum, int(c.nesterov), c.weight_decay, c.beta1, c.beta2, c.eps,
+                static_cast<long long>(o.batch_size), o.grad_clip, int(sc.kind), static_cast<long long>(sc.step_size),
+                sc.gamma, static_cast<long long>(sc.total_steps), sc.min_lr, static_cast<long long>(sc.warmup),
+                int(o.shuffle_seed_set), static_cast<unsigned long long>(o.shuffle_seed), int(precision));
+  return m.description() + " " + dtype_name(m.dtype()) + " " + text;
 }
 
 }  // namespace
@@ -217,6 +244,9 @@ Executable &Trainer::program(bool trains, bool training, int64_t rows, const Dat
   p.table = static_cast<const StepParams *>(table_.data());
   p.table_size = table_entries_;
   p.fast_path = options_.fast_path;
+  // A training step with a communicator holds an AllReduceOp, which waits on
+  // the host: it must not be captured in a CUDA graph (core/program.hpp).
+  if (comm_ && trains) p.fast_path &= ~uint32_t(kFastGraphs);
   p.label = std::string(trains ? "train " : "evaluate ") + m.description() + " rows " + std::to_string(rows) + " " +
             precision_name(options_.precision);
   const bool mixed = work_dtype_ != m.dtype();
@@ -271,6 +301,15 @@ Executable &Trainer::program(bool trains, bool training, int64_t rows, const Dat
       grads.in = lp_grads_.data(), grads.out = grads_.data();
       p.ops.push_back(grads);
     }
+    if (comm_) {  // before clipping: every rank clips and updates with the same mean gradient
+      AllReduceOp reduce;
+      reduce.t = m.dtype();
+      reduce.n = grads_.numel();
+      reduce.buf = grads_.data();
+      reduce.mean = true;
+      reduce.comm = comm_.get();
+      p.ops.push_back(reduce);
+    }
     if (options_.grad_clip > 0) {
       ClipOp clip;
       clip.t = m.dtype();
@@ -307,18 +346,44 @@ void Trainer::write_table(int64_t count, int64_t batch) {
       .copy_from_host(table_host_.data(), count * int64_t(sizeof(StepParams)));
 }
 
-const int64_t *Trainer::pass_order(const Dataset &ds, const Dataset::GatherSource &source, bool shuffle) {
+int64_t Trainer::local_count(int64_t n, bool pad) const {
+  if (!comm_) return n;
+  const int64_t ranks = comm_->size(), rank = comm_->rank();
+  if (pad) return (n + ranks - 1) / ranks;
+  return rank < n ? (n - rank + ranks - 1) / ranks : 0;
+}
+
+const int64_t *Trainer::pass_order(const Dataset &ds, const Dataset::GatherSource &source, bool shuffle, bool pad) {
   const int64_t n = ds.size();
   Backend &b = stats_.backend();
   int64_t *order = order_device_.data_as<int64_t>();
+  // The same permutation on every rank: the seed is rank 0's (attach) and
+  // every rank draws the same number of shuffles.
   if (shuffle) b.shuffle(device_.index, n, rng_bits(rng_seed_ ^ kShuffleStream, rng_counter_++), order);
   else b.arange(device_.index, DType::I64, n, order, 0, 1);
+  const int64_t count = local_count(n, pad);
+  if (comm_ && count > 0) {  // this rank's positions r, r + N, ... (mod n when padded) of the order
+    if (shard_n_ != n || shard_pad_ != pad) {
+      std::vector<int64_t> positions(static_cast<size_t>(count));
+      for (int64_t j = 0; j < count; ++j) positions[size_t(j)] = (comm_->rank() + j * comm_->size()) % n;
+      Tensor t = Tensor::empty(model_->context(), Shape{count}, DType::I64, device_);
+      t.copy_from_host(positions.data(), count * int64_t(sizeof(int64_t)));
+      shard_positions_ = t;
+      shard_n_ = n, shard_pad_ = pad;
+    }
+    GatherArgs pick;
+    pick.order = shard_positions_.data_as<int64_t>();
+    pick.count = count;
+    pick.y_type = DType::I64, pick.y = order, pick.out_y = rows_device_.data();
+    b.gather(device_.index, pick, nullptr);
+    b.copy_on_device(device_.index, order, rows_device_.data(), count * int64_t(sizeof(int64_t)));
+  }
   if (!source.map.defined()) {
-    b.copy_on_device(device_.index, rows_device_.data(), order, n * int64_t(sizeof(int64_t)));
+    b.copy_on_device(device_.index, rows_device_.data(), order, count * int64_t(sizeof(int64_t)));
   } else {
     GatherArgs compose;
     compose.order = order;
-    compose.count = n;
+    compose.count = count;
     compose.y_type = DType::I64, compose.y = source.map.data(), compose.out_y = rows_device_.data();
     b.gather(device_.index, compose, nullptr);
   }
@@ -396,18 +461,38 @@ void Trainer::read_stats(int64_t offset, double out[3]) const {
   stats_.rows(offset, offset + 3).copy_to_host(out, 3 * sizeof(double));
 }
 
+void Trainer::reduce_stats(double stats[3]) const {
+  if (comm_) comm_->allreduce(Device::cpu(), DType::F64, stats, 3, false);
+}
+
+void Trainer::check_same_size(const Dataset &ds, const char *what) const {
+  if (!comm_) return;
+  // Ranks with datasets of different sizes would run different numbers of
+  // steps and pair one rank's allreduce with another's next one.
+  const int64_t mine = ds.size();
+  std::vector<int64_t> all(size_t(comm_->size()));
+  comm_->allgather(&mine, sizeof mine, all.data());
+  for (size_t r = 1; r < all.size(); ++r)
+    check(all[r] == all[0], KILN_ERROR_INVALID_ARGUMENT,
+          std::string(what) + " has " + std::to_string(all[r]) + " samples on rank " + std::to_string(r) + " but " +
+              std::to_string(all[0]) + " on rank 0: every rank must pass the same dataset");
+}
+
 kiln_epoch_stats Trainer::run_epoch(const Dataset &ds, int64_t epoch_index, int64_t epochs, kiln_progress_fn callback,
                                     void *user) {
   check_model_device();
   check_dataset(ds, "the training dataset");
-  const int64_t n = ds.size();
+  check_same_size(ds, "the training dataset");
+  // n: this rank's samples (all of them in one process); total: every rank's.
+  const int64_t n = local_count(ds.size(), true);
+  const int64_t total = comm_ ? n * comm_->size() : n;
   const int64_t batch = std::min(options_.batch_size, n);
   const int64_t batches = (n + batch - 1) / batch;
   ensure_capacity(batch);
-  ensure_order(n);
+  ensure_order(ds.size());
   const Clock::time_point start = Clock::now();
   const Dataset::GatherSource source = ds.gather_source(device_);
-  pass_order(ds, source, true);
+  pass_order(ds, source, true, true);
   window_valid_ = false;
   write_table(batches, batch);
 
@@ -417,7 +502,7 @@ kiln_epoch_stats Trainer::run_epoch(const Dataset &ds, int64_t epoch_index, int6
   for (int64_t first = 0; first < batches; first += interval) {
     const int64_t count = std::min(interval, batches - first);
     run_pass_steps(true, first, count, n, batch, source);
-    if (first + count < batches) {  // a progress report within the epoch
+    if (first + count < batches) {  // a progress report within the epoch: this rank's loss, not reduced
       double host[3];
       read_stats(kStatsPass, host);
       const double elapsed = seconds_since(start);
@@ -430,7 +515,7 @@ kiln_epoch_stats Trainer::run_epoch(const Dataset &ds, int64_t epoch_index, int6
       p.batch = first + count;
       p.batches = batches;
       p.loss = host[0] / loss_count(options_.loss, done, model_->output_size());
-      p.samples_per_second = elapsed > 0 ? double(done) / elapsed : 0;
+      p.samples_per_second = elapsed > 0 ? double(comm_ ? done * comm_->size() : done) / elapsed : 0;
       p.elapsed_seconds = elapsed;
       if (callback(user, &p) != 0)
         fail(KILN_ERROR_CANCELLED, "training cancelled by the progress callback in epoch " +
@@ -440,6 +525,7 @@ kiln_epoch_stats Trainer::run_epoch(const Dataset &ds, int64_t epoch_index, int6
   }
   double host[3];
   read_stats(kStatsPass, host);
+  reduce_stats(host);
   const double seconds = seconds_since(start);
   const int64_t out = model_->output_size();
   check(host[2] == 0, KILN_ERROR_INVALID_ARGUMENT,
@@ -449,10 +535,10 @@ kiln_epoch_stats Trainer::run_epoch(const Dataset &ds, int64_t epoch_index, int6
   kiln_epoch_stats s{};
   s.struct_size = sizeof s;
   s.epoch = epochs_done_;
-  s.train_loss = host[0] / loss_count(options_.loss, n, out);
-  s.train_accuracy = options_.loss == KILN_LOSS_CROSS_ENTROPY ? host[1] / double(n) : 0;
+  s.train_loss = host[0] / loss_count(options_.loss, total, out);
+  s.train_accuracy = options_.loss == KILN_LOSS_CROSS_ENTROPY ? host[1] / double(total) : 0;
   s.seconds = seconds;
-  s.samples_per_second = seconds > 0 ? double(n) / seconds : 0;
+  s.samples_per_second = seconds > 0 ? double(total) / seconds : 0;
   s.lr = current_lr();
   return s;
 }
@@ -472,20 +558,23 @@ void Trainer::evaluate(const Dataset &ds, double *loss, double *accuracy) {
 void Trainer::evaluate_pass(const Dataset &ds, double *loss, double *accuracy) {
   check_model_device();
   check_dataset(ds, "the evaluation dataset");
-  const int64_t n = ds.size();
-  const int64_t batch = std::min(options_.batch_size, n);
-  const int64_t batches = (n + batch - 1) / batch;
+  check_same_size(ds, "the evaluation dataset");
+  // Each rank evaluates its share (possibly none: fewer samples than ranks).
+  const int64_t n = ds.size(), local = local_count(n, false);
+  const int64_t batch = std::max<int64_t>(1, std::min(options_.batch_size, local));
+  const int64_t batches = (local + batch - 1) / batch;
   ensure_capacity(batch);
   ensure_order(n);
   const Dataset::GatherSource source = ds.gather_source(device_);
-  pass_order(ds, source, false);
+  pass_order(ds, source, false, false);
   window_valid_ = false;
-  write_table(batches, batch);
+  if (batches > 0) write_table(batches, batch);
   double *stats = stats_.data_as<double>() + kStatsPass;
   stats_.backend().fill(device_.index, DType::F64, 3, stats, 0.0);
-  run_pass_steps(false, 0, batches, n, batch, source);
+  if (batches > 0) run_pass_steps(false, 0, batches, local, batch, source);
   double host[3];
   read_stats(kStatsPass, host);
+  reduce_stats(host);
   const int64_t out = model_->output_size();
   check(host[2] == 0, KILN_ERROR_INVALID_ARGUMENT,
         std::to_string(int64_t(host[2])) + " labels of the dataset are outside [0, " + std::to_string(out) + ")");
@@ -499,8 +588,9 @@ std::shared_ptr<History> Trainer::fit(const Dataset &train, const Dataset *valid
   check_model_device();
   check_dataset(train, "the training dataset");
   if (validation) check_dataset(*validation, "the validation dataset");
-  const int64_t batch = std::min(options_.batch_size, train.size());
-  const int64_t batches = (train.size() + batch - 1) / batch;
+  const int64_t n = local_count(train.size(), true);
+  const int64_t batch = std::min(options_.batch_size, n);
+  const int64_t batches = (n + batch - 1) / batch;
 
   // The cosine schedule without total_steps spans this fit; the end is
   // forgotten however fit leaves.
@@ -541,6 +631,44 @@ std::shared_ptr<History> Trainer::fit(const Dataset &train, const Dataset *valid
     }
   }
   return history;
+}
+
+void Trainer::attach(std::shared_ptr<Collective> comm) {
+  check_model_device();
+  check(comm != nullptr, KILN_ERROR_INVALID_ARGUMENT, "communicator is null");
+  check(comm->supports(device_), KILN_ERROR_NOT_SUPPORTED,
+        "the communicator (" + comm->describe() + ") cannot reduce buffers on " + device_.str());
+  // Compare before exchanging anything else, so a mismatch is reported as
+  // such and not as a broadcast of the wrong size.
+  const uint64_t mine = fnv1a(training_fingerprint(*model_, options_, options_.precision));
+  std::vector<uint64_t> all(size_t(comm->size()));
+  comm->allgather(&mine, sizeof mine, all.data());
+  std::string differ;
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  check(differ.empty(), KILN_ERROR_INVALID_ARGUMENT,
+        "the model or trainer options of rank(s) " + differ + " differ from rank 0's (spec, dtype, loss, lr, "
+        "optimizer, batch size, clipping, schedule, shuffle seed or precision); this rank has " +
+            training_fingerprint(*model_, options_, options_.precision));
+
+  // Rank 0's weights, optimizer state and counters, so every rank starts
+  // from the same point (a rank that resumed a checkpoint, or seeded its
+  // context differently, included).
+  Backend &b = model_->flat().backend();
+  if (!device_.is_cpu()) b.synchronize(device_.index);
+  const Tensor &params = model_->flat();
+  comm->broadcast(device_, params.data(), params.numel() * dtype_size(params.dtype()), 0);
+  for (const auto &state : optimizer_.state())
+    comm->broadcast(device_, state.second.data(), state.second.numel() * dtype_size(state.second.dtype()), 0);
+  int64_t counters[5] = {int64_t(rng_seed_), int64_t(rng_counter_), steps_done_, epochs_done_, optimizer_.steps()};
+  comm->broadcast(Device::cpu(), counters, sizeof counters, 0);
+  rng_seed_ = uint64_t(counters[0]), rng_counter_ = uint64_t(counters[1]);
+  steps_done_ = counters[2], epochs_done_ = counters[3];
+  optimizer_.set_steps(counters[4]);
+  comm_ = std::move(comm);
+  shard_n_ = -1;
+  window_valid_ = false;
+  programs_.clear();  // they lack the allreduce
 }
 
 double Trainer::current_lr() const {

@@ -29,6 +29,16 @@
 // optimizer state and loss (PyTorch's autocast semantics: the weight
 // gradients are the bf16 products', accumulated into f32).
 //
+// Distributed data parallel (attach): every rank runs its own trainer on
+// its own copy of the model and the whole dataset; each epoch, rank r of N
+// trains on positions r, r + N, r + 2N, ... of the shared shuffled order
+// (PyTorch's DistributedSampler; the order is padded by wrapping around to a
+// multiple of N, so every rank runs the same number of steps), and every
+// step averages the gradients over the ranks (one allreduce over the flat
+// gradient buffer) before clipping and the update. Batch b on N ranks hence
+// trains like batch N*b in one process. Evaluation shards the same way
+// without padding, and every metric is reduced over the ranks.
+//
 // Used by one thread at a time.
 #pragma once
 
@@ -37,6 +47,7 @@
 #include <string>
 #include <vector>
 
+#include "core/collective.hpp"
 #include "nn/model.hpp"
 #include "nn/optimizer.hpp"
 #include "nn/schedule.hpp"
@@ -83,6 +94,15 @@ class Trainer {
   // from inside another of them (a progress callback); fit and epoch throw
   // NUMERIC, with the epoch's figures, when an epoch's loss is not finite.
 
+  // Makes this trainer one rank of distributed data parallel training over
+  // comm (see the top of this file). Collective: every rank calls it, with
+  // the same model spec, dtype and options (else INVALID_ARGUMENT on every
+  // rank, naming the ranks that differ: a hash of them is compared). The
+  // weights, optimizer state and counters then take rank 0's. NOT_SUPPORTED
+  // when comm cannot reach buffers of the trainer's device.
+  void attach(std::shared_ptr<Collective> comm);
+  const std::shared_ptr<Collective> &communicator() const { return comm_; }
+
   int64_t epochs_done() const { return epochs_done_; }
   int64_t steps_done() const { return steps_done_; }
   double current_lr() const;
@@ -117,9 +137,20 @@ class Trainer {
   // Writes table entries [0, count) for steps steps_done_ + i, batch offsets
   // i * batch, and copies them to the device.
   void write_table(int64_t count, int64_t batch);
-  // The device order of one pass over ds (shuffled or in sample order),
-  // mapped to rows of the data for a split; returns its first element.
-  const int64_t *pass_order(const Dataset &ds, const Dataset::GatherSource &source, bool shuffle);
+  // The samples of a pass over n samples this rank takes: all of them
+  // without a communicator; else its share of positions r, r + N, ...,
+  // padded to ceil(n / N) by wrapping around when pad (training: every rank
+  // must run the same steps), not padded otherwise (evaluation).
+  int64_t local_count(int64_t n, bool pad) const;
+  // The device order of this rank's share of one pass over ds (shuffled or
+  // in sample order; local_count(ds.size(), pad) samples), mapped to rows of
+  // the data for a split; returns its first element.
+  const int64_t *pass_order(const Dataset &ds, const Dataset::GatherSource &source, bool shuffle, bool pad);
+  // Sums the pass statistics over the ranks (no-op without a communicator).
+  void reduce_stats(double stats[3]) const;
+  // INVALID_ARGUMENT on every rank unless every rank passed a dataset of the
+  // same size (no-op without a communicator). Collective.
+  void check_same_size(const Dataset &ds, const char *what) const;
   // Runs steps [first, first + count) of a pass of `batches` batches of
   // `batch` rows over n samples (the last one may be smaller).
   void run_pass_steps(bool trains, int64_t first, int64_t count, int64_t n, int64_t batch,
@@ -163,6 +194,10 @@ class Trainer {
   Tensor logits32_, dlogits32_;  // f32 logits and their gradient for the loss (mixed precision only)
   int64_t capacity_ = 0;
   Tensor order_device_, rows_device_;  // I64 [n]: the pass's sample order, and it mapped to data rows
+  std::shared_ptr<Collective> comm_;   // null: one process
+  Tensor shard_positions_;             // I64: this rank's positions in the pass order (distributed only)
+  int64_t shard_n_ = -1;               // the pass size and padding shard_positions_ was built for
+  bool shard_pad_ = false;
   Tensor table_;  // StepParams [table_entries_] on the device (stored as bytes)
   int64_t table_entries_ = 0;
   std::vector<StepParams> table_host_;

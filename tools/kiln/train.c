@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "common.h"
@@ -19,7 +20,7 @@ typedef struct train_args {
   const char *data, *device, *hidden, *activation, *optimizer, *precision, *save, *checkpoint, *resume;
   int64_t epochs, batch, seed, threads;
   double lr, momentum, weight_decay, val_split;
-  int quiet;
+  int quiet, distributed;
   /* Derived from the strings above by check_args. */
   int64_t hidden_sizes[MAX_HIDDEN_LAYERS];
   int num_hidden;
@@ -35,6 +36,8 @@ typedef struct train_run {
   kiln_dataset *full, *train, *val, *test;
   kiln_model *model;
   kiln_trainer *trainer;
+  kiln_communicator *comm; /* --distributed only */
+  int64_t rank, ranks;      /* 0 and 1 without --distributed */
 } train_run;
 
 static double now_seconds(void) {
@@ -90,6 +93,11 @@ static int check_args(const cli_command *cmd, train_args *a) {
     }
   if (!found) return cli_usage_error(cmd, "unknown --precision '%s' (fp32, tf32 or bf16)", a->precision);
 
+  if (strchr(a->device, ','))
+    return cli_usage_error(cmd,
+                           "--device '%s': several devices in one process are not supported yet; run one process "
+                           "per device: mpirun -np N kiln train --distributed --device cuda",
+                           a->device);
   if (a->epochs < 1) return cli_usage_error(cmd, "--epochs must be at least 1, got %lld", (long long)a->epochs);
   if (a->batch < 1) return cli_usage_error(cmd, "--batch must be at least 1, got %lld", (long long)a->batch);
   if (a->threads < 0) return cli_usage_error(cmd, "--threads must be 0 (one per core) or more");
@@ -149,6 +157,8 @@ static int make_trainer(const cli_command *cmd, const train_args *a, train_run *
   if (st == KILN_OK) st = kiln_trainer_create(r->model, o, &r->trainer);
   kiln_trainer_options_release(o);
   if (st != KILN_OK) return report_error(cmd, "cannot create the trainer");
+  /* Every rank resumes the same checkpoint, then attaching checks that the
+   * ranks agree and starts them all from rank 0's state. */
   if (a->resume && kiln_trainer_load_checkpoint(r->trainer, a->resume) != KILN_OK) {
     fprintf(stderr,
             "kiln train: cannot resume from '%s': %s (pass the same --hidden, --activation and --optimizer "
@@ -156,7 +166,44 @@ static int make_trainer(const cli_command *cmd, const train_args *a, train_run *
             a->resume, kiln_last_error());
     return EXIT_RUNTIME_ERROR;
   }
+  if (r->comm && kiln_trainer_attach_communicator(r->trainer, r->comm) != KILN_OK)
+    return report_error(cmd, "cannot start distributed training");
   return CLI_CONTINUE;
+}
+
+/* Joins the MPI job (--distributed): every rank runs this same command. With
+ * --device cuda (or auto finding a GPU) each rank takes the GPU of its local
+ * rank, as torchrun's LOCAL_RANK convention does. */
+static int join_job(const cli_command *cmd, const train_args *a, train_run *r) {
+  if (kiln_communicator_create_mpi(r->ctx, &r->comm) != KILN_OK ||
+      kiln_communicator_rank(r->comm, &r->rank) != KILN_OK || kiln_communicator_size(r->comm, &r->ranks) != KILN_OK)
+    return report_error(cmd, "cannot join the MPI job (--distributed)");
+  int64_t local = 0;
+  kiln_communicator_local_rank(r->comm, &local);
+  int any_gpu = strcmp(a->device, "cuda") == 0 || (strcmp(a->device, "auto") == 0 && r->device.kind == KILN_DEVICE_CUDA);
+  if (any_gpu) {
+    r->device.index = local;
+    kiln_device_info info;
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    if (kiln_device_get_info(r->ctx, r->device, &info) != KILN_OK) {
+      fprintf(stderr, "kiln train: rank %lld (local rank %lld) has no GPU cuda:%lld: %s\n", (long long)r->rank,
+              (long long)local, (long long)local, kiln_last_error());
+      return EXIT_RUNTIME_ERROR;
+    }
+  }
+  return CLI_CONTINUE;
+}
+
+/* --threads 0 under mpirun: the machine's cores shared by its ranks (Open
+ * MPI tells each process how many ranks its machine runs). */
+static int64_t default_threads(const train_args *a) {
+  if (a->threads > 0 || !a->distributed) return a->threads;
+  const char *local_size = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  long ranks = local_size ? atol(local_size) : 1;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (ranks <= 1 || cores < 1) return 0;
+  return cores / ranks > 0 ? cores / ranks : 1;
 }
 
 static void print_header(const train_args *a, const train_run *r) {
@@ -175,6 +222,9 @@ static void print_header(const train_args *a, const train_run *r) {
          (long long)n_val, (long long)n_test);
   printf("training: %s, lr %g, batch %lld, epochs %lld, precision %s\n", a->optimizer, a->lr, (long long)a->batch,
          (long long)a->epochs, a->precision);
+  if (r->comm)
+    printf("distributed: %lld ranks, batch %lld per rank (%lld per step in all); rank 0 reports\n",
+           (long long)r->ranks, (long long)a->batch, (long long)(a->batch * r->ranks));
   fflush(stdout);
 }
 
@@ -183,7 +233,7 @@ static void print_header(const train_args *a, const train_run *r) {
 static int run_epochs(const cli_command *cmd, const train_args *a, train_run *r, progress_state *progress) {
   int64_t done = 0;
   if (kiln_trainer_epochs_done(r->trainer, &done) != KILN_OK) return report_error(cmd, "cannot read the trainer");
-  if (done >= a->epochs && !a->quiet)
+  if (done >= a->epochs && !a->quiet && r->rank == 0)
     printf("the checkpoint has %lld epochs already; nothing to train (raise --epochs)\n", (long long)done);
   for (int64_t e = done + 1; e <= a->epochs; e++) {
     progress->epoch = e;
@@ -206,7 +256,7 @@ static int run_epochs(const cli_command *cmd, const train_args *a, train_run *r,
 }
 
 static int finish(const cli_command *cmd, const train_args *a, train_run *r, double started, double train_seconds) {
-  if (a->save) {
+  if (a->save && r->rank == 0) { /* the ranks hold the same weights: one file */
     if (kiln_model_save(r->model, a->save) != KILN_OK) {
       char what[512];
       snprintf(what, sizeof what, "cannot save the model to '%s'", a->save);
@@ -217,6 +267,7 @@ static int finish(const cli_command *cmd, const train_args *a, train_run *r, dou
   double loss = 0, accuracy = 0;
   if (kiln_trainer_evaluate(r->trainer, r->test, &loss, &accuracy) != KILN_OK)
     return report_error(cmd, "cannot evaluate on the test set");
+  if (r->rank != 0) return 0;
   printf("test loss: %.4f\n", loss);
   printf("test accuracy: %.2f%%\n", 100.0 * accuracy);
   printf("time: %.1f s training, %.1f s in all\n", train_seconds, now_seconds() - started);
@@ -247,6 +298,9 @@ int cmd_train(int argc, char **argv) {
       {"resume", CLI_STRING, &a.resume, "FILE", "continue from a checkpoint (same model and optimizer)"},
       {"threads", CLI_INT, &a.threads, "N", "CPU threads (default 0: one per core)"},
       {"quiet", CLI_FLAG, &a.quiet, NULL, "print only the results, no per-epoch output"},
+      {"distributed", CLI_FLAG, &a.distributed, NULL,
+       "one rank of data parallel training under mpirun (batch is per rank; rank 0 prints and saves; "
+       "--device cuda takes cuda:<local rank>)"},
   };
   cli_command cmd = {
       .name = "train",
@@ -262,21 +316,24 @@ int cmd_train(int argc, char **argv) {
 
   double started = now_seconds();
   train_run r = {0};
-  progress_state progress = {progress_choose_mode(a.quiet), 0, a.epochs};
-  rc = open_context(&cmd, a.device, (uint64_t)a.seed, a.threads, &r.ctx, &r.device);
+  r.ranks = 1;
+  rc = open_context(&cmd, a.device, (uint64_t)a.seed, default_threads(&a), &r.ctx, &r.device);
+  if (rc == CLI_CONTINUE && a.distributed) rc = join_job(&cmd, &a, &r);
+  progress_state progress = {progress_choose_mode(a.quiet || r.rank != 0), 0, a.epochs};
   if (rc == CLI_CONTINUE) rc = load_data(&cmd, &a, &r);
   if (rc == CLI_CONTINUE) rc = build_model(&cmd, &a, &r);
   if (rc == CLI_CONTINUE) {
     /* About 50 redraws per epoch; each reads the loss back from the device. */
     int64_t n = 0;
     kiln_dataset_size(r.train, &n);
+    n = (n + r.ranks - 1) / r.ranks; /* this rank's share */
     int64_t batches = (n + a.batch - 1) / a.batch;
     int64_t interval = progress.mode == PROGRESS_BAR ? (batches / 50 > 0 ? batches / 50 : 1) : 0;
     rc = make_trainer(&cmd, &a, &r, interval);
   }
   double train_seconds = 0;
   if (rc == CLI_CONTINUE) {
-    if (!a.quiet) print_header(&a, &r);
+    if (!a.quiet && r.rank == 0) print_header(&a, &r);
     progress_catch_interrupt(1);
     double t0 = now_seconds();
     rc = run_epochs(&cmd, &a, &r, &progress);
@@ -286,6 +343,7 @@ int cmd_train(int argc, char **argv) {
   if (rc == CLI_CONTINUE) rc = finish(&cmd, &a, &r, started, train_seconds);
 
   kiln_trainer_release(r.trainer);
+  kiln_communicator_release(r.comm);
   kiln_model_release(r.model);
   kiln_dataset_release(r.train);
   kiln_dataset_release(r.val);

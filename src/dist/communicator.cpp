@@ -1,0 +1,96 @@
+#include "dist/communicator.hpp"
+
+#include <dlfcn.h>
+
+#include <mutex>
+
+#include "backend/registry.hpp"
+#include "core/error.hpp"
+#include "dist/plugin.hpp"
+
+namespace kiln {
+
+namespace {
+
+constexpr const char *kPluginName = "libkiln_dist.so";
+
+struct Plugin {
+  kiln_dist_create_mpi_fn create_mpi = nullptr;
+  kiln_dist_create_local_fn create_local = nullptr;
+  std::string error;  // why it could not be loaded; empty when it was
+};
+
+// Loaded once per process and never unloaded (RTLD_NODELETE): MPI can be
+// initialized only once per process, and the plugin registers the atexit
+// handler that finalizes it.
+const Plugin &plugin(const Context &ctx) {
+  static std::once_flag once;
+  static Plugin p;
+  std::call_once(once, [&] {
+    std::string origin;
+    const std::string dir = plugin_directory(&origin);
+    const std::string path = dir.empty() ? kPluginName : dir + "/" + kPluginName;
+    ctx.log(KILN_LOG_DEBUG, "loading the distributed plugin " + path + " (from " + origin + ")");
+    void *library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    if (!library) {
+      p.error = "cannot load the distributed plugin " + path + " (from " + origin + "): " + one_line(dlerror()) +
+                "; it needs Open MPI's libmpi (install openmpi-bin, or build kiln where MPI was found)";
+      return;
+    }
+    auto version = reinterpret_cast<kiln_dist_interface_version_fn>(dlsym(library, "kiln_dist_interface_version"));
+    auto create = reinterpret_cast<kiln_dist_create_mpi_fn>(dlsym(library, "kiln_dist_create_mpi"));
+    auto local = reinterpret_cast<kiln_dist_create_local_fn>(dlsym(library, "kiln_dist_create_local"));
+    if (!version || !create || !local) {
+      p.error = "the distributed plugin " + path + " is not kiln's: it lacks " +
+                (!version ? "kiln_dist_interface_version" : !create ? "kiln_dist_create_mpi" : "kiln_dist_create_local");
+    } else if (version() != kDistInterfaceVersion) {
+      p.error = "the distributed plugin " + path + " was built for interface " + std::to_string(version()) +
+                ", this library expects " + std::to_string(kDistInterfaceVersion) +
+                " (install libkiln and libkiln_dist from the same build)";
+    } else {
+      p.create_mpi = create;
+      p.create_local = local;
+    }
+  });
+  return p;
+}
+
+}  // namespace
+
+std::shared_ptr<Collective> create_mpi_communicator(const Context &ctx) {
+  const Plugin &p = plugin(ctx);
+  if (!p.create_mpi) fail(KILN_ERROR_DEVICE_UNAVAILABLE, p.error);
+  kiln_status status = KILN_ERROR_INTERNAL;
+  char reason[512] = {};
+  Collective *c = p.create_mpi(&status, reason, sizeof reason);
+  if (!c) fail(status, "cannot create an MPI communicator: " + one_line(reason));
+  std::shared_ptr<Collective> comm(c);
+  ctx.log(KILN_LOG_INFO, "communicator: " + comm->describe() + ", this is rank " + std::to_string(comm->rank()));
+  return comm;
+}
+
+std::vector<std::shared_ptr<Collective>> create_local_communicators(const Context &ctx,
+                                                                    const std::vector<Device> &devices) {
+  check(!devices.empty(), KILN_ERROR_INVALID_ARGUMENT, "a local communicator needs at least one device");
+  std::vector<int64_t> indices;
+  for (const Device &d : devices) {
+    check(!d.is_cpu(), KILN_ERROR_INVALID_ARGUMENT,
+          "a local communicator runs NCCL on GPUs; " + d.str() + " is not one (CPU ranks run under mpirun)");
+    ctx.validate(d);
+    for (int64_t seen : indices)
+      check(seen != d.index, KILN_ERROR_INVALID_ARGUMENT, d.str() + " is listed twice");
+    indices.push_back(d.index);
+  }
+  const Plugin &p = plugin(ctx);
+  if (!p.create_local) fail(KILN_ERROR_DEVICE_UNAVAILABLE, p.error);
+  std::vector<Collective *> raw(devices.size(), nullptr);
+  char reason[512] = {};
+  kiln_status status = p.create_local(indices.data(), int64_t(indices.size()), raw.data(), reason, sizeof reason);
+  if (status != KILN_OK) fail(status, "cannot create communicators over local GPUs: " + one_line(reason));
+  std::vector<std::shared_ptr<Collective>> comms;
+  for (Collective *c : raw) comms.emplace_back(c);
+  ctx.log(KILN_LOG_INFO, "communicators: " + comms.front()->describe());
+  return comms;
+}
+
+}  // namespace kiln

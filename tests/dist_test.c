@@ -1,0 +1,469 @@
+/*
+ * Distributed data parallel on the CPU, through the public API. Run under
+ * `mpirun -np 2` (tests/CMakeLists.txt registers it so); every rank runs
+ * every case, and each case also trains a one-process reference on every
+ * rank, from the same seeds, to compare against.
+ *
+ *   dist_test             the DDP cases (CMocka)
+ *   dist_test cuda        one rank on cuda:0, its collectives through NCCL:
+ *                         training matches the same trainer without a
+ *                         communicator; exits 77 (skipped) without a GPU
+ *   dist_test dead-peer   rank 1 exits right after attaching; rank 0 must get
+ *                         KILN_ERROR_COMMUNICATION from its next epoch within
+ *                         a bounded time and print "PASS dead-peer" (run with
+ *                         `mpirun --enable-recovery`, so that Open MPI lets
+ *                         rank 0 live on after rank 1 exits)
+ */
+#include "support.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const kiln_device kCpu = {KILN_DEVICE_CPU, -1};
+
+static const char *fashion_dir(void) {
+  const char *env = getenv("KILN_FASHION_MNIST");
+  return env ? env : "/usr/share/datasets/fashion-mnist";
+}
+
+static int have_fashion(void) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/train-images-idx3-ubyte.gz", fashion_dir());
+  return access(path, R_OK) == 0;
+}
+
+typedef struct {
+  kiln_context *ctx;
+  kiln_communicator *comm;
+  int64_t rank, size;
+} fixture;
+
+static kiln_context *make_context(void) {
+  kiln_context_options *o = NULL;
+  kiln_context *ctx = NULL;
+  assert_kiln_ok(kiln_context_options_create(&o));
+  /* One thread per rank: two ranks share this test's two cores. */
+  assert_kiln_ok(kiln_context_options_set_num_threads(o, 1));
+  assert_kiln_ok(kiln_context_options_set_log_level(o, KILN_LOG_ERROR));
+  assert_kiln_ok(kiln_context_create(o, &ctx));
+  kiln_context_options_release(o);
+  return ctx;
+}
+
+static int setup(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  f->ctx = make_context();
+  assert_kiln_ok(kiln_communicator_create_mpi(f->ctx, &f->comm));
+  assert_kiln_ok(kiln_communicator_rank(f->comm, &f->rank));
+  assert_kiln_ok(kiln_communicator_size(f->comm, &f->size));
+  /* Generous for this shared two-core machine, yet bounded. */
+  assert_kiln_ok(kiln_communicator_set_timeout(f->comm, 120));
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  kiln_communicator_release(f->comm);
+  kiln_context_release(f->ctx);
+  free(f);
+  return 0;
+}
+
+/* A model of spec from context seed 1 (so every rank and the reference start
+ * from the same weights) and a trainer with batch, SGD at lr 0.1, shuffle
+ * seed 7. */
+static kiln_trainer *make_trainer(fixture *f, const char *spec_text, int64_t batch, double lr, kiln_model **model) {
+  kiln_model_spec *spec = NULL;
+  assert_kiln_ok(kiln_context_set_seed(f->ctx, 1));
+  assert_kiln_ok(kiln_model_spec_create(&spec));
+  assert_kiln_ok(kiln_model_spec_parse(spec, spec_text));
+  assert_kiln_ok(kiln_model_create(f->ctx, spec, kCpu, model));
+  kiln_model_spec_release(spec);
+  kiln_trainer_options *o = NULL;
+  kiln_trainer *t = NULL;
+  assert_kiln_ok(kiln_trainer_options_create(&o));
+  assert_kiln_ok(kiln_trainer_options_set_lr(o, lr));
+  assert_kiln_ok(kiln_trainer_options_set_batch_size(o, batch));
+  assert_kiln_ok(kiln_trainer_options_set_shuffle_seed(o, 7));
+  assert_kiln_ok(kiln_trainer_create(*model, o, &t));
+  kiln_trainer_options_release(o);
+  return t;
+}
+
+/* All weights of a model as doubles; *n receives the count. */
+static double *read_weights(kiln_model *m, int64_t *n) {
+  assert_kiln_ok(kiln_model_num_parameters(m, n));
+  double *w = malloc((size_t)*n * sizeof *w);
+  int64_t tensors = 0, at = 0;
+  assert_kiln_ok(kiln_model_num_parameter_tensors(m, &tensors));
+  for (int64_t i = 0; i < tensors; ++i) {
+    kiln_tensor *p = NULL;
+    int64_t numel = 0;
+    assert_kiln_ok(kiln_model_parameter(m, i, &p));
+    assert_kiln_ok(kiln_tensor_numel(p, &numel));
+    kiln_test_read_f64(p, w + at, numel);
+    at += numel;
+    kiln_tensor_release(p);
+  }
+  assert_int_equal(at, *n);
+  return w;
+}
+
+/* Fails unless a and b agree within rel times the largest |weight| of b. */
+static void assert_weights_match(kiln_model *a, kiln_model *b, double rel) {
+  int64_t n = 0, nb = 0;
+  double *wa = read_weights(a, &n), *wb = read_weights(b, &nb);
+  assert_int_equal(n, nb);
+  double largest = 0, worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (fabs(wb[i]) > largest) largest = fabs(wb[i]);
+    if (fabs(wa[i] - wb[i]) > worst) worst = fabs(wa[i] - wb[i]);
+  }
+  if (worst > rel * largest)
+    fail_msg("weights differ by %g, more than %g x the largest weight %g", worst, rel, largest);
+  free(wa);
+  free(wb);
+}
+
+/* The first count samples of Fashion-MNIST's train split, or when it is not
+ * installed, count synthetic samples (784 features, 10 classes). */
+static kiln_dataset *small_dataset(fixture *f, int64_t count) {
+  kiln_tensor *x = NULL, *y = NULL;
+  if (have_fashion()) {
+    kiln_dataset *all = NULL;
+    assert_kiln_ok(kiln_dataset_load_mnist(f->ctx, fashion_dir(), "train", &all));
+    assert_kiln_ok(kiln_dataset_batch(all, 0, count, kCpu, &x, &y));
+    kiln_dataset_release(all);
+  } else {
+    kiln_test_rng rng = kiln_test_rng_make(3);
+    float *xs = malloc((size_t)(count * 784) * sizeof *xs);
+    int64_t *ys = malloc((size_t)count * sizeof *ys);
+    for (int64_t i = 0; i < count * 784; ++i) xs[i] = (float)kiln_test_rng_uniform(&rng, 0, 1);
+    for (int64_t i = 0; i < count; ++i) ys[i] = (int64_t)(kiln_test_rng_next(&rng) % 10);
+    int64_t xshape[2] = {count, 784};
+    x = kiln_test_tensor_f32(f->ctx, xs, xshape, 2, kCpu);
+    assert_kiln_ok(kiln_tensor_from_host(f->ctx, ys, count * 8, &count, 1, KILN_I64, kCpu, &y));
+    free(xs);
+    free(ys);
+  }
+  kiln_dataset *ds = NULL;
+  assert_kiln_ok(kiln_dataset_from_tensors(f->ctx, x, y, &ds));
+  kiln_tensor_release(x);
+  kiln_tensor_release(y);
+  return ds;
+}
+
+static void test_ranks(void **state) {
+  fixture *f = *state;
+  assert_int_equal(f->size, 2);
+  assert_true(f->rank == 0 || f->rank == 1);
+  int64_t local = -1;
+  assert_kiln_ok(kiln_communicator_local_rank(f->comm, &local));
+  assert_int_equal(local, f->rank); /* one machine */
+  assert_status(kiln_communicator_set_timeout(f->comm, 0), KILN_ERROR_INVALID_ARGUMENT);
+}
+
+/* 2 ranks x batch 64 = 1 process x batch 128: 640 samples are 5 steps. */
+static void test_five_steps_match_one_process(void **state) {
+  fixture *f = *state;
+  kiln_dataset *ds = small_dataset(f, 640);
+  kiln_model *ref_model = NULL, *model = NULL;
+  kiln_trainer *ref = make_trainer(f, "784-32-10", 128, 0.1, &ref_model);
+  kiln_trainer *ddp = make_trainer(f, "784-32-10", 64, 0.1, &model);
+  assert_kiln_ok(kiln_trainer_attach_communicator(ddp, f->comm));
+  kiln_epoch_stats rs = {sizeof rs}, ds_stats = {sizeof ds_stats};
+  assert_kiln_ok(kiln_trainer_epoch(ref, ds, &rs));
+  assert_kiln_ok(kiln_trainer_epoch(ddp, ds, &ds_stats));
+  int64_t steps = 0;
+  assert_kiln_ok(kiln_trainer_steps_done(ddp, &steps));
+  assert_int_equal(steps, 5);
+  assert_weights_match(model, ref_model, 1e-5);
+  /* The reduced epoch metrics are the whole epoch's. */
+  assert_true(fabs(ds_stats.train_loss - rs.train_loss) < 1e-5 * rs.train_loss);
+  assert_true(fabs(ds_stats.train_accuracy - rs.train_accuracy) < 1e-9);
+  kiln_trainer_release(ref);
+  kiln_trainer_release(ddp);
+  kiln_model_release(ref_model);
+  kiln_model_release(model);
+  kiln_dataset_release(ds);
+}
+
+/* One epoch of the tutorial model on Fashion-MNIST: weights within 1e-3,
+ * and test accuracy (sharded and reduced evaluation) within 0.5 point. */
+static void test_epoch_and_accuracy_match_one_process(void **state) {
+  fixture *f = *state;
+  if (!have_fashion()) skip();
+  kiln_dataset *train = NULL, *test = NULL;
+  assert_kiln_ok(kiln_dataset_load_mnist(f->ctx, fashion_dir(), "train", &train));
+  assert_kiln_ok(kiln_dataset_load_mnist(f->ctx, fashion_dir(), "test", &test));
+  kiln_model *ref_model = NULL, *model = NULL;
+  kiln_trainer *ref = make_trainer(f, "784-32-10", 128, 0.1, &ref_model);
+  kiln_trainer *ddp = make_trainer(f, "784-32-10", 64, 0.1, &model);
+  assert_kiln_ok(kiln_trainer_attach_communicator(ddp, f->comm));
+  kiln_history *h = NULL;
+  assert_kiln_ok(kiln_trainer_fit(ref, train, NULL, 1, NULL, NULL, &h));
+  kiln_history_release(h);
+  assert_kiln_ok(kiln_trainer_fit(ddp, train, test, 1, NULL, NULL, &h));
+  assert_weights_match(model, ref_model, 1e-3);
+
+  double ref_loss = 0, ref_acc = 0, loss = 0, acc = 0;
+  assert_kiln_ok(kiln_trainer_evaluate(ref, test, &ref_loss, &ref_acc));
+  assert_kiln_ok(kiln_trainer_evaluate(ddp, test, &loss, &acc));
+  if (fabs(acc - ref_acc) > 0.005) fail_msg("2-rank accuracy %.4f vs one process %.4f", acc, ref_acc);
+  /* The sharded evaluation is exact: the DDP model evaluated in one process. */
+  kiln_trainer *plain = NULL;
+  double plain_loss = 0, plain_acc = 0;
+  assert_kiln_ok(kiln_trainer_create(model, NULL, &plain));
+  assert_kiln_ok(kiln_trainer_evaluate(plain, test, &plain_loss, &plain_acc));
+  /* Equal up to the order of the f64 sums (and GEMM blocking over other
+   * batch compositions). */
+  if (fabs(loss - plain_loss) > 1e-6 * plain_loss || plain_acc != acc)
+    fail_msg("sharded evaluation %.9g / %.6f, one process %.9g / %.6f", loss, acc, plain_loss, plain_acc);
+  kiln_epoch_stats s = {sizeof s};
+  assert_kiln_ok(kiln_history_get(h, 0, &s));
+  assert_true(s.has_validation && s.val_accuracy == acc);
+  if (f->rank == 0) print_message("one epoch: 2 ranks %.2f%%, one process %.2f%%\n", 100 * acc, 100 * ref_acc);
+  kiln_history_release(h);
+  kiln_trainer_release(plain);
+  kiln_trainer_release(ref);
+  kiln_trainer_release(ddp);
+  kiln_model_release(ref_model);
+  kiln_model_release(model);
+  kiln_dataset_release(train);
+  kiln_dataset_release(test);
+}
+
+/* 100 samples over 2 ranks with batch 64: 50 each, one partial batch; 101
+ * samples: 51 each, rank 1 wraps around to sample 0 of the order. */
+static void test_uneven_sizes_pad_by_wrapping(void **state) {
+  fixture *f = *state;
+  kiln_dataset *ds = small_dataset(f, 101);
+  kiln_model *model = NULL;
+  kiln_trainer *ddp = make_trainer(f, "784-16-10", 64, 0.1, &model);
+  assert_kiln_ok(kiln_trainer_attach_communicator(ddp, f->comm));
+  kiln_epoch_stats s = {sizeof s};
+  assert_kiln_ok(kiln_trainer_epoch(ddp, ds, &s));
+  int64_t steps = 0;
+  assert_kiln_ok(kiln_trainer_steps_done(ddp, &steps));
+  assert_int_equal(steps, 1);
+  double loss = 0, acc = 0;
+  assert_kiln_ok(kiln_trainer_evaluate(ddp, ds, &loss, &acc));
+  assert_true(isfinite(loss) && acc >= 0 && acc <= 1);
+  kiln_trainer_release(ddp);
+  kiln_model_release(model);
+  kiln_dataset_release(ds);
+}
+
+static void test_mismatched_options_fail_on_every_rank(void **state) {
+  fixture *f = *state;
+  kiln_model *model = NULL;
+  kiln_trainer *t = make_trainer(f, "784-32-10", 64, f->rank == 1 ? 0.2 : 0.1, &model);
+  assert_status(kiln_trainer_attach_communicator(t, f->comm), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("rank(s) 1 differ from rank 0");
+  kiln_trainer_release(t);
+  kiln_model_release(model);
+  /* Datasets of different sizes, found before any step. */
+  kiln_dataset *ds = small_dataset(f, f->rank == 1 ? 128 : 192);
+  t = make_trainer(f, "784-32-10", 64, 0.1, &model);
+  assert_kiln_ok(kiln_trainer_attach_communicator(t, f->comm));
+  kiln_epoch_stats s = {sizeof s};
+  assert_status(kiln_trainer_epoch(t, ds, &s), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("every rank must pass the same dataset");
+  double loss = 0, acc = 0;
+  assert_status(kiln_trainer_evaluate(t, ds, &loss, &acc), KILN_ERROR_INVALID_ARGUMENT);
+  kiln_dataset_release(ds);
+  kiln_trainer_release(t);
+  kiln_model_release(model);
+  /* A different architecture too. */
+  t = make_trainer(f, f->rank == 1 ? "784-16-10" : "784-32-10", 64, 0.1, &model);
+  assert_status(kiln_trainer_attach_communicator(t, f->comm), KILN_ERROR_INVALID_ARGUMENT);
+  kiln_trainer_release(t);
+  kiln_model_release(model);
+}
+
+/* Only rank 0 writes; every rank can resume from the file. */
+static void test_checkpoint_written_by_rank_0_resumes_everywhere(void **state) {
+  fixture *f = *state;
+  const char *path = "dist_test_checkpoint.safetensors"; /* in CTest's working directory */
+  kiln_dataset *ds = small_dataset(f, 256);
+  kiln_model *model = NULL, *resumed_model = NULL;
+  kiln_trainer *t = make_trainer(f, "784-16-10", 64, 0.1, &model);
+  assert_kiln_ok(kiln_trainer_attach_communicator(t, f->comm));
+  kiln_epoch_stats s = {sizeof s};
+  assert_kiln_ok(kiln_trainer_epoch(t, ds, &s));
+  assert_kiln_ok(kiln_trainer_save_checkpoint(t, path));
+  assert_int_equal(access(path, R_OK), 0);
+  kiln_trainer *r = make_trainer(f, "784-16-10", 64, 0.1, &resumed_model);
+  assert_kiln_ok(kiln_trainer_load_checkpoint(r, path));
+  assert_kiln_ok(kiln_trainer_attach_communicator(r, f->comm));
+  assert_kiln_ok(kiln_trainer_epoch(t, ds, &s));
+  assert_kiln_ok(kiln_trainer_epoch(r, ds, &s));
+  assert_weights_match(resumed_model, model, 0);
+  /* A failed write is every rank's failure. */
+  assert_status(kiln_trainer_save_checkpoint(t, "/nonexistent-dir/x.safetensors"), KILN_ERROR_IO);
+  kiln_trainer_release(t);
+  kiln_trainer_release(r);
+  kiln_model_release(model);
+  kiln_model_release(resumed_model);
+  kiln_dataset_release(ds);
+  if (f->rank == 0) remove(path);
+}
+
+/* kiln_trainer_step with each rank's half of a batch = one step on all of it. */
+static void test_caller_steps_average_over_ranks(void **state) {
+  fixture *f = *state;
+  kiln_dataset *ds = small_dataset(f, 256);
+  kiln_model *ref_model = NULL, *model = NULL;
+  kiln_trainer *ref = make_trainer(f, "784-32-10", 128, 0.1, &ref_model);
+  kiln_trainer *ddp = make_trainer(f, "784-32-10", 64, 0.1, &model);
+  assert_kiln_ok(kiln_trainer_attach_communicator(ddp, f->comm));
+  for (int64_t i = 0; i < 2; ++i) {
+    kiln_tensor *x = NULL, *y = NULL, *xr = NULL, *yr = NULL;
+    double loss = 0;
+    assert_kiln_ok(kiln_dataset_batch(ds, 128 * i, 128, kCpu, &x, &y));
+    assert_kiln_ok(kiln_trainer_step(ref, x, y, &loss));
+    assert_kiln_ok(kiln_tensor_rows(x, 64 * f->rank, 64 * f->rank + 64, &xr));
+    assert_kiln_ok(kiln_tensor_rows(y, 64 * f->rank, 64 * f->rank + 64, &yr));
+    assert_kiln_ok(kiln_trainer_step(ddp, xr, yr, &loss));
+    kiln_tensor_release(x);
+    kiln_tensor_release(y);
+    kiln_tensor_release(xr);
+    kiln_tensor_release(yr);
+  }
+  assert_weights_match(model, ref_model, 1e-5);
+  kiln_trainer_release(ref);
+  kiln_trainer_release(ddp);
+  kiln_model_release(ref_model);
+  kiln_model_release(model);
+  kiln_dataset_release(ds);
+}
+
+static int count_reports(void *user, const kiln_progress *p) {
+  (void)p;
+  ++*(int *)user;
+  return 0;
+}
+
+/* Progress reports on rank 0 only (as the CLI does) read this rank's numbers
+ * and exchange nothing, so the ranks stay in step. */
+static void test_progress_on_rank_0_only(void **state) {
+  fixture *f = *state;
+  kiln_dataset *ds = small_dataset(f, 640);
+  kiln_model *model = NULL;
+  kiln_trainer_options *o = NULL;
+  kiln_trainer *t = make_trainer(f, "784-16-10", 32, 0.1, &model);
+  kiln_trainer_release(t);
+  assert_kiln_ok(kiln_trainer_options_create(&o));
+  assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 32));
+  assert_kiln_ok(kiln_trainer_options_set_lr(o, 0.1));
+  assert_kiln_ok(kiln_trainer_options_set_shuffle_seed(o, 7));
+  assert_kiln_ok(kiln_trainer_options_set_progress_interval(o, 3));
+  assert_kiln_ok(kiln_trainer_create(model, o, &t));
+  kiln_trainer_options_release(o);
+  assert_kiln_ok(kiln_trainer_attach_communicator(t, f->comm));
+  int reports = 0;
+  kiln_history *h = NULL;
+  assert_kiln_ok(kiln_trainer_fit(t, ds, ds, 2, f->rank == 0 ? count_reports : NULL, &reports, &h));
+  /* 10 batches per rank and epoch: reports after batches 3, 6 and 9, and the epoch's. */
+  assert_int_equal(reports, f->rank == 0 ? 8 : 0);
+  kiln_history_release(h);
+  kiln_trainer_release(t);
+  kiln_model_release(model);
+  kiln_dataset_release(ds);
+}
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int dead_peer(void) {
+  void *state = NULL;
+  setup(&state);
+  fixture *f = state;
+  assert_kiln_ok(kiln_communicator_set_timeout(f->comm, 3));
+  kiln_dataset *ds = small_dataset(f, 640);
+  kiln_model *model = NULL;
+  kiln_trainer *t = make_trainer(f, "784-32-10", 64, 0.1, &model);
+  assert_kiln_ok(kiln_trainer_attach_communicator(t, f->comm));
+  if (f->rank == 1) _exit(0); /* dies without a word to MPI */
+  const double start = now();
+  kiln_epoch_stats s = {sizeof s};
+  kiln_status st = kiln_trainer_epoch(t, ds, &s);
+  const double waited = now() - start;
+  printf("rank 0: %s after %.1f s: %s\n", kiln_status_name(st), waited, kiln_last_error());
+  /* The communicator stays broken: the next call fails at once. */
+  kiln_status again = kiln_trainer_epoch(t, ds, &s);
+  const int ok = st == KILN_ERROR_COMMUNICATION && waited < 30 && again == KILN_ERROR_COMMUNICATION;
+  printf("%s dead-peer\n", ok ? "PASS" : "FAIL");
+  fflush(stdout);
+  /* Exit without releasing: a collective is still pending on this rank. */
+  _exit(ok ? 0 : 1);
+}
+
+/* The GPU twin: a one-rank communicator whose collectives run through NCCL
+ * (the weight broadcast at attach, the gradient mean every step). */
+static void test_cuda_one_rank(void **state) {
+  fixture *f = *state;
+  kiln_device gpu;
+  if (!kiln_test_cuda_device(f->ctx, &gpu)) skip();
+  kiln_dataset *ds = small_dataset(f, 640);
+  kiln_model *ref_model = NULL, *model = NULL;
+  kiln_trainer *ref = make_trainer(f, "784-32-10", 128, 0.1, &ref_model);
+  kiln_trainer *ddp = make_trainer(f, "784-32-10", 128, 0.1, &model);
+  assert_kiln_ok(kiln_model_to(ref_model, gpu));
+  assert_kiln_ok(kiln_model_to(model, gpu));
+  kiln_trainer_release(ref);
+  kiln_trainer_release(ddp);
+  kiln_trainer_options *o = NULL;
+  assert_kiln_ok(kiln_trainer_options_create(&o));
+  assert_kiln_ok(kiln_trainer_options_set_lr(o, 0.1));
+  assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 128));
+  assert_kiln_ok(kiln_trainer_options_set_shuffle_seed(o, 7));
+  assert_kiln_ok(kiln_trainer_create(ref_model, o, &ref));
+  assert_kiln_ok(kiln_trainer_create(model, o, &ddp));
+  kiln_trainer_options_release(o);
+  assert_kiln_ok(kiln_trainer_attach_communicator(ddp, f->comm));
+  kiln_epoch_stats s = {sizeof s};
+  assert_kiln_ok(kiln_trainer_epoch(ref, ds, &s));
+  assert_kiln_ok(kiln_trainer_epoch(ddp, ds, &s));
+  assert_weights_match(model, ref_model, 1e-6);
+  kiln_trainer_release(ref);
+  kiln_trainer_release(ddp);
+  kiln_model_release(ref_model);
+  kiln_model_release(model);
+  kiln_dataset_release(ds);
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "dead-peer") == 0) return dead_peer();
+  if (argc > 1 && strcmp(argv[1], "cuda") == 0) {
+    kiln_context *ctx = make_context();
+    kiln_device gpu;
+    const int have_gpu = kiln_test_cuda_device(ctx, &gpu);
+    kiln_context_release(ctx);
+    if (!have_gpu) {
+      printf("SKIP: no usable CUDA device\n");
+      return KILN_TEST_SKIPPED;
+    }
+    const struct CMUnitTest gpu_tests[] = {cmocka_unit_test(test_cuda_one_rank)};
+    return cmocka_run_group_tests(gpu_tests, setup, teardown);
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_ranks),
+      cmocka_unit_test(test_five_steps_match_one_process),
+      cmocka_unit_test(test_uneven_sizes_pad_by_wrapping),
+      cmocka_unit_test(test_mismatched_options_fail_on_every_rank),
+      cmocka_unit_test(test_checkpoint_written_by_rank_0_resumes_everywhere),
+      cmocka_unit_test(test_caller_steps_average_over_ranks),
+      cmocka_unit_test(test_progress_on_rank_0_only),
+      cmocka_unit_test(test_epoch_and_accuracy_match_one_process),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

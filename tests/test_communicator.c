@@ -1,0 +1,196 @@
+/*
+ * Communicators in one process, no mpirun: argument checks, a job of one rank
+ * (MPI's singleton start), and a missing plugin. The multi-rank behaviour is
+ * tests/dist_test.c's, under mpirun.
+ *
+ * CTest runs this program three times: as test_communicator (libkiln_dist.so
+ * next to libkiln), as test_communicator_no_plugin, with KILN_BACKEND_PATH at
+ * a directory without it and KILN_TEST_NO_DIST_PLUGIN=1, and as
+ * test_communicator_cuda, the GPU twin (skipped without a GPU): DDP inside one
+ * process over a local NCCL communicator of cuda:0.
+ */
+#include "support.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const kiln_device kCpu = {KILN_DEVICE_CPU, -1};
+
+static int no_plugin(void) { return getenv("KILN_TEST_NO_DIST_PLUGIN") != NULL; }
+
+/* The CPU cases; the _cuda twin runs only the GPU one (support.h). */
+static int cpu_cases(void) { return !kiln_test_cuda_run(); }
+
+static void test_null_arguments(void **state) {
+  if (!cpu_cases()) skip();
+  kiln_context *ctx = *state;
+  kiln_communicator *comm = (kiln_communicator *)ctx; /* overwritten with NULL on failure */
+  int64_t v = 0;
+  assert_status(kiln_communicator_create_mpi(NULL, &comm), KILN_ERROR_INVALID_ARGUMENT);
+  assert_null(comm);
+  assert_status(kiln_communicator_create_mpi(ctx, NULL), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_communicator_rank(NULL, &v), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_communicator_size((const kiln_communicator *)ctx, &v), KILN_ERROR_INVALID_HANDLE);
+  assert_status(kiln_communicator_set_timeout(NULL, 1), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_attach_communicator(NULL, NULL), KILN_ERROR_INVALID_ARGUMENT);
+  kiln_communicator_release(NULL); /* a no-op */
+  assert_int_equal(strcmp(kiln_status_name(KILN_ERROR_COMMUNICATION), "KILN_ERROR_COMMUNICATION"), 0);
+}
+
+static void test_missing_plugin_is_device_unavailable(void **state) {
+  if (!no_plugin() || !cpu_cases()) skip();
+  kiln_communicator *comm = NULL;
+  assert_status(kiln_communicator_create_mpi(*state, &comm), KILN_ERROR_DEVICE_UNAVAILABLE);
+  assert_last_error_contains("libkiln_dist.so");
+  assert_null(comm);
+}
+
+static kiln_trainer *make_trainer(kiln_context *ctx, kiln_model **model) {
+  kiln_model_spec *spec = NULL;
+  assert_kiln_ok(kiln_context_set_seed(ctx, 5));
+  assert_kiln_ok(kiln_model_spec_create(&spec));
+  assert_kiln_ok(kiln_model_spec_parse(spec, "6-8-3"));
+  assert_kiln_ok(kiln_model_create(ctx, spec, kCpu, model));
+  kiln_model_spec_release(spec);
+  kiln_trainer_options *o = NULL;
+  kiln_trainer *t = NULL;
+  assert_kiln_ok(kiln_trainer_options_create(&o));
+  assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 16));
+  assert_kiln_ok(kiln_trainer_options_set_momentum(o, 0.9));
+  assert_kiln_ok(kiln_trainer_options_set_shuffle_seed(o, 3));
+  assert_kiln_ok(kiln_trainer_create(*model, o, &t));
+  kiln_trainer_options_release(o);
+  return t;
+}
+
+/* A job of one rank trains bit for bit like no communicator at all. */
+static void test_one_rank_job_trains_like_one_process(void **state) {
+  if (no_plugin() || !cpu_cases()) skip();
+  kiln_context *ctx = *state;
+  kiln_communicator *comm = NULL;
+  int64_t rank = -1, size = -1, local = -1;
+  assert_kiln_ok(kiln_communicator_create_mpi(ctx, &comm));
+  assert_kiln_ok(kiln_communicator_rank(comm, &rank));
+  assert_kiln_ok(kiln_communicator_size(comm, &size));
+  assert_kiln_ok(kiln_communicator_local_rank(comm, &local));
+  assert_int_equal(rank, 0);
+  assert_int_equal(size, 1);
+  assert_int_equal(local, 0);
+  assert_status(kiln_communicator_set_timeout(comm, -1), KILN_ERROR_INVALID_ARGUMENT);
+
+  kiln_test_rng rng = kiln_test_rng_make(11);
+  float xs[100 * 6];
+  int64_t ys[100];
+  for (int i = 0; i < 600; ++i) xs[i] = (float)kiln_test_rng_uniform(&rng, -1, 1);
+  for (int i = 0; i < 100; ++i) ys[i] = (int64_t)(kiln_test_rng_next(&rng) % 3);
+  const int64_t xshape[2] = {100, 6}, yshape[1] = {100};
+  kiln_tensor *x = kiln_test_tensor_f32(ctx, xs, xshape, 2, kCpu), *y = NULL;
+  assert_kiln_ok(kiln_tensor_from_host(ctx, ys, sizeof ys, yshape, 1, KILN_I64, kCpu, &y));
+  kiln_dataset *ds = NULL;
+  assert_kiln_ok(kiln_dataset_from_tensors(ctx, x, y, &ds));
+
+  kiln_model *plain_model = NULL, *model = NULL;
+  kiln_trainer *plain = make_trainer(ctx, &plain_model), *ddp = make_trainer(ctx, &model);
+  assert_kiln_ok(kiln_trainer_attach_communicator(ddp, comm));
+  kiln_communicator_release(comm); /* the trainer keeps it */
+  kiln_epoch_stats a = {sizeof a}, b = {sizeof b};
+  for (int e = 0; e < 2; ++e) {
+    assert_kiln_ok(kiln_trainer_epoch(plain, ds, &a));
+    assert_kiln_ok(kiln_trainer_epoch(ddp, ds, &b));
+  }
+  assert_true(a.train_loss == b.train_loss);
+  kiln_tensor *wa = NULL, *wb = NULL;
+  double va[6 * 8], vb[6 * 8];
+  assert_kiln_ok(kiln_model_parameter(plain_model, 0, &wa));
+  assert_kiln_ok(kiln_model_parameter(model, 0, &wb));
+  kiln_test_read_f64(wa, va, 48);
+  kiln_test_read_f64(wb, vb, 48);
+  assert_memory_equal(va, vb, sizeof va);
+  kiln_tensor_release(wa);
+  kiln_tensor_release(wb);
+  kiln_trainer_release(plain);
+  kiln_trainer_release(ddp);
+  kiln_model_release(plain_model);
+  kiln_model_release(model);
+  kiln_dataset_release(ds);
+  kiln_tensor_release(x);
+  kiln_tensor_release(y);
+}
+
+static void test_local_argument_checks(void **state) {
+  if (!cpu_cases()) skip();
+  kiln_context *ctx = *state;
+  kiln_communicator *out[2] = {(kiln_communicator *)ctx, (kiln_communicator *)ctx};
+  kiln_device cpu[1] = {{KILN_DEVICE_CPU, -1}}, missing[1] = {{KILN_DEVICE_CUDA, 99}};
+  assert_status(kiln_communicator_create_local(ctx, cpu, 0, out), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_communicator_create_local(ctx, NULL, 1, out), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_communicator_create_local(ctx, cpu, 1, NULL), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_communicator_create_local(ctx, cpu, 1, out), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("cpu is not one");
+  assert_status(kiln_communicator_create_local(ctx, missing, 1, out), KILN_ERROR_DEVICE_UNAVAILABLE);
+  assert_null(out[0]); /* the failed call's outputs are NULL */
+}
+
+/* The GPU twin of DataParallel: a local NCCL communicator over [cuda:0], one
+ * rank, trains like no communicator. */
+static void test_local_communicator_on_one_gpu(void **state) {
+  kiln_context *ctx = *state;
+  kiln_device gpu;
+  if (no_plugin() || !kiln_test_gpu_cases(ctx, &gpu)) skip();
+  kiln_communicator *comm = NULL;
+  assert_kiln_ok(kiln_communicator_create_local(ctx, &gpu, 1, &comm));
+  int64_t rank = -1, size = -1;
+  assert_kiln_ok(kiln_communicator_rank(comm, &rank));
+  assert_kiln_ok(kiln_communicator_size(comm, &size));
+  assert_int_equal(rank, 0);
+  assert_int_equal(size, 1);
+  kiln_test_rng rng = kiln_test_rng_make(13);
+  float xs[128 * 6];
+  int64_t ys[128];
+  for (int i = 0; i < 128 * 6; ++i) xs[i] = (float)kiln_test_rng_uniform(&rng, -1, 1);
+  for (int i = 0; i < 128; ++i) ys[i] = (int64_t)(kiln_test_rng_next(&rng) % 3);
+  const int64_t xshape[2] = {128, 6}, yshape[1] = {128};
+  kiln_tensor *x = kiln_test_tensor_f32(ctx, xs, xshape, 2, gpu), *y = NULL;
+  assert_kiln_ok(kiln_tensor_from_host(ctx, ys, sizeof ys, yshape, 1, KILN_I64, gpu, &y));
+  kiln_dataset *ds = NULL;
+  assert_kiln_ok(kiln_dataset_from_tensors(ctx, x, y, &ds));
+  kiln_model *plain_model = NULL, *model = NULL;
+  kiln_trainer *plain = make_trainer(ctx, &plain_model), *ddp = make_trainer(ctx, &model);
+  kiln_trainer_release(plain);
+  kiln_trainer_release(ddp);
+  assert_kiln_ok(kiln_model_to(plain_model, gpu));
+  assert_kiln_ok(kiln_model_to(model, gpu));
+  assert_kiln_ok(kiln_trainer_create(plain_model, NULL, &plain));
+  assert_kiln_ok(kiln_trainer_create(model, NULL, &ddp));
+  assert_kiln_ok(kiln_trainer_attach_communicator(ddp, comm));
+  kiln_epoch_stats a = {sizeof a}, b = {sizeof b};
+  assert_kiln_ok(kiln_trainer_epoch(plain, ds, &a));
+  assert_kiln_ok(kiln_trainer_epoch(ddp, ds, &b));
+  kiln_tensor *wa = NULL, *wb = NULL;
+  double va[48];
+  assert_kiln_ok(kiln_model_parameter(plain_model, 0, &wa));
+  assert_kiln_ok(kiln_model_parameter(model, 0, &wb));
+  kiln_test_read_f64(wa, va, 48);
+  assert_tensor_close(wb, va, 48, 1e-6, 1e-7);
+  kiln_tensor_release(wa);
+  kiln_tensor_release(wb);
+  kiln_trainer_release(plain);
+  kiln_trainer_release(ddp);
+  kiln_model_release(plain_model);
+  kiln_model_release(model);
+  kiln_dataset_release(ds);
+  kiln_tensor_release(x);
+  kiln_tensor_release(y);
+  kiln_communicator_release(comm);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_null_arguments),
+      cmocka_unit_test(test_missing_plugin_is_device_unavailable),
+      cmocka_unit_test(test_one_rank_job_trains_like_one_process),
+      cmocka_unit_test(test_local_argument_checks),
+      cmocka_unit_test(test_local_communicator_on_one_gpu),
+  };
+  return cmocka_run_group_tests(tests, kiln_test_context_setup, kiln_test_context_teardown);
+}
