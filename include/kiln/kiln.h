@@ -18,7 +18,9 @@
  *    handle lets those calls finish with the object; later calls get
  *    KILN_ERROR_INVALID_HANDLE.
  *  - Buffers are passed as (pointer, count) and copied during the call; kiln
- *    never keeps a caller's pointer after a call returns.
+ *    never keeps a caller's pointer after a call returns. The one exception
+ *    is zero-copy DLPack exchange (kiln/dlpack.h): kiln_tensor_from_dlpack
+ *    keeps the producer's memory and calls its deleter when done.
  *  - Files: readers open only regular files (a FIFO, device node or
  *    directory gives KILN_ERROR_IO "not a regular file" at once). Writers
  *    replace files atomically (temporary file, fsync, rename): a crash or a
