@@ -4,7 +4,8 @@
  * (also from another thread, and only when the last view goes), byte_offset,
  * strides, flags, and every refusal: on failure kiln must not call the
  * producer's deleter (the caller keeps ownership). tests/dlpack_numpy.py
- * checks the same with NumPy and PyTorch. */
+ * checks the same with NumPy and PyTorch. test_dlpack_cuda runs only the
+ * GPU half (cuda_round_trip), skipped without a usable CUDA device. */
 #include "support.h"
 
 #include <pthread.h>
@@ -65,6 +66,7 @@ static producer *make_producer(int64_t n, atomic_int *deleted) {
 /* ---- export --------------------------------------------------------------- */
 
 static void export_describes_the_tensor(void **state) {
+  if (kiln_test_cuda_run()) skip(); /* the CPU cases run in test_dlpack */
   kiln_context *ctx = *state;
   const float values[6] = {1, 2, 3, 4, 5, 6};
   const int64_t shape[2] = {2, 3};
@@ -118,6 +120,7 @@ static void export_describes_the_tensor(void **state) {
 }
 
 static void export_views_and_flags(void **state) {
+  if (kiln_test_cuda_run()) skip(); /* the CPU cases run in test_dlpack */
   kiln_context *ctx = *state;
   kiln_tensor *t = NULL, *rows = NULL;
   assert_kiln_ok(kiln_tensor_arange(ctx, 0, 12, 1, KILN_F32, cpu, &t));
@@ -152,6 +155,7 @@ static void export_views_and_flags(void **state) {
 /* ---- every dtype both ways -------------------------------------------------- */
 
 static void dtypes_round_trip(void **state) {
+  if (kiln_test_cuda_run()) skip(); /* the CPU cases run in test_dlpack */
   kiln_context *ctx = *state;
   const struct {
     kiln_dtype dtype;
@@ -196,6 +200,7 @@ static void dtypes_round_trip(void **state) {
 /* ---- import ------------------------------------------------------------------ */
 
 static void import_shares_and_deletes_once(void **state) {
+  if (kiln_test_cuda_run()) skip(); /* the CPU cases run in test_dlpack */
   kiln_context *ctx = *state;
   atomic_int deleted = 0;
   producer *p = make_producer(6, &deleted);
@@ -243,6 +248,7 @@ static void *call_deleter(void *arg) {
 }
 
 static void deleters_on_other_threads(void **state) {
+  if (kiln_test_cuda_run()) skip(); /* the CPU cases run in test_dlpack */
   kiln_context *ctx = *state;
   /* An import released on another thread calls the producer's deleter once. */
   atomic_int deleted = 0;
@@ -268,6 +274,7 @@ static void deleters_on_other_threads(void **state) {
 }
 
 static void import_offsets_and_strides(void **state) {
+  if (kiln_test_cuda_run()) skip(); /* the CPU cases run in test_dlpack */
   kiln_context *ctx = *state;
   atomic_int deleted = 0;
   kiln_tensor *t = NULL;
@@ -355,6 +362,7 @@ static void expect_refused(kiln_context *ctx, producer *p, kiln_status status, c
 }
 
 static void import_refusals(void **state) {
+  if (kiln_test_cuda_run()) skip(); /* the CPU cases run in test_dlpack */
   kiln_context *ctx = *state;
   atomic_int deleted = 0;
   producer *p;
@@ -442,6 +450,7 @@ static void import_refusals(void **state) {
 /* An imported tensor outlives its context handle: the storage keeps the
  * context alive, and the deleter still runs once. */
 static void import_outlives_context(void **state) {
+  if (kiln_test_cuda_run()) skip(); /* the CPU cases run in test_dlpack */
   (void)state;
   atomic_int deleted = 0;
   kiln_context *ctx = kiln_test_context_create(0);
@@ -455,6 +464,45 @@ static void import_outlives_context(void **state) {
   assert_int_equal(atomic_load(&deleted), 1);
 }
 
+/* The GPU half (test_dlpack_cuda, skipped without a usable CUDA device):
+ * CUDA and pinned tensors out and back in, sharing memory. */
+static void cuda_round_trip(void **state) {
+  kiln_context *ctx = *state;
+  kiln_device dev;
+  if (!kiln_test_gpu_cases(ctx, &dev)) skip();
+  const float values[4] = {1, 2, 3, 4};
+  const int64_t shape[1] = {4};
+  kiln_tensor *t = kiln_test_tensor_f32(ctx, values, shape, 1, dev), *back = NULL;
+  DLManagedTensorVersioned *m = NULL;
+  assert_kiln_ok(kiln_tensor_to_dlpack(t, 0, &m));
+  assert_int_equal(m->dl_tensor.device.device_type, kDLCUDA);
+  assert_int_equal(m->dl_tensor.device.device_id, dev.index);
+  assert_kiln_ok(kiln_tensor_from_dlpack(ctx, m, &back));
+  kiln_device got;
+  assert_kiln_ok(kiln_tensor_device(back, &got));
+  assert_int_equal(got.kind, KILN_DEVICE_CUDA);
+  assert_int_equal(got.index, dev.index);
+  const float other[4] = {5, 6, 7, 8};
+  assert_kiln_ok(kiln_tensor_copy_from_host(back, other, sizeof other));
+  double want[4] = {5, 6, 7, 8};
+  assert_tensor_close(t, want, 4, 0, 0);
+  kiln_tensor_release(t);
+  assert_tensor_close(back, want, 4, 0, 0); /* the import keeps the export, which keeps the memory */
+  kiln_tensor_release(back);
+
+  /* Pinned host memory goes out as kDLCUDAHost and comes back pinned. */
+  kiln_tensor *pinned = NULL;
+  assert_kiln_ok(kiln_tensor_empty_pinned(ctx, shape, 1, KILN_F32, &pinned));
+  assert_kiln_ok(kiln_tensor_to_dlpack(pinned, 0, &m));
+  assert_int_equal(m->dl_tensor.device.device_type, kDLCUDAHost);
+  assert_kiln_ok(kiln_tensor_from_dlpack(ctx, m, &back));
+  int is_pinned = 0;
+  assert_kiln_ok(kiln_tensor_is_pinned(back, &is_pinned));
+  assert_int_equal(is_pinned, 1);
+  kiln_tensor_release(back);
+  kiln_tensor_release(pinned);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(export_describes_the_tensor),
@@ -465,6 +513,7 @@ int main(void) {
       cmocka_unit_test(import_offsets_and_strides),
       cmocka_unit_test(import_refusals),
       cmocka_unit_test(import_outlives_context),
+      cmocka_unit_test(cuda_round_trip),
   };
   return cmocka_run_group_tests(tests, kiln_test_context_setup, kiln_test_context_teardown);
 }
