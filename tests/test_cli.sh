@@ -101,6 +101,17 @@ expect 0 "^test accuracy:" "$kiln" eval "$model" --data "$data" --device cpu
 [[ "$(grep '^test accuracy:' "$work/out")" == "$trained" ]] ||
   fail "kiln eval printed '$(grep '^test accuracy:' "$work/out")', training printed '$trained'"
 
+# --spec reads the file as a plain state_dict (as PyTorch saves it): a kiln
+# file loads that way too and evaluates the same; a spec that does not fit
+# names the offending tensor; a malformed spec is a usage error.
+expect 0 "^test accuracy:" "$kiln" eval "$model" --data "$data" --device cpu --spec 64-16-10
+[[ "$(grep '^test accuracy:' "$work/out")" == "$trained" ]] ||
+  fail "kiln eval --spec printed '$(grep '^test accuracy:' "$work/out")', training printed '$trained'"
+expect 1 '"0.weight" has shape \[16, 64\]' "$kiln" eval "$model" --data "$data" --device cpu --spec 64-8-10
+expect 1 'no parameter for: "2.weight", "2.bias"' "$kiln" predict "$model" --data "$data" --device cpu --spec 64-16
+usage_error "bad --spec '64-x'" predict "$model" --data "$data" --device cpu --spec 64-x
+expect 0 "^correct: [0-9]+ of 5$" "$kiln" predict "$model" --data "$data" --count 5 --device cpu --spec 64-16-10
+
 expect 0 "^correct: [0-9]+ of 5$" "$kiln" predict "$model" --data "$data" --count 5 --device cpu
 [[ $(grep -cE '^ +[0-9]+ +[0-9]' "$work/out") -eq 5 ]] || fail "kiln predict --count 5 did not print 5 predictions"
 expect 0 "^ +299 " "$kiln" predict "$model" --input "$data/t10k-images-idx3-ubyte.gz" --device cpu

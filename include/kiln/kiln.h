@@ -18,7 +18,9 @@
  *    handle lets those calls finish with the object; later calls get
  *    KILN_ERROR_INVALID_HANDLE.
  *  - Buffers are passed as (pointer, count) and copied during the call; kiln
- *    never keeps a caller's pointer after a call returns.
+ *    never keeps a caller's pointer after a call returns. The one exception
+ *    is zero-copy DLPack exchange (kiln/dlpack.h): kiln_tensor_from_dlpack
+ *    keeps the producer's memory and calls its deleter when done.
  *  - Files: readers open only regular files (a FIFO, device node or
  *    directory gives KILN_ERROR_IO "not a regular file" at once). Writers
  *    replace files atomically (temporary file, fsync, rename): a crash or a
@@ -469,6 +471,31 @@ KILN_API kiln_status kiln_model_load(kiln_context *ctx, const char *path, kiln_d
  * SHAPE_MISMATCH if the file holds another architecture. On failure the
  * model's weights are unchanged. */
 KILN_API kiln_status kiln_model_load_weights(kiln_model *model, const char *path);
+/* Creates a model of spec on device from a safetensors file that holds its
+ * parameters under the names PyTorch's nn.Sequential of the same layers
+ * gives them in its state_dict ("0.weight" [out, in], "0.bias" [out],
+ * "2.weight", ...; parameterless layers such as ReLU and Dropout take an
+ * index but hold nothing), e.g. one written by
+ * safetensors.torch.save_file(model.state_dict(), path) or by
+ * kiln_model_save. The file's metadata is ignored: spec alone decides the
+ * layers (so "784-32-10" and "784-32-10:gelu" both load the same file). The
+ * model's dtype is the file's: f32, or f64 (CPU only: NOT_SUPPORTED on
+ * CUDA); it starts in training mode, as kiln_model_create. spec is copied;
+ * the caller owns *out. The file is read once and not kept open.
+ * Errors, each message naming the offending tensor:
+ *   SHAPE_MISMATCH  a parameter the spec needs is missing, has another
+ *                   shape, or the file holds a tensor the spec has no
+ *                   parameter for;
+ *   DTYPE_MISMATCH  a parameter that is not f32/f64 (f16, bf16, integers:
+ *                   convert with .float() first) or whose dtype differs
+ *                   from the first parameter's;
+ *   FORMAT          a malformed, truncated or hostile file (never read past
+ *                   its end); IO an unreadable one;
+ *   INVALID_ARGUMENT NULL ctx/path/spec/out or a spec without a Linear;
+ *   INVALID_HANDLE  a released ctx or spec; DEVICE_UNAVAILABLE; OOM.
+ * Thread: any (ctx may be shared; spec must not be changed meanwhile). */
+KILN_API kiln_status kiln_model_load_with_spec(kiln_context *ctx, const char *path, const kiln_model_spec *spec,
+                                               kiln_device device, kiln_model **out);
 
 /* ======================================================================
  * Datasets

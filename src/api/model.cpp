@@ -178,6 +178,18 @@ KILN_API kiln_status kiln_model_load(kiln_context *ctx, const char *path, kiln_d
   }, out);
 }
 
+KILN_API kiln_status kiln_model_load_with_spec(kiln_context *ctx, const char *path, const kiln_model_spec *spec,
+                                               kiln_device device, kiln_model **out) {
+  return guard([&] {
+    std::shared_ptr<kiln::Context> c = value(ctx, "ctx");
+    require(path, "path");
+    std::shared_ptr<kiln::ModelSpec> s = value(spec, "spec");
+    require(out, "out");
+    std::shared_ptr<kiln::Model> model = kiln::load_model_with_spec(c, path, *s, kiln::api::device(device));
+    *out = kiln::api::make_handle<kiln_model>(std::move(model));
+  }, out);
+}
+
 KILN_API kiln_status kiln_model_load_weights(kiln_model *model, const char *path) {
   return guard([&] {
     std::shared_ptr<kiln::Model> m = value(model, "model");

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "api/handles.hpp"
+#include "core/dlpack.hpp"
 #include "core/ops.hpp"
 #include "core/random.hpp"
 
@@ -232,6 +233,25 @@ KILN_API kiln_status kiln_tensor_get_device(const kiln_tensor *tensor, int64_t *
 
 KILN_API kiln_status kiln_tensor_is_pinned(const kiln_tensor *tensor, int *out) {
   return query(tensor, "tensor", out, [](const auto &t) { return t.pinned() ? 1 : 0; });
+}
+
+KILN_API kiln_status kiln_tensor_to_dlpack(const kiln_tensor *tensor, uint64_t flags,
+                                           DLManagedTensorVersioned **out) {
+  return guard([&] {
+    kiln::Tensor t = value(tensor, "tensor");
+    require(out, "out");
+    *out = kiln::to_dlpack(t, flags);
+  }, out);
+}
+
+KILN_API kiln_status kiln_tensor_from_dlpack(kiln_context *ctx, DLManagedTensorVersioned *managed,
+                                             kiln_tensor **out) {
+  return guard([&] {
+    std::shared_ptr<kiln::Context> c = value(ctx, "ctx");
+    require(managed, "managed");
+    require(out, "out");
+    kiln::from_dlpack(c, managed, [&](const kiln::Tensor &t) { *out = kiln::api::make_handle<kiln_tensor>(t); });
+  }, out);
 }
 
 KILN_API kiln_status kiln_tensor_reshape(const kiln_tensor *tensor, const int64_t *shape, int64_t ndim,

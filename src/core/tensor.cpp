@@ -55,6 +55,18 @@ void check_value_fits(DType dtype, double value, const char *what) {
 }
 
 Storage::~Storage() {
+  if (release) {
+    try {
+      release();
+    } catch (const std::exception &e) {
+      try {
+        ctx->log(KILN_LOG_ERROR, std::string("releasing foreign tensor memory failed: ") + e.what());
+      } catch (...) {
+      }
+    } catch (...) {
+    }
+    return;
+  }
   if (!data) return;
   // A destructor must not throw; a failing free leaves a leak, which the
   // backend has no better way to report than the log.
@@ -92,6 +104,27 @@ Tensor Tensor::empty_pinned(const std::shared_ptr<Context> &ctx, const Shape &sh
   Tensor t;
   t.storage_ = std::make_shared<Storage>(ctx, &ctx->cpu(), Device::cpu(), nullptr, bytes, true, &allocator);
   if (bytes > 0) t.storage_->data = allocator.alloc_pinned(bytes);
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  return t;
+}
+
+Tensor Tensor::wrap(const std::shared_ptr<Context> &ctx, void *data, const Shape &shape, DType dtype, Device device,
+                    bool pinned, std::function<void()> release) {
+  check(ctx != nullptr, KILN_ERROR_INTERNAL, "Tensor::wrap without a context");
+  check(!pinned || device.kind == KILN_DEVICE_CPU, KILN_ERROR_INTERNAL, "pinned memory is host memory");
+  Backend &backend = ctx->backend(device);
+  const int64_t bytes = byte_size(shape, dtype);
+  check(bytes == 0 || data != nullptr, KILN_ERROR_INVALID_ARGUMENT,
+        "a null data pointer for a " + describe(shape, dtype) + " tensor");
+  Tensor t;
+  // Nothing below throws once the storage exists, so `release` runs exactly
+  // once: from the storage's destructor, never because wrap failed.
+  // The data pointer goes in after `release`, so the destructor can never
+  // hand foreign memory to a backend's free.
+  t.storage_ = std::make_shared<Storage>(ctx, &backend, device, nullptr, bytes, pinned);
+  t.storage_->release = std::move(release);
+  if (bytes > 0) t.storage_->data = data;
   t.shape_ = shape;
   t.dtype_ = dtype;
   return t;

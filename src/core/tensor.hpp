@@ -3,6 +3,7 @@
 // storage. Storage is always contiguous and row-major.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "core/backend.hpp"
@@ -14,7 +15,10 @@ class Context;
 
 // One allocation on one device. Keeps its context (and so its backends)
 // alive. A zero-byte storage (a tensor with no elements) has data == nullptr
-// and never reaches a backend.
+// and never reaches a backend. Foreign memory (Tensor::wrap, for DLPack
+// imports) is not kiln's to free: such a storage has `release`, which its
+// destructor calls exactly once instead of freeing data through a backend;
+// everything else (kernels on `backend`, views, copies) is as for kiln's own.
 struct Storage {
   std::shared_ptr<Context> ctx;
   Backend *backend = nullptr;  // runs the kernels on this memory
@@ -25,6 +29,9 @@ struct Storage {
   // Frees data: `backend`, except for pinned host memory page-locked by the
   // CUDA backend, which only that backend can free.
   Backend *allocator = nullptr;
+  // Set only for foreign memory: gives it back to its owner. Must not throw
+  // (exceptions are caught and logged); may run on any thread.
+  std::function<void()> release;
 
   Storage(std::shared_ptr<Context> c, Backend *b, Device dev, void *p, int64_t n, bool pin,
           Backend *alloc = nullptr)
@@ -55,6 +62,17 @@ class Tensor {
   // From host bytes (nbytes checked against the shape).
   static Tensor from_host(const std::shared_ptr<Context> &ctx, const void *data, int64_t nbytes, const Shape &shape,
                           DType dtype, Device device);
+
+  // A tensor over memory kiln does not own (zero copy): data on device
+  // (pinned: page-locked host memory, device must be the CPU) holding a
+  // contiguous row-major shape of dtype. release runs exactly once, when the
+  // last tensor or view on the memory is gone, on whichever thread drops it;
+  // it never runs when wrap throws (the caller keeps the memory then).
+  // Throws DEVICE_UNAVAILABLE for
+  // a device the context cannot use, INVALID_ARGUMENT for a bad shape or a
+  // null data with elements.
+  static Tensor wrap(const std::shared_ptr<Context> &ctx, void *data, const Shape &shape, DType dtype, Device device,
+                     bool pinned, std::function<void()> release);
 
   bool defined() const { return storage_ != nullptr; }
   const Shape &shape() const { return shape_; }

@@ -2,6 +2,7 @@
 // name, so PyTorch's load_state_dict reads them, plus metadata
 // {"format": "kiln-model", "kiln.spec": describe(), "kiln.version"} from
 // which kiln_model_load rebuilds the architecture.
+#include <algorithm>
 #include <map>
 
 #include "io/safetensors.hpp"
@@ -17,9 +18,24 @@ std::map<std::string, std::string> model_metadata(const Model &model) {
   return {{"format", kFormat}, {"kiln.spec", model.description()}, {"kiln.version", kiln_version_string()}};
 }
 
+// Names up to a few of the file's tensors that no parameter of `params` has
+// ("\"x\", \"y\" and 3 more"), or "" when there are none.
+std::string extra_names(const std::vector<ParameterInfo> &params, const io::SafetensorsFile &file) {
+  std::vector<std::string> wanted;
+  for (const ParameterInfo &p : params) wanted.push_back(p.name);
+  std::string names;
+  size_t count = 0;
+  for (const io::SafetensorsFile::Entry &e : file.entries()) {
+    if (std::find(wanted.begin(), wanted.end(), e.name) != wanted.end()) continue;
+    if (++count <= 3) names += (names.empty() ? "\"" : ", \"") + e.name + "\"";
+  }
+  if (count > 3) names += " and " + std::to_string(count - 3) + " more";
+  return names;
+}
+
 // Throws unless file holds exactly the parameters `params` (of a model
 // `description`) with their dtypes and shapes; nothing is read or changed
-// before this passes.
+// before this passes. Every message names the offending tensor.
 void check_matches(const std::vector<ParameterInfo> &params, DType dtype, const std::string &description,
                    const io::SafetensorsFile &file) {
   for (const ParameterInfo &p : params) {
@@ -34,10 +50,11 @@ void check_matches(const std::vector<ParameterInfo> &params, DType dtype, const 
           "parameter \"" + p.name + "\" is " + dtype_name(e->dtype) + " in " + file.path() + " but the model is " +
               dtype_name(dtype));
   }
-  const size_t extra = file.entries().size() - params.size();
-  check(file.entries().size() == params.size(), KILN_ERROR_SHAPE_MISMATCH,
-        file.path() + " holds " + std::to_string(extra) + " tensors more than the parameters of the model " +
-            description);
+  // Every parameter was found under a distinct name, so the rest are extra.
+  const std::string extra = extra_names(params, file);
+  check(extra.empty(), KILN_ERROR_SHAPE_MISMATCH,
+        file.path() + " holds " + std::to_string(file.entries().size() - params.size()) +
+            " tensors that the model " + description + " has no parameter for: " + extra);
 }
 
 }  // namespace
@@ -73,6 +90,31 @@ std::shared_ptr<Model> load_model(const std::shared_ptr<Context> &ctx, const std
     fail(KILN_ERROR_FORMAT, path + " does not match its own kiln.spec: " + e.what());
   }
   std::shared_ptr<Model> model = Model::create(ctx, spec, device, dtype);
+  for (size_t i = 0; i < model->parameters().size(); ++i) file.read_into(model->parameters()[i].name, model->parameter(i));
+  return model;
+}
+
+std::shared_ptr<Model> load_model_with_spec(const std::shared_ptr<Context> &ctx, const std::string &path,
+                                            const ModelSpec &spec, Device device) {
+  ctx->validate(device);
+  const io::SafetensorsFile file = io::SafetensorsFile::open(path);
+  // What the spec needs, worked out without allocating: the file is checked
+  // against it before any of its sizes is trusted.
+  const std::vector<ParameterInfo> params = Model::parameters_of(ctx, spec);
+  const std::string description = spec.describe();
+  check(!params.empty(), KILN_ERROR_INVALID_ARGUMENT, "the spec " + description + " has no parameters");
+  // The parameters' dtype is the file's: f32, or f64 for an f64 model (as
+  // PyTorch's model.double() saves it). The first parameter decides;
+  // check_matches then names any tensor that differs.
+  const io::SafetensorsFile::Entry *first = file.find(params.front().name);
+  check(first != nullptr, KILN_ERROR_SHAPE_MISMATCH,
+        path + " has no tensor \"" + params.front().name + "\", which the spec " + description +
+            " needs (names as PyTorch's nn.Sequential state_dict: \"0.weight\", \"0.bias\", \"2.weight\", ...)");
+  check(first->dtype == DType::F32 || first->dtype == DType::F64, KILN_ERROR_DTYPE_MISMATCH,
+        "tensor \"" + first->name + "\" in " + path + " is " + dtype_name(first->dtype) +
+            "; kiln models are f32 or f64 (convert the state_dict with .float() before saving)");
+  check_matches(params, first->dtype, description, file);
+  std::shared_ptr<Model> model = Model::create(ctx, spec, device, first->dtype);
   for (size_t i = 0; i < model->parameters().size(); ++i) file.read_into(model->parameters()[i].name, model->parameter(i));
   return model;
 }

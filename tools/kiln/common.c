@@ -57,6 +57,25 @@ int load_split(const cli_command *cmd, kiln_context *ctx, const char *dir, const
   return report_error(cmd, what);
 }
 
+int load_model_file(const cli_command *cmd, kiln_context *ctx, const char *path, const char *spec_text,
+                    kiln_device device, kiln_model **out) {
+  *out = NULL;
+  char what[512];
+  snprintf(what, sizeof what, "cannot load model '%s'", path);
+  if (!spec_text) return kiln_model_load(ctx, path, device, out) == KILN_OK ? CLI_CONTINUE : report_error(cmd, what);
+  kiln_model_spec *spec = NULL;
+  if (kiln_model_spec_create(&spec) != KILN_OK) return report_error(cmd, "cannot create a model spec");
+  int rc = CLI_CONTINUE;
+  if (kiln_model_spec_parse(spec, spec_text) != KILN_OK)
+    rc = cli_usage_error(cmd, "bad --spec '%s': %s", spec_text, kiln_last_error());
+  else if (kiln_model_load_with_spec(ctx, path, spec, device, out) != KILN_OK) {
+    snprintf(what, sizeof what, "cannot load model '%s' as %s", path, spec_text);
+    rc = report_error(cmd, what);
+  }
+  kiln_model_spec_release(spec);
+  return rc;
+}
+
 void describe_device(kiln_context *ctx, kiln_device device, char *buf, size_t size) {
   char id[32] = "?";
   kiln_device_format(device, id, sizeof id);

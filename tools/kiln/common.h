@@ -30,6 +30,15 @@ int open_context(const cli_command *cmd, const char *device_text, uint64_t seed,
  * files are not there, says which ones were looked for and how to get them. */
 int load_split(const cli_command *cmd, kiln_context *ctx, const char *dir, const char *split, kiln_dataset **out);
 
+/* Loads the model file path onto device: a file kiln wrote (spec_text NULL),
+ * or, given a spec such as "784-32-10", any safetensors file holding that
+ * MLP's parameters under PyTorch's nn.Sequential state_dict names (e.g.
+ * safetensors.torch.save_file(model.state_dict(), path)). Returns
+ * CLI_CONTINUE, EXIT_USAGE_ERROR for a malformed spec, or EXIT_RUNTIME_ERROR
+ * with kiln's reason (naming the tensor that does not fit). */
+int load_model_file(const cli_command *cmd, kiln_context *ctx, const char *path, const char *spec_text,
+                    kiln_device device, kiln_model **out);
+
 /* "cuda:0 (NVIDIA H100 80GB HBM3)" or "cpu (AMD EPYC 7B13, 16 threads)". */
 void describe_device(kiln_context *ctx, kiln_device device, char *buf, size_t size);
 

@@ -5,15 +5,18 @@
 #include "common.h"
 
 int cmd_eval(int argc, char **argv) {
-  const char *data = DEFAULT_DATA_DIR, *device = "auto";
+  const char *data = DEFAULT_DATA_DIR, *device = "auto", *spec = NULL;
   const cli_option options[] = {
       {"data", CLI_STRING, &data, "DIR", "MNIST-layout dataset directory (default " DEFAULT_DATA_DIR ")"},
       {"device", CLI_STRING, &device, "DEV", "auto, cpu or cuda:N (default auto)"},
+      {"spec", CLI_STRING, &spec, "SPEC",
+       "read MODEL as this MLP's PyTorch state_dict (e.g. 784-32-10)"},
   };
   cli_command cmd = {
       .name = "eval",
       .synopsis = "MODEL",
-      .summary = "Prints the test loss and accuracy of MODEL (a file written by 'kiln train --save').",
+      .summary = "Prints the test loss and accuracy of MODEL (a file written by 'kiln train --save',\n"
+                 "or with --spec a safetensors state_dict saved from PyTorch).",
       .options = options,
       .num_options = (int)(sizeof options / sizeof options[0]),
       .min_positionals = 1,
@@ -29,11 +32,7 @@ int cmd_eval(int argc, char **argv) {
   kiln_dataset *test = NULL;
   kiln_trainer *trainer = NULL;
   rc = open_context(&cmd, device, 0, 0, &ctx, &dev);
-  if (rc == CLI_CONTINUE && kiln_model_load(ctx, path, dev, &model) != KILN_OK) {
-    char what[512];
-    snprintf(what, sizeof what, "cannot load model '%s'", path);
-    rc = report_error(&cmd, what);
-  }
+  if (rc == CLI_CONTINUE) rc = load_model_file(&cmd, ctx, path, spec, dev, &model);
   if (rc == CLI_CONTINUE) rc = load_split(&cmd, ctx, data, "test", &test);
   /* The trainer is only the evaluator here: its options do not matter. */
   if (rc == CLI_CONTINUE && kiln_trainer_create(model, NULL, &trainer) != KILN_OK)

@@ -60,13 +60,15 @@ static int predict(const cli_command *cmd, kiln_model *model, const kiln_tensor 
 }
 
 int cmd_predict(int argc, char **argv) {
-  const char *data = DEFAULT_DATA_DIR, *device = "auto", *input = NULL;
+  const char *data = DEFAULT_DATA_DIR, *device = "auto", *spec = NULL, *input = NULL;
   int64_t count = -1;
   const cli_option options[] = {
       {"data", CLI_STRING, &data, "DIR", "MNIST-layout dataset whose test images to classify (default " DEFAULT_DATA_DIR ")"},
       {"input", CLI_STRING, &input, "FILE", "classify the images of this IDX file (raw or .gz) instead"},
       {"count", CLI_INT, &count, "N", "how many images (default 10, or all of --input)"},
       {"device", CLI_STRING, &device, "DEV", "auto, cpu or cuda:N (default auto)"},
+      {"spec", CLI_STRING, &spec, "SPEC",
+       "read MODEL as this MLP's PyTorch state_dict (e.g. 784-32-10)"},
   };
   cli_command cmd = {
       .name = "predict",
@@ -91,12 +93,9 @@ int cmd_predict(int argc, char **argv) {
   int64_t *labels = NULL, classes = 0, available = 0;
   float *probs = NULL;
   rc = open_context(&cmd, device, 0, 0, &ctx, &dev);
-  if (rc == CLI_CONTINUE && (kiln_model_load(ctx, path, dev, &model) != KILN_OK ||
-                             kiln_model_output_size(model, &classes) != KILN_OK)) {
-    char what[512];
-    snprintf(what, sizeof what, "cannot load model '%s'", path);
-    rc = report_error(&cmd, what);
-  }
+  if (rc == CLI_CONTINUE) rc = load_model_file(&cmd, ctx, path, spec, dev, &model);
+  if (rc == CLI_CONTINUE && kiln_model_output_size(model, &classes) != KILN_OK)
+    rc = report_error(&cmd, "cannot read the model's output size");
   kiln_device cpu = {KILN_DEVICE_CPU, -1};
   if (rc == CLI_CONTINUE && input) {
     char err[512];

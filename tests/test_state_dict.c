@@ -1,0 +1,406 @@
+/* kiln_model_load_with_spec: safetensors files without kiln's metadata, laid
+ * out as PyTorch's nn.Sequential state_dict ("0.weight" [out, in], "0.bias",
+ * "2.weight", ...), as safetensors.torch.save_file writes them. The files
+ * are written byte by byte here (8-byte little-endian header length, JSON
+ * header, raw little-endian data), for a 4-3-2 MLP. Covers: the values and
+ * the logits, f64 files, kiln's own files, every mismatch naming the
+ * offending tensor, malformed and hostile files (FORMAT, never a crash),
+ * argument and handle errors. tests/torch_state_dict.py checks the same
+ * against real PyTorch when it is installed. */
+#include "support.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const kiln_device cpu = {KILN_DEVICE_CPU, -1};
+
+typedef struct {
+  kiln_context *ctx;
+  char dir[512];
+  char path[600];
+} fixture;
+
+static int setup(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  f->ctx = kiln_test_context_create(0);
+  kiln_test_make_temp_dir(f->dir, sizeof f->dir);
+  snprintf(f->path, sizeof f->path, "%s/state_dict.safetensors", f->dir);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  kiln_test_remove_tree(f->dir);
+  kiln_context_release(f->ctx);
+  free(f);
+  return 0;
+}
+
+/* One tensor of a hand-written file. Its values are value(i) = (k + 1) *
+ * 0.1 * ((i % 7) - 3) for the k-th tensor, in its dtype. */
+typedef struct {
+  const char *name;
+  const char *dtype; /* "F32", "F64", "F16" */
+  int64_t shape[2];
+  int ndim;
+} entry;
+
+static double value(int k, int64_t i) { return (k + 1) * 0.1 * (double)((i % 7) - 3); }
+
+static int64_t numel(const entry *e) {
+  int64_t n = 1;
+  for (int d = 0; d < e->ndim; ++d) n *= e->shape[d];
+  return n;
+}
+
+static size_t elem_size(const char *dtype) {
+  return strcmp(dtype, "F64") == 0 ? 8 : strcmp(dtype, "F16") == 0 ? 2 : 4;
+}
+
+/* The 4-3-2 MLP's state_dict, all f32. */
+static const entry MLP[4] = {
+    {"0.weight", "F32", {3, 4}, 2}, {"0.bias", "F32", {3}, 1}, {"2.weight", "F32", {2, 3}, 2}, {"2.bias", "F32", {2}, 1}};
+
+/* Writes a safetensors file of the n entries, with metadata {"format":"pt"}
+ * as PyTorch's writer adds. truncate > 0 drops that many bytes from the end. */
+static void write_state_dict(const char *path, const entry *entries, int n, size_t truncate) {
+  char header[4096];
+  size_t len = (size_t)snprintf(header, sizeof header, "{\"__metadata__\":{\"format\":\"pt\"}");
+  size_t offset = 0;
+  for (int k = 0; k < n; ++k) {
+    const entry *e = &entries[k];
+    size_t bytes = (size_t)numel(e) * elem_size(e->dtype);
+    len += (size_t)snprintf(header + len, sizeof header - len, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", e->name,
+                            e->dtype);
+    for (int d = 0; d < e->ndim; ++d)
+      len += (size_t)snprintf(header + len, sizeof header - len, "%s%lld", d ? "," : "", (long long)e->shape[d]);
+    len += (size_t)snprintf(header + len, sizeof header - len, "],\"data_offsets\":[%zu,%zu]}", offset,
+                            offset + bytes);
+    offset += bytes;
+  }
+  len += (size_t)snprintf(header + len, sizeof header - len, "}");
+  while (len % 8) header[len++] = ' '; /* the writers pad to 8 bytes */
+
+  size_t total = 8 + len + offset;
+  unsigned char *buf = calloc(1, total);
+  assert_non_null(buf);
+  for (int i = 0; i < 8; ++i) buf[i] = (unsigned char)((uint64_t)len >> (8 * i));
+  memcpy(buf + 8, header, len);
+  unsigned char *p = buf + 8 + len;
+  for (int k = 0; k < n; ++k) {
+    const entry *e = &entries[k];
+    for (int64_t i = 0; i < numel(e); ++i) {
+      if (strcmp(e->dtype, "F64") == 0) {
+        double v = value(k, i);
+        memcpy(p, &v, 8); /* little-endian host, as the tests' machines */
+        p += 8;
+      } else if (strcmp(e->dtype, "F16") == 0) {
+        p[0] = 0;
+        p[1] = 0x3c; /* 1.0 */
+        p += 2;
+      } else {
+        float v = (float)value(k, i);
+        memcpy(p, &v, 4);
+        p += 4;
+      }
+    }
+  }
+  assert_true(truncate < total);
+  FILE *fp = fopen(path, "wb");
+  assert_non_null(fp);
+  assert_int_equal(fwrite(buf, 1, total - truncate, fp), total - truncate);
+  assert_int_equal(fclose(fp), 0);
+  free(buf);
+}
+
+/* Writes raw bytes (for hostile files). */
+static void write_raw(const char *path, const void *data, size_t size) {
+  FILE *fp = fopen(path, "wb");
+  assert_non_null(fp);
+  if (size) assert_int_equal(fwrite(data, 1, size, fp), size);
+  assert_int_equal(fclose(fp), 0);
+}
+
+static kiln_model_spec *spec_of(const char *text) {
+  kiln_model_spec *spec = NULL;
+  assert_kiln_ok(kiln_model_spec_create(&spec));
+  assert_kiln_ok(kiln_model_spec_parse(spec, text));
+  return spec;
+}
+
+/* Loads path with spec text; returns the status, *out the model or NULL. */
+static kiln_status load(fixture *f, const char *spec_text, kiln_model **out) {
+  kiln_model_spec *spec = spec_of(spec_text);
+  *out = (kiln_model *)(uintptr_t)1; /* must be cleared on failure */
+  kiln_status st = kiln_model_load_with_spec(f->ctx, f->path, spec, cpu, out);
+  kiln_model_spec_release(spec);
+  if (st != KILN_OK) assert_null(*out);
+  return st;
+}
+
+/* The 4-3-2 ReLU MLP's logits for x [2, 4] by hand from the value() pattern. */
+static void reference_logits(const double x[8], double logits[4]) {
+  for (int b = 0; b < 2; ++b) {
+    double h[3];
+    for (int o = 0; o < 3; ++o) {
+      double s = value(1, o);
+      for (int i = 0; i < 4; ++i) s += value(0, o * 4 + i) * x[b * 4 + i];
+      h[o] = s > 0 ? s : 0;
+    }
+    for (int o = 0; o < 2; ++o) {
+      double s = value(3, o);
+      for (int i = 0; i < 3; ++i) s += value(2, o * 3 + i) * h[i];
+      logits[b * 2 + o] = s;
+    }
+  }
+}
+
+static const double X[8] = {0.5, -1.0, 2.0, 0.25, -0.75, 1.5, 0.125, -2.0};
+
+static void check_logits(fixture *f, kiln_model *model, kiln_dtype dtype, double tol) {
+  kiln_tensor *x = NULL, *y = NULL;
+  const int64_t shape[2] = {2, 4};
+  if (dtype == KILN_F64) {
+    x = kiln_test_tensor_f64(f->ctx, X, shape, 2, cpu);
+  } else {
+    float xf[8];
+    for (int i = 0; i < 8; ++i) xf[i] = (float)X[i];
+    x = kiln_test_tensor_f32(f->ctx, xf, shape, 2, cpu);
+  }
+  assert_kiln_ok(kiln_model_set_training(model, 0));
+  assert_kiln_ok(kiln_model_forward(model, x, &y));
+  double want[4];
+  reference_logits(X, want);
+  assert_tensor_close(y, want, 4, tol, tol);
+  kiln_tensor_release(y);
+  kiln_tensor_release(x);
+}
+
+static void loads_pytorch_layout(void **state) {
+  fixture *f = *state;
+  write_state_dict(f->path, MLP, 4, 0);
+  kiln_model *model = NULL;
+  assert_kiln_ok(load(f, "4-3-2", &model));
+  int64_t n = 0, tensors = 0;
+  assert_kiln_ok(kiln_model_num_parameters(model, &n));
+  assert_int_equal(n, 12 + 3 + 6 + 2);
+  assert_kiln_ok(kiln_model_num_parameter_tensors(model, &tensors));
+  assert_int_equal(tensors, 4);
+  /* Each parameter holds the file's values under the file's name. */
+  for (int k = 0; k < 4; ++k) {
+    const char *name = NULL;
+    kiln_tensor *p = NULL;
+    kiln_dtype dtype;
+    assert_kiln_ok(kiln_model_parameter_name(model, k, &name));
+    assert_string_equal(name, MLP[k].name);
+    assert_kiln_ok(kiln_model_parameter(model, k, &p));
+    assert_kiln_ok(kiln_tensor_dtype(p, &dtype));
+    assert_int_equal(dtype, KILN_F32);
+    double want[12];
+    for (int64_t i = 0; i < numel(&MLP[k]); ++i) want[i] = (float)value(k, i);
+    assert_tensor_close(p, want, numel(&MLP[k]), 0, 0);
+    kiln_tensor_release(p);
+  }
+  check_logits(f, model, KILN_F32, 1e-6);
+  /* The spec, not the file, decides the activations. */
+  const char *described = NULL;
+  assert_kiln_ok(kiln_model_describe(model, &described));
+  assert_non_null(strstr(described, "4-3-2"));
+  kiln_model_release(model);
+  /* Without kiln's metadata, kiln_model_load still refuses the file. */
+  assert_status(kiln_model_load(f->ctx, f->path, cpu, &model), KILN_ERROR_FORMAT);
+  assert_null(model);
+}
+
+static void loads_f64(void **state) {
+  fixture *f = *state;
+  entry e[4];
+  memcpy(e, MLP, sizeof e);
+  for (int k = 0; k < 4; ++k) e[k].dtype = "F64";
+  write_state_dict(f->path, e, 4, 0);
+  kiln_model *model = NULL;
+  assert_kiln_ok(load(f, "4-3-2", &model));
+  kiln_tensor *p = NULL;
+  kiln_dtype dtype;
+  assert_kiln_ok(kiln_model_parameter(model, 0, &p));
+  assert_kiln_ok(kiln_tensor_dtype(p, &dtype));
+  assert_int_equal(dtype, KILN_F64);
+  kiln_tensor_release(p);
+  check_logits(f, model, KILN_F64, 1e-12);
+  kiln_model_release(model);
+}
+
+/* A file kiln_model_save wrote loads with a spec too, and still without. */
+static void loads_kiln_files(void **state) {
+  fixture *f = *state;
+  kiln_model_spec *spec = spec_of("4-3-2");
+  kiln_model *saved = NULL, *plain = NULL, *with_spec = NULL;
+  assert_kiln_ok(kiln_model_create(f->ctx, spec, cpu, &saved));
+  assert_kiln_ok(kiln_model_save(saved, f->path));
+  assert_kiln_ok(kiln_model_load(f->ctx, f->path, cpu, &plain));
+  assert_kiln_ok(kiln_model_load_with_spec(f->ctx, f->path, spec, cpu, &with_spec));
+  const int64_t shape[2] = {2, 4};
+  float xf[8];
+  for (int i = 0; i < 8; ++i) xf[i] = (float)X[i];
+  kiln_tensor *x = kiln_test_tensor_f32(f->ctx, xf, shape, 2, cpu);
+  kiln_model *models[3] = {saved, plain, with_spec};
+  double logits[3][4];
+  for (int m = 0; m < 3; ++m) {
+    kiln_tensor *y = NULL;
+    assert_kiln_ok(kiln_model_set_training(models[m], 0));
+    assert_kiln_ok(kiln_model_forward(models[m], x, &y));
+    kiln_test_read_f64(y, logits[m], 4);
+    kiln_tensor_release(y);
+  }
+  assert_allclose(logits[1], logits[0], 4, 0, 0);
+  assert_allclose(logits[2], logits[0], 4, 0, 0);
+  kiln_tensor_release(x);
+  kiln_model_release(with_spec);
+  kiln_model_release(plain);
+  kiln_model_release(saved);
+  kiln_model_spec_release(spec);
+}
+
+static void missing_key(void **state) {
+  fixture *f = *state;
+  write_state_dict(f->path, MLP, 3, 0); /* no "2.bias" */
+  kiln_model *model = NULL;
+  assert_status(load(f, "4-3-2", &model), KILN_ERROR_SHAPE_MISMATCH);
+  assert_last_error_contains("\"2.bias\"");
+  /* Names of another layout (a module with attributes) are refused by name. */
+  entry e[4];
+  memcpy(e, MLP, sizeof e);
+  e[0].name = "fc1.weight";
+  write_state_dict(f->path, e, 4, 0);
+  assert_status(load(f, "4-3-2", &model), KILN_ERROR_SHAPE_MISMATCH);
+  assert_last_error_contains("\"0.weight\"");
+}
+
+static void extra_key(void **state) {
+  fixture *f = *state;
+  entry e[5];
+  memcpy(e, MLP, sizeof MLP);
+  e[4] = (entry){"4.weight", "F32", {2, 2}, 2};
+  write_state_dict(f->path, e, 5, 0);
+  kiln_model *model = NULL;
+  assert_status(load(f, "4-3-2", &model), KILN_ERROR_SHAPE_MISMATCH);
+  assert_last_error_contains("\"4.weight\"");
+  /* A spec with fewer layers than the file: the rest are extra. */
+  write_state_dict(f->path, MLP, 4, 0);
+  assert_status(load(f, "4-3", &model), KILN_ERROR_SHAPE_MISMATCH);
+  assert_last_error_contains("\"2.weight\", \"2.bias\"");
+}
+
+static void wrong_shape(void **state) {
+  fixture *f = *state;
+  entry e[4];
+  memcpy(e, MLP, sizeof e);
+  e[0].shape[0] = 4; /* [4, 3]: the transpose, as a Keras-style layout */
+  e[0].shape[1] = 3;
+  write_state_dict(f->path, e, 4, 0);
+  kiln_model *model = NULL;
+  assert_status(load(f, "4-3-2", &model), KILN_ERROR_SHAPE_MISMATCH);
+  assert_last_error_contains("\"0.weight\" has shape [4, 3]");
+  /* The right file against a spec of other sizes. */
+  write_state_dict(f->path, MLP, 4, 0);
+  assert_status(load(f, "4-5-2", &model), KILN_ERROR_SHAPE_MISMATCH);
+  assert_last_error_contains("\"0.weight\"");
+}
+
+static void wrong_dtype(void **state) {
+  fixture *f = *state;
+  entry e[4];
+  memcpy(e, MLP, sizeof e);
+  e[0].dtype = "F16";
+  write_state_dict(f->path, e, 4, 0);
+  kiln_model *model = NULL;
+  assert_status(load(f, "4-3-2", &model), KILN_ERROR_DTYPE_MISMATCH);
+  assert_last_error_contains("\"0.weight\"");
+  /* Mixed f32 / f64. */
+  memcpy(e, MLP, sizeof e);
+  e[3].dtype = "F64";
+  write_state_dict(f->path, e, 4, 0);
+  assert_status(load(f, "4-3-2", &model), KILN_ERROR_DTYPE_MISMATCH);
+  assert_last_error_contains("\"2.bias\"");
+}
+
+static void malformed_files(void **state) {
+  fixture *f = *state;
+  kiln_model *model = NULL;
+  /* Truncated data, by one byte and by everything after the header. */
+  write_state_dict(f->path, MLP, 4, 1);
+  assert_status(load(f, "4-3-2", &model), KILN_ERROR_FORMAT);
+  write_state_dict(f->path, MLP, 4, 23 * 4);
+  assert_status(load(f, "4-3-2", &model), KILN_ERROR_FORMAT);
+  /* Empty, shorter than the length field, a header length past the end, a
+   * huge header length, JSON that is not an object, offsets past the data. */
+  write_raw(f->path, "", 0);
+  assert_status(load(f, "4-3-2", &model), KILN_ERROR_FORMAT);
+  write_raw(f->path, "\x10\x00\x00", 3);
+  assert_status(load(f, "4-3-2", &model), KILN_ERROR_FORMAT);
+  write_raw(f->path, "\xff\x00\x00\x00\x00\x00\x00\x00{}", 10);
+  assert_status(load(f, "4-3-2", &model), KILN_ERROR_FORMAT);
+  write_raw(f->path, "\xff\xff\xff\xff\xff\xff\xff\x7f{}", 10);
+  assert_status(load(f, "4-3-2", &model), KILN_ERROR_FORMAT);
+  write_raw(f->path, "\x08\x00\x00\x00\x00\x00\x00\x00[1,2,3]\x20", 16);
+  assert_status(load(f, "4-3-2", &model), KILN_ERROR_FORMAT);
+  const char bad_offsets[] = "{\"0.weight\":{\"dtype\":\"F32\",\"shape\":[3,4],\"data_offsets\":[0,4800000000]}}";
+  unsigned char buf[256] = {0};
+  buf[0] = (unsigned char)(sizeof bad_offsets - 1);
+  memcpy(buf + 8, bad_offsets, sizeof bad_offsets - 1);
+  write_raw(f->path, buf, 8 + sizeof bad_offsets - 1 + 48);
+  assert_status(load(f, "4-3-2", &model), KILN_ERROR_FORMAT);
+  /* A shape whose size overflows. */
+  const char huge[] =
+      "{\"0.weight\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,4],\"data_offsets\":[0,48]}}";
+  memset(buf, 0, sizeof buf);
+  buf[0] = (unsigned char)(sizeof huge - 1);
+  memcpy(buf + 8, huge, sizeof huge - 1);
+  write_raw(f->path, buf, 8 + sizeof huge - 1 + 48);
+  assert_status(load(f, "4-3-2", &model), KILN_ERROR_FORMAT);
+  /* A file that is not there. */
+  snprintf(f->path, sizeof f->path, "%s/missing.safetensors", f->dir);
+  assert_status(load(f, "4-3-2", &model), KILN_ERROR_IO);
+}
+
+static void bad_arguments(void **state) {
+  fixture *f = *state;
+  write_state_dict(f->path, MLP, 4, 0);
+  kiln_model_spec *spec = spec_of("4-3-2");
+  kiln_model *model = (kiln_model *)(uintptr_t)1;
+  assert_status(kiln_model_load_with_spec(NULL, f->path, spec, cpu, &model), KILN_ERROR_INVALID_ARGUMENT);
+  assert_null(model);
+  assert_status(kiln_model_load_with_spec(f->ctx, NULL, spec, cpu, &model), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_model_load_with_spec(f->ctx, f->path, NULL, cpu, &model), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_model_load_with_spec(f->ctx, f->path, spec, cpu, NULL), KILN_ERROR_INVALID_ARGUMENT);
+  kiln_device bad = {(kiln_device_kind)7, 0};
+  assert_status(kiln_model_load_with_spec(f->ctx, f->path, spec, bad, &model), KILN_ERROR_INVALID_ARGUMENT);
+  kiln_model_spec *empty = NULL;
+  assert_kiln_ok(kiln_model_spec_create(&empty));
+  assert_status(kiln_model_load_with_spec(f->ctx, f->path, empty, cpu, &model), KILN_ERROR_INVALID_ARGUMENT);
+  kiln_model_spec_release(empty);
+  kiln_model_spec_release(spec);
+  /* A released spec is an invalid handle, not a crash. */
+  model = (kiln_model *)(uintptr_t)1;
+  assert_status(kiln_model_load_with_spec(f->ctx, f->path, spec, cpu, &model), KILN_ERROR_INVALID_HANDLE);
+  assert_null(model);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(loads_pytorch_layout, setup, teardown),
+      cmocka_unit_test_setup_teardown(loads_f64, setup, teardown),
+      cmocka_unit_test_setup_teardown(loads_kiln_files, setup, teardown),
+      cmocka_unit_test_setup_teardown(missing_key, setup, teardown),
+      cmocka_unit_test_setup_teardown(extra_key, setup, teardown),
+      cmocka_unit_test_setup_teardown(wrong_shape, setup, teardown),
+      cmocka_unit_test_setup_teardown(wrong_dtype, setup, teardown),
+      cmocka_unit_test_setup_teardown(malformed_files, setup, teardown),
+      cmocka_unit_test_setup_teardown(bad_arguments, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
