@@ -116,7 +116,7 @@ func TestTensorRoundTrip(t *testing.T) {
 	}
 }
 
-func statusOf(err error) int {
+func statusOf(err error) kiln.Status {
 	var ke *kiln.Error
 	if errors.As(err, &ke) {
 		return ke.Status
