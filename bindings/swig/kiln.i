@@ -89,8 +89,10 @@
 // can match an *Error by its code.
 type Status int
 
+// String is the library's name for s, e.g. "KILN_ERROR_BUSY".
 func (s Status) String() string { return Status_name(int(s)) }
 
+// Error is String: a Status is the target of errors.Is.
 func (s Status) Error() string { return s.String() }
 
 // Error is a failed kiln call: its kiln_status code and the message
@@ -100,6 +102,7 @@ type Error struct {
 	Message string
 }
 
+// Error is "STATUS_NAME: message".
 func (e *Error) Error() string {
 	return e.Status.String() + ": " + e.Message
 }
