@@ -30,15 +30,15 @@ type Status = capi.Status
 // The statuses of a failed call, as Error.Status carries them; each is also
 // an error for errors.Is.
 const (
-	ErrInvalidArgument   Status = 1  // a bad value, size or name
-	ErrInvalidHandle     Status = 2  // a NULL, closed or foreign handle
+	ErrInvalidArgument   Status = 1  // a NULL pointer, bad value or bad string
+	ErrInvalidHandle     Status = 2  // a closed, foreign or wrong-type handle
 	ErrShapeMismatch     Status = 3  // tensor shapes that do not fit together
 	ErrDTypeMismatch     Status = 4  // a dtype the operation does not take
-	ErrDeviceUnavailable Status = 5  // no such device, or its backend did not load
+	ErrDeviceUnavailable Status = 5  // no such device, no driver, no plugin
 	ErrOutOfMemory       Status = 6  // host or device memory exhausted
 	ErrIO                Status = 7  // a file could not be read or written
 	ErrFormat            Status = 8  // a file's contents are malformed
-	ErrNotSupported      Status = 9  // valid, but not on this device or build
+	ErrNotSupported      Status = 9  // a valid request this build or device cannot do
 	ErrCancelled         Status = 10 // a callback asked to stop
 	ErrBackend           Status = 11 // CUDA, cuBLAS, cuDNN or BLAS failure
 	ErrInternal          Status = 12 // a bug in kiln
