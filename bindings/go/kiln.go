@@ -18,23 +18,32 @@ import (
 	"kiln/internal/capi"
 )
 
-// Error is a failed kiln call. Use errors.As to get at the Status.
+// Error is a failed kiln call. Use errors.As to get at the Status and the
+// message, or errors.Is(err, ErrNotSupported) to test the Status alone.
 type Error = capi.Error
 
-// Status values carried by Error.Status.
+// Status is a kiln_status code. It prints as the library's name for it
+// ("KILN_ERROR_NOT_SUPPORTED"); codes newer than this package still arrive
+// as an *Error, with their number in Status.
+type Status = capi.Status
+
+// The statuses of a failed call, as Error.Status carries them; each is also
+// an error for errors.Is.
 const (
-	ErrInvalidArgument   = 1
-	ErrInvalidHandle     = 2
-	ErrShapeMismatch     = 3
-	ErrDTypeMismatch     = 4
-	ErrDeviceUnavailable = 5
-	ErrOutOfMemory       = 6
-	ErrIO                = 7
-	ErrFormat            = 8
-	ErrNotSupported      = 9
-	ErrCancelled         = 10
-	ErrBackend           = 11
-	ErrInternal          = 12
+	ErrInvalidArgument   Status = 1  // a NULL pointer, bad value or bad string
+	ErrInvalidHandle     Status = 2  // a closed, foreign or wrong-type handle
+	ErrShapeMismatch     Status = 3  // tensor shapes that do not fit together
+	ErrDTypeMismatch     Status = 4  // a dtype the operation does not take
+	ErrDeviceUnavailable Status = 5  // no such device, no driver, no plugin
+	ErrOutOfMemory       Status = 6  // host or device memory exhausted
+	ErrIO                Status = 7  // a file could not be read or written
+	ErrFormat            Status = 8  // a file's contents are malformed
+	ErrNotSupported      Status = 9  // a valid request this build or device cannot do
+	ErrCancelled         Status = 10 // a callback asked to stop
+	ErrBackend           Status = 11 // CUDA, cuBLAS, cuDNN or BLAS failure
+	ErrInternal          Status = 12 // a bug in kiln
+	ErrBusy              Status = 13 // the object is inside another call
+	ErrNumeric           Status = 14 // training diverged: a NaN or infinite loss
 )
 
 // ABIVersion is the ABI this package was written against (KILN_ABI_VERSION).

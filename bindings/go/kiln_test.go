@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 
@@ -116,7 +117,7 @@ func TestTensorRoundTrip(t *testing.T) {
 	}
 }
 
-func statusOf(err error) int {
+func statusOf(err error) kiln.Status {
 	var ke *kiln.Error
 	if errors.As(err, &ke) {
 		return ke.Status
@@ -307,5 +308,114 @@ func TestReleaseFromOtherGoroutines(t *testing.T) {
 	runtime.GC()
 	if n := must(must(ctx.Ones([]int64{3}, kiln.F32, kiln.CPU)).NumEl()); n != 3 {
 		t.Fatalf("numel %d after finalizers", n)
+	}
+}
+
+// fitBlobs trains a fresh 16-32-4 model on dev for 5 epochs with opts (after
+// SGD, lr 0.003, batch 32, a fixed shuffle seed) from the same seed each
+// time, and returns the last epoch's training loss and the validation
+// accuracy. The slow lr leaves the loss well above zero (about 0.25), so
+// losses of two precisions compare meaningfully.
+func fitBlobs(t *testing.T, ctx *kiln.Context, dev kiln.Device, opts ...kiln.TrainerOption) (loss, acc float64) {
+	t.Helper()
+	if err := ctx.SetSeed(42); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := dataset(t, ctx, 1024, 1)
+	train, val := must2(data.Split(0.25, 1))
+	defer train.Close()
+	defer val.Close()
+	model := must(ctx.NewModelFromText("16-32-4", dev))
+	defer model.Close()
+	base := []kiln.TrainerOption{kiln.WithLR(0.003), kiln.WithBatchSize(32),
+		kiln.WithShuffleSeed(3)}
+	tr := must(kiln.NewTrainer(model, append(base, opts...)...))
+	defer tr.Close()
+	hist := must(tr.Fit(train, val, 5))
+	last := hist[len(hist)-1]
+	return last.TrainLoss, last.ValAccuracy
+}
+
+func must2[A, B any](a A, b B, err error) (A, B) {
+	if err != nil {
+		panic(err)
+	}
+	return a, b
+}
+
+func TestPrecisionBF16(t *testing.T) {
+	ctx := newContext(t)
+	dev := defaultDevice(t, ctx)
+	fp32Loss, fp32Acc := fitBlobs(t, ctx, dev, kiln.WithPrecision(kiln.PrecisionFP32))
+	bf16Loss, bf16Acc := fitBlobs(t, ctx, dev, kiln.WithPrecision(kiln.PrecisionBF16))
+	t.Logf("fp32: loss %.6f accuracy %.3f; bf16: loss %.6f accuracy %.3f", fp32Loss, fp32Acc, bf16Loss, bf16Acc)
+	if bf16Acc < 0.9 {
+		t.Fatalf("bf16 validation accuracy %.3f (chance is 0.25)", bf16Acc)
+	}
+	if fp32Loss < 0.05 || math.Abs(bf16Loss-fp32Loss) > 0.05*fp32Loss {
+		t.Fatalf("final loss bf16 %.4f, fp32 %.4f: want fp32 above 0.05 and bf16 within 5%% of it", bf16Loss, fp32Loss)
+	}
+}
+
+func TestPrecisionTF32NotOnCPU(t *testing.T) {
+	ctx := newContext(t)
+	model := must(ctx.NewModelFromText("8-4-2", kiln.CPU))
+	defer model.Close()
+	_, err := kiln.NewTrainer(model, kiln.WithPrecision(kiln.PrecisionTF32))
+	var ke *kiln.Error
+	if !errors.As(err, &ke) || ke.Status != kiln.ErrNotSupported || !strings.Contains(ke.Message, "tf32") {
+		t.Fatalf("tf32 trainer on the CPU: %v", err)
+	}
+	if !errors.Is(err, kiln.ErrNotSupported) || errors.Is(err, kiln.ErrInvalidArgument) {
+		t.Fatalf("errors.Is on %v", err)
+	}
+}
+
+func TestFastPath(t *testing.T) {
+	ctx := newContext(t)
+	model := must(ctx.NewModelFromText("8-4-2", kiln.CPU))
+	defer model.Close()
+	// Any subset is accepted (the CPU has no fast path to switch off).
+	for _, fp := range []kiln.FastPath{kiln.FastPathNone, kiln.FastPathAll, kiln.FastPathAll &^ kiln.FastPathGraphs} {
+		must(kiln.NewTrainer(model, kiln.WithFastPath(fp))).Close()
+	}
+	for _, fp := range []kiln.FastPath{kiln.FastPathAll + 1, 1 << 31} {
+		if _, err := kiln.NewTrainer(model, kiln.WithFastPath(fp)); !errors.Is(err, kiln.ErrInvalidArgument) {
+			t.Fatalf("fast path %#x: %v", uint32(fp), err)
+		}
+	}
+}
+
+func TestStatuses(t *testing.T) {
+	for s, name := range map[kiln.Status]string{
+		kiln.ErrNotSupported: "KILN_ERROR_NOT_SUPPORTED",
+		kiln.ErrBusy:         "KILN_ERROR_BUSY",
+		kiln.ErrNumeric:      "KILN_ERROR_NUMERIC",
+		kiln.Status(99):      "KILN_ERROR_UNKNOWN", // newer than this package
+	} {
+		if s.String() != name {
+			t.Errorf("Status(%d) prints %q, want %q", int(s), s.String(), name)
+		}
+	}
+	var err error = &kiln.Error{Status: 99, Message: "from the future"}
+	if err.Error() != "KILN_ERROR_UNKNOWN: from the future" || !errors.Is(err, kiln.Status(99)) ||
+		errors.Is(err, kiln.ErrInternal) || statusOf(err) != 99 {
+		t.Fatalf("unknown status: %v", err)
+	}
+}
+
+func TestDivergenceIsNumeric(t *testing.T) {
+	ctx := newContext(t)
+	ds, _ := dataset(t, ctx, 256, 1)
+	model := must(ctx.NewModelFromText("16-32-4", kiln.CPU))
+	defer model.Close()
+	tr := must(kiln.NewTrainer(model, kiln.WithLR(1e30)))
+	defer tr.Close()
+	_, err := tr.Epoch(ds)
+	for i := 0; err == nil && i < 4; i++ {
+		_, err = tr.Epoch(ds)
+	}
+	if !errors.Is(err, kiln.ErrNumeric) || !strings.Contains(err.Error(), "KILN_ERROR_NUMERIC") {
+		t.Fatalf("lr 1e30: %v", err)
 	}
 }

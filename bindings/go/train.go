@@ -184,6 +184,61 @@ func WithShuffleSeed(seed uint64) TrainerOption {
 	return func(o uintptr) error { return capi.Trainer_options_set_shuffle_seed(o, seed) }
 }
 
+// Precision is the numeric precision of a trainer's steps (kiln_precision).
+type Precision int
+
+const (
+	// PrecisionFP32 computes in the model's dtype, f32 products exactly
+	// (the default, and PyTorch's with TF32 off).
+	PrecisionFP32 Precision = iota
+	// PrecisionTF32 runs f32 products on CUDA's TF32 tensor cores (10-bit
+	// mantissa inputs, f32 accumulation). CUDA only: NewTrainer fails with
+	// ErrNotSupported for a CPU model.
+	PrecisionTF32
+	// PrecisionBF16 is mixed precision on every device: batch, activations
+	// and products in bf16 (f32 accumulation) with f32 master weights,
+	// gradients, optimizer state and loss, as PyTorch's autocast to bfloat16.
+	PrecisionBF16
+)
+
+// WithPrecision sets the precision of the trainer's steps. TF32 and BF16
+// need an F32 model (ErrNotSupported otherwise). Without it the library's
+// default applies (PrecisionFP32).
+func WithPrecision(p Precision) TrainerOption {
+	return func(o uintptr) error { return capi.Trainer_options_set_precision(o, int(p)) }
+}
+
+// FastPath is a set of the parts of a backend's fast path (kiln_fast_path
+// bits), each of which can be switched off to bisect a failure. Backends
+// without them, the CPU's, ignore the bits; results agree with every part
+// off within float rounding.
+type FastPath uint32
+
+const (
+	// FastPathEpilogues uses fused GEMM epilogues (cuBLASLt).
+	FastPathEpilogues FastPath = 1 << iota
+	// FastPathGraphs replays each step as a CUDA graph.
+	FastPathGraphs
+	// FastPathCuDNN runs cuDNN's fused graphs.
+	FastPathCuDNN
+	// FastPathFusedMLP runs narrow MLPs as one fused kernel.
+	FastPathFusedMLP
+
+	// FastPathNone runs every step as the plain sequence of kernels.
+	FastPathNone FastPath = 0
+	// FastPathAll is every part: the library's default.
+	FastPathAll = FastPathEpilogues | FastPathGraphs | FastPathCuDNN | FastPathFusedMLP
+)
+
+// WithFastPath sets the fast-path parts the trainer may use; bits outside
+// FastPathAll are ErrInvalidArgument. Without it the library's default
+// applies (FastPathAll). The environment variable KILN_DISABLE removes more
+// when the trainer is created (a comma-separated list of "epilogues",
+// "graphs", "cudnn", "fused_mlp" or "all").
+func WithFastPath(enabled FastPath) TrainerOption {
+	return func(o uintptr) error { return capi.Trainer_options_set_fast_path(o, uint32(enabled)) }
+}
+
 // Trainer optimises a model; it keeps the model alive. One goroutine at a time.
 type Trainer struct{ h uintptr }
 

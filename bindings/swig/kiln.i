@@ -64,13 +64,15 @@
 %ignore kiln_loss_kind;
 %ignore kiln_optimizer_kind;
 %ignore kiln_lr_schedule;
+%ignore kiln_precision;
+%ignore kiln_fast_path;
 %ignore kiln_progress_phase;
 %ignore kiln_epoch_stats;
 %rename("$ignore", %$isenumitem) "";
 
 %define KILN_ENUMS kiln_log_level, kiln_device_kind, kiln_dtype, kiln_binary_op, kiln_compare_op, kiln_unary_op,
   kiln_reduce_op, kiln_layer_kind, kiln_predict_kind, kiln_loss_kind, kiln_optimizer_kind, kiln_lr_schedule,
-  kiln_status status
+  kiln_precision, kiln_status status
 %enddef
 
 /* ===================================================================== Go */
@@ -81,15 +83,34 @@
 %}
 
 %insert(go_wrapper) %{
+// Status is a kiln_status code. Its String and Error are the library's
+// name for it (kiln_status_name), "KILN_ERROR_UNKNOWN" for a code newer than
+// the loaded library. A Status is an error so that errors.Is(err, status)
+// can match an *Error by its code.
+type Status int
+
+// String is the library's name for s, e.g. "KILN_ERROR_BUSY".
+func (s Status) String() string { return Status_name(int(s)) }
+
+// Error is String: a Status is the target of errors.Is.
+func (s Status) Error() string { return s.String() }
+
 // Error is a failed kiln call: its kiln_status code and the message
 // kiln_last_error() gave right after it, on the same thread.
 type Error struct {
-	Status  int
+	Status  Status
 	Message string
 }
 
+// Error is "STATUS_NAME: message".
 func (e *Error) Error() string {
-	return Status_name(e.Status) + ": " + e.Message
+	return e.Status.String() + ": " + e.Message
+}
+
+// Is reports whether target is the Status of e, for errors.Is.
+func (e *Error) Is(target error) bool {
+	s, ok := target.(Status)
+	return ok && s == e.Status
 }
 
 // Device mirrors struct kiln_device (same field sizes and alignment).
@@ -157,10 +178,10 @@ type EpochStats struct {
 	if len($1) == 0 {
 		$result = nil
 	} else if len($1) == 1 {
-		$result = &Error{Status: int($1[0]), Message: "out of memory reporting an error"}
+		$result = &Error{Status: Status($1[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString($1)
-		$result = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		$result = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 %}
 
@@ -169,6 +190,10 @@ type EpochStats struct {
 %typemap(imtype) kiln_status status "int"
 %typemap(gotype) kiln_dtype *out "*int32"
 %typemap(in) kiln_dtype *out %{ $1 = ($1_ltype)$input; %}
+
+/* A bit set of kiln_fast_path values: uint32, not SWIG's default uint (64-bit
+ * with -intgosize 64), so no Go value is silently truncated on the way in. */
+%typemap(gotype) uint32_t enabled "uint32"
 
 /* Handles are uintptr (never Go pointers, so cgocheck has nothing to object
  * to); out-handles are *uintptr into Go memory that holds no Go pointer. */
@@ -249,6 +274,12 @@ KILN_GO_HANDLE(kiln_history)
  * int: keep it 64-bit. */
 %apply long long { int64_t };
 %apply unsigned long long { uint64_t };
+/* A kiln_fast_path bit set is the [Flags] enum FastPath (Native.cs), whose
+ * underlying type is uint like uint32_t's. */
+%typemap(ctype) uint32_t enabled "uint32_t"
+%typemap(imtype) uint32_t enabled "FastPath"
+%typemap(cstype) uint32_t enabled "FastPath"
+%typemap(csin) uint32_t enabled "$csinput"
 %pragma(csharp) imclassclassmodifiers="internal class"
 
 /* kiln_status: a KilnException set as SWIG's pending exception inside the
@@ -315,6 +346,7 @@ KILN_CS_ENUM(kiln_predict_kind, PredictKind)
 KILN_CS_ENUM(kiln_loss_kind, LossKind)
 KILN_CS_ENUM(kiln_optimizer_kind, OptimizerKind)
 KILN_CS_ENUM(kiln_lr_schedule, LrSchedule)
+KILN_CS_ENUM(kiln_precision, Precision)
 KILN_CS_ENUM(kiln_status status, Status)
 
 /* Handles: SafeHandle subclasses (Handles.cs), which the marshaller keeps

@@ -531,6 +531,16 @@ internal static class NativeMethods {
     if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();
   }
 
+  public static void trainer_options_set_precision(TrainerOptionsHandle options, Precision precision) {
+    NativeMethodsPINVOKE.trainer_options_set_precision(options, precision);
+    if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();
+  }
+
+  public static void trainer_options_set_fast_path(TrainerOptionsHandle options, FastPath enabled) {
+    NativeMethodsPINVOKE.trainer_options_set_fast_path(options, enabled);
+    if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();
+  }
+
   public static void trainer_create(ModelHandle model, TrainerOptionsHandle options, out TrainerHandle out_) {
     NativeMethodsPINVOKE.trainer_create(model, options, out out_);
     if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();

@@ -529,6 +529,12 @@ internal class NativeMethodsPINVOKE {
   [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_trainer_options_set_progress_interval")]
   public static extern int trainer_options_set_progress_interval(TrainerOptionsHandle jarg1, long jarg2);
 
+  [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_trainer_options_set_precision")]
+  public static extern int trainer_options_set_precision(TrainerOptionsHandle jarg1, Precision jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_trainer_options_set_fast_path")]
+  public static extern int trainer_options_set_fast_path(TrainerOptionsHandle jarg1, FastPath jarg2);
+
   [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_trainer_create")]
   public static extern int trainer_create(ModelHandle jarg1, TrainerOptionsHandle jarg2, out TrainerHandle jarg3);
 

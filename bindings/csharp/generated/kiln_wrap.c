@@ -2237,6 +2237,40 @@ SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_trainer_options_set_progress_interval(voi
 }
 
 
+SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_trainer_options_set_precision(void * jarg1, int jarg2) {
+  int jresult ;
+  kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
+  kiln_precision arg2 ;
+  kiln_status result;
+  
+  arg1 = (kiln_trainer_options *)jarg1; 
+  arg2 = (kiln_precision)jarg2; 
+  result = (kiln_status)kiln_trainer_options_set_precision(arg1,arg2);
+  
+  jresult = (int)result;
+  if (result != KILN_OK) kiln_exception_callback((int)result, kiln_last_error());
+  
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_trainer_options_set_fast_path(void * jarg1, uint32_t jarg2) {
+  int jresult ;
+  kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
+  uint32_t arg2 ;
+  kiln_status result;
+  
+  arg1 = (kiln_trainer_options *)jarg1; 
+  arg2 = (uint32_t)jarg2; 
+  result = (kiln_status)kiln_trainer_options_set_fast_path(arg1,arg2);
+  
+  jresult = (int)result;
+  if (result != KILN_OK) kiln_exception_callback((int)result, kiln_last_error());
+  
+  return jresult;
+}
+
+
 SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_trainer_create(void * jarg1, void * jarg2, void ** jarg3) {
   int jresult ;
   kiln_model *arg1 = (kiln_model *) 0 ;

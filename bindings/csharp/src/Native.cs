@@ -12,6 +12,10 @@ namespace Kiln
         Ok = 0, InvalidArgument = 1, InvalidHandle = 2, ShapeMismatch = 3, DTypeMismatch = 4,
         DeviceUnavailable = 5, OutOfMemory = 6, IO = 7, Format = 8, NotSupported = 9, Cancelled = 10,
         Backend = 11, Internal = 12,
+        /// <summary>The object is inside another call (e.g. a trainer called from its own callback).</summary>
+        Busy = 13,
+        /// <summary>Training diverged: a loss that is NaN or infinite.</summary>
+        Numeric = 14,
     }
 
     public enum LogLevel { Debug = 0, Info = 1, Warning = 2, Error = 3, Off = 4 }
@@ -27,8 +31,45 @@ namespace Kiln
     public enum OptimizerKind { Sgd = 0, Adam = 1, AdamW = 2 }
     public enum LrSchedule { Constant = 0, Step = 1, Cosine = 2 }
 
+    /// <summary>The numeric precision of a trainer's steps (kiln_precision).</summary>
+    public enum Precision
+    {
+        /// <summary>The model's dtype throughout, f32 products computed exactly (kiln's
+        /// default, and PyTorch's with TF32 off).</summary>
+        FP32 = 0,
+        /// <summary>f32 products on CUDA's TF32 tensor cores (10-bit mantissa inputs, f32
+        /// accumulation). CUDA only: a trainer for a CPU model throws NotSupported.</summary>
+        TF32 = 1,
+        /// <summary>Mixed precision on every device: batch, activations and products in
+        /// bf16 (f32 accumulation) with f32 master weights, gradients, optimizer state
+        /// and loss, as PyTorch's autocast to bfloat16.</summary>
+        BF16 = 2,
+    }
+
+    /// <summary>The parts of a backend's fast path (kiln_fast_path bits), each of
+    /// which can be switched off to bisect a failure. Backends without them, the
+    /// CPU's, ignore the bits; results agree with every part off within float
+    /// rounding.</summary>
+    [Flags]
+    public enum FastPath : uint
+    {
+        /// <summary>No part: every step runs as the plain sequence of kernels.</summary>
+        None = 0,
+        /// <summary>Fused GEMM epilogues (cuBLASLt).</summary>
+        Epilogues = 1,
+        /// <summary>Steps replayed as CUDA graphs.</summary>
+        Graphs = 2,
+        /// <summary>cuDNN's fused graphs.</summary>
+        Cudnn = 4,
+        /// <summary>The fused kernel for narrow MLPs.</summary>
+        FusedMlp = 8,
+        /// <summary>Every part: kiln's default.</summary>
+        All = Epilogues | Graphs | Cudnn | FusedMlp,
+    }
+
     /// <summary>A failed kiln call: its status and the library's message, read
-    /// inside the same native call.</summary>
+    /// inside the same native call. A status newer than these bindings keeps its
+    /// number (Status is not a closed set).</summary>
     public class KilnException : Exception
     {
         public Status Status { get; }

@@ -79,6 +79,14 @@ namespace Kiln
         public double MinLr { get; set; }
         public long WarmupSteps { get; set; }
         public ulong? ShuffleSeed { get; set; }
+        /// <summary>The precision of the steps; null keeps kiln's default, FP32.
+        /// TF32 and BF16 need an f32 model (NotSupported otherwise).</summary>
+        public Precision? Precision { get; set; }
+        /// <summary>The fast-path parts the trainer may use; null keeps kiln's default,
+        /// All. Bits outside All throw InvalidArgument. The environment variable
+        /// KILN_DISABLE (a comma-separated list of "epilogues", "graphs", "cudnn",
+        /// "fused_mlp" or "all") removes more when the trainer is created.</summary>
+        public FastPath? FastPath { get; set; }
 
         internal TrainerOptionsHandle ToNative()
         {
@@ -99,6 +107,8 @@ namespace Kiln
                     NativeMethods.trainer_options_set_schedule(h, Schedule, StepSize, Gamma, TotalSteps, MinLr);
                 NativeMethods.trainer_options_set_warmup(h, WarmupSteps);
                 if (ShuffleSeed.HasValue) NativeMethods.trainer_options_set_shuffle_seed(h, ShuffleSeed.Value);
+                if (Precision.HasValue) NativeMethods.trainer_options_set_precision(h, Precision.Value);
+                if (FastPath.HasValue) NativeMethods.trainer_options_set_fast_path(h, FastPath.Value);
                 return h;
             }
             catch

@@ -208,4 +208,93 @@ static class Tests
         other.Start();
         other.Join();
     }
+
+    /// Trains a fresh 16-32-4 model for 5 epochs (SGD, lr 0.003, batch 32, a fixed
+    /// shuffle seed) at precision, from the same seed each time; the last epoch's
+    /// training loss and validation accuracy. The slow lr leaves the loss well
+    /// above zero, so losses of two precisions compare meaningfully.
+    static (double Loss, double Accuracy) FitBlobs(Precision precision)
+    {
+        var (xs, ys) = Blobs(1024, 16, 4, 7);
+        using (var ctx = new Context(seed: 42))
+        using (var x = new Tensor(ctx, xs, 1024, 16))
+        using (var y = new Tensor(ctx, ys, 1024))
+        using (var data = new Dataset(ctx, x, y))
+        using (var model = new Model(ctx, "16-32-4", ctx.DefaultDevice))
+        {
+            var (train, val) = data.Split(0.25, 1);
+            var options = new TrainerOptions
+            {
+                Lr = 0.003, BatchSize = 32, ShuffleSeed = 3, Precision = precision,
+            };
+            using (train)
+            using (val)
+            using (var trainer = new Trainer(model, options))
+            {
+                var last = trainer.Fit(train, val, 5).Last();
+                return (last.TrainLoss, last.ValAccuracy);
+            }
+        }
+    }
+
+    public static void Bf16LearnsLikeFp32()
+    {
+        var fp32 = FitBlobs(Precision.FP32);
+        var bf16 = FitBlobs(Precision.BF16);
+        Console.WriteLine($"  fp32: loss {fp32.Loss:F6} accuracy {fp32.Accuracy:F3}; bf16: loss {bf16.Loss:F6} accuracy {bf16.Accuracy:F3}");
+        Check(bf16.Accuracy > 0.9, "bf16 accuracy " + bf16.Accuracy + " (chance 0.25)");
+        Check(fp32.Loss > 0.05 && Math.Abs(bf16.Loss - fp32.Loss) <= 0.05 * fp32.Loss,
+              $"final loss bf16 {bf16.Loss}, fp32 {fp32.Loss}: want fp32 above 0.05 and bf16 within 5% of it");
+    }
+
+    public static void Tf32NotSupportedOnCpu()
+    {
+        using (var ctx = new Context(seed: 42))
+        using (var model = new Model(ctx, "8-4-2", Device.Cpu))
+        {
+            var e = Throws(() => new Trainer(model, new TrainerOptions { Precision = Precision.TF32 }));
+            Check(e.Status == Status.NotSupported && e.Message.Contains("tf32"), "tf32 on the CPU: " + e.Message);
+        }
+    }
+
+    public static void FastPathBitsOutsideAllAreRefused()
+    {
+        using (var ctx = new Context(seed: 42))
+        using (var model = new Model(ctx, "8-4-2", Device.Cpu))
+        {
+            // Any subset is accepted (the CPU has no fast path to switch off).
+            foreach (var fp in new[] { FastPath.None, FastPath.All, FastPath.All & ~FastPath.Graphs })
+                new Trainer(model, new TrainerOptions { FastPath = fp }).Dispose();
+            foreach (var fp in new[] { FastPath.All + 1, (FastPath)(1u << 31) })
+            {
+                var e = Throws(() => new Trainer(model, new TrainerOptions { FastPath = fp }));
+                Check(e.Status == Status.InvalidArgument, $"fast path {fp}: {e.Message}");
+            }
+        }
+    }
+
+    public static void UnknownStatusIsStillAnException()
+    {
+        // What the native layer raises for any failed call: a status newer than
+        // these bindings keeps its number.
+        var e = new KilnException((Status)99, "from the future");
+        Check(e.Status == (Status)99 && e.Message == "99: from the future", "status 99: " + e.Message);
+        Check(new KilnException((Status)13, "m").Status == Status.Busy, "13 is Busy");
+        Check(new KilnException((Status)14, "m").Message == "Numeric: m", "14 is Numeric");
+    }
+
+    public static void DivergenceIsNumeric()
+    {
+        var (xs, ys) = Blobs(256, 16, 4, 7);
+        using (var ctx = new Context(seed: 42))
+        using (var x = new Tensor(ctx, xs, 256, 16))
+        using (var y = new Tensor(ctx, ys, 256))
+        using (var data = new Dataset(ctx, x, y))
+        using (var model = new Model(ctx, "16-32-4", Device.Cpu))
+        using (var trainer = new Trainer(model, new TrainerOptions { Lr = 1e30 }))
+        {
+            var e = Throws(() => { for (int i = 0; i < 5; i++) trainer.Epoch(data); });
+            Check(e.Status == Status.Numeric, "lr 1e30: " + e.Message);
+        }
+    }
 }

@@ -195,9 +195,9 @@ typedef _gostring_ swig_type_162;
 typedef _gostring_ swig_type_163;
 typedef _gostring_ swig_type_164;
 typedef _gostring_ swig_type_165;
-typedef long long swig_type_166;
+typedef _gostring_ swig_type_166;
 typedef _gostring_ swig_type_167;
-typedef _gostring_ swig_type_168;
+typedef long long swig_type_168;
 typedef _gostring_ swig_type_169;
 typedef _gostring_ swig_type_170;
 typedef _gostring_ swig_type_171;
@@ -206,131 +206,135 @@ typedef _gostring_ swig_type_173;
 typedef _gostring_ swig_type_174;
 typedef _gostring_ swig_type_175;
 typedef _gostring_ swig_type_176;
-typedef long long swig_type_177;
-extern void _wrap_Swig_free_capi_c10abf39cdac48a4(uintptr_t arg1);
-extern uintptr_t _wrap_Swig_malloc_capi_c10abf39cdac48a4(swig_intgo arg1);
-extern swig_type_1 _wrap_version_string_capi_c10abf39cdac48a4(void);
-extern swig_intgo _wrap_abi_version_capi_c10abf39cdac48a4(void);
-extern swig_type_2 _wrap_status_name_capi_c10abf39cdac48a4(swig_intgo arg1);
-extern swig_type_3 _wrap_last_error_capi_c10abf39cdac48a4(void);
-extern swig_type_4 _wrap_context_options_create_capi_c10abf39cdac48a4(swig_voidp arg1);
-extern void _wrap_context_options_release_capi_c10abf39cdac48a4(uintptr_t arg1);
-extern swig_type_5 _wrap_context_options_set_seed_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_6 arg2);
-extern swig_type_7 _wrap_context_options_set_num_threads_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_8 arg2);
-extern swig_type_9 _wrap_context_options_set_log_level_capi_c10abf39cdac48a4(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_10 _wrap_context_options_set_enable_cuda_capi_c10abf39cdac48a4(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_11 _wrap_context_create_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern void _wrap_context_release_capi_c10abf39cdac48a4(uintptr_t arg1);
-extern swig_type_12 _wrap_context_set_seed_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_13 arg2);
-extern swig_type_14 _wrap_device_parse_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_15 arg2, swig_voidp arg3);
-extern swig_type_16 _wrap_cuda_is_available_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_17 _wrap_cuda_unavailable_reason_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_18 _wrap_device_count_capi_c10abf39cdac48a4(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
-extern swig_type_19 _wrap_default_device_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_20 _wrap_device_get_info_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_21 arg2, swig_voidp arg3);
-extern swig_type_22 _wrap_device_synchronize_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_23 arg2);
-extern swig_type_24 _wrap_dtype_name_capi_c10abf39cdac48a4(swig_intgo arg1);
-extern swig_type_25 _wrap_dtype_size_capi_c10abf39cdac48a4(swig_intgo arg1);
-extern swig_type_26 _wrap_tensor_empty_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_27 arg2, swig_intgo arg3, swig_type_28 arg4, swig_voidp arg5);
-extern swig_type_29 _wrap_tensor_zeros_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_30 arg2, swig_intgo arg3, swig_type_31 arg4, swig_voidp arg5);
-extern swig_type_32 _wrap_tensor_ones_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_33 arg2, swig_intgo arg3, swig_type_34 arg4, swig_voidp arg5);
-extern swig_type_35 _wrap_tensor_full_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_36 arg2, swig_intgo arg3, swig_type_37 arg4, double arg5, swig_voidp arg6);
-extern swig_type_38 _wrap_tensor_arange_capi_c10abf39cdac48a4(uintptr_t arg1, double arg2, double arg3, double arg4, swig_intgo arg5, swig_type_39 arg6, swig_voidp arg7);
-extern swig_type_40 _wrap_tensor_rand_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_41 arg2, swig_intgo arg3, swig_type_42 arg4, swig_voidp arg5);
-extern swig_type_43 _wrap_tensor_randn_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_44 arg2, swig_intgo arg3, swig_type_45 arg4, swig_voidp arg5);
-extern swig_type_46 _wrap_tensor_from_host_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_47 arg2, swig_type_48 arg3, swig_intgo arg4, swig_type_49 arg5, swig_voidp arg6);
-extern swig_type_50 _wrap_tensor_empty_pinned_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_51 arg2, swig_intgo arg3, swig_voidp arg4);
-extern void _wrap_tensor_release_capi_c10abf39cdac48a4(uintptr_t arg1);
-extern swig_type_52 _wrap_tensor_copy_to_host_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_53 arg2);
-extern swig_type_54 _wrap_tensor_copy_from_host_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_55 arg2);
-extern swig_type_56 _wrap_tensor_item_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_57 _wrap_tensor_to_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_58 arg2, swig_voidp arg3);
-extern swig_type_59 _wrap_tensor_cast_capi_c10abf39cdac48a4(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
-extern swig_type_60 _wrap_tensor_clone_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_61 _wrap_tensor_ndim_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_62 _wrap_tensor_dim_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_63 arg2, swig_voidp arg3);
-extern swig_type_64 _wrap_tensor_shape_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_65 arg2);
-extern swig_type_66 _wrap_tensor_numel_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_67 _wrap_tensor_dtype_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_68 _wrap_tensor_device_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_69 _wrap_tensor_get_device_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_70 _wrap_tensor_is_pinned_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_71 _wrap_tensor_reshape_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_72 arg2, swig_voidp arg3);
-extern swig_type_73 _wrap_tensor_rows_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_74 arg2, swig_type_75 arg3, swig_voidp arg4);
-extern swig_type_76 _wrap_tensor_binary_capi_c10abf39cdac48a4(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_77 _wrap_tensor_scalar_capi_c10abf39cdac48a4(swig_intgo arg1, uintptr_t arg2, double arg3, swig_voidp arg4);
-extern swig_type_78 _wrap_tensor_compare_capi_c10abf39cdac48a4(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_79 _wrap_tensor_unary_capi_c10abf39cdac48a4(swig_intgo arg1, uintptr_t arg2, double arg3, swig_voidp arg4);
-extern swig_type_80 _wrap_tensor_softmax_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_81 arg2, swig_voidp arg3);
-extern swig_type_82 _wrap_tensor_log_softmax_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_83 arg2, swig_voidp arg3);
-extern swig_type_84 _wrap_tensor_reduce_capi_c10abf39cdac48a4(swig_intgo arg1, uintptr_t arg2, swig_type_85 arg3, swig_intgo arg4, swig_voidp arg5);
-extern swig_type_86 _wrap_tensor_matmul_capi_c10abf39cdac48a4(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_87 _wrap_model_spec_create_capi_c10abf39cdac48a4(swig_voidp arg1);
-extern void _wrap_model_spec_release_capi_c10abf39cdac48a4(uintptr_t arg1);
-extern swig_type_88 _wrap_model_spec_add_linear_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_89 arg2, swig_type_90 arg3, swig_intgo arg4);
-extern swig_type_91 _wrap_model_spec_add_capi_c10abf39cdac48a4(uintptr_t arg1, swig_intgo arg2, double arg3);
-extern swig_type_92 _wrap_model_spec_add_mlp_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_93 arg2, swig_intgo arg3);
-extern swig_type_94 _wrap_model_spec_parse_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_95 arg2);
-extern swig_type_96 _wrap_model_create_capi_c10abf39cdac48a4(uintptr_t arg1, uintptr_t arg2, swig_type_97 arg3, swig_voidp arg4);
-extern swig_type_98 _wrap_model_create_dtype_capi_c10abf39cdac48a4(uintptr_t arg1, uintptr_t arg2, swig_type_99 arg3, swig_intgo arg4, swig_voidp arg5);
-extern void _wrap_model_release_capi_c10abf39cdac48a4(uintptr_t arg1);
-extern swig_type_100 _wrap_model_to_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_101 arg2);
-extern swig_type_102 _wrap_model_device_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_103 _wrap_model_set_training_capi_c10abf39cdac48a4(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_104 _wrap_model_is_training_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_105 _wrap_model_num_parameters_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_106 _wrap_model_input_size_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_107 _wrap_model_output_size_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_108 _wrap_model_describe_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_109 _wrap_model_num_parameter_tensors_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_110 _wrap_model_parameter_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_111 arg2, swig_voidp arg3);
-extern swig_type_112 _wrap_model_parameter_name_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_113 arg2, swig_voidp arg3);
-extern swig_type_114 _wrap_model_forward_capi_c10abf39cdac48a4(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_115 _wrap_model_predict_capi_c10abf39cdac48a4(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_116 _wrap_model_save_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_117 arg2);
-extern swig_type_118 _wrap_model_load_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_119 arg2, swig_type_120 arg3, swig_voidp arg4);
-extern swig_type_121 _wrap_model_load_weights_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_122 arg2);
-extern swig_type_123 _wrap_dataset_from_tensors_capi_c10abf39cdac48a4(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_124 _wrap_dataset_load_idx_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_125 arg2, swig_type_126 arg3, swig_voidp arg4);
-extern swig_type_127 _wrap_dataset_load_mnist_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_128 arg2, swig_type_129 arg3, swig_voidp arg4);
-extern void _wrap_dataset_release_capi_c10abf39cdac48a4(uintptr_t arg1);
-extern swig_type_130 _wrap_dataset_size_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_131 _wrap_dataset_num_features_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_132 _wrap_dataset_num_classes_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_133 _wrap_dataset_set_normalization_capi_c10abf39cdac48a4(uintptr_t arg1, double arg2, double arg3, double arg4);
-extern swig_type_134 _wrap_dataset_split_capi_c10abf39cdac48a4(uintptr_t arg1, double arg2, swig_type_135 arg3, swig_voidp arg4, swig_voidp arg5);
-extern swig_type_136 _wrap_dataset_batch_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_137 arg2, swig_type_138 arg3, swig_type_139 arg4, swig_voidp arg5, swig_voidp arg6);
-extern swig_type_140 _wrap_loss_capi_c10abf39cdac48a4(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_141 _wrap_trainer_options_create_capi_c10abf39cdac48a4(swig_voidp arg1);
-extern void _wrap_trainer_options_release_capi_c10abf39cdac48a4(uintptr_t arg1);
-extern swig_type_142 _wrap_trainer_options_set_loss_capi_c10abf39cdac48a4(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_143 _wrap_trainer_options_set_optimizer_capi_c10abf39cdac48a4(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_144 _wrap_trainer_options_set_lr_capi_c10abf39cdac48a4(uintptr_t arg1, double arg2);
-extern swig_type_145 _wrap_trainer_options_set_momentum_capi_c10abf39cdac48a4(uintptr_t arg1, double arg2);
-extern swig_type_146 _wrap_trainer_options_set_nesterov_capi_c10abf39cdac48a4(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_147 _wrap_trainer_options_set_weight_decay_capi_c10abf39cdac48a4(uintptr_t arg1, double arg2);
-extern swig_type_148 _wrap_trainer_options_set_betas_capi_c10abf39cdac48a4(uintptr_t arg1, double arg2, double arg3);
-extern swig_type_149 _wrap_trainer_options_set_eps_capi_c10abf39cdac48a4(uintptr_t arg1, double arg2);
-extern swig_type_150 _wrap_trainer_options_set_batch_size_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_151 arg2);
-extern swig_type_152 _wrap_trainer_options_set_grad_clip_capi_c10abf39cdac48a4(uintptr_t arg1, double arg2);
-extern swig_type_153 _wrap_trainer_options_set_schedule_capi_c10abf39cdac48a4(uintptr_t arg1, swig_intgo arg2, swig_type_154 arg3, double arg4, swig_type_155 arg5, double arg6);
-extern swig_type_156 _wrap_trainer_options_set_warmup_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_157 arg2);
-extern swig_type_158 _wrap_trainer_options_set_shuffle_seed_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_159 arg2);
-extern swig_type_160 _wrap_trainer_options_set_progress_interval_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_161 arg2);
-extern swig_type_162 _wrap_trainer_create_capi_c10abf39cdac48a4(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern void _wrap_trainer_release_capi_c10abf39cdac48a4(uintptr_t arg1);
-extern swig_type_163 _wrap_trainer_step_capi_c10abf39cdac48a4(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_164 _wrap_trainer_epoch_capi_c10abf39cdac48a4(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_165 _wrap_trainer_fit_capi_c10abf39cdac48a4(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_type_166 arg4, swig_voidp arg5);
-extern swig_type_167 _wrap_trainer_evaluate_capi_c10abf39cdac48a4(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_168 _wrap_trainer_epochs_done_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_169 _wrap_trainer_steps_done_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_170 _wrap_trainer_current_lr_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_171 _wrap_trainer_save_checkpoint_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_172 arg2);
-extern swig_type_173 _wrap_trainer_load_checkpoint_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_174 arg2);
-extern void _wrap_history_release_capi_c10abf39cdac48a4(uintptr_t arg1);
-extern swig_type_175 _wrap_history_size_capi_c10abf39cdac48a4(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_176 _wrap_history_get_capi_c10abf39cdac48a4(uintptr_t arg1, swig_type_177 arg2, swig_voidp arg3);
+typedef _gostring_ swig_type_177;
+typedef _gostring_ swig_type_178;
+typedef long long swig_type_179;
+extern void _wrap_Swig_free_capi_ee28cb128d9b88a0(uintptr_t arg1);
+extern uintptr_t _wrap_Swig_malloc_capi_ee28cb128d9b88a0(swig_intgo arg1);
+extern swig_type_1 _wrap_version_string_capi_ee28cb128d9b88a0(void);
+extern swig_intgo _wrap_abi_version_capi_ee28cb128d9b88a0(void);
+extern swig_type_2 _wrap_status_name_capi_ee28cb128d9b88a0(swig_intgo arg1);
+extern swig_type_3 _wrap_last_error_capi_ee28cb128d9b88a0(void);
+extern swig_type_4 _wrap_context_options_create_capi_ee28cb128d9b88a0(swig_voidp arg1);
+extern void _wrap_context_options_release_capi_ee28cb128d9b88a0(uintptr_t arg1);
+extern swig_type_5 _wrap_context_options_set_seed_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_6 arg2);
+extern swig_type_7 _wrap_context_options_set_num_threads_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_8 arg2);
+extern swig_type_9 _wrap_context_options_set_log_level_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_10 _wrap_context_options_set_enable_cuda_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_11 _wrap_context_create_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern void _wrap_context_release_capi_ee28cb128d9b88a0(uintptr_t arg1);
+extern swig_type_12 _wrap_context_set_seed_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_13 arg2);
+extern swig_type_14 _wrap_device_parse_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_15 arg2, swig_voidp arg3);
+extern swig_type_16 _wrap_cuda_is_available_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_17 _wrap_cuda_unavailable_reason_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_18 _wrap_device_count_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
+extern swig_type_19 _wrap_default_device_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_20 _wrap_device_get_info_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_21 arg2, swig_voidp arg3);
+extern swig_type_22 _wrap_device_synchronize_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_23 arg2);
+extern swig_type_24 _wrap_dtype_name_capi_ee28cb128d9b88a0(swig_intgo arg1);
+extern swig_type_25 _wrap_dtype_size_capi_ee28cb128d9b88a0(swig_intgo arg1);
+extern swig_type_26 _wrap_tensor_empty_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_27 arg2, swig_intgo arg3, swig_type_28 arg4, swig_voidp arg5);
+extern swig_type_29 _wrap_tensor_zeros_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_30 arg2, swig_intgo arg3, swig_type_31 arg4, swig_voidp arg5);
+extern swig_type_32 _wrap_tensor_ones_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_33 arg2, swig_intgo arg3, swig_type_34 arg4, swig_voidp arg5);
+extern swig_type_35 _wrap_tensor_full_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_36 arg2, swig_intgo arg3, swig_type_37 arg4, double arg5, swig_voidp arg6);
+extern swig_type_38 _wrap_tensor_arange_capi_ee28cb128d9b88a0(uintptr_t arg1, double arg2, double arg3, double arg4, swig_intgo arg5, swig_type_39 arg6, swig_voidp arg7);
+extern swig_type_40 _wrap_tensor_rand_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_41 arg2, swig_intgo arg3, swig_type_42 arg4, swig_voidp arg5);
+extern swig_type_43 _wrap_tensor_randn_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_44 arg2, swig_intgo arg3, swig_type_45 arg4, swig_voidp arg5);
+extern swig_type_46 _wrap_tensor_from_host_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_47 arg2, swig_type_48 arg3, swig_intgo arg4, swig_type_49 arg5, swig_voidp arg6);
+extern swig_type_50 _wrap_tensor_empty_pinned_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_51 arg2, swig_intgo arg3, swig_voidp arg4);
+extern void _wrap_tensor_release_capi_ee28cb128d9b88a0(uintptr_t arg1);
+extern swig_type_52 _wrap_tensor_copy_to_host_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_53 arg2);
+extern swig_type_54 _wrap_tensor_copy_from_host_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_55 arg2);
+extern swig_type_56 _wrap_tensor_item_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_57 _wrap_tensor_to_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_58 arg2, swig_voidp arg3);
+extern swig_type_59 _wrap_tensor_cast_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
+extern swig_type_60 _wrap_tensor_clone_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_61 _wrap_tensor_ndim_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_62 _wrap_tensor_dim_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_63 arg2, swig_voidp arg3);
+extern swig_type_64 _wrap_tensor_shape_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_65 arg2);
+extern swig_type_66 _wrap_tensor_numel_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_67 _wrap_tensor_dtype_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_68 _wrap_tensor_device_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_69 _wrap_tensor_get_device_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_70 _wrap_tensor_is_pinned_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_71 _wrap_tensor_reshape_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_72 arg2, swig_voidp arg3);
+extern swig_type_73 _wrap_tensor_rows_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_74 arg2, swig_type_75 arg3, swig_voidp arg4);
+extern swig_type_76 _wrap_tensor_binary_capi_ee28cb128d9b88a0(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_77 _wrap_tensor_scalar_capi_ee28cb128d9b88a0(swig_intgo arg1, uintptr_t arg2, double arg3, swig_voidp arg4);
+extern swig_type_78 _wrap_tensor_compare_capi_ee28cb128d9b88a0(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_79 _wrap_tensor_unary_capi_ee28cb128d9b88a0(swig_intgo arg1, uintptr_t arg2, double arg3, swig_voidp arg4);
+extern swig_type_80 _wrap_tensor_softmax_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_81 arg2, swig_voidp arg3);
+extern swig_type_82 _wrap_tensor_log_softmax_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_83 arg2, swig_voidp arg3);
+extern swig_type_84 _wrap_tensor_reduce_capi_ee28cb128d9b88a0(swig_intgo arg1, uintptr_t arg2, swig_type_85 arg3, swig_intgo arg4, swig_voidp arg5);
+extern swig_type_86 _wrap_tensor_matmul_capi_ee28cb128d9b88a0(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_87 _wrap_model_spec_create_capi_ee28cb128d9b88a0(swig_voidp arg1);
+extern void _wrap_model_spec_release_capi_ee28cb128d9b88a0(uintptr_t arg1);
+extern swig_type_88 _wrap_model_spec_add_linear_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_89 arg2, swig_type_90 arg3, swig_intgo arg4);
+extern swig_type_91 _wrap_model_spec_add_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_intgo arg2, double arg3);
+extern swig_type_92 _wrap_model_spec_add_mlp_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_93 arg2, swig_intgo arg3);
+extern swig_type_94 _wrap_model_spec_parse_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_95 arg2);
+extern swig_type_96 _wrap_model_create_capi_ee28cb128d9b88a0(uintptr_t arg1, uintptr_t arg2, swig_type_97 arg3, swig_voidp arg4);
+extern swig_type_98 _wrap_model_create_dtype_capi_ee28cb128d9b88a0(uintptr_t arg1, uintptr_t arg2, swig_type_99 arg3, swig_intgo arg4, swig_voidp arg5);
+extern void _wrap_model_release_capi_ee28cb128d9b88a0(uintptr_t arg1);
+extern swig_type_100 _wrap_model_to_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_101 arg2);
+extern swig_type_102 _wrap_model_device_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_103 _wrap_model_set_training_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_104 _wrap_model_is_training_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_105 _wrap_model_num_parameters_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_106 _wrap_model_input_size_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_107 _wrap_model_output_size_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_108 _wrap_model_describe_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_109 _wrap_model_num_parameter_tensors_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_110 _wrap_model_parameter_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_111 arg2, swig_voidp arg3);
+extern swig_type_112 _wrap_model_parameter_name_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_113 arg2, swig_voidp arg3);
+extern swig_type_114 _wrap_model_forward_capi_ee28cb128d9b88a0(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_115 _wrap_model_predict_capi_ee28cb128d9b88a0(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_116 _wrap_model_save_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_117 arg2);
+extern swig_type_118 _wrap_model_load_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_119 arg2, swig_type_120 arg3, swig_voidp arg4);
+extern swig_type_121 _wrap_model_load_weights_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_122 arg2);
+extern swig_type_123 _wrap_dataset_from_tensors_capi_ee28cb128d9b88a0(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_124 _wrap_dataset_load_idx_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_125 arg2, swig_type_126 arg3, swig_voidp arg4);
+extern swig_type_127 _wrap_dataset_load_mnist_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_128 arg2, swig_type_129 arg3, swig_voidp arg4);
+extern void _wrap_dataset_release_capi_ee28cb128d9b88a0(uintptr_t arg1);
+extern swig_type_130 _wrap_dataset_size_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_131 _wrap_dataset_num_features_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_132 _wrap_dataset_num_classes_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_133 _wrap_dataset_set_normalization_capi_ee28cb128d9b88a0(uintptr_t arg1, double arg2, double arg3, double arg4);
+extern swig_type_134 _wrap_dataset_split_capi_ee28cb128d9b88a0(uintptr_t arg1, double arg2, swig_type_135 arg3, swig_voidp arg4, swig_voidp arg5);
+extern swig_type_136 _wrap_dataset_batch_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_137 arg2, swig_type_138 arg3, swig_type_139 arg4, swig_voidp arg5, swig_voidp arg6);
+extern swig_type_140 _wrap_loss_capi_ee28cb128d9b88a0(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_141 _wrap_trainer_options_create_capi_ee28cb128d9b88a0(swig_voidp arg1);
+extern void _wrap_trainer_options_release_capi_ee28cb128d9b88a0(uintptr_t arg1);
+extern swig_type_142 _wrap_trainer_options_set_loss_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_143 _wrap_trainer_options_set_optimizer_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_144 _wrap_trainer_options_set_lr_capi_ee28cb128d9b88a0(uintptr_t arg1, double arg2);
+extern swig_type_145 _wrap_trainer_options_set_momentum_capi_ee28cb128d9b88a0(uintptr_t arg1, double arg2);
+extern swig_type_146 _wrap_trainer_options_set_nesterov_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_147 _wrap_trainer_options_set_weight_decay_capi_ee28cb128d9b88a0(uintptr_t arg1, double arg2);
+extern swig_type_148 _wrap_trainer_options_set_betas_capi_ee28cb128d9b88a0(uintptr_t arg1, double arg2, double arg3);
+extern swig_type_149 _wrap_trainer_options_set_eps_capi_ee28cb128d9b88a0(uintptr_t arg1, double arg2);
+extern swig_type_150 _wrap_trainer_options_set_batch_size_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_151 arg2);
+extern swig_type_152 _wrap_trainer_options_set_grad_clip_capi_ee28cb128d9b88a0(uintptr_t arg1, double arg2);
+extern swig_type_153 _wrap_trainer_options_set_schedule_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_intgo arg2, swig_type_154 arg3, double arg4, swig_type_155 arg5, double arg6);
+extern swig_type_156 _wrap_trainer_options_set_warmup_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_157 arg2);
+extern swig_type_158 _wrap_trainer_options_set_shuffle_seed_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_159 arg2);
+extern swig_type_160 _wrap_trainer_options_set_progress_interval_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_161 arg2);
+extern swig_type_162 _wrap_trainer_options_set_precision_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_163 _wrap_trainer_options_set_fast_path_capi_ee28cb128d9b88a0(uintptr_t arg1, int arg2);
+extern swig_type_164 _wrap_trainer_create_capi_ee28cb128d9b88a0(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern void _wrap_trainer_release_capi_ee28cb128d9b88a0(uintptr_t arg1);
+extern swig_type_165 _wrap_trainer_step_capi_ee28cb128d9b88a0(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_166 _wrap_trainer_epoch_capi_ee28cb128d9b88a0(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_167 _wrap_trainer_fit_capi_ee28cb128d9b88a0(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_type_168 arg4, swig_voidp arg5);
+extern swig_type_169 _wrap_trainer_evaluate_capi_ee28cb128d9b88a0(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_170 _wrap_trainer_epochs_done_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_171 _wrap_trainer_steps_done_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_172 _wrap_trainer_current_lr_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_173 _wrap_trainer_save_checkpoint_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_174 arg2);
+extern swig_type_175 _wrap_trainer_load_checkpoint_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_176 arg2);
+extern void _wrap_history_release_capi_ee28cb128d9b88a0(uintptr_t arg1);
+extern swig_type_177 _wrap_history_size_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_178 _wrap_history_get_capi_ee28cb128d9b88a0(uintptr_t arg1, swig_type_179 arg2, swig_voidp arg3);
 #undef intgo
 */
 import "C"
@@ -373,26 +377,45 @@ func swigCopyString(s string) string {
 
 func Swig_free(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_Swig_free_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0))
+	C._wrap_Swig_free_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0))
 }
 
 func Swig_malloc(arg1 int) (_swig_ret uintptr) {
 	var swig_r uintptr
 	_swig_i_0 := arg1
-	swig_r = (uintptr)(C._wrap_Swig_malloc_capi_c10abf39cdac48a4(C.swig_intgo(_swig_i_0)))
+	swig_r = (uintptr)(C._wrap_Swig_malloc_capi_ee28cb128d9b88a0(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
 
+// Status is a kiln_status code. Its String and Error are the library's
+// name for it (kiln_status_name), "KILN_ERROR_UNKNOWN" for a code newer than
+// the loaded library. A Status is an error so that errors.Is(err, status)
+// can match an *Error by its code.
+type Status int
+
+// String is the library's name for s, e.g. "KILN_ERROR_BUSY".
+func (s Status) String() string { return Status_name(int(s)) }
+
+// Error is String: a Status is the target of errors.Is.
+func (s Status) Error() string { return s.String() }
+
 // Error is a failed kiln call: its kiln_status code and the message
 // kiln_last_error() gave right after it, on the same thread.
 type Error struct {
-	Status  int
+	Status  Status
 	Message string
 }
 
+// Error is "STATUS_NAME: message".
 func (e *Error) Error() string {
-	return Status_name(e.Status) + ": " + e.Message
+	return e.Status.String() + ": " + e.Message
+}
+
+// Is reports whether target is the Status of e, for errors.Is.
+func (e *Error) Is(target error) bool {
+	s, ok := target.(Status)
+	return ok && s == e.Status
 }
 
 // Device mirrors struct kiln_device (same field sizes and alignment).
@@ -436,7 +459,7 @@ const KILN_VERSION_PATCH int = 0
 const KILN_ABI_VERSION int = 1
 func Version_string() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_version_string_capi_c10abf39cdac48a4()
+	swig_r_p := C._wrap_version_string_capi_ee28cb128d9b88a0()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
  swig_r_1 = swigCopyString(swig_r) 
@@ -445,14 +468,14 @@ func Version_string() (_swig_ret string) {
 
 func Abi_version() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_abi_version_capi_c10abf39cdac48a4())
+	swig_r = (int)(C._wrap_abi_version_capi_ee28cb128d9b88a0())
 	return swig_r
 }
 
 func Status_name(arg1 int) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_status_name_capi_c10abf39cdac48a4(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_status_name_capi_ee28cb128d9b88a0(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
  swig_r_1 = swigCopyString(swig_r) 
@@ -461,7 +484,7 @@ func Status_name(arg1 int) (_swig_ret string) {
 
 func Last_error() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_last_error_capi_c10abf39cdac48a4()
+	swig_r_p := C._wrap_last_error_capi_ee28cb128d9b88a0()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
  swig_r_1 = swigCopyString(swig_r) 
@@ -471,17 +494,17 @@ func Last_error() (_swig_ret string) {
 func Context_options_create(arg1 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_context_options_create_capi_c10abf39cdac48a4(C.swig_voidp(_swig_i_0))
+	swig_r_p := C._wrap_context_options_create_capi_ee28cb128d9b88a0(C.swig_voidp(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -489,24 +512,24 @@ func Context_options_create(arg1 *uintptr) (_swig_ret error) {
 
 func Context_options_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_context_options_release_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0))
+	C._wrap_context_options_release_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0))
 }
 
 func Context_options_set_seed(arg1 uintptr, arg2 uint64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_options_set_seed_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_type_6(_swig_i_1))
+	swig_r_p := C._wrap_context_options_set_seed_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_type_6(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -516,17 +539,17 @@ func Context_options_set_num_threads(arg1 uintptr, arg2 int64) (_swig_ret error)
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_options_set_num_threads_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_type_8(_swig_i_1))
+	swig_r_p := C._wrap_context_options_set_num_threads_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_type_8(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -536,17 +559,17 @@ func Context_options_set_log_level(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_options_set_log_level_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_context_options_set_log_level_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -556,17 +579,17 @@ func Context_options_set_enable_cuda(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_options_set_enable_cuda_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_context_options_set_enable_cuda_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -576,17 +599,17 @@ func Context_create(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_create_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_context_create_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -594,24 +617,24 @@ func Context_create(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 
 func Context_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_context_release_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0))
+	C._wrap_context_release_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0))
 }
 
 func Context_set_seed(arg1 uintptr, arg2 uint64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_set_seed_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_type_13(_swig_i_1))
+	swig_r_p := C._wrap_context_set_seed_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_type_13(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -622,7 +645,7 @@ func Device_parse(arg1 uintptr, arg2 string, arg3 *Device) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_device_parse_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_15)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_device_parse_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_15)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -632,10 +655,10 @@ func Device_parse(arg1 uintptr, arg2 string, arg3 *Device) (_swig_ret error) {
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -645,17 +668,17 @@ func Cuda_is_available(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_cuda_is_available_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_cuda_is_available_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -665,7 +688,7 @@ func Cuda_unavailable_reason(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_cuda_unavailable_reason_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_cuda_unavailable_reason_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 
 	if len(*arg2) > 0 {
@@ -677,10 +700,10 @@ func Cuda_unavailable_reason(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -691,17 +714,17 @@ func Device_count(arg1 uintptr, arg2 int, arg3 *int64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_device_count_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_device_count_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -711,17 +734,17 @@ func Default_device(arg1 uintptr, arg2 *Device) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_default_device_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_default_device_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -733,7 +756,7 @@ func Device_get_info(arg1 uintptr, arg2 Device, arg3 *DeviceInfo) (_swig_ret err
 	var _swig_i_1 []int64
 _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_device_get_info_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_21)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_device_get_info_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_21)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_1
@@ -743,10 +766,10 @@ _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -757,7 +780,7 @@ func Device_synchronize(arg1 uintptr, arg2 Device) (_swig_ret error) {
 	_swig_i_0 := arg1
 	var _swig_i_1 []int64
 _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
-	swig_r_p := C._wrap_device_synchronize_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_23)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_device_synchronize_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_23)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_1
@@ -767,10 +790,10 @@ _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -780,7 +803,7 @@ const KILN_MAX_DIMS int = 8
 func Dtype_name(arg1 int) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_dtype_name_capi_c10abf39cdac48a4(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_dtype_name_capi_ee28cb128d9b88a0(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
  swig_r_1 = swigCopyString(swig_r) 
@@ -790,7 +813,7 @@ func Dtype_name(arg1 int) (_swig_ret string) {
 func Dtype_size(arg1 int) (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_dtype_size_capi_c10abf39cdac48a4(C.swig_intgo(_swig_i_0)))
+	swig_r = (int64)(C._wrap_dtype_size_capi_ee28cb128d9b88a0(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
@@ -802,7 +825,7 @@ func Tensor_empty(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintp
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_empty_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_27)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_28)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_empty_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_27)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_28)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -815,10 +838,10 @@ _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -832,7 +855,7 @@ func Tensor_zeros(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintp
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_zeros_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_30)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_31)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_zeros_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_30)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_31)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -845,10 +868,10 @@ _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -862,7 +885,7 @@ func Tensor_ones(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintpt
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_ones_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_33)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_34)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_ones_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_33)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_34)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -875,10 +898,10 @@ _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -893,7 +916,7 @@ func Tensor_full(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 float64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_tensor_full_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_36)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_3)), C.double(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_tensor_full_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_36)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_3)), C.double(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -906,10 +929,10 @@ _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -925,7 +948,7 @@ func Tensor_arange(arg1 uintptr, arg2 float64, arg3 float64, arg4 float64, arg5 
 	var _swig_i_5 []int64
 _swig_i_5 = []int64{int64(arg6.Kind), arg6.Index}
 	_swig_i_6 := arg7
-	swig_r_p := C._wrap_tensor_arange_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_39)(unsafe.Pointer(&_swig_i_5)), C.swig_voidp(_swig_i_6))
+	swig_r_p := C._wrap_tensor_arange_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_39)(unsafe.Pointer(&_swig_i_5)), C.swig_voidp(_swig_i_6))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_5
@@ -935,10 +958,10 @@ _swig_i_5 = []int64{int64(arg6.Kind), arg6.Index}
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -952,7 +975,7 @@ func Tensor_rand(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintpt
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_rand_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_41)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_42)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_rand_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_41)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_42)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -965,10 +988,10 @@ _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -982,7 +1005,7 @@ func Tensor_randn(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintp
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_randn_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_44)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_45)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_randn_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_44)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_45)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -995,10 +1018,10 @@ _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1013,7 +1036,7 @@ func Tensor_from_host(arg1 uintptr, arg2 []byte, arg3 []int64, arg4 int, arg5 De
 	var _swig_i_4 []int64
 _swig_i_4 = []int64{int64(arg5.Kind), arg5.Index}
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_tensor_from_host_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_47)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_48)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), *(*C.swig_type_49)(unsafe.Pointer(&_swig_i_4)), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_tensor_from_host_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_47)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_48)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), *(*C.swig_type_49)(unsafe.Pointer(&_swig_i_4)), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1029,10 +1052,10 @@ _swig_i_4 = []int64{int64(arg5.Kind), arg5.Index}
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1044,7 +1067,7 @@ func Tensor_empty_pinned(arg1 uintptr, arg2 []int64, arg3 int, arg4 *uintptr) (_
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_empty_pinned_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_51)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_empty_pinned_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_51)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1054,10 +1077,10 @@ func Tensor_empty_pinned(arg1 uintptr, arg2 []int64, arg3 int, arg4 *uintptr) (_
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1065,14 +1088,14 @@ func Tensor_empty_pinned(arg1 uintptr, arg2 []int64, arg3 int, arg4 *uintptr) (_
 
 func Tensor_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_tensor_release_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0))
+	C._wrap_tensor_release_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0))
 }
 
 func Tensor_copy_to_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_copy_to_host_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_53)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_tensor_copy_to_host_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_53)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1082,10 +1105,10 @@ func Tensor_copy_to_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1095,7 +1118,7 @@ func Tensor_copy_from_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_copy_from_host_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_55)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_tensor_copy_from_host_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_55)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1105,10 +1128,10 @@ func Tensor_copy_from_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1118,17 +1141,17 @@ func Tensor_item(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_item_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_item_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1140,7 +1163,7 @@ func Tensor_to(arg1 uintptr, arg2 Device, arg3 *uintptr) (_swig_ret error) {
 	var _swig_i_1 []int64
 _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_to_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_58)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_to_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_58)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_1
@@ -1150,10 +1173,10 @@ _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1164,17 +1187,17 @@ func Tensor_cast(arg1 uintptr, arg2 int, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_cast_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_cast_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1184,17 +1207,17 @@ func Tensor_clone(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_clone_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_clone_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1204,17 +1227,17 @@ func Tensor_ndim(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_ndim_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_ndim_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1225,17 +1248,17 @@ func Tensor_dim(arg1 uintptr, arg2 int64, arg3 *int64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_dim_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_type_63(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_dim_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_type_63(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1245,7 +1268,7 @@ func Tensor_shape(arg1 uintptr, arg2 []int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_shape_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_65)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_tensor_shape_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_65)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1255,10 +1278,10 @@ func Tensor_shape(arg1 uintptr, arg2 []int64) (_swig_ret error) {
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1268,17 +1291,17 @@ func Tensor_numel(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_numel_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_numel_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1288,17 +1311,17 @@ func Tensor_dtype(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_dtype_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_dtype_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1308,17 +1331,17 @@ func Tensor_device(arg1 uintptr, arg2 *Device) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_device_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_device_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1328,17 +1351,17 @@ func Tensor_get_device(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_get_device_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_get_device_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1348,17 +1371,17 @@ func Tensor_is_pinned(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_is_pinned_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_is_pinned_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1369,7 +1392,7 @@ func Tensor_reshape(arg1 uintptr, arg2 []int64, arg3 *uintptr) (_swig_ret error)
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_reshape_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_72)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_reshape_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_72)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1379,10 +1402,10 @@ func Tensor_reshape(arg1 uintptr, arg2 []int64, arg3 *uintptr) (_swig_ret error)
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1394,17 +1417,17 @@ func Tensor_rows(arg1 uintptr, arg2 int64, arg3 int64, arg4 *uintptr) (_swig_ret
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_rows_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_type_74(_swig_i_1), C.swig_type_75(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_rows_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_type_74(_swig_i_1), C.swig_type_75(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1416,17 +1439,17 @@ func Tensor_binary(arg1 int, arg2 uintptr, arg3 uintptr, arg4 *uintptr) (_swig_r
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_binary_capi_c10abf39cdac48a4(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_binary_capi_ee28cb128d9b88a0(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1438,17 +1461,17 @@ func Tensor_scalar(arg1 int, arg2 uintptr, arg3 float64, arg4 *uintptr) (_swig_r
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_scalar_capi_c10abf39cdac48a4(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_scalar_capi_ee28cb128d9b88a0(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1460,17 +1483,17 @@ func Tensor_compare(arg1 int, arg2 uintptr, arg3 uintptr, arg4 *uintptr) (_swig_
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_compare_capi_c10abf39cdac48a4(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_compare_capi_ee28cb128d9b88a0(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1482,17 +1505,17 @@ func Tensor_unary(arg1 int, arg2 uintptr, arg3 float64, arg4 *uintptr) (_swig_re
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_unary_capi_c10abf39cdac48a4(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_unary_capi_ee28cb128d9b88a0(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1503,17 +1526,17 @@ func Tensor_softmax(arg1 uintptr, arg2 int64, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_softmax_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_type_81(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_softmax_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_type_81(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1524,17 +1547,17 @@ func Tensor_log_softmax(arg1 uintptr, arg2 int64, arg3 *uintptr) (_swig_ret erro
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_log_softmax_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_type_83(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_log_softmax_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_type_83(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1547,17 +1570,17 @@ func Tensor_reduce(arg1 int, arg2 uintptr, arg3 int64, arg4 int, arg5 *uintptr) 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_reduce_capi_c10abf39cdac48a4(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_type_85(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_reduce_capi_ee28cb128d9b88a0(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_type_85(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1568,17 +1591,17 @@ func Tensor_matmul(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_matmul_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_matmul_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1587,17 +1610,17 @@ func Tensor_matmul(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) 
 func Model_spec_create(arg1 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_model_spec_create_capi_c10abf39cdac48a4(C.swig_voidp(_swig_i_0))
+	swig_r_p := C._wrap_model_spec_create_capi_ee28cb128d9b88a0(C.swig_voidp(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1605,7 +1628,7 @@ func Model_spec_create(arg1 *uintptr) (_swig_ret error) {
 
 func Model_spec_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_model_spec_release_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0))
+	C._wrap_model_spec_release_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0))
 }
 
 func Model_spec_add_linear(arg1 uintptr, arg2 int64, arg3 int64, arg4 int) (_swig_ret error) {
@@ -1614,17 +1637,17 @@ func Model_spec_add_linear(arg1 uintptr, arg2 int64, arg3 int64, arg4 int) (_swi
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_spec_add_linear_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_type_89(_swig_i_1), C.swig_type_90(_swig_i_2), C.swig_intgo(_swig_i_3))
+	swig_r_p := C._wrap_model_spec_add_linear_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_type_89(_swig_i_1), C.swig_type_90(_swig_i_2), C.swig_intgo(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1635,17 +1658,17 @@ func Model_spec_add(arg1 uintptr, arg2 int, arg3 float64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_spec_add_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.double(_swig_i_2))
+	swig_r_p := C._wrap_model_spec_add_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.double(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1656,7 +1679,7 @@ func Model_spec_add_mlp(arg1 uintptr, arg2 []int64, arg3 int) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_spec_add_mlp_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_93)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2))
+	swig_r_p := C._wrap_model_spec_add_mlp_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_93)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1666,10 +1689,10 @@ func Model_spec_add_mlp(arg1 uintptr, arg2 []int64, arg3 int) (_swig_ret error) 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1679,7 +1702,7 @@ func Model_spec_parse(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_spec_parse_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_95)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_spec_parse_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_95)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1689,10 +1712,10 @@ func Model_spec_parse(arg1 uintptr, arg2 string) (_swig_ret error) {
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1705,7 +1728,7 @@ func Model_create(arg1 uintptr, arg2 uintptr, arg3 Device, arg4 *uintptr) (_swig
 	var _swig_i_2 []int64
 _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_create_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_97)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_model_create_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_97)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_2
@@ -1715,10 +1738,10 @@ _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1732,7 +1755,7 @@ func Model_create_dtype(arg1 uintptr, arg2 uintptr, arg3 Device, arg4 int, arg5 
 _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_model_create_dtype_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_99)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_model_create_dtype_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_99)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_2
@@ -1742,10 +1765,10 @@ _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1753,7 +1776,7 @@ _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 
 func Model_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_model_release_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0))
+	C._wrap_model_release_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0))
 }
 
 func Model_to(arg1 uintptr, arg2 Device) (_swig_ret error) {
@@ -1761,7 +1784,7 @@ func Model_to(arg1 uintptr, arg2 Device) (_swig_ret error) {
 	_swig_i_0 := arg1
 	var _swig_i_1 []int64
 _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
-	swig_r_p := C._wrap_model_to_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_101)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_to_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_101)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_1
@@ -1771,10 +1794,10 @@ _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1784,17 +1807,17 @@ func Model_device(arg1 uintptr, arg2 *Device) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_device_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_device_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1804,17 +1827,17 @@ func Model_set_training(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_set_training_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_model_set_training_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1824,17 +1847,17 @@ func Model_is_training(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_is_training_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_is_training_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1844,17 +1867,17 @@ func Model_num_parameters(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_num_parameters_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_num_parameters_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1864,17 +1887,17 @@ func Model_input_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_input_size_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_input_size_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1884,17 +1907,17 @@ func Model_output_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_output_size_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_output_size_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1904,7 +1927,7 @@ func Model_describe(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_describe_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_describe_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 
 	if len(*arg2) > 0 {
@@ -1916,10 +1939,10 @@ func Model_describe(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1929,17 +1952,17 @@ func Model_num_parameter_tensors(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_num_parameter_tensors_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_num_parameter_tensors_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1950,17 +1973,17 @@ func Model_parameter(arg1 uintptr, arg2 int64, arg3 *uintptr) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_parameter_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_type_111(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_model_parameter_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_type_111(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1971,7 +1994,7 @@ func Model_parameter_name(arg1 uintptr, arg2 int64, arg3 *string) (_swig_ret err
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_parameter_name_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_type_113(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_model_parameter_name_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_type_113(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 
 	if len(*arg3) > 0 {
@@ -1983,10 +2006,10 @@ func Model_parameter_name(arg1 uintptr, arg2 int64, arg3 *string) (_swig_ret err
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -1997,17 +2020,17 @@ func Model_forward(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_forward_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_model_forward_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2019,17 +2042,17 @@ func Model_predict(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (_swig_r
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_predict_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_model_predict_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2039,7 +2062,7 @@ func Model_save(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_save_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_117)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_save_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_117)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2049,10 +2072,10 @@ func Model_save(arg1 uintptr, arg2 string) (_swig_ret error) {
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2065,7 +2088,7 @@ func Model_load(arg1 uintptr, arg2 string, arg3 Device, arg4 *uintptr) (_swig_re
 	var _swig_i_2 []int64
 _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_load_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_119)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_120)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_model_load_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_119)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_120)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2078,10 +2101,10 @@ _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2091,7 +2114,7 @@ func Model_load_weights(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_load_weights_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_122)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_load_weights_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_122)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2101,10 +2124,10 @@ func Model_load_weights(arg1 uintptr, arg2 string) (_swig_ret error) {
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2116,17 +2139,17 @@ func Dataset_from_tensors(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *uintpt
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_from_tensors_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_dataset_from_tensors_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2138,7 +2161,7 @@ func Dataset_load_idx(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (_s
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_load_idx_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_125)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_126)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_dataset_load_idx_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_125)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_126)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2151,10 +2174,10 @@ func Dataset_load_idx(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (_s
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2166,7 +2189,7 @@ func Dataset_load_mnist(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_load_mnist_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_128)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_129)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_dataset_load_mnist_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_128)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_129)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2179,10 +2202,10 @@ func Dataset_load_mnist(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2190,24 +2213,24 @@ func Dataset_load_mnist(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (
 
 func Dataset_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_dataset_release_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0))
+	C._wrap_dataset_release_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0))
 }
 
 func Dataset_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_dataset_size_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_dataset_size_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2217,17 +2240,17 @@ func Dataset_num_features(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_dataset_num_features_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_dataset_num_features_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2237,17 +2260,17 @@ func Dataset_num_classes(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_dataset_num_classes_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_dataset_num_classes_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2259,17 +2282,17 @@ func Dataset_set_normalization(arg1 uintptr, arg2 float64, arg3 float64, arg4 fl
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_set_normalization_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3))
+	swig_r_p := C._wrap_dataset_set_normalization_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2282,17 +2305,17 @@ func Dataset_split(arg1 uintptr, arg2 float64, arg3 uint64, arg4 *uintptr, arg5 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_dataset_split_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.swig_type_135(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_dataset_split_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.swig_type_135(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2307,7 +2330,7 @@ func Dataset_batch(arg1 uintptr, arg2 int64, arg3 int64, arg4 Device, arg5 *uint
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_dataset_batch_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_type_137(_swig_i_1), C.swig_type_138(_swig_i_2), *(*C.swig_type_139)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_dataset_batch_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_type_137(_swig_i_1), C.swig_type_138(_swig_i_2), *(*C.swig_type_139)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_3
@@ -2317,10 +2340,10 @@ _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2332,17 +2355,17 @@ func Loss(arg1 int, arg2 uintptr, arg3 uintptr, arg4 *float64) (_swig_ret error)
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_loss_capi_c10abf39cdac48a4(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_loss_capi_ee28cb128d9b88a0(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2351,17 +2374,17 @@ func Loss(arg1 int, arg2 uintptr, arg3 uintptr, arg4 *float64) (_swig_ret error)
 func Trainer_options_create(arg1 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_trainer_options_create_capi_c10abf39cdac48a4(C.swig_voidp(_swig_i_0))
+	swig_r_p := C._wrap_trainer_options_create_capi_ee28cb128d9b88a0(C.swig_voidp(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2369,24 +2392,24 @@ func Trainer_options_create(arg1 *uintptr) (_swig_ret error) {
 
 func Trainer_options_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_trainer_options_release_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0))
+	C._wrap_trainer_options_release_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0))
 }
 
 func Trainer_options_set_loss(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_loss_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_loss_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2396,17 +2419,17 @@ func Trainer_options_set_optimizer(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_optimizer_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_optimizer_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2416,17 +2439,17 @@ func Trainer_options_set_lr(arg1 uintptr, arg2 float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_lr_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_lr_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2436,17 +2459,17 @@ func Trainer_options_set_momentum(arg1 uintptr, arg2 float64) (_swig_ret error) 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_momentum_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_momentum_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2456,17 +2479,17 @@ func Trainer_options_set_nesterov(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_nesterov_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_nesterov_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2476,17 +2499,17 @@ func Trainer_options_set_weight_decay(arg1 uintptr, arg2 float64) (_swig_ret err
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_weight_decay_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_weight_decay_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2497,17 +2520,17 @@ func Trainer_options_set_betas(arg1 uintptr, arg2 float64, arg3 float64) (_swig_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_trainer_options_set_betas_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2))
+	swig_r_p := C._wrap_trainer_options_set_betas_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2517,17 +2540,17 @@ func Trainer_options_set_eps(arg1 uintptr, arg2 float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_eps_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_eps_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2537,17 +2560,17 @@ func Trainer_options_set_batch_size(arg1 uintptr, arg2 int64) (_swig_ret error) 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_batch_size_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_type_151(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_batch_size_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_type_151(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2557,17 +2580,17 @@ func Trainer_options_set_grad_clip(arg1 uintptr, arg2 float64) (_swig_ret error)
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_grad_clip_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_grad_clip_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2581,17 +2604,17 @@ func Trainer_options_set_schedule(arg1 uintptr, arg2 int, arg3 int64, arg4 float
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_trainer_options_set_schedule_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_154(_swig_i_2), C.double(_swig_i_3), C.swig_type_155(_swig_i_4), C.double(_swig_i_5))
+	swig_r_p := C._wrap_trainer_options_set_schedule_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_154(_swig_i_2), C.double(_swig_i_3), C.swig_type_155(_swig_i_4), C.double(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2601,17 +2624,17 @@ func Trainer_options_set_warmup(arg1 uintptr, arg2 int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_warmup_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_type_157(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_warmup_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_type_157(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2621,17 +2644,17 @@ func Trainer_options_set_shuffle_seed(arg1 uintptr, arg2 uint64) (_swig_ret erro
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_shuffle_seed_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_type_159(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_shuffle_seed_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_type_159(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2641,17 +2664,57 @@ func Trainer_options_set_progress_interval(arg1 uintptr, arg2 int64) (_swig_ret 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_progress_interval_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_type_161(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_progress_interval_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_type_161(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
+	}
+
+	return swig_r_1
+}
+
+func Trainer_options_set_precision(arg1 uintptr, arg2 int) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_trainer_options_set_precision_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+
+	if len(swig_r) == 0 {
+		swig_r_1 = nil
+	} else if len(swig_r) == 1 {
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
+	} else {
+		swig_s := swigCopyString(swig_r)
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
+	}
+
+	return swig_r_1
+}
+
+func Trainer_options_set_fast_path(arg1 uintptr, arg2 uint32) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_trainer_options_set_fast_path_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.int(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+
+	if len(swig_r) == 0 {
+		swig_r_1 = nil
+	} else if len(swig_r) == 1 {
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
+	} else {
+		swig_s := swigCopyString(swig_r)
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2662,17 +2725,17 @@ func Trainer_create(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error)
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_trainer_create_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_trainer_create_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2680,7 +2743,7 @@ func Trainer_create(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error)
 
 func Trainer_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_trainer_release_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0))
+	C._wrap_trainer_release_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0))
 }
 
 func Trainer_step(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *float64) (_swig_ret error) {
@@ -2689,17 +2752,17 @@ func Trainer_step(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *float64) (_swi
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_trainer_step_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_trainer_step_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2710,17 +2773,17 @@ func Trainer_epoch(arg1 uintptr, arg2 uintptr, arg3 *EpochStats) (_swig_ret erro
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_trainer_epoch_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_trainer_epoch_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2733,17 +2796,17 @@ func Trainer_fit(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 int64, arg5 *uin
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_trainer_fit_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_type_166(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_trainer_fit_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_type_168(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2755,17 +2818,17 @@ func Trainer_evaluate(arg1 uintptr, arg2 uintptr, arg3 *float64, arg4 *float64) 
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_trainer_evaluate_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_trainer_evaluate_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2775,17 +2838,17 @@ func Trainer_epochs_done(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_epochs_done_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_trainer_epochs_done_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2795,17 +2858,17 @@ func Trainer_steps_done(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_steps_done_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_trainer_steps_done_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2815,17 +2878,17 @@ func Trainer_current_lr(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_current_lr_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_trainer_current_lr_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2835,7 +2898,7 @@ func Trainer_save_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_save_checkpoint_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_172)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_trainer_save_checkpoint_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_174)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2845,10 +2908,10 @@ func Trainer_save_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2858,7 +2921,7 @@ func Trainer_load_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_load_checkpoint_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), *(*C.swig_type_174)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_trainer_load_checkpoint_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), *(*C.swig_type_176)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2868,10 +2931,10 @@ func Trainer_load_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2879,24 +2942,24 @@ func Trainer_load_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 
 func History_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_history_release_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0))
+	C._wrap_history_release_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0))
 }
 
 func History_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_history_size_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_history_size_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1
@@ -2907,17 +2970,17 @@ func History_get(arg1 uintptr, arg2 int64, arg3 *EpochStats) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_history_get_capi_c10abf39cdac48a4(C.uintptr_t(_swig_i_0), C.swig_type_177(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_history_get_capi_ee28cb128d9b88a0(C.uintptr_t(_swig_i_0), C.swig_type_179(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
 	if len(swig_r) == 0 {
 		swig_r_1 = nil
 	} else if len(swig_r) == 1 {
-		swig_r_1 = &Error{Status: int(swig_r[0]), Message: "out of memory reporting an error"}
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
 	} else {
 		swig_s := swigCopyString(swig_r)
-		swig_r_1 = &Error{Status: int(swig_s[0]), Message: swig_s[1:]}
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
 	}
 
 	return swig_r_1

@@ -36,6 +36,8 @@ pub const kiln_status_KILN_ERROR_NOT_SUPPORTED: kiln_status = 9;
 pub const kiln_status_KILN_ERROR_CANCELLED: kiln_status = 10;
 pub const kiln_status_KILN_ERROR_BACKEND: kiln_status = 11;
 pub const kiln_status_KILN_ERROR_INTERNAL: kiln_status = 12;
+pub const kiln_status_KILN_ERROR_BUSY: kiln_status = 13;
+pub const kiln_status_KILN_ERROR_NUMERIC: kiln_status = 14;
 pub type kiln_status = ::std::os::raw::c_uint;
 extern "C" {
     pub fn kiln_status_name(status: kiln_status) -> *const ::std::os::raw::c_char;
@@ -1148,6 +1150,28 @@ extern "C" {
     pub fn kiln_trainer_options_set_progress_interval(
         options: *mut kiln_trainer_options,
         batches: i64,
+    ) -> kiln_status;
+}
+pub const kiln_precision_KILN_PRECISION_FP32: kiln_precision = 0;
+pub const kiln_precision_KILN_PRECISION_TF32: kiln_precision = 1;
+pub const kiln_precision_KILN_PRECISION_BF16: kiln_precision = 2;
+pub type kiln_precision = ::std::os::raw::c_uint;
+extern "C" {
+    pub fn kiln_trainer_options_set_precision(
+        options: *mut kiln_trainer_options,
+        precision: kiln_precision,
+    ) -> kiln_status;
+}
+pub const kiln_fast_path_KILN_FAST_PATH_EPILOGUES: kiln_fast_path = 1;
+pub const kiln_fast_path_KILN_FAST_PATH_GRAPHS: kiln_fast_path = 2;
+pub const kiln_fast_path_KILN_FAST_PATH_CUDNN: kiln_fast_path = 4;
+pub const kiln_fast_path_KILN_FAST_PATH_FUSED_MLP: kiln_fast_path = 8;
+pub const kiln_fast_path_KILN_FAST_PATH_ALL: kiln_fast_path = 15;
+pub type kiln_fast_path = ::std::os::raw::c_uint;
+extern "C" {
+    pub fn kiln_trainer_options_set_fast_path(
+        options: *mut kiln_trainer_options,
+        enabled: u32,
     ) -> kiln_status;
 }
 extern "C" {

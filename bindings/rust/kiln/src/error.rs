@@ -3,41 +3,65 @@ use std::fmt;
 
 use kiln_sys as sys;
 
-/// Why a kiln call failed (kiln_status without `KILN_OK`).
+/// Why a kiln call failed (kiln_status without `KILN_OK`). Non-exhaustive:
+/// kiln may add statuses, and a code these bindings do not know arrives as
+/// `Unknown`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Status {
+    /// A bad value, size or string.
     InvalidArgument,
+    /// A released, foreign or wrong-type handle.
     InvalidHandle,
+    /// Shapes that do not fit together.
     ShapeMismatch,
+    /// Dtypes that do not fit the operation.
     DTypeMismatch,
+    /// No such device, no driver, no plugin.
     DeviceUnavailable,
+    /// A host or device allocation failed.
     OutOfMemory,
+    /// A file could not be opened, read or written.
     Io,
+    /// A file's contents are malformed.
     Format,
+    /// A valid request this build or device cannot do.
     NotSupported,
+    /// A callback asked to stop.
     Cancelled,
+    /// CUDA, cuBLAS, cuDNN or BLAS failure.
     Backend,
+    /// A bug in kiln.
     Internal,
+    /// The object is inside another call (e.g. a trainer called from its own
+    /// callback).
+    Busy,
+    /// Training diverged: a loss that is NaN or infinite.
+    Numeric,
     /// A code newer than these bindings.
     Unknown(u32),
 }
 
 impl Status {
-    fn from_code(code: sys::kiln_status) -> Status {
+    /// The status of a failed call's `kiln_status` code. Total: codes these
+    /// bindings do not know (and `KILN_OK`, which is no failure) become
+    /// `Unknown`.
+    pub fn from_code(code: u32) -> Status {
         match code {
-            1 => Status::InvalidArgument,
-            2 => Status::InvalidHandle,
-            3 => Status::ShapeMismatch,
-            4 => Status::DTypeMismatch,
-            5 => Status::DeviceUnavailable,
-            6 => Status::OutOfMemory,
-            7 => Status::Io,
-            8 => Status::Format,
-            9 => Status::NotSupported,
-            10 => Status::Cancelled,
-            11 => Status::Backend,
-            12 => Status::Internal,
+            sys::kiln_status_KILN_ERROR_INVALID_ARGUMENT => Status::InvalidArgument,
+            sys::kiln_status_KILN_ERROR_INVALID_HANDLE => Status::InvalidHandle,
+            sys::kiln_status_KILN_ERROR_SHAPE_MISMATCH => Status::ShapeMismatch,
+            sys::kiln_status_KILN_ERROR_DTYPE_MISMATCH => Status::DTypeMismatch,
+            sys::kiln_status_KILN_ERROR_DEVICE_UNAVAILABLE => Status::DeviceUnavailable,
+            sys::kiln_status_KILN_ERROR_OUT_OF_MEMORY => Status::OutOfMemory,
+            sys::kiln_status_KILN_ERROR_IO => Status::Io,
+            sys::kiln_status_KILN_ERROR_FORMAT => Status::Format,
+            sys::kiln_status_KILN_ERROR_NOT_SUPPORTED => Status::NotSupported,
+            sys::kiln_status_KILN_ERROR_CANCELLED => Status::Cancelled,
+            sys::kiln_status_KILN_ERROR_BACKEND => Status::Backend,
+            sys::kiln_status_KILN_ERROR_INTERNAL => Status::Internal,
+            sys::kiln_status_KILN_ERROR_BUSY => Status::Busy,
+            sys::kiln_status_KILN_ERROR_NUMERIC => Status::Numeric,
             other => Status::Unknown(other),
         }
     }

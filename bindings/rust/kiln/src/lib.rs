@@ -25,7 +25,7 @@ pub use context::{Context, ContextOptions, Device, DeviceInfo, LogLevel};
 pub use error::{Error, Result, Status};
 pub use model::{LayerKind, Model, ModelSpec, PredictKind};
 pub use tensor::{BinaryOp, CompareOp, DType, Element, ReduceOp, Tensor, UnaryOp, View, ViewMut};
-pub use train::{loss, Dataset, EpochStats, LossKind, Optimizer, Schedule, Trainer, TrainerOptions};
+pub use train::{loss, Dataset, EpochStats, FastPath, LossKind, Optimizer, Precision, Schedule, Trainer, TrainerOptions};
 
 /// The loaded library's version, "MAJOR.MINOR.PATCH".
 pub fn version() -> String {

@@ -118,6 +118,98 @@ pub enum Schedule {
     Cosine { total_steps: i64, min_lr: f64 },
 }
 
+/// The numeric precision of a trainer's steps (kiln_precision).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Precision {
+    /// The model's dtype throughout, f32 products computed exactly (kiln's
+    /// default, and PyTorch's with TF32 off).
+    Fp32,
+    /// f32 products on CUDA's TF32 tensor cores (10-bit mantissa inputs, f32
+    /// accumulation). CUDA only: a trainer for a CPU model fails with
+    /// `Status::NotSupported`.
+    Tf32,
+    /// Mixed precision on every device: batch, activations and products in
+    /// bf16 (f32 accumulation) with f32 master weights, gradients, optimizer
+    /// state and loss, as PyTorch's autocast to bfloat16.
+    Bf16,
+}
+
+impl Precision {
+    fn raw(self) -> sys::kiln_precision {
+        match self {
+            Precision::Fp32 => sys::kiln_precision_KILN_PRECISION_FP32,
+            Precision::Tf32 => sys::kiln_precision_KILN_PRECISION_TF32,
+            Precision::Bf16 => sys::kiln_precision_KILN_PRECISION_BF16,
+        }
+    }
+}
+
+/// A set of the parts of a backend's fast path (kiln_fast_path bits), each
+/// of which can be switched off to bisect a failure. Backends without them,
+/// the CPU's, ignore the bits; results agree with every part off within
+/// float rounding. Combine with `|`, remove with `-`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FastPath(u32);
+
+impl FastPath {
+    /// No part: every step runs as the plain sequence of kernels.
+    pub const NONE: FastPath = FastPath(0);
+    /// Fused GEMM epilogues (cuBLASLt).
+    pub const EPILOGUES: FastPath = FastPath(sys::kiln_fast_path_KILN_FAST_PATH_EPILOGUES);
+    /// Steps replayed as CUDA graphs.
+    pub const GRAPHS: FastPath = FastPath(sys::kiln_fast_path_KILN_FAST_PATH_GRAPHS);
+    /// cuDNN's fused graphs.
+    pub const CUDNN: FastPath = FastPath(sys::kiln_fast_path_KILN_FAST_PATH_CUDNN);
+    /// The fused kernel for narrow MLPs.
+    pub const FUSED_MLP: FastPath = FastPath(sys::kiln_fast_path_KILN_FAST_PATH_FUSED_MLP);
+    /// Every part: kiln's default.
+    pub const ALL: FastPath = FastPath(sys::kiln_fast_path_KILN_FAST_PATH_ALL);
+
+    /// The kiln_fast_path bits.
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// A set of exactly these bits, unknown ones included: kiln refuses bits
+    /// outside `ALL` with `Status::InvalidArgument` when the trainer is made.
+    pub const fn from_bits_retain(bits: u32) -> FastPath {
+        FastPath(bits)
+    }
+
+    /// Whether every part of `other` is in `self`.
+    pub const fn contains(self, other: FastPath) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for FastPath {
+    type Output = FastPath;
+    fn bitor(self, rhs: FastPath) -> FastPath {
+        FastPath(self.0 | rhs.0)
+    }
+}
+
+impl std::ops::BitOrAssign for FastPath {
+    fn bitor_assign(&mut self, rhs: FastPath) {
+        self.0 |= rhs.0;
+    }
+}
+
+impl std::ops::BitAnd for FastPath {
+    type Output = FastPath;
+    fn bitand(self, rhs: FastPath) -> FastPath {
+        FastPath(self.0 & rhs.0)
+    }
+}
+
+impl std::ops::Sub for FastPath {
+    type Output = FastPath;
+    /// The parts of `self` that are not in `rhs`.
+    fn sub(self, rhs: FastPath) -> FastPath {
+        FastPath(self.0 & !rhs.0)
+    }
+}
+
 /// Trainer settings. `Default` is PyTorch's: SGD without momentum, lr 0.01,
 /// cross-entropy, batch 64.
 #[derive(Clone, Debug, PartialEq)]
@@ -134,6 +226,14 @@ pub struct TrainerOptions {
     pub warmup_steps: i64,
     /// None: seeded from the context.
     pub shuffle_seed: Option<u64>,
+    /// None: kiln's default, `Precision::Fp32`. Tf32 and Bf16 need an F32
+    /// model (`Status::NotSupported` otherwise).
+    pub precision: Option<Precision>,
+    /// The fast-path parts the trainer may use. None: kiln's default,
+    /// `FastPath::ALL`. The environment variable KILN_DISABLE (a comma-separated
+    /// list of "epilogues", "graphs", "cudnn", "fused_mlp" or "all") removes
+    /// more when the trainer is made.
+    pub fast_path: Option<FastPath>,
 }
 
 impl Default for TrainerOptions {
@@ -148,6 +248,8 @@ impl Default for TrainerOptions {
             schedule: Schedule::Constant,
             warmup_steps: 0,
             shuffle_seed: None,
+            precision: None,
+            fast_path: None,
         }
     }
 }
@@ -205,6 +307,12 @@ impl TrainerOptions {
             check(sys::kiln_trainer_options_set_warmup(p, self.warmup_steps))?;
             if let Some(seed) = self.shuffle_seed {
                 check(sys::kiln_trainer_options_set_shuffle_seed(p, seed))?;
+            }
+            if let Some(precision) = self.precision {
+                check(sys::kiln_trainer_options_set_precision(p, precision.raw()))?;
+            }
+            if let Some(fast_path) = self.fast_path {
+                check(sys::kiln_trainer_options_set_fast_path(p, fast_path.bits()))?;
             }
         }
         Ok(o)

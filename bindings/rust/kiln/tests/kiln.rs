@@ -2,8 +2,8 @@
 use std::sync::Arc;
 use std::thread;
 
-use kiln::{Context, ContextOptions, DType, Dataset, Device, Model, Optimizer, PredictKind, Status, Tensor, Trainer,
-           TrainerOptions};
+use kiln::{Context, ContextOptions, DType, Dataset, Device, FastPath, Model, Optimizer, Precision, PredictKind, Status,
+           Tensor, Trainer, TrainerOptions};
 
 fn context() -> Context {
     Context::with_options(&ContextOptions { seed: Some(42), ..Default::default() }).unwrap()
@@ -184,4 +184,88 @@ fn release_on_other_threads() {
         .join()
         .unwrap();
     drop(ctx);
+}
+
+/// Trains a fresh 16-32-4 model for 5 epochs (SGD, lr 0.003, batch 32, a
+/// fixed shuffle seed) at `precision`, from the same seed each time; the last
+/// epoch's training loss and validation accuracy. The slow lr leaves the loss
+/// well above zero, so losses of two precisions compare meaningfully.
+fn fit_blobs(precision: Precision) -> (f64, f64) {
+    let ctx = context();
+    let (x, y) = tensors(&ctx, 1024);
+    let data = Dataset::from_tensors(&ctx, &x, &y).unwrap();
+    let (train, val) = data.split(0.25, 1).unwrap();
+    let mut model = Model::from_text(&ctx, "16-32-4", ctx.default_device().unwrap()).unwrap();
+    let options = TrainerOptions {
+        lr: 0.003,
+        batch_size: 32,
+        shuffle_seed: Some(3),
+        precision: Some(precision),
+        ..Default::default()
+    };
+    let mut trainer = Trainer::new(&mut model, &options).unwrap();
+    let history = trainer.fit(&train, Some(&val), 5).unwrap();
+    let last = history.last().unwrap();
+    (last.train_loss, last.validation.expect("validation stats").1)
+}
+
+#[test]
+fn bf16_learns_like_fp32() {
+    let (fp32_loss, fp32_acc) = fit_blobs(Precision::Fp32);
+    let (bf16_loss, bf16_acc) = fit_blobs(Precision::Bf16);
+    eprintln!("fp32: loss {fp32_loss:.6} accuracy {fp32_acc:.3}; bf16: loss {bf16_loss:.6} accuracy {bf16_acc:.3}");
+    assert!(bf16_acc > 0.9, "bf16 accuracy {bf16_acc}, chance is 0.25");
+    assert!(fp32_loss > 0.05 && (bf16_loss - fp32_loss).abs() <= 0.05 * fp32_loss,
+            "final loss bf16 {bf16_loss}, fp32 {fp32_loss}: want fp32 above 0.05 and bf16 within 5% of it");
+}
+
+#[test]
+fn tf32_is_not_supported_on_cpu() {
+    let ctx = context();
+    let mut model = Model::from_text(&ctx, "8-4-2", Device::Cpu).unwrap();
+    let options = TrainerOptions { precision: Some(Precision::Tf32), ..Default::default() };
+    let err = Trainer::new(&mut model, &options).err().expect("a tf32 trainer on the CPU");
+    assert_eq!(err.status, Status::NotSupported);
+    assert!(err.message.contains("tf32"), "{err}");
+}
+
+#[test]
+fn fast_path_bits_outside_all_are_refused() {
+    let ctx = context();
+    let mut model = Model::from_text(&ctx, "8-4-2", Device::Cpu).unwrap();
+    // Any subset is accepted (the CPU has no fast path to switch off).
+    for fast_path in [FastPath::NONE, FastPath::ALL, FastPath::ALL - FastPath::GRAPHS, FastPath::EPILOGUES | FastPath::CUDNN] {
+        let options = TrainerOptions { fast_path: Some(fast_path), ..Default::default() };
+        Trainer::new(&mut model, &options).unwrap();
+    }
+    assert!(FastPath::ALL.contains(FastPath::FUSED_MLP) && !(FastPath::ALL - FastPath::FUSED_MLP).contains(FastPath::FUSED_MLP));
+    for bits in [FastPath::ALL.bits() + 1, 1 << 31] {
+        let options = TrainerOptions { fast_path: Some(FastPath::from_bits_retain(bits)), ..Default::default() };
+        let err = Trainer::new(&mut model, &options).err().expect("bits outside ALL");
+        assert_eq!(err.status, Status::InvalidArgument, "{bits:#x}: {err}");
+    }
+}
+
+#[test]
+fn every_status_code_maps_to_a_status() {
+    assert_eq!(Status::from_code(9), Status::NotSupported);
+    assert_eq!(Status::from_code(13), Status::Busy);
+    assert_eq!(Status::from_code(14), Status::Numeric);
+    // Codes newer than the bindings (and 0, which is no failure) are kept.
+    for code in [0, 15, 99, u32::MAX] {
+        assert_eq!(Status::from_code(code), Status::Unknown(code));
+    }
+    let err = kiln::Error { status: Status::from_code(99), message: "from the future".into() };
+    assert_eq!(err.to_string(), "Unknown(99): from the future");
+}
+
+#[test]
+fn divergence_is_a_numeric_error() {
+    let ctx = context();
+    let (x, y) = tensors(&ctx, 256);
+    let data = Dataset::from_tensors(&ctx, &x, &y).unwrap();
+    let mut model = Model::from_text(&ctx, "16-32-4", Device::Cpu).unwrap();
+    let mut trainer = Trainer::new(&mut model, &TrainerOptions { lr: 1e30, ..Default::default() }).unwrap();
+    let err = (0..5).find_map(|_| trainer.epoch(&data).err()).expect("lr 1e30 diverges");
+    assert_eq!(err.status, Status::Numeric, "{err}");
 }
