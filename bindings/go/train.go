@@ -221,20 +221,18 @@ const (
 	FastPathGraphs
 	// FastPathCuDNN runs cuDNN's fused graphs.
 	FastPathCuDNN
-	// FastPathFusedMLP runs narrow MLPs as one fused kernel.
-	FastPathFusedMLP
 
 	// FastPathNone runs every step as the plain sequence of kernels.
 	FastPathNone FastPath = 0
 	// FastPathAll is every part: the library's default.
-	FastPathAll = FastPathEpilogues | FastPathGraphs | FastPathCuDNN | FastPathFusedMLP
+	FastPathAll = FastPathEpilogues | FastPathGraphs | FastPathCuDNN
 )
 
 // WithFastPath sets the fast-path parts the trainer may use; bits outside
 // FastPathAll are ErrInvalidArgument. Without it the library's default
 // applies (FastPathAll). The environment variable KILN_DISABLE removes more
 // when the trainer is created (a comma-separated list of "epilogues",
-// "graphs", "cudnn", "fused_mlp" or "all").
+// "graphs", "cudnn" or "all").
 func WithFastPath(enabled FastPath) TrainerOption {
 	return func(o uintptr) error { return capi.Trainer_options_set_fast_path(o, uint32(enabled)) }
 }

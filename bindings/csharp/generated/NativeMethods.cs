@@ -406,6 +406,11 @@ internal static class NativeMethods {
     if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();
   }
 
+  public static void model_load_with_spec(ContextHandle ctx, string path, ModelSpecHandle spec, Device device, out ModelHandle out_) {
+    NativeMethodsPINVOKE.model_load_with_spec(ctx, path, spec, device, out out_);
+    if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();
+  }
+
   public static void dataset_from_tensors(ContextHandle ctx, TensorHandle x, TensorHandle y, out DatasetHandle out_) {
     NativeMethodsPINVOKE.dataset_from_tensors(ctx, x, y, out out_);
     if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();

@@ -1770,6 +1770,29 @@ SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_model_load_weights(void * jarg1, char * j
 }
 
 
+SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_model_load_with_spec(void * jarg1, char * jarg2, void * jarg3, kiln_device jarg4, void ** jarg5) {
+  int jresult ;
+  kiln_context *arg1 = (kiln_context *) 0 ;
+  char *arg2 = (char *) 0 ;
+  kiln_model_spec *arg3 = (kiln_model_spec *) 0 ;
+  kiln_device arg4 ;
+  kiln_model **arg5 = (kiln_model **) 0 ;
+  kiln_status result;
+  
+  arg1 = (kiln_context *)jarg1; 
+  arg2 = (char *)jarg2; 
+  arg3 = (kiln_model_spec *)jarg3; 
+  arg4 = jarg4; 
+  arg5 = (kiln_model **)jarg5; 
+  result = (kiln_status)kiln_model_load_with_spec(arg1,(char const *)arg2,(struct kiln_model_spec const *)arg3,arg4,arg5);
+  
+  jresult = (int)result;
+  if (result != KILN_OK) kiln_exception_callback((int)result, kiln_last_error());
+  
+  return jresult;
+}
+
+
 SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_dataset_from_tensors(void * jarg1, void * jarg2, void * jarg3, void ** jarg4) {
   int jresult ;
   kiln_context *arg1 = (kiln_context *) 0 ;

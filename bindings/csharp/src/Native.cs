@@ -61,10 +61,8 @@ namespace Kiln
         Graphs = 2,
         /// <summary>cuDNN's fused graphs.</summary>
         Cudnn = 4,
-        /// <summary>The fused kernel for narrow MLPs.</summary>
-        FusedMlp = 8,
         /// <summary>Every part: kiln's default.</summary>
-        All = Epilogues | Graphs | Cudnn | FusedMlp,
+        All = Epilogues | Graphs | Cudnn,
     }
 
     /// <summary>A failed kiln call: its status and the library's message, read

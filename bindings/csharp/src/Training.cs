@@ -84,8 +84,8 @@ namespace Kiln
         public Precision? Precision { get; set; }
         /// <summary>The fast-path parts the trainer may use; null keeps kiln's default,
         /// All. Bits outside All throw InvalidArgument. The environment variable
-        /// KILN_DISABLE (a comma-separated list of "epilogues", "graphs", "cudnn",
-        /// "fused_mlp" or "all") removes more when the trainer is created.</summary>
+        /// KILN_DISABLE (a comma-separated list of "epilogues", "graphs", "cudnn"
+        /// or "all") removes more when the trainer is created.</summary>
         public FastPath? FastPath { get; set; }
 
         internal TrainerOptionsHandle ToNative()

@@ -38,6 +38,7 @@ pub const kiln_status_KILN_ERROR_BACKEND: kiln_status = 11;
 pub const kiln_status_KILN_ERROR_INTERNAL: kiln_status = 12;
 pub const kiln_status_KILN_ERROR_BUSY: kiln_status = 13;
 pub const kiln_status_KILN_ERROR_NUMERIC: kiln_status = 14;
+pub const kiln_status_KILN_ERROR_COMMUNICATION: kiln_status = 15;
 pub type kiln_status = ::std::os::raw::c_uint;
 extern "C" {
     pub fn kiln_status_name(status: kiln_status) -> *const ::std::os::raw::c_char;
@@ -957,6 +958,15 @@ extern "C" {
         path: *const ::std::os::raw::c_char,
     ) -> kiln_status;
 }
+extern "C" {
+    pub fn kiln_model_load_with_spec(
+        ctx: *mut kiln_context,
+        path: *const ::std::os::raw::c_char,
+        spec: *const kiln_model_spec,
+        device: kiln_device,
+        out: *mut *mut kiln_model,
+    ) -> kiln_status;
+}
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct kiln_dataset {
@@ -1165,8 +1175,7 @@ extern "C" {
 pub const kiln_fast_path_KILN_FAST_PATH_EPILOGUES: kiln_fast_path = 1;
 pub const kiln_fast_path_KILN_FAST_PATH_GRAPHS: kiln_fast_path = 2;
 pub const kiln_fast_path_KILN_FAST_PATH_CUDNN: kiln_fast_path = 4;
-pub const kiln_fast_path_KILN_FAST_PATH_FUSED_MLP: kiln_fast_path = 8;
-pub const kiln_fast_path_KILN_FAST_PATH_ALL: kiln_fast_path = 15;
+pub const kiln_fast_path_KILN_FAST_PATH_ALL: kiln_fast_path = 7;
 pub type kiln_fast_path = ::std::os::raw::c_uint;
 extern "C" {
     pub fn kiln_trainer_options_set_fast_path(
@@ -1653,5 +1662,49 @@ extern "C" {
         history: *const kiln_history,
         index: i64,
         out: *mut kiln_epoch_stats,
+    ) -> kiln_status;
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct kiln_communicator {
+    _unused: [u8; 0],
+}
+extern "C" {
+    pub fn kiln_communicator_create_mpi(
+        ctx: *mut kiln_context,
+        out: *mut *mut kiln_communicator,
+    ) -> kiln_status;
+}
+extern "C" {
+    pub fn kiln_communicator_create_local(
+        ctx: *mut kiln_context,
+        devices: *const kiln_device,
+        count: i64,
+        out: *mut *mut kiln_communicator,
+    ) -> kiln_status;
+}
+extern "C" {
+    pub fn kiln_communicator_release(comm: *mut kiln_communicator);
+}
+extern "C" {
+    pub fn kiln_communicator_rank(comm: *const kiln_communicator, out: *mut i64) -> kiln_status;
+}
+extern "C" {
+    pub fn kiln_communicator_size(comm: *const kiln_communicator, out: *mut i64) -> kiln_status;
+}
+extern "C" {
+    pub fn kiln_communicator_local_rank(
+        comm: *const kiln_communicator,
+        out: *mut i64,
+    ) -> kiln_status;
+}
+extern "C" {
+    pub fn kiln_communicator_set_timeout(comm: *mut kiln_communicator, seconds: f64)
+        -> kiln_status;
+}
+extern "C" {
+    pub fn kiln_trainer_attach_communicator(
+        trainer: *mut kiln_trainer,
+        comm: *mut kiln_communicator,
     ) -> kiln_status;
 }

@@ -160,8 +160,6 @@ impl FastPath {
     pub const GRAPHS: FastPath = FastPath(sys::kiln_fast_path_KILN_FAST_PATH_GRAPHS);
     /// cuDNN's fused graphs.
     pub const CUDNN: FastPath = FastPath(sys::kiln_fast_path_KILN_FAST_PATH_CUDNN);
-    /// The fused kernel for narrow MLPs.
-    pub const FUSED_MLP: FastPath = FastPath(sys::kiln_fast_path_KILN_FAST_PATH_FUSED_MLP);
     /// Every part: kiln's default.
     pub const ALL: FastPath = FastPath(sys::kiln_fast_path_KILN_FAST_PATH_ALL);
 
@@ -231,7 +229,7 @@ pub struct TrainerOptions {
     pub precision: Option<Precision>,
     /// The fast-path parts the trainer may use. None: kiln's default,
     /// `FastPath::ALL`. The environment variable KILN_DISABLE (a comma-separated
-    /// list of "epilogues", "graphs", "cudnn", "fused_mlp" or "all") removes
+    /// list of "epilogues", "graphs", "cudnn" or "all") removes
     /// more when the trainer is made.
     pub fast_path: Option<FastPath>,
 }
