@@ -1,13 +1,39 @@
 #!/usr/bin/env python3
 """Runs kiln and PyTorch on the same workloads, alternating, and prints a table.
 
-  python3 bench/run.py [--build-dir build] [--repeats 3] [--epochs 3] [--device cpu]
-                       [--workloads A,B,C] [--out bench/results/NAME.json]
+  python3 bench/run.py [--build-dir build] [--repeats 3] [--epochs 3] [--device cpu|cuda]
+                       [--workloads A,B,C] [--data DIR] [--out bench/results/NAME.json]
+
+Workloads (Fashion-MNIST, SGD lr 0.1, ReLU MLPs):
+  A  784-32-10, batch 128, fp32
+  B  784-1024-1024-10, batch 256 on the CPU; on a GPU batch 1024 in fp32, tf32
+     and bf16 (rows B-fp32, B-tf32, B-bf16; PyTorch at the same precision)
+  W  (GPU) 4096-4096-4096-4096-4096-10, batch 8192, bf16, synthetic data:
+     step time, TFLOP/s and fraction_of_cublas against bench/cublas_gemm_bench
+  C  inference of A's and B's models at batch 1, 64 and 4096: samples/s and
+     the median latency of one call (rows C-A, C-B)
+Default workloads: A,B,C on the CPU, A,B,W,C on a GPU.
+
+PyTorch loops: resident (the data in one tensor on the device), dataloader
+(the tutorials' DataLoader loop; pin_memory and non_blocking on a GPU), and on
+a GPU graph (a whole step captured with torch.cuda.graphs) and compile
+(torch.compile(mode="reduce-overhead"), time-boxed by --compile-timeout; a
+failure is recorded, not fatal). On a GPU kiln also runs as kiln-plain, with
+its fast path off (--fast-path 0: no CUDA graphs, fused epilogues, cuDNN, fused MLP).
 
 Each run is its own process (so peak memory is per run); repeat r uses seed r
-on every side. Times are medians over all epochs of all runs, accuracies the
-mean over the runs' seeds; the ratio is PyTorch's time over kiln's (above 1
-means kiln is faster). Run it on an idle machine.
+on every side. Every training run first does --warmup untimed epochs (default
+1), so lazy loading and first-use costs stay out of the timed epochs; the
+timed epochs include the shuffle. Times are medians over all epochs of all
+runs, accuracies the mean over the runs' seeds; time_over_kiln is a row's time
+over kiln's in the same run (above 1 means kiln is faster).
+
+FLOPs: training counts 6 x parameters per sample (2 for the forward product,
+4 for the two backward ones, per weight; biases included, the first layer's
+input gradient, which neither side computes, also counted), inference 2 x
+parameters. On the CPU, fraction_of_peak is model FLOP/s over the FMA peak
+that bench/fma_peak measures in the same run (fp32, every core). Run it on an
+idle machine; the load average before and after is recorded.
 """
 import argparse
 import datetime
@@ -18,6 +44,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -33,16 +60,28 @@ def torch_python():
 
 def torch_version(py):
     """The reference's version and the BLAS it was built with, for the record."""
-    code = "import torch; print(torch.__version__, torch.__config__.show().split('BLAS_INFO=')[1].split(',')[0])"
+    code = ("import torch; c = torch.__config__.show(); "
+            "b = c.split('BLAS_INFO=')[1].split(',')[0] if 'BLAS_INFO=' in c else '?'; "
+            "g = f' CUDA {torch.version.cuda} cuDNN {torch.backends.cudnn.version()}' "
+            "if torch.cuda.is_available() else ''; print(torch.__version__, b + g)")
     out = subprocess.run([py, "-c", code], capture_output=True, text=True)
     return out.stdout.strip() or "unknown"
 
 
-def run_json(cmd):
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    if out.returncode != 0:
-        sys.exit(f"bench: {' '.join(cmd)} failed:\n{out.stderr}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def run_json(cmd, timeout=None):
+    """The last line of cmd's stdout as JSON, or {"error": why} when it fails."""
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout} s"}
+    lines = out.stdout.strip().splitlines()
+    if out.returncode != 0 or not lines:
+        tail = (out.stderr.strip().splitlines() or ["(no output)"])[-3:]
+        return {"error": f"exit status {out.returncode}: " + " | ".join(tail)}
+    try:
+        return json.loads(lines[-1])
+    except json.JSONDecodeError:
+        return {"error": "no JSON on stdout: " + lines[-1][:200]}
 
 
 def machine():
@@ -63,18 +102,90 @@ def commit():
     return (r.stdout.strip() or "unknown") + ("-dirty" if dirty else "")
 
 
-def summarize(runs):
-    times = [t for r in runs for t in r["epoch_seconds"]]
+def load_average():
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def gpu_info(py):
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    if py:
+        out = subprocess.run([py, "-c", "import torch; print(torch.cuda.get_device_name(0))"],
+                             capture_output=True, text=True)
+        return out.stdout.strip() or "unknown"
+    return "unknown"
+
+
+def params_of(sizes):
+    return sum(sizes[i] * sizes[i + 1] + sizes[i + 1] for i in range(len(sizes) - 1))
+
+
+MODELS = {"A": [784, 32, 10], "B": [784, 1024, 1024, 10], "W": [4096, 4096, 4096, 4096, 4096, 10]}
+
+
+def summarize(runs, flops_per_sample, peak_gflops):
+    good = [r for r in runs if "error" not in r]
+    errors = [r["error"] for r in runs if "error" in r]
+    if not good:
+        return {"error": errors[0], "errors": errors}
+    times = [t for r in good for t in r["epoch_seconds"]]
     med = statistics.median(times)
-    return {
+    rate = good[0]["samples_per_second"] * good[0]["median_epoch_seconds"] / med
+    out = {
         "median_epoch_seconds": med,
-        "samples_per_second": runs[0]["samples_per_second"] * runs[0]["median_epoch_seconds"] / med,
-        "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
+        "samples_per_second": rate,
+        "peak_rss_mib": max(r["peak_rss_mib"] for r in good),
         # Each repeat uses another seed (the same for every side), so this is
         # the mean over seeds, not one seed's luck.
-        "test_accuracy": statistics.mean(r["test_accuracy"] for r in runs),
-        "runs": runs,
+        "test_accuracy": statistics.mean(r["test_accuracy"] for r in good),
+        "model_gflops_per_second": flops_per_sample * rate * 1e-9,
     }
+    if peak_gflops:
+        out["fraction_of_peak"] = out["model_gflops_per_second"] / peak_gflops
+    if errors:
+        out["errors"] = errors
+    out["runs"] = runs
+    return out
+
+
+DEADLINE = None  # time.monotonic() after which no run starts (--time-budget)
+
+
+def alternate(impls, repeats, label, timeouts=None):
+    """Runs every impl once per repeat, alternating (so drift hits every side
+    alike), with seed r in repeat r. An impl that failed by timing out is not
+    run again (a slow compile would only time out again); past --time-budget
+    no run starts and the runs left are recorded as skipped."""
+    timeouts = timeouts or {}
+    runs = {k: [] for k in impls}
+    for rep in range(repeats):
+        for k, cmd in impls.items():
+            if runs[k] and "timed out" in runs[k][-1].get("error", ""):
+                continue
+            timeout = timeouts.get(k)
+            if DEADLINE is not None:
+                left = int(DEADLINE - time.monotonic())
+                if left < 5:
+                    runs[k].append({"error": "skipped: --time-budget spent"})
+                    continue
+                timeout = min(timeout or left, left)
+            r = run_json(cmd + ["--seed", str(rep + 1)], timeout)
+            runs[k].append(r)
+            if "error" in r:
+                print(f"  {label} {k}: FAILED: {r['error']}", flush=True)
+            elif "median_epoch_seconds" in r:
+                print(f"  {label} {k}: {r['median_epoch_seconds']:.3f} s/epoch", flush=True)
+            elif "median_step_seconds" in r:
+                print(f"  {label} {k}: {1e3 * r['median_step_seconds']:.3f} ms/step", flush=True)
+    return runs
 
 
 def main():
@@ -82,12 +193,26 @@ def main():
     p.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1, help="untimed epochs before the timed ones")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=os.cpu_count())
-    p.add_argument("--workloads", default="A,B,C")
+    p.add_argument("--workloads", default=None, help="default A,B,C (CPU) or A,B,W,C (GPU)")
+    p.add_argument("--precisions", default="fp32,tf32,bf16", help="B's precisions on a GPU")
+    p.add_argument("--loops", default=None,
+                   help="PyTorch loops (default resident,dataloader; on a GPU also graph,compile)")
+    p.add_argument("--compile-timeout", type=int, default=300, help="seconds for one torch.compile run")
+    p.add_argument("--timeout", type=int, default=1800, help="seconds for any other run")
+    p.add_argument("--time-budget", type=int, default=None,
+                   help="seconds for the whole benchmark: later runs are skipped, the JSON still written")
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--out", default=None)
     args = p.parse_args()
+    global DEADLINE
+    if args.time_budget:
+        DEADLINE = time.monotonic() + args.time_budget
+    gpu = args.device.startswith("cuda")
+    workloads = (args.workloads or ("A,B,W,C" if gpu else "A,B,C")).split(",")
+    loops = (args.loops or ("resident,dataloader,graph,compile" if gpu else "resident,dataloader")).split(",")
 
     kiln = os.path.join(args.build_dir, "bench", "kiln_bench")
     if not os.path.exists(kiln):
@@ -95,55 +220,176 @@ def main():
     py = torch_python()
     if not py:
         print("bench: torch is not importable (apt-get install python3-torch); running kiln alone")
+    load_before = load_average()
+
+    peak = None
+    if not gpu:
+        fma = os.path.join(args.build_dir, "bench", "fma_peak")
+        if os.path.exists(fma):
+            peak = run_json([fma, "--threads", str(args.threads)])
+            print(f"  CPU FMA peak: {peak.get('gflops', 'FAILED')} GFLOP/s ({peak.get('isa', peak.get('error'))})",
+                  flush=True)
+            if "error" in peak:
+                peak = None
+        else:
+            print(f"bench: {fma} not found; no fraction_of_peak (build the fma_peak target)")
+    peak_gflops = peak["gflops"] if peak else None
+
     common = ["--device", args.device, "--threads", str(args.threads), "--data", args.data]
-    torch_common = ["--threads", str(args.threads), "--data", args.data]
+    torch_bench = [py, os.path.join(HERE, "torch_bench.py")] if py else None
+    epochs = ["--epochs", str(args.epochs), "--warmup", str(args.warmup)]
+    timeouts = {"torch-compile": args.compile_timeout}
     results = {}
-    for w in args.workloads.split(","):
-        if w in ("A", "B"):
-            impls = {"kiln": [kiln, "--workload", w, "--epochs", str(args.epochs)] + common}
-            if py:
-                for loop in ("resident", "dataloader"):
-                    impls[f"torch-{loop}"] = [py, os.path.join(HERE, "torch_bench.py"), "--workload", w,
-                                              "--epochs", str(args.epochs), "--loop", loop] + torch_common
-            runs = {k: [] for k in impls}
-            for rep in range(args.repeats):  # alternate so drift hits every side alike
-                for k, cmd in impls.items():
-                    runs[k].append(run_json(cmd + ["--seed", str(rep + 1)]))
-                    print(f"  {w} {k}: {runs[k][-1]['median_epoch_seconds']:.3f} s/epoch", flush=True)
-            results[w] = {k: summarize(v) for k, v in runs.items()}
+    failed = False
+
+    def training(name, w, batch, precision):
+        nonlocal failed
+        extra = ["--batch", str(batch), "--precision", precision]
+        impls = {"kiln": [kiln, "--workload", w] + epochs + extra + common}
+        if gpu:
+            impls["kiln-plain"] = impls["kiln"] + ["--fast-path", "0"]
+        if torch_bench:
+            for loop in loops:
+                if loop == "dataloader" and w != "A" and gpu:
+                    continue  # the DataLoader loop is the tutorial's, for A
+                impls[f"torch-{loop}"] = torch_bench + ["--workload", w, "--loop", loop] + epochs + extra + common
+        runs = alternate(impls, args.repeats, name, {k: timeouts.get(k, args.timeout) for k in impls})
+        flops = 6 * params_of(MODELS[w])
+        res = {k: summarize(v, flops, peak_gflops) for k, v in runs.items()}
+        failed |= any("error" in r for k, r in res.items() if k.startswith("kiln"))
+        base = res["kiln"].get("median_epoch_seconds")
+        for r in res.values():
+            if base and "median_epoch_seconds" in r:
+                r["time_over_kiln"] = r["median_epoch_seconds"] / base
+        res["_workload"] = {"spec": "-".join(map(str, MODELS[w])), "batch": batch, "precision": precision,
+                            "parameters": params_of(MODELS[w]), "flops_per_sample": flops}
+        results[name] = res
+
+    for w in workloads:
+        if w == "A":
+            training("A", "A", 128, "fp32")
+        elif w == "B" and not gpu:
+            training("B", "B", 256, "fp32")
+        elif w == "B":
+            for prec in args.precisions.split(","):
+                training(f"B-{prec}", "B", 1024, prec)
+        elif w == "W":
+            if not gpu:
+                print("bench: W is a GPU workload; skipped on the CPU")
+                continue
+            sizes, batch = MODELS["W"], 8192
+            spec = "-".join(map(str, sizes))
+            wargs = ["--workload", "W", "--spec", spec, "--batch", str(batch), "--precision", "bf16",
+                     "--steps", "20", "--windows", "7", "--device", args.device]
+            impls = {"kiln": [kiln] + wargs, "kiln-plain": [kiln] + wargs + ["--fast-path", "0"]}
+            if torch_bench:
+                impls["torch-resident"] = torch_bench + wargs + ["--loop", "resident"]
+                impls["torch-graph"] = torch_bench + wargs + ["--loop", "graph"]
+            cublas = os.path.join(args.build_dir, "bench", "cublas_gemm_bench")
+            if os.path.exists(cublas):
+                impls["cublas"] = [cublas, "--spec", spec, "--batch", str(batch), "--reps", "20", "--windows", "7"]
+            else:
+                print(f"bench: {cublas} not found (built with KILN_BUILD_CUDA); no fraction_of_cublas")
+            runs = alternate(impls, args.repeats, "W", {k: args.timeout for k in impls})
+            flops = 6 * params_of(sizes) * batch  # per step
+            res = {}
+            for k, v in runs.items():
+                good = [r for r in v if "error" not in r]
+                if not good:
+                    res[k] = {"error": v[0]["error"], "runs": v}
+                    continue
+                med = statistics.median(r["step_seconds" if k == "cublas" else "median_step_seconds"] for r in good)
+                res[k] = {"median_step_seconds": med, "runs": v}
+                if k != "cublas":
+                    res[k]["samples_per_second"] = batch / med
+                    res[k]["model_tflops_per_second"] = flops / med * 1e-12
+                else:
+                    res[k]["gemm_tflops_per_second"] = good[0]["gemm_flops_per_step"] / med * 1e-12
+            failed |= "error" in res.get("kiln", {"error": 1})
+            if "cublas" in res and "median_step_seconds" in res["cublas"]:
+                for k in res:
+                    if k != "cublas" and "median_step_seconds" in res[k]:
+                        # The same products as plain cuBLAS calls over the whole step's time.
+                        res[k]["fraction_of_cublas"] = res["cublas"]["median_step_seconds"] / res[k]["median_step_seconds"]
+            base = res.get("kiln", {}).get("median_step_seconds")
+            for r in res.values():
+                if base and "median_step_seconds" in r:
+                    r["time_over_kiln"] = r["median_step_seconds"] / base
+            res["_workload"] = {"spec": spec, "batch": batch, "precision": "bf16", "parameters": params_of(sizes),
+                                "flops_per_step": flops,
+                                "flop_count": "6 x parameters x batch per step (model); cublas: 2mnk summed over "
+                                              "the step's forward, weight-gradient and input-gradient products "
+                                              "(none for the first layer's input)"}
+            results["W"] = res
         elif w == "C":
             for m in ("A", "B"):
                 impls = {"kiln": [kiln, "--workload", "C", "--model", m] + common}
-                if py:
-                    impls["torch"] = [py, os.path.join(HERE, "torch_bench.py"), "--workload", "C", "--model", m] + torch_common
-                runs = {k: [] for k in impls}
-                for _ in range(args.repeats):
-                    for k, cmd in impls.items():
-                        runs[k].append(run_json(cmd))
-                results[f"C-{m}"] = {
-                    k: {"samples_per_second": {b: statistics.median(r["samples_per_second"][b] for r in v)
-                                               for b in v[0]["samples_per_second"]},
-                        "peak_rss_mib": max(r["peak_rss_mib"] for r in v)}
-                    for k, v in runs.items()}
+                if torch_bench:
+                    impls["torch"] = torch_bench + ["--workload", "C", "--model", m] + common
+                runs = alternate(impls, args.repeats, f"C-{m}", {k: args.timeout for k in impls})
+                flops = 2 * params_of(MODELS[m])
+                res = {}
+                for k, v in runs.items():
+                    good = [r for r in v if "error" not in r]
+                    if not good:
+                        res[k] = {"error": v[0]["error"]}
+                        continue
+                    res[k] = {"samples_per_second": {b: statistics.median(r["samples_per_second"][b] for r in good)
+                                                     for b in good[0]["samples_per_second"]},
+                              "latency_seconds": {b: statistics.median(r["latency_seconds"][b] for r in good)
+                                                  for b in good[0]["latency_seconds"]},
+                              "peak_rss_mib": max(r["peak_rss_mib"] for r in good)}
+                    if peak_gflops:
+                        res[k]["fraction_of_peak"] = {b: flops * x * 1e-9 / peak_gflops
+                                                      for b, x in res[k]["samples_per_second"].items()}
+                failed |= "error" in res["kiln"]
+                res["_workload"] = {"spec": "-".join(map(str, MODELS[m])), "parameters": params_of(MODELS[m]),
+                                    "flops_per_sample": flops}
+                results[f"C-{m}"] = res
         else:
             sys.exit(f"bench: unknown workload {w}")
 
-    print(f"\n{'workload':10} {'impl':18} {'s/epoch':>9} {'samples/s':>11} {'peak MiB':>9} {'test acc':>9} {'torch/kiln':>10}")
+    print(f"\n{'workload':10} {'impl':18} {'s/epoch':>9} {'samples/s':>11} {'peak MiB':>9} {'test acc':>9} "
+          f"{'GFLOP/s':>9} {'of peak':>8} {'time/kiln':>9}")
     for w, res in results.items():
-        if w.startswith("C-"):
+        if w.startswith("C-") or w == "W":
             continue
         for k, r in res.items():
-            ratio = r["median_epoch_seconds"] / res["kiln"]["median_epoch_seconds"]
+            if k.startswith("_"):
+                continue
+            if "error" in r:
+                print(f"{w:10} {k:18} FAILED: {r['error']}")
+                continue
+            frac = f"{100 * r['fraction_of_peak']:7.1f}%" if "fraction_of_peak" in r else f"{'-':>8}"
+            ratio = f"{r['time_over_kiln']:8.2f}x" if "time_over_kiln" in r else f"{'-':>9}"
             print(f"{w:10} {k:18} {r['median_epoch_seconds']:9.3f} {r['samples_per_second']:11.0f} "
-                  f"{r['peak_rss_mib']:9.1f} {100 * r['test_accuracy']:8.2f}% {ratio:9.2f}x")
+                  f"{r['peak_rss_mib']:9.1f} {100 * r['test_accuracy']:8.2f}% {r['model_gflops_per_second']:9.2f} "
+                  f"{frac} {ratio}")
+    if "W" in results:
+        for k, r in results["W"].items():
+            if k.startswith("_"):
+                continue
+            if "error" in r:
+                print(f"{'W':10} {k:18} FAILED: {r['error']}")
+                continue
+            line = f"{'W':10} {k:18} {1e3 * r['median_step_seconds']:9.3f} ms/step"
+            if "model_tflops_per_second" in r:
+                line += f"  {r['model_tflops_per_second']:7.1f} TFLOP/s (model)"
+            if "gemm_tflops_per_second" in r:
+                line += f"  {r['gemm_tflops_per_second']:7.1f} TFLOP/s (GEMMs)"
+            if "fraction_of_cublas" in r:
+                line += f"  fraction_of_cublas {r['fraction_of_cublas']:.2f}"
+            print(line)
     for w, res in results.items():
-        if not w.startswith("C-"):
+        if not w.startswith("C-") or "samples_per_second" not in res["kiln"]:
             continue
         for b in res["kiln"]["samples_per_second"]:
             line = f"{w:10} batch {b:>5}   "
             for k, r in res.items():
-                line += f" {k}: {r['samples_per_second'][b]:12.0f}/s"
-            if "torch" in res:
+                if k.startswith("_") or "error" in r:
+                    continue
+                line += (f" {k}: {r['samples_per_second'][b]:12.0f}/s {1e6 * r['latency_seconds'][b]:9.1f} us")
+            if "samples_per_second" in res.get("torch", {}):
                 line += f"  ratio {res['kiln']['samples_per_second'][b] / res['torch']['samples_per_second'][b]:.2f}x"
             print(line)
 
@@ -153,16 +399,27 @@ def main():
         "command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]),
         "machine": machine(),
         "device": args.device,
-        "reference": f"PyTorch {torch_version(py)} (version, BLAS_INFO)" if py else "none",
+        "reference": f"PyTorch {torch_version(py)} (version, BLAS_INFO[, CUDA, cuDNN])" if py else "none",
         "threads": args.threads,
         "repeats": args.repeats,
         "epochs": args.epochs,
+        "warmup_epochs": args.warmup,
+        "load_average_before": load_before,
+        "load_average_after": load_average(),
+        "flop_count": "training 6 x parameters per sample, inference 2 x parameters per sample",
         "results": results,
     }
+    if gpu:
+        report["gpu"] = gpu_info(py)
+    if peak:
+        report["cpu_peak"] = peak
     out = args.out or os.path.join(HERE, "results", f"{args.device.replace(':', '')}-{report['date'][:10]}.json")
     with open(out, "w") as f:
         json.dump(report, f, indent=1)
-    print(f"\nwritten {os.path.relpath(out, ROOT)}")
+    print(f"\nload average before {load_before}, after {report['load_average_after']}")
+    print(f"written {os.path.relpath(out, ROOT)}")
+    if failed:
+        sys.exit("bench: a kiln run failed (see the FAILED lines and the JSON)")
 
 
 if __name__ == "__main__":
