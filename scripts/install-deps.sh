@@ -14,8 +14,10 @@ set -euo pipefail
 
 # Open MPI: libkiln_dist.so (distributed training) and the mpirun the
 # multi-rank tests run under.
+# abigail-tools: test_abi compares every build's ABI with abi/libkiln.abi
+# (it skips without abidiff, and then guards nothing).
 core=(cmake g++ ninja-build pkg-config libopenblas-dev libcmocka-dev zlib1g-dev
-  dataset-fashion-mnist openmpi-bin libopenmpi-dev)
+  dataset-fashion-mnist openmpi-bin libopenmpi-dev abigail-tools)
 # bindgen loads libclang at run time but does not depend on it in Debian.
 bindings=(swig golang-go mono-mcs mono-devel bindgen libclang1)
 

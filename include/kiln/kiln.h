@@ -43,7 +43,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#if defined(_WIN32)
+#if defined(_WIN32) && defined(KILN_BUILDING_LIBRARY)
+#  define KILN_API __declspec(dllexport)
+#elif defined(_WIN32)
 #  define KILN_API __declspec(dllimport)
 #elif defined(KILN_BUILDING_LIBRARY)
 #  define KILN_API __attribute__((visibility("default")))
@@ -410,7 +412,10 @@ KILN_API kiln_status kiln_model_spec_add(kiln_model_spec *spec, kiln_layer_kind 
 KILN_API kiln_status kiln_model_spec_add_mlp(kiln_model_spec *spec, const int64_t *sizes, int64_t n,
                                              kiln_layer_kind activation);
 /* Parses a compact spec such as "784-32-10" (ReLU between layers),
- * "784-1024-1024-10:gelu" or "784-256-10:relu:dropout=0.2" and appends it. */
+ * "784-1024-1024-10:gelu" or "784-256-10:relu:dropout=0.2" and appends its
+ * layers after the spec's last layer, with no activation between (the first
+ * size must equal the last Linear's out_features: KILN_ERROR_SHAPE_MISMATCH
+ * otherwise); parse into a new spec to start over. */
 KILN_API kiln_status kiln_model_spec_parse(kiln_model_spec *spec, const char *text);
 
 /* Creates a model with f32 parameters on device, initialised from the
@@ -699,7 +704,7 @@ KILN_API kiln_status kiln_trainer_fit(kiln_trainer *trainer, const kiln_dataset 
                                       const kiln_dataset *validation, int64_t epochs, kiln_progress_fn callback,
                                       void *user, kiln_history **out);
 /* Mean loss and accuracy (0 for non-class targets) of the model over dataset,
- * in evaluation mode. */
+ * in evaluation mode. loss and accuracy may each be NULL when not wanted. */
 KILN_API kiln_status kiln_trainer_evaluate(kiln_trainer *trainer, const kiln_dataset *dataset, double *loss,
                                            double *accuracy);
 /* Epochs and optimisation steps done so far (checkpoints restore them). */
