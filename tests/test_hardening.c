@@ -5,6 +5,7 @@
  * undefined behaviour) before its fix. */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -429,6 +430,30 @@ static void test_fit_limits_and_schedule(void **state) {
   kiln_model_release(model);
 }
 
+/* The prefixed op names are the same values as the short ones, so code may
+ * move to them without a behaviour change. */
+static void test_prefixed_op_names(void **state) {
+  kiln_context *ctx = *state;
+  assert_int_equal(KILN_UNARY_LOG, KILN_LOG);
+  assert_int_equal(KILN_REDUCE_MAX, KILN_MAX);
+  assert_int_equal(KILN_BINARY_MAXIMUM, KILN_MAXIMUM);
+  assert_int_equal(KILN_COMPARE_GE, KILN_GE);
+  const float values[] = {1, 4, 2, 3};
+  const int64_t shape[] = {4};
+  kiln_tensor *t = kiln_test_tensor_f32(ctx, values, shape, 1, kCpu), *m = NULL, *l = NULL;
+  assert_kiln_ok(kiln_tensor_reduce(KILN_REDUCE_MAX, t, 0, 0, &m));
+  double got = 0;
+  kiln_test_read_f64(m, &got, 1);
+  assert_true(got == 4.0);
+  assert_kiln_ok(kiln_tensor_unary(KILN_UNARY_LOG, t, 0, &l));
+  double logs[4];
+  kiln_test_read_f64(l, logs, 4);
+  for (int i = 0; i < 4; ++i) assert_true(fabs(logs[i] - log(values[i])) < 1e-6);
+  kiln_tensor_release(l);
+  kiln_tensor_release(m);
+  kiln_tensor_release(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_checkpoint_counters_out_of_range),
@@ -443,6 +468,7 @@ int main(void) {
       cmocka_unit_test(test_busy_trainer),
       cmocka_unit_test(test_divergence_is_reported),
       cmocka_unit_test(test_fit_limits_and_schedule),
+      cmocka_unit_test(test_prefixed_op_names),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

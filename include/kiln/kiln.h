@@ -328,7 +328,11 @@ KILN_API kiln_status kiln_tensor_rows(const kiln_tensor *tensor, int64_t start, 
 typedef enum kiln_binary_op {
   KILN_ADD = 0, KILN_SUB = 1, KILN_MUL = 2, KILN_DIV = 3, /* all dtypes; int DIV truncates */
   KILN_MAXIMUM = 4, KILN_MINIMUM = 5,                     /* all dtypes */
-  KILN_POW = 6                                            /* float dtypes */
+  KILN_POW = 6,                                           /* float dtypes */
+  /* The same ops under prefixed names, which collide with nothing else in
+   * this header (KILN_MAXIMUM here vs KILN_MAX the reduction); prefer them. */
+  KILN_BINARY_ADD = KILN_ADD, KILN_BINARY_SUB = KILN_SUB, KILN_BINARY_MUL = KILN_MUL, KILN_BINARY_DIV = KILN_DIV,
+  KILN_BINARY_MAXIMUM = KILN_MAXIMUM, KILN_BINARY_MINIMUM = KILN_MINIMUM, KILN_BINARY_POW = KILN_POW
 } kiln_binary_op;
 
 /* Elementwise a op b with NumPy broadcasting (SHAPE_MISMATCH if the shapes
@@ -340,7 +344,10 @@ KILN_API kiln_status kiln_tensor_binary(kiln_binary_op op, const kiln_tensor *a,
 KILN_API kiln_status kiln_tensor_scalar(kiln_binary_op op, const kiln_tensor *a, double scalar, kiln_tensor **out);
 
 typedef enum kiln_compare_op {
-  KILN_EQ = 0, KILN_NE = 1, KILN_LT = 2, KILN_LE = 3, KILN_GT = 4, KILN_GE = 5
+  KILN_EQ = 0, KILN_NE = 1, KILN_LT = 2, KILN_LE = 3, KILN_GT = 4, KILN_GE = 5,
+  /* Prefixed names for the same ops; prefer them. */
+  KILN_COMPARE_EQ = KILN_EQ, KILN_COMPARE_NE = KILN_NE, KILN_COMPARE_LT = KILN_LT, KILN_COMPARE_LE = KILN_LE,
+  KILN_COMPARE_GT = KILN_GT, KILN_COMPARE_GE = KILN_GE
 } kiln_compare_op;
 
 /* Elementwise comparison with broadcasting; the result is u8 (0 or 1). */
@@ -350,7 +357,12 @@ KILN_API kiln_status kiln_tensor_compare(kiln_compare_op op, const kiln_tensor *
 typedef enum kiln_unary_op {
   KILN_NEG = 0, KILN_ABS = 1,                /* all dtypes */
   KILN_EXP = 2, KILN_LOG = 3, KILN_SQRT = 4, /* float dtypes */
-  KILN_RELU = 5, KILN_GELU = 6, KILN_TANH = 7, KILN_SIGMOID = 8, KILN_LEAKY_RELU = 9 /* float dtypes */
+  KILN_RELU = 5, KILN_GELU = 6, KILN_TANH = 7, KILN_SIGMOID = 8, KILN_LEAKY_RELU = 9, /* float dtypes */
+  /* Prefixed names for the same ops (KILN_UNARY_LOG, unlike KILN_LOG, cannot
+   * be taken for a log level); prefer them. */
+  KILN_UNARY_NEG = KILN_NEG, KILN_UNARY_ABS = KILN_ABS, KILN_UNARY_EXP = KILN_EXP, KILN_UNARY_LOG = KILN_LOG,
+  KILN_UNARY_SQRT = KILN_SQRT, KILN_UNARY_RELU = KILN_RELU, KILN_UNARY_GELU = KILN_GELU,
+  KILN_UNARY_TANH = KILN_TANH, KILN_UNARY_SIGMOID = KILN_SIGMOID, KILN_UNARY_LEAKY_RELU = KILN_LEAKY_RELU
 } kiln_unary_op;
 
 /* Elementwise op(a). alpha is LeakyReLU's negative slope and ignored by the
@@ -362,7 +374,11 @@ KILN_API kiln_status kiln_tensor_softmax(const kiln_tensor *a, int64_t dim, kiln
 KILN_API kiln_status kiln_tensor_log_softmax(const kiln_tensor *a, int64_t dim, kiln_tensor **out);
 
 typedef enum kiln_reduce_op {
-  KILN_SUM = 0, KILN_MEAN = 1, KILN_MAX = 2, KILN_ARGMAX = 3
+  KILN_SUM = 0, KILN_MEAN = 1, KILN_MAX = 2, KILN_ARGMAX = 3,
+  /* Prefixed names for the same reductions (KILN_REDUCE_MAX, unlike KILN_MAX,
+   * cannot be taken for KILN_MAX_DIMS or KILN_MAXIMUM); prefer them. */
+  KILN_REDUCE_SUM = KILN_SUM, KILN_REDUCE_MEAN = KILN_MEAN, KILN_REDUCE_MAX = KILN_MAX,
+  KILN_REDUCE_ARGMAX = KILN_ARGMAX
 } kiln_reduce_op;
 
 /* Reduces dimension dim (negative counts from the end); keepdim keeps it with

@@ -709,6 +709,13 @@ pub const kiln_binary_op_KILN_DIV: kiln_binary_op = 3;
 pub const kiln_binary_op_KILN_MAXIMUM: kiln_binary_op = 4;
 pub const kiln_binary_op_KILN_MINIMUM: kiln_binary_op = 5;
 pub const kiln_binary_op_KILN_POW: kiln_binary_op = 6;
+pub const kiln_binary_op_KILN_BINARY_ADD: kiln_binary_op = 0;
+pub const kiln_binary_op_KILN_BINARY_SUB: kiln_binary_op = 1;
+pub const kiln_binary_op_KILN_BINARY_MUL: kiln_binary_op = 2;
+pub const kiln_binary_op_KILN_BINARY_DIV: kiln_binary_op = 3;
+pub const kiln_binary_op_KILN_BINARY_MAXIMUM: kiln_binary_op = 4;
+pub const kiln_binary_op_KILN_BINARY_MINIMUM: kiln_binary_op = 5;
+pub const kiln_binary_op_KILN_BINARY_POW: kiln_binary_op = 6;
 pub type kiln_binary_op = ::std::os::raw::c_uint;
 extern "C" {
     pub fn kiln_tensor_binary(
@@ -732,6 +739,12 @@ pub const kiln_compare_op_KILN_LT: kiln_compare_op = 2;
 pub const kiln_compare_op_KILN_LE: kiln_compare_op = 3;
 pub const kiln_compare_op_KILN_GT: kiln_compare_op = 4;
 pub const kiln_compare_op_KILN_GE: kiln_compare_op = 5;
+pub const kiln_compare_op_KILN_COMPARE_EQ: kiln_compare_op = 0;
+pub const kiln_compare_op_KILN_COMPARE_NE: kiln_compare_op = 1;
+pub const kiln_compare_op_KILN_COMPARE_LT: kiln_compare_op = 2;
+pub const kiln_compare_op_KILN_COMPARE_LE: kiln_compare_op = 3;
+pub const kiln_compare_op_KILN_COMPARE_GT: kiln_compare_op = 4;
+pub const kiln_compare_op_KILN_COMPARE_GE: kiln_compare_op = 5;
 pub type kiln_compare_op = ::std::os::raw::c_uint;
 extern "C" {
     pub fn kiln_tensor_compare(
@@ -751,6 +764,16 @@ pub const kiln_unary_op_KILN_GELU: kiln_unary_op = 6;
 pub const kiln_unary_op_KILN_TANH: kiln_unary_op = 7;
 pub const kiln_unary_op_KILN_SIGMOID: kiln_unary_op = 8;
 pub const kiln_unary_op_KILN_LEAKY_RELU: kiln_unary_op = 9;
+pub const kiln_unary_op_KILN_UNARY_NEG: kiln_unary_op = 0;
+pub const kiln_unary_op_KILN_UNARY_ABS: kiln_unary_op = 1;
+pub const kiln_unary_op_KILN_UNARY_EXP: kiln_unary_op = 2;
+pub const kiln_unary_op_KILN_UNARY_LOG: kiln_unary_op = 3;
+pub const kiln_unary_op_KILN_UNARY_SQRT: kiln_unary_op = 4;
+pub const kiln_unary_op_KILN_UNARY_RELU: kiln_unary_op = 5;
+pub const kiln_unary_op_KILN_UNARY_GELU: kiln_unary_op = 6;
+pub const kiln_unary_op_KILN_UNARY_TANH: kiln_unary_op = 7;
+pub const kiln_unary_op_KILN_UNARY_SIGMOID: kiln_unary_op = 8;
+pub const kiln_unary_op_KILN_UNARY_LEAKY_RELU: kiln_unary_op = 9;
 pub type kiln_unary_op = ::std::os::raw::c_uint;
 extern "C" {
     pub fn kiln_tensor_unary(
@@ -778,6 +801,10 @@ pub const kiln_reduce_op_KILN_SUM: kiln_reduce_op = 0;
 pub const kiln_reduce_op_KILN_MEAN: kiln_reduce_op = 1;
 pub const kiln_reduce_op_KILN_MAX: kiln_reduce_op = 2;
 pub const kiln_reduce_op_KILN_ARGMAX: kiln_reduce_op = 3;
+pub const kiln_reduce_op_KILN_REDUCE_SUM: kiln_reduce_op = 0;
+pub const kiln_reduce_op_KILN_REDUCE_MEAN: kiln_reduce_op = 1;
+pub const kiln_reduce_op_KILN_REDUCE_MAX: kiln_reduce_op = 2;
+pub const kiln_reduce_op_KILN_REDUCE_ARGMAX: kiln_reduce_op = 3;
 pub type kiln_reduce_op = ::std::os::raw::c_uint;
 extern "C" {
     pub fn kiln_tensor_reduce(
