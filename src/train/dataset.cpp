@@ -226,99 +226,53 @@ std::pair<std::shared_ptr<Dataset>, std::shared_ptr<Dataset>> Dataset::split(dou
           std::shared_ptr<Dataset>(new Dataset(data_, std::move(val), norm))};
 }
 
-Dataset::DeviceIndex &Dataset::device_index(Device d) const {
+const Tensor &Dataset::device_map(Device d) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto &slot = index_[key_of(d)];
-  if (!slot) {
-    auto di = std::make_unique<DeviceIndex>();
-    di->map = Tensor::from_host(data_->ctx, rows_.data(), size_ * int64_t(sizeof(int64_t)), Shape{size_}, DType::I64, d);
+  Tensor &map = index_[key_of(d)];
+  if (!map.defined()) {
+    map = Tensor::from_host(data_->ctx, rows_.data(), size_ * int64_t(sizeof(int64_t)), Shape{size_}, DType::I64, d);
     data_->ctx->backend(d).synchronize(d.index);
-    slot = std::move(di);
   }
-  return *slot;
+  return map;
 }
 
-// On the training step's path: the checks are `if (!ok) fail(...)`, which
-// builds a message only on failure (check() would build one every step).
 Dataset::GatherSource Dataset::gather_source(Device d) const {
   const Data::Resident r = data_->on(d);
   const Normalization norm = normalization();
   GatherSource s;
   s.x = r.x, s.y = r.y;
-  if (!rows_.empty()) s.map = device_index(d).map;
+  if (!rows_.empty()) s.map = device_map(d);
   s.scale = norm.scale, s.shift = norm.shift;
   s.cols = num_features();
   s.y_cols = data_->labels ? 0 : target_width();
   return s;
 }
 
-void Dataset::gather(const Tensor &indices, int64_t count, const Tensor &x, const Tensor &y) const {
-  if (!(indices.defined() && x.defined() && y.defined()))
-    fail(KILN_ERROR_INVALID_ARGUMENT, "gather needs defined indices, x and y");
-  const Device d = indices.device();
-  if (!(x.device() == d && y.device() == d))
-    fail(KILN_ERROR_INVALID_ARGUMENT,
-         "gather: indices are on " + d.str() + ", x on " + x.device().str() + ", y on " + y.device().str());
-  if (!(count >= 0))
-    fail(KILN_ERROR_INVALID_ARGUMENT, "gather: negative count " + std::to_string(count));
-  if (!(indices.dtype() == DType::I64))
-    fail(KILN_ERROR_DTYPE_MISMATCH, std::string("gather: indices must be i64, not ") + dtype_name(indices.dtype()));
-  if (!(indices.ndim() == 1 && indices.dim(0) >= count))
-    fail(KILN_ERROR_SHAPE_MISMATCH,
-         "gather: indices must be [>= " + std::to_string(count) + "], not " + indices.shape().str());
-  const int64_t features = num_features();
-  if (!(dtype_is_float(x.dtype())))
-    fail(KILN_ERROR_DTYPE_MISMATCH, std::string("gather: x must be a float dtype, not ") + dtype_name(x.dtype()));
-  if (!(x.ndim() == 2 && x.dim(0) >= count && x.dim(1) == features))
-    fail(KILN_ERROR_SHAPE_MISMATCH, "gather: x must be [>= " + std::to_string(count) + ", " + std::to_string(features) +
-                                        "], not " + x.shape().str());
-  if (data_->labels) {
-    if (!(y.dtype() == DType::I64))
-      fail(KILN_ERROR_DTYPE_MISMATCH, std::string("gather: labels must go to an i64 y, not ") + dtype_name(y.dtype()));
-    if (!(y.ndim() == 1 && y.dim(0) >= count))
-      fail(KILN_ERROR_SHAPE_MISMATCH, "gather: y must be [>= " + std::to_string(count) + "], not " + y.shape().str());
-  } else {
-    const int64_t k = target_width();
-    if (!(dtype_is_float(y.dtype())))
-      fail(KILN_ERROR_DTYPE_MISMATCH,
-           std::string("gather: targets must go to a float y, not ") + dtype_name(y.dtype()));
-    if (!(y.ndim() == 2 && y.dim(0) >= count && y.dim(1) == k))
-      fail(KILN_ERROR_SHAPE_MISMATCH,
-           "gather: y must be [>= " + std::to_string(count) + ", " + std::to_string(k) + "], not " + y.shape().str());
+const int64_t *Dataset::GatherSource::rows_of(const int64_t *samples, int64_t count, int64_t *rows) const {
+  Backend &b = x.backend();
+  if (!map.defined()) {
+    b.copy_on_device(x.device().index, rows, samples, count * int64_t(sizeof(int64_t)));
+    return rows;
   }
-  if (count == 0)
-    return;
+  GatherArgs compose;  // the labels half of a gather: an I64 take from the map
+  compose.order = samples;
+  compose.count = count;
+  compose.y_type = DType::I64, compose.y = map.data(), compose.out_y = rows;
+  b.gather(x.device().index, compose, nullptr);
+  return rows;
+}
 
-  const Normalization norm = normalization();
-  const Data::Resident src = data_->on(d);
-  Backend &backend = x.backend();
-  const int64_t *rows = indices.data_as<int64_t>();
-  // A split dataset first maps its sample indices to rows of the shared
-  // data, into the scratch buffer; the lock keeps other threads off the
-  // scratch until the kernels reading it are queued (they run in stream
-  // order before any later writer's).
-  std::unique_lock<std::mutex> scratch_lock;
-  if (!rows_.empty()) {
-    DeviceIndex &di = device_index(d);
-    scratch_lock = std::unique_lock<std::mutex>(di.mutex);
-    if (!di.scratch.defined() || di.scratch.numel() < count)
-      di.scratch = Tensor::empty(data_->ctx, Shape{count}, DType::I64, d);
-    GatherArgs compose;
-    compose.order = rows;
-    compose.count = count;
-    compose.y_type = DType::I64, compose.y = di.map.data(), compose.out_y = di.scratch.data();
-    backend.gather(d.index, compose, nullptr);
-    rows = di.scratch.data_as<int64_t>();
-  }
+GatherArgs Dataset::GatherSource::args(const int64_t *order, int64_t count, DType out_x_type, void *out_x,
+                                       DType out_y_type, void *out_y) const {
   GatherArgs g;
-  g.order = rows;
+  g.order = order;
   g.count = count;
-  g.x_type = src.x.dtype(), g.x = src.x.data(), g.cols = features;
-  g.scale = norm.scale, g.shift = norm.shift;
-  g.out_x_type = x.dtype(), g.out_x = x.data();
-  g.y_type = src.y.dtype(), g.y = src.y.data(), g.y_cols = data_->labels ? 0 : target_width();
-  g.out_y_type = y.dtype(), g.out_y = y.data();
-  backend.gather(d.index, g, nullptr);
+  g.x_type = x.dtype(), g.x = x.data(), g.cols = cols;
+  g.scale = scale, g.shift = shift;
+  g.out_x_type = out_x_type, g.out_x = out_x;
+  g.y_type = y.dtype(), g.y = y.data(), g.y_cols = y_cols;
+  g.out_y_type = out_y_type, g.out_y = out_y;
+  return g;
 }
 
 void Dataset::batch(int64_t start, int64_t count, Device device, Tensor *x, Tensor *y) const {
@@ -326,11 +280,14 @@ void Dataset::batch(int64_t start, int64_t count, Device device, Tensor *x, Tens
         "batch [" + std::to_string(start) + ", " + std::to_string(start) + " + " + std::to_string(count) +
             ") is not a non-empty range of the dataset's " + std::to_string(size_) + " samples");
   const std::shared_ptr<Context> &ctx = data_->ctx;
-  Tensor indices = Tensor::arange(ctx, double(start), double(start + count), 1.0, DType::I64, device);
+  const GatherSource src = gather_source(device);
+  Tensor samples = Tensor::arange(ctx, double(start), double(start + count), 1.0, DType::I64, device);
+  Tensor rows = Tensor::empty(ctx, Shape{count}, DType::I64, device);
   Tensor bx = Tensor::empty(ctx, Shape{count, num_features()}, DType::F32, device);
   Tensor by = data_->labels ? Tensor::empty(ctx, Shape{count}, DType::I64, device)
                             : Tensor::empty(ctx, Shape{count, target_width()}, DType::F32, device);
-  gather(indices, count, bx, by);
+  const int64_t *order = src.rows_of(samples.data_as<int64_t>(), count, rows.data_as<int64_t>());
+  src.x.backend().gather(device.index, src.args(order, count, DType::F32, bx.data(), by.dtype(), by.data()), nullptr);
   *x = std::move(bx);
   *y = std::move(by);
 }

@@ -74,34 +74,25 @@ class Dataset {
   // Returns {train, validation}.
   std::pair<std::shared_ptr<Dataset>, std::shared_ptr<Dataset>> split(double fraction, uint64_t seed) const;
 
-  // The trainer's batch assembly, on device d = indices.device():
-  //   x[r, :] = normalised features of sample indices[r],
-  //   y[r]    = its label (y: I64 [>= count]) or targets (y: float
-  //             [>= count, k]; any float dtype),
-  // for r < count; rows of x and y past count are untouched. indices is I64
-  // [>= count] with every value in [0, size()) -- the caller guarantees the
-  // range (it is not checked on the device, which would mean a sync); x is
-  // a float tensor [>= count, num_features()] on d. Shapes, dtypes and
-  // devices are checked (SHAPE_MISMATCH / DTYPE_MISMATCH / INVALID_ARGUMENT).
-  //
-  // The first gather on a device copies the data there (under a mutex; OOM
-  // if it does not fit) and waits for that copy once. After that, gathers
-  // neither wait nor allocate, except when a split dataset sees a larger
-  // count than before (it composes its index map into a scratch buffer that
-  // grows to the largest count and is guarded by a mutex during the
-  // gather). The kernels are queued by x's backend, on d's stream.
-  void gather(const Tensor &indices, int64_t count, const Tensor &x, const Tensor &y) const;
-
-  // What a step program's gather reads on device d (core/program.hpp): the
-  // resident data (copied there on first use, as gather does), the
-  // normalisation folded into x * scale + shift, and for a split its index
-  // map (sample -> row of x; undefined for a whole dataset). The tensors stay
-  // valid while the dataset lives.
+  // What batch assembly (Backend::gather, a step program's GatherOp) reads
+  // on device d: the resident data (copied there and waited for once, on
+  // first use; OOM if it does not fit), the normalisation folded into
+  // x * scale + shift, and for a split its index map (sample -> row of x;
+  // undefined for a whole dataset). The tensors stay valid while the dataset
+  // lives; later calls neither wait nor allocate.
   struct GatherSource {
     Tensor x, y, map;
     double scale = 1, shift = 0;
     int64_t cols = 0;    // features per sample
     int64_t y_cols = 0;  // 0 for class labels, else the target width
+
+    // Queues rows[i] = map[samples[i]] for i < count (rows = samples when
+    // there is no map), on x's device; returns rows.
+    const int64_t *rows_of(const int64_t *samples, int64_t count, int64_t *rows) const;
+    // The gather of rows [0, count) of out_x / out_y from data rows
+    // order[offset + r], with out_y of out_y_type.
+    GatherArgs args(const int64_t *order, int64_t count, DType out_x_type, void *out_x, DType out_y_type,
+                    void *out_y) const;
   };
   GatherSource gather_source(Device d) const;
 
@@ -115,12 +106,6 @@ class Dataset {
   struct Normalization {
     double scale = 1.0, shift = 0.0;  // x * scale + shift, folded from (x * s - mean) / std
   };
-  // A split's index map on one device, with its scratch buffer.
-  struct DeviceIndex {
-    std::mutex mutex;       // held while scratch is used
-    Tensor map;             // I64 [size_]: row of Data for each sample
-    Tensor scratch;         // I64 [capacity]: composed indices of one gather
-  };
 
   Dataset(std::shared_ptr<Data> data, std::vector<int64_t> rows, Normalization norm);
   // from_tensors' work; a negative label throws bad_label naming `source`
@@ -128,14 +113,16 @@ class Dataset {
   static std::shared_ptr<Dataset> create(const Tensor &x, const Tensor &y, kiln_status bad_label,
                                          const std::string &source);
   Normalization normalization() const;
-  DeviceIndex &device_index(Device d) const;
+  // A split's index map on device d (I64 [size_]: row of Data for each
+  // sample), copied there on first use.
+  const Tensor &device_map(Device d) const;
 
   std::shared_ptr<Data> data_;
   int64_t size_ = 0;
   std::vector<int64_t> rows_;  // empty: sample i is row i of data_; else rows_[i]
   mutable std::mutex mutex_;   // guards norm_ and index_
   Normalization norm_;
-  mutable std::map<std::pair<int, int64_t>, std::unique_ptr<DeviceIndex>> index_;
+  mutable std::map<std::pair<int, int64_t>, Tensor> index_;
 };
 
 }  // namespace kiln

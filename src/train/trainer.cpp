@@ -259,17 +259,9 @@ Executable &Trainer::program(bool trains, bool training, int64_t rows, const Dat
     p.ops.push_back(cast);
     params = lp_params_.data();
   }
-  if (source) {
-    GatherOp g;
-    g.args.order = rows_device_.data_as<int64_t>();
-    g.args.count = rows;
-    g.args.x_type = source->x.dtype(), g.args.x = source->x.data(), g.args.cols = source->cols;
-    g.args.scale = source->scale, g.args.shift = source->shift;
-    g.args.out_x_type = work_dtype_, g.args.out_x = batch_x_.data();
-    g.args.y_type = source->y.dtype(), g.args.y = source->y.data(), g.args.y_cols = source->y_cols;
-    g.args.out_y_type = batch_y_.dtype(), g.args.out_y = batch_y_.data();
-    p.ops.push_back(g);
-  }
+  if (source)
+    p.ops.push_back(GatherOp{source->args(rows_device_.data_as<int64_t>(), rows, work_dtype_, batch_x_.data(),
+                                          batch_y_.dtype(), batch_y_.data())});
   std::vector<const void *> acts;
   const void *logits = m.append_forward(p.ops, ws_, batch_x_.data(), params, math_, rows, training, &acts);
   void *dlogits = trains ? ws_.grad.back().data() : nullptr;
@@ -378,16 +370,7 @@ const int64_t *Trainer::pass_order(const Dataset &ds, const Dataset::GatherSourc
     b.gather(device_.index, pick, nullptr);
     b.copy_on_device(device_.index, order, rows_device_.data(), count * int64_t(sizeof(int64_t)));
   }
-  if (!source.map.defined()) {
-    b.copy_on_device(device_.index, rows_device_.data(), order, count * int64_t(sizeof(int64_t)));
-  } else {
-    GatherArgs compose;
-    compose.order = order;
-    compose.count = count;
-    compose.y_type = DType::I64, compose.y = source.map.data(), compose.out_y = rows_device_.data();
-    b.gather(device_.index, compose, nullptr);
-  }
-  return rows_device_.data_as<int64_t>();
+  return source.rows_of(order, count, rows_device_.data_as<int64_t>());
 }
 
 void Trainer::run_pass_steps(bool trains, int64_t first, int64_t count, int64_t n, int64_t batch,
