@@ -18,7 +18,7 @@
 
 static const kiln_device kCpu = {KILN_DEVICE_CPU, -1};
 
-static char g_dir[256];
+static char g_dir[512];
 
 static const char *path_in_dir(char *buf, size_t size, const char *name) {
   snprintf(buf, size, "%s/%s", g_dir, name);
@@ -26,15 +26,12 @@ static const char *path_in_dir(char *buf, size_t size, const char *name) {
 }
 
 static int setup(void **state) {
-  snprintf(g_dir, sizeof g_dir, "/tmp/kiln_hardening_XXXXXX");
-  if (!mkdtemp(g_dir)) return -1;
+  kiln_test_make_temp_dir(g_dir, sizeof g_dir);
   return kiln_test_context_setup(state);
 }
 
 static int teardown(void **state) {
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-  if (system(cmd) != 0) return -1;
+  kiln_test_remove_tree(g_dir);
   return kiln_test_context_teardown(state);
 }
 

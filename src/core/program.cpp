@@ -77,7 +77,7 @@ uint32_t fast_path_from_env() {
     else if (name == "all") enabled = 0;
     else if (!name.empty())
       fail(KILN_ERROR_INVALID_ARGUMENT, "KILN_DISABLE names \"" + name.substr(0, 32) +
-                                            "\"; expected a comma-separated list of epilogues, graphs, cudnn, "
+                                            "\"; expected a comma-separated list of epilogues, graphs, cudnn "
                                             "or all");
     if (comma == std::string::npos) break;
     start = comma + 1;
