@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "backend/registry.hpp"
+#include "backend_harness.hpp"
 #include "core/context.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
@@ -30,21 +30,15 @@ using namespace kiln;
 
 namespace {
 
-int g_failures = 0;
-std::string g_case;
+using test::g_case;
+using test::g_failures;
+using test::status_of;
+
 // The backend under test and its device index (-1: the CPU, 0: cuda:0).
 Backend *g_be = nullptr;
 int64_t g_dev = -1;
 #define D g_dev
 bool on_cpu() { return g_be->kind() == KILN_DEVICE_CPU; }
-
-#define CHECK(cond)                                                                          \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
-      ++g_failures;                                                                          \
-      std::fprintf(stderr, "FAIL [%s] %s:%d: %s\n", g_case.c_str(), __FILE__, __LINE__, #cond); \
-    }                                                                                        \
-  } while (0)
 
 // |got - want| <= atol + rtol * |want| elementwise; NaN matches NaN.
 void check_close(const char *what, const std::vector<double> &got, const std::vector<double> &want, double rtol,
@@ -190,15 +184,6 @@ double rtol_of(DType t) {
     case DType::BF16: return 1.6e-2;
     default: return 0;
   }
-}
-
-kiln_status status_of(const std::function<void()> &fn) {
-  try {
-    fn();
-  } catch (const Error &e) {
-    return e.status();
-  }
-  return KILN_OK;
 }
 
 Broadcast make_broadcast(std::vector<int64_t> shape, std::vector<int64_t> as, std::vector<int64_t> bs) {
@@ -1159,42 +1144,24 @@ static void run_all(Backend &be, const char *name) {
 // runs only the CPU half; KILN_TEST_DEVICE=cuda (backend_test_cuda) only the
 // CUDA half, and exits 77 (skipped) without a device.
 int main() {
-  const char *mode = std::getenv("KILN_TEST_DEVICE");
-  const bool cuda_only = mode && std::strcmp(mode, "cuda") == 0;
-  const bool cpu_only = mode && std::strcmp(mode, "cpu") == 0;
-  try {
-    ContextOptions options;
-    options.threads = 3;  // more threads than the CI's cores: the pool's splitting is exercised everywhere
-    options.log_level = KILN_LOG_ERROR;
-    std::shared_ptr<Context> ctx = Context::create(options, backend_registry());
-    if (!cuda_only) {
-      test_thread_pool();
-      g_be = &ctx->cpu();
-      g_dev = -1;
-      run_all(*g_be, "cpu");
-    }
-    if (!cpu_only && ctx->cuda_available()) {
-      g_be = &ctx->backend(Device::cuda(0));
-      g_dev = 0;
-      run_all(*g_be, "cuda");
-      // The same permutation on both backends, for the trainer's epochs.
-      g_case = "shuffle cpu == cuda";
-      std::vector<int64_t> gpu = run_shuffle(*g_be, 100000, 7);
-      g_be = &ctx->cpu();
-      g_dev = -1;
-      CHECK(gpu == run_shuffle(*g_be, 100000, 7));
-    } else if (cuda_only) {
-      std::fprintf(stderr, "skipped: no usable CUDA device (%s)\n", ctx->cuda_unavailable_reason().c_str());
-      return 77;
-    }
-  } catch (const std::exception &e) {
-    std::fprintf(stderr, "FAIL [%s] unexpected exception: %s\n", g_case.c_str(), e.what());
-    return 1;
-  }
-  if (g_failures) {
-    std::fprintf(stderr, "%d check(s) failed\n", g_failures);
-    return 1;
-  }
-  std::printf("backend kernels: all checks passed\n");
-  return 0;
+  // More threads than the CI's cores: the pool's splitting is exercised everywhere.
+  return test::run_suite(
+      "backend kernels", 3,
+      [](Context &ctx) {
+        test_thread_pool();
+        g_be = &ctx.cpu();
+        g_dev = -1;
+        run_all(*g_be, "cpu");
+      },
+      [](Context &ctx) {
+        g_be = &ctx.backend(Device::cuda(0));
+        g_dev = 0;
+        run_all(*g_be, "cuda");
+        // The same permutation on both backends, for the trainer's epochs.
+        g_case = "shuffle cpu == cuda";
+        std::vector<int64_t> gpu = run_shuffle(*g_be, 100000, 7);
+        g_be = &ctx.cpu();
+        g_dev = -1;
+        CHECK(gpu == run_shuffle(*g_be, 100000, 7));
+      });
 }

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/registry.hpp"
+#include "backend_harness.hpp"
 #include "core/context.hpp"
 #include "core/error.hpp"
 #include "core/program.hpp"
@@ -27,16 +27,8 @@ using namespace kiln;
 
 namespace {
 
-int g_failures = 0;
-std::string g_case;
-
-#define CHECK(cond)                                                                              \
-  do {                                                                                           \
-    if (!(cond)) {                                                                               \
-      ++g_failures;                                                                              \
-      std::fprintf(stderr, "FAIL [%s] %s:%d: %s\n", g_case.c_str(), __FILE__, __LINE__, #cond); \
-    }                                                                                            \
-  } while (0)
+using test::g_case;
+using test::status_of;
 
 std::vector<float> randoms(size_t n, uint64_t seed, double lo = -1, double hi = 1) {
   std::vector<float> v(n);
@@ -57,16 +49,6 @@ bool close(const std::vector<float> &got, const std::vector<double> &want, doubl
       return false;
     }
   return true;
-}
-
-kiln_status status_of(const std::function<void()> &fn, std::string *message = nullptr) {
-  try {
-    fn();
-  } catch (const Error &e) {
-    if (message) *message = e.what();
-    return e.status();
-  }
-  return KILN_OK;
 }
 
 double gelu(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
@@ -652,39 +634,18 @@ void test_fast_path_from_env() {
 // part; KILN_TEST_DEVICE=cuda (program_test_cuda) only the CUDA part, and
 // exits 77 (skipped) without a device.
 int main() {
-  const char *mode = std::getenv("KILN_TEST_DEVICE");
-  const bool cuda_only = mode && std::strcmp(mode, "cuda") == 0;
-  const bool cpu_only = mode && std::strcmp(mode, "cpu") == 0;
-  try {
-    ContextOptions options;
-    options.threads = 2;
-    options.log_level = KILN_LOG_ERROR;
-    std::shared_ptr<Context> ctx = Context::create(options, backend_registry());
-    Backend &be = ctx->cpu();
-    if (!cuda_only) {
-      test_op_names();
-      test_fast_path_from_env();
-      test_gather_cast_activation(be);
-      test_linear(be);
-      test_dropout_loss_clip(be);
-      test_optimizer_ops(be);
-      test_compile_default(be);
-      test_compiled_program(be, -1, "cpu");
-    }
-    if (!cpu_only && ctx->cuda_available()) {
-      test_compiled_program(ctx->backend(Device::cuda(0)), 0, "cuda:0");
-    } else if (cuda_only) {
-      std::fprintf(stderr, "skipped: no usable CUDA device (%s)\n", ctx->cuda_unavailable_reason().c_str());
-      return 77;
-    }
-  } catch (const std::exception &e) {
-    std::fprintf(stderr, "FAIL [%s] unexpected exception: %s\n", g_case.c_str(), e.what());
-    return 1;
-  }
-  if (g_failures) {
-    std::fprintf(stderr, "%d check(s) failed\n", g_failures);
-    return 1;
-  }
-  std::printf("programs: all checks passed\n");
-  return 0;
+  return test::run_suite(
+      "programs", 2,
+      [](Context &ctx) {
+        Backend &be = ctx.cpu();
+        test_op_names();
+        test_fast_path_from_env();
+        test_gather_cast_activation(be);
+        test_linear(be);
+        test_dropout_loss_clip(be);
+        test_optimizer_ops(be);
+        test_compile_default(be);
+        test_compiled_program(be, -1, "cpu");
+      },
+      [](Context &ctx) { test_compiled_program(ctx.backend(Device::cuda(0)), 0, "cuda:0"); });
 }
