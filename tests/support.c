@@ -120,6 +120,18 @@ kiln_tensor *kiln_test_tensor_f32(kiln_context *ctx, const float *values, const 
   return t;
 }
 
+kiln_dataset *kiln_test_dataset(kiln_context *ctx, const float *x, const int64_t *y, int64_t n, int64_t features,
+                                kiln_device device) {
+  const int64_t xs[] = {n, features}, ys[] = {n};
+  kiln_tensor *xt = kiln_test_tensor_f32(ctx, x, xs, 2, device), *yt = NULL;
+  assert_kiln_ok(kiln_tensor_from_host(ctx, y, n * (int64_t)sizeof(int64_t), ys, 1, KILN_I64, device, &yt));
+  kiln_dataset *ds = NULL;
+  assert_kiln_ok(kiln_dataset_from_tensors(ctx, xt, yt, &ds));
+  kiln_tensor_release(xt);
+  kiln_tensor_release(yt);
+  return ds;
+}
+
 kiln_tensor *kiln_test_tensor_f64(kiln_context *ctx, const double *values, const int64_t *shape, int64_t ndim,
                                   kiln_device device) {
   kiln_tensor *t = NULL;

@@ -90,6 +90,10 @@ int kiln_test_gpu_cases(kiln_context *ctx, kiln_device *dev);
 kiln_tensor *kiln_test_tensor_f32(kiln_context *ctx, const float *values, const int64_t *shape, int64_t ndim,
                                   kiln_device device);
 /* A new f64 tensor of the given shape on device holding `values`. */
+/* A classification dataset of n samples on device: features x [n, features]
+ * (f32) and labels y [n] (i64), both copied. */
+kiln_dataset *kiln_test_dataset(kiln_context *ctx, const float *x, const int64_t *y, int64_t n, int64_t features,
+                                kiln_device device);
 kiln_tensor *kiln_test_tensor_f64(kiln_context *ctx, const double *values, const int64_t *shape, int64_t ndim,
                                   kiln_device device);
 /* Reads any tensor (any dtype, any device) as n doubles: it is cast to f64

@@ -53,14 +53,7 @@ static kiln_dataset *random_dataset(kiln_context *ctx) {
   int64_t y[100];
   kiln_test_fill_uniform_f32(&rng, x, 600, -1, 1);
   for (int i = 0; i < 100; ++i) y[i] = (x[6 * i] + x[6 * i + 1] > 0) + (x[6 * i + 2] > 0.5f);
-  const int64_t xs[] = {100, 6}, ys[] = {100};
-  kiln_tensor *xt = kiln_test_tensor_f32(ctx, x, xs, 2, dev), *yt = NULL;
-  assert_kiln_ok(kiln_tensor_from_host(ctx, y, sizeof y, ys, 1, KILN_I64, dev, &yt));
-  kiln_dataset *ds = NULL;
-  assert_kiln_ok(kiln_dataset_from_tensors(ctx, xt, yt, &ds));
-  kiln_tensor_release(xt);
-  kiln_tensor_release(yt);
-  return ds;
+  return kiln_test_dataset(ctx, x, y, 100, 6, dev);
 }
 
 static void read_weights(kiln_model *model, float *out) {

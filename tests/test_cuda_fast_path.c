@@ -32,14 +32,7 @@ static kiln_dataset *planar(kiln_context *ctx, uint64_t seed) {
     x[2 * i + 1] = (float)b;
     y[i] = s0 >= s1 && s0 >= s2 ? 0 : s1 >= s2 ? 1 : 2;
   }
-  const int64_t xs[] = {N_SAMPLES, 2}, ys[] = {N_SAMPLES};
-  kiln_tensor *xt = kiln_test_tensor_f32(ctx, x, xs, 2, cpu), *yt = NULL;
-  assert_kiln_ok(kiln_tensor_from_host(ctx, y, (int64_t)sizeof y, ys, 1, KILN_I64, cpu, &yt));
-  kiln_dataset *ds = NULL;
-  assert_kiln_ok(kiln_dataset_from_tensors(ctx, xt, yt, &ds));
-  kiln_tensor_release(xt);
-  kiln_tensor_release(yt);
-  return ds;
+  return kiln_test_dataset(ctx, x, y, N_SAMPLES, 2, cpu);
 }
 
 typedef struct {

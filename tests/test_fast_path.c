@@ -26,14 +26,7 @@ static kiln_dataset *make_dataset(kiln_context *ctx) {
   int64_t y[N];
   kiln_test_fill_uniform_f32(&rng, x, N * IN, -1, 1);
   for (int i = 0; i < N; ++i) y[i] = (x[IN * i] > 0) + (x[IN * i + 1] > 0.3f);
-  const int64_t xs[] = {N, IN}, ys[] = {N};
-  kiln_tensor *xt = kiln_test_tensor_f32(ctx, x, xs, 2, dev), *yt = NULL;
-  assert_kiln_ok(kiln_tensor_from_host(ctx, y, sizeof y, ys, 1, KILN_I64, dev, &yt));
-  kiln_dataset *ds = NULL;
-  assert_kiln_ok(kiln_dataset_from_tensors(ctx, xt, yt, &ds));
-  kiln_tensor_release(xt);
-  kiln_tensor_release(yt);
-  return ds;
+  return kiln_test_dataset(ctx, x, y, N, IN, dev);
 }
 
 /* Two epochs (12 steps of 16, with dropout and Adam) from a fixed seed;
