@@ -77,6 +77,10 @@ usage_error "--save needs a value" train --save --epochs 1
 usage_error "unknown --activation 'swish'" train --activation swish
 usage_error "--hidden wants" train --hidden 32,x
 usage_error "bad --device 'gpu'" train --device gpu
+usage_error "'cpu' is not a GPU" train --device cuda:0,cpu
+usage_error "cuda:1 is listed twice" train --device cuda:1,cuda:1
+usage_error "batch 63 does not split evenly over 2 devices" train --device cuda:0,cuda:1 --batch 63
+usage_error "distributed runs one device per rank" train --device cuda:0,cuda:1 --distributed
 usage_error "missing argument MODEL" eval
 usage_error "unexpected argument 'extra'" eval model extra
 
@@ -129,8 +133,6 @@ expect 0 "^epoch 2/2 " "$kiln" train "${common[@]}" --epochs 2 --resume "$work/e
 resumed="$(grep '^test (loss|accuracy):' -E "$work/out")"
 [[ "$resumed" == "$straight" ]] || fail "resumed run gave '$resumed', the straight run '$straight'"
 expect 1 "cannot resume from" "$kiln" train "${common[@]}" --hidden 8 --epochs 2 --resume "$work/epoch1.ckpt"
-
-usage_error "one process per device: mpirun -np N kiln train --distributed" train --device cuda:0,cuda:1
 
 # ---- --distributed: 2 ranks x batch 10 = 1 process x batch 20 ---------------
 # Only where CTest found mpirun (KILN_MPIRUN) and libkiln_dist.so was built.

@@ -12,6 +12,7 @@
 #include "support.h"
 
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 static const kiln_device kCpu = {KILN_DEVICE_CPU, -1};
@@ -184,6 +185,133 @@ static void test_local_communicator_on_one_gpu(void **state) {
   kiln_communicator_release(comm);
 }
 
+/* DataParallel's device list: the checks of the setter and of
+ * kiln_trainer_create, and one device listed as plain training. */
+static void test_data_parallel_device_list(void **state) {
+  if (!cpu_cases()) skip();
+  kiln_context *ctx = *state;
+  kiln_trainer_options *o = NULL;
+  assert_kiln_ok(kiln_trainer_options_create(&o));
+  const kiln_device cpu_and_gpu[2] = {{KILN_DEVICE_CPU, -1}, {KILN_DEVICE_CUDA, 0}};
+  const kiln_device twice[2] = {{KILN_DEVICE_CUDA, 1}, {KILN_DEVICE_CUDA, 1}};
+  const kiln_device bad_kind[1] = {{(kiln_device_kind)99, 0}};
+  const kiln_device gpus[2] = {{KILN_DEVICE_CUDA, 0}, {KILN_DEVICE_CUDA, 1}};
+  assert_status(kiln_trainer_options_set_devices(NULL, gpus, 2), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_options_set_devices(o, NULL, 2), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_options_set_devices(o, gpus, -1), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_options_set_devices(o, gpus, KILN_MAX_DATA_PARALLEL_DEVICES + 1),
+                KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_options_set_devices(o, cpu_and_gpu, 2), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("cpu can only be listed alone");
+  assert_status(kiln_trainer_options_set_devices(o, twice, 2), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("cuda:1 is listed twice");
+  assert_status(kiln_trainer_options_set_devices(o, bad_kind, 1), KILN_ERROR_INVALID_ARGUMENT);
+  assert_kiln_ok(kiln_trainer_options_set_devices(o, NULL, 0)); /* clears */
+
+  kiln_model *model = NULL;
+  kiln_trainer *plain = make_trainer(ctx, &model), *t = (kiln_trainer *)ctx;
+  /* The model must be on the first listed device. */
+  assert_kiln_ok(kiln_trainer_options_set_devices(o, gpus, 2));
+  assert_status(kiln_trainer_create(model, o, &t), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("first listed device, cuda:0");
+  assert_null(t);
+  assert_kiln_ok(kiln_trainer_options_set_devices(o, gpus, 1));
+  assert_status(kiln_trainer_create(model, o, &t), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("model is on cpu");
+
+  /* [cpu] is plain training on the CPU: the same steps as no list. */
+  kiln_model *model2 = NULL;
+  kiln_trainer *listed = make_trainer(ctx, &model2);
+  kiln_trainer_release(listed);
+  assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 16));
+  assert_kiln_ok(kiln_trainer_options_set_momentum(o, 0.9));
+  assert_kiln_ok(kiln_trainer_options_set_devices(o, &kCpu, 1));
+  assert_kiln_ok(kiln_trainer_create(model2, o, &listed));
+  assert_status(kiln_trainer_attach_communicator(listed, NULL), KILN_ERROR_INVALID_ARGUMENT);
+  kiln_trainer_release(plain);
+  assert_kiln_ok(kiln_trainer_create(model, o, &plain));
+  assert_kiln_ok(kiln_trainer_options_set_devices(o, NULL, 0));
+  kiln_test_rng rng = kiln_test_rng_make(17);
+  float xs[16 * 6];
+  int64_t ys[16];
+  for (int i = 0; i < 16 * 6; ++i) xs[i] = (float)kiln_test_rng_uniform(&rng, -1, 1);
+  for (int i = 0; i < 16; ++i) ys[i] = (int64_t)(kiln_test_rng_next(&rng) % 3);
+  const int64_t xshape[2] = {16, 6}, yshape[1] = {16};
+  kiln_tensor *x = kiln_test_tensor_f32(ctx, xs, xshape, 2, kCpu), *y = NULL;
+  assert_kiln_ok(kiln_tensor_from_host(ctx, ys, sizeof ys, yshape, 1, KILN_I64, kCpu, &y));
+  /* make_trainer seeds the context: both models start from the same weights */
+  double la = 0, lb = 0;
+  for (int s = 0; s < 3; ++s) {
+    assert_kiln_ok(kiln_trainer_step(plain, x, y, &la));
+    assert_kiln_ok(kiln_trainer_step(listed, x, y, &lb));
+    assert_true(la == lb);
+  }
+  kiln_tensor_release(x);
+  kiln_tensor_release(y);
+  kiln_trainer_release(plain);
+  kiln_trainer_release(listed);
+  kiln_model_release(model);
+  kiln_model_release(model2);
+  kiln_trainer_options_release(o);
+  assert_status(kiln_trainer_options_set_devices(o, gpus, 2), KILN_ERROR_INVALID_HANDLE);
+}
+
+/* The GPU twin: DataParallel over [cuda:0] is plain training there, and over
+ * [cuda:0, cuda:1] (with two GPUs) batch 32 trains like batch 32 on one GPU. */
+static void test_data_parallel_on_gpus(void **state) {
+  kiln_context *ctx = *state;
+  kiln_device gpu;
+  if (no_plugin() || !kiln_test_gpu_cases(ctx, &gpu)) skip();
+  int64_t gpus = 0;
+  assert_kiln_ok(kiln_device_count(ctx, KILN_DEVICE_CUDA, &gpus));
+  kiln_test_rng rng = kiln_test_rng_make(19);
+  float xs[256 * 6];
+  int64_t ys[256];
+  for (int i = 0; i < 256 * 6; ++i) xs[i] = (float)kiln_test_rng_uniform(&rng, -1, 1);
+  for (int i = 0; i < 256; ++i) ys[i] = (int64_t)(kiln_test_rng_next(&rng) % 3);
+  const int64_t xshape[2] = {256, 6}, yshape[1] = {256};
+  kiln_tensor *x = kiln_test_tensor_f32(ctx, xs, xshape, 2, kCpu), *y = NULL;
+  assert_kiln_ok(kiln_tensor_from_host(ctx, ys, sizeof ys, yshape, 1, KILN_I64, kCpu, &y));
+  kiln_dataset *ds = NULL;
+  assert_kiln_ok(kiln_dataset_from_tensors(ctx, x, y, &ds));
+  const kiln_device list[2] = {gpu, {KILN_DEVICE_CUDA, gpu.index == 0 ? 1 : 0}};
+  for (int64_t n = 1; n <= (gpus >= 2 ? 2 : 1); ++n) {
+    kiln_model *plain_model = NULL, *model = NULL;
+    kiln_trainer *plain = make_trainer(ctx, &plain_model), *dp = make_trainer(ctx, &model);
+    kiln_trainer_release(plain);
+    kiln_trainer_release(dp);
+    assert_kiln_ok(kiln_model_to(plain_model, gpu));
+    assert_kiln_ok(kiln_model_to(model, gpu));
+    kiln_trainer_options *o = NULL;
+    assert_kiln_ok(kiln_trainer_options_create(&o));
+    assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 32));
+    assert_kiln_ok(kiln_trainer_options_set_shuffle_seed(o, 3));
+    assert_kiln_ok(kiln_trainer_create(plain_model, o, &plain));
+    assert_kiln_ok(kiln_trainer_options_set_devices(o, list, n));
+    assert_kiln_ok(kiln_trainer_create(model, o, &dp));
+    kiln_trainer_options_release(o);
+    kiln_epoch_stats a = {sizeof a}, b = {sizeof b};
+    assert_kiln_ok(kiln_trainer_epoch(plain, ds, &a));
+    assert_kiln_ok(kiln_trainer_epoch(dp, ds, &b));
+    assert_true(fabs(a.train_loss - b.train_loss) <= 1e-5 * a.train_loss);
+    kiln_tensor *wa = NULL, *wb = NULL;
+    double va[48];
+    assert_kiln_ok(kiln_model_parameter(plain_model, 0, &wa));
+    assert_kiln_ok(kiln_model_parameter(model, 0, &wb));
+    kiln_test_read_f64(wa, va, 48);
+    assert_tensor_close(wb, va, 48, 1e-5, 1e-6);
+    kiln_tensor_release(wa);
+    kiln_tensor_release(wb);
+    kiln_trainer_release(plain);
+    kiln_trainer_release(dp);
+    kiln_model_release(plain_model);
+    kiln_model_release(model);
+  }
+  kiln_dataset_release(ds);
+  kiln_tensor_release(x);
+  kiln_tensor_release(y);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_null_arguments),
@@ -191,6 +319,8 @@ int main(void) {
       cmocka_unit_test(test_one_rank_job_trains_like_one_process),
       cmocka_unit_test(test_local_argument_checks),
       cmocka_unit_test(test_local_communicator_on_one_gpu),
+      cmocka_unit_test(test_data_parallel_device_list),
+      cmocka_unit_test(test_data_parallel_on_gpus),
   };
   return cmocka_run_group_tests(tests, kiln_test_context_setup, kiln_test_context_teardown);
 }

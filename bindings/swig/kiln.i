@@ -53,6 +53,7 @@
 %ignore kiln_communicator_local_rank;
 %ignore kiln_communicator_set_timeout;
 %ignore kiln_trainer_attach_communicator;
+%ignore kiln_trainer_options_set_devices;  /* takes a kiln_device array, as create_local */
 
 /* Formatting a {kind, index} pair is done by each language itself; the
  * version triple is available as kiln_version_string. */

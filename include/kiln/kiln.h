@@ -613,6 +613,40 @@ KILN_API kiln_status kiln_trainer_options_set_shuffle_seed(kiln_trainer_options 
  * reads the loss back from the device. */
 KILN_API kiln_status kiln_trainer_options_set_progress_interval(kiln_trainer_options *options, int64_t batches);
 
+/* DataParallel, as PyTorch's nn.DataParallel: one trainer over several GPUs
+ * of this process. devices[0..count) are CUDA devices, distinct; the model
+ * must be on devices[0] when the trainer is created. The trainer then holds
+ * a replica of the model on each other device and splits every batch over
+ * the replicas: batch size B gives each B / count rows (B must be a multiple
+ * of count), replica r training on positions r, r + count, ... of each
+ * epoch's shuffled order, so the result is that of batch B on one device up
+ * to the order of floating-point sums. Gradients are averaged every step with
+ * NCCL (kiln_communicator_create_local's communicators, one thread per
+ * replica); loss, accuracy and evaluation are over the whole batch or
+ * dataset. kiln_trainer_step splits its x and y into count contiguous chunks
+ * (their rows must be a multiple of count). The model (replica 0) holds the
+ * trained weights; the other replicas take its parameters at the start of
+ * every step, epoch, fit and evaluate call. The progress callback runs on the
+ * calling thread, and a cancel stops every replica. kiln_trainer_save_checkpoint
+ * writes replica 0's state (also from inside the callback).
+ * One device listed is plain training on it (it must be the model's device);
+ * count 0 (devices may be NULL) clears the list: the model's device.
+ * KILN_ERROR_INVALID_ARGUMENT here for count outside
+ * [0, KILN_MAX_DATA_PARALLEL_DEVICES], a bad device, a device listed twice,
+ * or the CPU with other devices; kiln_trainer_create returns
+ * KILN_ERROR_INVALID_ARGUMENT when the model is not on devices[0] or the
+ * batch size is not a multiple of count, KILN_ERROR_DEVICE_UNAVAILABLE for a
+ * GPU that does not exist or a missing libkiln_dist.so, and
+ * KILN_ERROR_NOT_SUPPORTED when that plugin was built without NCCL. A
+ * replica that fails alone (out of memory on its GPU) makes the call fail on
+ * every replica at once; the trainer's communicators are then broken, and
+ * later training calls return KILN_ERROR_COMMUNICATION: create a new trainer.
+ * A DataParallel trainer cannot also be attached to a communicator
+ * (KILN_ERROR_NOT_SUPPORTED): DDP runs one device per rank. */
+#define KILN_MAX_DATA_PARALLEL_DEVICES 64
+KILN_API kiln_status kiln_trainer_options_set_devices(kiln_trainer_options *options, const kiln_device *devices,
+                                                      int64_t count);
+
 /* Numeric precision of a trainer's steps (kiln_trainer_options_set_precision):
  *  FP32  the model's dtype throughout, f32 products computed exactly (the
  *        default, and what PyTorch computes with TF32 off);
@@ -775,7 +809,10 @@ typedef struct kiln_communicator kiln_communicator;
  * KILN_ERROR_DEVICE_UNAVAILABLE when libkiln_dist.so or Open MPI's libmpi
  * cannot be loaded (the message has the loader's reason) or MPI cannot be
  * initialized. The timeout starts at KILN_DIST_TIMEOUT seconds (environment;
- * default 600). *out is released with kiln_communicator_release; a trainer
+ * default 600) and bounds the creation too: when a process of the job never
+ * creates its communicator, the others' calls return KILN_ERROR_COMMUNICATION
+ * after that long (MPI_Init itself waits for every process mpirun started;
+ * mpirun bounds that). *out is released with kiln_communicator_release; a trainer
  * it is attached to keeps it alive. */
 KILN_API kiln_status kiln_communicator_create_mpi(kiln_context *ctx, kiln_communicator **out);
 /* One communicator per GPU of devices[0..count), over NCCL alone (no MPI):

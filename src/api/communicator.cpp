@@ -5,7 +5,7 @@
 
 #include "api/handles.hpp"
 #include "dist/communicator.hpp"
-#include "train/trainer.hpp"
+#include "train/data_parallel.hpp"
 
 using kiln::api::guard;
 using kiln::api::lookup;
@@ -64,7 +64,7 @@ KILN_API kiln_status kiln_communicator_set_timeout(kiln_communicator *comm, doub
 
 KILN_API kiln_status kiln_trainer_attach_communicator(kiln_trainer *trainer, kiln_communicator *comm) {
   return guard([&] {
-    kiln::Trainer &t = *lookup(trainer, "trainer")->value;
+    kiln::DataParallel &t = *lookup(trainer, "trainer")->value;
     std::shared_ptr<kiln::Collective> c = value(comm, "communicator");
     t.attach(std::move(c));
   });

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "api/handles.hpp"
+#include "core/version.hpp"
 
 namespace {
 thread_local std::string last_error;
@@ -60,11 +61,7 @@ DType dtype(const kiln_dtype &d) {
 
 extern "C" {
 
-KILN_API const char *kiln_version_string(void) {
-#define KILN_STR2(x) #x
-#define KILN_STR(x) KILN_STR2(x)
-  return KILN_STR(KILN_VERSION_MAJOR) "." KILN_STR(KILN_VERSION_MINOR) "." KILN_STR(KILN_VERSION_PATCH);
-}
+KILN_API const char *kiln_version_string(void) { return kiln::kVersionText; }
 
 KILN_API void kiln_version(int *major, int *minor, int *patch) {
   if (major) *major = KILN_VERSION_MAJOR;

@@ -34,7 +34,7 @@ namespace kiln {
 class Model;
 class ModelSpec;
 class Dataset;
-class Trainer;
+class DataParallel;
 struct TrainerOptions;
 struct History;
 class Collective;
@@ -48,7 +48,7 @@ struct kiln_model_spec { std::shared_ptr<kiln::ModelSpec> value; };
 struct kiln_model { std::shared_ptr<kiln::Model> value; };
 struct kiln_dataset { std::shared_ptr<kiln::Dataset> value; };
 struct kiln_trainer_options { std::shared_ptr<kiln::TrainerOptions> value; };
-struct kiln_trainer { std::shared_ptr<kiln::Trainer> value; };
+struct kiln_trainer { std::shared_ptr<kiln::DataParallel> value; };
 struct kiln_history { std::shared_ptr<kiln::History> value; };
 struct kiln_communicator { std::shared_ptr<kiln::Collective> value; };
 

@@ -6,7 +6,7 @@
 
 #include "api/handles.hpp"
 #include "nn/loss.hpp"
-#include "train/trainer.hpp"
+#include "train/data_parallel.hpp"
 
 namespace {
 
@@ -204,13 +204,34 @@ KILN_API kiln_status kiln_trainer_options_set_fast_path(kiln_trainer_options *op
   });
 }
 
+KILN_API kiln_status kiln_trainer_options_set_devices(kiln_trainer_options *options, const kiln_device *devices,
+                                                      int64_t count) {
+  return guard([&] {
+    kiln::TrainerOptions &o = options_of(options);
+    kiln::check(count >= 0 && count <= KILN_MAX_DATA_PARALLEL_DEVICES, KILN_ERROR_INVALID_ARGUMENT,
+                "the device count must be in [0, " + std::to_string(KILN_MAX_DATA_PARALLEL_DEVICES) + "], got " +
+                    std::to_string(count));
+    if (count > 0) require(devices, "devices");
+    std::vector<kiln::Device> list;
+    for (int64_t i = 0; i < count; ++i) {
+      const kiln::Device d = kiln::api::device(devices[i]);
+      kiln::check(count == 1 || !d.is_cpu(), KILN_ERROR_INVALID_ARGUMENT,
+                  "DataParallel replicas run on CUDA devices; cpu can only be listed alone");
+      for (const kiln::Device &seen : list)
+        kiln::check(seen != d, KILN_ERROR_INVALID_ARGUMENT, d.str() + " is listed twice");
+      list.push_back(d);
+    }
+    o.devices = std::move(list);
+  });
+}
+
 KILN_API kiln_status kiln_trainer_create(kiln_model *model, const kiln_trainer_options *options, kiln_trainer **out) {
   return guard([&] {
     std::shared_ptr<kiln::Model> m = value(model, "model");
     kiln::TrainerOptions o;
     if (options) o = *value(options, "options");
     require(out, "out");
-    auto trainer = std::make_shared<kiln::Trainer>(std::move(m), o);
+    auto trainer = std::make_shared<kiln::DataParallel>(std::move(m), o);
     *out = kiln::api::make_handle<kiln_trainer>(std::move(trainer));
   }, out);
 }
@@ -222,8 +243,8 @@ KILN_API kiln_status kiln_trainer_step(kiln_trainer *trainer, const kiln_tensor 
   return guard([&] {
     // A strong reference for the whole call: the progress callback may release
     // the trainer's handle.
-    const std::shared_ptr<kiln::Trainer> held = value(trainer, "trainer");
-    kiln::Trainer &t = *held;
+    const std::shared_ptr<kiln::DataParallel> held = value(trainer, "trainer");
+    kiln::DataParallel &t = *held;
     kiln::Tensor xt = value(x, "x"), yt = value(y, "y");
     const double l = t.step(xt, yt, loss != nullptr);
     if (loss) *loss = l;
@@ -234,8 +255,8 @@ KILN_API kiln_status kiln_trainer_epoch(kiln_trainer *trainer, const kiln_datase
   return clear_stats_on_failure(guard([&] {
     // A strong reference for the whole call: the progress callback may release
     // the trainer's handle.
-    const std::shared_ptr<kiln::Trainer> held = value(trainer, "trainer");
-    kiln::Trainer &t = *held;
+    const std::shared_ptr<kiln::DataParallel> held = value(trainer, "trainer");
+    kiln::DataParallel &t = *held;
     std::shared_ptr<kiln::Dataset> ds = value(dataset, "dataset");
     check_stats_out(out);
     copy_stats(t.epoch(*ds), out);
@@ -248,8 +269,8 @@ KILN_API kiln_status kiln_trainer_fit(kiln_trainer *trainer, const kiln_dataset 
   return guard([&] {
     // A strong reference for the whole call: the progress callback may release
     // the trainer's handle.
-    const std::shared_ptr<kiln::Trainer> held = value(trainer, "trainer");
-    kiln::Trainer &t = *held;
+    const std::shared_ptr<kiln::DataParallel> held = value(trainer, "trainer");
+    kiln::DataParallel &t = *held;
     std::shared_ptr<kiln::Dataset> tr = value(train, "train");
     std::shared_ptr<kiln::Dataset> va = validation ? value(validation, "validation") : nullptr;
     require(out, "out");
@@ -263,8 +284,8 @@ KILN_API kiln_status kiln_trainer_evaluate(kiln_trainer *trainer, const kiln_dat
   return guard([&] {
     // A strong reference for the whole call: the progress callback may release
     // the trainer's handle.
-    const std::shared_ptr<kiln::Trainer> held = value(trainer, "trainer");
-    kiln::Trainer &t = *held;
+    const std::shared_ptr<kiln::DataParallel> held = value(trainer, "trainer");
+    kiln::DataParallel &t = *held;
     std::shared_ptr<kiln::Dataset> ds = value(dataset, "dataset");
     double l = 0, a = 0;
     t.evaluate(*ds, &l, &a);
@@ -287,8 +308,8 @@ KILN_API kiln_status kiln_trainer_current_lr(const kiln_trainer *trainer, double
 
 KILN_API kiln_status kiln_trainer_save_checkpoint(const kiln_trainer *trainer, const char *path) {
   return guard([&] {
-    const std::shared_ptr<kiln::Trainer> held = value(trainer, "trainer");
-    const kiln::Trainer &t = *held;
+    const std::shared_ptr<kiln::DataParallel> held = value(trainer, "trainer");
+    const kiln::DataParallel &t = *held;
     require(path, "path");
     t.save_checkpoint(path);
   });
@@ -298,8 +319,8 @@ KILN_API kiln_status kiln_trainer_load_checkpoint(kiln_trainer *trainer, const c
   return guard([&] {
     // A strong reference for the whole call: the progress callback may release
     // the trainer's handle.
-    const std::shared_ptr<kiln::Trainer> held = value(trainer, "trainer");
-    kiln::Trainer &t = *held;
+    const std::shared_ptr<kiln::DataParallel> held = value(trainer, "trainer");
+    kiln::DataParallel &t = *held;
     require(path, "path");
     t.load_checkpoint(path);
   });

@@ -13,7 +13,8 @@
 // message, because a timed-out collective may still be pending and the ranks
 // can no longer agree on what was exchanged.
 //
-// Used by one thread at a time (the trainer it is attached to).
+// Used by one thread at a time (the trainer it is attached to), except
+// abort(), which any thread may call.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +49,13 @@ class Collective {
   virtual void broadcast(Device device, void *buf, int64_t bytes, int64_t root) = 0;
   // Host memory: out[r * bytes .. (r + 1) * bytes) = rank r's in[0..bytes).
   virtual void allgather(const void *in, int64_t bytes, void *out) = 0;
+
+  // Breaks the communicator from another thread: a collective waiting now on
+  // this rank, and every later call, fails at once with COMMUNICATION
+  // (`why` in the message) instead of waiting for peers that will not come.
+  // A DataParallel group calls it on its other replicas when one replica
+  // fails outside a collective.
+  virtual void abort(const std::string &why) = 0;
 
   // Seconds a collective may take before it fails (> 0).
   virtual void set_timeout(double seconds) = 0;

@@ -12,7 +12,7 @@
 
 namespace kiln {
 // Bump whenever collective.hpp or the functions below change in any way.
-constexpr int kDistInterfaceVersion = 1;
+constexpr int kDistInterfaceVersion = 2;
 }  // namespace kiln
 
 extern "C" {

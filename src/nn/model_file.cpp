@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 
+#include "core/version.hpp"
 #include "io/safetensors.hpp"
 #include "nn/model.hpp"
 
@@ -15,7 +16,7 @@ namespace {
 constexpr const char *kFormat = "kiln-model";
 
 std::map<std::string, std::string> model_metadata(const Model &model) {
-  return {{"format", kFormat}, {"kiln.spec", model.description()}, {"kiln.version", kiln_version_string()}};
+  return {{"format", kFormat}, {"kiln.spec", model.description()}, {"kiln.version", kVersionText}};
 }
 
 // Names up to a few of the file's tensors that no parameter of `params` has

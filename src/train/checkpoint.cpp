@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "core/version.hpp"
 #include "io/safetensors.hpp"
 #include "train/trainer.hpp"
 
@@ -66,14 +67,14 @@ int64_t parse_counter(const std::map<std::string, std::string> &meta, const std:
 
 }  // namespace
 
-void Trainer::save_checkpoint(const std::string &path) const {
+void Trainer::write_checkpoint(const std::string &path) const {
   check_model_device();
   const OptimizerConfig &c = optimizer_.config();
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const Slot &s : slots(*model_, optimizer_.state(), model_->flat())) tensors.emplace_back(s.name, s.target);
   const std::map<std::string, std::string> meta = {
       {"format", kFormat},
-      {"kiln.version", kiln_version_string()},
+      {"kiln.version", kVersionText},
       {"kiln.spec", model_->description()},
       {"epochs_done", std::to_string(epochs_done_)},
       {"steps_done", std::to_string(steps_done_)},
@@ -89,10 +90,11 @@ void Trainer::save_checkpoint(const std::string &path) const {
       {"beta2", exact_text(c.beta2)},
       {"eps", exact_text(c.eps)},
   };
-  if (!comm_) {
-    io::write_safetensors(path, tensors, meta);
-    return;
-  }
+  io::write_safetensors(path, tensors, meta);
+}
+
+void Trainer::save_checkpoint(const std::string &path) const {
+  if (!comm_) return write_checkpoint(path);
   // Distributed: the ranks hold the same state, so rank 0 alone writes (the
   // ranks may share a file system), then tells the others whether it did, so
   // that every rank returns the same status and a rank that goes on to read
@@ -101,7 +103,7 @@ void Trainer::save_checkpoint(const std::string &path) const {
   std::string message;
   if (comm_->rank() == 0) {
     try {
-      io::write_safetensors(path, tensors, meta);
+      write_checkpoint(path);
     } catch (const Error &e) {
       outcome[0] = e.status();
       message = e.what();

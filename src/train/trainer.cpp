@@ -37,7 +37,9 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-void check_labels_on_host(const Tensor &y, int64_t classes) {
+}  // namespace
+
+void check_host_labels(const Tensor &y, int64_t classes) {
   const int64_t n = y.numel();
   for (int64_t i = 0; i < n; ++i) {
     int64_t label = y.dtype() == DType::I64   ? y.data_as<int64_t>()[i]
@@ -49,6 +51,8 @@ void check_labels_on_host(const Tensor &y, int64_t classes) {
                                             std::to_string(classes) + " outputs");
   }
 }
+
+namespace {
 
 const char *precision_name(kiln_precision p) {
   switch (p) {
@@ -406,7 +410,7 @@ double Trainer::step(const Tensor &x, const Tensor &y, bool want_loss) {
          "x has shape " + x.shape().str() + " but the model takes [batch >= 1, " + std::to_string(in) + "]");
   const int64_t rows = x.dim(0);
   check_target(options_.loss, rows, out, y);
-  if (options_.loss == KILN_LOSS_CROSS_ENTROPY && y.device().is_cpu()) check_labels_on_host(y, out);
+  if (options_.loss == KILN_LOSS_CROSS_ENTROPY && y.device().is_cpu()) check_host_labels(y, out);
   ensure_capacity(rows);
   ensure_order(1);
 
@@ -637,10 +641,7 @@ void Trainer::attach(std::shared_ptr<Collective> comm) {
   // Rank 0's weights, optimizer state and counters, so every rank starts
   // from the same point (a rank that resumed a checkpoint, or seeded its
   // context differently, included).
-  Backend &b = model_->flat().backend();
-  if (!device_.is_cpu()) b.synchronize(device_.index);
-  const Tensor &params = model_->flat();
-  comm->broadcast(device_, params.data(), params.numel() * dtype_size(params.dtype()), 0);
+  broadcast_parameters(*comm);
   for (const auto &state : optimizer_.state())
     comm->broadcast(device_, state.second.data(), state.second.numel() * dtype_size(state.second.dtype()), 0);
   int64_t counters[5] = {int64_t(rng_seed_), int64_t(rng_counter_), steps_done_, epochs_done_, optimizer_.steps()};
@@ -652,6 +653,12 @@ void Trainer::attach(std::shared_ptr<Collective> comm) {
   shard_n_ = -1;
   window_valid_ = false;
   programs_.clear();  // they lack the allreduce
+}
+
+void Trainer::broadcast_parameters(Collective &comm) {
+  const Tensor &params = model_->flat();
+  if (!device_.is_cpu()) params.backend().synchronize(device_.index);
+  comm.broadcast(device_, params.data(), params.numel() * dtype_size(params.dtype()), 0);
 }
 
 double Trainer::current_lr() const {

@@ -69,10 +69,15 @@ struct TrainerOptions {
   int64_t progress_interval = 0;  // batches; 0 = end of epoch only
   kiln_precision precision = KILN_PRECISION_FP32;
   uint32_t fast_path = kFastAll;  // FastPath bits; KILN_DISABLE removes more
+  std::vector<Device> devices;     // DataParallel's (train/data_parallel.hpp); empty: the model's device
 
   // The optimizer settings with the defaults that depend on the kind filled in.
   OptimizerConfig resolved_optimizer() const;
 };
+
+// INVALID_ARGUMENT, naming the sample, unless every label of y (host
+// memory, an integer dtype) is in [0, classes).
+void check_host_labels(const Tensor &y, int64_t classes);
 
 class Trainer {
  public:
@@ -102,13 +107,19 @@ class Trainer {
   // when comm cannot reach buffers of the trainer's device.
   void attach(std::shared_ptr<Collective> comm);
   const std::shared_ptr<Collective> &communicator() const { return comm_; }
+  // Collective over comm (this trainer's, or the one attach is taking):
+  // every rank's parameters become rank 0's.
+  void broadcast_parameters(Collective &comm);
 
   int64_t epochs_done() const { return epochs_done_; }
   int64_t steps_done() const { return steps_done_; }
   double current_lr() const;
 
-  // train/checkpoint.cpp.
+  // train/checkpoint.cpp. save_checkpoint is collective with a
+  // communicator (rank 0 writes, every rank returns its outcome);
+  // write_checkpoint writes this rank's state, whatever the others do.
   void save_checkpoint(const std::string &path) const;
+  void write_checkpoint(const std::string &path) const;
   void load_checkpoint(const std::string &path);
 
  private:

@@ -27,6 +27,12 @@ typedef struct train_args {
   kiln_layer_kind activation_kind;
   kiln_optimizer_kind optimizer_kind;
   kiln_precision precision_kind;
+  /* --device cuda:0,cuda:1: DataParallel over these; first_device is the
+   * model's (num_devices 0: one device, --device as given). */
+  kiln_device devices[KILN_MAX_DATA_PARALLEL_DEVICES];
+  int64_t num_devices;
+  char first_device[64];
+  const char *device_list;
 } train_args;
 
 /* Everything a run creates, released in one place. */
@@ -58,6 +64,42 @@ static int parse_hidden(const cli_command *cmd, train_args *a) {
     a->hidden_sizes[a->num_hidden++] = v;
     p = *end == ',' ? end + 1 : end;
   }
+  return CLI_CONTINUE;
+}
+
+/* --device cuda:0,cuda:1,...: DataParallel over those GPUs of this process.
+ * The syntax is checked here; whether the GPUs exist, when the trainer is
+ * created. */
+static int parse_device_list(const cli_command *cmd, train_args *a) {
+  if (a->distributed)
+    return cli_usage_error(cmd, "--device '%s': --distributed runs one device per rank; list no devices with it",
+                           a->device);
+  const char *p = a->device;
+  a->num_devices = 0;
+  while (*p) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    char one[64];
+    if (len == 0 || (end && end[1] == '\0') || len >= sizeof one || a->num_devices == KILN_MAX_DATA_PARALLEL_DEVICES)
+      return cli_usage_error(cmd, "--device '%s': list up to %d devices as cuda:0,cuda:1,...", a->device,
+                             KILN_MAX_DATA_PARALLEL_DEVICES);
+    memcpy(one, p, len);
+    one[len] = '\0';
+    kiln_device d;
+    if (kiln_device_parse(NULL, one, &d) != KILN_OK || d.kind != KILN_DEVICE_CUDA || d.index < 0)
+      return cli_usage_error(cmd, "--device '%s': '%s' is not a GPU (cuda:N); DataParallel lists GPUs only",
+                             a->device, one);
+    for (int64_t i = 0; i < a->num_devices; i++)
+      if (a->devices[i].index == d.index) return cli_usage_error(cmd, "--device '%s': %s is listed twice", a->device, one);
+    if (a->num_devices == 0) memcpy(a->first_device, one, len + 1);
+    a->devices[a->num_devices++] = d;
+    p = end ? end + 1 : p + len;
+  }
+  if (a->batch % a->num_devices != 0)
+    return cli_usage_error(cmd, "--batch %lld does not split evenly over %lld devices", (long long)a->batch,
+                           (long long)a->num_devices);
+  a->device_list = a->device;
+  a->device = a->first_device;
   return CLI_CONTINUE;
 }
 
@@ -93,11 +135,10 @@ static int check_args(const cli_command *cmd, train_args *a) {
     }
   if (!found) return cli_usage_error(cmd, "unknown --precision '%s' (fp32, tf32 or bf16)", a->precision);
 
-  if (strchr(a->device, ','))
-    return cli_usage_error(cmd,
-                           "--device '%s': several devices in one process are not supported yet; run one process "
-                           "per device: mpirun -np N kiln train --distributed --device cuda",
-                           a->device);
+  if (strchr(a->device, ',')) {
+    int rc = parse_device_list(cmd, a);
+    if (rc != CLI_CONTINUE) return rc;
+  }
   if (a->epochs < 1) return cli_usage_error(cmd, "--epochs must be at least 1, got %lld", (long long)a->epochs);
   if (a->batch < 1) return cli_usage_error(cmd, "--batch must be at least 1, got %lld", (long long)a->batch);
   if (a->threads < 0) return cli_usage_error(cmd, "--threads must be 0 (one per core) or more");
@@ -154,6 +195,7 @@ static int make_trainer(const cli_command *cmd, const train_args *a, train_run *
   if (st == KILN_OK && a->momentum > 0) st = kiln_trainer_options_set_momentum(o, a->momentum);
   /* Unset keeps the optimizer's own default (AdamW's is 0.01, the others' 0). */
   if (st == KILN_OK && !isnan(a->weight_decay)) st = kiln_trainer_options_set_weight_decay(o, a->weight_decay);
+  if (st == KILN_OK && a->num_devices > 1) st = kiln_trainer_options_set_devices(o, a->devices, a->num_devices);
   if (st == KILN_OK) st = kiln_trainer_create(r->model, o, &r->trainer);
   kiln_trainer_options_release(o);
   if (st != KILN_OK) return report_error(cmd, "cannot create the trainer");
@@ -222,6 +264,9 @@ static void print_header(const train_args *a, const train_run *r) {
          (long long)n_val, (long long)n_test);
   printf("training: %s, lr %g, batch %lld, epochs %lld, precision %s\n", a->optimizer, a->lr, (long long)a->batch,
          (long long)a->epochs, a->precision);
+  if (a->num_devices > 1)
+    printf("data parallel: %lld GPUs (%s), batch %lld split %lld per GPU\n", (long long)a->num_devices,
+           a->device_list, (long long)a->batch, (long long)(a->batch / a->num_devices));
   if (r->comm)
     printf("distributed: %lld ranks, batch %lld per rank (%lld per step in all); rank 0 reports\n",
            (long long)r->ranks, (long long)a->batch, (long long)(a->batch * r->ranks));
@@ -280,7 +325,9 @@ int cmd_train(int argc, char **argv) {
                   .val_split = 0.1};
   const cli_option options[] = {
       {"data", CLI_STRING, &a.data, "DIR", "MNIST-layout dataset directory (default " DEFAULT_DATA_DIR ")"},
-      {"device", CLI_STRING, &a.device, "DEV", "auto, cpu or cuda:N (default auto: the first GPU, else the CPU)"},
+      {"device", CLI_STRING, &a.device, "DEV",
+       "auto, cpu, cuda:N, or cuda:0,cuda:1,... for DataParallel over those GPUs (default auto: the first GPU, "
+       "else the CPU)"},
       {"hidden", CLI_STRING, &a.hidden, "N[,N...]", "hidden layer sizes (default 32)"},
       {"activation", CLI_STRING, &a.activation, "NAME", "relu, gelu, tanh, sigmoid or leaky_relu (default relu)"},
       {"epochs", CLI_INT, &a.epochs, "N", "total epochs, counting those of a resumed checkpoint (default 5)"},

@@ -611,6 +611,7 @@ internal static class NativeMethods {
   public static readonly int KILN_VERSION_PATCH = NativeMethodsPINVOKE.KILN_VERSION_PATCH_get();
   public static readonly int KILN_ABI_VERSION = NativeMethodsPINVOKE.KILN_ABI_VERSION_get();
   public static readonly int KILN_MAX_DIMS = NativeMethodsPINVOKE.KILN_MAX_DIMS_get();
+  public static readonly int KILN_MAX_DATA_PARALLEL_DEVICES = NativeMethodsPINVOKE.KILN_MAX_DATA_PARALLEL_DEVICES_get();
 }
 
 }

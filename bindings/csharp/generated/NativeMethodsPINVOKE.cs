@@ -532,6 +532,9 @@ internal class NativeMethodsPINVOKE {
   [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_trainer_options_set_progress_interval")]
   public static extern int trainer_options_set_progress_interval(TrainerOptionsHandle jarg1, long jarg2);
 
+  [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_KILN_MAX_DATA_PARALLEL_DEVICES_get")]
+  public static extern int KILN_MAX_DATA_PARALLEL_DEVICES_get();
+
   [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_trainer_options_set_precision")]
   public static extern int trainer_options_set_precision(TrainerOptionsHandle jarg1, Precision jarg2);
 

@@ -2260,6 +2260,16 @@ SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_trainer_options_set_progress_interval(voi
 }
 
 
+SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_KILN_MAX_DATA_PARALLEL_DEVICES_get() {
+  int jresult ;
+  int result;
+  
+  result = (int)(64);
+  jresult = result; 
+  return jresult;
+}
+
+
 SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_trainer_options_set_precision(void * jarg1, int jarg2) {
   int jresult ;
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;

@@ -5,8 +5,10 @@
 // (local_collective.cpp) build on it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -54,14 +56,27 @@ class PluginCollective : public Collective {
   int64_t rank() const override { return rank_; }
   int64_t size() const override { return size_; }
   void set_timeout(double seconds) override { timeout_ = seconds; }
+  void abort(const std::string &why) override {
+    std::lock_guard<std::mutex> lock(abort_mutex_);
+    if (abort_reason_.empty()) abort_reason_ = why;
+    aborted_.store(true, std::memory_order_release);
+  }
   double timeout() const override { return timeout_; }
 
  protected:
   PluginCollective() : timeout_(timeout_from_env()) {}
 
   // Every call fails the same way once a collective failed (collective.hpp).
-  void usable() const {
+  void usable() {
     if (!broken_.empty()) fail(KILN_ERROR_COMMUNICATION, "the communicator is broken: " + broken_);
+    if (aborted()) break_with(abort_message());
+  }
+
+  // abort() was called (from any thread): wait loops poll this.
+  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  std::string abort_message() {
+    std::lock_guard<std::mutex> lock(abort_mutex_);
+    return "aborted: " + abort_reason_;
   }
 
   [[noreturn]] void break_with(const std::string &why) {
@@ -105,10 +120,12 @@ class PluginCollective : public Collective {
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(nccl_, &async);
       if (async != ncclSuccess && async != ncclInProgress) nccl_call(async, what);
-      if (seconds_since(start) > timeout_) {
+      const bool late = seconds_since(start) > timeout_;
+      if (late || aborted()) {
         ncclCommAbort(nccl_);
         nccl_ = nullptr;
-        break_with(std::string(what) + " on the GPU did not complete within " + std::to_string(timeout_) + " s");
+        break_with(late ? std::string(what) + " on the GPU did not complete within " + std::to_string(timeout_) + " s"
+                        : abort_message());
       }
       std::this_thread::yield();
     }
@@ -141,6 +158,9 @@ class PluginCollective : public Collective {
   int64_t rank_ = 0, size_ = 1;
   double timeout_;
   std::string broken_;  // non-empty: the first failure, repeated by every later call
+  std::atomic<bool> aborted_{false};
+  std::mutex abort_mutex_;  // guards abort_reason_
+  std::string abort_reason_;
 };
 
 }  // namespace kiln::dist

@@ -72,18 +72,19 @@ class MpiCollective final : public PluginCollective {
     MPI_Finalized(&finalized);
     check(!finalized, KILN_ERROR_DEVICE_UNAVAILABLE, "MPI was already finalized in this process");
     lock.unlock();
-    // Blocking, without the timeout: they run once, when every rank starts.
-    call(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
+    // Nonblocking and polled like every collective, so a process of the job
+    // that never creates its communicator fails this one within the timeout
+    // (KILN_DIST_TIMEOUT) instead of hanging it. MPI_Init_thread itself waits
+    // for every process mpirun started; bounding that is mpirun's part.
+    MPI_Request request;
+    call(MPI_Comm_idup(MPI_COMM_WORLD, &comm_, &request), "MPI_Comm_idup");
+    wait(request, "creating the communicator (MPI_Comm_idup: every process of the job must create one)");
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     int rank = 0, size = 0;
     MPI_Comm_rank(comm_, &rank);
     MPI_Comm_size(comm_, &size);
     rank_ = rank, size_ = size;
-    MPI_Comm node;
-    call(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
-    MPI_Comm_rank(node, &rank);
-    local_rank_ = rank;
-    MPI_Comm_free(&node);
+    local_rank_ = rank_among_host();
     char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
     int len = 0;
     MPI_Get_library_version(version, &len);
@@ -160,6 +161,21 @@ class MpiCollective final : public PluginCollective {
   }
 
  private:
+  // This rank's index among the ranks on the same host: the ranks that share
+  // its processor name (what MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)
+  // groups, which has no nonblocking form to bound with the timeout).
+  int64_t rank_among_host() {
+    char mine[MPI_MAX_PROCESSOR_NAME] = {};
+    int len = 0;
+    call(MPI_Get_processor_name(mine, &len), "MPI_Get_processor_name");
+    std::string all(size_t(size_) * sizeof mine, '\0');
+    allgather(mine, sizeof mine, all.data());
+    int64_t local = 0;
+    for (int64_t r = 0; r < rank_; ++r)
+      if (all.compare(size_t(r) * sizeof mine, sizeof mine, mine, sizeof mine) == 0) ++local;
+    return local;
+  }
+
   void call(int rc, const char *what) {
     if (rc != MPI_SUCCESS) break_with(std::string(what) + " failed: " + mpi_error(rc));
   }
@@ -177,6 +193,11 @@ class MpiCollective final : public PluginCollective {
       if (rc != MPI_SUCCESS) break_with(std::string(what) + " failed (a peer rank died?): " + mpi_error(rc));
       if (done) return;
       const double waited = seconds_since(start);
+      if (aborted()) {
+        std::lock_guard<std::mutex> lock(g_mutex);
+        g_pending_left = true;
+        break_with(std::string(what) + " " + abort_message());
+      }
       if (waited > timeout_) {
         std::lock_guard<std::mutex> lock(g_mutex);
         g_pending_left = true;

@@ -7,6 +7,7 @@ pub const KILN_VERSION_MINOR: u32 = 1;
 pub const KILN_VERSION_PATCH: u32 = 0;
 pub const KILN_ABI_VERSION: u32 = 1;
 pub const KILN_MAX_DIMS: u32 = 8;
+pub const KILN_MAX_DATA_PARALLEL_DEVICES: u32 = 64;
 pub type __uint32_t = ::std::os::raw::c_uint;
 pub type __int64_t = ::std::os::raw::c_long;
 pub type __uint64_t = ::std::os::raw::c_ulong;
@@ -1187,6 +1188,13 @@ extern "C" {
     pub fn kiln_trainer_options_set_progress_interval(
         options: *mut kiln_trainer_options,
         batches: i64,
+    ) -> kiln_status;
+}
+extern "C" {
+    pub fn kiln_trainer_options_set_devices(
+        options: *mut kiln_trainer_options,
+        devices: *const kiln_device,
+        count: i64,
     ) -> kiln_status;
 }
 pub const kiln_precision_KILN_PRECISION_FP32: kiln_precision = 0;

@@ -1,0 +1,377 @@
+// DataParallel's orchestration on a machine without GPUs: replicas on the CPU
+// joined by an in-process test collective (ThreadCollective below, a test
+// double standing in for NCCL's communicators over local GPUs), checked
+// against one Trainer with the whole batch. What is checked here is kiln's
+// part: the split of batches and epochs, the threads, the parameter sync,
+// the relay of the progress callback, and failures; the NCCL engine itself
+// needs GPUs (test_data_parallel_cuda).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "backend_harness.hpp"
+#include "nn/model.hpp"
+#include "train/data_parallel.hpp"
+
+namespace kiln {
+namespace {
+
+using test::status_of;
+
+// Ranks of one process meeting at a barrier: every collective deposits each
+// rank's bytes, waits for all, computes from all, and waits again so no rank
+// overwrites its slot before the others read it. fail_at > 0 makes rank
+// fail_rank throw on its fail_at-th collective, as an engine error would.
+struct Hub {
+  explicit Hub(int64_t n) : n(n), slots(size_t(n)) {}
+  int64_t n;
+  std::mutex mutex;
+  std::condition_variable cv;
+  int64_t arrived = 0;
+  uint64_t generation = 0;
+  std::vector<std::vector<char>> slots;
+  int64_t fail_rank = -1, fail_at = 0;
+};
+
+class ThreadCollective final : public Collective {
+ public:
+  ThreadCollective(std::shared_ptr<Hub> hub, int64_t rank) : hub_(std::move(hub)), rank_(rank) {}
+
+  int64_t rank() const override { return rank_; }
+  int64_t size() const override { return hub_->n; }
+  int64_t local_rank() const override { return rank_; }
+  std::string describe() const override { return "test threads"; }
+  bool supports(Device device) const override { return device.is_cpu(); }
+  void set_timeout(double seconds) override { timeout_ = seconds; }
+  double timeout() const override { return timeout_; }
+  void abort(const std::string &why) override {
+    std::lock_guard<std::mutex> lock(hub_->mutex);
+    abort_why_ = why;
+    aborted_ = true;
+    hub_->cv.notify_all();
+  }
+
+  void allreduce(Device, DType t, void *buf, int64_t n, bool mean) override {
+    std::vector<std::vector<char>> all = exchange(buf, n * dtype_size(t));
+    for (int64_t i = 0; i < n; ++i) {
+      double sum = 0;
+      for (const auto &slot : all) sum += t == DType::F32   ? double(reinterpret_cast<const float *>(slot.data())[i])
+                                          : t == DType::F64 ? reinterpret_cast<const double *>(slot.data())[i]
+                                                            : double(reinterpret_cast<const int64_t *>(slot.data())[i]);
+      if (mean) sum /= double(hub_->n);
+      if (t == DType::F32) static_cast<float *>(buf)[i] = float(sum);
+      else if (t == DType::F64) static_cast<double *>(buf)[i] = sum;
+      else static_cast<int64_t *>(buf)[i] = int64_t(sum);
+    }
+  }
+  void broadcast(Device, void *buf, int64_t bytes, int64_t root) override {
+    std::vector<std::vector<char>> all = exchange(buf, bytes);
+    std::memcpy(buf, all[size_t(root)].data(), size_t(bytes));
+  }
+  void allgather(const void *in, int64_t bytes, void *out) override {
+    std::vector<std::vector<char>> all = exchange(in, bytes);
+    for (size_t r = 0; r < all.size(); ++r) std::memcpy(static_cast<char *>(out) + r * size_t(bytes), all[r].data(), size_t(bytes));
+  }
+
+ private:
+  std::vector<std::vector<char>> exchange(const void *mine, int64_t bytes) {
+    std::unique_lock<std::mutex> lock(hub_->mutex);
+    // Broken for good after a failure or an abort, as the plugin's are.
+    if (aborted_) fail(KILN_ERROR_COMMUNICATION, "aborted: " + abort_why_);
+    if (rank_ == hub_->fail_rank && ++calls_ >= hub_->fail_at)
+      fail(KILN_ERROR_COMMUNICATION, "test: rank " + std::to_string(rank_) + " fails its collective");
+    hub_->slots[size_t(rank_)].assign(static_cast<const char *>(mine), static_cast<const char *>(mine) + bytes);
+    barrier(lock);
+    std::vector<std::vector<char>> all = hub_->slots;
+    barrier(lock);
+    return all;
+  }
+
+  void barrier(std::unique_lock<std::mutex> &lock) {
+    const uint64_t gen = hub_->generation;
+    if (++hub_->arrived == hub_->n) {
+      hub_->arrived = 0;
+      ++hub_->generation;
+      hub_->cv.notify_all();
+      return;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
+    while (hub_->generation == gen) {
+      if (aborted_) fail(KILN_ERROR_COMMUNICATION, "aborted: " + abort_why_);
+      if (hub_->cv.wait_until(lock, deadline) == std::cv_status::timeout && hub_->generation == gen)
+        fail(KILN_ERROR_COMMUNICATION, "test collective timed out");
+    }
+  }
+
+  std::shared_ptr<Hub> hub_;
+  int64_t rank_;
+  double timeout_ = 60;
+  int64_t calls_ = 0;
+  bool aborted_ = false;  // guarded by hub_->mutex
+  std::string abort_why_;
+};
+
+// A factory of n thread ranks over a fresh hub; *hub_out sees the hub.
+CommunicatorFactory threads_factory(std::shared_ptr<Hub> *hub_out = nullptr, int64_t fail_rank = -1,
+                                    int64_t fail_at = 0) {
+  return [=](const Context &, const std::vector<Device> &devices) {
+    auto hub = std::make_shared<Hub>(int64_t(devices.size()));
+    hub->fail_rank = fail_rank, hub->fail_at = fail_at;
+    if (hub_out) *hub_out = hub;
+    std::vector<std::shared_ptr<Collective>> comms;
+    for (int64_t r = 0; r < int64_t(devices.size()); ++r) comms.push_back(std::make_shared<ThreadCollective>(hub, r));
+    return comms;
+  };
+}
+
+constexpr int64_t kIn = 12, kClasses = 4, kSamples = 96;
+
+std::shared_ptr<Model> make_model(const std::shared_ptr<Context> &ctx) {
+  ModelSpec spec;
+  spec.parse("12-16-4");
+  return Model::create(ctx, spec, Device::cpu(), DType::F32);
+}
+
+// A copy of m's parameters in a new model.
+std::shared_ptr<Model> twin(const std::shared_ptr<Model> &m) {
+  std::shared_ptr<Model> t = make_model(m->context());
+  t->flat().copy_from(m->flat());
+  return t;
+}
+
+std::vector<float> host(const Tensor &t) {
+  std::vector<float> v(size_t(t.numel()));
+  t.copy_to_host(v.data(), t.nbytes());
+  return v;
+}
+
+// max |a - b| relative to max |a|.
+double rel_diff(const Model &a, const Model &b) {
+  const std::vector<float> x = host(a.flat()), y = host(b.flat());
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    diff = std::max(diff, double(std::fabs(x[i] - y[i])));
+    scale = std::max(scale, double(std::fabs(x[i])));
+  }
+  return diff / scale;
+}
+
+// Separable-ish synthetic classes: x ~ U(-1, 1), label from the sign pattern.
+void make_data(const std::shared_ptr<Context> &ctx, int64_t rows, uint32_t seed, Tensor *x, Tensor *y) {
+  std::vector<float> xs(size_t(rows * kIn));
+  std::vector<int64_t> ys(static_cast<size_t>(rows));
+  uint32_t s = seed;
+  for (float &v : xs) {
+    s = s * 1664525u + 1013904223u;
+    v = float(s >> 8) / float(1 << 24) * 2.0f - 1.0f;
+  }
+  for (int64_t i = 0; i < rows; ++i)
+    ys[size_t(i)] = (xs[size_t(i * kIn)] > 0 ? 1 : 0) + (xs[size_t(i * kIn + 1)] > 0 ? 2 : 0);
+  *x = Tensor::from_host(ctx, xs.data(), int64_t(xs.size() * sizeof(float)), Shape{rows, kIn}, DType::F32, Device::cpu());
+  *y = Tensor::from_host(ctx, ys.data(), int64_t(ys.size() * sizeof(int64_t)), Shape{rows}, DType::I64, Device::cpu());
+}
+
+TrainerOptions options_for(int64_t batch) {
+  TrainerOptions o;
+  o.lr = 0.05;
+  o.optimizer.kind = KILN_OPTIM_SGD;
+  o.optimizer.momentum = 0.9;
+  o.batch_size = batch;
+  o.shuffle_seed_set = true;
+  o.shuffle_seed = 7;
+  return o;
+}
+
+TrainerOptions dp_options(int64_t batch, int64_t replicas) {
+  TrainerOptions o = options_for(batch);
+  o.devices.assign(size_t(replicas), Device::cpu());
+  return o;
+}
+
+// N replicas with batch B train as one trainer with batch B: caller steps,
+// epochs, evaluation and fit with validation.
+void same_as_one_trainer(const std::shared_ptr<Context> &ctx, int64_t replicas) {
+  test::g_case = "same as one trainer, " + std::to_string(replicas) + " replicas";
+  std::shared_ptr<Model> dp_model = make_model(ctx), ref_model = twin(dp_model);
+  DataParallel dp(dp_model, dp_options(24, replicas), threads_factory());
+  Trainer ref(ref_model, options_for(24));
+  CHECK(dp.devices() == replicas);
+
+  for (uint32_t i = 0; i < 5; ++i) {
+    Tensor x, y;
+    make_data(ctx, 24, 100 + i, &x, &y);
+    const double a = dp.step(x, y, true), b = ref.step(x, y, true);
+    CHECK(std::fabs(a - b) <= 1e-6 * std::fabs(b));
+  }
+  CHECK(rel_diff(*ref_model, *dp_model) <= 1e-5);
+  CHECK(dp.steps_done() == 5);
+
+  Tensor x, y, vx, vy;
+  make_data(ctx, kSamples, 1, &x, &y);
+  make_data(ctx, kSamples, 2, &vx, &vy);
+  std::shared_ptr<Dataset> train = Dataset::from_tensors(x, y), val = Dataset::from_tensors(vx, vy);
+  const kiln_epoch_stats s = dp.epoch(*train), r = ref.epoch(*train);
+  CHECK(std::fabs(s.train_loss - r.train_loss) <= 1e-5 * r.train_loss);
+  CHECK(std::fabs(s.train_accuracy - r.train_accuracy) <= 1e-12);
+  CHECK(rel_diff(*ref_model, *dp_model) <= 1e-5);
+  CHECK(dp.epochs_done() == 1 && dp.steps_done() == ref.steps_done());
+
+  double dl = 0, da = 0, rl = 0, ra = 0;
+  dp.evaluate(*val, &dl, &da);
+  ref.evaluate(*val, &rl, &ra);
+  CHECK(std::fabs(dl - rl) <= 1e-5 * rl);
+  CHECK(std::fabs(da - ra) <= 1e-12);
+
+  std::shared_ptr<History> dh = dp.fit(*train, val.get(), 3, nullptr, nullptr);
+  std::shared_ptr<History> rh = ref.fit(*train, val.get(), 3, nullptr, nullptr);
+  CHECK(dh->epochs.size() == 3 && rh->epochs.size() == 3);
+  for (size_t e = 0; e < dh->epochs.size() && e < rh->epochs.size(); ++e) {
+    CHECK(std::fabs(dh->epochs[e].train_loss - rh->epochs[e].train_loss) <= 1e-4 * rh->epochs[e].train_loss);
+    CHECK(std::fabs(dh->epochs[e].val_loss - rh->epochs[e].val_loss) <= 1e-4 * rh->epochs[e].val_loss);
+  }
+  CHECK(rel_diff(*ref_model, *dp_model) <= 1e-4);
+
+  // A change to the model between calls reaches every replica: set the
+  // weights on both sides, then a step must agree again.
+  ref_model->flat().copy_from(dp_model->flat());
+  Tensor bx, by;
+  make_data(ctx, 24, 55, &bx, &by);
+  const std::vector<float> before = host(dp_model->flat());
+  std::vector<float> changed = before;
+  for (float &v : changed) v *= 0.5f;
+  dp_model->flat().copy_from_host(changed.data(), int64_t(changed.size() * sizeof(float)));
+  ref_model->flat().copy_from_host(changed.data(), int64_t(changed.size() * sizeof(float)));
+  dp.step(bx, by, false);
+  ref.step(bx, by, false);
+  CHECK(rel_diff(*ref_model, *dp_model) <= 1e-5);
+}
+
+struct Reports {
+  std::thread::id caller;
+  int64_t calls = 0, cancel_at = 0;
+  bool off_thread = false;
+  DataParallel *dp = nullptr;  // when set: call epoch from inside, expecting BUSY
+  const Dataset *data = nullptr;
+  kiln_status nested = KILN_OK;
+};
+
+int on_progress(void *user, const kiln_progress *) {
+  Reports &r = *static_cast<Reports *>(user);
+  if (std::this_thread::get_id() != r.caller) r.off_thread = true;
+  if (r.dp) r.nested = status_of([&] { r.dp->epoch(*r.data); });
+  return ++r.calls == r.cancel_at ? 1 : 0;
+}
+
+// The callback runs on the calling thread only; its cancel stops every
+// replica at the same step, so the group stays usable and in step with a
+// single trainer cancelled at the same report; a nested call is BUSY.
+void progress_and_cancel(const std::shared_ptr<Context> &ctx) {
+  test::g_case = "progress and cancel";
+  std::shared_ptr<Model> dp_model = make_model(ctx), ref_model = twin(dp_model);
+  TrainerOptions o = dp_options(16, 2), r = options_for(16);
+  o.progress_interval = r.progress_interval = 2;
+  DataParallel dp(dp_model, o, threads_factory());
+  Trainer ref(ref_model, r);
+  Tensor x, y;
+  make_data(ctx, kSamples, 3, &x, &y);
+  std::shared_ptr<Dataset> train = Dataset::from_tensors(x, y);
+
+  Reports dr, rr;
+  dr.caller = rr.caller = std::this_thread::get_id();
+  dr.cancel_at = rr.cancel_at = 4;  // batch reports at 2 and 4 batches of 6, an epoch report, then a batch report
+  dr.dp = &dp, dr.data = train.get();
+  std::string message;
+  CHECK(status_of([&] { dp.fit(*train, nullptr, 3, on_progress, &dr); }, &message) == KILN_ERROR_CANCELLED);
+  CHECK(status_of([&] { ref.fit(*train, nullptr, 3, on_progress, &rr); }) == KILN_ERROR_CANCELLED);
+  CHECK(dr.calls == 4 && !dr.off_thread);
+  CHECK(dr.nested == KILN_ERROR_BUSY);
+  CHECK(dp.steps_done() == ref.steps_done());
+  CHECK(rel_diff(*ref_model, *dp_model) <= 1e-5);
+  // Still usable, and the replicas still agree with the reference.
+  dp.epoch(*train);
+  ref.epoch(*train);
+  CHECK(rel_diff(*ref_model, *dp_model) <= 1e-5);
+}
+
+void bad_input(const std::shared_ptr<Context> &ctx) {
+  test::g_case = "bad input";
+  std::shared_ptr<Model> m = make_model(ctx);
+  // The batch must split evenly; the model must be on the first device.
+  CHECK(status_of([&] { DataParallel(m, dp_options(9, 2), threads_factory()); }) == KILN_ERROR_INVALID_ARGUMENT);
+  TrainerOptions gpus = options_for(8);
+  gpus.devices = {Device::cuda(0), Device::cuda(1)};
+  std::string message;
+  CHECK(status_of([&] { DataParallel(m, gpus, threads_factory()); }, &message) == KILN_ERROR_INVALID_ARGUMENT);
+  CHECK(message.find("first listed device") != std::string::npos);
+  TrainerOptions one = options_for(8);
+  one.devices = {Device::cuda(0)};
+  CHECK(status_of([&] { DataParallel(m, one); }) == KILN_ERROR_INVALID_ARGUMENT);
+  // Without the test factory: local communicators refuse the CPU.
+  CHECK(status_of([&] { DataParallel(m, dp_options(8, 2)); }) == KILN_ERROR_INVALID_ARGUMENT);
+
+  DataParallel dp(m, dp_options(8, 2), threads_factory());
+  Tensor x, y;
+  make_data(ctx, 7, 4, &x, &y);
+  CHECK(status_of([&] { dp.step(x, y, true); }, &message) == KILN_ERROR_INVALID_ARGUMENT);
+  CHECK(message.find("split evenly") != std::string::npos);
+  make_data(ctx, 8, 4, &x, &y);
+  Tensor y6 = y.rows(0, 6);
+  CHECK(status_of([&] { dp.step(x, y6, true); }) == KILN_ERROR_SHAPE_MISMATCH);
+  // A bad label in the second chunk fails every replica before any runs.
+  std::vector<int64_t> labels(8, 1);
+  labels[6] = 9;
+  Tensor bad = Tensor::from_host(ctx, labels.data(), 8 * 8, Shape{8}, DType::I64, Device::cpu());
+  CHECK(status_of([&] { dp.step(x, bad, true); }, &message) == KILN_ERROR_INVALID_ARGUMENT);
+  CHECK(message.find("label 9") != std::string::npos);
+  CHECK(dp.steps_done() == 0);
+  CHECK(status_of([&] { dp.step(x, y, true); }) == KILN_OK);  // still usable
+  CHECK(status_of([&] { dp.attach(nullptr); }) == KILN_ERROR_NOT_SUPPORTED);
+}
+
+// A replica failing alone makes the others fail within the grace period, not
+// the collective's timeout (60 s here).
+void replica_fails_alone(const std::shared_ptr<Context> &ctx) {
+  test::g_case = "replica fails alone";
+  std::shared_ptr<Model> m = make_model(ctx);
+  // Rank 1's 8th collective fails: past the attach's (fingerprint, weights,
+  // optimizer state, counters), within the first steps (a weight broadcast
+  // and the gradient allreduce each).
+  DataParallel dp(m, dp_options(8, 2), threads_factory(nullptr, 1, 8));
+  Tensor x, y;
+  make_data(ctx, 8, 5, &x, &y);
+  std::string message;
+  kiln_status status = KILN_OK;
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 4 && status == KILN_OK; ++i) {
+    start = std::chrono::steady_clock::now();
+    status = status_of([&] { dp.step(x, y, true); }, &message);
+  }
+  CHECK(status == KILN_ERROR_COMMUNICATION);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(seconds < 10);
+  std::printf("  a lone failure ended the step on every replica in %.2f s: %s\n", seconds, message.c_str());
+  // The group is broken for good: later calls fail at once, clearly.
+  CHECK(status_of([&] { dp.step(x, y, true); }) == KILN_ERROR_COMMUNICATION);
+}
+
+void cpu_suite(Context &c) {
+  std::shared_ptr<Context> ctx = c.shared_from_this();
+  same_as_one_trainer(ctx, 2);
+  same_as_one_trainer(ctx, 3);
+  progress_and_cancel(ctx);
+  bad_input(ctx);
+  replica_fails_alone(ctx);
+}
+
+}  // namespace
+}  // namespace kiln
+
+int main() {
+  return kiln::test::run_suite("data_parallel_test", 1, kiln::cpu_suite, [](kiln::Context &) {});
+}
