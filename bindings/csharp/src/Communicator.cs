@@ -18,7 +18,7 @@ namespace Kiln
         /// loaded, with the loader's reason.</summary>
         public static Communicator CreateMpi(Context ctx)
         {
-            Native.Check(NativeMethods.kiln_communicator_create_mpi(ctx.Handle, out CommunicatorHandle h));
+            Native.Check(NativeMethods.kiln_communicator_create_mpi(Arg.Of(ctx, nameof(ctx)), out CommunicatorHandle h));
             return new Communicator(h);
         }
 
@@ -31,7 +31,7 @@ namespace Kiln
         {
             devices = devices ?? new Device[0];
             var raw = new IntPtr[Math.Max(devices.Length, 1)];
-            Native.Check(NativeMethods.kiln_communicator_create_local(ctx.Handle, devices, devices.Length, raw));
+            Native.Check(NativeMethods.kiln_communicator_create_local(Arg.Of(ctx, nameof(ctx)), devices, devices.Length, raw));
             var result = new Communicator[devices.Length];
             for (int i = 0; i < result.Length; i++)
             {

@@ -32,20 +32,20 @@ namespace Kiln
         /// targets [N, k]) of ctx without copying them.</summary>
         public Dataset(Context ctx, Tensor x, Tensor y)
         {
-            Native.Check(NativeMethods.kiln_dataset_from_tensors(ctx.Handle, x.Handle, y.Handle, out Handle));
+            Native.Check(NativeMethods.kiln_dataset_from_tensors(Arg.Of(ctx, nameof(ctx)), Arg.Of(x, nameof(x)), Arg.Of(y, nameof(y)), out Handle));
         }
 
         /// <summary>The "train" or "test" split of an MNIST-layout directory.</summary>
         public static Dataset LoadMnist(Context ctx, string dir, string split)
         {
-            Native.Check(NativeMethods.kiln_dataset_load_mnist(ctx.Handle, dir, split, out DatasetHandle h), dir);
+            Native.Check(NativeMethods.kiln_dataset_load_mnist(Arg.Of(ctx, nameof(ctx)), dir, split, out DatasetHandle h), dir);
             return new Dataset(h);
         }
 
         /// <summary>An IDX image file and label file (raw, or gzip when the name ends in .gz).</summary>
         public static Dataset LoadIdx(Context ctx, string images, string labels)
         {
-            Status s = NativeMethods.kiln_dataset_load_idx(ctx.Handle, images, labels, out DatasetHandle h);
+            Status s = NativeMethods.kiln_dataset_load_idx(Arg.Of(ctx, nameof(ctx)), images, labels, out DatasetHandle h);
             Native.Check(s, Native.Exists(images) ? labels : images);
             return new Dataset(h);
         }

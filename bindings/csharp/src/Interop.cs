@@ -91,6 +91,27 @@ namespace Kiln
         [ThreadStatic] internal static int Depth;
     }
 
+    /// <summary>The handle of an argument: ArgumentNullException naming a null
+    /// one, ObjectDisposedException for a disposed one. Checked before the call,
+    /// not left to the marshaller: Mono's, given a disposed handle after a live
+    /// one, throws without releasing the reference it took on the live one, which
+    /// then can never be released (found by DisposeRacesFinalizers).</summary>
+    internal static class Arg
+    {
+        static H Live<H>(H handle, object owner) where H : SafeHandle
+        {
+            if (handle.IsClosed) throw new ObjectDisposedException(owner.GetType().Name);
+            return handle;
+        }
+
+        internal static ContextHandle Of(Context o, string name) => Live(o?.Handle ?? throw new ArgumentNullException(name), o);
+        internal static TensorHandle Of(Tensor o, string name) => Live(o?.Handle ?? throw new ArgumentNullException(name), o);
+        internal static ModelSpecHandle Of(ModelSpec o, string name) => Live(o?.Handle ?? throw new ArgumentNullException(name), o);
+        internal static ModelHandle Of(Model o, string name) => Live(o?.Handle ?? throw new ArgumentNullException(name), o);
+        internal static DatasetHandle Of(Dataset o, string name) => Live(o?.Handle ?? throw new ArgumentNullException(name), o);
+        internal static CommunicatorHandle Of(Communicator o, string name) => Live(o?.Handle ?? throw new ArgumentNullException(name), o);
+    }
+
     /// <summary>Status checking and strings: the parts every wrapper shares.</summary>
     internal static class Native
     {

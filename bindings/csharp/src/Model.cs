@@ -61,8 +61,8 @@ namespace Kiln
         public Model(Context ctx, ModelSpec spec, Device device, DType? dtype = null)
         {
             Native.Check(dtype.HasValue
-                ? NativeMethods.kiln_model_create_dtype(ctx.Handle, spec.Handle, device, dtype.Value, out Handle)
-                : NativeMethods.kiln_model_create(ctx.Handle, spec.Handle, device, out Handle));
+                ? NativeMethods.kiln_model_create_dtype(Arg.Of(ctx, nameof(ctx)), Arg.Of(spec, nameof(spec)), device, dtype.Value, out Handle)
+                : NativeMethods.kiln_model_create(Arg.Of(ctx, nameof(ctx)), Arg.Of(spec, nameof(spec)), device, out Handle));
         }
 
         /// <summary>A model of a compact spec ("784-32-10").</summary>
@@ -70,15 +70,15 @@ namespace Kiln
         {
             using (var s = new ModelSpec(spec))
                 Native.Check(dtype.HasValue
-                    ? NativeMethods.kiln_model_create_dtype(ctx.Handle, s.Handle, device, dtype.Value, out Handle)
-                    : NativeMethods.kiln_model_create(ctx.Handle, s.Handle, device, out Handle));
+                    ? NativeMethods.kiln_model_create_dtype(Arg.Of(ctx, nameof(ctx)), s.Handle, device, dtype.Value, out Handle)
+                    : NativeMethods.kiln_model_create(Arg.Of(ctx, nameof(ctx)), s.Handle, device, out Handle));
         }
 
         /// <summary>A model from a file Save wrote. FileNotFoundException when there
         /// is no such file, FormatException for a malformed one.</summary>
         public static Model Load(Context ctx, string path, Device device)
         {
-            Native.Check(NativeMethods.kiln_model_load(ctx.Handle, path, device, out ModelHandle h), path);
+            Native.Check(NativeMethods.kiln_model_load(Arg.Of(ctx, nameof(ctx)), path, device, out ModelHandle h), path);
             return new Model(h);
         }
 
@@ -88,7 +88,7 @@ namespace Kiln
         /// file's.</summary>
         public static Model LoadWithSpec(Context ctx, string path, ModelSpec spec, Device device)
         {
-            Native.Check(NativeMethods.kiln_model_load_with_spec(ctx.Handle, path, spec.Handle, device, out ModelHandle h), path);
+            Native.Check(NativeMethods.kiln_model_load_with_spec(Arg.Of(ctx, nameof(ctx)), path, Arg.Of(spec, nameof(spec)), device, out ModelHandle h), path);
             return new Model(h);
         }
 
@@ -142,14 +142,14 @@ namespace Kiln
         /// <summary>Logits [batch, outputs] for x [batch, inputs] on the model's device, without gradients.</summary>
         public Tensor Forward(Tensor x)
         {
-            Native.Check(NativeMethods.kiln_model_forward(Handle, x.Handle, out TensorHandle h));
+            Native.Check(NativeMethods.kiln_model_forward(Handle, Arg.Of(x, nameof(x)), out TensorHandle h));
             return new Tensor(h);
         }
 
         /// <summary>Evaluation-mode forward pass on x from any device; the result is on the model's.</summary>
         public Tensor Predict(Tensor x, PredictKind kind = PredictKind.Logits)
         {
-            Native.Check(NativeMethods.kiln_model_predict(Handle, x.Handle, kind, out TensorHandle h));
+            Native.Check(NativeMethods.kiln_model_predict(Handle, Arg.Of(x, nameof(x)), kind, out TensorHandle h));
             return new Tensor(h);
         }
 

@@ -55,7 +55,7 @@ namespace Kiln
             var bytes = MemoryMarshal.AsBytes(data);
             fixed (byte* p = &MemoryMarshal.GetReference(bytes))
             {
-                Native.Check(NativeMethods.kiln_tensor_from_host(ctx.Handle, (IntPtr)p, bytes.Length, shape, Rank(shape),
+                Native.Check(NativeMethods.kiln_tensor_from_host(Arg.Of(ctx, nameof(ctx)), (IntPtr)p, bytes.Length, shape, Rank(shape),
                                                                  dtype, device ?? Device.Cpu, out TensorHandle h));
                 return new Tensor(h);
             }
@@ -71,7 +71,7 @@ namespace Kiln
 
         static Tensor Create(Creator create, Context ctx, DType dtype, Device device, long[] shape)
         {
-            Native.Check(create(ctx.Handle, shape, Rank(shape), dtype, device, out TensorHandle h));
+            Native.Check(create(Arg.Of(ctx, nameof(ctx)), shape, Rank(shape), dtype, device, out TensorHandle h));
             return new Tensor(h);
         }
 
@@ -84,7 +84,7 @@ namespace Kiln
         /// Context.Synchronize before changing its contents again.</summary>
         public static Tensor EmptyPinned(Context ctx, DType dtype, params long[] shape)
         {
-            Native.Check(NativeMethods.kiln_tensor_empty_pinned(ctx.Handle, shape, Rank(shape), dtype, out TensorHandle h));
+            Native.Check(NativeMethods.kiln_tensor_empty_pinned(Arg.Of(ctx, nameof(ctx)), shape, Rank(shape), dtype, out TensorHandle h));
             return new Tensor(h);
         }
 
@@ -99,7 +99,7 @@ namespace Kiln
         /// <summary>A tensor filled with value (which must fit an integer dtype).</summary>
         public static Tensor Full(Context ctx, double value, DType dtype, Device device, params long[] shape)
         {
-            Native.Check(NativeMethods.kiln_tensor_full(ctx.Handle, shape, Rank(shape), dtype, device, value, out TensorHandle h));
+            Native.Check(NativeMethods.kiln_tensor_full(Arg.Of(ctx, nameof(ctx)), shape, Rank(shape), dtype, device, value, out TensorHandle h));
             return new Tensor(h);
         }
 
@@ -114,7 +114,7 @@ namespace Kiln
         /// <summary>start, start+step, ... below end (above it for a negative step).</summary>
         public static Tensor Arange(Context ctx, double start, double end, double step, DType dtype, Device device)
         {
-            Native.Check(NativeMethods.kiln_tensor_arange(ctx.Handle, start, end, step, dtype, device, out TensorHandle h));
+            Native.Check(NativeMethods.kiln_tensor_arange(Arg.Of(ctx, nameof(ctx)), start, end, step, dtype, device, out TensorHandle h));
             return new Tensor(h);
         }
 
@@ -218,7 +218,7 @@ namespace Kiln
 
         /// <summary>this op other, elementwise with NumPy broadcasting (one device, one dtype).</summary>
         public Tensor Binary(BinaryOp op, Tensor other) =>
-            Make((TensorHandle a, out TensorHandle h) => NativeMethods.kiln_tensor_binary(op, a, other.Handle, out h));
+            Make((TensorHandle a, out TensorHandle h) => NativeMethods.kiln_tensor_binary(op, a, Arg.Of(other, nameof(other)), out h));
 
         /// <summary>this op scalar, elementwise (scalar converted to the dtype).</summary>
         public Tensor Scalar(BinaryOp op, double scalar) =>
@@ -226,7 +226,7 @@ namespace Kiln
 
         /// <summary>Elementwise comparison with broadcasting; u8 0 or 1.</summary>
         public Tensor Compare(CompareOp op, Tensor other) =>
-            Make((TensorHandle a, out TensorHandle h) => NativeMethods.kiln_tensor_compare(op, a, other.Handle, out h));
+            Make((TensorHandle a, out TensorHandle h) => NativeMethods.kiln_tensor_compare(op, a, Arg.Of(other, nameof(other)), out h));
 
         /// <summary>op(this), elementwise; alpha is LeakyRelu's negative slope.</summary>
         public Tensor Unary(UnaryOp op, double alpha = 0.01) =>
@@ -246,7 +246,7 @@ namespace Kiln
 
         /// <summary>The matrix product [m, k] x [k, n] (1-D operands as NumPy).</summary>
         public Tensor Matmul(Tensor other) =>
-            Make((TensorHandle a, out TensorHandle h) => NativeMethods.kiln_tensor_matmul(a, other.Handle, out h));
+            Make((TensorHandle a, out TensorHandle h) => NativeMethods.kiln_tensor_matmul(a, Arg.Of(other, nameof(other)), out h));
 
         /// <summary>Elementwise sum with broadcasting.</summary>
         public static Tensor operator +(Tensor a, Tensor b) => a.Binary(BinaryOp.Add, b);

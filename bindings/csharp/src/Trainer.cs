@@ -214,9 +214,9 @@ namespace Kiln
         /// <summary>A trainer for model on the model's device; options null keeps every default.</summary>
         public Trainer(Model model, TrainerOptions options = null)
         {
-            device = model.Device;
+            device = (model ?? throw new ArgumentNullException(nameof(model))).Device;
             using (var o = (options ?? new TrainerOptions()).ToNative())
-                Native.Check(NativeMethods.kiln_trainer_create(model.Handle, o, out handle));
+                Native.Check(NativeMethods.kiln_trainer_create(Arg.Of(model, nameof(model)), o, out handle));
         }
 
         /// <summary>Releases the trainer (a Fit in progress keeps it until it returns).</summary>
@@ -227,20 +227,21 @@ namespace Kiln
         public unsafe double Step(Tensor x, Tensor y)
         {
             double loss;
-            Native.Check(NativeMethods.kiln_trainer_step(handle, x.Handle, y.Handle, &loss));
+            Native.Check(NativeMethods.kiln_trainer_step(handle, Arg.Of(x, nameof(x)), Arg.Of(y, nameof(y)), &loss));
             return loss;
         }
 
         /// <summary>One optimisation step without reading the loss back, so on a GPU
         /// it may still be running when this returns. x and y may be refilled at once.</summary>
         public unsafe void StepWithoutLoss(Tensor x, Tensor y) =>
-            Native.Check(NativeMethods.kiln_trainer_step(handle, x.Handle, y.Handle, null));
+            Native.Check(NativeMethods.kiln_trainer_step(handle, Arg.Of(x, nameof(x)), Arg.Of(y, nameof(y)), null));
 
         /// <summary>The pull form of an epoch: a step per batch of batchSize samples of
         /// data, in order (not shuffled), made as the enumeration asks for it; stop
         /// enumerating to stop training. Each batch is disposed after its step.</summary>
         public IEnumerable<StepResult> Steps(Dataset data, long batchSize)
         {
+            if (data == null) throw new ArgumentNullException(nameof(data));
             if (batchSize < 1) throw new ArgumentOutOfRangeException(nameof(batchSize), batchSize, "must be at least 1");
             long count = data.Count;
             return StepsFrom(data, batchSize, (count + batchSize - 1) / batchSize);
@@ -266,7 +267,7 @@ namespace Kiln
         public EpochStats Epoch(Dataset data)
         {
             var stats = EpochStats.Raw();
-            Native.Check(NativeMethods.kiln_trainer_epoch(handle, data.Handle, ref stats));
+            Native.Check(NativeMethods.kiln_trainer_epoch(handle, Arg.Of(data, nameof(data)), ref stats));
             return new EpochStats(stats);
         }
 
@@ -326,7 +327,7 @@ namespace Kiln
             Status status;
             try
             {
-                status = NativeMethods.kiln_trainer_fit(handle, train.Handle, validation?.Handle ?? DatasetHandle.Null, epochs,
+                status = NativeMethods.kiln_trainer_fit(handle, Arg.Of(train, nameof(train)), validation == null ? DatasetHandle.Null : Arg.Of(validation, nameof(validation)), epochs,
                                                         report ? ProgressThunk : null, GCHandle.ToIntPtr(pin), out history);
             }
             finally
@@ -354,7 +355,7 @@ namespace Kiln
         /// <summary>The model's mean loss and accuracy over data, in evaluation mode.</summary>
         public (double Loss, double Accuracy) Evaluate(Dataset data)
         {
-            Native.Check(NativeMethods.kiln_trainer_evaluate(handle, data.Handle, out double loss, out double accuracy));
+            Native.Check(NativeMethods.kiln_trainer_evaluate(handle, Arg.Of(data, nameof(data)), out double loss, out double accuracy));
             return (loss, accuracy);
         }
 
@@ -376,12 +377,12 @@ namespace Kiln
         /// communicator (collective: every rank calls it); the trainer keeps it alive.
         /// ArgumentException when the ranks' models or options differ.</summary>
         public void AttachCommunicator(Communicator communicator) =>
-            Native.Check(NativeMethods.kiln_trainer_attach_communicator(handle, communicator.Handle));
+            Native.Check(NativeMethods.kiln_trainer_attach_communicator(handle, Arg.Of(communicator, nameof(communicator))));
 
         /// <summary>The mean loss of pred against target, as a trainer computes it.</summary>
         public static double Loss(LossKind kind, Tensor pred, Tensor target)
         {
-            Native.Check(NativeMethods.kiln_loss(kind, pred.Handle, target.Handle, out double v));
+            Native.Check(NativeMethods.kiln_loss(kind, Arg.Of(pred, nameof(pred)), Arg.Of(target, nameof(target)), out double v));
             return v;
         }
     }

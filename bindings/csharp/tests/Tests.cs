@@ -257,6 +257,45 @@ static partial class Tests
         }
     }
 
+    public static void NullAndDisposedArguments()
+    {
+        var ctx = new Context();
+        var t = Tensor.Ones(ctx, DType.F32, Device.Cpu, 2, 2);
+        var model = new Model(ctx, "2-2", Device.Cpu);
+        var data = new Dataset(ctx, t, Tensor.Zeros(ctx, DType.I64, Device.Cpu, 2));
+        var trainer = new Trainer(model);
+        var spec = new ModelSpec("2-2");
+        foreach (var call in new Action[]
+        {
+            () => Tensor.Zeros(null, DType.F32, Device.Cpu, 1), () => t.Matmul(null), () => Console.Write(t + (Tensor)null),
+            () => new Model(null, "2-2", Device.Cpu), () => new Model(ctx, (ModelSpec)null, Device.Cpu),
+            () => model.Forward(null), () => model.Predict(null), () => new Dataset(ctx, null, t),
+            () => new Trainer(null), () => trainer.Step(t, null), () => trainer.Epoch(null), () => trainer.Fit(null, null, 1),
+            () => trainer.Evaluate(null), () => trainer.Steps(null, 1), () => trainer.AttachCommunicator(null),
+            () => Trainer.Loss(LossKind.Mse, null, t), () => Communicator.CreateMpi(null), () => Model.Load(null, "m", Device.Cpu),
+        })
+            Throws<ArgumentNullException>(call);
+        // NULL strings reach kiln, which refuses them.
+        Check(StatusOf(Throws<ArgumentException>(() => Model.Load(ctx, null, Device.Cpu))) == Status.InvalidArgument, "NULL path");
+        Check(StatusOf(Throws<ArgumentException>(() => new ModelSpec(null))) == Status.InvalidArgument, "NULL spec text");
+        Check(StatusOf(Throws<ArgumentException>(() => ctx.ParseDevice(null))) == Status.InvalidArgument, "NULL device text");
+        trainer.Dispose();
+        spec.Dispose();
+        data.Dispose();
+        Throws<ObjectDisposedException>(() => trainer.Epoch(data));
+        Throws<ObjectDisposedException>(() => Console.Write(trainer.StepsDone));
+        Throws<ObjectDisposedException>(() => new Model(ctx, spec, Device.Cpu));
+        Throws<ObjectDisposedException>(() => Console.Write(data.Count));
+        using (var other = new Trainer(model)) Throws<ObjectDisposedException>(() => other.Epoch(data));
+        ctx.Dispose();
+        Throws<ObjectDisposedException>(() => Tensor.Zeros(ctx, DType.F32, Device.Cpu, 1));
+        Check(ctx.ToString() == "Context(disposed)", ctx.ToString());
+        // What was made from the context keeps kiln's context alive.
+        Check(model.NumParameters == 6 && t.ToArray<float>().Sum() == 4, "objects outlive their Context wrapper");
+        model.Dispose();
+        t.Dispose();
+    }
+
     static (float[] X, long[] Y) Blobs(int n, int features, int classes, int seed)
     {
         var r = new Random(seed);
