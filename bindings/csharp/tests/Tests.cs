@@ -221,6 +221,25 @@ static partial class Tests
                 File.WriteAllBytes(hostile, new byte[] { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, (byte)'{' });
                 var f = Throws<FormatException>(() => Model.Load(ctx, hostile, Device.Cpu));
                 Check(StatusOf(f) == Status.Format, "hostile file: " + f.Message);
+                using (var m = new Model(ctx, "4-2", Device.Cpu))
+                using (var spec = new ModelSpec("4-2"))
+                using (var trainer = new Trainer(m))
+                {
+                    Throws<FormatException>(() => m.LoadWeights(hostile));
+                    Throws<FormatException>(() => Model.LoadWithSpec(ctx, hostile, spec, Device.Cpu));
+                    Throws<FormatException>(() => trainer.LoadCheckpoint(hostile));
+                    Throws<FileNotFoundException>(() => trainer.LoadCheckpoint(hostile + ".missing"));
+                }
+                // An IDX image file that claims 2^31 images of 2^16 x 2^16 pixels and holds none.
+                string images = Path.Combine(dir, "images"), labels = Path.Combine(dir, "labels");
+                File.WriteAllBytes(images, new byte[] { 0, 0, 8, 3, 0x7f, 0xff, 0xff, 0xff, 0, 1, 0, 0, 0, 1, 0, 0 });
+                File.WriteAllBytes(labels, new byte[] { 0, 0, 8, 1, 0, 0, 0, 1, 3 });
+                Check(StatusOf(Throws<FormatException>(() => Dataset.LoadIdx(ctx, images, labels))) == Status.Format, "hostile IDX");
+                File.WriteAllBytes(images, new byte[] { 0, 0, 8, 3, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 200 });
+                using (var one = Dataset.LoadIdx(ctx, images, labels))
+                    Check(one.Count == 1 && one.NumFeatures == 1 && one.NumClasses == 4, "a 1-image IDX pair");
+                var nf2 = Throws<FileNotFoundException>(() => Dataset.LoadIdx(ctx, images, labels + ".missing"));
+                Check(nf2.FileName == labels + ".missing", "the missing one of two paths: " + nf2.FileName);
                 var s = Throws<IOException>(() => { using (var m = new Model(ctx, "4-2", Device.Cpu)) m.Save("/nonexistent/dir/m.safetensors"); });
                 Check(StatusOf(s) == Status.IO, "save into a missing directory");
             }
@@ -526,6 +545,67 @@ static partial class Tests
         {
             var e = Throws<ArithmeticException>(() => { for (int i = 0; i < 5; i++) trainer.Epoch(data); });
             Check(StatusOf(e) == Status.Numeric, "lr 1e30: " + e.Message);
+        }
+    }
+
+    public static void DatasetsAndCheckpoints()
+    {
+        using (var ctx = new Context(seed: 42))
+        using (var data = BlobData(ctx, 200))
+        {
+            Check(data.Count == 200 && data.NumFeatures == 16 && data.NumClasses == 4, "dataset sizes");
+            var (train, val) = data.Split(0.25, 9);
+            using (train)
+            using (val)
+                Check(train.Count == 150 && val.Count == 50, "split 150/50");
+            Throws<ArgumentException>(() => data.Split(1.5, 1));
+            Throws<ArgumentException>(() => data.SetNormalization(1, 0, 0));
+            Throws<ArgumentException>(() => data.Batch(195, 10, Device.Cpu));
+            data.SetNormalization(2, 1, 4);
+            using (var b = data.Batch(0, 1, Device.Cpu))
+            {
+                var raw = Blobs(200, 16, 4, 7).X;
+                Check(b.X.ToArray<float>().Zip(raw.Take(16), (g, r) => Math.Abs(g - (r * 2 - 1) / 4)).Max() < 1e-6, "normalised batch");
+                Check(b.Y.ToArray<long>()[0] == 0 && b.Y.DType == DType.I64, "labels");
+            }
+            using (var x = Tensor.Zeros(ctx, DType.F32, Device.Cpu, 3, 2))
+            using (var y2 = Tensor.Zeros(ctx, DType.I64, Device.Cpu, 2))
+            using (var neg = Tensor.FromArray(ctx, new long[] { 0, -1, 2 }, 3))
+            {
+                Check(StatusOf(Throws<ArgumentException>(() => new Dataset(ctx, x, y2))) == Status.ShapeMismatch, "3 samples, 2 labels");
+                Check(StatusOf(Throws<ArgumentException>(() => new Dataset(ctx, x, neg))) == Status.InvalidArgument, "a negative label");
+            }
+        }
+        // A checkpoint continues training exactly.
+        string path = Temp("checkpoint.safetensors");
+        try
+        {
+            double want;
+            using (var ctx = new Context(seed: 42))
+            using (var data = BlobData(ctx, 256))
+            using (var model = new Model(ctx, "16-8-4", Device.Cpu))
+            using (var trainer = new Trainer(model, new TrainerOptions { Optimizer = OptimizerKind.Adam, BatchSize = 32 }))
+            {
+                trainer.Epoch(data);
+                trainer.SaveCheckpoint(path);
+                want = trainer.Epoch(data).TrainLoss;
+            }
+            using (var ctx = new Context(seed: 7))
+            using (var data = BlobData(ctx, 256))
+            using (var model = new Model(ctx, "16-8-4", Device.Cpu))
+            using (var trainer = new Trainer(model, new TrainerOptions { Optimizer = OptimizerKind.Adam, BatchSize = 32 }))
+            using (var other = new Trainer(new Model(ctx, "16-4-4", Device.Cpu), new TrainerOptions { Optimizer = OptimizerKind.Adam }))
+            {
+                trainer.LoadCheckpoint(path);
+                Check(trainer.EpochsDone == 1 && trainer.StepsDone == 8, "counters restored");
+                double got = trainer.Epoch(data).TrainLoss;
+                Check(got == want, $"second epoch's loss {got} vs {want}");
+                Check(StatusOf(Throws<ArgumentException>(() => other.LoadCheckpoint(path))) == Status.ShapeMismatch, "another architecture");
+            }
+        }
+        finally
+        {
+            File.Delete(path);
         }
     }
 
