@@ -13,7 +13,8 @@ new declaration in kiln.h fails here instead of binding wrongly.
 import re
 import sys
 
-# C enum -> (C# name, prefixes stripped from its constants, [Flags], extra members)
+# C enum -> (C# name, prefixes stripped from its constants, [Flags], extra members,
+# summary). An enum missing here is named from C (kiln_foo_bar -> FooBar).
 ENUMS = {
     "kiln_status": ("Status", ["KILN_ERROR_", "KILN_"], False, [],
                     "Why a kiln call failed. Not a closed set: a code newer than this binding keeps its number."),
@@ -104,10 +105,8 @@ class Generator:
     def value_type(self, base, where):
         if base in SCALARS:
             return SCALARS[base]
-        if base in ENUMS:
-            return ENUMS[base][0]
-        if base == "kiln_status":
-            return "Status"
+        if base in self.h.enums:
+            return ENUMS[base][0] if base in ENUMS else pascal(base[len("kiln_"):])
         if base in HAND_STRUCTS:
             return HAND_STRUCTS[base]
         if base in self.h.fnptrs:
@@ -156,9 +155,6 @@ class Generator:
 
     def enums(self):
         for cname, body in self.h.enums.items():
-            if cname not in ENUMS:
-                raise SystemExit("generate.py: enum %s has no C# name in ENUMS" % cname)
-            csname, prefixes, flags, extra, summary = ENUMS[cname]
             entries, docs, line_of = [], {}, {}
             # A comment documents the constants on the line where it starts.
             for m in re.finditer(r"(KILN_\w+)\s*=\s*(\w+)|/\*.*?\*/", body, re.S):
@@ -170,6 +166,15 @@ class Generator:
                     for n, l in line_of.items():
                         if l == line and n not in docs:
                             docs[n] = comment_text(m.group(0))
+            if cname in ENUMS:
+                csname, prefixes, flags, extra, summary = ENUMS[cname]
+            else:  # an enum newer than the table: named from C, prefix shared by its constants
+                names = [n for n, _ in entries]
+                common = names[0][:names[0].rfind("_") + 1]
+                while not all(n.startswith(common) for n in names):
+                    common = common[:common[:-1].rfind("_") + 1]
+                csname, prefixes, flags, extra, summary = self.value_type(cname, cname), [common], False, [], \
+                    "The values of %s." % cname
             numeric = {n: v for n, v in entries if v.isdigit()}
             aliases = [(n, v) for n, v in entries if not v.isdigit()]
             # Where the header has prefixed aliases, they are the names to use.

@@ -61,9 +61,11 @@ namespace Kiln
             }
         }
 
-        /// <summary>A CPU tensor holding a copy of data with the given shape.</summary>
+        /// <summary>A CPU tensor holding a copy of data with the given shape; no
+        /// shape gives a 1-D tensor of data.Length elements.</summary>
         public static Tensor FromArray<T>(Context ctx, T[] data, params long[] shape) where T : struct =>
-            FromArray(ctx, new ReadOnlySpan<T>(data), shape);
+            FromArray(ctx, new ReadOnlySpan<T>(data), shape != null && shape.Length == 0 && data != null
+                                                          ? new long[] { data.Length } : shape);
 
         static long Rank(long[] shape) => shape?.Length ?? 0;
 

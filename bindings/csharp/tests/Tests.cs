@@ -104,14 +104,16 @@ static partial class Tests
             using (var d = Tensor.FromArray(ctx, new double[] { 1.5, -2.5 }, 2))
             using (var l = Tensor.FromArray(ctx, new long[] { 1L << 40, -3 }, 2, 1))
             using (var b = Tensor.FromArray(ctx, new byte[] { 255, 0, 7 }, 3))
-            using (var i = Tensor.FromArray(ctx, new int[] { -1 }))
+            using (var i = Tensor.FromArray(ctx, new ReadOnlySpan<int>(new int[] { -1 }), new long[0]))
+            using (var vec = Tensor.FromArray(ctx, new int[] { 4, 5, 6 }))
             {
                 Check(t.Shape.SequenceEqual(new long[] { 2, 3 }) && t.NDim == 2 && t.Dim(-1) == 3 && t.NumEl == 6, "shape");
                 Check(t.ToArray<float>().SequenceEqual(new float[] { 2, 3, 4, 5, 6, 7 }), "span slice copied");
                 Check(d.DType == DType.F64 && d.ToArray<double>().SequenceEqual(new[] { 1.5, -2.5 }), "f64");
                 Check(l.DType == DType.I64 && l.ToArray<long>()[0] == 1L << 40, "i64");
                 Check(b.DType == DType.U8 && b.ToArray<byte>()[0] == 255, "u8");
-                Check(i.DType == DType.I32 && i.NDim == 0 && i.Item() == -1, "0-d i32 from an array without a shape");
+                Check(i.DType == DType.I32 && i.NDim == 0 && i.Item() == -1, "0-d i32 from a span with an empty shape");
+                Check(vec.Shape.SequenceEqual(new long[] { 3 }) && vec.ToArray<int>()[2] == 6, "1-d from an array without a shape");
                 Check(t.ToString() == "Tensor(shape=[2, 3], dtype=f32, device=cpu)", t.ToString());
                 Check(t.Device == Device.Cpu && t.GetDevice() == -1 && !t.IsPinned, "device");
                 var span = new float[6];
