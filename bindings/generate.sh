@@ -1,7 +1,7 @@
 #!/bin/sh
 # Regenerates the committed binding code from include/kiln/kiln.h:
 #   Go  (SWIG)    -> go/internal/capi/{kiln.go,kiln_wrap.c}
-#   C#  (SWIG)    -> csharp/generated/{NativeMethods.cs,NativeMethodsPINVOKE.cs,kiln_wrap.c}
+#   C#  (csharp/generate.py) -> csharp/src/Native.g.cs (P/Invoke into libkiln.so)
 #   Rust (bindgen) -> rust/kiln-sys/src/bindings.rs
 # Usage: bindings/generate.sh [OUTPUT_ROOT]   (default: bindings/ itself)
 # test.sh generates into a temporary root and diffs it against the tree.
@@ -13,16 +13,16 @@ out=$(mkdir -p "${1:-$here}" && cd "${1:-$here}" && pwd)
 cd "$here"
 include=../include
 
-mkdir -p "$out/go/internal/capi" "$out/csharp/generated" "$out/rust/kiln-sys/src"
+mkdir -p "$out/go/internal/capi" "$out/csharp/src" "$out/rust/kiln-sys/src"
 
 # SWIGWORDSIZE64: stdint.i then typedefs int64_t as long, as LP64 glibc does, so
 # the wrappers pass int64_t * without casts. Go: cgo mode, 64-bit intgo.
 swig -go -cgo -intgosize 64 -DSWIGWORDSIZE64 -package capi -I"$include" \
   -o "$out/go/internal/capi/kiln_wrap.c" -outdir "$out/go/internal/capi" swig/kiln.i
 
-# C#: internal classes in namespace Kiln, wrapper library libkiln_csharp.so.
-swig -csharp -DSWIGWORDSIZE64 -namespace Kiln -module NativeMethods -dllimport kiln_csharp -I"$include" \
-  -o "$out/csharp/generated/kiln_wrap.c" -outdir "$out/csharp/generated" swig/kiln.i
+# C#: DllImports of libkiln.so itself, enums, constants, struct layouts and
+# SafeHandles, all read from kiln.h (no wrapper library).
+python3 csharp/generate.py "$include/kiln/kiln.h" "$out/csharp/src/Native.g.cs"
 
 # Rust: only kiln's own names; enums as plain integer constants (an out-of-range
 # value from C must not be undefined behaviour in Rust).

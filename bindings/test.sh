@@ -40,8 +40,8 @@ generated() {
   local tmp; tmp=$(mktemp -d) || return 1
   "$here/generate.sh" "$tmp" >/dev/null || { rm -rf "$tmp"; return 1; }
   local status=0
-  for f in go/internal/capi/kiln.go go/internal/capi/kiln_wrap.c csharp/generated/NativeMethods.cs \
-           csharp/generated/NativeMethodsPINVOKE.cs csharp/generated/kiln_wrap.c rust/kiln-sys/src/bindings.rs; do
+  for f in go/internal/capi/kiln.go go/internal/capi/kiln_wrap.c csharp/src/Native.g.cs \
+           rust/kiln-sys/src/bindings.rs; do
     diff -u "$here/$f" "$tmp/$f" || { echo "bindings/$f is stale: run bindings/generate.sh" >&2; status=1; }
   done
   rm -rf "$tmp"
@@ -59,21 +59,61 @@ rust_tests() {
   (cd "$root/examples/rust" && cargo build --offline --release -q)
 }
 
+# C#: Kiln.dll and its NuGet layout (csharp/build.py, from csharp/src/Kiln.csproj);
+# the tests run from that layout alone: Kiln.dll from lib/netstandard2.0,
+# libkiln.so and its plugins from runtimes/linux-x64/native. Then a program
+# outside the repository is built and run against a `cmake --install`ed kiln.
 csharp_tests() {
-  local cs="$out/csharp"
-  mkdir -p "$cs" &&
-  cc -shared -fPIC -O2 -Wall -I"$root/include" "$here/csharp/generated/kiln_wrap.c" -L"$build" -lkiln \
-     -o "$cs/libkiln_csharp.so" &&
-  mcs -target:library -warnaserror -out:"$cs/Kiln.dll" "$here"/csharp/generated/*.cs "$here"/csharp/src/*.cs &&
-  mcs -warnaserror -out:"$cs/KilnTests.exe" -r:"$cs/Kiln.dll" "$here/csharp/tests/Tests.cs" &&
-  mcs -warnaserror -out:"$cs/FashionMnist.exe" -r:"$cs/Kiln.dll" "$root/examples/csharp/FashionMnist.cs" &&
-  LD_LIBRARY_PATH="$cs:$LD_LIBRARY_PATH" mono "$cs/KilnTests.exe"
+  local cs="$out/csharp" pkg="$out/csharp/package"
+  python3 "$here/csharp/build.py" "$build" "$cs" &&
+  mcs -langversion:7.2 -warnaserror -nologo -out:"$cs/KilnTests.exe" -r:"$cs/Kiln.dll" "$here"/csharp/tests/*.cs &&
+  mcs -warnaserror -nologo -out:"$cs/FashionMnist.exe" -r:"$cs/Kiln.dll" "$root/examples/csharp/FashionMnist.cs" &&
+  MONO_PATH="$pkg/lib/netstandard2.0" LD_LIBRARY_PATH="$pkg/runtimes/linux-x64/native" KILN_SOURCE_DIR="$root" \
+    mono "$cs/KilnTests.exe" &&
+  csharp_installed
+}
+
+csharp_installed() {
+  local tmp; tmp=$(mktemp -d) || return 1
+  csharp_installed_in "$tmp"
+  local status=$?
+  rm -rf "$tmp"
+  return $status
+}
+
+csharp_installed_in() {
+  local tmp=$1 pc libdir
+  cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 ||
+    { cat "$tmp/install.log" >&2; return 1; }
+  pc=$(find "$tmp/prefix" -name kiln.pc | head -n 1)
+  libdir=$(PKG_CONFIG_PATH=$(dirname "$pc") pkg-config --variable=libdir kiln) || return 1
+  python3 "$here/csharp/build.py" "$libdir" "$tmp/kiln-cs" >/dev/null || return 1
+  mkdir "$tmp/app" && cat >"$tmp/app/Program.cs" <<'CS'
+using System;
+using Kiln;
+static class Program
+{
+    static int Main()
+    {
+        using (var ctx = new Context(seed: 1))
+        using (var scope = new DisposeScope())
+        {
+            var x = Tensor.FromArray(ctx, new float[] { 1, 2, 3, 4 }, 2, 2);
+            var y = x.Matmul(x) + 1;
+            Console.WriteLine(y + " " + string.Join(",", y.ToArray<float>()) + " kiln " + Library.VersionString);
+            return string.Join(",", y.ToArray<float>()) == "8,11,16,23" ? 0 : 1;
+        }
+    }
+}
+CS
+  (cd "$tmp/app" && mcs -nologo -warnaserror -r:"$tmp/kiln-cs/package/lib/netstandard2.0/Kiln.dll" Program.cs &&
+   MONO_PATH="$tmp/kiln-cs/package/lib/netstandard2.0" LD_LIBRARY_PATH="$libdir" mono Program.exe)
 }
 
 run_examples() {
   local cs="$out/csharp"
   "$out/go-example" && "$CARGO_TARGET_DIR/release/kiln-example" &&
-  LD_LIBRARY_PATH="$cs:$LD_LIBRARY_PATH" mono "$cs/FashionMnist.exe"
+  MONO_PATH="$cs" mono "$cs/FashionMnist.exe"
 }
 
 step generated generated

@@ -19,7 +19,8 @@ set -euo pipefail
 core=(cmake g++ ninja-build pkg-config libopenblas-dev libcmocka-dev zlib1g-dev
   dataset-fashion-mnist openmpi-bin libopenmpi-dev abigail-tools)
 # bindgen loads libclang at run time but does not depend on it in Debian.
-bindings=(swig golang-go mono-mcs mono-devel bindgen libclang1)
+# python3 runs bindings/csharp/generate.py and build.py (mcs builds Kiln.dll).
+bindings=(swig golang-go mono-mcs mono-devel python3 bindgen libclang1)
 
 case "${1:-}" in
   --core) wanted=("${core[@]}") ;;

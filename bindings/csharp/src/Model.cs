@@ -2,30 +2,48 @@ using System;
 
 namespace Kiln
 {
-    /// <summary>The layers of a model, built up and given to Model's constructor.</summary>
+    /// <summary>The layers of a model, built up and given to Model's constructor
+    /// (which copies it).</summary>
     public sealed class ModelSpec : IDisposable
     {
         internal readonly ModelSpecHandle Handle;
 
-        public ModelSpec() { NativeMethods.model_spec_create(out Handle); }
+        /// <summary>An empty spec.</summary>
+        public ModelSpec() { Native.Check(NativeMethods.kiln_model_spec_create(out Handle)); }
 
         /// <summary>A spec from compact text: "784-32-10" (ReLU between layers),
         /// "784-256-10:gelu:dropout=0.2".</summary>
-        public ModelSpec(string text) : this() { Parse(text); }
+        public ModelSpec(string text) : this()
+        {
+            try { Parse(text); }
+            catch { Handle.Dispose(); throw; }
+        }
 
+        /// <summary>Releases the spec.</summary>
         public void Dispose() => Handle.Dispose();
 
-        public ModelSpec Parse(string text) { NativeMethods.model_spec_parse(Handle, text); return this; }
+        /// <summary>Appends the layers of text after the last one (its first size must
+        /// equal the last Linear's output: ArgumentException otherwise).</summary>
+        public ModelSpec Parse(string text) { Native.Check(NativeMethods.kiln_model_spec_parse(Handle, text)); return this; }
+
+        /// <summary>Appends Linear(inFeatures, outFeatures).</summary>
         public ModelSpec AddLinear(long inFeatures, long outFeatures, bool bias = true)
         {
-            NativeMethods.model_spec_add_linear(Handle, inFeatures, outFeatures, bias ? 1 : 0);
+            Native.Check(NativeMethods.kiln_model_spec_add_linear(Handle, inFeatures, outFeatures, bias ? 1 : 0));
             return this;
         }
-        /// <summary>A parameterless layer; arg is LeakyReLU's slope or Dropout's probability.</summary>
-        public ModelSpec Add(LayerKind kind, double arg = 0) { NativeMethods.model_spec_add(Handle, kind, arg); return this; }
+
+        /// <summary>Appends a parameterless layer; arg is LeakyRelu's slope or Dropout's probability.</summary>
+        public ModelSpec Add(LayerKind kind, double arg = 0)
+        {
+            Native.Check(NativeMethods.kiln_model_spec_add(Handle, kind, arg));
+            return this;
+        }
+
+        /// <summary>Appends Linear(sizes[0], sizes[1]), activation, ..., Linear(sizes[n-2], sizes[n-1]).</summary>
         public ModelSpec AddMlp(LayerKind activation, params long[] sizes)
         {
-            NativeMethods.model_spec_add_mlp(Handle, sizes, sizes.Length, activation);
+            Native.Check(NativeMethods.kiln_model_spec_add_mlp(Handle, sizes, sizes?.Length ?? 0, activation));
             return this;
         }
     }
@@ -37,21 +55,40 @@ namespace Kiln
 
         Model(ModelHandle handle) { Handle = handle; }
 
-        /// <summary>A model initialised from the context's generator as PyTorch's nn.Linear.</summary>
-        public Model(Context ctx, ModelSpec spec, Device device)
+        /// <summary>A model of spec on device, initialised from the context's generator
+        /// as PyTorch's nn.Linear, with parameters of dtype (null: kiln's default, f32;
+        /// F64 on the CPU only).</summary>
+        public Model(Context ctx, ModelSpec spec, Device device, DType? dtype = null)
         {
-            NativeMethods.model_create(ctx.Handle, spec.Handle, device, out Handle);
+            Native.Check(dtype.HasValue
+                ? NativeMethods.kiln_model_create_dtype(Arg.Of(ctx, nameof(ctx)), Arg.Of(spec, nameof(spec)), device, dtype.Value, out Handle)
+                : NativeMethods.kiln_model_create(Arg.Of(ctx, nameof(ctx)), Arg.Of(spec, nameof(spec)), device, out Handle));
         }
 
-        public Model(Context ctx, string spec, Device device)
+        /// <summary>A model of a compact spec ("784-32-10").</summary>
+        public Model(Context ctx, string spec, Device device, DType? dtype = null)
         {
-            using (var s = new ModelSpec(spec)) NativeMethods.model_create(ctx.Handle, s.Handle, device, out Handle);
+            using (var s = new ModelSpec(spec))
+                Native.Check(dtype.HasValue
+                    ? NativeMethods.kiln_model_create_dtype(Arg.Of(ctx, nameof(ctx)), s.Handle, device, dtype.Value, out Handle)
+                    : NativeMethods.kiln_model_create(Arg.Of(ctx, nameof(ctx)), s.Handle, device, out Handle));
         }
 
-        /// <summary>A model from a file Save wrote.</summary>
+        /// <summary>A model from a file Save wrote. FileNotFoundException when there
+        /// is no such file, FormatException for a malformed one.</summary>
         public static Model Load(Context ctx, string path, Device device)
         {
-            NativeMethods.model_load(ctx.Handle, path, device, out ModelHandle h);
+            Native.Check(NativeMethods.kiln_model_load(Arg.Of(ctx, nameof(ctx)), path, device, out ModelHandle h), path);
+            return new Model(h);
+        }
+
+        /// <summary>A model of spec from a safetensors file holding its parameters under
+        /// PyTorch's nn.Sequential names ("0.weight", ...), e.g. one written by
+        /// safetensors.torch.save_file(model.state_dict(), path). The dtype is the
+        /// file's.</summary>
+        public static Model LoadWithSpec(Context ctx, string path, ModelSpec spec, Device device)
+        {
+            Native.Check(NativeMethods.kiln_model_load_with_spec(Arg.Of(ctx, nameof(ctx)), path, Arg.Of(spec, nameof(spec)), device, out ModelHandle h), path);
             return new Model(h);
         }
 
@@ -59,54 +96,64 @@ namespace Kiln
         public void Dispose() => Handle.Dispose();
 
         /// <summary>Writes the weights as safetensors, atomically.</summary>
-        public void Save(string path) => NativeMethods.model_save(Handle, path);
-        public void LoadWeights(string path) => NativeMethods.model_load_weights(Handle, path);
-        public void To(Device device) => NativeMethods.model_to(Handle, device);
-        public Device Device { get { NativeMethods.model_device(Handle, out Device d); return d; } }
+        public void Save(string path) => Native.Check(NativeMethods.kiln_model_save(Handle, path));
+
+        /// <summary>Loads weights Save wrote into this model (ArgumentException for
+        /// another architecture; the weights are then unchanged).</summary>
+        public void LoadWeights(string path) => Native.Check(NativeMethods.kiln_model_load_weights(Handle, path), path);
+
+        /// <summary>Moves the parameters to device; trainers made before must be recreated.</summary>
+        public void To(Device device) => Native.Check(NativeMethods.kiln_model_to(Handle, device));
+
+        /// <summary>Where the parameters live.</summary>
+        public Device Device { get { Native.Check(NativeMethods.kiln_model_device(Handle, out Device d)); return d; } }
 
         /// <summary>Dropout active (true) or evaluation mode; not while other threads run the model.</summary>
         public bool Training
         {
-            get { NativeMethods.model_is_training(Handle, out int v); return v != 0; }
-            set { NativeMethods.model_set_training(Handle, value ? 1 : 0); }
+            get { Native.Check(NativeMethods.kiln_model_is_training(Handle, out int v)); return v != 0; }
+            set { Native.Check(NativeMethods.kiln_model_set_training(Handle, value ? 1 : 0)); }
         }
 
-        public long NumParameters { get { NativeMethods.model_num_parameters(Handle, out long n); return n; } }
-        public long InputSize { get { NativeMethods.model_input_size(Handle, out long n); return n; } }
-        public long OutputSize { get { NativeMethods.model_output_size(Handle, out long n); return n; } }
-        public long NumParameterTensors { get { NativeMethods.model_num_parameter_tensors(Handle, out long n); return n; } }
+        /// <summary>Scalar parameters (weights and biases).</summary>
+        public long NumParameters { get { Native.Check(NativeMethods.kiln_model_num_parameters(Handle, out long n)); return n; } }
+        /// <summary>Features per sample the model takes.</summary>
+        public long InputSize { get { Native.Check(NativeMethods.kiln_model_input_size(Handle, out long n)); return n; } }
+        /// <summary>Outputs per sample.</summary>
+        public long OutputSize { get { Native.Check(NativeMethods.kiln_model_output_size(Handle, out long n)); return n; } }
+        /// <summary>Parameter tensors (2 per Linear with bias).</summary>
+        public long NumParameterTensors { get { Native.Check(NativeMethods.kiln_model_num_parameter_tensors(Handle, out long n)); return n; } }
 
-        /// <summary>The spec as ModelSpec reads it.</summary>
-        public string Describe()
-        {
-            NativeMethods.model_describe(Handle, out string s);
-            GC.KeepAlive(this); // the string is owned by the model
-            return s;
-        }
+        /// <summary>The spec as ModelSpec reads it back.</summary>
+        public string Describe() =>
+            Native.Borrowed(Handle, (out IntPtr s) => NativeMethods.kiln_model_describe(Handle, out s));
 
-        /// <summary>Parameter i as a tensor sharing the model's storage.</summary>
+        /// <summary>Parameter index as a tensor sharing the model's storage (writes change the model).</summary>
         public Tensor Parameter(long index)
         {
-            NativeMethods.model_parameter(Handle, index, out TensorHandle h);
+            Native.Check(NativeMethods.kiln_model_parameter(Handle, index, out TensorHandle h));
+            return new Tensor(h, storage: false);
+        }
+
+        /// <summary>The state_dict name of parameter index ("0.weight", ...).</summary>
+        public string ParameterName(long index) =>
+            Native.Borrowed(Handle, (out IntPtr s) => NativeMethods.kiln_model_parameter_name(Handle, index, out s));
+
+        /// <summary>Logits [batch, outputs] for x [batch, inputs] on the model's device, without gradients.</summary>
+        public Tensor Forward(Tensor x)
+        {
+            Native.Check(NativeMethods.kiln_model_forward(Handle, Arg.Of(x, nameof(x)), out TensorHandle h));
             return new Tensor(h);
         }
 
-        /// <summary>The state_dict name of parameter i ("0.weight", ...).</summary>
-        public string ParameterName(long index)
-        {
-            NativeMethods.model_parameter_name(Handle, index, out string s);
-            GC.KeepAlive(this);
-            return s;
-        }
-
-        /// <summary>Logits [batch, outputs] for x [batch, inputs] on the model's device.</summary>
-        public Tensor Forward(Tensor x) { NativeMethods.model_forward(Handle, x.Handle, out TensorHandle h); return new Tensor(h); }
-
-        /// <summary>Evaluation-mode forward pass on x from any device.</summary>
+        /// <summary>Evaluation-mode forward pass on x from any device; the result is on the model's.</summary>
         public Tensor Predict(Tensor x, PredictKind kind = PredictKind.Logits)
         {
-            NativeMethods.model_predict(Handle, x.Handle, kind, out TensorHandle h);
+            Native.Check(NativeMethods.kiln_model_predict(Handle, Arg.Of(x, nameof(x)), kind, out TensorHandle h));
             return new Tensor(h);
         }
+
+        /// <summary>"Model(784-32-10, cpu)".</summary>
+        public override string ToString() => Handle.IsClosed ? "Model(disposed)" : "Model(" + Describe() + ", " + Device + ")";
     }
 }

@@ -212,133 +212,133 @@ typedef _gostring_ swig_type_179;
 typedef _gostring_ swig_type_180;
 typedef _gostring_ swig_type_181;
 typedef long long swig_type_182;
-extern void _wrap_Swig_free_capi_4b0eab3b6ca7e43f(uintptr_t arg1);
-extern uintptr_t _wrap_Swig_malloc_capi_4b0eab3b6ca7e43f(swig_intgo arg1);
-extern swig_type_1 _wrap_version_string_capi_4b0eab3b6ca7e43f(void);
-extern swig_intgo _wrap_abi_version_capi_4b0eab3b6ca7e43f(void);
-extern swig_type_2 _wrap_status_name_capi_4b0eab3b6ca7e43f(swig_intgo arg1);
-extern swig_type_3 _wrap_last_error_capi_4b0eab3b6ca7e43f(void);
-extern swig_type_4 _wrap_context_options_create_capi_4b0eab3b6ca7e43f(swig_voidp arg1);
-extern void _wrap_context_options_release_capi_4b0eab3b6ca7e43f(uintptr_t arg1);
-extern swig_type_5 _wrap_context_options_set_seed_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_6 arg2);
-extern swig_type_7 _wrap_context_options_set_num_threads_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_8 arg2);
-extern swig_type_9 _wrap_context_options_set_log_level_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_10 _wrap_context_options_set_enable_cuda_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_11 _wrap_context_create_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern void _wrap_context_release_capi_4b0eab3b6ca7e43f(uintptr_t arg1);
-extern swig_type_12 _wrap_context_set_seed_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_13 arg2);
-extern swig_type_14 _wrap_device_parse_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_15 arg2, swig_voidp arg3);
-extern swig_type_16 _wrap_cuda_is_available_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_17 _wrap_cuda_unavailable_reason_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_18 _wrap_device_count_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
-extern swig_type_19 _wrap_default_device_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_20 _wrap_device_get_info_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_21 arg2, swig_voidp arg3);
-extern swig_type_22 _wrap_device_synchronize_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_23 arg2);
-extern swig_type_24 _wrap_dtype_name_capi_4b0eab3b6ca7e43f(swig_intgo arg1);
-extern swig_type_25 _wrap_dtype_size_capi_4b0eab3b6ca7e43f(swig_intgo arg1);
-extern swig_type_26 _wrap_tensor_empty_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_27 arg2, swig_intgo arg3, swig_type_28 arg4, swig_voidp arg5);
-extern swig_type_29 _wrap_tensor_zeros_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_30 arg2, swig_intgo arg3, swig_type_31 arg4, swig_voidp arg5);
-extern swig_type_32 _wrap_tensor_ones_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_33 arg2, swig_intgo arg3, swig_type_34 arg4, swig_voidp arg5);
-extern swig_type_35 _wrap_tensor_full_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_36 arg2, swig_intgo arg3, swig_type_37 arg4, double arg5, swig_voidp arg6);
-extern swig_type_38 _wrap_tensor_arange_capi_4b0eab3b6ca7e43f(uintptr_t arg1, double arg2, double arg3, double arg4, swig_intgo arg5, swig_type_39 arg6, swig_voidp arg7);
-extern swig_type_40 _wrap_tensor_rand_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_41 arg2, swig_intgo arg3, swig_type_42 arg4, swig_voidp arg5);
-extern swig_type_43 _wrap_tensor_randn_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_44 arg2, swig_intgo arg3, swig_type_45 arg4, swig_voidp arg5);
-extern swig_type_46 _wrap_tensor_from_host_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_47 arg2, swig_type_48 arg3, swig_intgo arg4, swig_type_49 arg5, swig_voidp arg6);
-extern swig_type_50 _wrap_tensor_empty_pinned_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_51 arg2, swig_intgo arg3, swig_voidp arg4);
-extern void _wrap_tensor_release_capi_4b0eab3b6ca7e43f(uintptr_t arg1);
-extern swig_type_52 _wrap_tensor_copy_to_host_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_53 arg2);
-extern swig_type_54 _wrap_tensor_copy_from_host_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_55 arg2);
-extern swig_type_56 _wrap_tensor_item_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_57 _wrap_tensor_to_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_58 arg2, swig_voidp arg3);
-extern swig_type_59 _wrap_tensor_cast_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
-extern swig_type_60 _wrap_tensor_clone_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_61 _wrap_tensor_ndim_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_62 _wrap_tensor_dim_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_63 arg2, swig_voidp arg3);
-extern swig_type_64 _wrap_tensor_shape_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_65 arg2);
-extern swig_type_66 _wrap_tensor_numel_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_67 _wrap_tensor_dtype_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_68 _wrap_tensor_device_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_69 _wrap_tensor_get_device_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_70 _wrap_tensor_is_pinned_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_71 _wrap_tensor_reshape_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_72 arg2, swig_voidp arg3);
-extern swig_type_73 _wrap_tensor_rows_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_74 arg2, swig_type_75 arg3, swig_voidp arg4);
-extern swig_type_76 _wrap_tensor_binary_capi_4b0eab3b6ca7e43f(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_77 _wrap_tensor_scalar_capi_4b0eab3b6ca7e43f(swig_intgo arg1, uintptr_t arg2, double arg3, swig_voidp arg4);
-extern swig_type_78 _wrap_tensor_compare_capi_4b0eab3b6ca7e43f(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_79 _wrap_tensor_unary_capi_4b0eab3b6ca7e43f(swig_intgo arg1, uintptr_t arg2, double arg3, swig_voidp arg4);
-extern swig_type_80 _wrap_tensor_softmax_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_81 arg2, swig_voidp arg3);
-extern swig_type_82 _wrap_tensor_log_softmax_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_83 arg2, swig_voidp arg3);
-extern swig_type_84 _wrap_tensor_reduce_capi_4b0eab3b6ca7e43f(swig_intgo arg1, uintptr_t arg2, swig_type_85 arg3, swig_intgo arg4, swig_voidp arg5);
-extern swig_type_86 _wrap_tensor_matmul_capi_4b0eab3b6ca7e43f(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_87 _wrap_model_spec_create_capi_4b0eab3b6ca7e43f(swig_voidp arg1);
-extern void _wrap_model_spec_release_capi_4b0eab3b6ca7e43f(uintptr_t arg1);
-extern swig_type_88 _wrap_model_spec_add_linear_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_89 arg2, swig_type_90 arg3, swig_intgo arg4);
-extern swig_type_91 _wrap_model_spec_add_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_intgo arg2, double arg3);
-extern swig_type_92 _wrap_model_spec_add_mlp_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_93 arg2, swig_intgo arg3);
-extern swig_type_94 _wrap_model_spec_parse_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_95 arg2);
-extern swig_type_96 _wrap_model_create_capi_4b0eab3b6ca7e43f(uintptr_t arg1, uintptr_t arg2, swig_type_97 arg3, swig_voidp arg4);
-extern swig_type_98 _wrap_model_create_dtype_capi_4b0eab3b6ca7e43f(uintptr_t arg1, uintptr_t arg2, swig_type_99 arg3, swig_intgo arg4, swig_voidp arg5);
-extern void _wrap_model_release_capi_4b0eab3b6ca7e43f(uintptr_t arg1);
-extern swig_type_100 _wrap_model_to_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_101 arg2);
-extern swig_type_102 _wrap_model_device_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_103 _wrap_model_set_training_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_104 _wrap_model_is_training_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_105 _wrap_model_num_parameters_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_106 _wrap_model_input_size_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_107 _wrap_model_output_size_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_108 _wrap_model_describe_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_109 _wrap_model_num_parameter_tensors_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_110 _wrap_model_parameter_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_111 arg2, swig_voidp arg3);
-extern swig_type_112 _wrap_model_parameter_name_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_113 arg2, swig_voidp arg3);
-extern swig_type_114 _wrap_model_forward_capi_4b0eab3b6ca7e43f(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_115 _wrap_model_predict_capi_4b0eab3b6ca7e43f(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_116 _wrap_model_save_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_117 arg2);
-extern swig_type_118 _wrap_model_load_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_119 arg2, swig_type_120 arg3, swig_voidp arg4);
-extern swig_type_121 _wrap_model_load_weights_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_122 arg2);
-extern swig_type_123 _wrap_model_load_with_spec_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_124 arg2, uintptr_t arg3, swig_type_125 arg4, swig_voidp arg5);
-extern swig_type_126 _wrap_dataset_from_tensors_capi_4b0eab3b6ca7e43f(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_127 _wrap_dataset_load_idx_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_128 arg2, swig_type_129 arg3, swig_voidp arg4);
-extern swig_type_130 _wrap_dataset_load_mnist_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_131 arg2, swig_type_132 arg3, swig_voidp arg4);
-extern void _wrap_dataset_release_capi_4b0eab3b6ca7e43f(uintptr_t arg1);
-extern swig_type_133 _wrap_dataset_size_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_134 _wrap_dataset_num_features_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_135 _wrap_dataset_num_classes_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_136 _wrap_dataset_set_normalization_capi_4b0eab3b6ca7e43f(uintptr_t arg1, double arg2, double arg3, double arg4);
-extern swig_type_137 _wrap_dataset_split_capi_4b0eab3b6ca7e43f(uintptr_t arg1, double arg2, swig_type_138 arg3, swig_voidp arg4, swig_voidp arg5);
-extern swig_type_139 _wrap_dataset_batch_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_140 arg2, swig_type_141 arg3, swig_type_142 arg4, swig_voidp arg5, swig_voidp arg6);
-extern swig_type_143 _wrap_loss_capi_4b0eab3b6ca7e43f(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_144 _wrap_trainer_options_create_capi_4b0eab3b6ca7e43f(swig_voidp arg1);
-extern void _wrap_trainer_options_release_capi_4b0eab3b6ca7e43f(uintptr_t arg1);
-extern swig_type_145 _wrap_trainer_options_set_loss_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_146 _wrap_trainer_options_set_optimizer_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_147 _wrap_trainer_options_set_lr_capi_4b0eab3b6ca7e43f(uintptr_t arg1, double arg2);
-extern swig_type_148 _wrap_trainer_options_set_momentum_capi_4b0eab3b6ca7e43f(uintptr_t arg1, double arg2);
-extern swig_type_149 _wrap_trainer_options_set_nesterov_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_150 _wrap_trainer_options_set_weight_decay_capi_4b0eab3b6ca7e43f(uintptr_t arg1, double arg2);
-extern swig_type_151 _wrap_trainer_options_set_betas_capi_4b0eab3b6ca7e43f(uintptr_t arg1, double arg2, double arg3);
-extern swig_type_152 _wrap_trainer_options_set_eps_capi_4b0eab3b6ca7e43f(uintptr_t arg1, double arg2);
-extern swig_type_153 _wrap_trainer_options_set_batch_size_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_154 arg2);
-extern swig_type_155 _wrap_trainer_options_set_grad_clip_capi_4b0eab3b6ca7e43f(uintptr_t arg1, double arg2);
-extern swig_type_156 _wrap_trainer_options_set_schedule_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_intgo arg2, swig_type_157 arg3, double arg4, swig_type_158 arg5, double arg6);
-extern swig_type_159 _wrap_trainer_options_set_warmup_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_160 arg2);
-extern swig_type_161 _wrap_trainer_options_set_shuffle_seed_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_162 arg2);
-extern swig_type_163 _wrap_trainer_options_set_progress_interval_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_164 arg2);
-extern swig_type_165 _wrap_trainer_options_set_precision_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_166 _wrap_trainer_options_set_fast_path_capi_4b0eab3b6ca7e43f(uintptr_t arg1, int arg2);
-extern swig_type_167 _wrap_trainer_create_capi_4b0eab3b6ca7e43f(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern void _wrap_trainer_release_capi_4b0eab3b6ca7e43f(uintptr_t arg1);
-extern swig_type_168 _wrap_trainer_step_capi_4b0eab3b6ca7e43f(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_169 _wrap_trainer_epoch_capi_4b0eab3b6ca7e43f(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_170 _wrap_trainer_fit_capi_4b0eab3b6ca7e43f(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_type_171 arg4, swig_voidp arg5);
-extern swig_type_172 _wrap_trainer_evaluate_capi_4b0eab3b6ca7e43f(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_173 _wrap_trainer_epochs_done_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_174 _wrap_trainer_steps_done_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_175 _wrap_trainer_current_lr_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_176 _wrap_trainer_save_checkpoint_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_177 arg2);
-extern swig_type_178 _wrap_trainer_load_checkpoint_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_179 arg2);
-extern void _wrap_history_release_capi_4b0eab3b6ca7e43f(uintptr_t arg1);
-extern swig_type_180 _wrap_history_size_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_181 _wrap_history_get_capi_4b0eab3b6ca7e43f(uintptr_t arg1, swig_type_182 arg2, swig_voidp arg3);
+extern void _wrap_Swig_free_capi_ffd5e879a0fe8b33(uintptr_t arg1);
+extern uintptr_t _wrap_Swig_malloc_capi_ffd5e879a0fe8b33(swig_intgo arg1);
+extern swig_type_1 _wrap_version_string_capi_ffd5e879a0fe8b33(void);
+extern swig_intgo _wrap_abi_version_capi_ffd5e879a0fe8b33(void);
+extern swig_type_2 _wrap_status_name_capi_ffd5e879a0fe8b33(swig_intgo arg1);
+extern swig_type_3 _wrap_last_error_capi_ffd5e879a0fe8b33(void);
+extern swig_type_4 _wrap_context_options_create_capi_ffd5e879a0fe8b33(swig_voidp arg1);
+extern void _wrap_context_options_release_capi_ffd5e879a0fe8b33(uintptr_t arg1);
+extern swig_type_5 _wrap_context_options_set_seed_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_6 arg2);
+extern swig_type_7 _wrap_context_options_set_num_threads_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_8 arg2);
+extern swig_type_9 _wrap_context_options_set_log_level_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_10 _wrap_context_options_set_enable_cuda_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_11 _wrap_context_create_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern void _wrap_context_release_capi_ffd5e879a0fe8b33(uintptr_t arg1);
+extern swig_type_12 _wrap_context_set_seed_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_13 arg2);
+extern swig_type_14 _wrap_device_parse_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_15 arg2, swig_voidp arg3);
+extern swig_type_16 _wrap_cuda_is_available_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_17 _wrap_cuda_unavailable_reason_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_18 _wrap_device_count_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
+extern swig_type_19 _wrap_default_device_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_20 _wrap_device_get_info_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_21 arg2, swig_voidp arg3);
+extern swig_type_22 _wrap_device_synchronize_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_23 arg2);
+extern swig_type_24 _wrap_dtype_name_capi_ffd5e879a0fe8b33(swig_intgo arg1);
+extern swig_type_25 _wrap_dtype_size_capi_ffd5e879a0fe8b33(swig_intgo arg1);
+extern swig_type_26 _wrap_tensor_empty_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_27 arg2, swig_intgo arg3, swig_type_28 arg4, swig_voidp arg5);
+extern swig_type_29 _wrap_tensor_zeros_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_30 arg2, swig_intgo arg3, swig_type_31 arg4, swig_voidp arg5);
+extern swig_type_32 _wrap_tensor_ones_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_33 arg2, swig_intgo arg3, swig_type_34 arg4, swig_voidp arg5);
+extern swig_type_35 _wrap_tensor_full_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_36 arg2, swig_intgo arg3, swig_type_37 arg4, double arg5, swig_voidp arg6);
+extern swig_type_38 _wrap_tensor_arange_capi_ffd5e879a0fe8b33(uintptr_t arg1, double arg2, double arg3, double arg4, swig_intgo arg5, swig_type_39 arg6, swig_voidp arg7);
+extern swig_type_40 _wrap_tensor_rand_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_41 arg2, swig_intgo arg3, swig_type_42 arg4, swig_voidp arg5);
+extern swig_type_43 _wrap_tensor_randn_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_44 arg2, swig_intgo arg3, swig_type_45 arg4, swig_voidp arg5);
+extern swig_type_46 _wrap_tensor_from_host_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_47 arg2, swig_type_48 arg3, swig_intgo arg4, swig_type_49 arg5, swig_voidp arg6);
+extern swig_type_50 _wrap_tensor_empty_pinned_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_51 arg2, swig_intgo arg3, swig_voidp arg4);
+extern void _wrap_tensor_release_capi_ffd5e879a0fe8b33(uintptr_t arg1);
+extern swig_type_52 _wrap_tensor_copy_to_host_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_53 arg2);
+extern swig_type_54 _wrap_tensor_copy_from_host_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_55 arg2);
+extern swig_type_56 _wrap_tensor_item_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_57 _wrap_tensor_to_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_58 arg2, swig_voidp arg3);
+extern swig_type_59 _wrap_tensor_cast_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
+extern swig_type_60 _wrap_tensor_clone_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_61 _wrap_tensor_ndim_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_62 _wrap_tensor_dim_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_63 arg2, swig_voidp arg3);
+extern swig_type_64 _wrap_tensor_shape_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_65 arg2);
+extern swig_type_66 _wrap_tensor_numel_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_67 _wrap_tensor_dtype_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_68 _wrap_tensor_device_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_69 _wrap_tensor_get_device_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_70 _wrap_tensor_is_pinned_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_71 _wrap_tensor_reshape_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_72 arg2, swig_voidp arg3);
+extern swig_type_73 _wrap_tensor_rows_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_74 arg2, swig_type_75 arg3, swig_voidp arg4);
+extern swig_type_76 _wrap_tensor_binary_capi_ffd5e879a0fe8b33(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_77 _wrap_tensor_scalar_capi_ffd5e879a0fe8b33(swig_intgo arg1, uintptr_t arg2, double arg3, swig_voidp arg4);
+extern swig_type_78 _wrap_tensor_compare_capi_ffd5e879a0fe8b33(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_79 _wrap_tensor_unary_capi_ffd5e879a0fe8b33(swig_intgo arg1, uintptr_t arg2, double arg3, swig_voidp arg4);
+extern swig_type_80 _wrap_tensor_softmax_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_81 arg2, swig_voidp arg3);
+extern swig_type_82 _wrap_tensor_log_softmax_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_83 arg2, swig_voidp arg3);
+extern swig_type_84 _wrap_tensor_reduce_capi_ffd5e879a0fe8b33(swig_intgo arg1, uintptr_t arg2, swig_type_85 arg3, swig_intgo arg4, swig_voidp arg5);
+extern swig_type_86 _wrap_tensor_matmul_capi_ffd5e879a0fe8b33(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_87 _wrap_model_spec_create_capi_ffd5e879a0fe8b33(swig_voidp arg1);
+extern void _wrap_model_spec_release_capi_ffd5e879a0fe8b33(uintptr_t arg1);
+extern swig_type_88 _wrap_model_spec_add_linear_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_89 arg2, swig_type_90 arg3, swig_intgo arg4);
+extern swig_type_91 _wrap_model_spec_add_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_intgo arg2, double arg3);
+extern swig_type_92 _wrap_model_spec_add_mlp_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_93 arg2, swig_intgo arg3);
+extern swig_type_94 _wrap_model_spec_parse_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_95 arg2);
+extern swig_type_96 _wrap_model_create_capi_ffd5e879a0fe8b33(uintptr_t arg1, uintptr_t arg2, swig_type_97 arg3, swig_voidp arg4);
+extern swig_type_98 _wrap_model_create_dtype_capi_ffd5e879a0fe8b33(uintptr_t arg1, uintptr_t arg2, swig_type_99 arg3, swig_intgo arg4, swig_voidp arg5);
+extern void _wrap_model_release_capi_ffd5e879a0fe8b33(uintptr_t arg1);
+extern swig_type_100 _wrap_model_to_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_101 arg2);
+extern swig_type_102 _wrap_model_device_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_103 _wrap_model_set_training_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_104 _wrap_model_is_training_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_105 _wrap_model_num_parameters_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_106 _wrap_model_input_size_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_107 _wrap_model_output_size_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_108 _wrap_model_describe_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_109 _wrap_model_num_parameter_tensors_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_110 _wrap_model_parameter_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_111 arg2, swig_voidp arg3);
+extern swig_type_112 _wrap_model_parameter_name_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_113 arg2, swig_voidp arg3);
+extern swig_type_114 _wrap_model_forward_capi_ffd5e879a0fe8b33(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_115 _wrap_model_predict_capi_ffd5e879a0fe8b33(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_116 _wrap_model_save_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_117 arg2);
+extern swig_type_118 _wrap_model_load_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_119 arg2, swig_type_120 arg3, swig_voidp arg4);
+extern swig_type_121 _wrap_model_load_weights_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_122 arg2);
+extern swig_type_123 _wrap_model_load_with_spec_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_124 arg2, uintptr_t arg3, swig_type_125 arg4, swig_voidp arg5);
+extern swig_type_126 _wrap_dataset_from_tensors_capi_ffd5e879a0fe8b33(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_127 _wrap_dataset_load_idx_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_128 arg2, swig_type_129 arg3, swig_voidp arg4);
+extern swig_type_130 _wrap_dataset_load_mnist_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_131 arg2, swig_type_132 arg3, swig_voidp arg4);
+extern void _wrap_dataset_release_capi_ffd5e879a0fe8b33(uintptr_t arg1);
+extern swig_type_133 _wrap_dataset_size_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_134 _wrap_dataset_num_features_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_135 _wrap_dataset_num_classes_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_136 _wrap_dataset_set_normalization_capi_ffd5e879a0fe8b33(uintptr_t arg1, double arg2, double arg3, double arg4);
+extern swig_type_137 _wrap_dataset_split_capi_ffd5e879a0fe8b33(uintptr_t arg1, double arg2, swig_type_138 arg3, swig_voidp arg4, swig_voidp arg5);
+extern swig_type_139 _wrap_dataset_batch_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_140 arg2, swig_type_141 arg3, swig_type_142 arg4, swig_voidp arg5, swig_voidp arg6);
+extern swig_type_143 _wrap_loss_capi_ffd5e879a0fe8b33(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_144 _wrap_trainer_options_create_capi_ffd5e879a0fe8b33(swig_voidp arg1);
+extern void _wrap_trainer_options_release_capi_ffd5e879a0fe8b33(uintptr_t arg1);
+extern swig_type_145 _wrap_trainer_options_set_loss_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_146 _wrap_trainer_options_set_optimizer_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_147 _wrap_trainer_options_set_lr_capi_ffd5e879a0fe8b33(uintptr_t arg1, double arg2);
+extern swig_type_148 _wrap_trainer_options_set_momentum_capi_ffd5e879a0fe8b33(uintptr_t arg1, double arg2);
+extern swig_type_149 _wrap_trainer_options_set_nesterov_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_150 _wrap_trainer_options_set_weight_decay_capi_ffd5e879a0fe8b33(uintptr_t arg1, double arg2);
+extern swig_type_151 _wrap_trainer_options_set_betas_capi_ffd5e879a0fe8b33(uintptr_t arg1, double arg2, double arg3);
+extern swig_type_152 _wrap_trainer_options_set_eps_capi_ffd5e879a0fe8b33(uintptr_t arg1, double arg2);
+extern swig_type_153 _wrap_trainer_options_set_batch_size_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_154 arg2);
+extern swig_type_155 _wrap_trainer_options_set_grad_clip_capi_ffd5e879a0fe8b33(uintptr_t arg1, double arg2);
+extern swig_type_156 _wrap_trainer_options_set_schedule_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_intgo arg2, swig_type_157 arg3, double arg4, swig_type_158 arg5, double arg6);
+extern swig_type_159 _wrap_trainer_options_set_warmup_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_160 arg2);
+extern swig_type_161 _wrap_trainer_options_set_shuffle_seed_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_162 arg2);
+extern swig_type_163 _wrap_trainer_options_set_progress_interval_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_164 arg2);
+extern swig_type_165 _wrap_trainer_options_set_precision_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_166 _wrap_trainer_options_set_fast_path_capi_ffd5e879a0fe8b33(uintptr_t arg1, int arg2);
+extern swig_type_167 _wrap_trainer_create_capi_ffd5e879a0fe8b33(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern void _wrap_trainer_release_capi_ffd5e879a0fe8b33(uintptr_t arg1);
+extern swig_type_168 _wrap_trainer_step_capi_ffd5e879a0fe8b33(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_169 _wrap_trainer_epoch_capi_ffd5e879a0fe8b33(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_170 _wrap_trainer_fit_capi_ffd5e879a0fe8b33(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_type_171 arg4, swig_voidp arg5);
+extern swig_type_172 _wrap_trainer_evaluate_capi_ffd5e879a0fe8b33(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_173 _wrap_trainer_epochs_done_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_174 _wrap_trainer_steps_done_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_175 _wrap_trainer_current_lr_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_176 _wrap_trainer_save_checkpoint_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_177 arg2);
+extern swig_type_178 _wrap_trainer_load_checkpoint_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_179 arg2);
+extern void _wrap_history_release_capi_ffd5e879a0fe8b33(uintptr_t arg1);
+extern swig_type_180 _wrap_history_size_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_181 _wrap_history_get_capi_ffd5e879a0fe8b33(uintptr_t arg1, swig_type_182 arg2, swig_voidp arg3);
 #undef intgo
 */
 import "C"
@@ -381,13 +381,13 @@ func swigCopyString(s string) string {
 
 func Swig_free(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_Swig_free_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0))
+	C._wrap_Swig_free_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0))
 }
 
 func Swig_malloc(arg1 int) (_swig_ret uintptr) {
 	var swig_r uintptr
 	_swig_i_0 := arg1
-	swig_r = (uintptr)(C._wrap_Swig_malloc_capi_4b0eab3b6ca7e43f(C.swig_intgo(_swig_i_0)))
+	swig_r = (uintptr)(C._wrap_Swig_malloc_capi_ffd5e879a0fe8b33(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
@@ -463,7 +463,7 @@ const KILN_VERSION_PATCH int = 0
 const KILN_ABI_VERSION int = 1
 func Version_string() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_version_string_capi_4b0eab3b6ca7e43f()
+	swig_r_p := C._wrap_version_string_capi_ffd5e879a0fe8b33()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
  swig_r_1 = swigCopyString(swig_r) 
@@ -472,14 +472,14 @@ func Version_string() (_swig_ret string) {
 
 func Abi_version() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_abi_version_capi_4b0eab3b6ca7e43f())
+	swig_r = (int)(C._wrap_abi_version_capi_ffd5e879a0fe8b33())
 	return swig_r
 }
 
 func Status_name(arg1 int) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_status_name_capi_4b0eab3b6ca7e43f(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_status_name_capi_ffd5e879a0fe8b33(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
  swig_r_1 = swigCopyString(swig_r) 
@@ -488,7 +488,7 @@ func Status_name(arg1 int) (_swig_ret string) {
 
 func Last_error() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_last_error_capi_4b0eab3b6ca7e43f()
+	swig_r_p := C._wrap_last_error_capi_ffd5e879a0fe8b33()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
  swig_r_1 = swigCopyString(swig_r) 
@@ -498,7 +498,7 @@ func Last_error() (_swig_ret string) {
 func Context_options_create(arg1 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_context_options_create_capi_4b0eab3b6ca7e43f(C.swig_voidp(_swig_i_0))
+	swig_r_p := C._wrap_context_options_create_capi_ffd5e879a0fe8b33(C.swig_voidp(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -516,14 +516,14 @@ func Context_options_create(arg1 *uintptr) (_swig_ret error) {
 
 func Context_options_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_context_options_release_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0))
+	C._wrap_context_options_release_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0))
 }
 
 func Context_options_set_seed(arg1 uintptr, arg2 uint64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_options_set_seed_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_type_6(_swig_i_1))
+	swig_r_p := C._wrap_context_options_set_seed_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_type_6(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -543,7 +543,7 @@ func Context_options_set_num_threads(arg1 uintptr, arg2 int64) (_swig_ret error)
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_options_set_num_threads_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_type_8(_swig_i_1))
+	swig_r_p := C._wrap_context_options_set_num_threads_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_type_8(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -563,7 +563,7 @@ func Context_options_set_log_level(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_options_set_log_level_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_context_options_set_log_level_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -583,7 +583,7 @@ func Context_options_set_enable_cuda(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_options_set_enable_cuda_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_context_options_set_enable_cuda_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -603,7 +603,7 @@ func Context_create(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_create_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_context_create_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -621,14 +621,14 @@ func Context_create(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 
 func Context_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_context_release_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0))
+	C._wrap_context_release_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0))
 }
 
 func Context_set_seed(arg1 uintptr, arg2 uint64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_set_seed_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_type_13(_swig_i_1))
+	swig_r_p := C._wrap_context_set_seed_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_type_13(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -649,7 +649,7 @@ func Device_parse(arg1 uintptr, arg2 string, arg3 *Device) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_device_parse_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_15)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_device_parse_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_15)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -672,7 +672,7 @@ func Cuda_is_available(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_cuda_is_available_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_cuda_is_available_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -692,7 +692,7 @@ func Cuda_unavailable_reason(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_cuda_unavailable_reason_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_cuda_unavailable_reason_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 
 	if len(*arg2) > 0 {
@@ -718,7 +718,7 @@ func Device_count(arg1 uintptr, arg2 int, arg3 *int64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_device_count_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_device_count_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -738,7 +738,7 @@ func Default_device(arg1 uintptr, arg2 *Device) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_default_device_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_default_device_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -760,7 +760,7 @@ func Device_get_info(arg1 uintptr, arg2 Device, arg3 *DeviceInfo) (_swig_ret err
 	var _swig_i_1 []int64
 _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_device_get_info_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_21)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_device_get_info_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_21)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_1
@@ -784,7 +784,7 @@ func Device_synchronize(arg1 uintptr, arg2 Device) (_swig_ret error) {
 	_swig_i_0 := arg1
 	var _swig_i_1 []int64
 _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
-	swig_r_p := C._wrap_device_synchronize_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_23)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_device_synchronize_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_23)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_1
@@ -807,7 +807,7 @@ const KILN_MAX_DIMS int = 8
 func Dtype_name(arg1 int) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_dtype_name_capi_4b0eab3b6ca7e43f(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_dtype_name_capi_ffd5e879a0fe8b33(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
  swig_r_1 = swigCopyString(swig_r) 
@@ -817,7 +817,7 @@ func Dtype_name(arg1 int) (_swig_ret string) {
 func Dtype_size(arg1 int) (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_dtype_size_capi_4b0eab3b6ca7e43f(C.swig_intgo(_swig_i_0)))
+	swig_r = (int64)(C._wrap_dtype_size_capi_ffd5e879a0fe8b33(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
@@ -829,7 +829,7 @@ func Tensor_empty(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintp
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_empty_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_27)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_28)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_empty_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_27)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_28)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -859,7 +859,7 @@ func Tensor_zeros(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintp
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_zeros_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_30)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_31)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_zeros_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_30)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_31)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -889,7 +889,7 @@ func Tensor_ones(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintpt
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_ones_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_33)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_34)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_ones_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_33)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_34)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -920,7 +920,7 @@ func Tensor_full(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 float64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_tensor_full_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_36)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_3)), C.double(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_tensor_full_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_36)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_3)), C.double(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -952,7 +952,7 @@ func Tensor_arange(arg1 uintptr, arg2 float64, arg3 float64, arg4 float64, arg5 
 	var _swig_i_5 []int64
 _swig_i_5 = []int64{int64(arg6.Kind), arg6.Index}
 	_swig_i_6 := arg7
-	swig_r_p := C._wrap_tensor_arange_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_39)(unsafe.Pointer(&_swig_i_5)), C.swig_voidp(_swig_i_6))
+	swig_r_p := C._wrap_tensor_arange_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_39)(unsafe.Pointer(&_swig_i_5)), C.swig_voidp(_swig_i_6))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_5
@@ -979,7 +979,7 @@ func Tensor_rand(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintpt
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_rand_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_41)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_42)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_rand_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_41)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_42)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1009,7 +1009,7 @@ func Tensor_randn(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintp
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_randn_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_44)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_45)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_randn_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_44)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_45)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1040,7 +1040,7 @@ func Tensor_from_host(arg1 uintptr, arg2 []byte, arg3 []int64, arg4 int, arg5 De
 	var _swig_i_4 []int64
 _swig_i_4 = []int64{int64(arg5.Kind), arg5.Index}
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_tensor_from_host_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_47)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_48)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), *(*C.swig_type_49)(unsafe.Pointer(&_swig_i_4)), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_tensor_from_host_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_47)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_48)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), *(*C.swig_type_49)(unsafe.Pointer(&_swig_i_4)), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1071,7 +1071,7 @@ func Tensor_empty_pinned(arg1 uintptr, arg2 []int64, arg3 int, arg4 *uintptr) (_
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_empty_pinned_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_51)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_empty_pinned_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_51)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1092,14 +1092,14 @@ func Tensor_empty_pinned(arg1 uintptr, arg2 []int64, arg3 int, arg4 *uintptr) (_
 
 func Tensor_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_tensor_release_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0))
+	C._wrap_tensor_release_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0))
 }
 
 func Tensor_copy_to_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_copy_to_host_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_53)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_tensor_copy_to_host_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_53)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1122,7 +1122,7 @@ func Tensor_copy_from_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_copy_from_host_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_55)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_tensor_copy_from_host_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_55)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1145,7 +1145,7 @@ func Tensor_item(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_item_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_item_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1167,7 +1167,7 @@ func Tensor_to(arg1 uintptr, arg2 Device, arg3 *uintptr) (_swig_ret error) {
 	var _swig_i_1 []int64
 _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_to_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_58)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_to_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_58)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_1
@@ -1191,7 +1191,7 @@ func Tensor_cast(arg1 uintptr, arg2 int, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_cast_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_cast_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1211,7 +1211,7 @@ func Tensor_clone(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_clone_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_clone_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1231,7 +1231,7 @@ func Tensor_ndim(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_ndim_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_ndim_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1252,7 +1252,7 @@ func Tensor_dim(arg1 uintptr, arg2 int64, arg3 *int64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_dim_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_type_63(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_dim_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_type_63(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1272,7 +1272,7 @@ func Tensor_shape(arg1 uintptr, arg2 []int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_shape_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_65)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_tensor_shape_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_65)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1295,7 +1295,7 @@ func Tensor_numel(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_numel_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_numel_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1315,7 +1315,7 @@ func Tensor_dtype(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_dtype_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_dtype_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1335,7 +1335,7 @@ func Tensor_device(arg1 uintptr, arg2 *Device) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_device_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_device_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1355,7 +1355,7 @@ func Tensor_get_device(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_get_device_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_get_device_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1375,7 +1375,7 @@ func Tensor_is_pinned(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_is_pinned_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_is_pinned_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1396,7 +1396,7 @@ func Tensor_reshape(arg1 uintptr, arg2 []int64, arg3 *uintptr) (_swig_ret error)
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_reshape_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_72)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_reshape_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_72)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1421,7 +1421,7 @@ func Tensor_rows(arg1 uintptr, arg2 int64, arg3 int64, arg4 *uintptr) (_swig_ret
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_rows_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_type_74(_swig_i_1), C.swig_type_75(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_rows_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_type_74(_swig_i_1), C.swig_type_75(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1443,7 +1443,7 @@ func Tensor_binary(arg1 int, arg2 uintptr, arg3 uintptr, arg4 *uintptr) (_swig_r
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_binary_capi_4b0eab3b6ca7e43f(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_binary_capi_ffd5e879a0fe8b33(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1465,7 +1465,7 @@ func Tensor_scalar(arg1 int, arg2 uintptr, arg3 float64, arg4 *uintptr) (_swig_r
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_scalar_capi_4b0eab3b6ca7e43f(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_scalar_capi_ffd5e879a0fe8b33(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1487,7 +1487,7 @@ func Tensor_compare(arg1 int, arg2 uintptr, arg3 uintptr, arg4 *uintptr) (_swig_
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_compare_capi_4b0eab3b6ca7e43f(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_compare_capi_ffd5e879a0fe8b33(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1509,7 +1509,7 @@ func Tensor_unary(arg1 int, arg2 uintptr, arg3 float64, arg4 *uintptr) (_swig_re
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_unary_capi_4b0eab3b6ca7e43f(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_unary_capi_ffd5e879a0fe8b33(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1530,7 +1530,7 @@ func Tensor_softmax(arg1 uintptr, arg2 int64, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_softmax_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_type_81(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_softmax_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_type_81(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1551,7 +1551,7 @@ func Tensor_log_softmax(arg1 uintptr, arg2 int64, arg3 *uintptr) (_swig_ret erro
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_log_softmax_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_type_83(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_log_softmax_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_type_83(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1574,7 +1574,7 @@ func Tensor_reduce(arg1 int, arg2 uintptr, arg3 int64, arg4 int, arg5 *uintptr) 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_reduce_capi_4b0eab3b6ca7e43f(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_type_85(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_reduce_capi_ffd5e879a0fe8b33(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_type_85(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1595,7 +1595,7 @@ func Tensor_matmul(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_matmul_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_matmul_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1614,7 +1614,7 @@ func Tensor_matmul(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) 
 func Model_spec_create(arg1 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_model_spec_create_capi_4b0eab3b6ca7e43f(C.swig_voidp(_swig_i_0))
+	swig_r_p := C._wrap_model_spec_create_capi_ffd5e879a0fe8b33(C.swig_voidp(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1632,7 +1632,7 @@ func Model_spec_create(arg1 *uintptr) (_swig_ret error) {
 
 func Model_spec_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_model_spec_release_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0))
+	C._wrap_model_spec_release_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0))
 }
 
 func Model_spec_add_linear(arg1 uintptr, arg2 int64, arg3 int64, arg4 int) (_swig_ret error) {
@@ -1641,7 +1641,7 @@ func Model_spec_add_linear(arg1 uintptr, arg2 int64, arg3 int64, arg4 int) (_swi
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_spec_add_linear_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_type_89(_swig_i_1), C.swig_type_90(_swig_i_2), C.swig_intgo(_swig_i_3))
+	swig_r_p := C._wrap_model_spec_add_linear_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_type_89(_swig_i_1), C.swig_type_90(_swig_i_2), C.swig_intgo(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1662,7 +1662,7 @@ func Model_spec_add(arg1 uintptr, arg2 int, arg3 float64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_spec_add_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.double(_swig_i_2))
+	swig_r_p := C._wrap_model_spec_add_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.double(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1683,7 +1683,7 @@ func Model_spec_add_mlp(arg1 uintptr, arg2 []int64, arg3 int) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_spec_add_mlp_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_93)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2))
+	swig_r_p := C._wrap_model_spec_add_mlp_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_93)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1706,7 +1706,7 @@ func Model_spec_parse(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_spec_parse_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_95)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_spec_parse_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_95)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1732,7 +1732,7 @@ func Model_create(arg1 uintptr, arg2 uintptr, arg3 Device, arg4 *uintptr) (_swig
 	var _swig_i_2 []int64
 _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_create_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_97)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_model_create_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_97)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_2
@@ -1759,7 +1759,7 @@ func Model_create_dtype(arg1 uintptr, arg2 uintptr, arg3 Device, arg4 int, arg5 
 _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_model_create_dtype_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_99)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_model_create_dtype_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_99)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_2
@@ -1780,7 +1780,7 @@ _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 
 func Model_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_model_release_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0))
+	C._wrap_model_release_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0))
 }
 
 func Model_to(arg1 uintptr, arg2 Device) (_swig_ret error) {
@@ -1788,7 +1788,7 @@ func Model_to(arg1 uintptr, arg2 Device) (_swig_ret error) {
 	_swig_i_0 := arg1
 	var _swig_i_1 []int64
 _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
-	swig_r_p := C._wrap_model_to_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_101)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_to_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_101)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_1
@@ -1811,7 +1811,7 @@ func Model_device(arg1 uintptr, arg2 *Device) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_device_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_device_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1831,7 +1831,7 @@ func Model_set_training(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_set_training_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_model_set_training_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1851,7 +1851,7 @@ func Model_is_training(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_is_training_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_is_training_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1871,7 +1871,7 @@ func Model_num_parameters(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_num_parameters_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_num_parameters_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1891,7 +1891,7 @@ func Model_input_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_input_size_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_input_size_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1911,7 +1911,7 @@ func Model_output_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_output_size_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_output_size_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1931,7 +1931,7 @@ func Model_describe(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_describe_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_describe_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 
 	if len(*arg2) > 0 {
@@ -1956,7 +1956,7 @@ func Model_num_parameter_tensors(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_num_parameter_tensors_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_num_parameter_tensors_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1977,7 +1977,7 @@ func Model_parameter(arg1 uintptr, arg2 int64, arg3 *uintptr) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_parameter_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_type_111(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_model_parameter_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_type_111(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1998,7 +1998,7 @@ func Model_parameter_name(arg1 uintptr, arg2 int64, arg3 *string) (_swig_ret err
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_parameter_name_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_type_113(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_model_parameter_name_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_type_113(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 
 	if len(*arg3) > 0 {
@@ -2024,7 +2024,7 @@ func Model_forward(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_forward_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_model_forward_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2046,7 +2046,7 @@ func Model_predict(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (_swig_r
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_predict_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_model_predict_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2066,7 +2066,7 @@ func Model_save(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_save_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_117)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_save_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_117)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2092,7 +2092,7 @@ func Model_load(arg1 uintptr, arg2 string, arg3 Device, arg4 *uintptr) (_swig_re
 	var _swig_i_2 []int64
 _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_load_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_119)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_120)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_model_load_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_119)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_120)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2118,7 +2118,7 @@ func Model_load_weights(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_load_weights_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_122)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_load_weights_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_122)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2145,7 +2145,7 @@ func Model_load_with_spec(arg1 uintptr, arg2 string, arg3 uintptr, arg4 Device, 
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_model_load_with_spec_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_124)(unsafe.Pointer(&_swig_i_1)), C.uintptr_t(_swig_i_2), *(*C.swig_type_125)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_model_load_with_spec_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_124)(unsafe.Pointer(&_swig_i_1)), C.uintptr_t(_swig_i_2), *(*C.swig_type_125)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2173,7 +2173,7 @@ func Dataset_from_tensors(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *uintpt
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_from_tensors_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_dataset_from_tensors_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2195,7 +2195,7 @@ func Dataset_load_idx(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (_s
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_load_idx_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_128)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_129)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_dataset_load_idx_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_128)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_129)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2223,7 +2223,7 @@ func Dataset_load_mnist(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_load_mnist_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_131)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_132)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_dataset_load_mnist_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_131)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_132)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2247,14 +2247,14 @@ func Dataset_load_mnist(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (
 
 func Dataset_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_dataset_release_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0))
+	C._wrap_dataset_release_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0))
 }
 
 func Dataset_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_dataset_size_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_dataset_size_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2274,7 +2274,7 @@ func Dataset_num_features(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_dataset_num_features_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_dataset_num_features_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2294,7 +2294,7 @@ func Dataset_num_classes(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_dataset_num_classes_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_dataset_num_classes_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2316,7 +2316,7 @@ func Dataset_set_normalization(arg1 uintptr, arg2 float64, arg3 float64, arg4 fl
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_set_normalization_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3))
+	swig_r_p := C._wrap_dataset_set_normalization_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2339,7 +2339,7 @@ func Dataset_split(arg1 uintptr, arg2 float64, arg3 uint64, arg4 *uintptr, arg5 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_dataset_split_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.swig_type_138(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_dataset_split_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.swig_type_138(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2364,7 +2364,7 @@ func Dataset_batch(arg1 uintptr, arg2 int64, arg3 int64, arg4 Device, arg5 *uint
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_dataset_batch_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_type_140(_swig_i_1), C.swig_type_141(_swig_i_2), *(*C.swig_type_142)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_dataset_batch_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_type_140(_swig_i_1), C.swig_type_141(_swig_i_2), *(*C.swig_type_142)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_3
@@ -2389,7 +2389,7 @@ func Loss(arg1 int, arg2 uintptr, arg3 uintptr, arg4 *float64) (_swig_ret error)
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_loss_capi_4b0eab3b6ca7e43f(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_loss_capi_ffd5e879a0fe8b33(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2408,7 +2408,7 @@ func Loss(arg1 int, arg2 uintptr, arg3 uintptr, arg4 *float64) (_swig_ret error)
 func Trainer_options_create(arg1 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_trainer_options_create_capi_4b0eab3b6ca7e43f(C.swig_voidp(_swig_i_0))
+	swig_r_p := C._wrap_trainer_options_create_capi_ffd5e879a0fe8b33(C.swig_voidp(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2426,14 +2426,14 @@ func Trainer_options_create(arg1 *uintptr) (_swig_ret error) {
 
 func Trainer_options_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_trainer_options_release_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0))
+	C._wrap_trainer_options_release_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0))
 }
 
 func Trainer_options_set_loss(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_loss_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_loss_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2453,7 +2453,7 @@ func Trainer_options_set_optimizer(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_optimizer_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_optimizer_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2473,7 +2473,7 @@ func Trainer_options_set_lr(arg1 uintptr, arg2 float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_lr_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_lr_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2493,7 +2493,7 @@ func Trainer_options_set_momentum(arg1 uintptr, arg2 float64) (_swig_ret error) 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_momentum_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_momentum_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2513,7 +2513,7 @@ func Trainer_options_set_nesterov(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_nesterov_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_nesterov_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2533,7 +2533,7 @@ func Trainer_options_set_weight_decay(arg1 uintptr, arg2 float64) (_swig_ret err
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_weight_decay_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_weight_decay_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2554,7 +2554,7 @@ func Trainer_options_set_betas(arg1 uintptr, arg2 float64, arg3 float64) (_swig_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_trainer_options_set_betas_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2))
+	swig_r_p := C._wrap_trainer_options_set_betas_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2574,7 +2574,7 @@ func Trainer_options_set_eps(arg1 uintptr, arg2 float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_eps_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_eps_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2594,7 +2594,7 @@ func Trainer_options_set_batch_size(arg1 uintptr, arg2 int64) (_swig_ret error) 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_batch_size_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_type_154(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_batch_size_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_type_154(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2614,7 +2614,7 @@ func Trainer_options_set_grad_clip(arg1 uintptr, arg2 float64) (_swig_ret error)
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_grad_clip_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_grad_clip_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2638,7 +2638,7 @@ func Trainer_options_set_schedule(arg1 uintptr, arg2 int, arg3 int64, arg4 float
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_trainer_options_set_schedule_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_157(_swig_i_2), C.double(_swig_i_3), C.swig_type_158(_swig_i_4), C.double(_swig_i_5))
+	swig_r_p := C._wrap_trainer_options_set_schedule_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_157(_swig_i_2), C.double(_swig_i_3), C.swig_type_158(_swig_i_4), C.double(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2658,7 +2658,7 @@ func Trainer_options_set_warmup(arg1 uintptr, arg2 int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_warmup_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_type_160(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_warmup_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_type_160(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2678,7 +2678,7 @@ func Trainer_options_set_shuffle_seed(arg1 uintptr, arg2 uint64) (_swig_ret erro
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_shuffle_seed_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_type_162(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_shuffle_seed_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_type_162(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2698,7 +2698,7 @@ func Trainer_options_set_progress_interval(arg1 uintptr, arg2 int64) (_swig_ret 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_progress_interval_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_type_164(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_progress_interval_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_type_164(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2719,7 +2719,7 @@ func Trainer_options_set_precision(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_precision_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_precision_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2739,7 +2739,7 @@ func Trainer_options_set_fast_path(arg1 uintptr, arg2 uint32) (_swig_ret error) 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_fast_path_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.int(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_fast_path_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.int(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2760,7 +2760,7 @@ func Trainer_create(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error)
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_trainer_create_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_trainer_create_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2778,7 +2778,7 @@ func Trainer_create(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error)
 
 func Trainer_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_trainer_release_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0))
+	C._wrap_trainer_release_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0))
 }
 
 func Trainer_step(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *float64) (_swig_ret error) {
@@ -2787,7 +2787,7 @@ func Trainer_step(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *float64) (_swi
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_trainer_step_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_trainer_step_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2808,7 +2808,7 @@ func Trainer_epoch(arg1 uintptr, arg2 uintptr, arg3 *EpochStats) (_swig_ret erro
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_trainer_epoch_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_trainer_epoch_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2831,7 +2831,7 @@ func Trainer_fit(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 int64, arg5 *uin
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_trainer_fit_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_type_171(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_trainer_fit_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_type_171(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2853,7 +2853,7 @@ func Trainer_evaluate(arg1 uintptr, arg2 uintptr, arg3 *float64, arg4 *float64) 
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_trainer_evaluate_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_trainer_evaluate_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2873,7 +2873,7 @@ func Trainer_epochs_done(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_epochs_done_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_trainer_epochs_done_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2893,7 +2893,7 @@ func Trainer_steps_done(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_steps_done_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_trainer_steps_done_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2913,7 +2913,7 @@ func Trainer_current_lr(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_current_lr_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_trainer_current_lr_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2933,7 +2933,7 @@ func Trainer_save_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_save_checkpoint_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_177)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_trainer_save_checkpoint_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_177)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2956,7 +2956,7 @@ func Trainer_load_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_load_checkpoint_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), *(*C.swig_type_179)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_trainer_load_checkpoint_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), *(*C.swig_type_179)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2977,14 +2977,14 @@ func Trainer_load_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 
 func History_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_history_release_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0))
+	C._wrap_history_release_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0))
 }
 
 func History_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_history_size_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_history_size_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3005,7 +3005,7 @@ func History_get(arg1 uintptr, arg2 int64, arg3 *EpochStats) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_history_get_capi_4b0eab3b6ca7e43f(C.uintptr_t(_swig_i_0), C.swig_type_182(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_history_get_capi_ffd5e879a0fe8b33(C.uintptr_t(_swig_i_0), C.swig_type_182(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
