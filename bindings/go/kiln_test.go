@@ -1,6 +1,7 @@
 package kiln_test
 
 import (
+	"context"
 	"errors"
 	"math"
 	"math/rand"
@@ -10,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"kiln"
+	kiln "github.com/kiln-ml/kiln/bindings/go"
 )
 
 func newContext(t *testing.T) *kiln.Context {
@@ -331,7 +332,7 @@ func fitBlobs(t *testing.T, ctx *kiln.Context, dev kiln.Device, opts ...kiln.Tra
 		kiln.WithShuffleSeed(3)}
 	tr := must(kiln.NewTrainer(model, append(base, opts...)...))
 	defer tr.Close()
-	hist := must(tr.Fit(train, val, 5))
+	hist := must(tr.Fit(context.Background(), train, val, 5))
 	last := hist[len(hist)-1]
 	return last.TrainLoss, last.ValAccuracy
 }

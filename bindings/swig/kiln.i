@@ -14,6 +14,8 @@
  *  - Buffers cross without per-element marshalling: Go slices pass their
  *    backing array, C# blittable arrays are pinned by the marshaller.
  *  - int64_t stays 64-bit (Go: -intgosize 64 and int64; C#: long).
+ *  - Go: callbacks cross as a C function pointer and a cgo.Handle value
+ *    (both uintptr), so C never holds a Go pointer.
  *
  * Regenerate with bindings/generate.sh; bindings/test.sh fails when the
  * committed output differs.
@@ -33,18 +35,16 @@
 /* Raw names without the prefix: Go's capi.Tensor_ones, C#'s NativeMethods.tensor_ones. */
 %rename("%(strip:[kiln_])s") "";
 
-/* Callbacks into managed code are not bound: every callback-driven feature has
- * a pull form (kiln_trainer_epoch for progress), and logging goes to stderr. */
+/* Callbacks (log records, fit progress) and communicators (data parallel
+ * training) are bound for Go: its typemaps below pass C function pointers and
+ * cgo.Handle values, and communicators are handles like the others. C# does
+ * not bind them through this file: its raw layer keeps them out until its own
+ * section says otherwise (fit's callback is NULL there). */
+#ifndef SWIGGO
 %ignore kiln_context_options_set_log_callback;
-%ignore kiln_log_record;
 %ignore kiln_log_fn;
-%ignore kiln_progress;
 %ignore kiln_progress_fn;
 %typemap(in, numinputs=0) (kiln_progress_fn callback, void *user) %{ $1 = NULL; $2 = NULL; %}
-
-/* Communicators (data parallel training) are not bound yet in Go and C#: a
- * later change gives them handles and idiomatic wrappers. Rust's kiln-sys has
- * the raw functions from bindgen. */
 %ignore kiln_communicator_create_mpi;
 %ignore kiln_communicator_create_local;
 %ignore kiln_communicator_release;
@@ -53,6 +53,7 @@
 %ignore kiln_communicator_local_rank;
 %ignore kiln_communicator_set_timeout;
 %ignore kiln_trainer_attach_communicator;
+#endif
 
 /* Formatting a {kind, index} pair is done by each language itself; the
  * version triple is available as kiln_version_string. */
@@ -79,6 +80,8 @@
 %ignore kiln_precision;
 %ignore kiln_fast_path;
 %ignore kiln_progress_phase;
+%ignore kiln_progress;
+%ignore kiln_log_record;
 %ignore kiln_epoch_stats;
 %rename("$ignore", %$isenumitem) "";
 
@@ -90,8 +93,10 @@
 /* ===================================================================== Go */
 #ifdef SWIGGO
 
+/* pkg-config finds libkiln and kiln.h: an installed kiln's kiln.pc, or the
+ * build tree's (which points at the build tree) through PKG_CONFIG_PATH. */
 %insert(cgo_comment_typedefs) %{
-#cgo LDFLAGS: -lkiln
+#cgo pkg-config: kiln
 %}
 
 %insert(go_wrapper) %{
@@ -112,7 +117,14 @@ func (s Status) Error() string { return s.String() }
 type Error struct {
 	Status  Status
 	Message string
+	// Err is the Go error behind the failure where the binding knows one,
+	// else nil: an *fs.PathError wrapping fs.ErrNotExist when a file that
+	// kiln could not open does not exist.
+	Err error
 }
+
+// Unwrap is Err, so errors.Is(err, fs.ErrNotExist) sees through an *Error.
+func (e *Error) Unwrap() error { return e.Err }
 
 // Error is "STATUS_NAME: message".
 func (e *Error) Error() string {
@@ -224,6 +236,16 @@ KILN_GO_HANDLE(kiln_dataset)
 KILN_GO_HANDLE(kiln_trainer_options)
 KILN_GO_HANDLE(kiln_trainer)
 KILN_GO_HANDLE(kiln_history)
+KILN_GO_HANDLE(kiln_communicator)
+
+/* Callbacks: a C function pointer (a cgo trampoline of package kiln) and a
+ * cgo.Handle as the user pointer, both uintptr; no Go pointer reaches C. */
+%typemap(gotype) kiln_progress_fn callback, kiln_log_fn fn, void *user "uintptr"
+%typemap(in) kiln_progress_fn callback, kiln_log_fn fn, void *user %{ $1 = ($1_ltype)$input; %}
+
+/* An array of devices: a slice of Device, whose layout is kiln_device's. */
+%typemap(gotype) (const kiln_device *devices, int64_t count) "[]Device"
+%typemap(in) (const kiln_device *devices, int64_t count) %{ $1 = ($1_ltype)$input.array; $2 = ($2_ltype)$input.len; %}
 
 /* A device by value crosses as a two-element []int64 {kind, index}: SWIG's
  * cgo mode has no by-value struct parameter, and a slice is the one way to
