@@ -95,5 +95,5 @@ func (comm *Communicator) SetTimeout(d time.Duration) error {
 func (t *Trainer) AttachCommunicator(comm *Communicator) error {
 	defer runtime.KeepAlive(t)
 	defer runtime.KeepAlive(comm)
-	return capi.Trainer_attach_communicator(t.h, comm.h)
+	return capi.Trainer_attach_communicator(t.h, comm.ptr())
 }

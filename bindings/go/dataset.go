@@ -29,7 +29,7 @@ func (c *Context) NewDataset(x, y *Tensor) (*Dataset, error) {
 	defer runtime.KeepAlive(x)
 	defer runtime.KeepAlive(y)
 	var h uintptr
-	return c.dataset(&h, capi.Dataset_from_tensors(c.h, x.h, y.h, &h))
+	return c.dataset(&h, capi.Dataset_from_tensors(c.h, x.ptr(), y.ptr(), &h))
 }
 
 // LoadIDX reads an IDX image file and label file (raw or .gz). A file that

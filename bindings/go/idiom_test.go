@@ -513,3 +513,47 @@ func TestLoggerPanic(t *testing.T) {
 	defer m.Close()
 	must(kiln.NewTrainer(m)).Close()
 }
+
+// A nil object passed as an argument is kiln's ErrInvalidArgument with a
+// message, not a panic; so are bad option values.
+func TestNilAndBadArguments(t *testing.T) {
+	ctx := newContext(t)
+	x := must(ctx.Ones([]int64{2, 16}, kiln.F32, kiln.CPU))
+	defer x.Close()
+	m := must(ctx.NewModelFromText("16-4", kiln.CPU))
+	defer m.Close()
+	tr := must(kiln.NewTrainer(m))
+	defer tr.Close()
+	ds, _ := dataset(t, ctx, 8, 1)
+	for name, err := range map[string]error{
+		"Add(nil)":                 second(x.Add(nil)),
+		"Matmul(nil)":              second(x.Matmul(nil)),
+		"Compare(nil)":             second(x.Compare(kiln.OpEq, nil)),
+		"NewDataset(nil, nil)":     second(ctx.NewDataset(nil, nil)),
+		"NewModel(nil)":            second(ctx.NewModel(nil, kiln.CPU)),
+		"NewModelOf(nil)":          second(ctx.NewModelOf(nil, kiln.CPU, kiln.F64)),
+		"LoadModelWithSpec(nil)":   second(ctx.LoadModelWithSpec("x", nil, kiln.CPU)),
+		"Forward(nil)":             second(m.Forward(nil)),
+		"Predict(nil)":             second(m.Predict(nil, kiln.PredictClasses)),
+		"Loss(nil, nil)":           second(kiln.Loss(kiln.MSE, nil, nil)),
+		"Step(nil, nil)":           second(tr.Step(nil, nil)),
+		"Epoch(nil)":               second(tr.Epoch(nil)),
+		"Fit(nil)":                 second(tr.Fit(context.Background(), nil, nil, 1)),
+		"Fit(0 epochs)":            second(tr.Fit(context.Background(), ds, nil, 0)),
+		"Evaluate(nil)":            third(tr.Evaluate(nil)),
+		"AttachCommunicator(nil)":  tr.AttachCommunicator(nil),
+		"WithProgressInterval(-1)": second(kiln.NewTrainer(m, kiln.WithProgressInterval(-1))),
+		"WithLogLevel(99)":         second(kiln.NewContext(kiln.WithLogLevel(99))),
+	} {
+		var ke *kiln.Error
+		if !errors.Is(err, kiln.ErrInvalidArgument) || !errors.As(err, &ke) || ke.Message == "" {
+			t.Errorf("%s: %v, want ErrInvalidArgument with a message", name, err)
+		}
+	}
+	// The objects are still usable.
+	if _, err := tr.Step(x, must(ctx.Zeros([]int64{2}, kiln.I64, kiln.CPU))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func third[A, B any](_ A, _ B, err error) error { return err }

@@ -104,6 +104,38 @@ func (h *handle) release(obj any, free func(uintptr)) bool {
 	return true
 }
 
+// The handles of arguments: a nil object passes NULL, which kiln refuses
+// with ErrInvalidArgument and a message naming the parameter, as it does in
+// C, instead of a nil-pointer panic here. (A nil receiver panics, as Go
+// methods do.)
+func (t *Tensor) ptr() uintptr {
+	if t == nil {
+		return 0
+	}
+	return t.h
+}
+
+func (d *Dataset) ptr() uintptr {
+	if d == nil {
+		return 0
+	}
+	return d.h
+}
+
+func (s *ModelSpec) ptr() uintptr {
+	if s == nil {
+		return 0
+	}
+	return s.h
+}
+
+func (comm *Communicator) ptr() uintptr {
+	if comm == nil {
+		return 0
+	}
+	return comm.h
+}
+
 // ContextOption configures NewContext.
 type ContextOption func(*contextConfig) error
 

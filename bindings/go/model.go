@@ -86,7 +86,7 @@ func (c *Context) NewModel(spec *ModelSpec, dev Device) (*Model, error) {
 	defer runtime.KeepAlive(c)
 	defer runtime.KeepAlive(spec)
 	var h uintptr
-	return c.model(&h, capi.Model_create(c.h, spec.h, dev.c(), &h))
+	return c.model(&h, capi.Model_create(c.h, spec.ptr(), dev.c(), &h))
 }
 
 // NewModelOf is NewModel with parameters of dtype dt: F32, or F64 (CPU only).
@@ -94,7 +94,7 @@ func (c *Context) NewModelOf(spec *ModelSpec, dev Device, dt DType) (*Model, err
 	defer runtime.KeepAlive(c)
 	defer runtime.KeepAlive(spec)
 	var h uintptr
-	return c.model(&h, capi.Model_create_dtype(c.h, spec.h, dev.c(), int(dt), &h))
+	return c.model(&h, capi.Model_create_dtype(c.h, spec.ptr(), dev.c(), int(dt), &h))
 }
 
 // NewModelFromText is NewModel(ParseModelSpec(text)).
@@ -124,7 +124,7 @@ func (c *Context) LoadModelWithSpec(path string, spec *ModelSpec, dev Device) (*
 	defer runtime.KeepAlive(c)
 	defer runtime.KeepAlive(spec)
 	var h uintptr
-	return c.model(&h, withPath(capi.Model_load_with_spec(c.h, path, spec.h, dev.c(), &h), "open", path))
+	return c.model(&h, withPath(capi.Model_load_with_spec(c.h, path, spec.ptr(), dev.c(), &h), "open", path))
 }
 
 // Close releases the caller's reference (a trainer keeps its model alive).
@@ -214,7 +214,7 @@ func (m *Model) Forward(x *Tensor) (*Tensor, error) {
 	defer runtime.KeepAlive(m)
 	defer runtime.KeepAlive(x)
 	var h uintptr
-	return m.ctx.tensor(&h, capi.Model_forward(m.h, x.h, &h))
+	return m.ctx.tensor(&h, capi.Model_forward(m.h, x.ptr(), &h))
 }
 
 // Predict runs the model in evaluation mode on x from any device; the
@@ -223,7 +223,7 @@ func (m *Model) Predict(x *Tensor, kind PredictKind) (*Tensor, error) {
 	defer runtime.KeepAlive(m)
 	defer runtime.KeepAlive(x)
 	var h uintptr
-	return m.ctx.tensor(&h, capi.Model_predict(m.h, x.h, int(kind), &h))
+	return m.ctx.tensor(&h, capi.Model_predict(m.h, x.ptr(), int(kind), &h))
 }
 
 // Save writes the weights as safetensors, atomically.

@@ -307,7 +307,7 @@ func (t *Tensor) Binary(op BinaryOp, other *Tensor) (*Tensor, error) {
 	defer runtime.KeepAlive(t)
 	defer runtime.KeepAlive(other)
 	var h uintptr
-	return t.ctx.tensor(&h, capi.Tensor_binary(int(op), t.h, other.h, &h))
+	return t.ctx.tensor(&h, capi.Tensor_binary(int(op), t.h, other.ptr(), &h))
 }
 
 // Add is t + o elementwise, with broadcasting.
@@ -335,7 +335,7 @@ func (t *Tensor) Compare(op CompareOp, other *Tensor) (*Tensor, error) {
 	defer runtime.KeepAlive(t)
 	defer runtime.KeepAlive(other)
 	var h uintptr
-	return t.ctx.tensor(&h, capi.Tensor_compare(int(op), t.h, other.h, &h))
+	return t.ctx.tensor(&h, capi.Tensor_compare(int(op), t.h, other.ptr(), &h))
 }
 
 // Unary is op(t) elementwise; alpha is LeakyReLU's slope, ignored otherwise.
@@ -371,5 +371,5 @@ func (t *Tensor) Matmul(other *Tensor) (*Tensor, error) {
 	defer runtime.KeepAlive(t)
 	defer runtime.KeepAlive(other)
 	var h uintptr
-	return t.ctx.tensor(&h, capi.Tensor_matmul(t.h, other.h, &h))
+	return t.ctx.tensor(&h, capi.Tensor_matmul(t.h, other.ptr(), &h))
 }

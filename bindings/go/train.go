@@ -16,7 +16,7 @@ func Loss(kind LossKind, pred, target *Tensor) (float64, error) {
 	defer runtime.KeepAlive(pred)
 	defer runtime.KeepAlive(target)
 	var v float64
-	return v, capi.Loss(int(kind), pred.h, target.h, &v)
+	return v, capi.Loss(int(kind), pred.ptr(), target.ptr(), &v)
 }
 
 // TrainerOption configures NewTrainer. An option that is not given keeps
@@ -155,7 +155,7 @@ func (t *Trainer) Step(x, y *Tensor) (float64, error) {
 	defer runtime.KeepAlive(x)
 	defer runtime.KeepAlive(y)
 	var loss float64
-	return loss, capi.Trainer_step(t.h, x.h, y.h, &loss)
+	return loss, capi.Trainer_step(t.h, x.ptr(), y.ptr(), &loss)
 }
 
 // EpochStats are the statistics of one epoch.
@@ -188,7 +188,7 @@ func (t *Trainer) Epoch(ds *Dataset) (EpochStats, error) {
 	defer runtime.KeepAlive(t)
 	defer runtime.KeepAlive(ds)
 	s := newEpochStats()
-	if err := capi.Trainer_epoch(t.h, ds.h, &s); err != nil {
+	if err := capi.Trainer_epoch(t.h, ds.ptr(), &s); err != nil {
 		return EpochStats{}, err
 	}
 	return statsFromC(&s), nil
@@ -275,12 +275,8 @@ func (t *Trainer) Fit(ctx context.Context, train, validation *Dataset, epochs in
 	defer runtime.KeepAlive(t)
 	defer runtime.KeepAlive(train)
 	defer runtime.KeepAlive(validation)
-	var val uintptr
-	if validation != nil {
-		val = validation.h
-	}
 	var hist uintptr
-	err := capi.Trainer_fit(t.h, train.h, val, int64(epochs), progressTrampoline, uintptr(user), &hist)
+	err := capi.Trainer_fit(t.h, train.ptr(), validation.ptr(), int64(epochs), progressTrampoline, uintptr(user), &hist)
 	if run.panicked {
 		panic(run.panicVal)
 	}
@@ -310,7 +306,7 @@ func (t *Trainer) Fit(ctx context.Context, train, validation *Dataset, epochs in
 func (t *Trainer) Evaluate(ds *Dataset) (loss, accuracy float64, err error) {
 	defer runtime.KeepAlive(t)
 	defer runtime.KeepAlive(ds)
-	err = capi.Trainer_evaluate(t.h, ds.h, &loss, &accuracy)
+	err = capi.Trainer_evaluate(t.h, ds.ptr(), &loss, &accuracy)
 	return
 }
 
