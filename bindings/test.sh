@@ -55,7 +55,7 @@ go_tests() {
   # with calls, shared inference, callbacks), the others run with cgocheck=2.
   (cd "$here/go" && export PKG_CONFIG_PATH="$build${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" &&
     go vet . && GODEBUG=cgocheck=2 go test -count=1 -v ./... 2>&1 |
-      grep -E '^(--- |ok|FAIL|PASS|panic)|: (8000|[0-9]+ C functions|singleton)'
+      grep -E '^(--- |ok|FAIL|PASS|panic)|: (8000|[0-9]+ C functions|singleton|two ranks)'
     [ "${PIPESTATUS[0]}" = 0 ] || exit 1
     go test -race -count=1 -run 'Race|Concurrent|ReleaseFrom|Fit|Logger' . 2>&1 | tail -n 20; exit "${PIPESTATUS[0]}") &&
   (cd "$root/examples/go" && PKG_CONFIG_PATH="$build" go build -o "$out/go-example" .) &&

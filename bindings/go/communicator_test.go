@@ -3,6 +3,7 @@ package kiln_test
 import (
 	"context"
 	"errors"
+	"math"
 	"os"
 	"os/exec"
 	"strings"
@@ -132,4 +133,89 @@ func TestMPIChild(t *testing.T) {
 		t.Fatalf("attaching a closed communicator: %v", err)
 	}
 	t.Logf("MPI-OK: size %d, rank %d, local rank %d; one DDP epoch equals plain training (%d weights)", size, rank, local, len(plain))
+}
+
+// Two ranks of this test binary under mpirun, each with batch 8, train as
+// one process with batch 16 (the same seed, a dataset size divisible by 2).
+func TestMPITwoRanks(t *testing.T) {
+	if os.Getenv("KILN_GO_MPI_CHILD") != "" {
+		t.Skip("in the child")
+	}
+	mpirun, err := exec.LookPath("mpirun")
+	if err != nil {
+		t.Skip("no mpirun")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, mpirun, "-np", "2", "--oversubscribe", "--allow-run-as-root",
+		"-x", "KILN_GO_MPI_CHILD=2", "-x", "LD_LIBRARY_PATH", exe, "-test.run=^TestMPIRank$", "-test.v")
+	out, err := cmd.CombinedOutput()
+	text := string(out)
+	if strings.Contains(text, "MPI-UNAVAILABLE:") {
+		t.Skipf("no MPI communicator here: %s", firstLine(text[strings.Index(text, "MPI-UNAVAILABLE:"):]))
+	}
+	if err != nil || strings.Count(text, "--- PASS: TestMPIRank") != 2 {
+		t.Fatalf("mpirun -np 2: %v\n%s", err, text)
+	}
+	t.Logf("two ranks: %s", firstLine(text[strings.Index(text, "MPI-RANK-OK:"):]))
+}
+
+func TestMPIRank(t *testing.T) {
+	if os.Getenv("KILN_GO_MPI_CHILD") != "2" {
+		t.Skip("run by TestMPITwoRanks under mpirun")
+	}
+	ctx := newContext(t)
+	comm, err := ctx.NewMPICommunicator()
+	if errors.Is(err, kiln.ErrDeviceUnavailable) {
+		t.Logf("MPI-UNAVAILABLE: %v", err)
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer comm.Close()
+	if size := must(comm.Size()); size != 2 {
+		t.Fatalf("size %d", size)
+	}
+	rank := must(comm.Rank())
+	if err := comm.SetTimeout(60 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	weights := func(batch int, comm *kiln.Communicator) []float32 {
+		if err := ctx.SetSeed(5); err != nil {
+			t.Fatal(err)
+		}
+		ds, _ := dataset(t, ctx, 64, 3)
+		m := must(ctx.NewModelFromText("16-8-4", kiln.CPU))
+		defer m.Close()
+		tr := must(kiln.NewTrainer(m, kiln.WithBatchSize(batch), kiln.WithShuffleSeed(2)))
+		defer tr.Close()
+		if comm != nil {
+			if err := tr.AttachCommunicator(comm); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for e := 0; e < 2; e++ {
+			must(tr.Epoch(ds))
+		}
+		w, _ := must2(m.Parameter(0))
+		defer w.Close()
+		return must(kiln.ToSlice[float32](w))
+	}
+	ddp := weights(8, comm)
+	single := weights(16, nil)
+	largest, worst := 0.0, 0.0
+	for i := range single {
+		largest = math.Max(largest, math.Abs(float64(single[i])))
+		worst = math.Max(worst, math.Abs(float64(ddp[i]-single[i])))
+	}
+	if worst > 1e-5*largest {
+		t.Fatalf("rank %d: weights differ by %g (largest weight %g) from one process with batch 16", rank, worst, largest)
+	}
+	t.Logf("MPI-RANK-OK: rank %d of 2, batch 8 each: 2 epochs within %.2g of one process with batch 16 (largest weight %.3g)",
+		rank, worst, largest)
 }
