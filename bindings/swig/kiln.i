@@ -61,7 +61,8 @@
 %ignore kiln_version;
 
 /* Enums and structs are written by hand in each language (idiomatic names;
- * the values and layouts are fixed by the ABI), so SWIG emits no types. */
+ * the values and layouts are fixed by the ABI; Go's package reads the enum
+ * values from kiln.h through cgo), so SWIG emits no types. */
 %ignore kiln_status;
 %ignore kiln_log_level;
 %ignore kiln_device_kind;

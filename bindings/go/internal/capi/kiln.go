@@ -221,142 +221,142 @@ typedef _gostring_ swig_type_188;
 typedef _gostring_ swig_type_189;
 typedef _gostring_ swig_type_190;
 typedef _gostring_ swig_type_191;
-extern void _wrap_Swig_free_capi_6e49065f35facea1(uintptr_t arg1);
-extern uintptr_t _wrap_Swig_malloc_capi_6e49065f35facea1(swig_intgo arg1);
-extern swig_type_1 _wrap_version_string_capi_6e49065f35facea1(void);
-extern swig_intgo _wrap_abi_version_capi_6e49065f35facea1(void);
-extern swig_type_2 _wrap_status_name_capi_6e49065f35facea1(swig_intgo arg1);
-extern swig_type_3 _wrap_last_error_capi_6e49065f35facea1(void);
-extern swig_type_4 _wrap_context_options_create_capi_6e49065f35facea1(swig_voidp arg1);
-extern void _wrap_context_options_release_capi_6e49065f35facea1(uintptr_t arg1);
-extern swig_type_5 _wrap_context_options_set_seed_capi_6e49065f35facea1(uintptr_t arg1, swig_type_6 arg2);
-extern swig_type_7 _wrap_context_options_set_num_threads_capi_6e49065f35facea1(uintptr_t arg1, swig_type_8 arg2);
-extern swig_type_9 _wrap_context_options_set_log_level_capi_6e49065f35facea1(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_10 _wrap_context_options_set_log_callback_capi_6e49065f35facea1(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3);
-extern swig_type_11 _wrap_context_options_set_enable_cuda_capi_6e49065f35facea1(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_12 _wrap_context_create_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern void _wrap_context_release_capi_6e49065f35facea1(uintptr_t arg1);
-extern swig_type_13 _wrap_context_set_seed_capi_6e49065f35facea1(uintptr_t arg1, swig_type_14 arg2);
-extern swig_type_15 _wrap_device_parse_capi_6e49065f35facea1(uintptr_t arg1, swig_type_16 arg2, swig_voidp arg3);
-extern swig_type_17 _wrap_cuda_is_available_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_18 _wrap_cuda_unavailable_reason_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_19 _wrap_device_count_capi_6e49065f35facea1(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
-extern swig_type_20 _wrap_default_device_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_21 _wrap_device_get_info_capi_6e49065f35facea1(uintptr_t arg1, swig_type_22 arg2, swig_voidp arg3);
-extern swig_type_23 _wrap_device_synchronize_capi_6e49065f35facea1(uintptr_t arg1, swig_type_24 arg2);
-extern swig_type_25 _wrap_dtype_name_capi_6e49065f35facea1(swig_intgo arg1);
-extern swig_type_26 _wrap_dtype_size_capi_6e49065f35facea1(swig_intgo arg1);
-extern swig_type_27 _wrap_tensor_empty_capi_6e49065f35facea1(uintptr_t arg1, swig_type_28 arg2, swig_intgo arg3, swig_type_29 arg4, swig_voidp arg5);
-extern swig_type_30 _wrap_tensor_zeros_capi_6e49065f35facea1(uintptr_t arg1, swig_type_31 arg2, swig_intgo arg3, swig_type_32 arg4, swig_voidp arg5);
-extern swig_type_33 _wrap_tensor_ones_capi_6e49065f35facea1(uintptr_t arg1, swig_type_34 arg2, swig_intgo arg3, swig_type_35 arg4, swig_voidp arg5);
-extern swig_type_36 _wrap_tensor_full_capi_6e49065f35facea1(uintptr_t arg1, swig_type_37 arg2, swig_intgo arg3, swig_type_38 arg4, double arg5, swig_voidp arg6);
-extern swig_type_39 _wrap_tensor_arange_capi_6e49065f35facea1(uintptr_t arg1, double arg2, double arg3, double arg4, swig_intgo arg5, swig_type_40 arg6, swig_voidp arg7);
-extern swig_type_41 _wrap_tensor_rand_capi_6e49065f35facea1(uintptr_t arg1, swig_type_42 arg2, swig_intgo arg3, swig_type_43 arg4, swig_voidp arg5);
-extern swig_type_44 _wrap_tensor_randn_capi_6e49065f35facea1(uintptr_t arg1, swig_type_45 arg2, swig_intgo arg3, swig_type_46 arg4, swig_voidp arg5);
-extern swig_type_47 _wrap_tensor_from_host_capi_6e49065f35facea1(uintptr_t arg1, swig_type_48 arg2, swig_type_49 arg3, swig_intgo arg4, swig_type_50 arg5, swig_voidp arg6);
-extern swig_type_51 _wrap_tensor_empty_pinned_capi_6e49065f35facea1(uintptr_t arg1, swig_type_52 arg2, swig_intgo arg3, swig_voidp arg4);
-extern void _wrap_tensor_release_capi_6e49065f35facea1(uintptr_t arg1);
-extern swig_type_53 _wrap_tensor_copy_to_host_capi_6e49065f35facea1(uintptr_t arg1, swig_type_54 arg2);
-extern swig_type_55 _wrap_tensor_copy_from_host_capi_6e49065f35facea1(uintptr_t arg1, swig_type_56 arg2);
-extern swig_type_57 _wrap_tensor_item_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_58 _wrap_tensor_to_capi_6e49065f35facea1(uintptr_t arg1, swig_type_59 arg2, swig_voidp arg3);
-extern swig_type_60 _wrap_tensor_cast_capi_6e49065f35facea1(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
-extern swig_type_61 _wrap_tensor_clone_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_62 _wrap_tensor_ndim_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_63 _wrap_tensor_dim_capi_6e49065f35facea1(uintptr_t arg1, swig_type_64 arg2, swig_voidp arg3);
-extern swig_type_65 _wrap_tensor_shape_capi_6e49065f35facea1(uintptr_t arg1, swig_type_66 arg2);
-extern swig_type_67 _wrap_tensor_numel_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_68 _wrap_tensor_dtype_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_69 _wrap_tensor_device_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_70 _wrap_tensor_get_device_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_71 _wrap_tensor_is_pinned_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_72 _wrap_tensor_reshape_capi_6e49065f35facea1(uintptr_t arg1, swig_type_73 arg2, swig_voidp arg3);
-extern swig_type_74 _wrap_tensor_rows_capi_6e49065f35facea1(uintptr_t arg1, swig_type_75 arg2, swig_type_76 arg3, swig_voidp arg4);
-extern swig_type_77 _wrap_tensor_binary_capi_6e49065f35facea1(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_78 _wrap_tensor_scalar_capi_6e49065f35facea1(swig_intgo arg1, uintptr_t arg2, double arg3, swig_voidp arg4);
-extern swig_type_79 _wrap_tensor_compare_capi_6e49065f35facea1(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_80 _wrap_tensor_unary_capi_6e49065f35facea1(swig_intgo arg1, uintptr_t arg2, double arg3, swig_voidp arg4);
-extern swig_type_81 _wrap_tensor_softmax_capi_6e49065f35facea1(uintptr_t arg1, swig_type_82 arg2, swig_voidp arg3);
-extern swig_type_83 _wrap_tensor_log_softmax_capi_6e49065f35facea1(uintptr_t arg1, swig_type_84 arg2, swig_voidp arg3);
-extern swig_type_85 _wrap_tensor_reduce_capi_6e49065f35facea1(swig_intgo arg1, uintptr_t arg2, swig_type_86 arg3, swig_intgo arg4, swig_voidp arg5);
-extern swig_type_87 _wrap_tensor_matmul_capi_6e49065f35facea1(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_88 _wrap_model_spec_create_capi_6e49065f35facea1(swig_voidp arg1);
-extern void _wrap_model_spec_release_capi_6e49065f35facea1(uintptr_t arg1);
-extern swig_type_89 _wrap_model_spec_add_linear_capi_6e49065f35facea1(uintptr_t arg1, swig_type_90 arg2, swig_type_91 arg3, swig_intgo arg4);
-extern swig_type_92 _wrap_model_spec_add_capi_6e49065f35facea1(uintptr_t arg1, swig_intgo arg2, double arg3);
-extern swig_type_93 _wrap_model_spec_add_mlp_capi_6e49065f35facea1(uintptr_t arg1, swig_type_94 arg2, swig_intgo arg3);
-extern swig_type_95 _wrap_model_spec_parse_capi_6e49065f35facea1(uintptr_t arg1, swig_type_96 arg2);
-extern swig_type_97 _wrap_model_create_capi_6e49065f35facea1(uintptr_t arg1, uintptr_t arg2, swig_type_98 arg3, swig_voidp arg4);
-extern swig_type_99 _wrap_model_create_dtype_capi_6e49065f35facea1(uintptr_t arg1, uintptr_t arg2, swig_type_100 arg3, swig_intgo arg4, swig_voidp arg5);
-extern void _wrap_model_release_capi_6e49065f35facea1(uintptr_t arg1);
-extern swig_type_101 _wrap_model_to_capi_6e49065f35facea1(uintptr_t arg1, swig_type_102 arg2);
-extern swig_type_103 _wrap_model_device_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_104 _wrap_model_set_training_capi_6e49065f35facea1(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_105 _wrap_model_is_training_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_106 _wrap_model_num_parameters_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_107 _wrap_model_input_size_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_108 _wrap_model_output_size_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_109 _wrap_model_describe_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_110 _wrap_model_num_parameter_tensors_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_111 _wrap_model_parameter_capi_6e49065f35facea1(uintptr_t arg1, swig_type_112 arg2, swig_voidp arg3);
-extern swig_type_113 _wrap_model_parameter_name_capi_6e49065f35facea1(uintptr_t arg1, swig_type_114 arg2, swig_voidp arg3);
-extern swig_type_115 _wrap_model_forward_capi_6e49065f35facea1(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_116 _wrap_model_predict_capi_6e49065f35facea1(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_117 _wrap_model_save_capi_6e49065f35facea1(uintptr_t arg1, swig_type_118 arg2);
-extern swig_type_119 _wrap_model_load_capi_6e49065f35facea1(uintptr_t arg1, swig_type_120 arg2, swig_type_121 arg3, swig_voidp arg4);
-extern swig_type_122 _wrap_model_load_weights_capi_6e49065f35facea1(uintptr_t arg1, swig_type_123 arg2);
-extern swig_type_124 _wrap_model_load_with_spec_capi_6e49065f35facea1(uintptr_t arg1, swig_type_125 arg2, uintptr_t arg3, swig_type_126 arg4, swig_voidp arg5);
-extern swig_type_127 _wrap_dataset_from_tensors_capi_6e49065f35facea1(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_128 _wrap_dataset_load_idx_capi_6e49065f35facea1(uintptr_t arg1, swig_type_129 arg2, swig_type_130 arg3, swig_voidp arg4);
-extern swig_type_131 _wrap_dataset_load_mnist_capi_6e49065f35facea1(uintptr_t arg1, swig_type_132 arg2, swig_type_133 arg3, swig_voidp arg4);
-extern void _wrap_dataset_release_capi_6e49065f35facea1(uintptr_t arg1);
-extern swig_type_134 _wrap_dataset_size_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_135 _wrap_dataset_num_features_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_136 _wrap_dataset_num_classes_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_137 _wrap_dataset_set_normalization_capi_6e49065f35facea1(uintptr_t arg1, double arg2, double arg3, double arg4);
-extern swig_type_138 _wrap_dataset_split_capi_6e49065f35facea1(uintptr_t arg1, double arg2, swig_type_139 arg3, swig_voidp arg4, swig_voidp arg5);
-extern swig_type_140 _wrap_dataset_batch_capi_6e49065f35facea1(uintptr_t arg1, swig_type_141 arg2, swig_type_142 arg3, swig_type_143 arg4, swig_voidp arg5, swig_voidp arg6);
-extern swig_type_144 _wrap_loss_capi_6e49065f35facea1(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_145 _wrap_trainer_options_create_capi_6e49065f35facea1(swig_voidp arg1);
-extern void _wrap_trainer_options_release_capi_6e49065f35facea1(uintptr_t arg1);
-extern swig_type_146 _wrap_trainer_options_set_loss_capi_6e49065f35facea1(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_147 _wrap_trainer_options_set_optimizer_capi_6e49065f35facea1(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_148 _wrap_trainer_options_set_lr_capi_6e49065f35facea1(uintptr_t arg1, double arg2);
-extern swig_type_149 _wrap_trainer_options_set_momentum_capi_6e49065f35facea1(uintptr_t arg1, double arg2);
-extern swig_type_150 _wrap_trainer_options_set_nesterov_capi_6e49065f35facea1(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_151 _wrap_trainer_options_set_weight_decay_capi_6e49065f35facea1(uintptr_t arg1, double arg2);
-extern swig_type_152 _wrap_trainer_options_set_betas_capi_6e49065f35facea1(uintptr_t arg1, double arg2, double arg3);
-extern swig_type_153 _wrap_trainer_options_set_eps_capi_6e49065f35facea1(uintptr_t arg1, double arg2);
-extern swig_type_154 _wrap_trainer_options_set_batch_size_capi_6e49065f35facea1(uintptr_t arg1, swig_type_155 arg2);
-extern swig_type_156 _wrap_trainer_options_set_grad_clip_capi_6e49065f35facea1(uintptr_t arg1, double arg2);
-extern swig_type_157 _wrap_trainer_options_set_schedule_capi_6e49065f35facea1(uintptr_t arg1, swig_intgo arg2, swig_type_158 arg3, double arg4, swig_type_159 arg5, double arg6);
-extern swig_type_160 _wrap_trainer_options_set_warmup_capi_6e49065f35facea1(uintptr_t arg1, swig_type_161 arg2);
-extern swig_type_162 _wrap_trainer_options_set_shuffle_seed_capi_6e49065f35facea1(uintptr_t arg1, swig_type_163 arg2);
-extern swig_type_164 _wrap_trainer_options_set_progress_interval_capi_6e49065f35facea1(uintptr_t arg1, swig_type_165 arg2);
-extern swig_type_166 _wrap_trainer_options_set_precision_capi_6e49065f35facea1(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_167 _wrap_trainer_options_set_fast_path_capi_6e49065f35facea1(uintptr_t arg1, int arg2);
-extern swig_type_168 _wrap_trainer_create_capi_6e49065f35facea1(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern void _wrap_trainer_release_capi_6e49065f35facea1(uintptr_t arg1);
-extern swig_type_169 _wrap_trainer_step_capi_6e49065f35facea1(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_170 _wrap_trainer_epoch_capi_6e49065f35facea1(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_171 _wrap_trainer_fit_capi_6e49065f35facea1(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_type_172 arg4, uintptr_t arg5, uintptr_t arg6, swig_voidp arg7);
-extern swig_type_173 _wrap_trainer_evaluate_capi_6e49065f35facea1(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_174 _wrap_trainer_epochs_done_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_175 _wrap_trainer_steps_done_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_176 _wrap_trainer_current_lr_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_177 _wrap_trainer_save_checkpoint_capi_6e49065f35facea1(uintptr_t arg1, swig_type_178 arg2);
-extern swig_type_179 _wrap_trainer_load_checkpoint_capi_6e49065f35facea1(uintptr_t arg1, swig_type_180 arg2);
-extern void _wrap_history_release_capi_6e49065f35facea1(uintptr_t arg1);
-extern swig_type_181 _wrap_history_size_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_182 _wrap_history_get_capi_6e49065f35facea1(uintptr_t arg1, swig_type_183 arg2, swig_voidp arg3);
-extern swig_type_184 _wrap_communicator_create_mpi_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_185 _wrap_communicator_create_local_capi_6e49065f35facea1(uintptr_t arg1, swig_type_186 arg2, swig_voidp arg3);
-extern void _wrap_communicator_release_capi_6e49065f35facea1(uintptr_t arg1);
-extern swig_type_187 _wrap_communicator_rank_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_188 _wrap_communicator_size_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_189 _wrap_communicator_local_rank_capi_6e49065f35facea1(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_190 _wrap_communicator_set_timeout_capi_6e49065f35facea1(uintptr_t arg1, double arg2);
-extern swig_type_191 _wrap_trainer_attach_communicator_capi_6e49065f35facea1(uintptr_t arg1, uintptr_t arg2);
+extern void _wrap_Swig_free_capi_c40a6ea7ef5763f1(uintptr_t arg1);
+extern uintptr_t _wrap_Swig_malloc_capi_c40a6ea7ef5763f1(swig_intgo arg1);
+extern swig_type_1 _wrap_version_string_capi_c40a6ea7ef5763f1(void);
+extern swig_intgo _wrap_abi_version_capi_c40a6ea7ef5763f1(void);
+extern swig_type_2 _wrap_status_name_capi_c40a6ea7ef5763f1(swig_intgo arg1);
+extern swig_type_3 _wrap_last_error_capi_c40a6ea7ef5763f1(void);
+extern swig_type_4 _wrap_context_options_create_capi_c40a6ea7ef5763f1(swig_voidp arg1);
+extern void _wrap_context_options_release_capi_c40a6ea7ef5763f1(uintptr_t arg1);
+extern swig_type_5 _wrap_context_options_set_seed_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_6 arg2);
+extern swig_type_7 _wrap_context_options_set_num_threads_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_8 arg2);
+extern swig_type_9 _wrap_context_options_set_log_level_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_10 _wrap_context_options_set_log_callback_capi_c40a6ea7ef5763f1(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3);
+extern swig_type_11 _wrap_context_options_set_enable_cuda_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_12 _wrap_context_create_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern void _wrap_context_release_capi_c40a6ea7ef5763f1(uintptr_t arg1);
+extern swig_type_13 _wrap_context_set_seed_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_14 arg2);
+extern swig_type_15 _wrap_device_parse_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_16 arg2, swig_voidp arg3);
+extern swig_type_17 _wrap_cuda_is_available_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_18 _wrap_cuda_unavailable_reason_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_19 _wrap_device_count_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
+extern swig_type_20 _wrap_default_device_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_21 _wrap_device_get_info_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_22 arg2, swig_voidp arg3);
+extern swig_type_23 _wrap_device_synchronize_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_24 arg2);
+extern swig_type_25 _wrap_dtype_name_capi_c40a6ea7ef5763f1(swig_intgo arg1);
+extern swig_type_26 _wrap_dtype_size_capi_c40a6ea7ef5763f1(swig_intgo arg1);
+extern swig_type_27 _wrap_tensor_empty_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_28 arg2, swig_intgo arg3, swig_type_29 arg4, swig_voidp arg5);
+extern swig_type_30 _wrap_tensor_zeros_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_31 arg2, swig_intgo arg3, swig_type_32 arg4, swig_voidp arg5);
+extern swig_type_33 _wrap_tensor_ones_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_34 arg2, swig_intgo arg3, swig_type_35 arg4, swig_voidp arg5);
+extern swig_type_36 _wrap_tensor_full_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_37 arg2, swig_intgo arg3, swig_type_38 arg4, double arg5, swig_voidp arg6);
+extern swig_type_39 _wrap_tensor_arange_capi_c40a6ea7ef5763f1(uintptr_t arg1, double arg2, double arg3, double arg4, swig_intgo arg5, swig_type_40 arg6, swig_voidp arg7);
+extern swig_type_41 _wrap_tensor_rand_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_42 arg2, swig_intgo arg3, swig_type_43 arg4, swig_voidp arg5);
+extern swig_type_44 _wrap_tensor_randn_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_45 arg2, swig_intgo arg3, swig_type_46 arg4, swig_voidp arg5);
+extern swig_type_47 _wrap_tensor_from_host_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_48 arg2, swig_type_49 arg3, swig_intgo arg4, swig_type_50 arg5, swig_voidp arg6);
+extern swig_type_51 _wrap_tensor_empty_pinned_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_52 arg2, swig_intgo arg3, swig_voidp arg4);
+extern void _wrap_tensor_release_capi_c40a6ea7ef5763f1(uintptr_t arg1);
+extern swig_type_53 _wrap_tensor_copy_to_host_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_54 arg2);
+extern swig_type_55 _wrap_tensor_copy_from_host_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_56 arg2);
+extern swig_type_57 _wrap_tensor_item_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_58 _wrap_tensor_to_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_59 arg2, swig_voidp arg3);
+extern swig_type_60 _wrap_tensor_cast_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
+extern swig_type_61 _wrap_tensor_clone_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_62 _wrap_tensor_ndim_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_63 _wrap_tensor_dim_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_64 arg2, swig_voidp arg3);
+extern swig_type_65 _wrap_tensor_shape_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_66 arg2);
+extern swig_type_67 _wrap_tensor_numel_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_68 _wrap_tensor_dtype_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_69 _wrap_tensor_device_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_70 _wrap_tensor_get_device_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_71 _wrap_tensor_is_pinned_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_72 _wrap_tensor_reshape_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_73 arg2, swig_voidp arg3);
+extern swig_type_74 _wrap_tensor_rows_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_75 arg2, swig_type_76 arg3, swig_voidp arg4);
+extern swig_type_77 _wrap_tensor_binary_capi_c40a6ea7ef5763f1(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_78 _wrap_tensor_scalar_capi_c40a6ea7ef5763f1(swig_intgo arg1, uintptr_t arg2, double arg3, swig_voidp arg4);
+extern swig_type_79 _wrap_tensor_compare_capi_c40a6ea7ef5763f1(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_80 _wrap_tensor_unary_capi_c40a6ea7ef5763f1(swig_intgo arg1, uintptr_t arg2, double arg3, swig_voidp arg4);
+extern swig_type_81 _wrap_tensor_softmax_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_82 arg2, swig_voidp arg3);
+extern swig_type_83 _wrap_tensor_log_softmax_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_84 arg2, swig_voidp arg3);
+extern swig_type_85 _wrap_tensor_reduce_capi_c40a6ea7ef5763f1(swig_intgo arg1, uintptr_t arg2, swig_type_86 arg3, swig_intgo arg4, swig_voidp arg5);
+extern swig_type_87 _wrap_tensor_matmul_capi_c40a6ea7ef5763f1(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_88 _wrap_model_spec_create_capi_c40a6ea7ef5763f1(swig_voidp arg1);
+extern void _wrap_model_spec_release_capi_c40a6ea7ef5763f1(uintptr_t arg1);
+extern swig_type_89 _wrap_model_spec_add_linear_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_90 arg2, swig_type_91 arg3, swig_intgo arg4);
+extern swig_type_92 _wrap_model_spec_add_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_intgo arg2, double arg3);
+extern swig_type_93 _wrap_model_spec_add_mlp_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_94 arg2, swig_intgo arg3);
+extern swig_type_95 _wrap_model_spec_parse_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_96 arg2);
+extern swig_type_97 _wrap_model_create_capi_c40a6ea7ef5763f1(uintptr_t arg1, uintptr_t arg2, swig_type_98 arg3, swig_voidp arg4);
+extern swig_type_99 _wrap_model_create_dtype_capi_c40a6ea7ef5763f1(uintptr_t arg1, uintptr_t arg2, swig_type_100 arg3, swig_intgo arg4, swig_voidp arg5);
+extern void _wrap_model_release_capi_c40a6ea7ef5763f1(uintptr_t arg1);
+extern swig_type_101 _wrap_model_to_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_102 arg2);
+extern swig_type_103 _wrap_model_device_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_104 _wrap_model_set_training_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_105 _wrap_model_is_training_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_106 _wrap_model_num_parameters_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_107 _wrap_model_input_size_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_108 _wrap_model_output_size_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_109 _wrap_model_describe_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_110 _wrap_model_num_parameter_tensors_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_111 _wrap_model_parameter_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_112 arg2, swig_voidp arg3);
+extern swig_type_113 _wrap_model_parameter_name_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_114 arg2, swig_voidp arg3);
+extern swig_type_115 _wrap_model_forward_capi_c40a6ea7ef5763f1(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_116 _wrap_model_predict_capi_c40a6ea7ef5763f1(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_117 _wrap_model_save_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_118 arg2);
+extern swig_type_119 _wrap_model_load_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_120 arg2, swig_type_121 arg3, swig_voidp arg4);
+extern swig_type_122 _wrap_model_load_weights_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_123 arg2);
+extern swig_type_124 _wrap_model_load_with_spec_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_125 arg2, uintptr_t arg3, swig_type_126 arg4, swig_voidp arg5);
+extern swig_type_127 _wrap_dataset_from_tensors_capi_c40a6ea7ef5763f1(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_128 _wrap_dataset_load_idx_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_129 arg2, swig_type_130 arg3, swig_voidp arg4);
+extern swig_type_131 _wrap_dataset_load_mnist_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_132 arg2, swig_type_133 arg3, swig_voidp arg4);
+extern void _wrap_dataset_release_capi_c40a6ea7ef5763f1(uintptr_t arg1);
+extern swig_type_134 _wrap_dataset_size_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_135 _wrap_dataset_num_features_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_136 _wrap_dataset_num_classes_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_137 _wrap_dataset_set_normalization_capi_c40a6ea7ef5763f1(uintptr_t arg1, double arg2, double arg3, double arg4);
+extern swig_type_138 _wrap_dataset_split_capi_c40a6ea7ef5763f1(uintptr_t arg1, double arg2, swig_type_139 arg3, swig_voidp arg4, swig_voidp arg5);
+extern swig_type_140 _wrap_dataset_batch_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_141 arg2, swig_type_142 arg3, swig_type_143 arg4, swig_voidp arg5, swig_voidp arg6);
+extern swig_type_144 _wrap_loss_capi_c40a6ea7ef5763f1(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_145 _wrap_trainer_options_create_capi_c40a6ea7ef5763f1(swig_voidp arg1);
+extern void _wrap_trainer_options_release_capi_c40a6ea7ef5763f1(uintptr_t arg1);
+extern swig_type_146 _wrap_trainer_options_set_loss_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_147 _wrap_trainer_options_set_optimizer_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_148 _wrap_trainer_options_set_lr_capi_c40a6ea7ef5763f1(uintptr_t arg1, double arg2);
+extern swig_type_149 _wrap_trainer_options_set_momentum_capi_c40a6ea7ef5763f1(uintptr_t arg1, double arg2);
+extern swig_type_150 _wrap_trainer_options_set_nesterov_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_151 _wrap_trainer_options_set_weight_decay_capi_c40a6ea7ef5763f1(uintptr_t arg1, double arg2);
+extern swig_type_152 _wrap_trainer_options_set_betas_capi_c40a6ea7ef5763f1(uintptr_t arg1, double arg2, double arg3);
+extern swig_type_153 _wrap_trainer_options_set_eps_capi_c40a6ea7ef5763f1(uintptr_t arg1, double arg2);
+extern swig_type_154 _wrap_trainer_options_set_batch_size_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_155 arg2);
+extern swig_type_156 _wrap_trainer_options_set_grad_clip_capi_c40a6ea7ef5763f1(uintptr_t arg1, double arg2);
+extern swig_type_157 _wrap_trainer_options_set_schedule_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_intgo arg2, swig_type_158 arg3, double arg4, swig_type_159 arg5, double arg6);
+extern swig_type_160 _wrap_trainer_options_set_warmup_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_161 arg2);
+extern swig_type_162 _wrap_trainer_options_set_shuffle_seed_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_163 arg2);
+extern swig_type_164 _wrap_trainer_options_set_progress_interval_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_165 arg2);
+extern swig_type_166 _wrap_trainer_options_set_precision_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_167 _wrap_trainer_options_set_fast_path_capi_c40a6ea7ef5763f1(uintptr_t arg1, int arg2);
+extern swig_type_168 _wrap_trainer_create_capi_c40a6ea7ef5763f1(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern void _wrap_trainer_release_capi_c40a6ea7ef5763f1(uintptr_t arg1);
+extern swig_type_169 _wrap_trainer_step_capi_c40a6ea7ef5763f1(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_170 _wrap_trainer_epoch_capi_c40a6ea7ef5763f1(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_171 _wrap_trainer_fit_capi_c40a6ea7ef5763f1(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_type_172 arg4, uintptr_t arg5, uintptr_t arg6, swig_voidp arg7);
+extern swig_type_173 _wrap_trainer_evaluate_capi_c40a6ea7ef5763f1(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_174 _wrap_trainer_epochs_done_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_175 _wrap_trainer_steps_done_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_176 _wrap_trainer_current_lr_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_177 _wrap_trainer_save_checkpoint_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_178 arg2);
+extern swig_type_179 _wrap_trainer_load_checkpoint_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_180 arg2);
+extern void _wrap_history_release_capi_c40a6ea7ef5763f1(uintptr_t arg1);
+extern swig_type_181 _wrap_history_size_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_182 _wrap_history_get_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_183 arg2, swig_voidp arg3);
+extern swig_type_184 _wrap_communicator_create_mpi_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_185 _wrap_communicator_create_local_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_type_186 arg2, swig_voidp arg3);
+extern void _wrap_communicator_release_capi_c40a6ea7ef5763f1(uintptr_t arg1);
+extern swig_type_187 _wrap_communicator_rank_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_188 _wrap_communicator_size_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_189 _wrap_communicator_local_rank_capi_c40a6ea7ef5763f1(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_190 _wrap_communicator_set_timeout_capi_c40a6ea7ef5763f1(uintptr_t arg1, double arg2);
+extern swig_type_191 _wrap_trainer_attach_communicator_capi_c40a6ea7ef5763f1(uintptr_t arg1, uintptr_t arg2);
 #undef intgo
 */
 import "C"
@@ -399,13 +399,13 @@ func swigCopyString(s string) string {
 
 func Swig_free(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_Swig_free_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0))
+	C._wrap_Swig_free_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0))
 }
 
 func Swig_malloc(arg1 int) (_swig_ret uintptr) {
 	var swig_r uintptr
 	_swig_i_0 := arg1
-	swig_r = (uintptr)(C._wrap_Swig_malloc_capi_6e49065f35facea1(C.swig_intgo(_swig_i_0)))
+	swig_r = (uintptr)(C._wrap_Swig_malloc_capi_c40a6ea7ef5763f1(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
@@ -488,7 +488,7 @@ const KILN_VERSION_PATCH int = 0
 const KILN_ABI_VERSION int = 1
 func Version_string() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_version_string_capi_6e49065f35facea1()
+	swig_r_p := C._wrap_version_string_capi_c40a6ea7ef5763f1()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
  swig_r_1 = swigCopyString(swig_r) 
@@ -497,14 +497,14 @@ func Version_string() (_swig_ret string) {
 
 func Abi_version() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_abi_version_capi_6e49065f35facea1())
+	swig_r = (int)(C._wrap_abi_version_capi_c40a6ea7ef5763f1())
 	return swig_r
 }
 
 func Status_name(arg1 int) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_status_name_capi_6e49065f35facea1(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_status_name_capi_c40a6ea7ef5763f1(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
  swig_r_1 = swigCopyString(swig_r) 
@@ -513,7 +513,7 @@ func Status_name(arg1 int) (_swig_ret string) {
 
 func Last_error() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_last_error_capi_6e49065f35facea1()
+	swig_r_p := C._wrap_last_error_capi_c40a6ea7ef5763f1()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
  swig_r_1 = swigCopyString(swig_r) 
@@ -523,7 +523,7 @@ func Last_error() (_swig_ret string) {
 func Context_options_create(arg1 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_context_options_create_capi_6e49065f35facea1(C.swig_voidp(_swig_i_0))
+	swig_r_p := C._wrap_context_options_create_capi_c40a6ea7ef5763f1(C.swig_voidp(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -541,14 +541,14 @@ func Context_options_create(arg1 *uintptr) (_swig_ret error) {
 
 func Context_options_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_context_options_release_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0))
+	C._wrap_context_options_release_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0))
 }
 
 func Context_options_set_seed(arg1 uintptr, arg2 uint64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_options_set_seed_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_type_6(_swig_i_1))
+	swig_r_p := C._wrap_context_options_set_seed_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_type_6(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -568,7 +568,7 @@ func Context_options_set_num_threads(arg1 uintptr, arg2 int64) (_swig_ret error)
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_options_set_num_threads_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_type_8(_swig_i_1))
+	swig_r_p := C._wrap_context_options_set_num_threads_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_type_8(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -588,7 +588,7 @@ func Context_options_set_log_level(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_options_set_log_level_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_context_options_set_log_level_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -609,7 +609,7 @@ func Context_options_set_log_callback(arg1 uintptr, arg2 uintptr, arg3 uintptr) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_context_options_set_log_callback_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2))
+	swig_r_p := C._wrap_context_options_set_log_callback_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -629,7 +629,7 @@ func Context_options_set_enable_cuda(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_options_set_enable_cuda_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_context_options_set_enable_cuda_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -649,7 +649,7 @@ func Context_create(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_create_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_context_create_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -667,14 +667,14 @@ func Context_create(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 
 func Context_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_context_release_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0))
+	C._wrap_context_release_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0))
 }
 
 func Context_set_seed(arg1 uintptr, arg2 uint64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_set_seed_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_type_14(_swig_i_1))
+	swig_r_p := C._wrap_context_set_seed_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_type_14(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -695,7 +695,7 @@ func Device_parse(arg1 uintptr, arg2 string, arg3 *Device) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_device_parse_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_16)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_device_parse_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_16)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -718,7 +718,7 @@ func Cuda_is_available(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_cuda_is_available_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_cuda_is_available_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -738,7 +738,7 @@ func Cuda_unavailable_reason(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_cuda_unavailable_reason_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_cuda_unavailable_reason_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 
 	if len(*arg2) > 0 {
@@ -764,7 +764,7 @@ func Device_count(arg1 uintptr, arg2 int, arg3 *int64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_device_count_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_device_count_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -784,7 +784,7 @@ func Default_device(arg1 uintptr, arg2 *Device) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_default_device_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_default_device_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -806,7 +806,7 @@ func Device_get_info(arg1 uintptr, arg2 Device, arg3 *DeviceInfo) (_swig_ret err
 	var _swig_i_1 []int64
 _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_device_get_info_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_22)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_device_get_info_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_22)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_1
@@ -830,7 +830,7 @@ func Device_synchronize(arg1 uintptr, arg2 Device) (_swig_ret error) {
 	_swig_i_0 := arg1
 	var _swig_i_1 []int64
 _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
-	swig_r_p := C._wrap_device_synchronize_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_24)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_device_synchronize_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_24)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_1
@@ -853,7 +853,7 @@ const KILN_MAX_DIMS int = 8
 func Dtype_name(arg1 int) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_dtype_name_capi_6e49065f35facea1(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_dtype_name_capi_c40a6ea7ef5763f1(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
  swig_r_1 = swigCopyString(swig_r) 
@@ -863,7 +863,7 @@ func Dtype_name(arg1 int) (_swig_ret string) {
 func Dtype_size(arg1 int) (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_dtype_size_capi_6e49065f35facea1(C.swig_intgo(_swig_i_0)))
+	swig_r = (int64)(C._wrap_dtype_size_capi_c40a6ea7ef5763f1(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
@@ -875,7 +875,7 @@ func Tensor_empty(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintp
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_empty_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_28)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_29)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_empty_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_28)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_29)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -905,7 +905,7 @@ func Tensor_zeros(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintp
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_zeros_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_31)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_32)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_zeros_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_31)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_32)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -935,7 +935,7 @@ func Tensor_ones(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintpt
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_ones_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_34)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_35)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_ones_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_34)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_35)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -966,7 +966,7 @@ func Tensor_full(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 float64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_tensor_full_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_38)(unsafe.Pointer(&_swig_i_3)), C.double(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_tensor_full_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_38)(unsafe.Pointer(&_swig_i_3)), C.double(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -998,7 +998,7 @@ func Tensor_arange(arg1 uintptr, arg2 float64, arg3 float64, arg4 float64, arg5 
 	var _swig_i_5 []int64
 _swig_i_5 = []int64{int64(arg6.Kind), arg6.Index}
 	_swig_i_6 := arg7
-	swig_r_p := C._wrap_tensor_arange_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_40)(unsafe.Pointer(&_swig_i_5)), C.swig_voidp(_swig_i_6))
+	swig_r_p := C._wrap_tensor_arange_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_40)(unsafe.Pointer(&_swig_i_5)), C.swig_voidp(_swig_i_6))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_5
@@ -1025,7 +1025,7 @@ func Tensor_rand(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintpt
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_rand_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_42)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_43)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_rand_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_42)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_43)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1055,7 +1055,7 @@ func Tensor_randn(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintp
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_randn_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_45)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_46)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_randn_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_45)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_46)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1086,7 +1086,7 @@ func Tensor_from_host(arg1 uintptr, arg2 []byte, arg3 []int64, arg4 int, arg5 De
 	var _swig_i_4 []int64
 _swig_i_4 = []int64{int64(arg5.Kind), arg5.Index}
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_tensor_from_host_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_48)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_49)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), *(*C.swig_type_50)(unsafe.Pointer(&_swig_i_4)), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_tensor_from_host_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_48)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_49)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), *(*C.swig_type_50)(unsafe.Pointer(&_swig_i_4)), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1117,7 +1117,7 @@ func Tensor_empty_pinned(arg1 uintptr, arg2 []int64, arg3 int, arg4 *uintptr) (_
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_empty_pinned_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_52)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_empty_pinned_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_52)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1138,14 +1138,14 @@ func Tensor_empty_pinned(arg1 uintptr, arg2 []int64, arg3 int, arg4 *uintptr) (_
 
 func Tensor_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_tensor_release_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0))
+	C._wrap_tensor_release_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0))
 }
 
 func Tensor_copy_to_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_copy_to_host_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_54)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_tensor_copy_to_host_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_54)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1168,7 +1168,7 @@ func Tensor_copy_from_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_copy_from_host_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_56)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_tensor_copy_from_host_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_56)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1191,7 +1191,7 @@ func Tensor_item(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_item_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_item_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1213,7 +1213,7 @@ func Tensor_to(arg1 uintptr, arg2 Device, arg3 *uintptr) (_swig_ret error) {
 	var _swig_i_1 []int64
 _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_to_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_59)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_to_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_59)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_1
@@ -1237,7 +1237,7 @@ func Tensor_cast(arg1 uintptr, arg2 int, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_cast_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_cast_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1257,7 +1257,7 @@ func Tensor_clone(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_clone_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_clone_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1277,7 +1277,7 @@ func Tensor_ndim(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_ndim_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_ndim_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1298,7 +1298,7 @@ func Tensor_dim(arg1 uintptr, arg2 int64, arg3 *int64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_dim_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_type_64(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_dim_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_type_64(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1318,7 +1318,7 @@ func Tensor_shape(arg1 uintptr, arg2 []int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_shape_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_66)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_tensor_shape_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_66)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1341,7 +1341,7 @@ func Tensor_numel(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_numel_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_numel_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1361,7 +1361,7 @@ func Tensor_dtype(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_dtype_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_dtype_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1381,7 +1381,7 @@ func Tensor_device(arg1 uintptr, arg2 *Device) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_device_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_device_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1401,7 +1401,7 @@ func Tensor_get_device(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_get_device_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_get_device_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1421,7 +1421,7 @@ func Tensor_is_pinned(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_is_pinned_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_is_pinned_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1442,7 +1442,7 @@ func Tensor_reshape(arg1 uintptr, arg2 []int64, arg3 *uintptr) (_swig_ret error)
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_reshape_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_73)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_reshape_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_73)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1467,7 +1467,7 @@ func Tensor_rows(arg1 uintptr, arg2 int64, arg3 int64, arg4 *uintptr) (_swig_ret
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_rows_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_type_75(_swig_i_1), C.swig_type_76(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_rows_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_type_75(_swig_i_1), C.swig_type_76(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1489,7 +1489,7 @@ func Tensor_binary(arg1 int, arg2 uintptr, arg3 uintptr, arg4 *uintptr) (_swig_r
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_binary_capi_6e49065f35facea1(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_binary_capi_c40a6ea7ef5763f1(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1511,7 +1511,7 @@ func Tensor_scalar(arg1 int, arg2 uintptr, arg3 float64, arg4 *uintptr) (_swig_r
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_scalar_capi_6e49065f35facea1(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_scalar_capi_c40a6ea7ef5763f1(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1533,7 +1533,7 @@ func Tensor_compare(arg1 int, arg2 uintptr, arg3 uintptr, arg4 *uintptr) (_swig_
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_compare_capi_6e49065f35facea1(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_compare_capi_c40a6ea7ef5763f1(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1555,7 +1555,7 @@ func Tensor_unary(arg1 int, arg2 uintptr, arg3 float64, arg4 *uintptr) (_swig_re
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_unary_capi_6e49065f35facea1(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_unary_capi_c40a6ea7ef5763f1(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1576,7 +1576,7 @@ func Tensor_softmax(arg1 uintptr, arg2 int64, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_softmax_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_type_82(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_softmax_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_type_82(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1597,7 +1597,7 @@ func Tensor_log_softmax(arg1 uintptr, arg2 int64, arg3 *uintptr) (_swig_ret erro
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_log_softmax_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_type_84(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_log_softmax_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_type_84(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1620,7 +1620,7 @@ func Tensor_reduce(arg1 int, arg2 uintptr, arg3 int64, arg4 int, arg5 *uintptr) 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_reduce_capi_6e49065f35facea1(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_type_86(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_reduce_capi_c40a6ea7ef5763f1(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_type_86(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1641,7 +1641,7 @@ func Tensor_matmul(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_matmul_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_matmul_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1660,7 +1660,7 @@ func Tensor_matmul(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) 
 func Model_spec_create(arg1 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_model_spec_create_capi_6e49065f35facea1(C.swig_voidp(_swig_i_0))
+	swig_r_p := C._wrap_model_spec_create_capi_c40a6ea7ef5763f1(C.swig_voidp(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1678,7 +1678,7 @@ func Model_spec_create(arg1 *uintptr) (_swig_ret error) {
 
 func Model_spec_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_model_spec_release_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0))
+	C._wrap_model_spec_release_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0))
 }
 
 func Model_spec_add_linear(arg1 uintptr, arg2 int64, arg3 int64, arg4 int) (_swig_ret error) {
@@ -1687,7 +1687,7 @@ func Model_spec_add_linear(arg1 uintptr, arg2 int64, arg3 int64, arg4 int) (_swi
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_spec_add_linear_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_type_90(_swig_i_1), C.swig_type_91(_swig_i_2), C.swig_intgo(_swig_i_3))
+	swig_r_p := C._wrap_model_spec_add_linear_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_type_90(_swig_i_1), C.swig_type_91(_swig_i_2), C.swig_intgo(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1708,7 +1708,7 @@ func Model_spec_add(arg1 uintptr, arg2 int, arg3 float64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_spec_add_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.double(_swig_i_2))
+	swig_r_p := C._wrap_model_spec_add_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.double(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1729,7 +1729,7 @@ func Model_spec_add_mlp(arg1 uintptr, arg2 []int64, arg3 int) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_spec_add_mlp_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_94)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2))
+	swig_r_p := C._wrap_model_spec_add_mlp_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_94)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1752,7 +1752,7 @@ func Model_spec_parse(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_spec_parse_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_96)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_spec_parse_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_96)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1778,7 +1778,7 @@ func Model_create(arg1 uintptr, arg2 uintptr, arg3 Device, arg4 *uintptr) (_swig
 	var _swig_i_2 []int64
 _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_create_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_98)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_model_create_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_98)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_2
@@ -1805,7 +1805,7 @@ func Model_create_dtype(arg1 uintptr, arg2 uintptr, arg3 Device, arg4 int, arg5 
 _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_model_create_dtype_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_100)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_model_create_dtype_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_100)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_2
@@ -1826,7 +1826,7 @@ _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 
 func Model_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_model_release_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0))
+	C._wrap_model_release_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0))
 }
 
 func Model_to(arg1 uintptr, arg2 Device) (_swig_ret error) {
@@ -1834,7 +1834,7 @@ func Model_to(arg1 uintptr, arg2 Device) (_swig_ret error) {
 	_swig_i_0 := arg1
 	var _swig_i_1 []int64
 _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
-	swig_r_p := C._wrap_model_to_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_102)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_to_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_102)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_1
@@ -1857,7 +1857,7 @@ func Model_device(arg1 uintptr, arg2 *Device) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_device_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_device_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1877,7 +1877,7 @@ func Model_set_training(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_set_training_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_model_set_training_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1897,7 +1897,7 @@ func Model_is_training(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_is_training_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_is_training_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1917,7 +1917,7 @@ func Model_num_parameters(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_num_parameters_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_num_parameters_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1937,7 +1937,7 @@ func Model_input_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_input_size_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_input_size_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1957,7 +1957,7 @@ func Model_output_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_output_size_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_output_size_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1977,7 +1977,7 @@ func Model_describe(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_describe_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_describe_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 
 	if len(*arg2) > 0 {
@@ -2002,7 +2002,7 @@ func Model_num_parameter_tensors(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_num_parameter_tensors_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_num_parameter_tensors_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2023,7 +2023,7 @@ func Model_parameter(arg1 uintptr, arg2 int64, arg3 *uintptr) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_parameter_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_type_112(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_model_parameter_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_type_112(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2044,7 +2044,7 @@ func Model_parameter_name(arg1 uintptr, arg2 int64, arg3 *string) (_swig_ret err
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_parameter_name_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_type_114(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_model_parameter_name_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_type_114(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 
 	if len(*arg3) > 0 {
@@ -2070,7 +2070,7 @@ func Model_forward(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_forward_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_model_forward_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2092,7 +2092,7 @@ func Model_predict(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (_swig_r
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_predict_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_model_predict_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2112,7 +2112,7 @@ func Model_save(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_save_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_118)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_save_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_118)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2138,7 +2138,7 @@ func Model_load(arg1 uintptr, arg2 string, arg3 Device, arg4 *uintptr) (_swig_re
 	var _swig_i_2 []int64
 _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_load_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_120)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_121)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_model_load_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_120)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_121)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2164,7 +2164,7 @@ func Model_load_weights(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_load_weights_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_123)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_load_weights_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_123)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2191,7 +2191,7 @@ func Model_load_with_spec(arg1 uintptr, arg2 string, arg3 uintptr, arg4 Device, 
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_model_load_with_spec_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_125)(unsafe.Pointer(&_swig_i_1)), C.uintptr_t(_swig_i_2), *(*C.swig_type_126)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_model_load_with_spec_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_125)(unsafe.Pointer(&_swig_i_1)), C.uintptr_t(_swig_i_2), *(*C.swig_type_126)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2219,7 +2219,7 @@ func Dataset_from_tensors(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *uintpt
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_from_tensors_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_dataset_from_tensors_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2241,7 +2241,7 @@ func Dataset_load_idx(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (_s
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_load_idx_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_129)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_130)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_dataset_load_idx_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_129)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_130)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2269,7 +2269,7 @@ func Dataset_load_mnist(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_load_mnist_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_132)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_133)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_dataset_load_mnist_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_132)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_133)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2293,14 +2293,14 @@ func Dataset_load_mnist(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (
 
 func Dataset_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_dataset_release_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0))
+	C._wrap_dataset_release_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0))
 }
 
 func Dataset_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_dataset_size_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_dataset_size_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2320,7 +2320,7 @@ func Dataset_num_features(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_dataset_num_features_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_dataset_num_features_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2340,7 +2340,7 @@ func Dataset_num_classes(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_dataset_num_classes_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_dataset_num_classes_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2362,7 +2362,7 @@ func Dataset_set_normalization(arg1 uintptr, arg2 float64, arg3 float64, arg4 fl
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_set_normalization_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3))
+	swig_r_p := C._wrap_dataset_set_normalization_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2385,7 +2385,7 @@ func Dataset_split(arg1 uintptr, arg2 float64, arg3 uint64, arg4 *uintptr, arg5 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_dataset_split_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.swig_type_139(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_dataset_split_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.swig_type_139(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2410,7 +2410,7 @@ func Dataset_batch(arg1 uintptr, arg2 int64, arg3 int64, arg4 Device, arg5 *uint
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_dataset_batch_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_type_141(_swig_i_1), C.swig_type_142(_swig_i_2), *(*C.swig_type_143)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_dataset_batch_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_type_141(_swig_i_1), C.swig_type_142(_swig_i_2), *(*C.swig_type_143)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_3
@@ -2435,7 +2435,7 @@ func Loss(arg1 int, arg2 uintptr, arg3 uintptr, arg4 *float64) (_swig_ret error)
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_loss_capi_6e49065f35facea1(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_loss_capi_c40a6ea7ef5763f1(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2454,7 +2454,7 @@ func Loss(arg1 int, arg2 uintptr, arg3 uintptr, arg4 *float64) (_swig_ret error)
 func Trainer_options_create(arg1 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_trainer_options_create_capi_6e49065f35facea1(C.swig_voidp(_swig_i_0))
+	swig_r_p := C._wrap_trainer_options_create_capi_c40a6ea7ef5763f1(C.swig_voidp(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2472,14 +2472,14 @@ func Trainer_options_create(arg1 *uintptr) (_swig_ret error) {
 
 func Trainer_options_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_trainer_options_release_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0))
+	C._wrap_trainer_options_release_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0))
 }
 
 func Trainer_options_set_loss(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_loss_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_loss_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2499,7 +2499,7 @@ func Trainer_options_set_optimizer(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_optimizer_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_optimizer_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2519,7 +2519,7 @@ func Trainer_options_set_lr(arg1 uintptr, arg2 float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_lr_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_lr_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2539,7 +2539,7 @@ func Trainer_options_set_momentum(arg1 uintptr, arg2 float64) (_swig_ret error) 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_momentum_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_momentum_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2559,7 +2559,7 @@ func Trainer_options_set_nesterov(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_nesterov_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_nesterov_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2579,7 +2579,7 @@ func Trainer_options_set_weight_decay(arg1 uintptr, arg2 float64) (_swig_ret err
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_weight_decay_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_weight_decay_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2600,7 +2600,7 @@ func Trainer_options_set_betas(arg1 uintptr, arg2 float64, arg3 float64) (_swig_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_trainer_options_set_betas_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2))
+	swig_r_p := C._wrap_trainer_options_set_betas_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2620,7 +2620,7 @@ func Trainer_options_set_eps(arg1 uintptr, arg2 float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_eps_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_eps_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2640,7 +2640,7 @@ func Trainer_options_set_batch_size(arg1 uintptr, arg2 int64) (_swig_ret error) 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_batch_size_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_type_155(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_batch_size_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_type_155(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2660,7 +2660,7 @@ func Trainer_options_set_grad_clip(arg1 uintptr, arg2 float64) (_swig_ret error)
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_grad_clip_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_grad_clip_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2684,7 +2684,7 @@ func Trainer_options_set_schedule(arg1 uintptr, arg2 int, arg3 int64, arg4 float
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_trainer_options_set_schedule_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_158(_swig_i_2), C.double(_swig_i_3), C.swig_type_159(_swig_i_4), C.double(_swig_i_5))
+	swig_r_p := C._wrap_trainer_options_set_schedule_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_158(_swig_i_2), C.double(_swig_i_3), C.swig_type_159(_swig_i_4), C.double(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2704,7 +2704,7 @@ func Trainer_options_set_warmup(arg1 uintptr, arg2 int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_warmup_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_type_161(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_warmup_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_type_161(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2724,7 +2724,7 @@ func Trainer_options_set_shuffle_seed(arg1 uintptr, arg2 uint64) (_swig_ret erro
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_shuffle_seed_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_type_163(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_shuffle_seed_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_type_163(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2744,7 +2744,7 @@ func Trainer_options_set_progress_interval(arg1 uintptr, arg2 int64) (_swig_ret 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_progress_interval_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_type_165(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_progress_interval_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_type_165(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2764,7 +2764,7 @@ func Trainer_options_set_precision(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_precision_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_precision_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2784,7 +2784,7 @@ func Trainer_options_set_fast_path(arg1 uintptr, arg2 uint32) (_swig_ret error) 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_fast_path_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.int(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_fast_path_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.int(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2805,7 +2805,7 @@ func Trainer_create(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error)
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_trainer_create_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_trainer_create_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2823,7 +2823,7 @@ func Trainer_create(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error)
 
 func Trainer_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_trainer_release_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0))
+	C._wrap_trainer_release_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0))
 }
 
 func Trainer_step(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *float64) (_swig_ret error) {
@@ -2832,7 +2832,7 @@ func Trainer_step(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *float64) (_swi
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_trainer_step_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_trainer_step_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2853,7 +2853,7 @@ func Trainer_epoch(arg1 uintptr, arg2 uintptr, arg3 *EpochStats) (_swig_ret erro
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_trainer_epoch_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_trainer_epoch_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2878,7 +2878,7 @@ func Trainer_fit(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 int64, arg5 uint
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r_p := C._wrap_trainer_fit_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_type_172(_swig_i_3), C.uintptr_t(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6))
+	swig_r_p := C._wrap_trainer_fit_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_type_172(_swig_i_3), C.uintptr_t(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2900,7 +2900,7 @@ func Trainer_evaluate(arg1 uintptr, arg2 uintptr, arg3 *float64, arg4 *float64) 
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_trainer_evaluate_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_trainer_evaluate_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2920,7 +2920,7 @@ func Trainer_epochs_done(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_epochs_done_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_trainer_epochs_done_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2940,7 +2940,7 @@ func Trainer_steps_done(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_steps_done_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_trainer_steps_done_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2960,7 +2960,7 @@ func Trainer_current_lr(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_current_lr_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_trainer_current_lr_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2980,7 +2980,7 @@ func Trainer_save_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_save_checkpoint_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_178)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_trainer_save_checkpoint_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_178)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -3003,7 +3003,7 @@ func Trainer_load_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_load_checkpoint_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_180)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_trainer_load_checkpoint_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_180)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -3024,14 +3024,14 @@ func Trainer_load_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 
 func History_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_history_release_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0))
+	C._wrap_history_release_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0))
 }
 
 func History_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_history_size_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_history_size_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3052,7 +3052,7 @@ func History_get(arg1 uintptr, arg2 int64, arg3 *EpochStats) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_history_get_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_type_183(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_history_get_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_type_183(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3072,7 +3072,7 @@ func Communicator_create_mpi(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_communicator_create_mpi_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_communicator_create_mpi_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3093,7 +3093,7 @@ func Communicator_create_local(arg1 uintptr, arg2 []Device, arg3 *uintptr) (_swi
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_communicator_create_local_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), *(*C.swig_type_186)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_communicator_create_local_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), *(*C.swig_type_186)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -3114,14 +3114,14 @@ func Communicator_create_local(arg1 uintptr, arg2 []Device, arg3 *uintptr) (_swi
 
 func Communicator_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_communicator_release_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0))
+	C._wrap_communicator_release_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0))
 }
 
 func Communicator_rank(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_communicator_rank_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_communicator_rank_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3141,7 +3141,7 @@ func Communicator_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_communicator_size_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_communicator_size_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3161,7 +3161,7 @@ func Communicator_local_rank(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_communicator_local_rank_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_communicator_local_rank_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3181,7 +3181,7 @@ func Communicator_set_timeout(arg1 uintptr, arg2 float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_communicator_set_timeout_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_communicator_set_timeout_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3201,7 +3201,7 @@ func Trainer_attach_communicator(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_attach_communicator_capi_6e49065f35facea1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
+	swig_r_p := C._wrap_trainer_attach_communicator_capi_c40a6ea7ef5763f1(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
