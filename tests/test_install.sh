@@ -1,7 +1,8 @@
 #!/bin/sh
 # Installs the build tree into a temporary prefix and checks it as a user
 # would meet it: a program built through find_package(kiln) and one built
-# through pkg-config both run; libkiln.so exports only kiln_* symbols, has
+# through pkg-config both run, and so does one built through the build
+# tree's own kiln.pc; libkiln.so exports only kiln_* symbols, has
 # the SONAME libkiln.so.1 and needs no CUDA library.
 #
 # Usage: test_install.sh CMAKE BUILD_DIR CONSUMER_SOURCE_DIR C_COMPILER
@@ -79,4 +80,15 @@ pc_libdir=$(PKG_CONFIG_PATH=$pc_dir pkg-config --variable=libdir kiln)
 out=$("$work/pkg-consumer") || die "the pkg-config consumer failed: $out"
 case $out in OK*) ;; *) die "the pkg-config consumer printed '$out'" ;; esac
 echo "pkg-config: $out"
+
+# ---- the build tree's kiln.pc: an uninstalled kiln through pkg-config ------
+tree_libdir=$(PKG_CONFIG_PATH=$build_dir pkg-config --variable=libdir kiln) || die "pkg-config cannot read $build_dir/kiln.pc"
+[ -e "$tree_libdir/libkiln.so" ] || die "the build tree's kiln.pc has libdir '$tree_libdir', which does not hold libkiln.so"
+flags=$(PKG_CONFIG_PATH=$build_dir pkg-config --cflags --libs kiln)
+# shellcheck disable=SC2086 # $flags is a list of compiler arguments
+"$cc" -o "$work/tree-consumer" "$consumer_dir/consumer.c" $flags -Wl,-rpath,"$tree_libdir" ||
+  die "the build tree consumer does not build with: $flags"
+out=$("$work/tree-consumer") || die "the build tree consumer failed: $out"
+case $out in OK*) ;; *) die "the build tree consumer printed '$out'" ;; esac
+echo "build tree kiln.pc: $out"
 echo "test_install: OK"

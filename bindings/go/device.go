@@ -6,15 +6,7 @@ import (
 	"strconv"
 	"unsafe"
 
-	"kiln/internal/capi"
-)
-
-// DeviceKind is the kind of a Device.
-type DeviceKind int32
-
-const (
-	KindCPU  DeviceKind = 0
-	KindCUDA DeviceKind = 1
+	"github.com/kiln-ml/kiln/bindings/go/internal/capi"
 )
 
 // Device is where a tensor or model lives: the CPU (index -1) or a CUDA GPU.

@@ -1,3 +1,3 @@
-module kiln
+module github.com/kiln-ml/kiln/bindings/go
 
 go 1.19

@@ -1,21 +1,42 @@
 // Package kiln trains and runs multilayer perceptrons on NVIDIA GPUs or the
 // CPU through libkiln's C API.
 //
-// Every object that holds native memory has Close; call it (usually with
-// defer) to release the memory deterministically. A finalizer releases
-// objects that were never closed, as a safety net only: the garbage
-// collector does not see native memory and may run late.
+// Import it as
 //
-// Errors are *Error values carrying the kiln status and the library's
-// message. A Context, a Model used for inference and tensors that are only
-// read may be used by several goroutines at once; a Trainer, and a tensor
-// being written, by one goroutine at a time.
+//	import kiln "github.com/kiln-ml/kiln/bindings/go"
+//
+// cgo finds libkiln with pkg-config (package "kiln"): an installed kiln needs
+// only PKG_CONFIG_PATH pointing at its lib/pkgconfig directory, and a build
+// tree's kiln.pc points at the build tree.
+//
+// Every object that holds native memory has Close; call it (usually with
+// defer) to release the memory deterministically. Close may be called more
+// than once and from several goroutines at once; calls on a closed object
+// fail with ErrClosed. A finalizer releases objects that were never closed.
+// Tensors also tell the package how much native memory they hold, and once
+// the tensors allocated since the last collection pass both 32 MiB and half
+// of all the tensor memory outstanding, the allocating goroutine runs a
+// garbage collection, so that a loop that never closes its tensors stays
+// bounded (as GOGC=100 bounds the Go heap).
+//
+// Errors are *Error values carrying the kiln Status and the library's
+// message; the Status constants (ErrShapeMismatch, ...) and ErrClosed are
+// sentinels for errors.Is, and a file that does not exist also matches
+// fs.ErrNotExist. A Context, a Model used for inference and tensors that are
+// only read may be used by several goroutines at once; a Trainer, and a
+// tensor being written, by one goroutine at a time.
 package kiln
 
 import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/cgo"
+	"sync/atomic"
 
-	"kiln/internal/capi"
+	"github.com/kiln-ml/kiln/bindings/go/internal/capi"
 )
 
 // Error is a failed kiln call. Use errors.As to get at the Status and the
@@ -27,27 +48,9 @@ type Error = capi.Error
 // as an *Error, with their number in Status.
 type Status = capi.Status
 
-// The statuses of a failed call, as Error.Status carries them; each is also
-// an error for errors.Is.
-const (
-	ErrInvalidArgument   Status = 1  // a NULL pointer, bad value or bad string
-	ErrInvalidHandle     Status = 2  // a closed, foreign or wrong-type handle
-	ErrShapeMismatch     Status = 3  // tensor shapes that do not fit together
-	ErrDTypeMismatch     Status = 4  // a dtype the operation does not take
-	ErrDeviceUnavailable Status = 5  // no such device, no driver, no plugin
-	ErrOutOfMemory       Status = 6  // host or device memory exhausted
-	ErrIO                Status = 7  // a file could not be read or written
-	ErrFormat            Status = 8  // a file's contents are malformed
-	ErrNotSupported      Status = 9  // a valid request this build or device cannot do
-	ErrCancelled         Status = 10 // a callback asked to stop
-	ErrBackend           Status = 11 // CUDA, cuBLAS, cuDNN or BLAS failure
-	ErrInternal          Status = 12 // a bug in kiln
-	ErrBusy              Status = 13 // the object is inside another call
-	ErrNumeric           Status = 14 // training diverged: a NaN or infinite loss
-)
-
-// ABIVersion is the ABI this package was written against (KILN_ABI_VERSION).
-const ABIVersion = 1
+// ABIVersion is the ABI this package was compiled against (KILN_ABI_VERSION
+// of the kiln.h that cgo read).
+const ABIVersion = abiVersion
 
 // Version is the loaded library's version, "MAJOR.MINOR.PATCH".
 func Version() string { return capi.Version_string() }
@@ -56,74 +59,171 @@ func Version() string { return capi.Version_string() }
 // ABIVersion.
 func LoadedABIVersion() int { return capi.Abi_version() }
 
-// LogLevel is the minimum level of the records a context logs to stderr.
-type LogLevel int
+// withPath adds fs.ErrNotExist to an ErrIO failure about one of paths when
+// that path does not exist, so that callers can test for a missing file the
+// way they do for os.Open. kiln's message already names the file; this only
+// makes the cause testable.
+func withPath(err error, op string, paths ...string) error {
+	var ke *Error
+	if !errors.As(err, &ke) || ke.Status != ErrIO || ke.Err != nil {
+		return err
+	}
+	for _, p := range paths {
+		if _, serr := os.Stat(p); errors.Is(serr, fs.ErrNotExist) {
+			ke.Err = &fs.PathError{Op: op, Path: p, Err: fs.ErrNotExist}
+			break
+		}
+	}
+	return err
+}
 
-const (
-	LogDebug LogLevel = iota
-	LogInfo
-	LogWarning
-	LogError
-	LogOff
-)
+// withWritePath is withPath for a file being written: it is the directory
+// that must exist.
+func withWritePath(err error, path string) error {
+	return withPath(err, "create", filepath.Dir(path))
+}
+
+// handle is a native handle released exactly once. The value itself never
+// changes, so reading it needs no synchronisation: after Close, calls pass
+// the released handle and kiln, whose handles are never reused, answers
+// KILN_ERROR_INVALID_HANDLE (ErrClosed). Only the release is a race, and the
+// atomic swap of closed decides it.
+type handle struct {
+	h      uintptr
+	closed atomic.Bool
+}
+
+// release frees the handle with free unless that was done already; obj is
+// the object whose finalizer is then cleared.
+func (h *handle) release(obj any, free func(uintptr)) bool {
+	if h.closed.Swap(true) {
+		return false
+	}
+	free(h.h)
+	runtime.SetFinalizer(obj, nil)
+	return true
+}
+
+// The handles of arguments: a nil object passes NULL, which kiln refuses
+// with ErrInvalidArgument and a message naming the parameter, as it does in
+// C, instead of a nil-pointer panic here. (A nil receiver panics, as Go
+// methods do.)
+func (t *Tensor) ptr() uintptr {
+	if t == nil {
+		return 0
+	}
+	return t.h
+}
+
+func (d *Dataset) ptr() uintptr {
+	if d == nil {
+		return 0
+	}
+	return d.h
+}
+
+func (s *ModelSpec) ptr() uintptr {
+	if s == nil {
+		return 0
+	}
+	return s.h
+}
+
+func (comm *Communicator) ptr() uintptr {
+	if comm == nil {
+		return 0
+	}
+	return comm.h
+}
 
 // ContextOption configures NewContext.
-type ContextOption func(opts uintptr) error
+type ContextOption func(*contextConfig) error
+
+type contextConfig struct {
+	opts   uintptr
+	logger func(LogLevel, string)
+}
 
 // WithSeed seeds the context's generator (rand, randn, model initialisation).
 func WithSeed(seed uint64) ContextOption {
-	return func(o uintptr) error { return capi.Context_options_set_seed(o, seed) }
+	return func(c *contextConfig) error { return capi.Context_options_set_seed(c.opts, seed) }
 }
 
 // WithThreads sets the number of CPU threads (0: one per core).
 func WithThreads(n int) ContextOption {
-	return func(o uintptr) error { return capi.Context_options_set_num_threads(o, int64(n)) }
+	return func(c *contextConfig) error { return capi.Context_options_set_num_threads(c.opts, int64(n)) }
 }
 
-// WithLogLevel sets the level from which records go to stderr.
+// WithLogLevel sets the lowest level of the records the context logs (to
+// stderr, or to the function of WithLogger).
 func WithLogLevel(level LogLevel) ContextOption {
-	return func(o uintptr) error { return capi.Context_options_set_log_level(o, int(level)) }
+	return func(c *contextConfig) error { return capi.Context_options_set_log_level(c.opts, int(level)) }
+}
+
+// WithLogger sends the context's log records to fn instead of stderr. fn runs
+// on the thread that produced the record, which may be one of kiln's worker
+// threads and several at once, so it must be safe for concurrent use; it
+// must not call kiln with objects of the same context. A panic in fn is
+// recovered and the record dropped: it cannot unwind through C.
+func WithLogger(fn func(level LogLevel, message string)) ContextOption {
+	return func(c *contextConfig) error {
+		c.logger = fn
+		return nil
+	}
 }
 
 // WithCUDA(false) skips loading the CUDA backend: the context is CPU-only.
 func WithCUDA(enable bool) ContextOption {
-	return func(o uintptr) error { return capi.Context_options_set_enable_cuda(o, boolInt(enable)) }
+	return func(c *contextConfig) error { return capi.Context_options_set_enable_cuda(c.opts, boolInt(enable)) }
 }
 
 // Context owns the backends and the random generator; everything else is
 // created from one. Safe for concurrent use.
-type Context struct{ h uintptr }
+type Context struct {
+	handle
+	// log is the logger's cgo.Handle, or nil. Objects made from the context
+	// point at the Context, so it (and log with its finalizer) outlives
+	// every native object that may still log through the callback.
+	log *logHandle
+}
+
+// logHandle owns the cgo.Handle of a context's logger. Its finalizer runs
+// only after the Context and every object made from it were collected, that
+// is once nothing native can call the logger any more.
+type logHandle struct{ h cgo.Handle }
 
 // NewContext creates a context: the CPU backend and, when it loads, CUDA.
 func NewContext(opts ...ContextOption) (*Context, error) {
-	var o uintptr
-	if err := capi.Context_options_create(&o); err != nil {
+	var cfg contextConfig
+	if err := capi.Context_options_create(&cfg.opts); err != nil {
 		return nil, err
 	}
-	defer capi.Context_options_release(o)
+	defer capi.Context_options_release(cfg.opts)
 	for _, opt := range opts {
-		if err := opt(o); err != nil {
+		if err := opt(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	var log *logHandle
+	if cfg.logger != nil {
+		log = &logHandle{cgo.NewHandle(cfg.logger)}
+		runtime.SetFinalizer(log, func(l *logHandle) { l.h.Delete() })
+		if err := capi.Context_options_set_log_callback(cfg.opts, logTrampoline, uintptr(log.h)); err != nil {
 			return nil, err
 		}
 	}
 	var h uintptr
-	if err := capi.Context_create(o, &h); err != nil {
+	if err := capi.Context_create(cfg.opts, &h); err != nil {
 		return nil, err
 	}
-	c := &Context{h}
+	c := &Context{handle: handle{h: h}, log: log}
 	runtime.SetFinalizer(c, (*Context).Close)
 	return c, nil
 }
 
 // Close releases the caller's reference; objects created from the context
 // keep it alive until they are closed too. Closing twice does nothing.
-func (c *Context) Close() {
-	if c.h != 0 {
-		capi.Context_release(c.h)
-		c.h = 0
-		runtime.SetFinalizer(c, nil)
-	}
-}
+func (c *Context) Close() { c.release(c, capi.Context_release) }
 
 // SetSeed reseeds the generator (torch.manual_seed).
 func (c *Context) SetSeed(seed uint64) error {

@@ -1,6 +1,7 @@
 package kiln_test
 
 import (
+	"context"
 	"errors"
 	"math"
 	"math/rand"
@@ -10,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"kiln"
+	kiln "github.com/kiln-ml/kiln/bindings/go"
 )
 
 func newContext(t *testing.T) *kiln.Context {
@@ -331,7 +332,7 @@ func fitBlobs(t *testing.T, ctx *kiln.Context, dev kiln.Device, opts ...kiln.Tra
 		kiln.WithShuffleSeed(3)}
 	tr := must(kiln.NewTrainer(model, append(base, opts...)...))
 	defer tr.Close()
-	hist := must(tr.Fit(train, val, 5))
+	hist := must(tr.Fit(context.Background(), train, val, 5))
 	last := hist[len(hist)-1]
 	return last.TrainLoss, last.ValAccuracy
 }
@@ -355,6 +356,25 @@ func TestPrecisionBF16(t *testing.T) {
 	if fp32Loss < 0.05 || math.Abs(bf16Loss-fp32Loss) > 0.05*fp32Loss {
 		t.Fatalf("final loss bf16 %.4f, fp32 %.4f: want fp32 above 0.05 and bf16 within 5%% of it", bf16Loss, fp32Loss)
 	}
+}
+
+func TestDataParallelDeviceList(t *testing.T) {
+	ctx := newContext(t)
+	model := must(ctx.NewModelFromText("8-4-2", kiln.CPU))
+	defer model.Close()
+	_, err := kiln.NewTrainer(model, kiln.WithDevices(kiln.CUDA(0), kiln.CUDA(1)))
+	var ke *kiln.Error
+	if !errors.Is(err, kiln.ErrInvalidArgument) || !errors.As(err, &ke) || !strings.Contains(ke.Message, "first listed device") {
+		t.Fatalf("DataParallel with the model on the CPU: %v", err)
+	}
+	if _, err := kiln.NewTrainer(model, kiln.WithDevices(kiln.CPU, kiln.CUDA(0))); !errors.Is(err, kiln.ErrInvalidArgument) {
+		t.Fatalf("the CPU with a GPU: %v", err)
+	}
+	tr, err := kiln.NewTrainer(model, kiln.WithDevices(kiln.CPU))
+	if err != nil {
+		t.Fatalf("one device listed: %v", err)
+	}
+	tr.Close()
 }
 
 func TestPrecisionTF32NotOnCPU(t *testing.T) {

@@ -3,25 +3,12 @@ package kiln
 import (
 	"runtime"
 
-	"kiln/internal/capi"
-)
-
-// LayerKind is a layer of a sequential model.
-type LayerKind int
-
-const (
-	LayerLinear LayerKind = iota
-	LayerReLU
-	LayerLeakyReLU
-	LayerGELU
-	LayerTanh
-	LayerSigmoid
-	LayerDropout
+	"github.com/kiln-ml/kiln/bindings/go/internal/capi"
 )
 
 // ModelSpec lists the layers of a model, built up and then given to
 // NewModel, which copies it.
-type ModelSpec struct{ h uintptr }
+type ModelSpec struct{ handle }
 
 // NewModelSpec starts an empty spec; ParseModelSpec starts from text.
 func NewModelSpec() (*ModelSpec, error) {
@@ -29,7 +16,7 @@ func NewModelSpec() (*ModelSpec, error) {
 	if err := capi.Model_spec_create(&h); err != nil {
 		return nil, err
 	}
-	s := &ModelSpec{h}
+	s := &ModelSpec{handle{h: h}}
 	runtime.SetFinalizer(s, (*ModelSpec).Close)
 	return s, nil
 }
@@ -48,14 +35,9 @@ func ParseModelSpec(text string) (*ModelSpec, error) {
 	return s, nil
 }
 
-// Close releases the spec.
-func (s *ModelSpec) Close() {
-	if s.h != 0 {
-		capi.Model_spec_release(s.h)
-		s.h = 0
-		runtime.SetFinalizer(s, nil)
-	}
-}
+// Close releases the spec. It may be called more than once, from any
+// goroutine.
+func (s *ModelSpec) Close() { s.release(s, capi.Model_spec_release) }
 
 // Parse appends the layers a compact spec describes.
 func (s *ModelSpec) Parse(text string) error {
@@ -84,13 +66,16 @@ func (s *ModelSpec) AddMLP(activation LayerKind, sizes ...int64) error {
 
 // Model is a sequential MLP with f32 (or f64) parameters on a device.
 // Forward and Predict may run from several goroutines at once.
-type Model struct{ h uintptr }
+type Model struct {
+	handle
+	ctx *Context
+}
 
-func modelResult(h *uintptr, err error) (*Model, error) {
+func (c *Context) model(h *uintptr, err error) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{*h}
+	m := &Model{handle{h: *h}, c}
 	runtime.SetFinalizer(m, (*Model).Close)
 	return m, nil
 }
@@ -101,7 +86,15 @@ func (c *Context) NewModel(spec *ModelSpec, dev Device) (*Model, error) {
 	defer runtime.KeepAlive(c)
 	defer runtime.KeepAlive(spec)
 	var h uintptr
-	return modelResult(&h, capi.Model_create(c.h, spec.h, dev.c(), &h))
+	return c.model(&h, capi.Model_create(c.h, spec.ptr(), dev.c(), &h))
+}
+
+// NewModelOf is NewModel with parameters of dtype dt: F32, or F64 (CPU only).
+func (c *Context) NewModelOf(spec *ModelSpec, dev Device, dt DType) (*Model, error) {
+	defer runtime.KeepAlive(c)
+	defer runtime.KeepAlive(spec)
+	var h uintptr
+	return c.model(&h, capi.Model_create_dtype(c.h, spec.ptr(), dev.c(), int(dt), &h))
 }
 
 // NewModelFromText is NewModel(ParseModelSpec(text)).
@@ -118,17 +111,25 @@ func (c *Context) NewModelFromText(text string, dev Device) (*Model, error) {
 func (c *Context) LoadModel(path string, dev Device) (*Model, error) {
 	defer runtime.KeepAlive(c)
 	var h uintptr
-	return modelResult(&h, capi.Model_load(c.h, path, dev.c(), &h))
+	return c.model(&h, withPath(capi.Model_load(c.h, path, dev.c(), &h), "open", path))
+}
+
+// LoadModelWithSpec creates a model of spec on dev from a safetensors file
+// holding its parameters under the names PyTorch's nn.Sequential gives them
+// ("0.weight" [out, in], "0.bias", ...), such as
+// safetensors.torch.save_file(model.state_dict(), path) writes. The spec
+// alone decides the layers; the file's dtype (F32, or F64 on the CPU) is the
+// model's. Each error message names the offending tensor.
+func (c *Context) LoadModelWithSpec(path string, spec *ModelSpec, dev Device) (*Model, error) {
+	defer runtime.KeepAlive(c)
+	defer runtime.KeepAlive(spec)
+	var h uintptr
+	return c.model(&h, withPath(capi.Model_load_with_spec(c.h, path, spec.ptr(), dev.c(), &h), "open", path))
 }
 
 // Close releases the caller's reference (a trainer keeps its model alive).
-func (m *Model) Close() {
-	if m.h != 0 {
-		capi.Model_release(m.h)
-		m.h = 0
-		runtime.SetFinalizer(m, nil)
-	}
-}
+// It may be called more than once, from any goroutine.
+func (m *Model) Close() { m.release(m, capi.Model_release) }
 
 // To moves the parameters to dev; trainers made before must be recreated.
 func (m *Model) To(dev Device) error {
@@ -150,6 +151,14 @@ func (m *Model) SetTraining(training bool) error {
 	return capi.Model_set_training(m.h, boolInt(training))
 }
 
+// IsTraining reports whether Dropout is active (SetTraining).
+func (m *Model) IsTraining() (bool, error) {
+	defer runtime.KeepAlive(m)
+	var v int32
+	err := capi.Model_is_training(m.h, &v)
+	return v != 0, err
+}
+
 // NumParameters is the number of scalar weights and biases.
 func (m *Model) NumParameters() (int64, error) {
 	defer runtime.KeepAlive(m)
@@ -157,13 +166,14 @@ func (m *Model) NumParameters() (int64, error) {
 	return n, capi.Model_num_parameters(m.h, &n)
 }
 
-// InputSize and OutputSize are the features in and the outputs out.
+// InputSize is the number of input features.
 func (m *Model) InputSize() (int64, error) {
 	defer runtime.KeepAlive(m)
 	var n int64
 	return n, capi.Model_input_size(m.h, &n)
 }
 
+// OutputSize is the number of outputs.
 func (m *Model) OutputSize() (int64, error) {
 	defer runtime.KeepAlive(m)
 	var n int64
@@ -186,7 +196,7 @@ func (m *Model) Parameter(i int) (*Tensor, string, error) {
 		return nil, "", err
 	}
 	var h uintptr
-	t, err := tensorResult(&h, capi.Model_parameter(m.h, int64(i), &h))
+	t, err := m.ctx.view(&h, capi.Model_parameter(m.h, int64(i), &h))
 	return t, name, err
 }
 
@@ -204,17 +214,8 @@ func (m *Model) Forward(x *Tensor) (*Tensor, error) {
 	defer runtime.KeepAlive(m)
 	defer runtime.KeepAlive(x)
 	var h uintptr
-	return tensorResult(&h, capi.Model_forward(m.h, x.h, &h))
+	return m.ctx.tensor(&h, capi.Model_forward(m.h, x.ptr(), &h))
 }
-
-// PredictKind selects what Predict returns.
-type PredictKind int
-
-const (
-	PredictLogits        PredictKind = iota
-	PredictProbabilities             // softmax of the logits
-	PredictClasses                   // argmax, I64 [batch]
-)
 
 // Predict runs the model in evaluation mode on x from any device; the
 // result is on the model's device.
@@ -222,17 +223,17 @@ func (m *Model) Predict(x *Tensor, kind PredictKind) (*Tensor, error) {
 	defer runtime.KeepAlive(m)
 	defer runtime.KeepAlive(x)
 	var h uintptr
-	return tensorResult(&h, capi.Model_predict(m.h, x.h, int(kind), &h))
+	return m.ctx.tensor(&h, capi.Model_predict(m.h, x.ptr(), int(kind), &h))
 }
 
 // Save writes the weights as safetensors, atomically.
 func (m *Model) Save(path string) error {
 	defer runtime.KeepAlive(m)
-	return capi.Model_save(m.h, path)
+	return withWritePath(capi.Model_save(m.h, path), path)
 }
 
 // LoadWeights reads weights of the same architecture from a file.
 func (m *Model) LoadWeights(path string) error {
 	defer runtime.KeepAlive(m)
-	return capi.Model_load_weights(m.h, path)
+	return withPath(capi.Model_load_weights(m.h, path), "open", path)
 }

@@ -5,20 +5,7 @@ import (
 	"runtime"
 	"unsafe"
 
-	"kiln/internal/capi"
-)
-
-// DType is a tensor's element type.
-type DType int32
-
-const (
-	F32  DType = 0
-	F16  DType = 1
-	BF16 DType = 2
-	F64  DType = 3
-	I32  DType = 4
-	I64  DType = 5
-	U8   DType = 6
+	"github.com/kiln-ml/kiln/bindings/go/internal/capi"
 )
 
 // String gives "f32", "i64", ...
@@ -59,32 +46,66 @@ func asBytes[T Element](s []T) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(zero)))
 }
 
-// Tensor is an n-dimensional array on a device. Views (Reshape, Rows) share
-// storage with their source and keep it alive, so either may be closed first.
-type Tensor struct{ h uintptr }
-
-func newTensor(h uintptr) *Tensor {
-	t := &Tensor{h}
-	runtime.SetFinalizer(t, (*Tensor).Close)
-	return t
+// Tensor is an n-dimensional array on a device. Views (Reshape, Rows,
+// Model.Parameter) share storage with their source and keep it alive, so
+// either may be closed first. It prints as its shape, dtype and device.
+type Tensor struct {
+	handle
+	ctx *Context // keeps the context's logger alive; see Context.log
+	// bytes is the native memory this handle allocated (0 for a view), as
+	// counted in native.
+	bytes int64
 }
 
-// tensorResult wraps the handle a call produced, or returns its error.
-// It takes a pointer so that the call that fills h runs before h is read.
-func tensorResult(h *uintptr, err error) (*Tensor, error) {
+// tensor wraps the handle a call produced, or returns its error; the
+// tensor owns new storage, which is counted (see noteAlloc). It takes a
+// pointer so that the call that fills h runs before h is read.
+func (c *Context) tensor(h *uintptr, err error) (*Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newTensor(*h), nil
+	t := &Tensor{handle: handle{h: *h}, ctx: c}
+	var n int64
+	var dt int32
+	if capi.Tensor_numel(t.h, &n) == nil && capi.Tensor_dtype(t.h, &dt) == nil {
+		t.bytes = n * int64(DType(dt).Size())
+		noteAlloc(t.bytes)
+	}
+	runtime.SetFinalizer(t, (*Tensor).Close)
+	return t, nil
+}
+
+// view wraps a handle that shares another tensor's storage: nothing new to
+// count.
+func (c *Context) view(h *uintptr, err error) (*Tensor, error) {
+	if err != nil {
+		return nil, err
+	}
+	t := &Tensor{handle: handle{h: *h}, ctx: c}
+	runtime.SetFinalizer(t, (*Tensor).Close)
+	return t, nil
 }
 
 // Close releases the tensor's memory (or its reference to shared storage).
+// It may be called more than once, from any goroutine.
 func (t *Tensor) Close() {
-	if t.h != 0 {
-		capi.Tensor_release(t.h)
-		t.h = 0
-		runtime.SetFinalizer(t, nil)
+	if t.release(t, capi.Tensor_release) {
+		noteFree(t.bytes)
 	}
+}
+
+// String is "Tensor(shape=[2 3], dtype=f32, device=cpu)", or
+// "Tensor(closed)".
+func (t *Tensor) String() string {
+	shape, err := t.Shape()
+	if err != nil {
+		return "Tensor(closed)"
+	}
+	dev, err := t.Device()
+	if err != nil {
+		return "Tensor(closed)"
+	}
+	return fmt.Sprintf("Tensor(shape=%v, dtype=%v, device=%v)", shape, t.DType(), dev)
 }
 
 // FromSlice copies data into a new tensor of the given shape on dev; its
@@ -92,17 +113,17 @@ func (t *Tensor) Close() {
 func FromSlice[T Element](c *Context, data []T, shape []int64, dev Device) (*Tensor, error) {
 	defer runtime.KeepAlive(c)
 	var h uintptr
-	return tensorResult(&h, capi.Tensor_from_host(c.h, asBytes(data), shape, int(DTypeOf[T]()), dev.c(), &h))
+	return c.tensor(&h, capi.Tensor_from_host(c.h, asBytes(data), shape, int(DTypeOf[T]()), dev.c(), &h))
 }
 
 // ToSlice copies the tensor's elements to a new slice; T must match its dtype.
 func ToSlice[T Element](t *Tensor) ([]T, error) {
-	if dt, want := t.DType(), DTypeOf[T](); dt != want {
-		return nil, &Error{Status: ErrDTypeMismatch, Message: fmt.Sprintf("tensor is %v, not %v", dt, want)}
-	}
 	n, err := t.NumEl()
 	if err != nil {
 		return nil, err
+	}
+	if dt, want := t.DType(), DTypeOf[T](); dt != want {
+		return nil, &Error{Status: ErrDTypeMismatch, Message: fmt.Sprintf("tensor is %v, not %v", dt, want)}
 	}
 	out := make([]T, n)
 	defer runtime.KeepAlive(t)
@@ -115,50 +136,53 @@ func CopyFrom[T Element](t *Tensor, data []T) error {
 	return capi.Tensor_copy_from_host(t.h, asBytes(data))
 }
 
-// Empty, Zeros, Ones, Full, Rand and Randn create tensors of a shape on dev.
+// Empty is an uninitialised tensor of a shape on dev.
 func (c *Context) Empty(shape []int64, dt DType, dev Device) (*Tensor, error) {
 	defer runtime.KeepAlive(c)
 	var h uintptr
-	return tensorResult(&h, capi.Tensor_empty(c.h, shape, int(dt), dev.c(), &h))
+	return c.tensor(&h, capi.Tensor_empty(c.h, shape, int(dt), dev.c(), &h))
 }
 
+// Zeros is a tensor of zeros.
 func (c *Context) Zeros(shape []int64, dt DType, dev Device) (*Tensor, error) {
 	defer runtime.KeepAlive(c)
 	var h uintptr
-	return tensorResult(&h, capi.Tensor_zeros(c.h, shape, int(dt), dev.c(), &h))
+	return c.tensor(&h, capi.Tensor_zeros(c.h, shape, int(dt), dev.c(), &h))
 }
 
+// Ones is a tensor of ones.
 func (c *Context) Ones(shape []int64, dt DType, dev Device) (*Tensor, error) {
 	defer runtime.KeepAlive(c)
 	var h uintptr
-	return tensorResult(&h, capi.Tensor_ones(c.h, shape, int(dt), dev.c(), &h))
+	return c.tensor(&h, capi.Tensor_ones(c.h, shape, int(dt), dev.c(), &h))
 }
 
+// Full is a tensor filled with value (which must fit an integer dtype).
 func (c *Context) Full(shape []int64, dt DType, dev Device, value float64) (*Tensor, error) {
 	defer runtime.KeepAlive(c)
 	var h uintptr
-	return tensorResult(&h, capi.Tensor_full(c.h, shape, int(dt), dev.c(), value, &h))
+	return c.tensor(&h, capi.Tensor_full(c.h, shape, int(dt), dev.c(), value, &h))
 }
 
 // Rand is uniform in [0, 1), from the context's generator.
 func (c *Context) Rand(shape []int64, dt DType, dev Device) (*Tensor, error) {
 	defer runtime.KeepAlive(c)
 	var h uintptr
-	return tensorResult(&h, capi.Tensor_rand(c.h, shape, int(dt), dev.c(), &h))
+	return c.tensor(&h, capi.Tensor_rand(c.h, shape, int(dt), dev.c(), &h))
 }
 
 // Randn is standard normal, from the context's generator.
 func (c *Context) Randn(shape []int64, dt DType, dev Device) (*Tensor, error) {
 	defer runtime.KeepAlive(c)
 	var h uintptr
-	return tensorResult(&h, capi.Tensor_randn(c.h, shape, int(dt), dev.c(), &h))
+	return c.tensor(&h, capi.Tensor_randn(c.h, shape, int(dt), dev.c(), &h))
 }
 
 // Arange is start, start+step, ... up to (not including) end.
 func (c *Context) Arange(start, end, step float64, dt DType, dev Device) (*Tensor, error) {
 	defer runtime.KeepAlive(c)
 	var h uintptr
-	return tensorResult(&h, capi.Tensor_arange(c.h, start, end, step, int(dt), dev.c(), &h))
+	return c.tensor(&h, capi.Tensor_arange(c.h, start, end, step, int(dt), dev.c(), &h))
 }
 
 // EmptyPinned is a CPU tensor in page-locked memory, for fast asynchronous
@@ -166,7 +190,7 @@ func (c *Context) Arange(start, end, step float64, dt DType, dev Device) (*Tenso
 func (c *Context) EmptyPinned(shape []int64, dt DType) (*Tensor, error) {
 	defer runtime.KeepAlive(c)
 	var h uintptr
-	return tensorResult(&h, capi.Tensor_empty_pinned(c.h, shape, int(dt), &h))
+	return c.tensor(&h, capi.Tensor_empty_pinned(c.h, shape, int(dt), &h))
 }
 
 // Shape is the tensor's dimensions.
@@ -197,6 +221,30 @@ func (t *Tensor) DType() DType {
 	return DType(dt)
 }
 
+// Dim is the size of dimension dim; a negative dim counts from the end.
+func (t *Tensor) Dim(dim int) (int64, error) {
+	defer runtime.KeepAlive(t)
+	var n int64
+	return n, capi.Tensor_dim(t.h, int64(dim), &n)
+}
+
+// DeviceIndex is PyTorch's get_device(): the CUDA index, or -1 on the CPU.
+func (t *Tensor) DeviceIndex() (int, error) {
+	defer runtime.KeepAlive(t)
+	var i int64
+	err := capi.Tensor_get_device(t.h, &i)
+	return int(i), err
+}
+
+// IsPinned reports whether the tensor was made by EmptyPinned (views share
+// their source's answer).
+func (t *Tensor) IsPinned() (bool, error) {
+	defer runtime.KeepAlive(t)
+	var v int32
+	err := capi.Tensor_is_pinned(t.h, &v)
+	return v != 0, err
+}
+
 // Device is where the tensor lives.
 func (t *Tensor) Device() (Device, error) {
 	defer runtime.KeepAlive(t)
@@ -217,142 +265,105 @@ func (t *Tensor) Item() (float64, error) {
 func (t *Tensor) To(dev Device) (*Tensor, error) {
 	defer runtime.KeepAlive(t)
 	var h uintptr
-	return tensorResult(&h, capi.Tensor_to(t.h, dev.c(), &h))
+	if err := capi.Tensor_to(t.h, dev.c(), &h); err != nil {
+		return nil, err
+	}
+	if from, err := t.Device(); err == nil && from == dev {
+		return t.ctx.view(&h, nil)
+	}
+	return t.ctx.tensor(&h, nil)
 }
 
 // Cast is a copy converted to dt; float to int truncates toward zero.
 func (t *Tensor) Cast(dt DType) (*Tensor, error) {
 	defer runtime.KeepAlive(t)
 	var h uintptr
-	return tensorResult(&h, capi.Tensor_cast(t.h, int(dt), &h))
+	return t.ctx.tensor(&h, capi.Tensor_cast(t.h, int(dt), &h))
 }
 
 // Clone is a contiguous copy on the same device.
 func (t *Tensor) Clone() (*Tensor, error) {
 	defer runtime.KeepAlive(t)
 	var h uintptr
-	return tensorResult(&h, capi.Tensor_clone(t.h, &h))
+	return t.ctx.tensor(&h, capi.Tensor_clone(t.h, &h))
 }
 
 // Reshape is a view with another shape of the same size; one entry may be -1.
 func (t *Tensor) Reshape(shape ...int64) (*Tensor, error) {
 	defer runtime.KeepAlive(t)
 	var h uintptr
-	return tensorResult(&h, capi.Tensor_reshape(t.h, shape, &h))
+	return t.ctx.view(&h, capi.Tensor_reshape(t.h, shape, &h))
 }
 
 // Rows is a view of rows [start, end) of the first dimension.
 func (t *Tensor) Rows(start, end int64) (*Tensor, error) {
 	defer runtime.KeepAlive(t)
 	var h uintptr
-	return tensorResult(&h, capi.Tensor_rows(t.h, start, end, &h))
+	return t.ctx.view(&h, capi.Tensor_rows(t.h, start, end, &h))
 }
-
-// BinaryOp is an elementwise operation of two tensors (or a tensor and a scalar).
-type BinaryOp int
-
-const (
-	OpAdd BinaryOp = iota
-	OpSub
-	OpMul
-	OpDiv
-	OpMaximum
-	OpMinimum
-	OpPow
-)
 
 // Binary is t op other elementwise, with NumPy broadcasting.
 func (t *Tensor) Binary(op BinaryOp, other *Tensor) (*Tensor, error) {
 	defer runtime.KeepAlive(t)
 	defer runtime.KeepAlive(other)
 	var h uintptr
-	return tensorResult(&h, capi.Tensor_binary(int(op), t.h, other.h, &h))
+	return t.ctx.tensor(&h, capi.Tensor_binary(int(op), t.h, other.ptr(), &h))
 }
 
+// Add is t + o elementwise, with broadcasting.
 func (t *Tensor) Add(o *Tensor) (*Tensor, error) { return t.Binary(OpAdd, o) }
+
+// Sub is t - o elementwise, with broadcasting.
 func (t *Tensor) Sub(o *Tensor) (*Tensor, error) { return t.Binary(OpSub, o) }
+
+// Mul is t * o elementwise, with broadcasting.
 func (t *Tensor) Mul(o *Tensor) (*Tensor, error) { return t.Binary(OpMul, o) }
+
+// Div is t / o elementwise, with broadcasting (integer division truncates,
+// and by zero gives 0).
 func (t *Tensor) Div(o *Tensor) (*Tensor, error) { return t.Binary(OpDiv, o) }
 
 // Scalar is t op s elementwise (s converted to t's dtype).
 func (t *Tensor) Scalar(op BinaryOp, s float64) (*Tensor, error) {
 	defer runtime.KeepAlive(t)
 	var h uintptr
-	return tensorResult(&h, capi.Tensor_scalar(int(op), t.h, s, &h))
+	return t.ctx.tensor(&h, capi.Tensor_scalar(int(op), t.h, s, &h))
 }
-
-// CompareOp is an elementwise comparison.
-type CompareOp int
-
-const (
-	OpEq CompareOp = iota
-	OpNe
-	OpLt
-	OpLe
-	OpGt
-	OpGe
-)
 
 // Compare is t op other elementwise as a U8 tensor of 0 and 1.
 func (t *Tensor) Compare(op CompareOp, other *Tensor) (*Tensor, error) {
 	defer runtime.KeepAlive(t)
 	defer runtime.KeepAlive(other)
 	var h uintptr
-	return tensorResult(&h, capi.Tensor_compare(int(op), t.h, other.h, &h))
+	return t.ctx.tensor(&h, capi.Tensor_compare(int(op), t.h, other.ptr(), &h))
 }
-
-// UnaryOp is an elementwise function.
-type UnaryOp int
-
-const (
-	OpNeg UnaryOp = iota
-	OpAbs
-	OpExp
-	OpLog
-	OpSqrt
-	OpReLU
-	OpGELU
-	OpTanh
-	OpSigmoid
-	OpLeakyReLU
-)
 
 // Unary is op(t) elementwise; alpha is LeakyReLU's slope, ignored otherwise.
 func (t *Tensor) Unary(op UnaryOp, alpha float64) (*Tensor, error) {
 	defer runtime.KeepAlive(t)
 	var h uintptr
-	return tensorResult(&h, capi.Tensor_unary(int(op), t.h, alpha, &h))
+	return t.ctx.tensor(&h, capi.Tensor_unary(int(op), t.h, alpha, &h))
 }
 
 // Softmax along dim (negative counts from the end).
 func (t *Tensor) Softmax(dim int64) (*Tensor, error) {
 	defer runtime.KeepAlive(t)
 	var h uintptr
-	return tensorResult(&h, capi.Tensor_softmax(t.h, dim, &h))
+	return t.ctx.tensor(&h, capi.Tensor_softmax(t.h, dim, &h))
 }
 
 // LogSoftmax along dim (negative counts from the end).
 func (t *Tensor) LogSoftmax(dim int64) (*Tensor, error) {
 	defer runtime.KeepAlive(t)
 	var h uintptr
-	return tensorResult(&h, capi.Tensor_log_softmax(t.h, dim, &h))
+	return t.ctx.tensor(&h, capi.Tensor_log_softmax(t.h, dim, &h))
 }
-
-// ReduceOp reduces one dimension.
-type ReduceOp int
-
-const (
-	OpSum ReduceOp = iota
-	OpMean
-	OpMax
-	OpArgmax
-)
 
 // Reduce applies op along dim; keepDim keeps it with size 1.
 func (t *Tensor) Reduce(op ReduceOp, dim int64, keepDim bool) (*Tensor, error) {
 	defer runtime.KeepAlive(t)
 	var h uintptr
-	return tensorResult(&h, capi.Tensor_reduce(int(op), t.h, dim, boolInt(keepDim), &h))
+	return t.ctx.tensor(&h, capi.Tensor_reduce(int(op), t.h, dim, boolInt(keepDim), &h))
 }
 
 // Matmul is the matrix product t x other.
@@ -360,5 +371,5 @@ func (t *Tensor) Matmul(other *Tensor) (*Tensor, error) {
 	defer runtime.KeepAlive(t)
 	defer runtime.KeepAlive(other)
 	var h uintptr
-	return tensorResult(&h, capi.Tensor_matmul(t.h, other.h, &h))
+	return t.ctx.tensor(&h, capi.Tensor_matmul(t.h, other.ptr(), &h))
 }

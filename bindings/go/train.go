@@ -1,111 +1,14 @@
 package kiln
 
 import (
+	"context"
+	"errors"
 	"runtime"
+	"runtime/cgo"
 	"time"
 	"unsafe"
 
-	"kiln/internal/capi"
-)
-
-// Dataset is samples x [N, features...] with labels or targets y [N, ...].
-type Dataset struct{ h uintptr }
-
-func datasetResult(h *uintptr, err error) (*Dataset, error) {
-	if err != nil {
-		return nil, err
-	}
-	d := &Dataset{*h}
-	runtime.SetFinalizer(d, (*Dataset).Close)
-	return d, nil
-}
-
-// NewDataset references x (float or U8) and y (integer class labels [N] or
-// float targets [N, k]); they are not copied.
-func (c *Context) NewDataset(x, y *Tensor) (*Dataset, error) {
-	defer runtime.KeepAlive(c)
-	defer runtime.KeepAlive(x)
-	defer runtime.KeepAlive(y)
-	var h uintptr
-	return datasetResult(&h, capi.Dataset_from_tensors(c.h, x.h, y.h, &h))
-}
-
-// LoadIDX reads an IDX image file and label file (raw or .gz).
-func (c *Context) LoadIDX(imagesPath, labelsPath string) (*Dataset, error) {
-	defer runtime.KeepAlive(c)
-	var h uintptr
-	return datasetResult(&h, capi.Dataset_load_idx(c.h, imagesPath, labelsPath, &h))
-}
-
-// LoadMNIST reads the "train" or "test" split of an MNIST-layout directory
-// (MNIST, Fashion-MNIST).
-func (c *Context) LoadMNIST(dir, split string) (*Dataset, error) {
-	defer runtime.KeepAlive(c)
-	var h uintptr
-	return datasetResult(&h, capi.Dataset_load_mnist(c.h, dir, split, &h))
-}
-
-// Close releases the dataset (its tensors live on while others use them).
-func (d *Dataset) Close() {
-	if d.h != 0 {
-		capi.Dataset_release(d.h)
-		d.h = 0
-		runtime.SetFinalizer(d, nil)
-	}
-}
-
-func (d *Dataset) count(f func(uintptr, *int64) error) (int64, error) {
-	defer runtime.KeepAlive(d)
-	var n int64
-	return n, f(d.h, &n)
-}
-
-// Size is the number of samples.
-func (d *Dataset) Size() (int64, error) { return d.count(capi.Dataset_size) }
-
-// NumFeatures is the number of features per sample.
-func (d *Dataset) NumFeatures() (int64, error) { return d.count(capi.Dataset_num_features) }
-
-// NumClasses is 1 + the largest label (the target width for float targets).
-func (d *Dataset) NumClasses() (int64, error) { return d.count(capi.Dataset_num_classes) }
-
-// SetNormalization makes batched features (x * scale - mean) / std.
-func (d *Dataset) SetNormalization(scale, mean, std float64) error {
-	defer runtime.KeepAlive(d)
-	return capi.Dataset_set_normalization(d.h, scale, mean, std)
-}
-
-// Split divides the samples at random (seeded) into a training part and a
-// validation part of round(size * fraction) samples; both share the data.
-func (d *Dataset) Split(fraction float64, seed uint64) (train, validation *Dataset, err error) {
-	defer runtime.KeepAlive(d)
-	var ht, hv uintptr
-	if err = capi.Dataset_split(d.h, fraction, seed, &ht, &hv); err != nil {
-		return nil, nil, err
-	}
-	train, _ = datasetResult(&ht, nil)
-	validation, _ = datasetResult(&hv, nil)
-	return train, validation, nil
-}
-
-// Batch is samples [start, start+count) as normalised F32 features and
-// labels (or targets) on dev.
-func (d *Dataset) Batch(start, count int64, dev Device) (x, y *Tensor, err error) {
-	defer runtime.KeepAlive(d)
-	var hx, hy uintptr
-	if err = capi.Dataset_batch(d.h, start, count, dev.c(), &hx, &hy); err != nil {
-		return nil, nil, err
-	}
-	return newTensor(hx), newTensor(hy), nil
-}
-
-// LossKind is a training loss.
-type LossKind int
-
-const (
-	CrossEntropy  LossKind = iota // logits [B, C], integer labels [B]
-	MSE                           // pred [B, K], float target [B, K]
-	BCEWithLogits                 // logits [B, K], target [B, K] in [0, 1]
+	"github.com/kiln-ml/kiln/bindings/go/internal/capi"
 )
 
 // Loss is the mean loss of pred against target, as a trainer computes it.
@@ -113,40 +16,29 @@ func Loss(kind LossKind, pred, target *Tensor) (float64, error) {
 	defer runtime.KeepAlive(pred)
 	defer runtime.KeepAlive(target)
 	var v float64
-	return v, capi.Loss(int(kind), pred.h, target.h, &v)
+	return v, capi.Loss(int(kind), pred.ptr(), target.ptr(), &v)
 }
 
-// Optimizer is the update rule of a trainer.
-type Optimizer int
-
-const (
-	SGD Optimizer = iota
-	Adam
-	AdamW
-)
-
-// Schedule is a learning-rate schedule.
-type Schedule int
-
-const (
-	ScheduleConstant Schedule = iota
-	ScheduleStep              // lr * gamma^floor(step / stepSize)
-	ScheduleCosine            // lr to minLR over totalSteps
-)
-
-// TrainerOption configures NewTrainer; the defaults are PyTorch's (SGD, lr
-// 0.01, cross-entropy, batch 64).
+// TrainerOption configures NewTrainer. An option that is not given keeps
+// libkiln's default (PyTorch's; see kiln_trainer_options_create in kiln.h).
 type TrainerOption func(opts uintptr) error
 
+// WithLoss sets the loss.
 func WithLoss(l LossKind) TrainerOption {
 	return func(o uintptr) error { return capi.Trainer_options_set_loss(o, int(l)) }
 }
+
+// WithOptimizer sets the update rule.
 func WithOptimizer(opt Optimizer) TrainerOption {
 	return func(o uintptr) error { return capi.Trainer_options_set_optimizer(o, int(opt)) }
 }
+
+// WithLR sets the (initial) learning rate.
 func WithLR(lr float64) TrainerOption {
 	return func(o uintptr) error { return capi.Trainer_options_set_lr(o, lr) }
 }
+
+// WithMomentum sets SGD's momentum and whether it is Nesterov's.
 func WithMomentum(m float64, nesterov bool) TrainerOption {
 	return func(o uintptr) error {
 		if err := capi.Trainer_options_set_momentum(o, m); err != nil {
@@ -155,15 +47,24 @@ func WithMomentum(m float64, nesterov bool) TrainerOption {
 		return capi.Trainer_options_set_nesterov(o, boolInt(nesterov))
 	}
 }
+
+// WithWeightDecay sets the weight decay (L2 for SGD and Adam, decoupled for
+// AdamW).
 func WithWeightDecay(wd float64) TrainerOption {
 	return func(o uintptr) error { return capi.Trainer_options_set_weight_decay(o, wd) }
 }
+
+// WithBetas sets Adam's and AdamW's moment decay rates.
 func WithBetas(beta1, beta2 float64) TrainerOption {
 	return func(o uintptr) error { return capi.Trainer_options_set_betas(o, beta1, beta2) }
 }
+
+// WithEps sets Adam's and AdamW's denominator term.
 func WithEps(eps float64) TrainerOption {
 	return func(o uintptr) error { return capi.Trainer_options_set_eps(o, eps) }
 }
+
+// WithBatchSize sets the batch size of Epoch and Fit.
 func WithBatchSize(n int) TrainerOption {
 	return func(o uintptr) error { return capi.Trainer_options_set_batch_size(o, int64(n)) }
 }
@@ -172,73 +73,68 @@ func WithBatchSize(n int) TrainerOption {
 func WithGradClip(maxNorm float64) TrainerOption {
 	return func(o uintptr) error { return capi.Trainer_options_set_grad_clip(o, maxNorm) }
 }
+
+// WithSchedule sets the learning-rate schedule: stepSize and gamma are
+// ScheduleStep's period (in steps) and factor, totalSteps and minLR
+// ScheduleCosine's length (0: the fit's total) and floor.
 func WithSchedule(s Schedule, stepSize int64, gamma float64, totalSteps int64, minLR float64) TrainerOption {
 	return func(o uintptr) error {
 		return capi.Trainer_options_set_schedule(o, int(s), stepSize, gamma, totalSteps, minLR)
 	}
 }
+
+// WithWarmup ramps the learning rate linearly from 0 over the first steps.
 func WithWarmup(steps int64) TrainerOption {
 	return func(o uintptr) error { return capi.Trainer_options_set_warmup(o, steps) }
 }
+
+// WithShuffleSeed seeds the order of each epoch's samples (otherwise drawn
+// from the context).
 func WithShuffleSeed(seed uint64) TrainerOption {
 	return func(o uintptr) error { return capi.Trainer_options_set_shuffle_seed(o, seed) }
 }
 
-// Precision is the numeric precision of a trainer's steps (kiln_precision).
-type Precision int
-
-const (
-	// PrecisionFP32 computes in the model's dtype, f32 products exactly
-	// (the default, and PyTorch's with TF32 off).
-	PrecisionFP32 Precision = iota
-	// PrecisionTF32 runs f32 products on CUDA's TF32 tensor cores (10-bit
-	// mantissa inputs, f32 accumulation). CUDA only: NewTrainer fails with
-	// ErrNotSupported for a CPU model.
-	PrecisionTF32
-	// PrecisionBF16 is mixed precision on every device: batch, activations
-	// and products in bf16 (f32 accumulation) with f32 master weights,
-	// gradients, optimizer state and loss, as PyTorch's autocast to bfloat16.
-	PrecisionBF16
-)
+// WithProgressInterval makes Fit report progress (OnProgress) and check its
+// context for cancellation every n batches as well as at the end of each
+// epoch (n = 0, libkiln's default: only there). Each report reads the loss
+// back from the device.
+func WithProgressInterval(n int64) TrainerOption {
+	return func(o uintptr) error { return capi.Trainer_options_set_progress_interval(o, n) }
+}
 
 // WithPrecision sets the precision of the trainer's steps. TF32 and BF16
-// need an F32 model (ErrNotSupported otherwise). Without it the library's
-// default applies (PrecisionFP32).
+// need an F32 model (ErrNotSupported otherwise).
 func WithPrecision(p Precision) TrainerOption {
 	return func(o uintptr) error { return capi.Trainer_options_set_precision(o, int(p)) }
 }
 
-// FastPath is a set of the parts of a backend's fast path (kiln_fast_path
-// bits), each of which can be switched off to bisect a failure. Backends
-// without them, the CPU's, ignore the bits; results agree with every part
-// off within float rounding.
-type FastPath uint32
-
-const (
-	// FastPathEpilogues uses fused GEMM epilogues (cuBLASLt).
-	FastPathEpilogues FastPath = 1 << iota
-	// FastPathGraphs replays each step as a CUDA graph.
-	FastPathGraphs
-	// FastPathCuDNN runs cuDNN's fused graphs.
-	FastPathCuDNN
-
-	// FastPathNone runs every step as the plain sequence of kernels.
-	FastPathNone FastPath = 0
-	// FastPathAll is every part: the library's default.
-	FastPathAll = FastPathEpilogues | FastPathGraphs | FastPathCuDNN
-)
+// WithDevices makes the trainer DataParallel over these GPUs of this
+// process, as PyTorch's nn.DataParallel: a replica of the model per device,
+// each batch split evenly over them (the batch size must be a multiple of
+// their count). The model must be on the first device when NewTrainer runs
+// (ErrInvalidArgument otherwise). One device is plain training there; none
+// clears the list.
+func WithDevices(devices ...Device) TrainerOption {
+	devs := make([]capi.Device, len(devices))
+	for i, d := range devices {
+		devs[i] = d.c()
+	}
+	return func(o uintptr) error { return capi.Trainer_options_set_devices(o, devs) }
+}
 
 // WithFastPath sets the fast-path parts the trainer may use; bits outside
-// FastPathAll are ErrInvalidArgument. Without it the library's default
-// applies (FastPathAll). The environment variable KILN_DISABLE removes more
-// when the trainer is created (a comma-separated list of "epilogues",
-// "graphs", "cudnn" or "all").
+// FastPathAll are ErrInvalidArgument. The environment variable KILN_DISABLE
+// removes more when the trainer is created (a comma-separated list of
+// "epilogues", "graphs", "cudnn" or "all").
 func WithFastPath(enabled FastPath) TrainerOption {
 	return func(o uintptr) error { return capi.Trainer_options_set_fast_path(o, uint32(enabled)) }
 }
 
 // Trainer optimises a model; it keeps the model alive. One goroutine at a time.
-type Trainer struct{ h uintptr }
+type Trainer struct {
+	handle
+	ctx *Context
+}
 
 // NewTrainer creates a trainer for m on m's device.
 func NewTrainer(m *Model, opts ...TrainerOption) (*Trainer, error) {
@@ -257,19 +153,14 @@ func NewTrainer(m *Model, opts ...TrainerOption) (*Trainer, error) {
 	if err := capi.Trainer_create(m.h, o, &h); err != nil {
 		return nil, err
 	}
-	t := &Trainer{h}
+	t := &Trainer{handle{h: h}, m.ctx}
 	runtime.SetFinalizer(t, (*Trainer).Close)
 	return t, nil
 }
 
-// Close releases the trainer.
-func (t *Trainer) Close() {
-	if t.h != 0 {
-		capi.Trainer_release(t.h)
-		t.h = 0
-		runtime.SetFinalizer(t, nil)
-	}
-}
+// Close releases the trainer. It may be called more than once, from any
+// goroutine.
+func (t *Trainer) Close() { t.release(t, capi.Trainer_release) }
 
 // Step is one optimisation step on a batch; it returns the batch's mean
 // loss before the update.
@@ -278,17 +169,17 @@ func (t *Trainer) Step(x, y *Tensor) (float64, error) {
 	defer runtime.KeepAlive(x)
 	defer runtime.KeepAlive(y)
 	var loss float64
-	return loss, capi.Trainer_step(t.h, x.h, y.h, &loss)
+	return loss, capi.Trainer_step(t.h, x.ptr(), y.ptr(), &loss)
 }
 
 // EpochStats are the statistics of one epoch.
 type EpochStats struct {
-	Epoch                    int
-	TrainLoss, TrainAccuracy float64
-	ValLoss, ValAccuracy     float64
+	Epoch                    int     // 1-based
+	TrainLoss, TrainAccuracy float64 // accuracy: classification only, else 0
+	ValLoss, ValAccuracy     float64 // 0 without validation data
 	HasValidation            bool
 	Duration                 time.Duration
-	SamplesPerSecond, LR     float64
+	SamplesPerSecond, LR     float64 // LR: the learning rate at the epoch's end
 }
 
 func newEpochStats() capi.EpochStats {
@@ -311,24 +202,102 @@ func (t *Trainer) Epoch(ds *Dataset) (EpochStats, error) {
 	defer runtime.KeepAlive(t)
 	defer runtime.KeepAlive(ds)
 	s := newEpochStats()
-	if err := capi.Trainer_epoch(t.h, ds.h, &s); err != nil {
+	if err := capi.Trainer_epoch(t.h, ds.ptr(), &s); err != nil {
 		return EpochStats{}, err
 	}
 	return statsFromC(&s), nil
 }
 
+// Progress is a report from Fit (see OnProgress).
+type Progress struct {
+	Phase            ProgressPhase
+	Epoch, Epochs    int     // Epoch is 1-based
+	Batch, Batches   int64   // batches done in this epoch, and per epoch
+	Loss             float64 // mean training loss so far in this epoch
+	SamplesPerSecond float64
+	Elapsed          time.Duration // since the epoch began
+	Stats            *EpochStats   // the finished epoch (PhaseEpoch), else nil
+}
+
+// FitOption configures one Fit.
+type FitOption func(*fitRun)
+
+// OnProgress calls fn with each progress report, on the goroutine that
+// called Fit: at the end of every epoch, and every n batches with
+// WithProgressInterval(n). A non-nil error from fn stops training after the
+// current batch and Fit returns that error. Inside fn the trainer may be
+// read (EpochsDone, CurrentLR, SaveCheckpoint); Step, Epoch, Fit, Evaluate
+// and LoadCheckpoint fail with ErrBusy. A panic in fn stops training and is
+// raised again by Fit once kiln has returned.
+func OnProgress(fn func(Progress) error) FitOption {
+	return func(r *fitRun) { r.fn = fn }
+}
+
+// fitRun is what the progress trampoline reaches through its cgo.Handle.
+type fitRun struct {
+	ctx      context.Context
+	fn       func(Progress) error
+	err      error // why training was stopped: ctx's error or fn's
+	panicked bool
+	panicVal any
+}
+
+// step handles one report and says whether training goes on.
+func (r *fitRun) step(p Progress) (goOn bool) {
+	if err := r.ctx.Err(); err != nil {
+		r.err = err
+		return false
+	}
+	if r.fn == nil {
+		return true
+	}
+	defer func() {
+		// A panic must not unwind through kiln's C++ frames: stop, and let
+		// Fit raise it again.
+		if v := recover(); v != nil {
+			r.panicked, r.panicVal = true, v
+			goOn = false
+		}
+	}()
+	if err := r.fn(p); err != nil {
+		r.err = err
+		return false
+	}
+	// fn may have cancelled ctx itself: stop now, not a report later.
+	if err := r.ctx.Err(); err != nil {
+		r.err = err
+		return false
+	}
+	return true
+}
+
 // Fit trains for epochs epochs, evaluating validation (may be nil) after
-// each, and returns the history.
-func (t *Trainer) Fit(train, validation *Dataset, epochs int) ([]EpochStats, error) {
+// each, and returns the history. Cancelling ctx stops training at the next
+// progress report (the end of the epoch, or within WithProgressInterval's
+// batches) and Fit returns ctx.Err(); the model keeps the updates done so
+// far, as it does when an OnProgress function stops training.
+func (t *Trainer) Fit(ctx context.Context, train, validation *Dataset, epochs int, opts ...FitOption) ([]EpochStats, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	run := &fitRun{ctx: ctx}
+	for _, opt := range opts {
+		opt(run)
+	}
+	user := cgo.NewHandle(run)
+	defer user.Delete()
 	defer runtime.KeepAlive(t)
 	defer runtime.KeepAlive(train)
 	defer runtime.KeepAlive(validation)
-	var val uintptr
-	if validation != nil {
-		val = validation.h
-	}
 	var hist uintptr
-	if err := capi.Trainer_fit(t.h, train.h, val, int64(epochs), &hist); err != nil {
+	err := capi.Trainer_fit(t.h, train.ptr(), validation.ptr(), int64(epochs), progressTrampoline, uintptr(user), &hist)
+	if run.panicked {
+		panic(run.panicVal)
+	}
+	if err != nil {
+		if run.err != nil && errors.Is(err, ErrCancelled) {
+			return nil, run.err
+		}
 		return nil, err
 	}
 	defer capi.History_release(hist)
@@ -351,17 +320,19 @@ func (t *Trainer) Fit(train, validation *Dataset, epochs int) ([]EpochStats, err
 func (t *Trainer) Evaluate(ds *Dataset) (loss, accuracy float64, err error) {
 	defer runtime.KeepAlive(t)
 	defer runtime.KeepAlive(ds)
-	err = capi.Trainer_evaluate(t.h, ds.h, &loss, &accuracy)
+	err = capi.Trainer_evaluate(t.h, ds.ptr(), &loss, &accuracy)
 	return
 }
 
-// EpochsDone and StepsDone count the work so far (checkpoints restore them).
+// EpochsDone is the number of epochs trained so far (checkpoints restore it).
 func (t *Trainer) EpochsDone() (int64, error) {
 	defer runtime.KeepAlive(t)
 	var n int64
 	return n, capi.Trainer_epochs_done(t.h, &n)
 }
 
+// StepsDone is the number of optimisation steps so far (checkpoints restore
+// it).
 func (t *Trainer) StepsDone() (int64, error) {
 	defer runtime.KeepAlive(t)
 	var n int64
@@ -378,11 +349,11 @@ func (t *Trainer) CurrentLR() (float64, error) {
 // SaveCheckpoint writes weights, optimizer state and counters atomically.
 func (t *Trainer) SaveCheckpoint(path string) error {
 	defer runtime.KeepAlive(t)
-	return capi.Trainer_save_checkpoint(t.h, path)
+	return withWritePath(capi.Trainer_save_checkpoint(t.h, path), path)
 }
 
 // LoadCheckpoint restores a checkpoint of the same architecture and optimizer.
 func (t *Trainer) LoadCheckpoint(path string) error {
 	defer runtime.KeepAlive(t)
-	return capi.Trainer_load_checkpoint(t.h, path)
+	return withPath(capi.Trainer_load_checkpoint(t.h, path), "open", path)
 }

@@ -2,6 +2,6 @@ module kiln-example
 
 go 1.19
 
-require kiln v0.0.0
+require github.com/kiln-ml/kiln/bindings/go v0.0.0
 
-replace kiln => ../../bindings/go
+replace github.com/kiln-ml/kiln/bindings/go => ../../bindings/go

@@ -3,11 +3,15 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log"
 	"os"
+	"os/signal"
 
-	"kiln"
+	kiln "github.com/kiln-ml/kiln/bindings/go"
 )
 
 func main() {
@@ -23,6 +27,9 @@ func main() {
 	fmt.Println("device:", dev)
 
 	train, err := ctx.LoadMNIST(dir, "train")
+	if errors.Is(err, fs.ErrNotExist) {
+		log.Fatalf("no Fashion-MNIST in %s (give its directory as the argument): %v", dir, err)
+	}
 	check(err)
 	defer train.Close()
 	test, err := ctx.LoadMNIST(dir, "test")
@@ -36,11 +43,19 @@ func main() {
 	check(err)
 	defer trainer.Close()
 
-	for epoch := 1; epoch <= 3; epoch++ {
-		s, err := trainer.Epoch(train)
-		check(err)
+	// Ctrl-C stops training at the end of the epoch; the model keeps what it learnt.
+	sigctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	_, err = trainer.Fit(sigctx, train, nil, 3, kiln.OnProgress(func(p kiln.Progress) error {
+		s := p.Stats
 		fmt.Printf("epoch %d: loss %.4f, train accuracy %.4f, %.0f samples/s\n",
 			s.Epoch, s.TrainLoss, s.TrainAccuracy, s.SamplesPerSecond)
+		return nil
+	}))
+	if errors.Is(err, context.Canceled) {
+		fmt.Println("interrupted")
+	} else {
+		check(err)
 	}
 	loss, acc, err := trainer.Evaluate(test)
 	check(err)

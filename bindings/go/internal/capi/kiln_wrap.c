@@ -200,7 +200,7 @@ static void* Swig_malloc(int c) {
 extern "C" {
 #endif
 
-void _wrap_Swig_free_capi_ffd5e879a0fe8b33(void *_swig_go_0) {
+void _wrap_Swig_free_capi_3ee356cb97fe4fba(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = *(void **)&_swig_go_0; 
@@ -210,7 +210,7 @@ void _wrap_Swig_free_capi_ffd5e879a0fe8b33(void *_swig_go_0) {
 }
 
 
-void *_wrap_Swig_malloc_capi_ffd5e879a0fe8b33(intgo _swig_go_0) {
+void *_wrap_Swig_malloc_capi_3ee356cb97fe4fba(intgo _swig_go_0) {
   int arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -223,7 +223,7 @@ void *_wrap_Swig_malloc_capi_ffd5e879a0fe8b33(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_version_string_capi_ffd5e879a0fe8b33() {
+_gostring_ _wrap_version_string_capi_3ee356cb97fe4fba() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -234,7 +234,7 @@ _gostring_ _wrap_version_string_capi_ffd5e879a0fe8b33() {
 }
 
 
-intgo _wrap_abi_version_capi_ffd5e879a0fe8b33() {
+intgo _wrap_abi_version_capi_3ee356cb97fe4fba() {
   int result;
   intgo _swig_go_result;
   
@@ -245,7 +245,7 @@ intgo _wrap_abi_version_capi_ffd5e879a0fe8b33() {
 }
 
 
-_gostring_ _wrap_status_name_capi_ffd5e879a0fe8b33(intgo _swig_go_0) {
+_gostring_ _wrap_status_name_capi_3ee356cb97fe4fba(intgo _swig_go_0) {
   kiln_status arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -258,7 +258,7 @@ _gostring_ _wrap_status_name_capi_ffd5e879a0fe8b33(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_last_error_capi_ffd5e879a0fe8b33() {
+_gostring_ _wrap_last_error_capi_3ee356cb97fe4fba() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -269,7 +269,7 @@ _gostring_ _wrap_last_error_capi_ffd5e879a0fe8b33() {
 }
 
 
-_gostring_ _wrap_context_options_create_capi_ffd5e879a0fe8b33(kiln_context_options **_swig_go_0) {
+_gostring_ _wrap_context_options_create_capi_3ee356cb97fe4fba(kiln_context_options **_swig_go_0) {
   kiln_context_options **arg1 = (kiln_context_options **) 0 ;
   kiln_status result;
   _gostring_ _swig_go_result;
@@ -302,7 +302,7 @@ _gostring_ _wrap_context_options_create_capi_ffd5e879a0fe8b33(kiln_context_optio
 }
 
 
-void _wrap_context_options_release_capi_ffd5e879a0fe8b33(kiln_context_options *_swig_go_0) {
+void _wrap_context_options_release_capi_3ee356cb97fe4fba(kiln_context_options *_swig_go_0) {
   kiln_context_options *arg1 = (kiln_context_options *) 0 ;
   
   arg1 = (kiln_context_options *)_swig_go_0; 
@@ -312,7 +312,7 @@ void _wrap_context_options_release_capi_ffd5e879a0fe8b33(kiln_context_options *_
 }
 
 
-_gostring_ _wrap_context_options_set_seed_capi_ffd5e879a0fe8b33(kiln_context_options *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_context_options_set_seed_capi_3ee356cb97fe4fba(kiln_context_options *_swig_go_0, long long _swig_go_1) {
   kiln_context_options *arg1 = (kiln_context_options *) 0 ;
   uint64_t arg2 ;
   kiln_status result;
@@ -347,7 +347,7 @@ _gostring_ _wrap_context_options_set_seed_capi_ffd5e879a0fe8b33(kiln_context_opt
 }
 
 
-_gostring_ _wrap_context_options_set_num_threads_capi_ffd5e879a0fe8b33(kiln_context_options *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_context_options_set_num_threads_capi_3ee356cb97fe4fba(kiln_context_options *_swig_go_0, long long _swig_go_1) {
   kiln_context_options *arg1 = (kiln_context_options *) 0 ;
   int64_t arg2 ;
   kiln_status result;
@@ -382,7 +382,7 @@ _gostring_ _wrap_context_options_set_num_threads_capi_ffd5e879a0fe8b33(kiln_cont
 }
 
 
-_gostring_ _wrap_context_options_set_log_level_capi_ffd5e879a0fe8b33(kiln_context_options *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_context_options_set_log_level_capi_3ee356cb97fe4fba(kiln_context_options *_swig_go_0, intgo _swig_go_1) {
   kiln_context_options *arg1 = (kiln_context_options *) 0 ;
   kiln_log_level arg2 ;
   kiln_status result;
@@ -417,7 +417,44 @@ _gostring_ _wrap_context_options_set_log_level_capi_ffd5e879a0fe8b33(kiln_contex
 }
 
 
-_gostring_ _wrap_context_options_set_enable_cuda_capi_ffd5e879a0fe8b33(kiln_context_options *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_context_options_set_log_callback_capi_3ee356cb97fe4fba(kiln_context_options *_swig_go_0, kiln_log_fn _swig_go_1, void *_swig_go_2) {
+  kiln_context_options *arg1 = (kiln_context_options *) 0 ;
+  kiln_log_fn arg2 = (kiln_log_fn) 0 ;
+  void *arg3 = (void *) 0 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_context_options *)_swig_go_0; 
+  arg2 = (kiln_log_fn)_swig_go_1; 
+  arg3 = (void *)_swig_go_2; 
+  
+  result = (kiln_status)kiln_context_options_set_log_callback(arg1,arg2,arg3);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_context_options_set_enable_cuda_capi_3ee356cb97fe4fba(kiln_context_options *_swig_go_0, intgo _swig_go_1) {
   kiln_context_options *arg1 = (kiln_context_options *) 0 ;
   int arg2 ;
   kiln_status result;
@@ -452,7 +489,7 @@ _gostring_ _wrap_context_options_set_enable_cuda_capi_ffd5e879a0fe8b33(kiln_cont
 }
 
 
-_gostring_ _wrap_context_create_capi_ffd5e879a0fe8b33(kiln_context_options *_swig_go_0, kiln_context **_swig_go_1) {
+_gostring_ _wrap_context_create_capi_3ee356cb97fe4fba(kiln_context_options *_swig_go_0, kiln_context **_swig_go_1) {
   kiln_context_options *arg1 = (kiln_context_options *) 0 ;
   kiln_context **arg2 = (kiln_context **) 0 ;
   kiln_status result;
@@ -487,7 +524,7 @@ _gostring_ _wrap_context_create_capi_ffd5e879a0fe8b33(kiln_context_options *_swi
 }
 
 
-void _wrap_context_release_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0) {
+void _wrap_context_release_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   
   arg1 = (kiln_context *)_swig_go_0; 
@@ -497,7 +534,7 @@ void _wrap_context_release_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_context_set_seed_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_context_set_seed_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, long long _swig_go_1) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   uint64_t arg2 ;
   kiln_status result;
@@ -532,7 +569,7 @@ _gostring_ _wrap_context_set_seed_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0
 }
 
 
-_gostring_ _wrap_device_parse_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, _gostring_ _swig_go_1, kiln_device *_swig_go_2) {
+_gostring_ _wrap_device_parse_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _gostring_ _swig_go_1, kiln_device *_swig_go_2) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_device *arg3 = (kiln_device *) 0 ;
@@ -574,7 +611,7 @@ _gostring_ _wrap_device_parse_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, _g
 }
 
 
-_gostring_ _wrap_cuda_is_available_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_cuda_is_available_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, int *_swig_go_1) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   int *arg2 = (int *) 0 ;
   kiln_status result;
@@ -609,7 +646,7 @@ _gostring_ _wrap_cuda_is_available_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_
 }
 
 
-_gostring_ _wrap_cuda_unavailable_reason_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, _gostring_* _swig_go_1) {
+_gostring_ _wrap_cuda_unavailable_reason_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _gostring_* _swig_go_1) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   char **arg2 = (char **) 0 ;
   char const *swig_str2 = NULL ;
@@ -653,7 +690,7 @@ _gostring_ _wrap_cuda_unavailable_reason_capi_ffd5e879a0fe8b33(kiln_context *_sw
 }
 
 
-_gostring_ _wrap_device_count_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, intgo _swig_go_1, long long *_swig_go_2) {
+_gostring_ _wrap_device_count_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, intgo _swig_go_1, long long *_swig_go_2) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   kiln_device_kind arg2 ;
   int64_t *arg3 = (int64_t *) 0 ;
@@ -690,7 +727,7 @@ _gostring_ _wrap_device_count_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, in
 }
 
 
-_gostring_ _wrap_default_device_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, kiln_device *_swig_go_1) {
+_gostring_ _wrap_default_device_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, kiln_device *_swig_go_1) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   kiln_device *arg2 = (kiln_device *) 0 ;
   kiln_status result;
@@ -725,7 +762,7 @@ _gostring_ _wrap_default_device_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_device_get_info_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, _goslice_ _swig_go_1, kiln_device_info *_swig_go_2) {
+_gostring_ _wrap_device_get_info_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _goslice_ _swig_go_1, kiln_device_info *_swig_go_2) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   kiln_device arg2 ;
   kiln_device_info *arg3 = (kiln_device_info *) 0 ;
@@ -765,7 +802,7 @@ _gostring_ _wrap_device_get_info_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0,
 }
 
 
-_gostring_ _wrap_device_synchronize_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_device_synchronize_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _goslice_ _swig_go_1) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   kiln_device arg2 ;
   kiln_status result;
@@ -803,7 +840,7 @@ _gostring_ _wrap_device_synchronize_capi_ffd5e879a0fe8b33(kiln_context *_swig_go
 }
 
 
-_gostring_ _wrap_dtype_name_capi_ffd5e879a0fe8b33(intgo _swig_go_0) {
+_gostring_ _wrap_dtype_name_capi_3ee356cb97fe4fba(intgo _swig_go_0) {
   kiln_dtype arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -816,7 +853,7 @@ _gostring_ _wrap_dtype_name_capi_ffd5e879a0fe8b33(intgo _swig_go_0) {
 }
 
 
-long long _wrap_dtype_size_capi_ffd5e879a0fe8b33(intgo _swig_go_0) {
+long long _wrap_dtype_size_capi_3ee356cb97fe4fba(intgo _swig_go_0) {
   kiln_dtype arg1 ;
   int64_t result;
   long long _swig_go_result;
@@ -829,7 +866,7 @@ long long _wrap_dtype_size_capi_ffd5e879a0fe8b33(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_tensor_empty_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
+_gostring_ _wrap_tensor_empty_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -874,7 +911,7 @@ _gostring_ _wrap_tensor_empty_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, _g
 }
 
 
-_gostring_ _wrap_tensor_zeros_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
+_gostring_ _wrap_tensor_zeros_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -919,7 +956,7 @@ _gostring_ _wrap_tensor_zeros_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, _g
 }
 
 
-_gostring_ _wrap_tensor_ones_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
+_gostring_ _wrap_tensor_ones_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -964,7 +1001,7 @@ _gostring_ _wrap_tensor_ones_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, _go
 }
 
 
-_gostring_ _wrap_tensor_full_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, double _swig_go_4, kiln_tensor **_swig_go_5) {
+_gostring_ _wrap_tensor_full_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, double _swig_go_4, kiln_tensor **_swig_go_5) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -1011,7 +1048,7 @@ _gostring_ _wrap_tensor_full_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, _go
 }
 
 
-_gostring_ _wrap_tensor_arange_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, double _swig_go_1, double _swig_go_2, double _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, kiln_tensor **_swig_go_6) {
+_gostring_ _wrap_tensor_arange_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, double _swig_go_1, double _swig_go_2, double _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, kiln_tensor **_swig_go_6) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   double arg2 ;
   double arg3 ;
@@ -1059,7 +1096,7 @@ _gostring_ _wrap_tensor_arange_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, d
 }
 
 
-_gostring_ _wrap_tensor_rand_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
+_gostring_ _wrap_tensor_rand_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -1104,7 +1141,7 @@ _gostring_ _wrap_tensor_rand_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, _go
 }
 
 
-_gostring_ _wrap_tensor_randn_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
+_gostring_ _wrap_tensor_randn_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -1149,7 +1186,7 @@ _gostring_ _wrap_tensor_randn_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, _g
 }
 
 
-_gostring_ _wrap_tensor_from_host_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, _goslice_ _swig_go_1, _goslice_ _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, kiln_tensor **_swig_go_5) {
+_gostring_ _wrap_tensor_from_host_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _goslice_ _swig_go_1, _goslice_ _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, kiln_tensor **_swig_go_5) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   void *arg2 = (void *) 0 ;
   int64_t arg3 ;
@@ -1197,7 +1234,7 @@ _gostring_ _wrap_tensor_from_host_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0
 }
 
 
-_gostring_ _wrap_tensor_empty_pinned_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, kiln_tensor **_swig_go_3) {
+_gostring_ _wrap_tensor_empty_pinned_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, kiln_tensor **_swig_go_3) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -1237,7 +1274,7 @@ _gostring_ _wrap_tensor_empty_pinned_capi_ffd5e879a0fe8b33(kiln_context *_swig_g
 }
 
 
-void _wrap_tensor_release_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0) {
+void _wrap_tensor_release_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   
   arg1 = (kiln_tensor *)_swig_go_0; 
@@ -1247,7 +1284,7 @@ void _wrap_tensor_release_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_tensor_copy_to_host_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_tensor_copy_to_host_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   void *arg2 = (void *) 0 ;
   int64_t arg3 ;
@@ -1283,7 +1320,7 @@ _gostring_ _wrap_tensor_copy_to_host_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go
 }
 
 
-_gostring_ _wrap_tensor_copy_from_host_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_tensor_copy_from_host_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   void *arg2 = (void *) 0 ;
   int64_t arg3 ;
@@ -1319,7 +1356,7 @@ _gostring_ _wrap_tensor_copy_from_host_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_
 }
 
 
-_gostring_ _wrap_tensor_item_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, double *_swig_go_1) {
+_gostring_ _wrap_tensor_item_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, double *_swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   double *arg2 = (double *) 0 ;
   kiln_status result;
@@ -1354,7 +1391,7 @@ _gostring_ _wrap_tensor_item_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, doub
 }
 
 
-_gostring_ _wrap_tensor_to_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1, kiln_tensor **_swig_go_2) {
+_gostring_ _wrap_tensor_to_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1, kiln_tensor **_swig_go_2) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   kiln_device arg2 ;
   kiln_tensor **arg3 = (kiln_tensor **) 0 ;
@@ -1394,7 +1431,7 @@ _gostring_ _wrap_tensor_to_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, _gosli
 }
 
 
-_gostring_ _wrap_tensor_cast_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, intgo _swig_go_1, kiln_tensor **_swig_go_2) {
+_gostring_ _wrap_tensor_cast_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, intgo _swig_go_1, kiln_tensor **_swig_go_2) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   kiln_dtype arg2 ;
   kiln_tensor **arg3 = (kiln_tensor **) 0 ;
@@ -1431,7 +1468,7 @@ _gostring_ _wrap_tensor_cast_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, intg
 }
 
 
-_gostring_ _wrap_tensor_clone_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, kiln_tensor **_swig_go_1) {
+_gostring_ _wrap_tensor_clone_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, kiln_tensor **_swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   kiln_tensor **arg2 = (kiln_tensor **) 0 ;
   kiln_status result;
@@ -1466,7 +1503,7 @@ _gostring_ _wrap_tensor_clone_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, kil
 }
 
 
-_gostring_ _wrap_tensor_ndim_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_tensor_ndim_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, long long *_swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -1501,7 +1538,7 @@ _gostring_ _wrap_tensor_ndim_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, long
 }
 
 
-_gostring_ _wrap_tensor_dim_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, long long _swig_go_1, long long *_swig_go_2) {
+_gostring_ _wrap_tensor_dim_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, long long _swig_go_1, long long *_swig_go_2) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t arg2 ;
   int64_t *arg3 = (int64_t *) 0 ;
@@ -1538,7 +1575,7 @@ _gostring_ _wrap_tensor_dim_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, long 
 }
 
 
-_gostring_ _wrap_tensor_shape_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_tensor_shape_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -1574,7 +1611,7 @@ _gostring_ _wrap_tensor_shape_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, _go
 }
 
 
-_gostring_ _wrap_tensor_numel_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_tensor_numel_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, long long *_swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -1609,7 +1646,7 @@ _gostring_ _wrap_tensor_numel_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, lon
 }
 
 
-_gostring_ _wrap_tensor_dtype_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_tensor_dtype_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, int *_swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   kiln_dtype *arg2 = (kiln_dtype *) 0 ;
   kiln_status result;
@@ -1644,7 +1681,7 @@ _gostring_ _wrap_tensor_dtype_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, int
 }
 
 
-_gostring_ _wrap_tensor_device_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, kiln_device *_swig_go_1) {
+_gostring_ _wrap_tensor_device_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, kiln_device *_swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   kiln_device *arg2 = (kiln_device *) 0 ;
   kiln_status result;
@@ -1679,7 +1716,7 @@ _gostring_ _wrap_tensor_device_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, ki
 }
 
 
-_gostring_ _wrap_tensor_get_device_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_tensor_get_device_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, long long *_swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -1714,7 +1751,7 @@ _gostring_ _wrap_tensor_get_device_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0
 }
 
 
-_gostring_ _wrap_tensor_is_pinned_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_tensor_is_pinned_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, int *_swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int *arg2 = (int *) 0 ;
   kiln_status result;
@@ -1749,7 +1786,7 @@ _gostring_ _wrap_tensor_is_pinned_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0,
 }
 
 
-_gostring_ _wrap_tensor_reshape_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1, kiln_tensor **_swig_go_2) {
+_gostring_ _wrap_tensor_reshape_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1, kiln_tensor **_swig_go_2) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -1787,7 +1824,7 @@ _gostring_ _wrap_tensor_reshape_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, _
 }
 
 
-_gostring_ _wrap_tensor_rows_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, long long _swig_go_1, long long _swig_go_2, kiln_tensor **_swig_go_3) {
+_gostring_ _wrap_tensor_rows_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, long long _swig_go_1, long long _swig_go_2, kiln_tensor **_swig_go_3) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t arg2 ;
   int64_t arg3 ;
@@ -1826,7 +1863,7 @@ _gostring_ _wrap_tensor_rows_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, long
 }
 
 
-_gostring_ _wrap_tensor_binary_capi_ffd5e879a0fe8b33(intgo _swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, kiln_tensor **_swig_go_3) {
+_gostring_ _wrap_tensor_binary_capi_3ee356cb97fe4fba(intgo _swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, kiln_tensor **_swig_go_3) {
   kiln_binary_op arg1 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   kiln_tensor *arg3 = (kiln_tensor *) 0 ;
@@ -1865,7 +1902,7 @@ _gostring_ _wrap_tensor_binary_capi_ffd5e879a0fe8b33(intgo _swig_go_0, kiln_tens
 }
 
 
-_gostring_ _wrap_tensor_scalar_capi_ffd5e879a0fe8b33(intgo _swig_go_0, kiln_tensor *_swig_go_1, double _swig_go_2, kiln_tensor **_swig_go_3) {
+_gostring_ _wrap_tensor_scalar_capi_3ee356cb97fe4fba(intgo _swig_go_0, kiln_tensor *_swig_go_1, double _swig_go_2, kiln_tensor **_swig_go_3) {
   kiln_binary_op arg1 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   double arg3 ;
@@ -1904,7 +1941,7 @@ _gostring_ _wrap_tensor_scalar_capi_ffd5e879a0fe8b33(intgo _swig_go_0, kiln_tens
 }
 
 
-_gostring_ _wrap_tensor_compare_capi_ffd5e879a0fe8b33(intgo _swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, kiln_tensor **_swig_go_3) {
+_gostring_ _wrap_tensor_compare_capi_3ee356cb97fe4fba(intgo _swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, kiln_tensor **_swig_go_3) {
   kiln_compare_op arg1 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   kiln_tensor *arg3 = (kiln_tensor *) 0 ;
@@ -1943,7 +1980,7 @@ _gostring_ _wrap_tensor_compare_capi_ffd5e879a0fe8b33(intgo _swig_go_0, kiln_ten
 }
 
 
-_gostring_ _wrap_tensor_unary_capi_ffd5e879a0fe8b33(intgo _swig_go_0, kiln_tensor *_swig_go_1, double _swig_go_2, kiln_tensor **_swig_go_3) {
+_gostring_ _wrap_tensor_unary_capi_3ee356cb97fe4fba(intgo _swig_go_0, kiln_tensor *_swig_go_1, double _swig_go_2, kiln_tensor **_swig_go_3) {
   kiln_unary_op arg1 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   double arg3 ;
@@ -1982,7 +2019,7 @@ _gostring_ _wrap_tensor_unary_capi_ffd5e879a0fe8b33(intgo _swig_go_0, kiln_tenso
 }
 
 
-_gostring_ _wrap_tensor_softmax_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, long long _swig_go_1, kiln_tensor **_swig_go_2) {
+_gostring_ _wrap_tensor_softmax_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, long long _swig_go_1, kiln_tensor **_swig_go_2) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t arg2 ;
   kiln_tensor **arg3 = (kiln_tensor **) 0 ;
@@ -2019,7 +2056,7 @@ _gostring_ _wrap_tensor_softmax_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, l
 }
 
 
-_gostring_ _wrap_tensor_log_softmax_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, long long _swig_go_1, kiln_tensor **_swig_go_2) {
+_gostring_ _wrap_tensor_log_softmax_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, long long _swig_go_1, kiln_tensor **_swig_go_2) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t arg2 ;
   kiln_tensor **arg3 = (kiln_tensor **) 0 ;
@@ -2056,7 +2093,7 @@ _gostring_ _wrap_tensor_log_softmax_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_
 }
 
 
-_gostring_ _wrap_tensor_reduce_capi_ffd5e879a0fe8b33(intgo _swig_go_0, kiln_tensor *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, kiln_tensor **_swig_go_4) {
+_gostring_ _wrap_tensor_reduce_capi_3ee356cb97fe4fba(intgo _swig_go_0, kiln_tensor *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, kiln_tensor **_swig_go_4) {
   kiln_reduce_op arg1 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   int64_t arg3 ;
@@ -2097,7 +2134,7 @@ _gostring_ _wrap_tensor_reduce_capi_ffd5e879a0fe8b33(intgo _swig_go_0, kiln_tens
 }
 
 
-_gostring_ _wrap_tensor_matmul_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor **_swig_go_2) {
+_gostring_ _wrap_tensor_matmul_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor **_swig_go_2) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   kiln_tensor **arg3 = (kiln_tensor **) 0 ;
@@ -2134,7 +2171,7 @@ _gostring_ _wrap_tensor_matmul_capi_ffd5e879a0fe8b33(kiln_tensor *_swig_go_0, ki
 }
 
 
-_gostring_ _wrap_model_spec_create_capi_ffd5e879a0fe8b33(kiln_model_spec **_swig_go_0) {
+_gostring_ _wrap_model_spec_create_capi_3ee356cb97fe4fba(kiln_model_spec **_swig_go_0) {
   kiln_model_spec **arg1 = (kiln_model_spec **) 0 ;
   kiln_status result;
   _gostring_ _swig_go_result;
@@ -2167,7 +2204,7 @@ _gostring_ _wrap_model_spec_create_capi_ffd5e879a0fe8b33(kiln_model_spec **_swig
 }
 
 
-void _wrap_model_spec_release_capi_ffd5e879a0fe8b33(kiln_model_spec *_swig_go_0) {
+void _wrap_model_spec_release_capi_3ee356cb97fe4fba(kiln_model_spec *_swig_go_0) {
   kiln_model_spec *arg1 = (kiln_model_spec *) 0 ;
   
   arg1 = (kiln_model_spec *)_swig_go_0; 
@@ -2177,7 +2214,7 @@ void _wrap_model_spec_release_capi_ffd5e879a0fe8b33(kiln_model_spec *_swig_go_0)
 }
 
 
-_gostring_ _wrap_model_spec_add_linear_capi_ffd5e879a0fe8b33(kiln_model_spec *_swig_go_0, long long _swig_go_1, long long _swig_go_2, intgo _swig_go_3) {
+_gostring_ _wrap_model_spec_add_linear_capi_3ee356cb97fe4fba(kiln_model_spec *_swig_go_0, long long _swig_go_1, long long _swig_go_2, intgo _swig_go_3) {
   kiln_model_spec *arg1 = (kiln_model_spec *) 0 ;
   int64_t arg2 ;
   int64_t arg3 ;
@@ -2216,7 +2253,7 @@ _gostring_ _wrap_model_spec_add_linear_capi_ffd5e879a0fe8b33(kiln_model_spec *_s
 }
 
 
-_gostring_ _wrap_model_spec_add_capi_ffd5e879a0fe8b33(kiln_model_spec *_swig_go_0, intgo _swig_go_1, double _swig_go_2) {
+_gostring_ _wrap_model_spec_add_capi_3ee356cb97fe4fba(kiln_model_spec *_swig_go_0, intgo _swig_go_1, double _swig_go_2) {
   kiln_model_spec *arg1 = (kiln_model_spec *) 0 ;
   kiln_layer_kind arg2 ;
   double arg3 ;
@@ -2253,7 +2290,7 @@ _gostring_ _wrap_model_spec_add_capi_ffd5e879a0fe8b33(kiln_model_spec *_swig_go_
 }
 
 
-_gostring_ _wrap_model_spec_add_mlp_capi_ffd5e879a0fe8b33(kiln_model_spec *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2) {
+_gostring_ _wrap_model_spec_add_mlp_capi_3ee356cb97fe4fba(kiln_model_spec *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2) {
   kiln_model_spec *arg1 = (kiln_model_spec *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -2291,7 +2328,7 @@ _gostring_ _wrap_model_spec_add_mlp_capi_ffd5e879a0fe8b33(kiln_model_spec *_swig
 }
 
 
-_gostring_ _wrap_model_spec_parse_capi_ffd5e879a0fe8b33(kiln_model_spec *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_model_spec_parse_capi_3ee356cb97fe4fba(kiln_model_spec *_swig_go_0, _gostring_ _swig_go_1) {
   kiln_model_spec *arg1 = (kiln_model_spec *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_status result;
@@ -2331,7 +2368,7 @@ _gostring_ _wrap_model_spec_parse_capi_ffd5e879a0fe8b33(kiln_model_spec *_swig_g
 }
 
 
-_gostring_ _wrap_model_create_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, kiln_model_spec *_swig_go_1, _goslice_ _swig_go_2, kiln_model **_swig_go_3) {
+_gostring_ _wrap_model_create_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, kiln_model_spec *_swig_go_1, _goslice_ _swig_go_2, kiln_model **_swig_go_3) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   kiln_model_spec *arg2 = (kiln_model_spec *) 0 ;
   kiln_device arg3 ;
@@ -2373,7 +2410,7 @@ _gostring_ _wrap_model_create_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, ki
 }
 
 
-_gostring_ _wrap_model_create_dtype_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, kiln_model_spec *_swig_go_1, _goslice_ _swig_go_2, intgo _swig_go_3, kiln_model **_swig_go_4) {
+_gostring_ _wrap_model_create_dtype_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, kiln_model_spec *_swig_go_1, _goslice_ _swig_go_2, intgo _swig_go_3, kiln_model **_swig_go_4) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   kiln_model_spec *arg2 = (kiln_model_spec *) 0 ;
   kiln_device arg3 ;
@@ -2417,7 +2454,7 @@ _gostring_ _wrap_model_create_dtype_capi_ffd5e879a0fe8b33(kiln_context *_swig_go
 }
 
 
-void _wrap_model_release_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0) {
+void _wrap_model_release_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   
   arg1 = (kiln_model *)_swig_go_0; 
@@ -2427,7 +2464,7 @@ void _wrap_model_release_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_model_to_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_model_to_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, _goslice_ _swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   kiln_device arg2 ;
   kiln_status result;
@@ -2465,7 +2502,7 @@ _gostring_ _wrap_model_to_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0, _goslice
 }
 
 
-_gostring_ _wrap_model_device_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0, kiln_device *_swig_go_1) {
+_gostring_ _wrap_model_device_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, kiln_device *_swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   kiln_device *arg2 = (kiln_device *) 0 ;
   kiln_status result;
@@ -2500,7 +2537,7 @@ _gostring_ _wrap_model_device_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0, kiln
 }
 
 
-_gostring_ _wrap_model_set_training_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_model_set_training_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, intgo _swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   int arg2 ;
   kiln_status result;
@@ -2535,7 +2572,7 @@ _gostring_ _wrap_model_set_training_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0
 }
 
 
-_gostring_ _wrap_model_is_training_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_model_is_training_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, int *_swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   int *arg2 = (int *) 0 ;
   kiln_status result;
@@ -2570,7 +2607,7 @@ _gostring_ _wrap_model_is_training_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0,
 }
 
 
-_gostring_ _wrap_model_num_parameters_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_model_num_parameters_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, long long *_swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -2605,7 +2642,7 @@ _gostring_ _wrap_model_num_parameters_capi_ffd5e879a0fe8b33(kiln_model *_swig_go
 }
 
 
-_gostring_ _wrap_model_input_size_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_model_input_size_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, long long *_swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -2640,7 +2677,7 @@ _gostring_ _wrap_model_input_size_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_model_output_size_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_model_output_size_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, long long *_swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -2675,7 +2712,7 @@ _gostring_ _wrap_model_output_size_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0,
 }
 
 
-_gostring_ _wrap_model_describe_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0, _gostring_* _swig_go_1) {
+_gostring_ _wrap_model_describe_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, _gostring_* _swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   char **arg2 = (char **) 0 ;
   char const *swig_str2 = NULL ;
@@ -2719,7 +2756,7 @@ _gostring_ _wrap_model_describe_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0, _g
 }
 
 
-_gostring_ _wrap_model_num_parameter_tensors_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_model_num_parameter_tensors_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, long long *_swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -2754,7 +2791,7 @@ _gostring_ _wrap_model_num_parameter_tensors_capi_ffd5e879a0fe8b33(kiln_model *_
 }
 
 
-_gostring_ _wrap_model_parameter_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0, long long _swig_go_1, kiln_tensor **_swig_go_2) {
+_gostring_ _wrap_model_parameter_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, long long _swig_go_1, kiln_tensor **_swig_go_2) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   int64_t arg2 ;
   kiln_tensor **arg3 = (kiln_tensor **) 0 ;
@@ -2791,7 +2828,7 @@ _gostring_ _wrap_model_parameter_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0, l
 }
 
 
-_gostring_ _wrap_model_parameter_name_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0, long long _swig_go_1, _gostring_* _swig_go_2) {
+_gostring_ _wrap_model_parameter_name_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, long long _swig_go_1, _gostring_* _swig_go_2) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   int64_t arg2 ;
   char **arg3 = (char **) 0 ;
@@ -2837,7 +2874,7 @@ _gostring_ _wrap_model_parameter_name_capi_ffd5e879a0fe8b33(kiln_model *_swig_go
 }
 
 
-_gostring_ _wrap_model_forward_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor **_swig_go_2) {
+_gostring_ _wrap_model_forward_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor **_swig_go_2) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   kiln_tensor **arg3 = (kiln_tensor **) 0 ;
@@ -2874,7 +2911,7 @@ _gostring_ _wrap_model_forward_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0, kil
 }
 
 
-_gostring_ _wrap_model_predict_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0, kiln_tensor *_swig_go_1, intgo _swig_go_2, kiln_tensor **_swig_go_3) {
+_gostring_ _wrap_model_predict_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, kiln_tensor *_swig_go_1, intgo _swig_go_2, kiln_tensor **_swig_go_3) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   kiln_predict_kind arg3 ;
@@ -2913,7 +2950,7 @@ _gostring_ _wrap_model_predict_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0, kil
 }
 
 
-_gostring_ _wrap_model_save_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_model_save_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, _gostring_ _swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_status result;
@@ -2953,7 +2990,7 @@ _gostring_ _wrap_model_save_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0, _gostr
 }
 
 
-_gostring_ _wrap_model_load_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, _gostring_ _swig_go_1, _goslice_ _swig_go_2, kiln_model **_swig_go_3) {
+_gostring_ _wrap_model_load_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _gostring_ _swig_go_1, _goslice_ _swig_go_2, kiln_model **_swig_go_3) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_device arg3 ;
@@ -3000,7 +3037,7 @@ _gostring_ _wrap_model_load_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, _gos
 }
 
 
-_gostring_ _wrap_model_load_weights_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_model_load_weights_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, _gostring_ _swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_status result;
@@ -3040,7 +3077,7 @@ _gostring_ _wrap_model_load_weights_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0
 }
 
 
-_gostring_ _wrap_model_load_with_spec_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, _gostring_ _swig_go_1, kiln_model_spec *_swig_go_2, _goslice_ _swig_go_3, kiln_model **_swig_go_4) {
+_gostring_ _wrap_model_load_with_spec_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _gostring_ _swig_go_1, kiln_model_spec *_swig_go_2, _goslice_ _swig_go_3, kiln_model **_swig_go_4) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_model_spec *arg3 = (kiln_model_spec *) 0 ;
@@ -3089,7 +3126,7 @@ _gostring_ _wrap_model_load_with_spec_capi_ffd5e879a0fe8b33(kiln_context *_swig_
 }
 
 
-_gostring_ _wrap_dataset_from_tensors_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, kiln_dataset **_swig_go_3) {
+_gostring_ _wrap_dataset_from_tensors_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, kiln_dataset **_swig_go_3) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   kiln_tensor *arg3 = (kiln_tensor *) 0 ;
@@ -3128,7 +3165,7 @@ _gostring_ _wrap_dataset_from_tensors_capi_ffd5e879a0fe8b33(kiln_context *_swig_
 }
 
 
-_gostring_ _wrap_dataset_load_idx_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2, kiln_dataset **_swig_go_3) {
+_gostring_ _wrap_dataset_load_idx_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2, kiln_dataset **_swig_go_3) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   char *arg2 = (char *) 0 ;
   char *arg3 = (char *) 0 ;
@@ -3177,7 +3214,7 @@ _gostring_ _wrap_dataset_load_idx_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0
 }
 
 
-_gostring_ _wrap_dataset_load_mnist_capi_ffd5e879a0fe8b33(kiln_context *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2, kiln_dataset **_swig_go_3) {
+_gostring_ _wrap_dataset_load_mnist_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2, kiln_dataset **_swig_go_3) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   char *arg2 = (char *) 0 ;
   char *arg3 = (char *) 0 ;
@@ -3226,7 +3263,7 @@ _gostring_ _wrap_dataset_load_mnist_capi_ffd5e879a0fe8b33(kiln_context *_swig_go
 }
 
 
-void _wrap_dataset_release_capi_ffd5e879a0fe8b33(kiln_dataset *_swig_go_0) {
+void _wrap_dataset_release_capi_3ee356cb97fe4fba(kiln_dataset *_swig_go_0) {
   kiln_dataset *arg1 = (kiln_dataset *) 0 ;
   
   arg1 = (kiln_dataset *)_swig_go_0; 
@@ -3236,7 +3273,7 @@ void _wrap_dataset_release_capi_ffd5e879a0fe8b33(kiln_dataset *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_dataset_size_capi_ffd5e879a0fe8b33(kiln_dataset *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_dataset_size_capi_3ee356cb97fe4fba(kiln_dataset *_swig_go_0, long long *_swig_go_1) {
   kiln_dataset *arg1 = (kiln_dataset *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -3271,7 +3308,7 @@ _gostring_ _wrap_dataset_size_capi_ffd5e879a0fe8b33(kiln_dataset *_swig_go_0, lo
 }
 
 
-_gostring_ _wrap_dataset_num_features_capi_ffd5e879a0fe8b33(kiln_dataset *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_dataset_num_features_capi_3ee356cb97fe4fba(kiln_dataset *_swig_go_0, long long *_swig_go_1) {
   kiln_dataset *arg1 = (kiln_dataset *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -3306,7 +3343,7 @@ _gostring_ _wrap_dataset_num_features_capi_ffd5e879a0fe8b33(kiln_dataset *_swig_
 }
 
 
-_gostring_ _wrap_dataset_num_classes_capi_ffd5e879a0fe8b33(kiln_dataset *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_dataset_num_classes_capi_3ee356cb97fe4fba(kiln_dataset *_swig_go_0, long long *_swig_go_1) {
   kiln_dataset *arg1 = (kiln_dataset *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -3341,7 +3378,7 @@ _gostring_ _wrap_dataset_num_classes_capi_ffd5e879a0fe8b33(kiln_dataset *_swig_g
 }
 
 
-_gostring_ _wrap_dataset_set_normalization_capi_ffd5e879a0fe8b33(kiln_dataset *_swig_go_0, double _swig_go_1, double _swig_go_2, double _swig_go_3) {
+_gostring_ _wrap_dataset_set_normalization_capi_3ee356cb97fe4fba(kiln_dataset *_swig_go_0, double _swig_go_1, double _swig_go_2, double _swig_go_3) {
   kiln_dataset *arg1 = (kiln_dataset *) 0 ;
   double arg2 ;
   double arg3 ;
@@ -3380,7 +3417,7 @@ _gostring_ _wrap_dataset_set_normalization_capi_ffd5e879a0fe8b33(kiln_dataset *_
 }
 
 
-_gostring_ _wrap_dataset_split_capi_ffd5e879a0fe8b33(kiln_dataset *_swig_go_0, double _swig_go_1, long long _swig_go_2, kiln_dataset **_swig_go_3, kiln_dataset **_swig_go_4) {
+_gostring_ _wrap_dataset_split_capi_3ee356cb97fe4fba(kiln_dataset *_swig_go_0, double _swig_go_1, long long _swig_go_2, kiln_dataset **_swig_go_3, kiln_dataset **_swig_go_4) {
   kiln_dataset *arg1 = (kiln_dataset *) 0 ;
   double arg2 ;
   uint64_t arg3 ;
@@ -3421,7 +3458,7 @@ _gostring_ _wrap_dataset_split_capi_ffd5e879a0fe8b33(kiln_dataset *_swig_go_0, d
 }
 
 
-_gostring_ _wrap_dataset_batch_capi_ffd5e879a0fe8b33(kiln_dataset *_swig_go_0, long long _swig_go_1, long long _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4, kiln_tensor **_swig_go_5) {
+_gostring_ _wrap_dataset_batch_capi_3ee356cb97fe4fba(kiln_dataset *_swig_go_0, long long _swig_go_1, long long _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4, kiln_tensor **_swig_go_5) {
   kiln_dataset *arg1 = (kiln_dataset *) 0 ;
   int64_t arg2 ;
   int64_t arg3 ;
@@ -3467,7 +3504,7 @@ _gostring_ _wrap_dataset_batch_capi_ffd5e879a0fe8b33(kiln_dataset *_swig_go_0, l
 }
 
 
-_gostring_ _wrap_loss_capi_ffd5e879a0fe8b33(intgo _swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, double *_swig_go_3) {
+_gostring_ _wrap_loss_capi_3ee356cb97fe4fba(intgo _swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, double *_swig_go_3) {
   kiln_loss_kind arg1 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   kiln_tensor *arg3 = (kiln_tensor *) 0 ;
@@ -3506,7 +3543,7 @@ _gostring_ _wrap_loss_capi_ffd5e879a0fe8b33(intgo _swig_go_0, kiln_tensor *_swig
 }
 
 
-_gostring_ _wrap_trainer_options_create_capi_ffd5e879a0fe8b33(kiln_trainer_options **_swig_go_0) {
+_gostring_ _wrap_trainer_options_create_capi_3ee356cb97fe4fba(kiln_trainer_options **_swig_go_0) {
   kiln_trainer_options **arg1 = (kiln_trainer_options **) 0 ;
   kiln_status result;
   _gostring_ _swig_go_result;
@@ -3539,7 +3576,7 @@ _gostring_ _wrap_trainer_options_create_capi_ffd5e879a0fe8b33(kiln_trainer_optio
 }
 
 
-void _wrap_trainer_options_release_capi_ffd5e879a0fe8b33(kiln_trainer_options *_swig_go_0) {
+void _wrap_trainer_options_release_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   
   arg1 = (kiln_trainer_options *)_swig_go_0; 
@@ -3549,7 +3586,7 @@ void _wrap_trainer_options_release_capi_ffd5e879a0fe8b33(kiln_trainer_options *_
 }
 
 
-_gostring_ _wrap_trainer_options_set_loss_capi_ffd5e879a0fe8b33(kiln_trainer_options *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_loss_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, intgo _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   kiln_loss_kind arg2 ;
   kiln_status result;
@@ -3584,7 +3621,7 @@ _gostring_ _wrap_trainer_options_set_loss_capi_ffd5e879a0fe8b33(kiln_trainer_opt
 }
 
 
-_gostring_ _wrap_trainer_options_set_optimizer_capi_ffd5e879a0fe8b33(kiln_trainer_options *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_optimizer_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, intgo _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   kiln_optimizer_kind arg2 ;
   kiln_status result;
@@ -3619,7 +3656,7 @@ _gostring_ _wrap_trainer_options_set_optimizer_capi_ffd5e879a0fe8b33(kiln_traine
 }
 
 
-_gostring_ _wrap_trainer_options_set_lr_capi_ffd5e879a0fe8b33(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_lr_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   double arg2 ;
   kiln_status result;
@@ -3654,7 +3691,7 @@ _gostring_ _wrap_trainer_options_set_lr_capi_ffd5e879a0fe8b33(kiln_trainer_optio
 }
 
 
-_gostring_ _wrap_trainer_options_set_momentum_capi_ffd5e879a0fe8b33(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_momentum_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   double arg2 ;
   kiln_status result;
@@ -3689,7 +3726,7 @@ _gostring_ _wrap_trainer_options_set_momentum_capi_ffd5e879a0fe8b33(kiln_trainer
 }
 
 
-_gostring_ _wrap_trainer_options_set_nesterov_capi_ffd5e879a0fe8b33(kiln_trainer_options *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_nesterov_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, intgo _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   int arg2 ;
   kiln_status result;
@@ -3724,7 +3761,7 @@ _gostring_ _wrap_trainer_options_set_nesterov_capi_ffd5e879a0fe8b33(kiln_trainer
 }
 
 
-_gostring_ _wrap_trainer_options_set_weight_decay_capi_ffd5e879a0fe8b33(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_weight_decay_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   double arg2 ;
   kiln_status result;
@@ -3759,7 +3796,7 @@ _gostring_ _wrap_trainer_options_set_weight_decay_capi_ffd5e879a0fe8b33(kiln_tra
 }
 
 
-_gostring_ _wrap_trainer_options_set_betas_capi_ffd5e879a0fe8b33(kiln_trainer_options *_swig_go_0, double _swig_go_1, double _swig_go_2) {
+_gostring_ _wrap_trainer_options_set_betas_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, double _swig_go_1, double _swig_go_2) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   double arg2 ;
   double arg3 ;
@@ -3796,7 +3833,7 @@ _gostring_ _wrap_trainer_options_set_betas_capi_ffd5e879a0fe8b33(kiln_trainer_op
 }
 
 
-_gostring_ _wrap_trainer_options_set_eps_capi_ffd5e879a0fe8b33(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_eps_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   double arg2 ;
   kiln_status result;
@@ -3831,7 +3868,7 @@ _gostring_ _wrap_trainer_options_set_eps_capi_ffd5e879a0fe8b33(kiln_trainer_opti
 }
 
 
-_gostring_ _wrap_trainer_options_set_batch_size_capi_ffd5e879a0fe8b33(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_batch_size_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   int64_t arg2 ;
   kiln_status result;
@@ -3866,7 +3903,7 @@ _gostring_ _wrap_trainer_options_set_batch_size_capi_ffd5e879a0fe8b33(kiln_train
 }
 
 
-_gostring_ _wrap_trainer_options_set_grad_clip_capi_ffd5e879a0fe8b33(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_grad_clip_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   double arg2 ;
   kiln_status result;
@@ -3901,7 +3938,7 @@ _gostring_ _wrap_trainer_options_set_grad_clip_capi_ffd5e879a0fe8b33(kiln_traine
 }
 
 
-_gostring_ _wrap_trainer_options_set_schedule_capi_ffd5e879a0fe8b33(kiln_trainer_options *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, double _swig_go_3, long long _swig_go_4, double _swig_go_5) {
+_gostring_ _wrap_trainer_options_set_schedule_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, double _swig_go_3, long long _swig_go_4, double _swig_go_5) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   kiln_lr_schedule arg2 ;
   int64_t arg3 ;
@@ -3944,7 +3981,7 @@ _gostring_ _wrap_trainer_options_set_schedule_capi_ffd5e879a0fe8b33(kiln_trainer
 }
 
 
-_gostring_ _wrap_trainer_options_set_warmup_capi_ffd5e879a0fe8b33(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_warmup_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   int64_t arg2 ;
   kiln_status result;
@@ -3979,7 +4016,7 @@ _gostring_ _wrap_trainer_options_set_warmup_capi_ffd5e879a0fe8b33(kiln_trainer_o
 }
 
 
-_gostring_ _wrap_trainer_options_set_shuffle_seed_capi_ffd5e879a0fe8b33(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_shuffle_seed_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   uint64_t arg2 ;
   kiln_status result;
@@ -4014,7 +4051,7 @@ _gostring_ _wrap_trainer_options_set_shuffle_seed_capi_ffd5e879a0fe8b33(kiln_tra
 }
 
 
-_gostring_ _wrap_trainer_options_set_progress_interval_capi_ffd5e879a0fe8b33(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_progress_interval_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   int64_t arg2 ;
   kiln_status result;
@@ -4049,7 +4086,43 @@ _gostring_ _wrap_trainer_options_set_progress_interval_capi_ffd5e879a0fe8b33(kil
 }
 
 
-_gostring_ _wrap_trainer_options_set_precision_capi_ffd5e879a0fe8b33(kiln_trainer_options *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_devices_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, _goslice_ _swig_go_1) {
+  kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
+  kiln_device *arg2 = (kiln_device *) 0 ;
+  int64_t arg3 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_trainer_options *)_swig_go_0; 
+  arg2 = (kiln_device *)_swig_go_1.array; arg3 = (int64_t)_swig_go_1.len; 
+  
+  result = (kiln_status)kiln_trainer_options_set_devices(arg1,(struct kiln_device const *)arg2,arg3);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_trainer_options_set_precision_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, intgo _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   kiln_precision arg2 ;
   kiln_status result;
@@ -4084,7 +4157,7 @@ _gostring_ _wrap_trainer_options_set_precision_capi_ffd5e879a0fe8b33(kiln_traine
 }
 
 
-_gostring_ _wrap_trainer_options_set_fast_path_capi_ffd5e879a0fe8b33(kiln_trainer_options *_swig_go_0, int _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_fast_path_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, int _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   uint32_t arg2 ;
   kiln_status result;
@@ -4119,7 +4192,7 @@ _gostring_ _wrap_trainer_options_set_fast_path_capi_ffd5e879a0fe8b33(kiln_traine
 }
 
 
-_gostring_ _wrap_trainer_create_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0, kiln_trainer_options *_swig_go_1, kiln_trainer **_swig_go_2) {
+_gostring_ _wrap_trainer_create_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, kiln_trainer_options *_swig_go_1, kiln_trainer **_swig_go_2) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   kiln_trainer_options *arg2 = (kiln_trainer_options *) 0 ;
   kiln_trainer **arg3 = (kiln_trainer **) 0 ;
@@ -4156,7 +4229,7 @@ _gostring_ _wrap_trainer_create_capi_ffd5e879a0fe8b33(kiln_model *_swig_go_0, ki
 }
 
 
-void _wrap_trainer_release_capi_ffd5e879a0fe8b33(kiln_trainer *_swig_go_0) {
+void _wrap_trainer_release_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   
   arg1 = (kiln_trainer *)_swig_go_0; 
@@ -4166,7 +4239,7 @@ void _wrap_trainer_release_capi_ffd5e879a0fe8b33(kiln_trainer *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_trainer_step_capi_ffd5e879a0fe8b33(kiln_trainer *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, double *_swig_go_3) {
+_gostring_ _wrap_trainer_step_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, double *_swig_go_3) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   kiln_tensor *arg3 = (kiln_tensor *) 0 ;
@@ -4205,7 +4278,7 @@ _gostring_ _wrap_trainer_step_capi_ffd5e879a0fe8b33(kiln_trainer *_swig_go_0, ki
 }
 
 
-_gostring_ _wrap_trainer_epoch_capi_ffd5e879a0fe8b33(kiln_trainer *_swig_go_0, kiln_dataset *_swig_go_1, kiln_epoch_stats *_swig_go_2) {
+_gostring_ _wrap_trainer_epoch_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, kiln_dataset *_swig_go_1, kiln_epoch_stats *_swig_go_2) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   kiln_dataset *arg2 = (kiln_dataset *) 0 ;
   kiln_epoch_stats *arg3 = (kiln_epoch_stats *) 0 ;
@@ -4242,7 +4315,7 @@ _gostring_ _wrap_trainer_epoch_capi_ffd5e879a0fe8b33(kiln_trainer *_swig_go_0, k
 }
 
 
-_gostring_ _wrap_trainer_fit_capi_ffd5e879a0fe8b33(kiln_trainer *_swig_go_0, kiln_dataset *_swig_go_1, kiln_dataset *_swig_go_2, long long _swig_go_3, kiln_history **_swig_go_4) {
+_gostring_ _wrap_trainer_fit_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, kiln_dataset *_swig_go_1, kiln_dataset *_swig_go_2, long long _swig_go_3, kiln_progress_fn _swig_go_4, void *_swig_go_5, kiln_history **_swig_go_6) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   kiln_dataset *arg2 = (kiln_dataset *) 0 ;
   kiln_dataset *arg3 = (kiln_dataset *) 0 ;
@@ -4253,12 +4326,13 @@ _gostring_ _wrap_trainer_fit_capi_ffd5e879a0fe8b33(kiln_trainer *_swig_go_0, kil
   kiln_status result;
   _gostring_ _swig_go_result;
   
-  arg5 = NULL; arg6 = NULL; 
   arg1 = (kiln_trainer *)_swig_go_0; 
   arg2 = (kiln_dataset *)_swig_go_1; 
   arg3 = (kiln_dataset *)_swig_go_2; 
   arg4 = (int64_t)_swig_go_3; 
-  arg7 = (kiln_history **)_swig_go_4; 
+  arg5 = (kiln_progress_fn)_swig_go_4; 
+  arg6 = (void *)_swig_go_5; 
+  arg7 = (kiln_history **)_swig_go_6; 
   
   result = (kiln_status)kiln_trainer_fit(arg1,(struct kiln_dataset const *)arg2,(struct kiln_dataset const *)arg3,arg4,arg5,arg6,arg7);
   
@@ -4286,7 +4360,7 @@ _gostring_ _wrap_trainer_fit_capi_ffd5e879a0fe8b33(kiln_trainer *_swig_go_0, kil
 }
 
 
-_gostring_ _wrap_trainer_evaluate_capi_ffd5e879a0fe8b33(kiln_trainer *_swig_go_0, kiln_dataset *_swig_go_1, double *_swig_go_2, double *_swig_go_3) {
+_gostring_ _wrap_trainer_evaluate_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, kiln_dataset *_swig_go_1, double *_swig_go_2, double *_swig_go_3) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   kiln_dataset *arg2 = (kiln_dataset *) 0 ;
   double *arg3 = (double *) 0 ;
@@ -4325,7 +4399,7 @@ _gostring_ _wrap_trainer_evaluate_capi_ffd5e879a0fe8b33(kiln_trainer *_swig_go_0
 }
 
 
-_gostring_ _wrap_trainer_epochs_done_capi_ffd5e879a0fe8b33(kiln_trainer *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_trainer_epochs_done_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, long long *_swig_go_1) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -4360,7 +4434,7 @@ _gostring_ _wrap_trainer_epochs_done_capi_ffd5e879a0fe8b33(kiln_trainer *_swig_g
 }
 
 
-_gostring_ _wrap_trainer_steps_done_capi_ffd5e879a0fe8b33(kiln_trainer *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_trainer_steps_done_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, long long *_swig_go_1) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -4395,7 +4469,7 @@ _gostring_ _wrap_trainer_steps_done_capi_ffd5e879a0fe8b33(kiln_trainer *_swig_go
 }
 
 
-_gostring_ _wrap_trainer_current_lr_capi_ffd5e879a0fe8b33(kiln_trainer *_swig_go_0, double *_swig_go_1) {
+_gostring_ _wrap_trainer_current_lr_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, double *_swig_go_1) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   double *arg2 = (double *) 0 ;
   kiln_status result;
@@ -4430,7 +4504,7 @@ _gostring_ _wrap_trainer_current_lr_capi_ffd5e879a0fe8b33(kiln_trainer *_swig_go
 }
 
 
-_gostring_ _wrap_trainer_save_checkpoint_capi_ffd5e879a0fe8b33(kiln_trainer *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_trainer_save_checkpoint_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, _gostring_ _swig_go_1) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_status result;
@@ -4470,7 +4544,7 @@ _gostring_ _wrap_trainer_save_checkpoint_capi_ffd5e879a0fe8b33(kiln_trainer *_sw
 }
 
 
-_gostring_ _wrap_trainer_load_checkpoint_capi_ffd5e879a0fe8b33(kiln_trainer *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_trainer_load_checkpoint_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, _gostring_ _swig_go_1) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_status result;
@@ -4510,7 +4584,7 @@ _gostring_ _wrap_trainer_load_checkpoint_capi_ffd5e879a0fe8b33(kiln_trainer *_sw
 }
 
 
-void _wrap_history_release_capi_ffd5e879a0fe8b33(kiln_history *_swig_go_0) {
+void _wrap_history_release_capi_3ee356cb97fe4fba(kiln_history *_swig_go_0) {
   kiln_history *arg1 = (kiln_history *) 0 ;
   
   arg1 = (kiln_history *)_swig_go_0; 
@@ -4520,7 +4594,7 @@ void _wrap_history_release_capi_ffd5e879a0fe8b33(kiln_history *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_history_size_capi_ffd5e879a0fe8b33(kiln_history *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_history_size_capi_3ee356cb97fe4fba(kiln_history *_swig_go_0, long long *_swig_go_1) {
   kiln_history *arg1 = (kiln_history *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -4555,7 +4629,7 @@ _gostring_ _wrap_history_size_capi_ffd5e879a0fe8b33(kiln_history *_swig_go_0, lo
 }
 
 
-_gostring_ _wrap_history_get_capi_ffd5e879a0fe8b33(kiln_history *_swig_go_0, long long _swig_go_1, kiln_epoch_stats *_swig_go_2) {
+_gostring_ _wrap_history_get_capi_3ee356cb97fe4fba(kiln_history *_swig_go_0, long long _swig_go_1, kiln_epoch_stats *_swig_go_2) {
   kiln_history *arg1 = (kiln_history *) 0 ;
   int64_t arg2 ;
   kiln_epoch_stats *arg3 = (kiln_epoch_stats *) 0 ;
@@ -4567,6 +4641,264 @@ _gostring_ _wrap_history_get_capi_ffd5e879a0fe8b33(kiln_history *_swig_go_0, lon
   arg3 = (kiln_epoch_stats *)_swig_go_2; 
   
   result = (kiln_status)kiln_history_get((struct kiln_history const *)arg1,arg2,arg3);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_communicator_create_mpi_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, kiln_communicator **_swig_go_1) {
+  kiln_context *arg1 = (kiln_context *) 0 ;
+  kiln_communicator **arg2 = (kiln_communicator **) 0 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_context *)_swig_go_0; 
+  arg2 = (kiln_communicator **)_swig_go_1; 
+  
+  result = (kiln_status)kiln_communicator_create_mpi(arg1,arg2);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_communicator_create_local_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _goslice_ _swig_go_1, kiln_communicator **_swig_go_2) {
+  kiln_context *arg1 = (kiln_context *) 0 ;
+  kiln_device *arg2 = (kiln_device *) 0 ;
+  int64_t arg3 ;
+  kiln_communicator **arg4 = (kiln_communicator **) 0 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_context *)_swig_go_0; 
+  arg2 = (kiln_device *)_swig_go_1.array; arg3 = (int64_t)_swig_go_1.len; 
+  arg4 = (kiln_communicator **)_swig_go_2; 
+  
+  result = (kiln_status)kiln_communicator_create_local(arg1,(struct kiln_device const *)arg2,arg3,arg4);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  return _swig_go_result;
+}
+
+
+void _wrap_communicator_release_capi_3ee356cb97fe4fba(kiln_communicator *_swig_go_0) {
+  kiln_communicator *arg1 = (kiln_communicator *) 0 ;
+  
+  arg1 = (kiln_communicator *)_swig_go_0; 
+  
+  kiln_communicator_release(arg1);
+  
+}
+
+
+_gostring_ _wrap_communicator_rank_capi_3ee356cb97fe4fba(kiln_communicator *_swig_go_0, long long *_swig_go_1) {
+  kiln_communicator *arg1 = (kiln_communicator *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_communicator *)_swig_go_0; 
+  arg2 = (int64_t *)_swig_go_1; 
+  
+  result = (kiln_status)kiln_communicator_rank((struct kiln_communicator const *)arg1,arg2);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_communicator_size_capi_3ee356cb97fe4fba(kiln_communicator *_swig_go_0, long long *_swig_go_1) {
+  kiln_communicator *arg1 = (kiln_communicator *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_communicator *)_swig_go_0; 
+  arg2 = (int64_t *)_swig_go_1; 
+  
+  result = (kiln_status)kiln_communicator_size((struct kiln_communicator const *)arg1,arg2);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_communicator_local_rank_capi_3ee356cb97fe4fba(kiln_communicator *_swig_go_0, long long *_swig_go_1) {
+  kiln_communicator *arg1 = (kiln_communicator *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_communicator *)_swig_go_0; 
+  arg2 = (int64_t *)_swig_go_1; 
+  
+  result = (kiln_status)kiln_communicator_local_rank((struct kiln_communicator const *)arg1,arg2);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_communicator_set_timeout_capi_3ee356cb97fe4fba(kiln_communicator *_swig_go_0, double _swig_go_1) {
+  kiln_communicator *arg1 = (kiln_communicator *) 0 ;
+  double arg2 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_communicator *)_swig_go_0; 
+  arg2 = (double)_swig_go_1; 
+  
+  result = (kiln_status)kiln_communicator_set_timeout(arg1,arg2);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_trainer_attach_communicator_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, kiln_communicator *_swig_go_1) {
+  kiln_trainer *arg1 = (kiln_trainer *) 0 ;
+  kiln_communicator *arg2 = (kiln_communicator *) 0 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_trainer *)_swig_go_0; 
+  arg2 = (kiln_communicator *)_swig_go_1; 
+  
+  result = (kiln_status)kiln_trainer_attach_communicator(arg1,arg2);
   
   if (result == KILN_OK) {
     _swig_go_result.p = NULL;
