@@ -25,7 +25,9 @@ swig -csharp -DSWIGWORDSIZE64 -namespace Kiln -module NativeMethods -dllimport k
   -o "$out/csharp/generated/kiln_wrap.c" -outdir "$out/csharp/generated" swig/kiln.i
 
 # Rust: only kiln's own names; enums as plain integer constants (an out-of-range
-# value from C must not be undefined behaviour in Rust).
+# value from C must not be undefined behaviour in Rust). The output is for the
+# host's target, which is LP64 here (x86_64 Linux); kiln-sys refuses other
+# targets at compile time. For another, add `--target=<triple>` after `--`.
 bindgen "$include/kiln/kiln.h" \
   --allowlist-function 'kiln_.*' --allowlist-type 'kiln_.*' --allowlist-var 'KILN_.*' \
   --default-enum-style consts --no-doc-comments \
