@@ -29,7 +29,7 @@ fn main() {
     };
     println!("cargo:rustc-link-lib=dylib=kiln");
     println!("cargo:lib_dir={}", lib_dir.display());
-    if env::var("KILN_RPATH").map_or(false, |v| v == "1") {
+    if env::var("KILN_RPATH").as_deref() == Ok("1") {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib_dir.display());
         println!("cargo:rpath={}", lib_dir.display());
     }

@@ -1,5 +1,4 @@
 use std::collections::BTreeMap;
-use std::ffi::CStr;
 use std::fmt;
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -100,7 +99,7 @@ extern "C" fn log_trampoline(user: *mut c_void, record: *const sys::kiln_log_rec
         // SAFETY: kiln passes a valid record for the duration of the call.
         let record = unsafe { &*record };
         let level = LogLevel::from_raw(record.level);
-        let message = unsafe { CStr::from_ptr(record.message) }.to_string_lossy();
+        let message = unsafe { owned_string(record.message) };
         match logger(user as usize) {
             Some(log) => log(level, &message),
             None => eprintln!("kiln [{level}] {message}"),
@@ -321,8 +320,11 @@ impl fmt::Display for Device {
     /// "cpu" or "cuda:N", as kiln formats and parses them.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut buf = [0 as std::os::raw::c_char; 32];
-        check(unsafe { sys::kiln_device_format(self.raw(), buf.as_mut_ptr(), buf.len() as i64) }).map_err(|_| fmt::Error)?;
-        f.write_str(&unsafe { owned_string(buf.as_ptr()) })
+        match check(unsafe { sys::kiln_device_format(self.raw(), buf.as_mut_ptr(), buf.len() as i64) }) {
+            Ok(()) => f.write_str(&unsafe { owned_string(buf.as_ptr()) }),
+            // A malformed device (a negative GPU index) still prints.
+            Err(_) => write!(f, "{self:?}"),
+        }
     }
 }
 

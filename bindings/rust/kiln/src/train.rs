@@ -79,7 +79,9 @@ impl<'a> Dataset<'a> {
         create(|p| unsafe { sys::kiln_dataset_load_mnist(ctx.ptr(), dir.as_ptr(), split.as_ptr(), p) }).map(Dataset::wrap)
     }
 
-    /// The number of samples.
+    /// The number of samples (never 0: kiln refuses empty datasets, so there
+    /// is no `is_empty`).
+    #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> Result<i64> {
         get(|p| unsafe { sys::kiln_dataset_size(self.raw.as_ptr(), p) })
     }
@@ -495,6 +497,12 @@ impl EpochStats {
     }
 }
 
+/// A duration from kiln's seconds, total: negative or NaN is zero, too large
+/// (or infinite) is `Duration::MAX`.
+fn seconds(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)
+}
+
 fn raw_stats() -> sys::kiln_epoch_stats {
     // SAFETY: all-zero is a valid value of this plain-data struct.
     let mut s: sys::kiln_epoch_stats = unsafe { std::mem::zeroed() };
@@ -509,7 +517,7 @@ impl From<&sys::kiln_epoch_stats> for EpochStats {
             train_loss: s.train_loss,
             train_accuracy: s.train_accuracy,
             validation: (s.has_validation != 0).then_some((s.val_loss, s.val_accuracy)),
-            duration: Duration::from_secs_f64(s.seconds.max(0.0)),
+            duration: seconds(s.seconds),
             samples_per_second: s.samples_per_second,
             lr: s.lr,
         }
@@ -573,7 +581,7 @@ impl Progress {
             batches: p.batches,
             loss: p.loss,
             samples_per_second: p.samples_per_second,
-            elapsed: Duration::from_secs_f64(p.elapsed_seconds.max(0.0)),
+            elapsed: seconds(p.elapsed_seconds),
             // SAFETY: valid for the duration of the callback when not NULL.
             stats: unsafe { p.stats.as_ref() }.map(EpochStats::from),
         }
@@ -591,10 +599,9 @@ extern "C" fn progress_trampoline(user: *mut c_void, progress: *const sys::kiln_
     // SAFETY: user is the &mut ProgressState fit_with passed, alive for the
     // whole fit; kiln calls back on fit's own thread, one call at a time.
     let state = unsafe { &mut *(user as *mut ProgressState) };
-    let progress = Progress::from_raw(unsafe { &*progress });
     // A panic must not unwind into C: catch it, stop training, and resume it
     // in fit_with after kiln has returned.
-    match catch_unwind(AssertUnwindSafe(|| (state.callback)(&progress))) {
+    match catch_unwind(AssertUnwindSafe(|| (state.callback)(&Progress::from_raw(unsafe { &*progress })))) {
         Ok(ControlFlow::Continue(())) => 0,
         Ok(ControlFlow::Break(())) => 1,
         Err(payload) => {
@@ -759,16 +766,12 @@ impl<'m> Trainer<'m> {
     /// Makes this trainer one rank of data-parallel training over `comm`
     /// (collective: every rank calls it). The trainer keeps the
     /// communicator, so its timeout changes only through
-    /// `communicator_mut`, never while a step runs. On failure the
-    /// communicator is handed back with the error.
-    pub fn attach_communicator(&mut self, comm: Communicator) -> std::result::Result<(), (Error, Communicator)> {
-        match check(unsafe { sys::kiln_trainer_attach_communicator(self.ptr(), comm.ptr()) }) {
-            Ok(()) => {
-                self.communicator = Some(comm);
-                Ok(())
-            }
-            Err(e) => Err((e, comm)),
-        }
+    /// `communicator_mut`, never while a step runs; on failure the
+    /// communicator is released.
+    pub fn attach_communicator(&mut self, comm: Communicator) -> Result<()> {
+        check(unsafe { sys::kiln_trainer_attach_communicator(self.ptr(), comm.ptr()) })?;
+        self.communicator = Some(comm);
+        Ok(())
     }
 
     /// The attached communicator, if any.

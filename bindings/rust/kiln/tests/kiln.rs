@@ -160,7 +160,7 @@ fn tf32_is_not_supported_on_cpu() {
     let ctx = context();
     let mut model = Model::from_text(&ctx, "8-4-2", Device::Cpu).unwrap();
     let options = TrainerOptions { precision: Some(Precision::Tf32), ..Default::default() };
-    let err = Trainer::new(&mut model, &options).err().expect("a tf32 trainer on the CPU");
+    let err = Trainer::new(&mut model, &options).expect_err("a tf32 trainer on the CPU");
     assert_eq!(err.status, Status::NotSupported);
     assert!(err.message.contains("tf32"), "{err}");
 }
@@ -177,7 +177,7 @@ fn fast_path_bits_outside_all_are_refused() {
     assert!(FastPath::ALL.contains(FastPath::CUDNN) && !(FastPath::ALL - FastPath::CUDNN).contains(FastPath::CUDNN));
     for bits in [FastPath::ALL.bits() + 1, 1 << 31] {
         let options = TrainerOptions { fast_path: Some(FastPath::from_bits_retain(bits)), ..Default::default() };
-        let err = Trainer::new(&mut model, &options).err().expect("bits outside ALL");
+        let err = Trainer::new(&mut model, &options).expect_err("bits outside ALL");
         assert_eq!(err.status, Status::InvalidArgument, "{bits:#x}: {err}");
     }
 }
@@ -445,7 +445,8 @@ fn paths_take_anything_path_like() {
     model.save(&file).unwrap(); // &PathBuf
     Model::load(&ctx, file.clone(), Device::Cpu).unwrap(); // PathBuf
     Model::load(&ctx, file.to_str().unwrap(), Device::Cpu).unwrap(); // &str
-    Model::load(&ctx, file.to_str().unwrap().to_owned(), Device::Cpu).unwrap(); // String
+    let owned: String = file.to_str().unwrap().into();
+    Model::load(&ctx, owned, Device::Cpu).unwrap(); // String
     model.load_weights(file.as_path()).unwrap(); // &Path
     let spec = ModelSpec::parse("4-3-2").unwrap();
     let loaded = Model::load_with_spec(&ctx, &file, &spec, Device::Cpu).unwrap();
