@@ -6,7 +6,7 @@ use kiln::{Context, ContextOptions, Dataset, Model, Optimizer, Trainer, TrainerO
 
 fn main() -> Result<(), kiln::Error> {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "/usr/share/datasets/fashion-mnist".into());
-    let ctx = Context::with_options(&ContextOptions { seed: Some(0), ..Default::default() })?;
+    let ctx = Context::with_options(&ContextOptions::default().seed(0))?;
     let device = ctx.default_device()?;
     println!("device: {device}");
 

@@ -55,7 +55,8 @@ pub type LogCallback = Arc<dyn Fn(LogLevel, &str) + Send + Sync>;
 
 /// Options for `Context::with_options`; a field left `None` keeps kiln's
 /// default (seed 0, one thread per core, warnings, CUDA loaded when present,
-/// records written to stderr).
+/// records written to stderr). Set fields directly or chain:
+/// `ContextOptions::default().seed(42).log(|level, line| eprintln!("{level}: {line}"))`.
 #[derive(Clone, Default)]
 pub struct ContextOptions {
     /// The generator's seed.
@@ -82,6 +83,39 @@ impl fmt::Debug for ContextOptions {
     }
 }
 crate::display_as_debug!(ContextOptions);
+
+impl ContextOptions {
+    /// Sets `seed`.
+    pub fn seed(mut self, seed: u64) -> ContextOptions {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Sets `threads`.
+    pub fn threads(mut self, threads: i64) -> ContextOptions {
+        self.threads = Some(threads);
+        self
+    }
+
+    /// Sets `log_level`.
+    pub fn log_level(mut self, level: LogLevel) -> ContextOptions {
+        self.log_level = Some(level);
+        self
+    }
+
+    /// Sets `enable_cuda`.
+    pub fn enable_cuda(mut self, enable: bool) -> ContextOptions {
+        self.enable_cuda = Some(enable);
+        self
+    }
+
+    /// Sets `log` to this closure (which a plain `Arc::new(|level, line| ..)`
+    /// cannot infer as taking any `&str` without a type on `line`).
+    pub fn log(mut self, log: impl Fn(LogLevel, &str) + Send + Sync + 'static) -> ContextOptions {
+        self.log = Some(Arc::new(log));
+        self
+    }
+}
 
 // Log callbacks by id. The C context can outlive the Rust `Context` (tensors
 // and models keep it alive), so kiln gets an id, not a pointer: after the

@@ -527,11 +527,9 @@ fn log_callback_receives_records_at_the_level_set() {
     use std::sync::Mutex;
     let records: Arc<Mutex<Vec<(kiln::LogLevel, String)>>> = Arc::default();
     let sink = Arc::clone(&records);
-    let options = ContextOptions {
-        log_level: Some(kiln::LogLevel::Debug),
-        log: Some(Arc::new(move |level, message: &str| sink.lock().unwrap().push((level, message.to_owned())))),
-        ..Default::default()
-    };
+    let options = ContextOptions::default()
+        .log_level(kiln::LogLevel::Debug)
+        .log(move |level, message| sink.lock().unwrap().push((level, message.to_owned())));
     let ctx = Context::with_options(&options).unwrap();
     let (x, y) = tensors(&ctx, 64);
     let mut model = Model::from_text(&ctx, "16-8-4", Device::Cpu).unwrap();

@@ -3,7 +3,7 @@
 use kiln::{Context, ContextOptions, Dataset, Device, Model, Optimizer, PredictKind, Tensor, Trainer, TrainerOptions};
 
 pub fn context() -> Context {
-    Context::with_options(&ContextOptions { seed: Some(42), ..Default::default() }).unwrap()
+    Context::with_options(&ContextOptions::default().seed(42)).unwrap()
 }
 
 /// Gaussian clusters: n samples of `classes` classes in `features` dims.
