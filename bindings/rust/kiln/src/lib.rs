@@ -38,7 +38,7 @@ pub use context::{Context, ContextOptions, Device, DeviceInfo, LogCallback, LogL
 pub use dist::Communicator;
 pub use error::{Error, Result, Status};
 pub use model::{LayerKind, Model, ModelSpec, PredictKind};
-pub use tensor::{BinaryOp, CompareOp, DType, Element, ReduceOp, Tensor, UnaryOp, View, ViewMut};
+pub use tensor::{BinaryOp, CompareOp, DType, Element, PinnedTensor, ReduceOp, Tensor, UnaryOp, View, ViewMut};
 pub use train::{loss, Batches, Dataset, EpochStats, Epochs, FastPath, LossKind, Optimizer, Precision, Progress,
                 ProgressPhase, Schedule, Trainer, TrainerOptions};
 

@@ -208,7 +208,42 @@ macro_rules! view_fmt {
         }
     )*};
 }
-view_fmt!(View, ViewMut);
+view_fmt!(View, ViewMut, PinnedTensor);
+
+/// A CPU tensor in page-locked memory (`Tensor::empty_pinned`). Copies out
+/// of it to a GPU (`to`, `Model::predict`, ...) may still be reading it when
+/// they return, so it derefs to `&Tensor` only and its one write,
+/// `copy_from`, first waits for the work queued on the context's GPUs: a
+/// refill never races a copy in flight. It borrows the context it came from
+/// for that wait. The unsynchronised write of a plain `Tensor` is out of reach:
+///
+/// ```compile_fail,E0596
+/// # let ctx = kiln::Context::new().unwrap();
+/// let mut pinned = kiln::Tensor::empty_pinned(&ctx, &[4], kiln::DType::F32).unwrap();
+/// let staging: &mut kiln::Tensor = &mut *pinned; // error: not DerefMut
+/// ```
+pub struct PinnedTensor<'c> {
+    tensor: Tensor,
+    ctx: &'c Context,
+}
+
+impl Deref for PinnedTensor<'_> {
+    type Target = Tensor;
+    fn deref(&self) -> &Tensor {
+        &self.tensor
+    }
+}
+
+impl PinnedTensor<'_> {
+    /// Waits for the copies queued from this tensor (all work on the
+    /// context's GPUs), then overwrites its elements with `data`.
+    pub fn copy_from<T: Element>(&mut self, data: &[T]) -> Result<()> {
+        for index in 0..self.ctx.cuda_device_count()? {
+            self.ctx.synchronize(Device::Cuda(index))?;
+        }
+        self.tensor.copy_from(data)
+    }
+}
 
 /// Declares an operation enum whose discriminants are the generated
 /// constants and whose Display is the given lower-case name.
@@ -334,11 +369,13 @@ impl Tensor {
         tensor(|p| unsafe { sys::kiln_tensor_empty(ctx.ptr(), shape.as_ptr(), shape.len() as i64, dtype.raw(), device.raw(), p) })
     }
 
-    /// A CPU tensor in page-locked memory (ordinary memory without CUDA), so
-    /// that `to` a GPU is asynchronous: call `Context::synchronize` before
-    /// changing its contents again.
-    pub fn empty_pinned(ctx: &Context, shape: &[i64], dtype: DType) -> Result<Tensor> {
-        tensor(|p| unsafe { sys::kiln_tensor_empty_pinned(ctx.ptr(), shape.as_ptr(), shape.len() as i64, dtype.raw(), p) })
+    /// A CPU tensor in page-locked memory (ordinary memory without CUDA), from
+    /// which copies to a GPU are asynchronous: see `PinnedTensor`.
+    pub fn empty_pinned<'c>(ctx: &'c Context, shape: &[i64], dtype: DType) -> Result<PinnedTensor<'c>> {
+        let t = tensor(|p| unsafe {
+            sys::kiln_tensor_empty_pinned(ctx.ptr(), shape.as_ptr(), shape.len() as i64, dtype.raw(), p)
+        })?;
+        Ok(PinnedTensor { tensor: t, ctx })
     }
 
     /// A tensor of zeros.

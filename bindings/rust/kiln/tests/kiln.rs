@@ -292,6 +292,7 @@ fn every_public_type_has_debug_and_display() {
     both::<kiln::UnaryOp>();
     both::<kiln::View<'static>>();
     both::<kiln::ViewMut<'static>>();
+    both::<kiln::PinnedTensor<'static>>();
     both::<kiln::Batches<'static, 'static>>();
     both::<kiln::Dataset<'static>>();
     both::<kiln::EpochStats>();
@@ -390,8 +391,17 @@ fn enums_round_trip_through_the_library() {
     assert_eq!(x.get_device().unwrap(), -1);
     assert_eq!(x.dim(2).unwrap_err().status, Status::InvalidArgument);
     assert!(!x.is_pinned().unwrap());
-    let pinned = Tensor::empty_pinned(&ctx, &[4, 4], DType::F32).unwrap();
+    let mut pinned = Tensor::empty_pinned(&ctx, &[2, 2], DType::F32).unwrap();
     assert!(pinned.is_pinned().unwrap() && pinned.rows(0, 1).unwrap().is_pinned().unwrap());
+    assert_eq!(pinned.to_string(), "tensor([2, 2], f32, cpu)");
+    // Refilled after a copy out of it: the copy keeps the old values.
+    let dev = ctx.default_device().unwrap();
+    pinned.copy_from(&[1.0f32, 2.0, 3.0, 4.0]).unwrap();
+    let sent = pinned.to(dev).unwrap();
+    pinned.copy_from(&[5.0f32, 6.0, 7.0, 8.0]).unwrap();
+    assert_eq!(sent.to(Device::Cpu).unwrap().to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
+    assert_eq!(pinned.to_vec::<f32>().unwrap(), vec![5.0, 6.0, 7.0, 8.0]);
+    assert_eq!(pinned.copy_from(&[1i64; 4]).unwrap_err().status, Status::DTypeMismatch);
     assert_eq!(Tensor::empty(&ctx, &[5, 2], DType::I64, Device::Cpu).unwrap().shape().unwrap(), vec![5, 2]);
     assert_eq!(Tensor::empty(&ctx, &[-1], DType::I64, Device::Cpu).unwrap_err().status, Status::InvalidArgument);
     // f64 models (CPU).
