@@ -5,7 +5,7 @@
 //!
 //! # Linking
 //! The build script links libkiln found by `KILN_LIB_DIR` (a directory
-//! holding libkiln.so and libkiln.so.<ABI>), else by `pkg-config kiln`
+//! holding libkiln.so and `libkiln.so.<ABI>`), else by `pkg-config kiln`
 //! (directories on `PKG_CONFIG_PATH`), which must be at least the version of
 //! the header these bindings came from; it stops with a message naming
 //! both variables otherwise. `KILN_RPATH=1` records the library's directory

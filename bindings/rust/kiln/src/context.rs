@@ -387,8 +387,8 @@ pub struct DeviceInfo {
 }
 
 impl fmt::Display for DeviceInfo {
-    /// "cpu: <model>, 16 cores, 62.5 GiB" or
-    /// "cuda:0: <name>, compute 9.0, 132 SMs, 79.1 GiB".
+    /// `cpu: <model>, 16 cores, 62.5 GiB` or
+    /// `cuda:0: <name>, compute 9.0, 132 SMs, 79.1 GiB`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let gib = self.total_memory as f64 / (1u64 << 30) as f64;
         match self.device {

@@ -118,7 +118,7 @@ impl Error {
 }
 
 impl fmt::Display for Error {
-    /// "KILN_ERROR_SHAPE_MISMATCH: <message>".
+    /// `KILN_ERROR_SHAPE_MISMATCH: <message>`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.status, self.message)
     }

@@ -36,7 +36,7 @@ op_enum! {
     Logits = sys::kiln_predict_kind_KILN_PREDICT_LOGITS, "logits";
     /// Softmax of the logits.
     Probabilities = sys::kiln_predict_kind_KILN_PREDICT_PROBABILITIES, "probabilities";
-    /// Argmax, I64 [batch].
+    /// Argmax, I64 `[batch]`.
     Classes = sys::kiln_predict_kind_KILN_PREDICT_CLASSES, "classes";
 }
 

@@ -60,8 +60,8 @@ impl<'a> Dataset<'a> {
         Dataset { raw, _data: PhantomData }
     }
 
-    /// x [N, features...] (float or U8) with integer labels [N] or float
-    /// targets [N, k].
+    /// x `[N, features...]` (float or U8) with integer labels `[N]` or float
+    /// targets `[N, k]`.
     pub fn from_tensors(ctx: &Context, x: &'a Tensor, y: &'a Tensor) -> Result<Dataset<'a>> {
         create(|p| unsafe { sys::kiln_dataset_from_tensors(ctx.ptr(), x.ptr(), y.ptr(), p) }).map(Dataset::wrap)
     }
@@ -180,7 +180,7 @@ impl fmt::Display for Batches<'_, '_> {
 op_enum! {
     /// A training loss (kiln_loss_kind).
     LossKind:
-    /// Logits [B, C], integer labels [B].
+    /// Logits `[B, C]`, integer labels `[B]`.
     CrossEntropy = sys::kiln_loss_kind_KILN_LOSS_CROSS_ENTROPY, "cross_entropy";
     /// Mean squared error: pred and target [B, K].
     Mse = sys::kiln_loss_kind_KILN_LOSS_MSE, "mse";
