@@ -84,31 +84,20 @@ impl fmt::Debug for ContextOptions {
 }
 crate::display_as_debug!(ContextOptions);
 
+crate::setters! {
+    ContextOptions {
+        /// Sets `seed`.
+        seed: u64;
+        /// Sets `threads`.
+        threads: i64;
+        /// Sets `log_level`.
+        log_level: LogLevel;
+        /// Sets `enable_cuda`.
+        enable_cuda: bool;
+    }
+}
+
 impl ContextOptions {
-    /// Sets `seed`.
-    pub fn seed(mut self, seed: u64) -> ContextOptions {
-        self.seed = Some(seed);
-        self
-    }
-
-    /// Sets `threads`.
-    pub fn threads(mut self, threads: i64) -> ContextOptions {
-        self.threads = Some(threads);
-        self
-    }
-
-    /// Sets `log_level`.
-    pub fn log_level(mut self, level: LogLevel) -> ContextOptions {
-        self.log_level = Some(level);
-        self
-    }
-
-    /// Sets `enable_cuda`.
-    pub fn enable_cuda(mut self, enable: bool) -> ContextOptions {
-        self.enable_cuda = Some(enable);
-        self
-    }
-
     /// Sets `log` to this closure (which a plain `Arc::new(|level, line| ..)`
     /// cannot infer as taking any `&str` without a type on `line`).
     pub fn log(mut self, log: impl Fn(LogLevel, &str) + Send + Sync + 'static) -> ContextOptions {

@@ -110,6 +110,20 @@ pub(crate) fn path_cstring(path: &Path) -> Result<CString> {
     CString::new(bytes).map_err(|_| Error::new(Status::InvalidArgument, format!("path {path:?} contains a NUL byte")))
 }
 
+/// Chainable setters for an options struct whose fields are `Option`s:
+/// `field(value)` sets `Some(value)`.
+macro_rules! setters {
+    ($options:ident { $($(#[$doc:meta])* $field:ident: $t:ty;)* }) => {
+        impl $options {
+            $($(#[$doc])* pub fn $field(mut self, value: $t) -> $options {
+                self.$field = Some(value);
+                self
+            })*
+        }
+    };
+}
+pub(crate) use setters;
+
 /// Formats a value whose Debug form is also the natural text, for the
 /// Display of option structs.
 macro_rules! display_as_debug {

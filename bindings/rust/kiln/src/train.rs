@@ -367,50 +367,41 @@ pub struct TrainerOptions {
 }
 crate::display_as_debug!(TrainerOptions);
 
-macro_rules! setters {
-    ($($(#[$doc:meta])* $field:ident: $t:ty;)*) => {
-        impl TrainerOptions {
-            $($(#[$doc])* pub fn $field(mut self, value: $t) -> TrainerOptions {
-                self.$field = Some(value);
-                self
-            })*
-        }
-    };
-}
-
-setters! {
-    /// Sets `loss`.
-    loss: LossKind;
-    /// Sets `optimizer`.
-    optimizer: Optimizer;
-    /// Sets `lr`.
-    lr: f64;
-    /// Sets `momentum`.
-    momentum: f64;
-    /// Sets `nesterov`.
-    nesterov: bool;
-    /// Sets `weight_decay`.
-    weight_decay: f64;
-    /// Sets `betas`.
-    betas: (f64, f64);
-    /// Sets `eps`.
-    eps: f64;
-    /// Sets `batch_size`.
-    batch_size: i64;
-    /// Sets `grad_clip`.
-    grad_clip: f64;
-    /// Sets `schedule`.
-    schedule: Schedule;
-    /// Sets `warmup_steps`.
-    warmup_steps: i64;
-    /// Sets `shuffle_seed`.
-    shuffle_seed: u64;
-    /// Sets `precision`.
-    precision: Precision;
-    /// Sets `fast_path`.
-    fast_path: FastPath;
-    /// Sets `progress_interval`.
-    progress_interval: i64;
+crate::setters! {
+    TrainerOptions {
+        /// Sets `loss`.
+        loss: LossKind;
+        /// Sets `optimizer`.
+        optimizer: Optimizer;
+        /// Sets `lr`.
+        lr: f64;
+        /// Sets `momentum`.
+        momentum: f64;
+        /// Sets `nesterov`.
+        nesterov: bool;
+        /// Sets `weight_decay`.
+        weight_decay: f64;
+        /// Sets `betas`.
+        betas: (f64, f64);
+        /// Sets `eps`.
+        eps: f64;
+        /// Sets `batch_size`.
+        batch_size: i64;
+        /// Sets `grad_clip`.
+        grad_clip: f64;
+        /// Sets `schedule`.
+        schedule: Schedule;
+        /// Sets `warmup_steps`.
+        warmup_steps: i64;
+        /// Sets `shuffle_seed`.
+        shuffle_seed: u64;
+        /// Sets `precision`.
+        precision: Precision;
+        /// Sets `fast_path`.
+        fast_path: FastPath;
+        /// Sets `progress_interval`.
+        progress_interval: i64;
+    }
 }
 
 struct RawOptions(NonNull<sys::kiln_trainer_options>);
