@@ -25,9 +25,12 @@ swig -go -cgo -intgosize 64 -DSWIGWORDSIZE64 -package capi -I"$include" \
 python3 csharp/generate.py "$include/kiln/kiln.h" "$out/csharp/src/Native.g.cs"
 
 # Rust: only kiln's own names; enums as plain integer constants (an out-of-range
-# value from C must not be undefined behaviour in Rust).
+# value from C must not be undefined behaviour in Rust). The output is for the
+# host's target, which is LP64 here (x86_64 Linux); kiln-sys refuses other
+# targets at compile time. For another, add `--target=<triple>` after `--`.
+# -fparse-all-comments: kiln.h's plain comments become the raw functions' rustdoc.
 bindgen "$include/kiln/kiln.h" \
   --allowlist-function 'kiln_.*' --allowlist-type 'kiln_.*' --allowlist-var 'KILN_.*' \
-  --default-enum-style consts --no-doc-comments \
+  --default-enum-style consts \
   --raw-line '#![allow(non_camel_case_types, non_upper_case_globals, dead_code)]' \
-  -o "$out/rust/kiln-sys/src/bindings.rs" -- -I"$include"
+  -o "$out/rust/kiln-sys/src/bindings.rs" -- -I"$include" -fparse-all-comments

@@ -12,9 +12,11 @@ pub type __uint32_t = ::std::os::raw::c_uint;
 pub type __int64_t = ::std::os::raw::c_long;
 pub type __uint64_t = ::std::os::raw::c_ulong;
 extern "C" {
+    #[doc = " The library's version as \"MAJOR.MINOR.PATCH\". Static storage; never fails."]
     pub fn kiln_version_string() -> *const ::std::os::raw::c_char;
 }
 extern "C" {
+    #[doc = " The library's version numbers; NULL out-pointers are skipped. Never fails."]
     pub fn kiln_version(
         major: *mut ::std::os::raw::c_int,
         minor: *mut ::std::os::raw::c_int,
@@ -22,29 +24,51 @@ extern "C" {
     );
 }
 extern "C" {
+    #[doc = " The ABI version of the loaded library; compare with KILN_ABI_VERSION."]
     pub fn kiln_abi_version() -> ::std::os::raw::c_int;
 }
 pub const kiln_status_KILN_OK: kiln_status = 0;
+#[doc = " NULL pointer, bad value, bad string"]
 pub const kiln_status_KILN_ERROR_INVALID_ARGUMENT: kiln_status = 1;
+#[doc = " released, foreign or wrong-type handle"]
 pub const kiln_status_KILN_ERROR_INVALID_HANDLE: kiln_status = 2;
+#[doc = " shapes that do not fit together"]
 pub const kiln_status_KILN_ERROR_SHAPE_MISMATCH: kiln_status = 3;
+#[doc = " dtypes that do not fit the operation"]
 pub const kiln_status_KILN_ERROR_DTYPE_MISMATCH: kiln_status = 4;
+#[doc = " no such device, no driver, no plugin"]
 pub const kiln_status_KILN_ERROR_DEVICE_UNAVAILABLE: kiln_status = 5;
+#[doc = " host or device allocation failed"]
 pub const kiln_status_KILN_ERROR_OUT_OF_MEMORY: kiln_status = 6;
+#[doc = " a file could not be opened/read/written"]
 pub const kiln_status_KILN_ERROR_IO: kiln_status = 7;
+#[doc = " a file's contents are malformed"]
 pub const kiln_status_KILN_ERROR_FORMAT: kiln_status = 8;
+#[doc = " valid request this build/device cannot do"]
 pub const kiln_status_KILN_ERROR_NOT_SUPPORTED: kiln_status = 9;
+#[doc = " a callback asked to stop"]
 pub const kiln_status_KILN_ERROR_CANCELLED: kiln_status = 10;
+#[doc = " CUDA, cuBLAS, cuDNN or BLAS failure"]
 pub const kiln_status_KILN_ERROR_BACKEND: kiln_status = 11;
+#[doc = " a bug in kiln: please report it"]
 pub const kiln_status_KILN_ERROR_INTERNAL: kiln_status = 12;
+#[doc = " the object is inside another call (e.g. a"]
+#[doc = "trainer called from its own callback)"]
 pub const kiln_status_KILN_ERROR_BUSY: kiln_status = 13;
+#[doc = " training diverged: a loss that is NaN or infinite"]
 pub const kiln_status_KILN_ERROR_NUMERIC: kiln_status = 14;
+#[doc = " a collective across ranks failed: a peer died or timed out"]
 pub const kiln_status_KILN_ERROR_COMMUNICATION: kiln_status = 15;
 pub type kiln_status = ::std::os::raw::c_uint;
 extern "C" {
+    #[doc = " A constant name for a status, e.g. \"KILN_ERROR_SHAPE_MISMATCH\". Static"]
+    #[doc = " storage; unknown values give \"KILN_ERROR_UNKNOWN\". Never fails."]
     pub fn kiln_status_name(status: kiln_status) -> *const ::std::os::raw::c_char;
 }
 extern "C" {
+    #[doc = " The message of the last failed call on the calling thread (\"\" when none"]
+    #[doc = " failed yet). Thread-local storage, valid until the next kiln call on this"]
+    #[doc = " thread. Successful calls do not clear it."]
     pub fn kiln_last_error() -> *const ::std::os::raw::c_char;
 }
 #[repr(C)]
@@ -63,11 +87,14 @@ pub const kiln_log_level_KILN_LOG_WARNING: kiln_log_level = 2;
 pub const kiln_log_level_KILN_LOG_ERROR: kiln_log_level = 3;
 pub const kiln_log_level_KILN_LOG_OFF: kiln_log_level = 4;
 pub type kiln_log_level = ::std::os::raw::c_uint;
+#[doc = " What a log callback receives. Valid only during the callback."]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct kiln_log_record {
+    #[doc = " sizeof(kiln_log_record) of the library"]
     pub struct_size: u32,
     pub level: kiln_log_level,
+    #[doc = " one line, no trailing newline"]
     pub message: *const ::std::os::raw::c_char,
 }
 #[test]
@@ -134,6 +161,9 @@ fn bindgen_test_layout_kiln_log_record() {
     }
     test_field_message();
 }
+#[doc = " Called for each log record at or above the context's level, on the thread"]
+#[doc = " that produced it (any thread using the context); its return value is"]
+#[doc = " ignored. It must not call back into kiln with the same context."]
 pub type kiln_log_fn = ::std::option::Option<
     unsafe extern "C" fn(
         user: *mut ::std::os::raw::c_void,
@@ -141,6 +171,10 @@ pub type kiln_log_fn = ::std::option::Option<
     ) -> ::std::os::raw::c_int,
 >;
 extern "C" {
+    #[doc = " Options for kiln_context_create, with defaults: seed 0, as many CPU threads"]
+    #[doc = " as cores, log level WARNING, no callback (records go to stderr), load the"]
+    #[doc = " CUDA plugin. The caller owns *out; release it with"]
+    #[doc = " kiln_context_options_release."]
     pub fn kiln_context_options_create(out: *mut *mut kiln_context_options) -> kiln_status;
 }
 extern "C" {
@@ -153,6 +187,7 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " threads >= 1, or 0 for one per core."]
     pub fn kiln_context_options_set_num_threads(
         options: *mut kiln_context_options,
         threads: i64,
@@ -165,6 +200,7 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " fn may be NULL to log to stderr again. user is passed back untouched."]
     pub fn kiln_context_options_set_log_callback(
         options: *mut kiln_context_options,
         fn_: kiln_log_fn,
@@ -172,12 +208,24 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " enable = 0 makes the context CPU-only: it neither loads the CUDA plugin"]
+    #[doc = " nor uses the one another context loaded."]
     pub fn kiln_context_options_set_enable_cuda(
         options: *mut kiln_context_options,
         enable: ::std::os::raw::c_int,
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Creates a context: its own CPU backend and, if it loads, the CUDA backend."]
+    #[doc = " The CUDA plugin (libkiln_cuda.so from libkiln's own directory, or from the"]
+    #[doc = " directory in the environment variable KILN_BACKEND_PATH, read at that"]
+    #[doc = " moment) is loaded once per process, by the first context that asks for"]
+    #[doc = " CUDA, and stays loaded until the process exits, even when every context is"]
+    #[doc = " released. All contexts share one CUDA backend per device (one memory pool"]
+    #[doc = " per device), and all see the same availability and reason. options may be"]
+    #[doc = " NULL for defaults; it is copied. A missing plugin or driver is not an"]
+    #[doc = " error: the context is then CPU-only and kiln_cuda_unavailable_reason says"]
+    #[doc = " why."]
     pub fn kiln_context_create(
         options: *const kiln_context_options,
         out: *mut *mut kiln_context,
@@ -187,11 +235,17 @@ extern "C" {
     pub fn kiln_context_release(ctx: *mut kiln_context);
 }
 extern "C" {
+    #[doc = " Reseeds the context's generator (torch.manual_seed). Affects rand, randn,"]
+    #[doc = " model initialisation and, through them, everything seeded from the context."]
     pub fn kiln_context_set_seed(ctx: *mut kiln_context, seed: u64) -> kiln_status;
 }
 pub const kiln_device_kind_KILN_DEVICE_CPU: kiln_device_kind = 0;
 pub const kiln_device_kind_KILN_DEVICE_CUDA: kiln_device_kind = 1;
+#[doc = " ======================================================================"]
+#[doc = " Devices"]
+#[doc = " ======================================================================"]
 pub type kiln_device_kind = ::std::os::raw::c_uint;
+#[doc = " A device: {KILN_DEVICE_CPU, -1} (\"cpu\") or {KILN_DEVICE_CUDA, N} (\"cuda:N\")."]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct kiln_device {
@@ -246,6 +300,12 @@ fn bindgen_test_layout_kiln_device() {
     test_field_index();
 }
 extern "C" {
+    #[doc = " Parses \"cpu\", \"cpu:0\", \"cuda\" (= \"cuda:0\"), \"cuda:N\" or \"auto\". \"auto\" is"]
+    #[doc = " the first usable CUDA device, else the CPU, and needs ctx; for the others"]
+    #[doc = " ctx may be NULL (syntax only). With a ctx, a CUDA device that is not there"]
+    #[doc = " fails with KILN_ERROR_DEVICE_UNAVAILABLE and a message that says why (no"]
+    #[doc = " plugin, no driver, index out of range and how many there are). Malformed"]
+    #[doc = " text gives KILN_ERROR_INVALID_ARGUMENT."]
     pub fn kiln_device_parse(
         ctx: *mut kiln_context,
         text: *const ::std::os::raw::c_char,
@@ -253,6 +313,8 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Writes \"cpu\" or \"cuda:N\" with a terminating NUL into buf (buf_size bytes)."]
+    #[doc = " KILN_ERROR_INVALID_ARGUMENT if the device is malformed or buf too small."]
     pub fn kiln_device_format(
         device: kiln_device,
         buf: *mut ::std::os::raw::c_char,
@@ -260,18 +322,26 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " *out = 1 when the CUDA backend loaded and sees at least one device. The"]
+    #[doc = " plugin is loaded once per process by the first context that asks and stays"]
+    #[doc = " loaded, so every context that did not disable CUDA gives the same answer."]
     pub fn kiln_cuda_is_available(
         ctx: *mut kiln_context,
         out: *mut ::std::os::raw::c_int,
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Why CUDA is not usable (\"\" when it is): the loader's or driver's message,"]
+    #[doc = " found once per process and the same for every context (or, for a context"]
+    #[doc = " made with enable_cuda = 0, that it was disabled). The string is owned by"]
+    #[doc = " ctx."]
     pub fn kiln_cuda_unavailable_reason(
         ctx: *mut kiln_context,
         out: *mut *const ::std::os::raw::c_char,
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Number of devices of a kind: 1 for the CPU, 0..N for CUDA."]
     pub fn kiln_device_count(
         ctx: *mut kiln_context,
         kind: kiln_device_kind,
@@ -279,21 +349,31 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " The \"auto\" device: cuda:0 when CUDA is usable, else the CPU."]
     pub fn kiln_default_device(ctx: *mut kiln_context, out: *mut kiln_device) -> kiln_status;
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct kiln_device_info {
+    #[doc = " set by the caller to sizeof(kiln_device_info)"]
     pub struct_size: u32,
     pub device: kiln_device,
+    #[doc = " GPU name, or CPU model"]
     pub name: [::std::os::raw::c_char; 256usize],
+    #[doc = " bytes"]
     pub total_memory: i64,
+    #[doc = " bytes, at the time of the call"]
     pub free_memory: i64,
+    #[doc = " CUDA compute capability; 0 on the CPU"]
     pub compute_major: i64,
     pub compute_minor: i64,
+    #[doc = " SMs; logical cores on the CPU"]
     pub multiprocessor_count: i64,
+    #[doc = " CUDA driver version, e.g. 13000; 0 on the CPU"]
     pub driver_version: i64,
+    #[doc = " CUDA runtime version; 0 on the CPU"]
     pub runtime_version: i64,
+    #[doc = " CPU threads kiln uses; 0 for CUDA"]
     pub threads: i64,
 }
 #[test]
@@ -497,6 +577,8 @@ fn bindgen_test_layout_kiln_device_info() {
     test_field_threads();
 }
 extern "C" {
+    #[doc = " Fills *out (whose struct_size the caller sets; a smaller, older struct is"]
+    #[doc = " filled up to its size)."]
     pub fn kiln_device_get_info(
         ctx: *mut kiln_context,
         device: kiln_device,
@@ -504,6 +586,7 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Waits until all work kiln queued on the device is done."]
     pub fn kiln_device_synchronize(ctx: *mut kiln_context, device: kiln_device) -> kiln_status;
 }
 #[repr(C)]
@@ -520,12 +603,18 @@ pub const kiln_dtype_KILN_I64: kiln_dtype = 5;
 pub const kiln_dtype_KILN_U8: kiln_dtype = 6;
 pub type kiln_dtype = ::std::os::raw::c_uint;
 extern "C" {
+    #[doc = " \"f32\", \"f16\", ...; NULL for an unknown value. Never fails."]
     pub fn kiln_dtype_name(dtype: kiln_dtype) -> *const ::std::os::raw::c_char;
 }
 extern "C" {
+    #[doc = " Bytes per element; 0 for an unknown value. Never fails."]
     pub fn kiln_dtype_size(dtype: kiln_dtype) -> i64;
 }
 extern "C" {
+    #[doc = " Creation. shape has ndim entries (0 <= ndim <= KILN_MAX_DIMS, each >= 0);"]
+    #[doc = " the tensor is contiguous, row-major, on device, and owned by the caller."]
+    #[doc = " Errors: INVALID_ARGUMENT (bad shape/dtype, a full value outside an integer"]
+    #[doc = " dtype), DEVICE_UNAVAILABLE, OUT_OF_MEMORY (the context stays usable)."]
     pub fn kiln_tensor_empty(
         ctx: *mut kiln_context,
         shape: *const i64,
@@ -567,6 +656,7 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " A 1-D tensor start, start+step, ... below end (above end for step < 0)."]
     pub fn kiln_tensor_arange(
         ctx: *mut kiln_context,
         start: f64,
@@ -578,6 +668,9 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Uniform in [0, 1) / standard normal, from the context's generator. The"]
+    #[doc = " values depend only on the seed and the draws before, not on the device."]
+    #[doc = " Floating dtypes only (else DTYPE_MISMATCH)."]
     pub fn kiln_tensor_rand(
         ctx: *mut kiln_context,
         shape: *const i64,
@@ -598,6 +691,8 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Copies nbytes of host data (exactly numel * dtype size, else"]
+    #[doc = " INVALID_ARGUMENT) into a new tensor on device."]
     pub fn kiln_tensor_from_host(
         ctx: *mut kiln_context,
         data: *const ::std::os::raw::c_void,
@@ -610,6 +705,9 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " A CPU tensor in page-locked memory (plain CPU memory when CUDA is not"]
+    #[doc = " usable): kiln_tensor_to from it to a CUDA device is asynchronous, so call"]
+    #[doc = " kiln_device_synchronize before changing its contents again."]
     pub fn kiln_tensor_empty_pinned(
         ctx: *mut kiln_context,
         shape: *const i64,
@@ -622,6 +720,8 @@ extern "C" {
     pub fn kiln_tensor_release(tensor: *mut kiln_tensor);
 }
 extern "C" {
+    #[doc = " Copies the tensor's elements into host memory (nbytes must equal numel *"]
+    #[doc = " dtype size). Waits for pending device work on the tensor."]
     pub fn kiln_tensor_copy_to_host(
         tensor: *const kiln_tensor,
         data: *mut ::std::os::raw::c_void,
@@ -629,6 +729,8 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Copies bytes from host memory into an existing tensor (nbytes must equal"]
+    #[doc = " numel * dtype size); views write through to the storage they share."]
     pub fn kiln_tensor_copy_from_host(
         tensor: *mut kiln_tensor,
         data: *const ::std::os::raw::c_void,
@@ -636,9 +738,12 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " The value of a one-element tensor as a double."]
     pub fn kiln_tensor_item(tensor: *const kiln_tensor, out: *mut f64) -> kiln_status;
 }
 extern "C" {
+    #[doc = " The tensor on device (PyTorch's .to(device)): a copy, or a new handle to"]
+    #[doc = " the same tensor when it is already there."]
     pub fn kiln_tensor_to(
         tensor: *const kiln_tensor,
         device: kiln_device,
@@ -646,6 +751,8 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " A copy converted to dtype (PyTorch's .to(dtype)); float to int truncates"]
+    #[doc = " toward zero."]
     pub fn kiln_tensor_cast(
         tensor: *const kiln_tensor,
         dtype: kiln_dtype,
@@ -653,16 +760,20 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " A contiguous copy on the same device."]
     pub fn kiln_tensor_clone(tensor: *const kiln_tensor, out: *mut *mut kiln_tensor)
         -> kiln_status;
 }
 extern "C" {
+    #[doc = " Queries."]
     pub fn kiln_tensor_ndim(tensor: *const kiln_tensor, out: *mut i64) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Size of dimension dim; negative dims count from the end."]
     pub fn kiln_tensor_dim(tensor: *const kiln_tensor, dim: i64, out: *mut i64) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Copies the shape into shape[0..ndim); capacity must be >= ndim."]
     pub fn kiln_tensor_shape(
         tensor: *const kiln_tensor,
         shape: *mut i64,
@@ -679,15 +790,21 @@ extern "C" {
     pub fn kiln_tensor_device(tensor: *const kiln_tensor, out: *mut kiln_device) -> kiln_status;
 }
 extern "C" {
+    #[doc = " PyTorch's get_device(): the CUDA index, or -1 for a CPU tensor."]
     pub fn kiln_tensor_get_device(tensor: *const kiln_tensor, out: *mut i64) -> kiln_status;
 }
 extern "C" {
+    #[doc = " 1 for a tensor made by kiln_tensor_empty_pinned (even when, without CUDA,"]
+    #[doc = " its memory is ordinary), else 0. Views share their source's answer."]
     pub fn kiln_tensor_is_pinned(
         tensor: *const kiln_tensor,
         out: *mut ::std::os::raw::c_int,
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Views share storage with their source (writes show through both ways) and"]
+    #[doc = " keep it alive. reshape: same numel, one entry may be -1. rows: rows"]
+    #[doc = " [start, end) of dimension 0."]
     pub fn kiln_tensor_reshape(
         tensor: *const kiln_tensor,
         shape: *const i64,
@@ -703,22 +820,49 @@ extern "C" {
         out: *mut *mut kiln_tensor,
     ) -> kiln_status;
 }
+#[doc = " all dtypes; int DIV truncates"]
 pub const kiln_binary_op_KILN_ADD: kiln_binary_op = 0;
+#[doc = " all dtypes; int DIV truncates"]
 pub const kiln_binary_op_KILN_SUB: kiln_binary_op = 1;
+#[doc = " all dtypes; int DIV truncates"]
 pub const kiln_binary_op_KILN_MUL: kiln_binary_op = 2;
+#[doc = " all dtypes; int DIV truncates"]
 pub const kiln_binary_op_KILN_DIV: kiln_binary_op = 3;
+#[doc = " all dtypes"]
 pub const kiln_binary_op_KILN_MAXIMUM: kiln_binary_op = 4;
+#[doc = " all dtypes"]
 pub const kiln_binary_op_KILN_MINIMUM: kiln_binary_op = 5;
+#[doc = " float dtypes"]
 pub const kiln_binary_op_KILN_POW: kiln_binary_op = 6;
+#[doc = " The same ops under prefixed names, which collide with nothing else in"]
+#[doc = " this header (KILN_MAXIMUM here vs KILN_MAX the reduction); prefer them."]
 pub const kiln_binary_op_KILN_BINARY_ADD: kiln_binary_op = 0;
+#[doc = " The same ops under prefixed names, which collide with nothing else in"]
+#[doc = " this header (KILN_MAXIMUM here vs KILN_MAX the reduction); prefer them."]
 pub const kiln_binary_op_KILN_BINARY_SUB: kiln_binary_op = 1;
+#[doc = " The same ops under prefixed names, which collide with nothing else in"]
+#[doc = " this header (KILN_MAXIMUM here vs KILN_MAX the reduction); prefer them."]
 pub const kiln_binary_op_KILN_BINARY_MUL: kiln_binary_op = 2;
+#[doc = " The same ops under prefixed names, which collide with nothing else in"]
+#[doc = " this header (KILN_MAXIMUM here vs KILN_MAX the reduction); prefer them."]
 pub const kiln_binary_op_KILN_BINARY_DIV: kiln_binary_op = 3;
+#[doc = " The same ops under prefixed names, which collide with nothing else in"]
+#[doc = " this header (KILN_MAXIMUM here vs KILN_MAX the reduction); prefer them."]
 pub const kiln_binary_op_KILN_BINARY_MAXIMUM: kiln_binary_op = 4;
+#[doc = " The same ops under prefixed names, which collide with nothing else in"]
+#[doc = " this header (KILN_MAXIMUM here vs KILN_MAX the reduction); prefer them."]
 pub const kiln_binary_op_KILN_BINARY_MINIMUM: kiln_binary_op = 5;
+#[doc = " The same ops under prefixed names, which collide with nothing else in"]
+#[doc = " this header (KILN_MAXIMUM here vs KILN_MAX the reduction); prefer them."]
 pub const kiln_binary_op_KILN_BINARY_POW: kiln_binary_op = 6;
+#[doc = " Math. Inputs must be on one device (else INVALID_ARGUMENT) and, for two"]
+#[doc = " tensors, of one dtype (no implicit promotion: DTYPE_MISMATCH). Results are"]
+#[doc = " new contiguous tensors on that device. Float ops accept f32, f64, f16 and"]
+#[doc = " bf16 (computed in f32); integer dtypes are accepted where marked."]
 pub type kiln_binary_op = ::std::os::raw::c_uint;
 extern "C" {
+    #[doc = " Elementwise a op b with NumPy broadcasting (SHAPE_MISMATCH if the shapes"]
+    #[doc = " do not broadcast). Integer division by zero gives 0."]
     pub fn kiln_tensor_binary(
         op: kiln_binary_op,
         a: *const kiln_tensor,
@@ -727,6 +871,8 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Elementwise a op scalar (scalar converted to a's dtype; for an integer"]
+    #[doc = " dtype it must be finite and in range once truncated, else INVALID_ARGUMENT)."]
     pub fn kiln_tensor_scalar(
         op: kiln_binary_op,
         a: *const kiln_tensor,
@@ -740,14 +886,21 @@ pub const kiln_compare_op_KILN_LT: kiln_compare_op = 2;
 pub const kiln_compare_op_KILN_LE: kiln_compare_op = 3;
 pub const kiln_compare_op_KILN_GT: kiln_compare_op = 4;
 pub const kiln_compare_op_KILN_GE: kiln_compare_op = 5;
+#[doc = " Prefixed names for the same ops; prefer them."]
 pub const kiln_compare_op_KILN_COMPARE_EQ: kiln_compare_op = 0;
+#[doc = " Prefixed names for the same ops; prefer them."]
 pub const kiln_compare_op_KILN_COMPARE_NE: kiln_compare_op = 1;
+#[doc = " Prefixed names for the same ops; prefer them."]
 pub const kiln_compare_op_KILN_COMPARE_LT: kiln_compare_op = 2;
+#[doc = " Prefixed names for the same ops; prefer them."]
 pub const kiln_compare_op_KILN_COMPARE_LE: kiln_compare_op = 3;
+#[doc = " Prefixed names for the same ops; prefer them."]
 pub const kiln_compare_op_KILN_COMPARE_GT: kiln_compare_op = 4;
+#[doc = " Prefixed names for the same ops; prefer them."]
 pub const kiln_compare_op_KILN_COMPARE_GE: kiln_compare_op = 5;
 pub type kiln_compare_op = ::std::os::raw::c_uint;
 extern "C" {
+    #[doc = " Elementwise comparison with broadcasting; the result is u8 (0 or 1)."]
     pub fn kiln_tensor_compare(
         op: kiln_compare_op,
         a: *const kiln_tensor,
@@ -755,28 +908,60 @@ extern "C" {
         out: *mut *mut kiln_tensor,
     ) -> kiln_status;
 }
+#[doc = " all dtypes"]
 pub const kiln_unary_op_KILN_NEG: kiln_unary_op = 0;
+#[doc = " all dtypes"]
 pub const kiln_unary_op_KILN_ABS: kiln_unary_op = 1;
+#[doc = " float dtypes"]
 pub const kiln_unary_op_KILN_EXP: kiln_unary_op = 2;
+#[doc = " float dtypes"]
 pub const kiln_unary_op_KILN_LOG: kiln_unary_op = 3;
+#[doc = " float dtypes"]
 pub const kiln_unary_op_KILN_SQRT: kiln_unary_op = 4;
+#[doc = " float dtypes"]
 pub const kiln_unary_op_KILN_RELU: kiln_unary_op = 5;
+#[doc = " float dtypes"]
 pub const kiln_unary_op_KILN_GELU: kiln_unary_op = 6;
+#[doc = " float dtypes"]
 pub const kiln_unary_op_KILN_TANH: kiln_unary_op = 7;
+#[doc = " float dtypes"]
 pub const kiln_unary_op_KILN_SIGMOID: kiln_unary_op = 8;
+#[doc = " float dtypes"]
 pub const kiln_unary_op_KILN_LEAKY_RELU: kiln_unary_op = 9;
+#[doc = " Prefixed names for the same ops (KILN_UNARY_LOG, unlike KILN_LOG, cannot"]
+#[doc = " be taken for a log level); prefer them."]
 pub const kiln_unary_op_KILN_UNARY_NEG: kiln_unary_op = 0;
+#[doc = " Prefixed names for the same ops (KILN_UNARY_LOG, unlike KILN_LOG, cannot"]
+#[doc = " be taken for a log level); prefer them."]
 pub const kiln_unary_op_KILN_UNARY_ABS: kiln_unary_op = 1;
+#[doc = " Prefixed names for the same ops (KILN_UNARY_LOG, unlike KILN_LOG, cannot"]
+#[doc = " be taken for a log level); prefer them."]
 pub const kiln_unary_op_KILN_UNARY_EXP: kiln_unary_op = 2;
+#[doc = " Prefixed names for the same ops (KILN_UNARY_LOG, unlike KILN_LOG, cannot"]
+#[doc = " be taken for a log level); prefer them."]
 pub const kiln_unary_op_KILN_UNARY_LOG: kiln_unary_op = 3;
+#[doc = " Prefixed names for the same ops (KILN_UNARY_LOG, unlike KILN_LOG, cannot"]
+#[doc = " be taken for a log level); prefer them."]
 pub const kiln_unary_op_KILN_UNARY_SQRT: kiln_unary_op = 4;
+#[doc = " Prefixed names for the same ops (KILN_UNARY_LOG, unlike KILN_LOG, cannot"]
+#[doc = " be taken for a log level); prefer them."]
 pub const kiln_unary_op_KILN_UNARY_RELU: kiln_unary_op = 5;
+#[doc = " Prefixed names for the same ops (KILN_UNARY_LOG, unlike KILN_LOG, cannot"]
+#[doc = " be taken for a log level); prefer them."]
 pub const kiln_unary_op_KILN_UNARY_GELU: kiln_unary_op = 6;
+#[doc = " Prefixed names for the same ops (KILN_UNARY_LOG, unlike KILN_LOG, cannot"]
+#[doc = " be taken for a log level); prefer them."]
 pub const kiln_unary_op_KILN_UNARY_TANH: kiln_unary_op = 7;
+#[doc = " Prefixed names for the same ops (KILN_UNARY_LOG, unlike KILN_LOG, cannot"]
+#[doc = " be taken for a log level); prefer them."]
 pub const kiln_unary_op_KILN_UNARY_SIGMOID: kiln_unary_op = 8;
+#[doc = " Prefixed names for the same ops (KILN_UNARY_LOG, unlike KILN_LOG, cannot"]
+#[doc = " be taken for a log level); prefer them."]
 pub const kiln_unary_op_KILN_UNARY_LEAKY_RELU: kiln_unary_op = 9;
 pub type kiln_unary_op = ::std::os::raw::c_uint;
 extern "C" {
+    #[doc = " Elementwise op(a). alpha is LeakyReLU's negative slope and ignored by the"]
+    #[doc = " others. GELU is the exact (erf) form, as PyTorch's default."]
     pub fn kiln_tensor_unary(
         op: kiln_unary_op,
         a: *const kiln_tensor,
@@ -785,6 +970,7 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Softmax / log-softmax along dim (negative counts from the end). Float."]
     pub fn kiln_tensor_softmax(
         a: *const kiln_tensor,
         dim: i64,
@@ -802,12 +988,24 @@ pub const kiln_reduce_op_KILN_SUM: kiln_reduce_op = 0;
 pub const kiln_reduce_op_KILN_MEAN: kiln_reduce_op = 1;
 pub const kiln_reduce_op_KILN_MAX: kiln_reduce_op = 2;
 pub const kiln_reduce_op_KILN_ARGMAX: kiln_reduce_op = 3;
+#[doc = " Prefixed names for the same reductions (KILN_REDUCE_MAX, unlike KILN_MAX,"]
+#[doc = " cannot be taken for KILN_MAX_DIMS or KILN_MAXIMUM); prefer them."]
 pub const kiln_reduce_op_KILN_REDUCE_SUM: kiln_reduce_op = 0;
+#[doc = " Prefixed names for the same reductions (KILN_REDUCE_MAX, unlike KILN_MAX,"]
+#[doc = " cannot be taken for KILN_MAX_DIMS or KILN_MAXIMUM); prefer them."]
 pub const kiln_reduce_op_KILN_REDUCE_MEAN: kiln_reduce_op = 1;
+#[doc = " Prefixed names for the same reductions (KILN_REDUCE_MAX, unlike KILN_MAX,"]
+#[doc = " cannot be taken for KILN_MAX_DIMS or KILN_MAXIMUM); prefer them."]
 pub const kiln_reduce_op_KILN_REDUCE_MAX: kiln_reduce_op = 2;
+#[doc = " Prefixed names for the same reductions (KILN_REDUCE_MAX, unlike KILN_MAX,"]
+#[doc = " cannot be taken for KILN_MAX_DIMS or KILN_MAXIMUM); prefer them."]
 pub const kiln_reduce_op_KILN_REDUCE_ARGMAX: kiln_reduce_op = 3;
 pub type kiln_reduce_op = ::std::os::raw::c_uint;
 extern "C" {
+    #[doc = " Reduces dimension dim (negative counts from the end); keepdim keeps it with"]
+    #[doc = " size 1. ARGMAX gives i64 (first index of the maximum); MEAN needs a float"]
+    #[doc = " dtype; SUM/MAX/ARGMAX accept all. Reducing an empty dimension with MAX or"]
+    #[doc = " ARGMAX is INVALID_ARGUMENT."]
     pub fn kiln_tensor_reduce(
         op: kiln_reduce_op,
         a: *const kiln_tensor,
@@ -817,6 +1015,9 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Matrix product of 2-D tensors [m, k] x [k, n] -> [m, n] (a 1-D operand is"]
+    #[doc = " treated as a row / column vector and that dimension dropped, as NumPy)."]
+    #[doc = " f32, f64, f16, bf16. f32 is computed in full fp32 precision."]
     pub fn kiln_tensor_matmul(
         a: *const kiln_tensor,
         b: *const kiln_tensor,
@@ -842,12 +1043,16 @@ pub const kiln_layer_kind_KILN_LAYER_SIGMOID: kiln_layer_kind = 5;
 pub const kiln_layer_kind_KILN_LAYER_DROPOUT: kiln_layer_kind = 6;
 pub type kiln_layer_kind = ::std::os::raw::c_uint;
 extern "C" {
+    #[doc = " A model spec is a list of layers, built up and then given to"]
+    #[doc = " kiln_model_create (which copies it)."]
     pub fn kiln_model_spec_create(out: *mut *mut kiln_model_spec) -> kiln_status;
 }
 extern "C" {
     pub fn kiln_model_spec_release(spec: *mut kiln_model_spec);
 }
 extern "C" {
+    #[doc = " Appends Linear(in_features, out_features); in_features must equal the"]
+    #[doc = " previous Linear's out_features (SHAPE_MISMATCH)."]
     pub fn kiln_model_spec_add_linear(
         spec: *mut kiln_model_spec,
         in_features: i64,
@@ -856,6 +1061,9 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Appends a parameterless layer: RELU, GELU, TANH, SIGMOID, LEAKY_RELU"]
+    #[doc = " (arg = negative slope, PyTorch's default 0.01) or DROPOUT (arg = drop"]
+    #[doc = " probability in [0, 1)). arg is ignored by the others."]
     pub fn kiln_model_spec_add(
         spec: *mut kiln_model_spec,
         kind: kiln_layer_kind,
@@ -863,6 +1071,9 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Appends a whole MLP: Linear(sizes[0], sizes[1]), activation, ...,"]
+    #[doc = " Linear(sizes[n-2], sizes[n-1]) with biases; n >= 2. activation is one of the"]
+    #[doc = " parameterless kinds above (LEAKY_RELU uses 0.01)."]
     pub fn kiln_model_spec_add_mlp(
         spec: *mut kiln_model_spec,
         sizes: *const i64,
@@ -871,12 +1082,21 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Parses a compact spec such as \"784-32-10\" (ReLU between layers),"]
+    #[doc = " \"784-1024-1024-10:gelu\" or \"784-256-10:relu:dropout=0.2\" and appends its"]
+    #[doc = " layers after the spec's last layer, with no activation between (the first"]
+    #[doc = " size must equal the last Linear's out_features: KILN_ERROR_SHAPE_MISMATCH"]
+    #[doc = " otherwise); parse into a new spec to start over."]
     pub fn kiln_model_spec_parse(
         spec: *mut kiln_model_spec,
         text: *const ::std::os::raw::c_char,
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Creates a model with f32 parameters on device, initialised from the"]
+    #[doc = " context's generator as PyTorch's nn.Linear (kaiming-uniform weights with"]
+    #[doc = " a = sqrt(5), uniform(+-1/sqrt(in)) biases). The model starts in training"]
+    #[doc = " mode. Errors: INVALID_ARGUMENT (empty spec), DEVICE_UNAVAILABLE, OOM."]
     pub fn kiln_model_create(
         ctx: *mut kiln_context,
         spec: *const kiln_model_spec,
@@ -885,6 +1105,7 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " As kiln_model_create with parameters of dtype (f32 or f64; f64 on the CPU)."]
     pub fn kiln_model_create_dtype(
         ctx: *mut kiln_context,
         spec: *const kiln_model_spec,
@@ -897,12 +1118,16 @@ extern "C" {
     pub fn kiln_model_release(model: *mut kiln_model);
 }
 extern "C" {
+    #[doc = " Moves the parameters to device (PyTorch's model.to(device)). A trainer"]
+    #[doc = " created before the move fails with INVALID_ARGUMENT until recreated."]
     pub fn kiln_model_to(model: *mut kiln_model, device: kiln_device) -> kiln_status;
 }
 extern "C" {
     pub fn kiln_model_device(model: *const kiln_model, out: *mut kiln_device) -> kiln_status;
 }
 extern "C" {
+    #[doc = " training = 1 (Dropout active) or 0 (evaluation). Not while another thread"]
+    #[doc = " runs the model."]
     pub fn kiln_model_set_training(
         model: *mut kiln_model,
         training: ::std::os::raw::c_int,
@@ -915,6 +1140,7 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Total number of scalar parameters (weights and biases)."]
     pub fn kiln_model_num_parameters(model: *const kiln_model, out: *mut i64) -> kiln_status;
 }
 extern "C" {
@@ -924,16 +1150,21 @@ extern "C" {
     pub fn kiln_model_output_size(model: *const kiln_model, out: *mut i64) -> kiln_status;
 }
 extern "C" {
+    #[doc = " The spec as kiln_model_spec_parse reads it back. Owned by the model."]
     pub fn kiln_model_describe(
         model: *const kiln_model,
         out: *mut *const ::std::os::raw::c_char,
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Number of parameter tensors (2 per Linear with bias)."]
     pub fn kiln_model_num_parameter_tensors(model: *const kiln_model, out: *mut i64)
         -> kiln_status;
 }
 extern "C" {
+    #[doc = " Parameter i as a tensor sharing the model's storage (writes change the"]
+    #[doc = " model), and its name as PyTorch's nn.Sequential state_dict calls it"]
+    #[doc = " (\"0.weight\", \"0.bias\", \"2.weight\", ...; weights are [out, in])."]
     pub fn kiln_model_parameter(
         model: *mut kiln_model,
         index: i64,
@@ -948,6 +1179,9 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Forward pass without gradients: x is [batch, input_size] (any float dtype"]
+    #[doc = " or u8, converted to the model's dtype), on the model's device; *out is"]
+    #[doc = " [batch, output_size] logits. Safe from several threads at once."]
     pub fn kiln_model_forward(
         model: *mut kiln_model,
         x: *const kiln_tensor,
@@ -955,10 +1189,14 @@ extern "C" {
     ) -> kiln_status;
 }
 pub const kiln_predict_kind_KILN_PREDICT_LOGITS: kiln_predict_kind = 0;
+#[doc = " softmax of the logits"]
 pub const kiln_predict_kind_KILN_PREDICT_PROBABILITIES: kiln_predict_kind = 1;
+#[doc = " argmax, i64 [batch]"]
 pub const kiln_predict_kind_KILN_PREDICT_CLASSES: kiln_predict_kind = 2;
 pub type kiln_predict_kind = ::std::os::raw::c_uint;
 extern "C" {
+    #[doc = " Evaluation-mode forward pass: x may be on any device (it is moved to the"]
+    #[doc = " model's); *out is on the model's device. Safe from several threads."]
     pub fn kiln_model_predict(
         model: *mut kiln_model,
         x: *const kiln_tensor,
@@ -967,12 +1205,16 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Writes the weights as a safetensors file (names as kiln_model_parameter_name,"]
+    #[doc = " the spec in the metadata) atomically: a crash leaves any old file intact."]
     pub fn kiln_model_save(
         model: *const kiln_model,
         path: *const ::std::os::raw::c_char,
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Creates a model from a file kiln_model_save wrote. FORMAT for a malformed"]
+    #[doc = " file, IO for an unreadable one."]
     pub fn kiln_model_load(
         ctx: *mut kiln_context,
         path: *const ::std::os::raw::c_char,
@@ -981,12 +1223,38 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Loads weights from a safetensors file into an existing model;"]
+    #[doc = " SHAPE_MISMATCH if the file holds another architecture. On failure the"]
+    #[doc = " model's weights are unchanged."]
     pub fn kiln_model_load_weights(
         model: *mut kiln_model,
         path: *const ::std::os::raw::c_char,
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Creates a model of spec on device from a safetensors file that holds its"]
+    #[doc = " parameters under the names PyTorch's nn.Sequential of the same layers"]
+    #[doc = " gives them in its state_dict (\"0.weight\" [out, in], \"0.bias\" [out],"]
+    #[doc = " \"2.weight\", ...; parameterless layers such as ReLU and Dropout take an"]
+    #[doc = " index but hold nothing), e.g. one written by"]
+    #[doc = " safetensors.torch.save_file(model.state_dict(), path) or by"]
+    #[doc = " kiln_model_save. The file's metadata is ignored: spec alone decides the"]
+    #[doc = " layers (so \"784-32-10\" and \"784-32-10:gelu\" both load the same file). The"]
+    #[doc = " model's dtype is the file's: f32, or f64 (CPU only: NOT_SUPPORTED on"]
+    #[doc = " CUDA); it starts in training mode, as kiln_model_create. spec is copied;"]
+    #[doc = " the caller owns *out. The file is read once and not kept open."]
+    #[doc = " Errors, each message naming the offending tensor:"]
+    #[doc = "   SHAPE_MISMATCH  a parameter the spec needs is missing, has another"]
+    #[doc = "                   shape, or the file holds a tensor the spec has no"]
+    #[doc = "                   parameter for;"]
+    #[doc = "   DTYPE_MISMATCH  a parameter that is not f32/f64 (f16, bf16, integers:"]
+    #[doc = "                   convert with .float() first) or whose dtype differs"]
+    #[doc = "                   from the first parameter's;"]
+    #[doc = "   FORMAT          a malformed, truncated or hostile file (never read past"]
+    #[doc = "                   its end); IO an unreadable one;"]
+    #[doc = "   INVALID_ARGUMENT NULL ctx/path/spec/out or a spec without a Linear;"]
+    #[doc = "   INVALID_HANDLE  a released ctx or spec; DEVICE_UNAVAILABLE; OOM."]
+    #[doc = " Thread: any (ctx may be shared; spec must not be changed meanwhile)."]
     pub fn kiln_model_load_with_spec(
         ctx: *mut kiln_context,
         path: *const ::std::os::raw::c_char,
@@ -1001,6 +1269,10 @@ pub struct kiln_dataset {
     _unused: [u8; 0],
 }
 extern "C" {
+    #[doc = " A dataset from tensors: x [N, features...] (float or u8) and y [N] integer"]
+    #[doc = " class labels (i32/i64/u8, all >= 0) or [N, k] float targets, both of ctx."]
+    #[doc = " The tensors are referenced, not copied. SHAPE_MISMATCH when the first"]
+    #[doc = " dimensions differ; INVALID_ARGUMENT for N = 0 or a negative label."]
     pub fn kiln_dataset_from_tensors(
         ctx: *mut kiln_context,
         x: *const kiln_tensor,
@@ -1009,6 +1281,9 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Reads an IDX image file and an IDX label file (raw, or gzip when the name"]
+    #[doc = " ends in .gz), as MNIST and Fashion-MNIST ship them. Images stay u8 and are"]
+    #[doc = " scaled to [0, 1] when batched. IO / FORMAT on a bad file."]
     pub fn kiln_dataset_load_idx(
         ctx: *mut kiln_context,
         images_path: *const ::std::os::raw::c_char,
@@ -1017,6 +1292,8 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Loads the \"train\" or \"test\" split of an MNIST-layout directory"]
+    #[doc = " (train-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz], ...)."]
     pub fn kiln_dataset_load_mnist(
         ctx: *mut kiln_context,
         dir: *const ::std::os::raw::c_char,
@@ -1031,12 +1308,16 @@ extern "C" {
     pub fn kiln_dataset_size(dataset: *const kiln_dataset, out: *mut i64) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Features per sample (product of x's dimensions after the first)."]
     pub fn kiln_dataset_num_features(dataset: *const kiln_dataset, out: *mut i64) -> kiln_status;
 }
 extern "C" {
+    #[doc = " 1 + the largest label for class datasets; the target width otherwise."]
     pub fn kiln_dataset_num_classes(dataset: *const kiln_dataset, out: *mut i64) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Batched features become (x * scale - mean) / std. Defaults: scale 1/255"]
+    #[doc = " for u8, 1 for floats; mean 0; std 1. std must be > 0."]
     pub fn kiln_dataset_set_normalization(
         dataset: *mut kiln_dataset,
         scale: f64,
@@ -1045,6 +1326,9 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Seeded random split into a training part and a validation part holding"]
+    #[doc = " round(size * validation_fraction) samples (0 < fraction < 1). Both share"]
+    #[doc = " the source's data."]
     pub fn kiln_dataset_split(
         dataset: *const kiln_dataset,
         validation_fraction: f64,
@@ -1054,6 +1338,8 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Samples [start, start + count) as float x [count, features] (model dtype"]
+    #[doc = " f32) and labels y [count] i64 (or float targets), normalised, on device."]
     pub fn kiln_dataset_batch(
         dataset: *const kiln_dataset,
         start: i64,
@@ -1078,8 +1364,11 @@ pub struct kiln_trainer {
 pub struct kiln_history {
     _unused: [u8; 0],
 }
+#[doc = " logits [B, C], labels [B] integer"]
 pub const kiln_loss_kind_KILN_LOSS_CROSS_ENTROPY: kiln_loss_kind = 0;
+#[doc = " pred [B, K], target [B, K] float"]
 pub const kiln_loss_kind_KILN_LOSS_MSE: kiln_loss_kind = 1;
+#[doc = " logits [B, K], target [B, K] in [0, 1]"]
 pub const kiln_loss_kind_KILN_LOSS_BCE_WITH_LOGITS: kiln_loss_kind = 2;
 pub type kiln_loss_kind = ::std::os::raw::c_uint;
 pub const kiln_optimizer_kind_KILN_OPTIM_SGD: kiln_optimizer_kind = 0;
@@ -1087,10 +1376,14 @@ pub const kiln_optimizer_kind_KILN_OPTIM_ADAM: kiln_optimizer_kind = 1;
 pub const kiln_optimizer_kind_KILN_OPTIM_ADAMW: kiln_optimizer_kind = 2;
 pub type kiln_optimizer_kind = ::std::os::raw::c_uint;
 pub const kiln_lr_schedule_KILN_LR_CONSTANT: kiln_lr_schedule = 0;
+#[doc = " lr * gamma^(floor(step / step_size))"]
 pub const kiln_lr_schedule_KILN_LR_STEP: kiln_lr_schedule = 1;
+#[doc = " from lr to min_lr over total_steps (cosine annealing)"]
 pub const kiln_lr_schedule_KILN_LR_COSINE: kiln_lr_schedule = 2;
 pub type kiln_lr_schedule = ::std::os::raw::c_uint;
 extern "C" {
+    #[doc = " The mean loss of pred against target, as the trainer computes it (mean"]
+    #[doc = " over the batch; MSE and BCE also over the elements). Both on one device."]
     pub fn kiln_loss(
         kind: kiln_loss_kind,
         pred: *const kiln_tensor,
@@ -1099,6 +1392,10 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Trainer options, with PyTorch's defaults: cross-entropy, SGD, lr 0.01,"]
+    #[doc = " momentum 0, dampening 0, nesterov off, weight decay 0 (AdamW 0.01), betas"]
+    #[doc = " (0.9, 0.999), eps 1e-8, batch 64, no clipping, constant lr, no warmup,"]
+    #[doc = " shuffle seed from the context, progress every 0 batches (end of epoch only)."]
     pub fn kiln_trainer_options_create(out: *mut *mut kiln_trainer_options) -> kiln_status;
 }
 extern "C" {
@@ -1157,12 +1454,15 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Clip the global gradient norm to max_norm before each update (0 = off)."]
     pub fn kiln_trainer_options_set_grad_clip(
         options: *mut kiln_trainer_options,
         max_norm: f64,
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " step_size: STEP's period in steps; gamma: STEP's factor; total_steps:"]
+    #[doc = " COSINE's length in steps (0 = the fit's total); min_lr: COSINE's floor."]
     pub fn kiln_trainer_options_set_schedule(
         options: *mut kiln_trainer_options,
         schedule: kiln_lr_schedule,
@@ -1173,6 +1473,7 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Linear warmup from 0 to the scheduled lr over the first steps steps."]
     pub fn kiln_trainer_options_set_warmup(
         options: *mut kiln_trainer_options,
         steps: i64,
@@ -1185,6 +1486,8 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Call the progress callback every n batches (0 = once per epoch). Each call"]
+    #[doc = " reads the loss back from the device."]
     pub fn kiln_trainer_options_set_progress_interval(
         options: *mut kiln_trainer_options,
         batches: i64,
@@ -1200,8 +1503,19 @@ extern "C" {
 pub const kiln_precision_KILN_PRECISION_FP32: kiln_precision = 0;
 pub const kiln_precision_KILN_PRECISION_TF32: kiln_precision = 1;
 pub const kiln_precision_KILN_PRECISION_BF16: kiln_precision = 2;
+#[doc = " Numeric precision of a trainer's steps (kiln_trainer_options_set_precision):"]
+#[doc = "  FP32  the model's dtype throughout, f32 products computed exactly (the"]
+#[doc = "        default, and what PyTorch computes with TF32 off);"]
+#[doc = "  TF32  f32 products on CUDA's TF32 tensor cores (10-bit mantissa inputs,"]
+#[doc = "        f32 accumulation). A CUDA mode: kiln_trainer_create on a CPU model"]
+#[doc = "        returns KILN_ERROR_NOT_SUPPORTED saying so;"]
+#[doc = "  BF16  mixed precision on every device: batch, activations and products"]
+#[doc = "        in bf16 (f32 accumulation), with f32 master weights, gradients,"]
+#[doc = "        optimizer state and loss, as PyTorch's autocast to bfloat16."]
+#[doc = " TF32 and BF16 need an f32 model (KILN_ERROR_NOT_SUPPORTED otherwise)."]
 pub type kiln_precision = ::std::os::raw::c_uint;
 extern "C" {
+    #[doc = " KILN_ERROR_INVALID_ARGUMENT for a value outside kiln_precision."]
     pub fn kiln_trainer_options_set_precision(
         options: *mut kiln_trainer_options,
         precision: kiln_precision,
@@ -1211,14 +1525,26 @@ pub const kiln_fast_path_KILN_FAST_PATH_EPILOGUES: kiln_fast_path = 1;
 pub const kiln_fast_path_KILN_FAST_PATH_GRAPHS: kiln_fast_path = 2;
 pub const kiln_fast_path_KILN_FAST_PATH_CUDNN: kiln_fast_path = 4;
 pub const kiln_fast_path_KILN_FAST_PATH_ALL: kiln_fast_path = 7;
+#[doc = " The parts of a backend's fast path, each of which can be switched off to"]
+#[doc = " bisect a failure: fused cuBLASLt epilogues, CUDA graphs, cuDNN's fused"]
+#[doc = " graphs. Backends without them (the CPU) ignore the bits, and results agree"]
+#[doc = " with every part off within float rounding."]
 pub type kiln_fast_path = ::std::os::raw::c_uint;
 extern "C" {
+    #[doc = " The kiln_fast_path bits a trainer may use (default KILN_FAST_PATH_ALL; 0"]
+    #[doc = " runs every step as the plain sequence of kernels). The environment"]
+    #[doc = " variable KILN_DISABLE, a comma-separated list of \"epilogues\", \"graphs\","]
+    #[doc = " \"cudnn\" or \"all\", removes more when the trainer is created"]
+    #[doc = " (KILN_ERROR_INVALID_ARGUMENT there for an unknown name)."]
+    #[doc = " KILN_ERROR_INVALID_ARGUMENT for bits outside KILN_FAST_PATH_ALL."]
     pub fn kiln_trainer_options_set_fast_path(
         options: *mut kiln_trainer_options,
         enabled: u32,
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " A trainer for model on the model's device; it keeps the model alive and"]
+    #[doc = " copies options (NULL = defaults). Used by one thread at a time."]
     pub fn kiln_trainer_create(
         model: *mut kiln_model,
         options: *const kiln_trainer_options,
@@ -1229,6 +1555,14 @@ extern "C" {
     pub fn kiln_trainer_release(trainer: *mut kiln_trainer);
 }
 extern "C" {
+    #[doc = " One optimisation step on a batch (x [B, in], or [B, ...] with `in`"]
+    #[doc = " elements per sample as kiln_model_forward takes it; y labels [B] or"]
+    #[doc = " targets [B, K]; any device: moved to the model's). *loss (may be NULL: then the"]
+    #[doc = " loss is not read back) is the batch's mean loss before the update. x and"]
+    #[doc = " y have been copied when the call returns, so the caller may refill them at"]
+    #[doc = " once, pinned host tensors included (for those the call waits for the"]
+    #[doc = " copy, and so for the steps queued before it). Without a loss to read, the"]
+    #[doc = " step itself may still be running on a GPU when the call returns."]
     pub fn kiln_trainer_step(
         trainer: *mut kiln_trainer,
         x: *const kiln_tensor,
@@ -1239,15 +1573,21 @@ extern "C" {
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct kiln_epoch_stats {
+    #[doc = " set by the caller (or the library, in callbacks)"]
     pub struct_size: u32,
+    #[doc = " 1-based"]
     pub epoch: i64,
+    #[doc = " mean over the epoch's samples"]
     pub train_loss: f64,
+    #[doc = " classification only, else 0"]
     pub train_accuracy: f64,
+    #[doc = " 0 (and has_validation 0) without validation data"]
     pub val_loss: f64,
     pub val_accuracy: f64,
     pub has_validation: ::std::os::raw::c_int,
     pub seconds: f64,
     pub samples_per_second: f64,
+    #[doc = " the learning rate at the epoch's end"]
     pub lr: f64,
 }
 #[test]
@@ -1434,13 +1774,18 @@ fn bindgen_test_layout_kiln_epoch_stats() {
     test_field_lr();
 }
 extern "C" {
+    #[doc = " One shuffled pass over dataset in batches of the options' batch size, the"]
+    #[doc = " last one partial. *out (struct_size set by the caller) gets the training"]
+    #[doc = " statistics; no validation."]
     pub fn kiln_trainer_epoch(
         trainer: *mut kiln_trainer,
         dataset: *const kiln_dataset,
         out: *mut kiln_epoch_stats,
     ) -> kiln_status;
 }
+#[doc = " every progress_interval batches"]
 pub const kiln_progress_phase_KILN_PROGRESS_BATCH: kiln_progress_phase = 0;
+#[doc = " at the end of each epoch, after validation"]
 pub const kiln_progress_phase_KILN_PROGRESS_EPOCH: kiln_progress_phase = 1;
 pub type kiln_progress_phase = ::std::os::raw::c_uint;
 #[repr(C)]
@@ -1448,13 +1793,19 @@ pub type kiln_progress_phase = ::std::os::raw::c_uint;
 pub struct kiln_progress {
     pub struct_size: u32,
     pub phase: kiln_progress_phase,
+    #[doc = " 1-based"]
     pub epoch: i64,
     pub epochs: i64,
+    #[doc = " batches done in this epoch"]
     pub batch: i64,
+    #[doc = " batches per epoch"]
     pub batches: i64,
+    #[doc = " mean training loss so far in this epoch"]
     pub loss: f64,
     pub samples_per_second: f64,
+    #[doc = " since the epoch began"]
     pub elapsed_seconds: f64,
+    #[doc = " the finished epoch (phase EPOCH), else NULL"]
     pub stats: *const kiln_epoch_stats,
 }
 #[test]
@@ -1640,6 +1991,13 @@ fn bindgen_test_layout_kiln_progress() {
     }
     test_field_stats();
 }
+#[doc = " Progress callback: runs on the thread that called kiln_trainer_fit; a"]
+#[doc = " non-zero return stops training after the current batch and makes fit"]
+#[doc = " return KILN_ERROR_CANCELLED (the model keeps the updates done so far)."]
+#[doc = " Inside it, the trainer may be read (epochs_done, current_lr,"]
+#[doc = " save_checkpoint) and released (fit keeps it alive until it returns);"]
+#[doc = " kiln_trainer_step, _epoch, _fit, _evaluate and _load_checkpoint on the same"]
+#[doc = " trainer return KILN_ERROR_BUSY."]
 pub type kiln_progress_fn = ::std::option::Option<
     unsafe extern "C" fn(
         user: *mut ::std::os::raw::c_void,
@@ -1647,6 +2005,12 @@ pub type kiln_progress_fn = ::std::option::Option<
     ) -> ::std::os::raw::c_int,
 >;
 extern "C" {
+    #[doc = " Trains for epochs epochs, evaluating validation (may be NULL) after each,"]
+    #[doc = " and returns the history (caller releases). callback may be NULL."]
+    #[doc = " KILN_ERROR_NUMERIC, naming the epoch and its figures, when an epoch's mean"]
+    #[doc = " loss is NaN or infinite (the updates done so far stay in the model; the"]
+    #[doc = " same for kiln_trainer_epoch); KILN_ERROR_INVALID_ARGUMENT when epochs < 1"]
+    #[doc = " or the total step count would pass 2^62."]
     pub fn kiln_trainer_fit(
         trainer: *mut kiln_trainer,
         train: *const kiln_dataset,
@@ -1658,6 +2022,8 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Mean loss and accuracy (0 for non-class targets) of the model over dataset,"]
+    #[doc = " in evaluation mode. loss and accuracy may each be NULL when not wanted."]
     pub fn kiln_trainer_evaluate(
         trainer: *mut kiln_trainer,
         dataset: *const kiln_dataset,
@@ -1666,21 +2032,28 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Epochs and optimisation steps done so far (checkpoints restore them)."]
     pub fn kiln_trainer_epochs_done(trainer: *const kiln_trainer, out: *mut i64) -> kiln_status;
 }
 extern "C" {
     pub fn kiln_trainer_steps_done(trainer: *const kiln_trainer, out: *mut i64) -> kiln_status;
 }
 extern "C" {
+    #[doc = " The learning rate the next step will use."]
     pub fn kiln_trainer_current_lr(trainer: *const kiln_trainer, out: *mut f64) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Writes a training checkpoint (weights, optimizer state, epoch and step"]
+    #[doc = " counters, shuffle generator) as safetensors, atomically."]
     pub fn kiln_trainer_save_checkpoint(
         trainer: *const kiln_trainer,
         path: *const ::std::os::raw::c_char,
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Restores a checkpoint written for the same architecture and optimizer"]
+    #[doc = " (else SHAPE_MISMATCH / INVALID_ARGUMENT); training then continues exactly"]
+    #[doc = " as the run that wrote it. On failure the trainer is unchanged."]
     pub fn kiln_trainer_load_checkpoint(
         trainer: *mut kiln_trainer,
         path: *const ::std::os::raw::c_char,
@@ -1693,6 +2066,7 @@ extern "C" {
     pub fn kiln_history_size(history: *const kiln_history, out: *mut i64) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Epoch i (0-based) of the history; out->struct_size set by the caller."]
     pub fn kiln_history_get(
         history: *const kiln_history,
         index: i64,
@@ -1705,12 +2079,34 @@ pub struct kiln_communicator {
     _unused: [u8; 0],
 }
 extern "C" {
+    #[doc = " A communicator over every process of the MPI job (a duplicate of"]
+    #[doc = " MPI_COMM_WORLD; MPI is initialized with MPI_Init_thread when the host"]
+    #[doc = " program has not, and finalized at exit). Collective: every process of the"]
+    #[doc = " job calls it. A process not started by mpirun is a job of one rank."]
+    #[doc = " KILN_ERROR_DEVICE_UNAVAILABLE when libkiln_dist.so or Open MPI's libmpi"]
+    #[doc = " cannot be loaded (the message has the loader's reason) or MPI cannot be"]
+    #[doc = " initialized. The timeout starts at KILN_DIST_TIMEOUT seconds (environment;"]
+    #[doc = " default 600) and bounds the creation too: when a process of the job never"]
+    #[doc = " creates its communicator, the others' calls return KILN_ERROR_COMMUNICATION"]
+    #[doc = " after that long (MPI_Init itself waits for every process mpirun started;"]
+    #[doc = " mpirun bounds that). *out is released with kiln_communicator_release; a trainer"]
+    #[doc = " it is attached to keeps it alive."]
     pub fn kiln_communicator_create_mpi(
         ctx: *mut kiln_context,
         out: *mut *mut kiln_communicator,
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " One communicator per GPU of devices[0..count), over NCCL alone (no MPI):"]
+    #[doc = " out[i] (an array of count pointers the caller provides) is rank i of count"]
+    #[doc = " and runs on devices[i]. For DDP inside one process: one thread per GPU, each"]
+    #[doc = " with its own model on its GPU and its own trainer attached to its"]
+    #[doc = " communicator; the ranks meet in every collective, so each must be driven by"]
+    #[doc = " a thread of its own. KILN_ERROR_INVALID_ARGUMENT for count < 1, a CPU"]
+    #[doc = " device or a device listed twice; KILN_ERROR_DEVICE_UNAVAILABLE for a GPU"]
+    #[doc = " that does not exist or a missing plugin; KILN_ERROR_NOT_SUPPORTED when the"]
+    #[doc = " plugin was built without NCCL. On failure every out[i] is NULL. Each"]
+    #[doc = " out[i] is released with kiln_communicator_release."]
     pub fn kiln_communicator_create_local(
         ctx: *mut kiln_context,
         devices: *const kiln_device,
@@ -1722,6 +2118,8 @@ extern "C" {
     pub fn kiln_communicator_release(comm: *mut kiln_communicator);
 }
 extern "C" {
+    #[doc = " This process's rank in [0, size), the number of ranks, and the rank among"]
+    #[doc = " the ranks of the same machine (the GPU to use: cuda:<local rank>)."]
     pub fn kiln_communicator_rank(comm: *const kiln_communicator, out: *mut i64) -> kiln_status;
 }
 extern "C" {
@@ -1734,10 +2132,22 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Seconds any one collective may take before it fails with"]
+    #[doc = " KILN_ERROR_COMMUNICATION (a dead or stuck peer). KILN_ERROR_INVALID_ARGUMENT"]
+    #[doc = " unless seconds > 0 and finite. Not while a trainer it is attached to runs."]
     pub fn kiln_communicator_set_timeout(comm: *mut kiln_communicator, seconds: f64)
         -> kiln_status;
 }
 extern "C" {
+    #[doc = " Makes trainer one rank of DDP training over comm (see above); the trainer"]
+    #[doc = " keeps comm alive. Collective: every rank calls it. KILN_ERROR_INVALID_ARGUMENT"]
+    #[doc = " on every rank when the model spec, dtype or options (loss, lr, optimizer,"]
+    #[doc = " batch size, clipping, schedule, shuffle seed, precision) differ between"]
+    #[doc = " ranks, naming the ranks; KILN_ERROR_NOT_SUPPORTED when comm cannot reduce"]
+    #[doc = " buffers of the trainer's device (a CUDA model with a plugin built without"]
+    #[doc = " NCCL); KILN_ERROR_COMMUNICATION when the exchange fails. From then on"]
+    #[doc = " kiln_trainer_step also averages gradients (every rank must call it, each"]
+    #[doc = " with its own batch; the loss returned is this rank's batch's)."]
     pub fn kiln_trainer_attach_communicator(
         trainer: *mut kiln_trainer,
         comm: *mut kiln_communicator,

@@ -1,51 +1,84 @@
-use std::ffi::CStr;
+use std::fmt;
+use std::os::raw::c_int;
 use std::path::Path;
 use std::ptr::NonNull;
 
 use kiln_sys as sys;
 
 use crate::context::{Context, Device};
-use crate::error::{check, Error, Result, Status};
-use crate::tensor::{Tensor, View};
-use crate::{create, cstring, get};
+use crate::error::{check, Result};
+use crate::tensor::{op_enum, DType, Tensor, View, ViewMut};
+use crate::{create, cstring, get, owned_string, path_cstring};
 
-/// A layer of a sequential model.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LayerKind {
-    Linear = 0,
-    Relu = 1,
-    LeakyRelu = 2,
-    Gelu = 3,
-    Tanh = 4,
-    Sigmoid = 5,
-    Dropout = 6,
+op_enum! {
+    /// A layer of a sequential model (kiln_layer_kind).
+    LayerKind:
+    /// Linear(in, out), added with `ModelSpec::add_linear`.
+    Linear = sys::kiln_layer_kind_KILN_LAYER_LINEAR, "linear";
+    /// ReLU.
+    Relu = sys::kiln_layer_kind_KILN_LAYER_RELU, "relu";
+    /// LeakyReLU; its argument is the negative slope.
+    LeakyRelu = sys::kiln_layer_kind_KILN_LAYER_LEAKY_RELU, "leaky_relu";
+    /// GELU (erf form).
+    Gelu = sys::kiln_layer_kind_KILN_LAYER_GELU, "gelu";
+    /// Tanh.
+    Tanh = sys::kiln_layer_kind_KILN_LAYER_TANH, "tanh";
+    /// Sigmoid.
+    Sigmoid = sys::kiln_layer_kind_KILN_LAYER_SIGMOID, "sigmoid";
+    /// Dropout; its argument is the drop probability.
+    Dropout = sys::kiln_layer_kind_KILN_LAYER_DROPOUT, "dropout";
 }
 
-/// What `Model::predict` returns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PredictKind {
-    Logits = 0,
+op_enum! {
+    /// What `Model::predict` returns (kiln_predict_kind).
+    PredictKind:
+    /// Logits [batch, outputs].
+    Logits = sys::kiln_predict_kind_KILN_PREDICT_LOGITS, "logits";
     /// Softmax of the logits.
-    Probabilities = 1,
-    /// Argmax, I64 [batch].
-    Classes = 2,
+    Probabilities = sys::kiln_predict_kind_KILN_PREDICT_PROBABILITIES, "probabilities";
+    /// Argmax, I64 `[batch]`.
+    Classes = sys::kiln_predict_kind_KILN_PREDICT_CLASSES, "classes";
 }
 
-/// The layers of a model, built up and given to `Model::new`.
-pub struct ModelSpec(NonNull<sys::kiln_model_spec>);
+/// The layers of a model, built up and given to `Model::new`. Displays the
+/// calls that built it, e.g. `784-32-10 + dropout(0.2)`.
+pub struct ModelSpec {
+    raw: NonNull<sys::kiln_model_spec>,
+    // kiln has no text form of a spec before a model is made, so the spec
+    // remembers what was appended, for Display.
+    parts: Vec<String>,
+}
 
-// SAFETY: a spec is plain data owned by this value; release works anywhere.
+// SAFETY: a spec is plain data owned by this value, changed only through
+// &mut self; release works anywhere.
 unsafe impl Send for ModelSpec {}
+unsafe impl Sync for ModelSpec {}
 
 impl Drop for ModelSpec {
     fn drop(&mut self) {
-        unsafe { sys::kiln_model_spec_release(self.0.as_ptr()) }
+        unsafe { sys::kiln_model_spec_release(self.raw.as_ptr()) }
+    }
+}
+
+impl fmt::Display for ModelSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.parts.is_empty() {
+            return f.write_str("(empty spec)");
+        }
+        f.write_str(&self.parts.join(" + "))
+    }
+}
+
+impl fmt::Debug for ModelSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ModelSpec").field(&self.parts).finish()
     }
 }
 
 impl ModelSpec {
+    /// An empty spec.
     pub fn new() -> Result<ModelSpec> {
-        create(|p| unsafe { sys::kiln_model_spec_create(p) }).map(ModelSpec)
+        create(|p| unsafe { sys::kiln_model_spec_create(p) }).map(|raw| ModelSpec { raw, parts: Vec::new() })
     }
 
     /// A spec from compact text: "784-32-10" (ReLU between layers),
@@ -58,28 +91,44 @@ impl ModelSpec {
 
     /// Appends the layers a compact text describes.
     pub fn append(&mut self, text: &str) -> Result<()> {
-        let text = cstring(text)?;
-        check(unsafe { sys::kiln_model_spec_parse(self.0.as_ptr(), text.as_ptr()) })
+        let c = cstring(text)?;
+        check(unsafe { sys::kiln_model_spec_parse(self.raw.as_ptr(), c.as_ptr()) })?;
+        self.parts.push(text.to_owned());
+        Ok(())
     }
 
+    /// Appends Linear(in_features, out_features).
     pub fn add_linear(&mut self, in_features: i64, out_features: i64, bias: bool) -> Result<()> {
-        check(unsafe { sys::kiln_model_spec_add_linear(self.0.as_ptr(), in_features, out_features, bias as i32) })
+        check(unsafe { sys::kiln_model_spec_add_linear(self.raw.as_ptr(), in_features, out_features, bias as c_int) })?;
+        self.parts.push(format!("linear({in_features}, {out_features}{})", if bias { "" } else { ", no bias" }));
+        Ok(())
     }
 
     /// A parameterless layer; `arg` is LeakyReLU's slope or Dropout's
     /// probability.
     pub fn add(&mut self, kind: LayerKind, arg: f64) -> Result<()> {
-        check(unsafe { sys::kiln_model_spec_add(self.0.as_ptr(), kind as u32, arg) })
+        check(unsafe { sys::kiln_model_spec_add(self.raw.as_ptr(), kind.raw(), arg) })?;
+        self.parts.push(match kind {
+            LayerKind::LeakyRelu | LayerKind::Dropout => format!("{kind}({arg})"),
+            _ => kind.to_string(),
+        });
+        Ok(())
     }
 
     /// Linear layers of `sizes` with `activation` between them.
     pub fn add_mlp(&mut self, sizes: &[i64], activation: LayerKind) -> Result<()> {
-        check(unsafe { sys::kiln_model_spec_add_mlp(self.0.as_ptr(), sizes.as_ptr(), sizes.len() as i64, activation as u32) })
+        check(unsafe {
+            sys::kiln_model_spec_add_mlp(self.raw.as_ptr(), sizes.as_ptr(), sizes.len() as i64, activation.raw())
+        })?;
+        let sizes: Vec<String> = sizes.iter().map(i64::to_string).collect();
+        self.parts.push(format!("{}:{activation}", sizes.join("-")));
+        Ok(())
     }
 }
 
 /// A sequential MLP. `Send + Sync`: `forward` and `predict` may run on
-/// several threads at once; changes take `&mut self`.
+/// several threads at once; changes take `&mut self`. Displays as
+/// `model 784-32-10 (25450 parameters, f32, cpu)`.
 pub struct Model(pub(crate) NonNull<sys::kiln_model>);
 
 // SAFETY: kiln.h: a model used for inference may be shared by threads; the
@@ -93,15 +142,37 @@ impl Drop for Model {
     }
 }
 
-fn path_cstring(path: &Path) -> Result<std::ffi::CString> {
-    let s = path.to_str().ok_or_else(|| Error::new(Status::InvalidArgument, format!("path {path:?} is not UTF-8")))?;
-    cstring(s)
+impl fmt::Display for Model {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let dtype = self.parameter(0).and_then(|(p, _)| p.dtype());
+        match (self.describe(), self.num_parameters(), dtype, self.device()) {
+            (Ok(spec), Ok(n), Ok(dtype), Ok(device)) => write!(f, "model {spec} ({n} parameters, {dtype}, {device})"),
+            (Err(e), ..) | (_, Err(e), ..) | (_, _, Err(e), _) | (.., Err(e)) => write!(f, "model (<{e}>)"),
+        }
+    }
+}
+
+impl fmt::Debug for Model {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Model")
+            .field("spec", &self.describe().ok())
+            .field("parameters", &self.num_parameters().ok())
+            .field("device", &self.device().ok())
+            .field("training", &self.is_training().ok())
+            .finish()
+    }
 }
 
 impl Model {
-    /// A model initialised from the context's generator as nn.Linear.
+    /// An f32 model initialised from the context's generator as nn.Linear.
     pub fn new(ctx: &Context, spec: &ModelSpec, device: Device) -> Result<Model> {
-        create(|p| unsafe { sys::kiln_model_create(ctx.ptr(), spec.0.as_ptr(), device.raw(), p) }).map(Model)
+        create(|p| unsafe { sys::kiln_model_create(ctx.ptr(), spec.raw.as_ptr(), device.raw(), p) }).map(Model)
+    }
+
+    /// A model with parameters of `dtype` (F32, or F64 on the CPU).
+    pub fn with_dtype(ctx: &Context, spec: &ModelSpec, device: Device, dtype: DType) -> Result<Model> {
+        create(|p| unsafe { sys::kiln_model_create_dtype(ctx.ptr(), spec.raw.as_ptr(), device.raw(), dtype.raw(), p) })
+            .map(Model)
     }
 
     /// `Model::new(ctx, &ModelSpec::parse(text)?, device)`.
@@ -115,6 +186,15 @@ impl Model {
         create(|p| unsafe { sys::kiln_model_load(ctx.ptr(), path.as_ptr(), device.raw(), p) }).map(Model)
     }
 
+    /// A model of `spec` from a safetensors file holding its parameters under
+    /// PyTorch's nn.Sequential names ("0.weight", "0.bias", ...), such as
+    /// `safetensors.torch.save_file(model.state_dict(), path)` writes.
+    pub fn load_with_spec(ctx: &Context, path: impl AsRef<Path>, spec: &ModelSpec, device: Device) -> Result<Model> {
+        let path = path_cstring(path.as_ref())?;
+        create(|p| unsafe { sys::kiln_model_load_with_spec(ctx.ptr(), path.as_ptr(), spec.raw.as_ptr(), device.raw(), p) })
+            .map(Model)
+    }
+
     pub(crate) fn ptr(&self) -> *mut sys::kiln_model {
         self.0.as_ptr()
     }
@@ -125,7 +205,7 @@ impl Model {
         check(unsafe { sys::kiln_model_save(self.ptr(), path.as_ptr()) })
     }
 
-    /// Reads weights of the same architecture.
+    /// Reads weights of the same architecture; unchanged on failure.
     pub fn load_weights(&mut self, path: impl AsRef<Path>) -> Result<()> {
         let path = path_cstring(path.as_ref())?;
         check(unsafe { sys::kiln_model_load_weights(self.ptr(), path.as_ptr()) })
@@ -136,6 +216,7 @@ impl Model {
         check(unsafe { sys::kiln_model_to(self.ptr(), device.raw()) })
     }
 
+    /// Where the parameters live.
     pub fn device(&self) -> Result<Device> {
         let mut d = sys::kiln_device { kind: 0, index: 0 };
         check(unsafe { sys::kiln_model_device(self.ptr(), &mut d) })?;
@@ -144,17 +225,25 @@ impl Model {
 
     /// Dropout active (true) or evaluation mode.
     pub fn set_training(&mut self, training: bool) -> Result<()> {
-        check(unsafe { sys::kiln_model_set_training(self.ptr(), training as i32) })
+        check(unsafe { sys::kiln_model_set_training(self.ptr(), training as c_int) })
     }
 
+    /// Whether the model is in training mode (new models are).
+    pub fn is_training(&self) -> Result<bool> {
+        get(|p: *mut c_int| unsafe { sys::kiln_model_is_training(self.ptr(), p) }).map(|v| v != 0)
+    }
+
+    /// Scalar parameters (weights and biases).
     pub fn num_parameters(&self) -> Result<i64> {
         get(|p| unsafe { sys::kiln_model_num_parameters(self.ptr(), p) })
     }
 
+    /// Features per input sample.
     pub fn input_size(&self) -> Result<i64> {
         get(|p| unsafe { sys::kiln_model_input_size(self.ptr(), p) })
     }
 
+    /// Outputs per sample.
     pub fn output_size(&self) -> Result<i64> {
         get(|p| unsafe { sys::kiln_model_output_size(self.ptr(), p) })
     }
@@ -164,21 +253,34 @@ impl Model {
         let mut s = std::ptr::null();
         check(unsafe { sys::kiln_model_describe(self.ptr(), &mut s) })?;
         // SAFETY: owned by the model, which &self keeps alive.
-        Ok(unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned())
+        Ok(unsafe { owned_string(s) })
     }
 
+    /// Parameter tensors (2 per Linear with bias).
     pub fn num_parameter_tensors(&self) -> Result<i64> {
         get(|p| unsafe { sys::kiln_model_num_parameter_tensors(self.ptr(), p) })
     }
 
-    /// Parameter `index` as a view of the model's storage, with its
-    /// state_dict name ("0.weight", ...).
-    pub fn parameter(&self, index: i64) -> Result<(View<'_>, String)> {
+    fn parameter_name(&self, index: i64) -> Result<String> {
         let mut s = std::ptr::null();
         check(unsafe { sys::kiln_model_parameter_name(self.ptr(), index, &mut s) })?;
-        let name = unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned();
+        Ok(unsafe { owned_string(s) })
+    }
+
+    /// Parameter `index` as a read-only view of the model's storage, with
+    /// its state_dict name ("0.weight", ...). `view.to(device)` copies.
+    pub fn parameter(&self, index: i64) -> Result<(View<'_>, String)> {
+        let name = self.parameter_name(index)?;
         let t = create(|p| unsafe { sys::kiln_model_parameter(self.ptr(), index, p) })?;
         Ok((View::new(Tensor(t)), name))
+    }
+
+    /// Parameter `index` as a writable view: writes change the model, which
+    /// it borrows mutably, so no inference runs meanwhile.
+    pub fn parameter_mut(&mut self, index: i64) -> Result<(ViewMut<'_>, String)> {
+        let name = self.parameter_name(index)?;
+        let t = create(|p| unsafe { sys::kiln_model_parameter(self.ptr(), index, p) })?;
+        Ok((ViewMut::new(Tensor(t)), name))
     }
 
     /// Logits [batch, outputs] for x [batch, inputs] on the model's device.
@@ -188,6 +290,6 @@ impl Model {
 
     /// Evaluation-mode forward pass on x from any device.
     pub fn predict(&self, x: &Tensor, kind: PredictKind) -> Result<Tensor> {
-        create(|p| unsafe { sys::kiln_model_predict(self.ptr(), x.ptr(), kind as u32, p) }).map(Tensor)
+        create(|p| unsafe { sys::kiln_model_predict(self.ptr(), x.ptr(), kind.raw(), p) }).map(Tensor)
     }
 }

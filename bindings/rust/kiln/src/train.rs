@@ -1,4 +1,9 @@
+use std::any::Any;
+use std::fmt;
 use std::marker::PhantomData;
+use std::ops::ControlFlow;
+use std::os::raw::{c_int, c_void};
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::ptr::NonNull;
 use std::time::Duration;
@@ -6,13 +11,15 @@ use std::time::Duration;
 use kiln_sys as sys;
 
 use crate::context::{Context, Device};
-use crate::error::{check, Result};
+use crate::dist::Communicator;
+use crate::error::{check, Error, Result, Status};
 use crate::model::Model;
-use crate::tensor::Tensor;
-use crate::{create, cstring, get};
+use crate::tensor::{op_enum, Tensor};
+use crate::{create, cstring, get, path_cstring};
 
 /// Samples and labels. A dataset made from tensors borrows them (`'a`):
-/// kiln references their storage instead of copying it.
+/// kiln references their storage instead of copying it. Displays as
+/// `dataset (60000 samples, 784 features, 10 classes)`.
 pub struct Dataset<'a> {
     raw: NonNull<sys::kiln_dataset>,
     _data: PhantomData<&'a Tensor>,
@@ -29,38 +36,62 @@ impl Drop for Dataset<'_> {
     }
 }
 
+impl fmt::Display for Dataset<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.len(), self.num_features(), self.num_classes()) {
+            (Ok(n), Ok(k), Ok(c)) => write!(f, "dataset ({n} samples, {k} features, {c} classes)"),
+            (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => write!(f, "dataset (<{e}>)"),
+        }
+    }
+}
+
+impl fmt::Debug for Dataset<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dataset")
+            .field("len", &self.len().ok())
+            .field("num_features", &self.num_features().ok())
+            .field("num_classes", &self.num_classes().ok())
+            .finish()
+    }
+}
+
 impl<'a> Dataset<'a> {
     fn wrap(raw: NonNull<sys::kiln_dataset>) -> Dataset<'a> {
         Dataset { raw, _data: PhantomData }
     }
 
-    /// x [N, features...] (float or U8) with integer labels [N] or float
-    /// targets [N, k].
+    /// x `[N, features...]` (float or U8) with integer labels `[N]` or float
+    /// targets `[N, k]`.
     pub fn from_tensors(ctx: &Context, x: &'a Tensor, y: &'a Tensor) -> Result<Dataset<'a>> {
         create(|p| unsafe { sys::kiln_dataset_from_tensors(ctx.ptr(), x.ptr(), y.ptr(), p) }).map(Dataset::wrap)
     }
 
     /// An IDX image file and label file (raw or .gz).
-    pub fn load_idx(ctx: &Context, images: &str, labels: &str) -> Result<Dataset<'static>> {
-        let (images, labels) = (cstring(images)?, cstring(labels)?);
+    pub fn load_idx(ctx: &Context, images: impl AsRef<Path>, labels: impl AsRef<Path>) -> Result<Dataset<'static>> {
+        let (images, labels) = (path_cstring(images.as_ref())?, path_cstring(labels.as_ref())?);
         create(|p| unsafe { sys::kiln_dataset_load_idx(ctx.ptr(), images.as_ptr(), labels.as_ptr(), p) }).map(Dataset::wrap)
     }
 
     /// The "train" or "test" split of an MNIST-layout directory.
     pub fn load_mnist(ctx: &Context, dir: impl AsRef<Path>, split: &str) -> Result<Dataset<'static>> {
-        let dir = cstring(&dir.as_ref().to_string_lossy())?;
+        let dir = path_cstring(dir.as_ref())?;
         let split = cstring(split)?;
         create(|p| unsafe { sys::kiln_dataset_load_mnist(ctx.ptr(), dir.as_ptr(), split.as_ptr(), p) }).map(Dataset::wrap)
     }
 
+    /// The number of samples (never 0: kiln refuses empty datasets, so there
+    /// is no `is_empty`).
+    #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> Result<i64> {
         get(|p| unsafe { sys::kiln_dataset_size(self.raw.as_ptr(), p) })
     }
 
+    /// Features per sample.
     pub fn num_features(&self) -> Result<i64> {
         get(|p| unsafe { sys::kiln_dataset_num_features(self.raw.as_ptr(), p) })
     }
 
+    /// 1 + the largest label, or the target width.
     pub fn num_classes(&self) -> Result<i64> {
         get(|p| unsafe { sys::kiln_dataset_num_classes(self.raw.as_ptr(), p) })
     }
@@ -78,70 +109,138 @@ impl<'a> Dataset<'a> {
         unsafe { Ok((Dataset::wrap(NonNull::new_unchecked(t)), Dataset::wrap(NonNull::new_unchecked(v)))) }
     }
 
-    /// Samples [start, start + count) as normalised F32 x and labels y on device.
+    /// Samples [start, start + count) as normalised F32 x and labels y on
+    /// `device` (new tensors of their own).
     pub fn batch(&self, start: i64, count: i64, device: Device) -> Result<(Tensor, Tensor)> {
         let (mut x, mut y) = (std::ptr::null_mut(), std::ptr::null_mut());
         check(unsafe { sys::kiln_dataset_batch(self.raw.as_ptr(), start, count, device.raw(), &mut x, &mut y) })?;
         unsafe { Ok((Tensor(NonNull::new_unchecked(x)), Tensor(NonNull::new_unchecked(y)))) }
     }
+
+    /// The dataset in order, `batch_size` samples at a time (the last batch
+    /// partial), as (x, y) on `device`: the pull form for step-wise
+    /// training with `Trainer::step`. `Status::InvalidArgument` for a batch
+    /// size below 1.
+    pub fn batches(&self, batch_size: i64, device: Device) -> Result<Batches<'_, 'a>> {
+        if batch_size < 1 {
+            return Err(Error::new(Status::InvalidArgument, format!("batch size {batch_size} is not positive")));
+        }
+        Ok(Batches { data: self, batch_size, device, next: 0, len: self.len()? })
+    }
 }
 
-/// A training loss.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LossKind {
-    /// Logits [B, C], integer labels [B].
-    CrossEntropy = 0,
-    Mse = 1,
-    BceWithLogits = 2,
+/// The iterator `Dataset::batches` returns: `Result<(x, y)>` per batch.
+pub struct Batches<'d, 'a> {
+    data: &'d Dataset<'a>,
+    batch_size: i64,
+    device: Device,
+    next: i64,
+    len: i64,
+}
+
+impl Iterator for Batches<'_, '_> {
+    type Item = Result<(Tensor, Tensor)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.next >= self.len {
+            return None;
+        }
+        let count = self.batch_size.min(self.len - self.next);
+        let batch = self.data.batch(self.next, count, self.device);
+        // After a failure the iterator ends, so `collect` and `for` stop.
+        self.next = if batch.is_ok() { self.next + count } else { self.len };
+        Some(batch)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = ((self.len - self.next).max(0) + self.batch_size - 1) / self.batch_size;
+        (n as usize, Some(n as usize))
+    }
+}
+
+impl ExactSizeIterator for Batches<'_, '_> {}
+
+impl fmt::Debug for Batches<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Batches")
+            .field("batch_size", &self.batch_size)
+            .field("device", &self.device)
+            .field("next", &self.next)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl fmt::Display for Batches<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "batches of {} on {}, {} of {} samples done", self.batch_size, self.device, self.next, self.len)
+    }
+}
+
+op_enum! {
+    /// A training loss (kiln_loss_kind).
+    LossKind:
+    /// Logits `[B, C]`, integer labels `[B]`.
+    CrossEntropy = sys::kiln_loss_kind_KILN_LOSS_CROSS_ENTROPY, "cross_entropy";
+    /// Mean squared error: pred and target [B, K].
+    Mse = sys::kiln_loss_kind_KILN_LOSS_MSE, "mse";
+    /// Binary cross-entropy from logits, targets in [0, 1].
+    BceWithLogits = sys::kiln_loss_kind_KILN_LOSS_BCE_WITH_LOGITS, "bce_with_logits";
 }
 
 /// The mean loss of `pred` against `target`, as a trainer computes it.
 pub fn loss(kind: LossKind, pred: &Tensor, target: &Tensor) -> Result<f64> {
-    get(|p| unsafe { sys::kiln_loss(kind as u32, pred.ptr(), target.ptr(), p) })
+    get(|p| unsafe { sys::kiln_loss(kind.raw(), pred.ptr(), target.ptr(), p) })
 }
 
-/// An update rule.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Optimizer {
-    Sgd { momentum: f64, nesterov: bool },
-    Adam { beta1: f64, beta2: f64, eps: f64 },
-    AdamW { beta1: f64, beta2: f64, eps: f64 },
+op_enum! {
+    /// An update rule (kiln_optimizer_kind); its hyper-parameters are
+    /// `TrainerOptions` fields.
+    Optimizer:
+    /// SGD, with optional momentum and Nesterov.
+    Sgd = sys::kiln_optimizer_kind_KILN_OPTIM_SGD, "sgd";
+    /// Adam.
+    Adam = sys::kiln_optimizer_kind_KILN_OPTIM_ADAM, "adam";
+    /// AdamW (decoupled weight decay).
+    AdamW = sys::kiln_optimizer_kind_KILN_OPTIM_ADAMW, "adamw";
 }
 
 /// A learning-rate schedule.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Schedule {
+    /// lr throughout.
     Constant,
     /// lr * gamma^floor(step / step_size).
-    Step { step_size: i64, gamma: f64 },
+    Step {
+        /// The period in steps.
+        step_size: i64,
+        /// The factor per period.
+        gamma: f64,
+    },
     /// From lr to min_lr over total_steps (0: the fit's total).
-    Cosine { total_steps: i64, min_lr: f64 },
+    Cosine {
+        /// The length in steps (0: the whole fit).
+        total_steps: i64,
+        /// The floor.
+        min_lr: f64,
+    },
 }
+crate::display_as_debug!(Schedule);
 
-/// The numeric precision of a trainer's steps (kiln_precision).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Precision {
+op_enum! {
+    /// The numeric precision of a trainer's steps (kiln_precision).
+    Precision:
     /// The model's dtype throughout, f32 products computed exactly (kiln's
     /// default, and PyTorch's with TF32 off).
-    Fp32,
+    Fp32 = sys::kiln_precision_KILN_PRECISION_FP32, "fp32";
     /// f32 products on CUDA's TF32 tensor cores (10-bit mantissa inputs, f32
     /// accumulation). CUDA only: a trainer for a CPU model fails with
     /// `Status::NotSupported`.
-    Tf32,
+    Tf32 = sys::kiln_precision_KILN_PRECISION_TF32, "tf32";
     /// Mixed precision on every device: batch, activations and products in
     /// bf16 (f32 accumulation) with f32 master weights, gradients, optimizer
     /// state and loss, as PyTorch's autocast to bfloat16.
-    Bf16,
-}
-
-impl Precision {
-    fn raw(self) -> sys::kiln_precision {
-        match self {
-            Precision::Fp32 => sys::kiln_precision_KILN_PRECISION_FP32,
-            Precision::Tf32 => sys::kiln_precision_KILN_PRECISION_TF32,
-            Precision::Bf16 => sys::kiln_precision_KILN_PRECISION_BF16,
-        }
-    }
+    Bf16 = sys::kiln_precision_KILN_PRECISION_BF16, "bf16";
 }
 
 /// A set of the parts of a backend's fast path (kiln_fast_path bits), each
@@ -180,6 +279,21 @@ impl FastPath {
     }
 }
 
+impl fmt::Display for FastPath {
+    /// The parts joined by '|' ("epilogues|graphs|cudnn"), "none" for none,
+    /// unknown bits in hex.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names = [(FastPath::EPILOGUES, "epilogues"), (FastPath::GRAPHS, "graphs"), (FastPath::CUDNN, "cudnn")];
+        let mut parts: Vec<String> =
+            names.iter().filter(|(p, _)| self.contains(*p)).map(|(_, n)| (*n).to_owned()).collect();
+        let unknown = self.0 & !FastPath::ALL.0;
+        if unknown != 0 {
+            parts.push(format!("{unknown:#x}"));
+        }
+        f.write_str(if parts.is_empty() { "none".to_owned() } else { parts.join("|") }.as_str())
+    }
+}
+
 impl std::ops::BitOr for FastPath {
     type Output = FastPath;
     fn bitor(self, rhs: FastPath) -> FastPath {
@@ -208,54 +322,93 @@ impl std::ops::Sub for FastPath {
     }
 }
 
-/// Trainer settings. `Default` is PyTorch's: SGD without momentum, lr 0.01,
-/// cross-entropy, batch 64.
-#[derive(Clone, Debug, PartialEq)]
+/// Trainer settings. Every field is optional: `None` keeps libkiln's default
+/// (PyTorch's: cross-entropy, SGD, lr 0.01, batch 64, ...; kiln.h lists
+/// them), so the defaults live in one place. Set fields directly or chain:
+/// `TrainerOptions::default().optimizer(Optimizer::Adam).lr(1e-3)`.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct TrainerOptions {
-    pub loss: LossKind,
-    pub optimizer: Optimizer,
-    pub lr: f64,
-    /// None: the optimizer's default (AdamW 0.01, else 0).
+    /// The loss.
+    pub loss: Option<LossKind>,
+    /// The update rule.
+    pub optimizer: Option<Optimizer>,
+    /// The learning rate.
+    pub lr: Option<f64>,
+    /// SGD's momentum.
+    pub momentum: Option<f64>,
+    /// SGD's Nesterov momentum.
+    pub nesterov: Option<bool>,
+    /// Weight decay (AdamW's default 0.01, else 0).
     pub weight_decay: Option<f64>,
-    pub batch_size: i64,
+    /// Adam's and AdamW's (beta1, beta2).
+    pub betas: Option<(f64, f64)>,
+    /// Adam's and AdamW's epsilon.
+    pub eps: Option<f64>,
+    /// Samples per step.
+    pub batch_size: Option<i64>,
     /// Max global gradient norm (0: off).
-    pub grad_clip: f64,
-    pub schedule: Schedule,
-    pub warmup_steps: i64,
-    /// None: seeded from the context.
+    pub grad_clip: Option<f64>,
+    /// The learning-rate schedule.
+    pub schedule: Option<Schedule>,
+    /// Steps of linear warmup.
+    pub warmup_steps: Option<i64>,
+    /// The shuffle seed (default: from the context).
     pub shuffle_seed: Option<u64>,
-    /// None: kiln's default, `Precision::Fp32`. Tf32 and Bf16 need an F32
-    /// model (`Status::NotSupported` otherwise).
+    /// Fp32 by default; Tf32 and Bf16 need an F32 model.
     pub precision: Option<Precision>,
-    /// The fast-path parts the trainer may use. None: kiln's default,
-    /// `FastPath::ALL`. The environment variable KILN_DISABLE (a comma-separated
-    /// list of "epilogues", "graphs", "cudnn" or "all") removes
-    /// more when the trainer is made.
+    /// The fast-path parts the trainer may use (default `FastPath::ALL`). The
+    /// environment variable KILN_DISABLE (a comma-separated list of
+    /// "epilogues", "graphs", "cudnn" or "all") removes more when the trainer
+    /// is made.
     pub fast_path: Option<FastPath>,
+    /// `Trainer::fit_with`'s callback runs every this many batches (default
+    /// 0: once per epoch only).
+    pub progress_interval: Option<i64>,
+    /// DataParallel, as PyTorch's nn.DataParallel: train over these GPUs of
+    /// this process, a replica of the model per device, each batch split
+    /// evenly over them (`batch_size` must be a multiple of their count). The
+    /// model must be on the first one when the trainer is made. One device is
+    /// plain training there; `None` or empty: the model's device.
+    pub devices: Option<Vec<Device>>,
 }
+crate::display_as_debug!(TrainerOptions);
 
-impl Default for TrainerOptions {
-    fn default() -> TrainerOptions {
-        TrainerOptions {
-            loss: LossKind::CrossEntropy,
-            optimizer: Optimizer::Sgd { momentum: 0.0, nesterov: false },
-            lr: 0.01,
-            weight_decay: None,
-            batch_size: 64,
-            grad_clip: 0.0,
-            schedule: Schedule::Constant,
-            warmup_steps: 0,
-            shuffle_seed: None,
-            precision: None,
-            fast_path: None,
-        }
-    }
-}
-
-impl Optimizer {
-    /// Adam with PyTorch's betas (0.9, 0.999) and eps 1e-8.
-    pub fn adam() -> Optimizer {
-        Optimizer::Adam { beta1: 0.9, beta2: 0.999, eps: 1e-8 }
+crate::setters! {
+    TrainerOptions {
+        /// Sets `loss`.
+        loss: LossKind;
+        /// Sets `optimizer`.
+        optimizer: Optimizer;
+        /// Sets `lr`.
+        lr: f64;
+        /// Sets `momentum`.
+        momentum: f64;
+        /// Sets `nesterov`.
+        nesterov: bool;
+        /// Sets `weight_decay`.
+        weight_decay: f64;
+        /// Sets `betas`.
+        betas: (f64, f64);
+        /// Sets `eps`.
+        eps: f64;
+        /// Sets `batch_size`.
+        batch_size: i64;
+        /// Sets `grad_clip`.
+        grad_clip: f64;
+        /// Sets `schedule`.
+        schedule: Schedule;
+        /// Sets `warmup_steps`.
+        warmup_steps: i64;
+        /// Sets `shuffle_seed`.
+        shuffle_seed: u64;
+        /// Sets `precision`.
+        precision: Precision;
+        /// Sets `fast_path`.
+        fast_path: FastPath;
+        /// Sets `progress_interval`.
+        progress_interval: i64;
+        /// Sets `devices`.
+        devices: Vec<Device>;
     }
 }
 
@@ -270,47 +423,39 @@ impl TrainerOptions {
     fn to_raw(&self) -> Result<RawOptions> {
         let o = RawOptions(create(|p| unsafe { sys::kiln_trainer_options_create(p) })?);
         let p = o.0.as_ptr();
+        // Only what is set is passed on; the rest stays at libkiln's default.
+        fn set<T: Copy>(value: Option<T>, f: impl FnOnce(T) -> sys::kiln_status) -> Result<()> {
+            value.map_or(Ok(()), |v| check(f(v)))
+        }
         unsafe {
-            check(sys::kiln_trainer_options_set_loss(p, self.loss as u32))?;
-            match self.optimizer {
-                Optimizer::Sgd { momentum, nesterov } => {
-                    check(sys::kiln_trainer_options_set_optimizer(p, sys::kiln_optimizer_kind_KILN_OPTIM_SGD))?;
-                    check(sys::kiln_trainer_options_set_momentum(p, momentum))?;
-                    check(sys::kiln_trainer_options_set_nesterov(p, nesterov as i32))?;
+            set(self.loss, |v| sys::kiln_trainer_options_set_loss(p, v.raw()))?;
+            set(self.optimizer, |v| sys::kiln_trainer_options_set_optimizer(p, v.raw()))?;
+            set(self.lr, |v| sys::kiln_trainer_options_set_lr(p, v))?;
+            set(self.momentum, |v| sys::kiln_trainer_options_set_momentum(p, v))?;
+            set(self.nesterov, |v| sys::kiln_trainer_options_set_nesterov(p, v as c_int))?;
+            set(self.weight_decay, |v| sys::kiln_trainer_options_set_weight_decay(p, v))?;
+            set(self.betas, |(b1, b2)| sys::kiln_trainer_options_set_betas(p, b1, b2))?;
+            set(self.eps, |v| sys::kiln_trainer_options_set_eps(p, v))?;
+            set(self.batch_size, |v| sys::kiln_trainer_options_set_batch_size(p, v))?;
+            set(self.grad_clip, |v| sys::kiln_trainer_options_set_grad_clip(p, v))?;
+            set(self.schedule, |v| match v {
+                Schedule::Constant => {
+                    sys::kiln_trainer_options_set_schedule(p, sys::kiln_lr_schedule_KILN_LR_CONSTANT, 0, 1.0, 0, 0.0)
                 }
-                Optimizer::Adam { beta1, beta2, eps } | Optimizer::AdamW { beta1, beta2, eps } => {
-                    let kind = if matches!(self.optimizer, Optimizer::Adam { .. }) {
-                        sys::kiln_optimizer_kind_KILN_OPTIM_ADAM
-                    } else {
-                        sys::kiln_optimizer_kind_KILN_OPTIM_ADAMW
-                    };
-                    check(sys::kiln_trainer_options_set_optimizer(p, kind))?;
-                    check(sys::kiln_trainer_options_set_betas(p, beta1, beta2))?;
-                    check(sys::kiln_trainer_options_set_eps(p, eps))?;
+                Schedule::Step { step_size, gamma } => {
+                    sys::kiln_trainer_options_set_schedule(p, sys::kiln_lr_schedule_KILN_LR_STEP, step_size, gamma, 0, 0.0)
                 }
-            }
-            check(sys::kiln_trainer_options_set_lr(p, self.lr))?;
-            if let Some(wd) = self.weight_decay {
-                check(sys::kiln_trainer_options_set_weight_decay(p, wd))?;
-            }
-            check(sys::kiln_trainer_options_set_batch_size(p, self.batch_size))?;
-            check(sys::kiln_trainer_options_set_grad_clip(p, self.grad_clip))?;
-            match self.schedule {
-                Schedule::Constant => {}
-                Schedule::Step { step_size, gamma } => check(sys::kiln_trainer_options_set_schedule(
-                    p, sys::kiln_lr_schedule_KILN_LR_STEP, step_size, gamma, 0, 0.0))?,
-                Schedule::Cosine { total_steps, min_lr } => check(sys::kiln_trainer_options_set_schedule(
-                    p, sys::kiln_lr_schedule_KILN_LR_COSINE, 0, 1.0, total_steps, min_lr))?,
-            }
-            check(sys::kiln_trainer_options_set_warmup(p, self.warmup_steps))?;
-            if let Some(seed) = self.shuffle_seed {
-                check(sys::kiln_trainer_options_set_shuffle_seed(p, seed))?;
-            }
-            if let Some(precision) = self.precision {
-                check(sys::kiln_trainer_options_set_precision(p, precision.raw()))?;
-            }
-            if let Some(fast_path) = self.fast_path {
-                check(sys::kiln_trainer_options_set_fast_path(p, fast_path.bits()))?;
+                Schedule::Cosine { total_steps, min_lr } => sys::kiln_trainer_options_set_schedule(
+                    p, sys::kiln_lr_schedule_KILN_LR_COSINE, 0, 1.0, total_steps, min_lr),
+            })?;
+            set(self.warmup_steps, |v| sys::kiln_trainer_options_set_warmup(p, v))?;
+            set(self.shuffle_seed, |v| sys::kiln_trainer_options_set_shuffle_seed(p, v))?;
+            set(self.precision, |v| sys::kiln_trainer_options_set_precision(p, v.raw()))?;
+            set(self.fast_path, |v| sys::kiln_trainer_options_set_fast_path(p, v.bits()))?;
+            set(self.progress_interval, |v| sys::kiln_trainer_options_set_progress_interval(p, v))?;
+            if let Some(devices) = self.devices.as_ref().filter(|d| !d.is_empty()) {
+                let raw: Vec<sys::kiln_device> = devices.iter().map(|d| d.raw()).collect();
+                check(sys::kiln_trainer_options_set_devices(p, raw.as_ptr(), raw.len() as i64))?;
             }
         }
         Ok(o)
@@ -320,14 +465,45 @@ impl TrainerOptions {
 /// The statistics of one epoch.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EpochStats {
+    /// 1-based.
     pub epoch: i64,
+    /// Mean over the epoch's samples.
     pub train_loss: f64,
+    /// Classification only, else 0.
     pub train_accuracy: f64,
     /// (loss, accuracy) on the validation data, when there was some.
     pub validation: Option<(f64, f64)>,
+    /// Wall time of the epoch.
     pub duration: Duration,
+    /// Training throughput.
     pub samples_per_second: f64,
+    /// The learning rate at the epoch's end.
     pub lr: f64,
+}
+
+impl fmt::Display for EpochStats {
+    /// "epoch 3: loss 0.4123, accuracy 0.8512, validation loss 0.4500
+    /// accuracy 0.8400, 1.20 s, 50000 samples/s".
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "epoch {}: ", self.epoch)?;
+        self.write_figures(f)
+    }
+}
+
+impl EpochStats {
+    fn write_figures(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "loss {:.4}, accuracy {:.4}", self.train_loss, self.train_accuracy)?;
+        if let Some((loss, acc)) = self.validation {
+            write!(f, ", validation loss {loss:.4} accuracy {acc:.4}")?;
+        }
+        write!(f, ", {:.2} s, {:.0} samples/s", self.duration.as_secs_f64(), self.samples_per_second)
+    }
+}
+
+/// A duration from kiln's seconds, total: negative or NaN is zero, too large
+/// (or infinite) is `Duration::MAX`.
+fn seconds(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)
 }
 
 fn raw_stats() -> sys::kiln_epoch_stats {
@@ -344,9 +520,96 @@ impl From<&sys::kiln_epoch_stats> for EpochStats {
             train_loss: s.train_loss,
             train_accuracy: s.train_accuracy,
             validation: (s.has_validation != 0).then_some((s.val_loss, s.val_accuracy)),
-            duration: Duration::from_secs_f64(s.seconds.max(0.0)),
+            duration: seconds(s.seconds),
             samples_per_second: s.samples_per_second,
             lr: s.lr,
+        }
+    }
+}
+
+op_enum! {
+    /// When a progress callback runs (kiln_progress_phase).
+    ProgressPhase:
+    /// Every `progress_interval` batches.
+    Batch = sys::kiln_progress_phase_KILN_PROGRESS_BATCH, "batch";
+    /// At the end of each epoch, after validation.
+    Epoch = sys::kiln_progress_phase_KILN_PROGRESS_EPOCH, "epoch";
+}
+
+/// What `Trainer::fit_with`'s callback receives.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Progress {
+    /// Batch or epoch.
+    pub phase: ProgressPhase,
+    /// 1-based epoch.
+    pub epoch: i64,
+    /// Epochs in the fit.
+    pub epochs: i64,
+    /// Batches done in this epoch.
+    pub batch: i64,
+    /// Batches per epoch.
+    pub batches: i64,
+    /// Mean training loss so far in this epoch.
+    pub loss: f64,
+    /// Training throughput so far.
+    pub samples_per_second: f64,
+    /// Since the epoch began.
+    pub elapsed: Duration,
+    /// The finished epoch's statistics (phase `Epoch`), else None.
+    pub stats: Option<EpochStats>,
+}
+
+impl fmt::Display for Progress {
+    /// "epoch 2/5, batch 300/938: loss 0.5123, 41000 samples/s", or at an
+    /// epoch's end "epoch 2/5 done: " and the epoch's statistics.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.stats {
+            Some(stats) => {
+                write!(f, "epoch {}/{} done: ", self.epoch, self.epochs)?;
+                stats.write_figures(f)
+            }
+            None => write!(f, "epoch {}/{}, batch {}/{}: loss {:.4}, {:.0} samples/s", self.epoch, self.epochs,
+                           self.batch, self.batches, self.loss, self.samples_per_second),
+        }
+    }
+}
+
+impl Progress {
+    fn from_raw(p: &sys::kiln_progress) -> Progress {
+        Progress {
+            phase: if p.phase == ProgressPhase::Epoch.raw() { ProgressPhase::Epoch } else { ProgressPhase::Batch },
+            epoch: p.epoch,
+            epochs: p.epochs,
+            batch: p.batch,
+            batches: p.batches,
+            loss: p.loss,
+            samples_per_second: p.samples_per_second,
+            elapsed: seconds(p.elapsed_seconds),
+            // SAFETY: valid for the duration of the callback when not NULL.
+            stats: unsafe { p.stats.as_ref() }.map(EpochStats::from),
+        }
+    }
+}
+
+/// The closure `fit_with` passes through kiln's `void *user`, and the panic
+/// it caught, if any, to resume once kiln has returned.
+struct ProgressState<'f> {
+    callback: &'f mut dyn FnMut(&Progress) -> ControlFlow<()>,
+    panic: Option<Box<dyn Any + Send>>,
+}
+
+extern "C" fn progress_trampoline(user: *mut c_void, progress: *const sys::kiln_progress) -> c_int {
+    // SAFETY: user is the &mut ProgressState fit_with passed, alive for the
+    // whole fit; kiln calls back on fit's own thread, one call at a time.
+    let state = unsafe { &mut *(user as *mut ProgressState) };
+    // A panic must not unwind into C: catch it, stop training, and resume it
+    // in fit_with after kiln has returned.
+    match catch_unwind(AssertUnwindSafe(|| (state.callback)(&Progress::from_raw(unsafe { &*progress })))) {
+        Ok(ControlFlow::Continue(())) => 0,
+        Ok(ControlFlow::Break(())) => 1,
+        Err(payload) => {
+            state.panic = Some(payload);
+            1
         }
     }
 }
@@ -355,6 +618,7 @@ impl From<&sys::kiln_epoch_stats> for EpochStats {
 /// model meanwhile. `Send`, not `Sync`: one thread at a time.
 pub struct Trainer<'m> {
     raw: NonNull<sys::kiln_trainer>,
+    communicator: Option<Communicator>,
     _model: PhantomData<&'m mut Model>,
 }
 
@@ -368,11 +632,33 @@ impl Drop for Trainer<'_> {
     }
 }
 
+impl fmt::Display for Trainer<'_> {
+    /// "trainer (2 epochs, 1876 steps done, lr 0.001)".
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.epochs_done(), self.steps_done(), self.current_lr()) {
+            (Ok(e), Ok(s), Ok(lr)) => write!(f, "trainer ({e} epochs, {s} steps done, lr {lr})"),
+            (Err(err), ..) | (_, Err(err), _) | (.., Err(err)) => write!(f, "trainer (<{err}>)"),
+        }
+    }
+}
+
+impl fmt::Debug for Trainer<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Trainer")
+            .field("epochs_done", &self.epochs_done().ok())
+            .field("steps_done", &self.steps_done().ok())
+            .field("current_lr", &self.current_lr().ok())
+            .field("communicator", &self.communicator)
+            .finish()
+    }
+}
+
 impl<'m> Trainer<'m> {
+    /// A trainer for `model` on the model's device.
     pub fn new(model: &'m mut Model, options: &TrainerOptions) -> Result<Trainer<'m>> {
         let o = options.to_raw()?;
         let raw = create(|p| unsafe { sys::kiln_trainer_create(model.ptr(), o.0.as_ptr(), p) })?;
-        Ok(Trainer { raw, _model: PhantomData })
+        Ok(Trainer { raw, communicator: None, _model: PhantomData })
     }
 
     fn ptr(&self) -> *mut sys::kiln_trainer {
@@ -391,11 +677,41 @@ impl<'m> Trainer<'m> {
         Ok(EpochStats::from(&s))
     }
 
+    /// `count` epochs over `data` as an iterator of their statistics, each
+    /// run when pulled, so the caller decides between epochs whether to go
+    /// on (evaluate, save a checkpoint, stop early). It ends after the first
+    /// error.
+    pub fn epochs<'t, 'd, 'a>(&'t mut self, data: &'d Dataset<'a>, count: i64) -> Epochs<'t, 'm, 'd, 'a> {
+        Epochs { trainer: self, data, left: count.max(0) }
+    }
+
     /// `epochs` epochs, evaluating `validation` after each; the history.
     pub fn fit(&mut self, train: &Dataset, validation: Option<&Dataset>, epochs: i64) -> Result<Vec<EpochStats>> {
+        self.fit_raw(train, validation, epochs, None, std::ptr::null_mut())
+    }
+
+    /// `fit`, calling `on_progress` on this thread at the end of each epoch
+    /// and every `progress_interval` batches. `ControlFlow::Break(())` stops
+    /// training after the current batch: the result is then
+    /// `Status::Cancelled` (the model keeps the updates done so far). A panic
+    /// in the callback stops training too and is resumed here once kiln has
+    /// returned, so it never unwinds through C.
+    pub fn fit_with(&mut self, train: &Dataset, validation: Option<&Dataset>, epochs: i64,
+                    mut on_progress: impl FnMut(&Progress) -> ControlFlow<()>) -> Result<Vec<EpochStats>> {
+        let mut state = ProgressState { callback: &mut on_progress, panic: None };
+        let result = self.fit_raw(train, validation, epochs, Some(progress_trampoline),
+                                  &mut state as *mut ProgressState as *mut c_void);
+        if let Some(payload) = state.panic {
+            resume_unwind(payload);
+        }
+        result
+    }
+
+    fn fit_raw(&mut self, train: &Dataset, validation: Option<&Dataset>, epochs: i64, callback: sys::kiln_progress_fn,
+               user: *mut c_void) -> Result<Vec<EpochStats>> {
         let val = validation.map_or(std::ptr::null(), |v| v.raw.as_ptr() as *const _);
         let history = create(|p| unsafe {
-            sys::kiln_trainer_fit(self.ptr(), train.raw.as_ptr(), val, epochs, None, std::ptr::null_mut(), p)
+            sys::kiln_trainer_fit(self.ptr(), train.raw.as_ptr(), val, epochs, callback, user, p)
         })?;
         struct History(NonNull<sys::kiln_history>);
         impl Drop for History {
@@ -421,10 +737,12 @@ impl<'m> Trainer<'m> {
         Ok((loss, acc))
     }
 
+    /// Epochs done (checkpoints restore it).
     pub fn epochs_done(&self) -> Result<i64> {
         get(|p| unsafe { sys::kiln_trainer_epochs_done(self.ptr(), p) })
     }
 
+    /// Optimisation steps done (checkpoints restore it).
     pub fn steps_done(&self) -> Result<i64> {
         get(|p| unsafe { sys::kiln_trainer_steps_done(self.ptr(), p) })
     }
@@ -434,13 +752,74 @@ impl<'m> Trainer<'m> {
         get(|p| unsafe { sys::kiln_trainer_current_lr(self.ptr(), p) })
     }
 
-    pub fn save_checkpoint(&self, path: &str) -> Result<()> {
-        let path = cstring(path)?;
+    /// Writes weights, optimizer state, counters and the shuffle generator
+    /// as safetensors, atomically.
+    pub fn save_checkpoint(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path_cstring(path.as_ref())?;
         check(unsafe { sys::kiln_trainer_save_checkpoint(self.ptr(), path.as_ptr()) })
     }
 
-    pub fn load_checkpoint(&mut self, path: &str) -> Result<()> {
-        let path = cstring(path)?;
+    /// Restores a checkpoint of the same architecture and optimizer; training
+    /// then continues exactly as the run that wrote it. Unchanged on failure.
+    pub fn load_checkpoint(&mut self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path_cstring(path.as_ref())?;
         check(unsafe { sys::kiln_trainer_load_checkpoint(self.ptr(), path.as_ptr()) })
+    }
+
+    /// Makes this trainer one rank of data-parallel training over `comm`
+    /// (collective: every rank calls it). The trainer keeps the
+    /// communicator, so its timeout changes only through
+    /// `communicator_mut`, never while a step runs; on failure the
+    /// communicator is released.
+    pub fn attach_communicator(&mut self, comm: Communicator) -> Result<()> {
+        check(unsafe { sys::kiln_trainer_attach_communicator(self.ptr(), comm.ptr()) })?;
+        self.communicator = Some(comm);
+        Ok(())
+    }
+
+    /// The attached communicator, if any.
+    pub fn communicator(&self) -> Option<&Communicator> {
+        self.communicator.as_ref()
+    }
+
+    /// The attached communicator, to change its timeout between steps.
+    pub fn communicator_mut(&mut self) -> Option<&mut Communicator> {
+        self.communicator.as_mut()
+    }
+}
+
+/// The iterator `Trainer::epochs` returns.
+pub struct Epochs<'t, 'm, 'd, 'a> {
+    trainer: &'t mut Trainer<'m>,
+    data: &'d Dataset<'a>,
+    left: i64,
+}
+
+impl Iterator for Epochs<'_, '_, '_, '_> {
+    type Item = Result<EpochStats>;
+
+    fn next(&mut self) -> Option<Result<EpochStats>> {
+        if self.left == 0 {
+            return None;
+        }
+        let stats = self.trainer.epoch(self.data);
+        self.left = if stats.is_ok() { self.left - 1 } else { 0 };
+        Some(stats)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some(self.left as usize))
+    }
+}
+
+impl fmt::Debug for Epochs<'_, '_, '_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Epochs").field("trainer", &self.trainer).field("left", &self.left).finish()
+    }
+}
+
+impl fmt::Display for Epochs<'_, '_, '_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} epochs left for {}", self.left, self.trainer)
     }
 }

@@ -2,69 +2,11 @@
 use std::sync::Arc;
 use std::thread;
 
-use kiln::{Context, ContextOptions, DType, Dataset, Device, FastPath, Model, Optimizer, Precision, PredictKind, Status,
+use kiln::{Context, ContextOptions, DType, Dataset, Device, FastPath, Model, ModelSpec, Optimizer, Precision, PredictKind, Status,
            Tensor, Trainer, TrainerOptions};
 
-fn context() -> Context {
-    Context::with_options(&ContextOptions { seed: Some(42), ..Default::default() }).unwrap()
-}
-
-/// Gaussian clusters: n samples of `classes` classes in `features` dims.
-fn blobs(n: usize, features: usize, classes: usize, seed: u64) -> (Vec<f32>, Vec<i64>) {
-    // A small xorshift generator with Box-Muller, so the test needs no crates.
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut uniform = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state >> 11) as f64 / (1u64 << 53) as f64
-    };
-    let mut normal = move || {
-        let (u, v) = (uniform().max(1e-12), uniform());
-        (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
-    };
-    let centers: Vec<f64> = (0..classes * features).map(|_| normal() * 3.0).collect();
-    let (mut x, mut y) = (Vec::with_capacity(n * features), Vec::with_capacity(n));
-    for i in 0..n {
-        let c = i % classes;
-        y.push(c as i64);
-        x.extend((0..features).map(|j| (centers[c * features + j] + normal()) as f32));
-    }
-    (x, y)
-}
-
-fn tensors(ctx: &Context, n: usize) -> (Tensor, Tensor) {
-    let (x, y) = blobs(n, 16, 4, 7);
-    (Tensor::from_slice(ctx, &x, &[n as i64, 16], Device::Cpu).unwrap(),
-     Tensor::from_slice(ctx, &y, &[n as i64], Device::Cpu).unwrap())
-}
-
-fn trained(ctx: &Context) -> (Model, Tensor) {
-    let dev = ctx.default_device().unwrap();
-    let (x, y) = tensors(ctx, 1024);
-    let mut model = Model::from_text(ctx, "16-32-4", dev).unwrap();
-    {
-        // The datasets borrow x and y, so they end before x is returned.
-        let data = Dataset::from_tensors(ctx, &x, &y).unwrap();
-        let (train, test) = data.split(0.25, 1).unwrap();
-        let options = TrainerOptions { optimizer: Optimizer::adam(), lr: 0.01, batch_size: 32, ..Default::default() };
-        let mut trainer = Trainer::new(&mut model, &options).unwrap();
-        let history = trainer.fit(&train, Some(&test), 5).unwrap();
-        let last = history.last().unwrap();
-        assert_eq!(history.len(), 5);
-        assert!(last.train_accuracy > 0.9, "{last:?}");
-        let (_, val_acc) = last.validation.expect("validation stats");
-        assert!(val_acc > 0.9, "{last:?}");
-        let (_, acc) = trainer.evaluate(&test).unwrap();
-        assert!(acc > 0.9, "accuracy {acc}, chance is 0.25");
-        assert_eq!(trainer.epochs_done().unwrap(), 5);
-    }
-    (model, x)
-}
-
-fn logits(model: &Model, x: &Tensor) -> Vec<f32> {
-    model.predict(x, PredictKind::Logits).unwrap().to(Device::Cpu).unwrap().to_vec::<f32>().unwrap()
-}
+mod common;
+pub use common::*;
 
 #[test]
 fn version_matches() {
@@ -100,7 +42,7 @@ fn tensor_round_trip() {
     assert_eq!(moved.device().unwrap(), dev);
     assert_eq!(moved.shape().unwrap(), vec![2, 3]);
     assert_eq!(moved.dtype().unwrap(), DType::F32);
-    let doubled = moved.add(&moved).unwrap().to(Device::Cpu).unwrap().to_vec::<f32>().unwrap();
+    let doubled = (&moved + &moved).unwrap().to(Device::Cpu).unwrap().to_vec::<f32>().unwrap();
     assert_eq!(doubled, data.iter().map(|v| v * 2.0).collect::<Vec<_>>());
     let ones = Tensor::ones(&ctx, &[3, 1], DType::F32, dev).unwrap();
     let sums = moved.matmul(&ones).unwrap().to(Device::Cpu).unwrap().to_vec::<f32>().unwrap();
@@ -196,13 +138,7 @@ fn fit_blobs(precision: Precision) -> (f64, f64) {
     let data = Dataset::from_tensors(&ctx, &x, &y).unwrap();
     let (train, val) = data.split(0.25, 1).unwrap();
     let mut model = Model::from_text(&ctx, "16-32-4", ctx.default_device().unwrap()).unwrap();
-    let options = TrainerOptions {
-        lr: 0.003,
-        batch_size: 32,
-        shuffle_seed: Some(3),
-        precision: Some(precision),
-        ..Default::default()
-    };
+    let options = TrainerOptions::default().lr(0.003).batch_size(32).shuffle_seed(3).precision(precision);
     let mut trainer = Trainer::new(&mut model, &options).unwrap();
     let history = trainer.fit(&train, Some(&val), 5).unwrap();
     let last = history.last().unwrap();
@@ -224,9 +160,22 @@ fn tf32_is_not_supported_on_cpu() {
     let ctx = context();
     let mut model = Model::from_text(&ctx, "8-4-2", Device::Cpu).unwrap();
     let options = TrainerOptions { precision: Some(Precision::Tf32), ..Default::default() };
-    let err = Trainer::new(&mut model, &options).err().expect("a tf32 trainer on the CPU");
+    let err = Trainer::new(&mut model, &options).expect_err("a tf32 trainer on the CPU");
     assert_eq!(err.status, Status::NotSupported);
     assert!(err.message.contains("tf32"), "{err}");
+}
+
+#[test]
+fn data_parallel_device_list() {
+    let ctx = context();
+    let mut model = Model::from_text(&ctx, "8-4-2", Device::Cpu).unwrap();
+    let options = TrainerOptions::default().devices(vec![Device::Cuda(0), Device::Cuda(1)]);
+    let err = Trainer::new(&mut model, &options).expect_err("DataParallel with the model on the CPU");
+    assert_eq!(err.status, Status::InvalidArgument);
+    assert!(err.message.contains("first listed device"), "{err}");
+    let options = TrainerOptions::default().devices(vec![Device::Cpu, Device::Cuda(0)]);
+    assert_eq!(Trainer::new(&mut model, &options).expect_err("the CPU with a GPU").status, Status::InvalidArgument);
+    Trainer::new(&mut model, &TrainerOptions::default().devices(vec![Device::Cpu])).unwrap();
 }
 
 #[test]
@@ -241,7 +190,7 @@ fn fast_path_bits_outside_all_are_refused() {
     assert!(FastPath::ALL.contains(FastPath::CUDNN) && !(FastPath::ALL - FastPath::CUDNN).contains(FastPath::CUDNN));
     for bits in [FastPath::ALL.bits() + 1, 1 << 31] {
         let options = TrainerOptions { fast_path: Some(FastPath::from_bits_retain(bits)), ..Default::default() };
-        let err = Trainer::new(&mut model, &options).err().expect("bits outside ALL");
+        let err = Trainer::new(&mut model, &options).expect_err("bits outside ALL");
         assert_eq!(err.status, Status::InvalidArgument, "{bits:#x}: {err}");
     }
 }
@@ -251,12 +200,20 @@ fn every_status_code_maps_to_a_status() {
     assert_eq!(Status::from_code(9), Status::NotSupported);
     assert_eq!(Status::from_code(13), Status::Busy);
     assert_eq!(Status::from_code(14), Status::Numeric);
+    assert_eq!(Status::from_code(15), Status::Communication);
+    for code in 1..=15 {
+        let status = Status::from_code(code);
+        assert_eq!(status.code(), code);
+        assert!(status.to_string().starts_with("KILN_ERROR_") && status.to_string() != "KILN_ERROR_UNKNOWN", "{status}");
+    }
+    assert_eq!(Status::ShapeMismatch.to_string(), "KILN_ERROR_SHAPE_MISMATCH");
     // Codes newer than the bindings (and 0, which is no failure) are kept.
-    for code in [0, 15, 99, u32::MAX] {
+    for code in [0, 16, 99, u32::MAX] {
         assert_eq!(Status::from_code(code), Status::Unknown(code));
+        assert_eq!(Status::from_code(code).code(), code);
     }
     let err = kiln::Error { status: Status::from_code(99), message: "from the future".into() };
-    assert_eq!(err.to_string(), "Unknown(99): from the future");
+    assert_eq!(err.to_string(), "KILN_ERROR_UNKNOWN (99): from the future");
 }
 
 #[test]
@@ -265,7 +222,421 @@ fn divergence_is_a_numeric_error() {
     let (x, y) = tensors(&ctx, 256);
     let data = Dataset::from_tensors(&ctx, &x, &y).unwrap();
     let mut model = Model::from_text(&ctx, "16-32-4", Device::Cpu).unwrap();
-    let mut trainer = Trainer::new(&mut model, &TrainerOptions { lr: 1e30, ..Default::default() }).unwrap();
+    let mut trainer = Trainer::new(&mut model, &TrainerOptions::default().lr(1e30)).unwrap();
     let err = (0..5).find_map(|_| trainer.epoch(&data).err()).expect("lr 1e30 diverges");
     assert_eq!(err.status, Status::Numeric, "{err}");
+}
+
+// ---- Soundness: nothing reachable from & writes shared storage ----
+
+#[test]
+fn to_the_same_device_copies_instead_of_aliasing() {
+    let ctx = context();
+    let t = Tensor::from_slice(&ctx, &[1.0f32, 2.0, 3.0], &[3], Device::Cpu).unwrap();
+    let mut copy = t.to(Device::Cpu).unwrap();
+    copy.copy_from(&[7.0f32, 8.0, 9.0]).unwrap();
+    assert_eq!(t.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0]);
+    assert_eq!(copy.to_vec::<f32>().unwrap(), vec![7.0, 8.0, 9.0]);
+    // into_device owns its tensor, so it may keep the storage.
+    let moved = copy.into_device(Device::Cpu).unwrap();
+    assert_eq!(moved.to_vec::<f32>().unwrap(), vec![7.0, 8.0, 9.0]);
+}
+
+/// The example: writing through `model.parameter(i)?.to(Cpu)?` while
+/// other threads run `predict(&model)` must not change the model.
+#[test]
+fn writing_a_parameter_copy_leaves_the_shared_model_alone() {
+    let ctx = context();
+    let mut model = Model::from_text(&ctx, "16-32-4", Device::Cpu).unwrap();
+    let (x, _) = tensors(&ctx, 64);
+    let want = logits(&model, &x);
+    let (model_ref, x_ref) = (&model, &x);
+    thread::scope(|s| {
+        let readers: Vec<_> = (0..4)
+            .map(|_| s.spawn(move || (0..20).map(|_| logits(model_ref, x_ref)).collect::<Vec<_>>()))
+            .collect();
+        for _ in 0..20 {
+            let (weight, _) = model_ref.parameter(0).unwrap();
+            let mut copy = weight.to(Device::Cpu).unwrap();
+            copy.copy_from(&vec![0.5f32; 32 * 16]).unwrap();
+        }
+        for r in readers {
+            for got in r.join().unwrap() {
+                assert_eq!(got, want);
+            }
+        }
+    });
+    assert_eq!(logits(&model, &x), want);
+    // Writing the model itself takes &mut, through parameter_mut.
+    let (mut bias, name) = model.parameter_mut(1).unwrap();
+    assert_eq!(name, "0.bias");
+    bias.copy_from(&[0.25f32; 32]).unwrap();
+    drop(bias);
+    assert_eq!(model.parameter(1).unwrap().0.to_vec::<f32>().unwrap(), vec![0.25f32; 32]);
+    assert_ne!(logits(&model, &x), want);
+}
+
+// ---- Idiom: Debug, Display, operators, paths, enums, defaults ----
+
+fn printable<T: std::fmt::Debug + std::fmt::Display>(value: &T) -> (String, String) {
+    (format!("{value:?}"), value.to_string())
+}
+
+#[test]
+fn every_public_type_has_debug_and_display() {
+    fn both<T: std::fmt::Debug + std::fmt::Display + ?Sized>() {}
+    both::<kiln::Context>();
+    both::<kiln::ContextOptions>();
+    both::<kiln::Device>();
+    both::<kiln::DeviceInfo>();
+    both::<kiln::LogLevel>();
+    both::<kiln::Communicator>();
+    both::<kiln::Error>();
+    both::<kiln::Status>();
+    both::<kiln::LayerKind>();
+    both::<kiln::Model>();
+    both::<kiln::ModelSpec>();
+    both::<kiln::PredictKind>();
+    both::<kiln::BinaryOp>();
+    both::<kiln::CompareOp>();
+    both::<kiln::DType>();
+    both::<kiln::ReduceOp>();
+    both::<kiln::Tensor>();
+    both::<kiln::UnaryOp>();
+    both::<kiln::View<'static>>();
+    both::<kiln::ViewMut<'static>>();
+    both::<kiln::PinnedTensor<'static>>();
+    both::<kiln::Batches<'static, 'static>>();
+    both::<kiln::Dataset<'static>>();
+    both::<kiln::EpochStats>();
+    both::<kiln::Epochs<'static, 'static, 'static, 'static>>();
+    both::<kiln::FastPath>();
+    both::<kiln::LossKind>();
+    both::<kiln::Optimizer>();
+    both::<kiln::Precision>();
+    both::<kiln::Progress>();
+    both::<kiln::ProgressPhase>();
+    both::<kiln::Schedule>();
+    both::<kiln::Trainer<'static>>();
+    both::<kiln::TrainerOptions>();
+
+    let ctx = context();
+    let t = Tensor::zeros(&ctx, &[2, 3], DType::BF16, Device::Cpu).unwrap();
+    assert_eq!(t.to_string(), "tensor([2, 3], bf16, cpu)");
+    assert_eq!(format!("{t:?}"), "Tensor { shape: Some([2, 3]), dtype: Some(BF16), device: Some(Cpu) }");
+    assert_eq!(t.rows(0, 1).unwrap().to_string(), "tensor([1, 3], bf16, cpu)");
+    let mut model = Model::from_text(&ctx, "8-4-2", Device::Cpu).unwrap();
+    assert_eq!(model.to_string(), "model 8-4-2 (46 parameters, f32, cpu)");
+    assert_eq!(ctx.to_string(), format!("kiln context (default device {})", ctx.default_device().unwrap()));
+    assert_eq!(ModelSpec::parse("8-4-2").unwrap().to_string(), "8-4-2");
+    let mut spec = ModelSpec::new().unwrap();
+    spec.add_linear(8, 4, false).unwrap();
+    spec.add(kiln::LayerKind::Dropout, 0.5).unwrap();
+    assert_eq!(spec.to_string(), "linear(8, 4, no bias) + dropout(0.5)");
+    assert_eq!((FastPath::ALL - FastPath::GRAPHS).to_string(), "epilogues|cudnn");
+    assert_eq!(FastPath::NONE.to_string(), "none");
+    assert_eq!(Device::Cuda(3).to_string(), "cuda:3");
+    assert_eq!(Status::Busy.to_string(), "KILN_ERROR_BUSY");
+    assert_eq!(kiln::Optimizer::AdamW.to_string(), "adamw");
+    let trainer = Trainer::new(&mut model, &TrainerOptions::default()).unwrap();
+    assert_eq!(trainer.to_string(), "trainer (0 epochs, 0 steps done, lr 0.01)");
+    let (debug, display) = printable(&TrainerOptions::default().lr(0.5));
+    assert!(debug.contains("lr: Some(0.5)") && display == debug, "{display}");
+    let cpu = ctx.device_info(Device::Cpu).unwrap();
+    assert!(cpu.to_string().starts_with("cpu: ") && cpu.to_string().contains(" cores, "), "{cpu}");
+}
+
+#[test]
+fn operators_compute_elementwise_and_chain_errors() {
+    let ctx = context();
+    let a = Tensor::from_slice(&ctx, &[1.0f32, 2.0, 3.0, 4.0], &[2, 2], Device::Cpu).unwrap();
+    let b = Tensor::from_slice(&ctx, &[5.0f32, 6.0, 7.0, 8.0], &[2, 2], Device::Cpu).unwrap();
+    let values = |t: kiln::Result<Tensor>| t.unwrap().to_vec::<f32>().unwrap();
+    let (av, bv) = ([1.0f32, 2.0, 3.0, 4.0], [5.0f32, 6.0, 7.0, 8.0]);
+    let each = |f: &dyn Fn(f32, f32) -> f32| av.iter().zip(bv).map(|(x, y)| f(*x, y)).collect::<Vec<f32>>();
+    assert_eq!(values(&a + &b), each(&|x, y| x + y));
+    assert_eq!(values(&a - &b), each(&|x, y| x - y));
+    assert_eq!(values(&a * &b), each(&|x, y| x * y));
+    assert_eq!(values(&a / &b), each(&|x, y| x / y));
+    assert_eq!(values(((&a + &b) * &a) - &b), each(&|x, y| (x + y) * x - y));
+    assert_eq!(values(&a * 2.0), each(&|x, _| x * 2.0));
+    assert_eq!(values(2.0 * &a), each(&|x, _| 2.0 * x));
+    assert_eq!(values(1.0 + &a), each(&|x, _| 1.0 + x));
+    assert_eq!(values(-&a), each(&|x, _| -x));
+    assert_eq!(values(&a - (&b * 2.0)), each(&|x, y| x - y * 2.0));
+    // Broadcasting a row.
+    let row = Tensor::from_slice(&ctx, &[10.0f32, 20.0], &[2], Device::Cpu).unwrap();
+    assert_eq!(values(&a + &row), vec![11.0, 22.0, 13.0, 24.0]);
+    // The first failure travels through the rest of the chain.
+    let wrong = Tensor::ones(&ctx, &[3], DType::F32, Device::Cpu).unwrap();
+    let err = (((&a + &wrong) * &b) - &a).unwrap_err();
+    assert_eq!(err.status, Status::ShapeMismatch, "{err}");
+    let ints = Tensor::from_slice(&ctx, &[1i32, 2, 3, 4], &[2, 2], Device::Cpu).unwrap();
+    assert_eq!((&a + &ints).unwrap_err().status, Status::DTypeMismatch);
+    // Integer tensors take the operators too (division truncates).
+    assert_eq!((&ints / 2.0).unwrap().to_vec::<i32>().unwrap(), vec![0, 1, 1, 2]);
+}
+
+#[test]
+fn enums_round_trip_through_the_library() {
+    let ctx = context();
+    let dtypes = [DType::F32, DType::F16, DType::BF16, DType::F64, DType::I32, DType::I64, DType::U8];
+    let names = ["f32", "f16", "bf16", "f64", "i32", "i64", "u8"];
+    let sizes = [4, 2, 2, 8, 4, 8, 1];
+    for ((dtype, name), size) in dtypes.into_iter().zip(names).zip(sizes) {
+        let t = Tensor::zeros(&ctx, &[2], dtype, Device::Cpu).unwrap();
+        assert_eq!(t.dtype().unwrap(), dtype);
+        assert_eq!((dtype.to_string().as_str(), dtype.size()), (name, size));
+    }
+    let x = Tensor::from_slice(&ctx, &[-1.0f32, 0.5, 2.0], &[1, 3], Device::Cpu).unwrap();
+    let y = Tensor::from_slice(&ctx, &[0.0f32, 0.5, 3.0], &[1, 3], Device::Cpu).unwrap();
+    use kiln::{BinaryOp, CompareOp, ReduceOp, UnaryOp};
+    assert_eq!(x.binary(BinaryOp::Maximum, &y).unwrap().to_vec::<f32>().unwrap(), vec![0.0, 0.5, 3.0]);
+    assert_eq!(x.binary(BinaryOp::Pow, &y).unwrap().to_vec::<f32>().unwrap(), vec![1.0, 0.5f32.powf(0.5), 8.0]);
+    assert_eq!(x.compare(CompareOp::Lt, &y).unwrap().to_vec::<u8>().unwrap(), vec![1, 0, 1]);
+    assert_eq!(x.compare(CompareOp::Ge, &y).unwrap().to_vec::<u8>().unwrap(), vec![0, 1, 0]);
+    assert_eq!(x.unary(UnaryOp::Abs, 0.0).unwrap().to_vec::<f32>().unwrap(), vec![1.0, 0.5, 2.0]);
+    assert_eq!(x.unary(UnaryOp::LeakyRelu, 0.1).unwrap().to_vec::<f32>().unwrap(), vec![-0.1, 0.5, 2.0]);
+    assert_eq!(x.reduce(ReduceOp::Argmax, 1, false).unwrap().to_vec::<i64>().unwrap(), vec![2]);
+    assert_eq!(x.reduce(ReduceOp::Sum, 1, true).unwrap().shape().unwrap(), vec![1, 1]);
+    assert_eq!(x.dim(-1).unwrap(), 3);
+    assert_eq!(x.ndim().unwrap(), 2);
+    assert_eq!(x.get_device().unwrap(), -1);
+    assert_eq!(x.dim(2).unwrap_err().status, Status::InvalidArgument);
+    assert!(!x.is_pinned().unwrap());
+    let mut pinned = Tensor::empty_pinned(&ctx, &[2, 2], DType::F32).unwrap();
+    assert!(pinned.is_pinned().unwrap() && pinned.rows(0, 1).unwrap().is_pinned().unwrap());
+    assert_eq!(pinned.to_string(), "tensor([2, 2], f32, cpu)");
+    // Refilled after a copy out of it: the copy keeps the old values.
+    let dev = ctx.default_device().unwrap();
+    pinned.copy_from(&[1.0f32, 2.0, 3.0, 4.0]).unwrap();
+    let sent = pinned.to(dev).unwrap();
+    pinned.copy_from(&[5.0f32, 6.0, 7.0, 8.0]).unwrap();
+    assert_eq!(sent.to(Device::Cpu).unwrap().to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
+    assert_eq!(pinned.to_vec::<f32>().unwrap(), vec![5.0, 6.0, 7.0, 8.0]);
+    assert_eq!(pinned.copy_from(&[1i64; 4]).unwrap_err().status, Status::DTypeMismatch);
+    assert_eq!(Tensor::empty(&ctx, &[5, 2], DType::I64, Device::Cpu).unwrap().shape().unwrap(), vec![5, 2]);
+    assert_eq!(Tensor::empty(&ctx, &[-1], DType::I64, Device::Cpu).unwrap_err().status, Status::InvalidArgument);
+    // f64 models (CPU).
+    let spec = ModelSpec::parse("3-2").unwrap();
+    let model = Model::with_dtype(&ctx, &spec, Device::Cpu, DType::F64).unwrap();
+    assert_eq!(model.parameter(0).unwrap().0.dtype().unwrap(), DType::F64);
+    let out = model.predict(&x, PredictKind::Logits).unwrap();
+    assert_eq!((out.dtype().unwrap(), out.shape().unwrap()), (DType::F64, vec![1, 2]));
+    assert_eq!(Model::with_dtype(&ctx, &spec, Device::Cpu, DType::I32).unwrap_err().status, Status::InvalidArgument);
+    assert!(model.is_training().unwrap());
+    // Device text, checked by syntax only or against the context.
+    assert_eq!("cuda:2".parse::<Device>().unwrap(), Device::Cuda(2));
+    assert_eq!("cpu".parse::<Device>().unwrap(), Device::Cpu);
+    assert_eq!("gpu".parse::<Device>().unwrap_err().status, Status::InvalidArgument);
+}
+
+#[test]
+fn trainer_defaults_come_from_the_library() {
+    let ctx = context();
+    let (x, y) = tensors(&ctx, 640);
+    let data = Dataset::from_tensors(&ctx, &x, &y).unwrap();
+    let mut model = Model::from_text(&ctx, "16-32-4", Device::Cpu).unwrap();
+    let mut trainer = Trainer::new(&mut model, &TrainerOptions::default()).unwrap();
+    // kiln.h: lr 0.01, batch 64.
+    assert_eq!(trainer.current_lr().unwrap(), 0.01);
+    trainer.epoch(&data).unwrap();
+    assert_eq!(trainer.steps_done().unwrap(), 640 / 64);
+    // Every setter reaches the library: bad values come back as its errors.
+    let mut model = Model::from_text(&ctx, "16-32-4", Device::Cpu).unwrap();
+    for bad in [TrainerOptions::default().lr(-1.0), TrainerOptions::default().batch_size(0),
+                TrainerOptions::default().momentum(-0.5), TrainerOptions::default().betas((1.5, 0.9)),
+                TrainerOptions::default().eps(-1.0), TrainerOptions::default().grad_clip(-1.0),
+                TrainerOptions::default().warmup_steps(-1), TrainerOptions::default().progress_interval(-1),
+                TrainerOptions::default().schedule(kiln::Schedule::Step { step_size: 0, gamma: 0.5 })] {
+        let err = Trainer::new(&mut model, &bad).unwrap_err();
+        assert_eq!(err.status, Status::InvalidArgument, "{bad}: {err}");
+    }
+    let options = TrainerOptions::default().optimizer(Optimizer::Sgd).momentum(0.9).nesterov(true).weight_decay(1e-4)
+        .schedule(kiln::Schedule::Cosine { total_steps: 100, min_lr: 0.0 }).warmup_steps(10).grad_clip(1.0)
+        .loss(kiln::LossKind::CrossEntropy).lr(0.1);
+    let trainer = Trainer::new(&mut model, &options).unwrap();
+    assert!((trainer.current_lr().unwrap() - 0.1 / 10.0).abs() < 1e-12, "warmup: step 1 of 10 at lr 0.1");
+}
+
+#[test]
+fn paths_take_anything_path_like() {
+    let ctx = context();
+    let dir = temp_dir("paths");
+    let mut model = Model::from_text(&ctx, "4-3-2", Device::Cpu).unwrap();
+    let file = dir.join("model.safetensors");
+    model.save(&file).unwrap(); // &PathBuf
+    Model::load(&ctx, file.clone(), Device::Cpu).unwrap(); // PathBuf
+    Model::load(&ctx, file.to_str().unwrap(), Device::Cpu).unwrap(); // &str
+    let owned: String = file.to_str().unwrap().into();
+    Model::load(&ctx, owned, Device::Cpu).unwrap(); // String
+    model.load_weights(file.as_path()).unwrap(); // &Path
+    let spec = ModelSpec::parse("4-3-2").unwrap();
+    let loaded = Model::load_with_spec(&ctx, &file, &spec, Device::Cpu).unwrap();
+    assert_eq!(loaded.describe().unwrap(), "4-3-2");
+    #[cfg(unix)]
+    {
+        // A name that is not UTF-8 reaches the file system unchanged.
+        use std::os::unix::ffi::OsStrExt;
+        let odd = dir.join(std::ffi::OsStr::from_bytes(b"caf\xe9.safetensors"));
+        model.save(&odd).unwrap();
+        assert!(odd.exists());
+        Model::load(&ctx, &odd, Device::Cpu).unwrap();
+    }
+    let err = model.save(dir.join("a\0b")).unwrap_err();
+    assert_eq!(err.status, Status::InvalidArgument);
+    let checkpoint = dir.join("run.ckpt");
+    let mut trainer = Trainer::new(&mut model, &TrainerOptions::default()).unwrap();
+    trainer.save_checkpoint(&checkpoint).unwrap();
+    trainer.load_checkpoint(checkpoint.as_path()).unwrap();
+    assert_eq!(trainer.load_checkpoint(dir.join("missing")).unwrap_err().status, Status::Io);
+    drop(trainer);
+    let err = Dataset::load_idx(&ctx, dir.join("images.idx"), dir.join("labels.idx")).unwrap_err();
+    assert_eq!(err.status, Status::Io);
+    assert_eq!(Dataset::load_mnist(&ctx, &dir, "train").unwrap_err().status, Status::Io);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// ---- Callbacks and the pull forms ----
+
+#[test]
+fn progress_callback_sees_batches_and_epochs_and_can_stop() {
+    use kiln::ProgressPhase;
+    use std::ops::ControlFlow;
+    let ctx = context();
+    let (x, y) = tensors(&ctx, 512);
+    let data = Dataset::from_tensors(&ctx, &x, &y).unwrap();
+    let mut model = Model::from_text(&ctx, "16-32-4", Device::Cpu).unwrap();
+    let options = TrainerOptions::default().batch_size(32).progress_interval(4).optimizer(Optimizer::Adam).lr(0.01);
+    let mut trainer = Trainer::new(&mut model, &options).unwrap();
+    let mut seen = Vec::new();
+    let history = trainer.fit_with(&data, None, 2, |p| {
+        seen.push(p.clone());
+        ControlFlow::Continue(())
+    }).unwrap();
+    // 16 batches per epoch: progress after batches 4, 8 and 12; the epoch's
+    // own report covers the last.
+    let batches: Vec<(i64, i64)> = seen.iter().filter(|p| p.phase == ProgressPhase::Batch).map(|p| (p.epoch, p.batch)).collect();
+    assert_eq!(batches, vec![(1, 4), (1, 8), (1, 12), (2, 4), (2, 8), (2, 12)]);
+    let epochs: Vec<&kiln::Progress> = seen.iter().filter(|p| p.phase == ProgressPhase::Epoch).collect();
+    assert_eq!(epochs.len(), 2);
+    for (p, h) in epochs.iter().zip(&history) {
+        assert_eq!((p.epochs, p.batches), (2, 16));
+        assert_eq!(p.stats.as_ref(), Some(h));
+    }
+    assert!(seen.iter().all(|p| p.loss.is_finite() && p.loss > 0.0), "{seen:?}");
+
+    // Break stops after the current batch: Cancelled, with the updates kept.
+    let err = trainer.fit_with(&data, None, 5, |p| {
+        if p.phase == ProgressPhase::Batch && p.batch == 8 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+    }).unwrap_err();
+    assert_eq!(err.status, Status::Cancelled, "{err}");
+    assert_eq!(trainer.steps_done().unwrap(), 2 * 16 + 8);
+
+    // A panic stops training, does not cross into C, and comes back here.
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = trainer.fit_with(&data, None, 3, |_| panic!("boom from the callback"));
+    }));
+    let payload = caught.expect_err("the panic is resumed after fit");
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"boom from the callback"));
+    // The trainer is usable afterwards.
+    let steps = trainer.steps_done().unwrap();
+    trainer.epoch(&data).unwrap();
+    assert_eq!(trainer.steps_done().unwrap(), steps + 16);
+}
+
+#[test]
+fn log_callback_receives_records_at_the_level_set() {
+    use std::sync::Mutex;
+    let records: Arc<Mutex<Vec<(kiln::LogLevel, String)>>> = Arc::default();
+    let sink = Arc::clone(&records);
+    let options = ContextOptions::default()
+        .log_level(kiln::LogLevel::Debug)
+        .log(move |level, message| sink.lock().unwrap().push((level, message.to_owned())));
+    let ctx = Context::with_options(&options).unwrap();
+    let (x, y) = tensors(&ctx, 64);
+    let mut model = Model::from_text(&ctx, "16-8-4", Device::Cpu).unwrap();
+    let mut trainer = Trainer::new(&mut model, &TrainerOptions::default()).unwrap();
+    trainer.step(&x, &y).unwrap();
+    let got = records.lock().unwrap().clone();
+    assert!(got.iter().any(|(level, m)| *level == kiln::LogLevel::Debug && m.contains("compiled")), "{got:?}");
+    assert!(got.iter().all(|(_, m)| !m.is_empty() && !m.ends_with('\n')));
+
+    // At the default level (warnings) the same work logs nothing, and a
+    // panicking callback cannot unwind into C.
+    let quiet = Context::with_options(&ContextOptions {
+        log: Some(Arc::new(|_, m: &str| panic!("unexpected record {m}"))),
+        ..Default::default()
+    }).unwrap();
+    let mut model = Model::from_text(&quiet, "16-8-4", Device::Cpu).unwrap();
+    let (x, y) = tensors(&quiet, 64);
+    Trainer::new(&mut model, &TrainerOptions::default()).unwrap().step(&x, &y).unwrap();
+    let panicking = Context::with_options(&ContextOptions {
+        log_level: Some(kiln::LogLevel::Debug),
+        log: Some(Arc::new(|_, _: &str| panic!("a panicking logger"))),
+        ..Default::default()
+    }).unwrap();
+    let mut model = Model::from_text(&panicking, "16-8-4", Device::Cpu).unwrap();
+    Trainer::new(&mut model, &TrainerOptions::default()).unwrap().step(&x, &y).unwrap();
+
+    // The C context outlives the Rust one while a model holds it; its records
+    // then go to stderr, never to the dropped closure.
+    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = Arc::clone(&count);
+    let loud = Context::with_options(&ContextOptions {
+        log_level: Some(kiln::LogLevel::Debug),
+        log: Some(Arc::new(move |_, _: &str| {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        })),
+        ..Default::default()
+    }).unwrap();
+    let mut model = Model::from_text(&loud, "16-8-4", Device::Cpu).unwrap();
+    let (x, y) = tensors(&loud, 64);
+    Trainer::new(&mut model, &TrainerOptions::default()).unwrap().step(&x, &y).unwrap();
+    let before = count.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(before > 0);
+    drop(loud);
+    Trainer::new(&mut model, &TrainerOptions::default().batch_size(16)).unwrap().step(&x, &y).unwrap();
+    assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), before);
+}
+
+#[test]
+fn batches_cover_the_dataset_in_order_for_step_wise_training() {
+    let ctx = context();
+    let (xs, ys) = blobs(100, 16, 4, 7);
+    let x = Tensor::from_slice(&ctx, &xs, &[100, 16], Device::Cpu).unwrap();
+    let y = Tensor::from_slice(&ctx, &ys, &[100], Device::Cpu).unwrap();
+    let data = Dataset::from_tensors(&ctx, &x, &y).unwrap();
+    let batches = data.batches(32, Device::Cpu).unwrap();
+    assert_eq!(batches.len(), 4);
+    let (mut got_x, mut got_y, mut sizes) = (Vec::new(), Vec::new(), Vec::new());
+    for batch in batches {
+        let (bx, by) = batch.unwrap();
+        sizes.push(bx.shape().unwrap()[0]);
+        got_x.extend(bx.to_vec::<f32>().unwrap());
+        got_y.extend(by.to_vec::<i64>().unwrap());
+    }
+    assert_eq!(sizes, vec![32, 32, 32, 4]);
+    assert_eq!((got_x, got_y), (xs, ys));
+    assert_eq!(data.batches(0, Device::Cpu).unwrap_err().status, Status::InvalidArgument);
+
+    // Step-wise training with the pull forms: the loss falls.
+    let mut model = Model::from_text(&ctx, "16-32-4", Device::Cpu).unwrap();
+    let mut trainer = Trainer::new(&mut model, &TrainerOptions::default().optimizer(Optimizer::Adam).lr(0.01)).unwrap();
+    let mut epoch_losses = Vec::new();
+    for _ in 0..5 {
+        let mut total = 0.0;
+        for batch in data.batches(25, Device::Cpu).unwrap() {
+            let (bx, by) = batch.unwrap();
+            total += trainer.step(&bx, &by).unwrap();
+        }
+        epoch_losses.push(total / 4.0);
+    }
+    assert!(epoch_losses[4] < 0.5 * epoch_losses[0], "{epoch_losses:?}");
+    assert_eq!(trainer.steps_done().unwrap(), 20);
+    // Epochs as an iterator, stopped early by the caller.
+    let stats: Vec<kiln::EpochStats> =
+        trainer.epochs(&data, 10).map(Result::unwrap).take_while(|s| s.epoch < 3).collect();
+    assert_eq!(stats.iter().map(|s| s.epoch).collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!(trainer.epochs_done().unwrap(), 3);
 }
