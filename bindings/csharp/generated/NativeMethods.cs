@@ -411,6 +411,16 @@ internal static class NativeMethods {
     if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();
   }
 
+  public static void model_export_onnx(ModelHandle model, string path) {
+    NativeMethodsPINVOKE.model_export_onnx(model, path);
+    if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();
+  }
+
+  public static void model_import_onnx(ContextHandle ctx, string path, out ModelHandle out_) {
+    NativeMethodsPINVOKE.model_import_onnx(ctx, path, out out_);
+    if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();
+  }
+
   public static void dataset_from_tensors(ContextHandle ctx, TensorHandle x, TensorHandle y, out DatasetHandle out_) {
     NativeMethodsPINVOKE.dataset_from_tensors(ctx, x, y, out out_);
     if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();
@@ -611,6 +621,7 @@ internal static class NativeMethods {
   public static readonly int KILN_VERSION_PATCH = NativeMethodsPINVOKE.KILN_VERSION_PATCH_get();
   public static readonly int KILN_ABI_VERSION = NativeMethodsPINVOKE.KILN_ABI_VERSION_get();
   public static readonly int KILN_MAX_DIMS = NativeMethodsPINVOKE.KILN_MAX_DIMS_get();
+  public static readonly int KILN_ONNX_MAX_NODES = NativeMethodsPINVOKE.KILN_ONNX_MAX_NODES_get();
 }
 
 }

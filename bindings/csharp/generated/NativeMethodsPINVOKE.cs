@@ -457,6 +457,15 @@ internal class NativeMethodsPINVOKE {
   [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_model_load_with_spec")]
   public static extern int model_load_with_spec(ContextHandle jarg1, string jarg2, ModelSpecHandle jarg3, Device jarg4, out ModelHandle jarg5);
 
+  [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_KILN_ONNX_MAX_NODES_get")]
+  public static extern int KILN_ONNX_MAX_NODES_get();
+
+  [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_model_export_onnx")]
+  public static extern int model_export_onnx(ModelHandle jarg1, string jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_model_import_onnx")]
+  public static extern int model_import_onnx(ContextHandle jarg1, string jarg2, out ModelHandle jarg3);
+
   [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_dataset_from_tensors")]
   public static extern int dataset_from_tensors(ContextHandle jarg1, TensorHandle jarg2, TensorHandle jarg3, out DatasetHandle jarg4);
 

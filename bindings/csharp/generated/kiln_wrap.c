@@ -1793,6 +1793,52 @@ SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_model_load_with_spec(void * jarg1, char *
 }
 
 
+SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_KILN_ONNX_MAX_NODES_get() {
+  int jresult ;
+  int result;
+  
+  result = (int)(4096);
+  jresult = result; 
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_model_export_onnx(void * jarg1, char * jarg2) {
+  int jresult ;
+  kiln_model *arg1 = (kiln_model *) 0 ;
+  char *arg2 = (char *) 0 ;
+  kiln_status result;
+  
+  arg1 = (kiln_model *)jarg1; 
+  arg2 = (char *)jarg2; 
+  result = (kiln_status)kiln_model_export_onnx((struct kiln_model const *)arg1,(char const *)arg2);
+  
+  jresult = (int)result;
+  if (result != KILN_OK) kiln_exception_callback((int)result, kiln_last_error());
+  
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_model_import_onnx(void * jarg1, char * jarg2, void ** jarg3) {
+  int jresult ;
+  kiln_context *arg1 = (kiln_context *) 0 ;
+  char *arg2 = (char *) 0 ;
+  kiln_model **arg3 = (kiln_model **) 0 ;
+  kiln_status result;
+  
+  arg1 = (kiln_context *)jarg1; 
+  arg2 = (char *)jarg2; 
+  arg3 = (kiln_model **)jarg3; 
+  result = (kiln_status)kiln_model_import_onnx(arg1,(char const *)arg2,arg3);
+  
+  jresult = (int)result;
+  if (result != KILN_OK) kiln_exception_callback((int)result, kiln_last_error());
+  
+  return jresult;
+}
+
+
 SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_dataset_from_tensors(void * jarg1, void * jarg2, void * jarg3, void ** jarg4) {
   int jresult ;
   kiln_context *arg1 = (kiln_context *) 0 ;

@@ -167,15 +167,15 @@ typedef _gostring_ swig_type_134;
 typedef _gostring_ swig_type_135;
 typedef _gostring_ swig_type_136;
 typedef _gostring_ swig_type_137;
-typedef long long swig_type_138;
+typedef _gostring_ swig_type_138;
 typedef _gostring_ swig_type_139;
-typedef long long swig_type_140;
-typedef long long swig_type_141;
-typedef _goslice_ swig_type_142;
+typedef _gostring_ swig_type_140;
+typedef _gostring_ swig_type_141;
+typedef long long swig_type_142;
 typedef _gostring_ swig_type_143;
-typedef _gostring_ swig_type_144;
-typedef _gostring_ swig_type_145;
-typedef _gostring_ swig_type_146;
+typedef long long swig_type_144;
+typedef long long swig_type_145;
+typedef _goslice_ swig_type_146;
 typedef _gostring_ swig_type_147;
 typedef _gostring_ swig_type_148;
 typedef _gostring_ swig_type_149;
@@ -183,35 +183,39 @@ typedef _gostring_ swig_type_150;
 typedef _gostring_ swig_type_151;
 typedef _gostring_ swig_type_152;
 typedef _gostring_ swig_type_153;
-typedef long long swig_type_154;
+typedef _gostring_ swig_type_154;
 typedef _gostring_ swig_type_155;
 typedef _gostring_ swig_type_156;
-typedef long long swig_type_157;
+typedef _gostring_ swig_type_157;
 typedef long long swig_type_158;
 typedef _gostring_ swig_type_159;
-typedef long long swig_type_160;
-typedef _gostring_ swig_type_161;
+typedef _gostring_ swig_type_160;
+typedef long long swig_type_161;
 typedef long long swig_type_162;
 typedef _gostring_ swig_type_163;
 typedef long long swig_type_164;
 typedef _gostring_ swig_type_165;
-typedef _gostring_ swig_type_166;
+typedef long long swig_type_166;
 typedef _gostring_ swig_type_167;
-typedef _gostring_ swig_type_168;
+typedef long long swig_type_168;
 typedef _gostring_ swig_type_169;
 typedef _gostring_ swig_type_170;
-typedef long long swig_type_171;
+typedef _gostring_ swig_type_171;
 typedef _gostring_ swig_type_172;
 typedef _gostring_ swig_type_173;
 typedef _gostring_ swig_type_174;
-typedef _gostring_ swig_type_175;
+typedef long long swig_type_175;
 typedef _gostring_ swig_type_176;
 typedef _gostring_ swig_type_177;
 typedef _gostring_ swig_type_178;
 typedef _gostring_ swig_type_179;
 typedef _gostring_ swig_type_180;
 typedef _gostring_ swig_type_181;
-typedef long long swig_type_182;
+typedef _gostring_ swig_type_182;
+typedef _gostring_ swig_type_183;
+typedef _gostring_ swig_type_184;
+typedef _gostring_ swig_type_185;
+typedef long long swig_type_186;
 extern void _wrap_Swig_free_capi_a77f66778663fc99(uintptr_t arg1);
 extern uintptr_t _wrap_Swig_malloc_capi_a77f66778663fc99(swig_intgo arg1);
 extern swig_type_1 _wrap_version_string_capi_a77f66778663fc99(void);
@@ -296,49 +300,51 @@ extern swig_type_116 _wrap_model_save_capi_a77f66778663fc99(uintptr_t arg1, swig
 extern swig_type_118 _wrap_model_load_capi_a77f66778663fc99(uintptr_t arg1, swig_type_119 arg2, swig_type_120 arg3, swig_voidp arg4);
 extern swig_type_121 _wrap_model_load_weights_capi_a77f66778663fc99(uintptr_t arg1, swig_type_122 arg2);
 extern swig_type_123 _wrap_model_load_with_spec_capi_a77f66778663fc99(uintptr_t arg1, swig_type_124 arg2, uintptr_t arg3, swig_type_125 arg4, swig_voidp arg5);
-extern swig_type_126 _wrap_dataset_from_tensors_capi_a77f66778663fc99(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_127 _wrap_dataset_load_idx_capi_a77f66778663fc99(uintptr_t arg1, swig_type_128 arg2, swig_type_129 arg3, swig_voidp arg4);
-extern swig_type_130 _wrap_dataset_load_mnist_capi_a77f66778663fc99(uintptr_t arg1, swig_type_131 arg2, swig_type_132 arg3, swig_voidp arg4);
+extern swig_type_126 _wrap_model_export_onnx_capi_a77f66778663fc99(uintptr_t arg1, swig_type_127 arg2);
+extern swig_type_128 _wrap_model_import_onnx_capi_a77f66778663fc99(uintptr_t arg1, swig_type_129 arg2, swig_voidp arg3);
+extern swig_type_130 _wrap_dataset_from_tensors_capi_a77f66778663fc99(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_131 _wrap_dataset_load_idx_capi_a77f66778663fc99(uintptr_t arg1, swig_type_132 arg2, swig_type_133 arg3, swig_voidp arg4);
+extern swig_type_134 _wrap_dataset_load_mnist_capi_a77f66778663fc99(uintptr_t arg1, swig_type_135 arg2, swig_type_136 arg3, swig_voidp arg4);
 extern void _wrap_dataset_release_capi_a77f66778663fc99(uintptr_t arg1);
-extern swig_type_133 _wrap_dataset_size_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_134 _wrap_dataset_num_features_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_135 _wrap_dataset_num_classes_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_136 _wrap_dataset_set_normalization_capi_a77f66778663fc99(uintptr_t arg1, double arg2, double arg3, double arg4);
-extern swig_type_137 _wrap_dataset_split_capi_a77f66778663fc99(uintptr_t arg1, double arg2, swig_type_138 arg3, swig_voidp arg4, swig_voidp arg5);
-extern swig_type_139 _wrap_dataset_batch_capi_a77f66778663fc99(uintptr_t arg1, swig_type_140 arg2, swig_type_141 arg3, swig_type_142 arg4, swig_voidp arg5, swig_voidp arg6);
-extern swig_type_143 _wrap_loss_capi_a77f66778663fc99(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_144 _wrap_trainer_options_create_capi_a77f66778663fc99(swig_voidp arg1);
+extern swig_type_137 _wrap_dataset_size_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_138 _wrap_dataset_num_features_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_139 _wrap_dataset_num_classes_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_140 _wrap_dataset_set_normalization_capi_a77f66778663fc99(uintptr_t arg1, double arg2, double arg3, double arg4);
+extern swig_type_141 _wrap_dataset_split_capi_a77f66778663fc99(uintptr_t arg1, double arg2, swig_type_142 arg3, swig_voidp arg4, swig_voidp arg5);
+extern swig_type_143 _wrap_dataset_batch_capi_a77f66778663fc99(uintptr_t arg1, swig_type_144 arg2, swig_type_145 arg3, swig_type_146 arg4, swig_voidp arg5, swig_voidp arg6);
+extern swig_type_147 _wrap_loss_capi_a77f66778663fc99(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_148 _wrap_trainer_options_create_capi_a77f66778663fc99(swig_voidp arg1);
 extern void _wrap_trainer_options_release_capi_a77f66778663fc99(uintptr_t arg1);
-extern swig_type_145 _wrap_trainer_options_set_loss_capi_a77f66778663fc99(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_146 _wrap_trainer_options_set_optimizer_capi_a77f66778663fc99(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_147 _wrap_trainer_options_set_lr_capi_a77f66778663fc99(uintptr_t arg1, double arg2);
-extern swig_type_148 _wrap_trainer_options_set_momentum_capi_a77f66778663fc99(uintptr_t arg1, double arg2);
-extern swig_type_149 _wrap_trainer_options_set_nesterov_capi_a77f66778663fc99(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_150 _wrap_trainer_options_set_weight_decay_capi_a77f66778663fc99(uintptr_t arg1, double arg2);
-extern swig_type_151 _wrap_trainer_options_set_betas_capi_a77f66778663fc99(uintptr_t arg1, double arg2, double arg3);
-extern swig_type_152 _wrap_trainer_options_set_eps_capi_a77f66778663fc99(uintptr_t arg1, double arg2);
-extern swig_type_153 _wrap_trainer_options_set_batch_size_capi_a77f66778663fc99(uintptr_t arg1, swig_type_154 arg2);
-extern swig_type_155 _wrap_trainer_options_set_grad_clip_capi_a77f66778663fc99(uintptr_t arg1, double arg2);
-extern swig_type_156 _wrap_trainer_options_set_schedule_capi_a77f66778663fc99(uintptr_t arg1, swig_intgo arg2, swig_type_157 arg3, double arg4, swig_type_158 arg5, double arg6);
-extern swig_type_159 _wrap_trainer_options_set_warmup_capi_a77f66778663fc99(uintptr_t arg1, swig_type_160 arg2);
-extern swig_type_161 _wrap_trainer_options_set_shuffle_seed_capi_a77f66778663fc99(uintptr_t arg1, swig_type_162 arg2);
-extern swig_type_163 _wrap_trainer_options_set_progress_interval_capi_a77f66778663fc99(uintptr_t arg1, swig_type_164 arg2);
-extern swig_type_165 _wrap_trainer_options_set_precision_capi_a77f66778663fc99(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_166 _wrap_trainer_options_set_fast_path_capi_a77f66778663fc99(uintptr_t arg1, int arg2);
-extern swig_type_167 _wrap_trainer_create_capi_a77f66778663fc99(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_149 _wrap_trainer_options_set_loss_capi_a77f66778663fc99(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_150 _wrap_trainer_options_set_optimizer_capi_a77f66778663fc99(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_151 _wrap_trainer_options_set_lr_capi_a77f66778663fc99(uintptr_t arg1, double arg2);
+extern swig_type_152 _wrap_trainer_options_set_momentum_capi_a77f66778663fc99(uintptr_t arg1, double arg2);
+extern swig_type_153 _wrap_trainer_options_set_nesterov_capi_a77f66778663fc99(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_154 _wrap_trainer_options_set_weight_decay_capi_a77f66778663fc99(uintptr_t arg1, double arg2);
+extern swig_type_155 _wrap_trainer_options_set_betas_capi_a77f66778663fc99(uintptr_t arg1, double arg2, double arg3);
+extern swig_type_156 _wrap_trainer_options_set_eps_capi_a77f66778663fc99(uintptr_t arg1, double arg2);
+extern swig_type_157 _wrap_trainer_options_set_batch_size_capi_a77f66778663fc99(uintptr_t arg1, swig_type_158 arg2);
+extern swig_type_159 _wrap_trainer_options_set_grad_clip_capi_a77f66778663fc99(uintptr_t arg1, double arg2);
+extern swig_type_160 _wrap_trainer_options_set_schedule_capi_a77f66778663fc99(uintptr_t arg1, swig_intgo arg2, swig_type_161 arg3, double arg4, swig_type_162 arg5, double arg6);
+extern swig_type_163 _wrap_trainer_options_set_warmup_capi_a77f66778663fc99(uintptr_t arg1, swig_type_164 arg2);
+extern swig_type_165 _wrap_trainer_options_set_shuffle_seed_capi_a77f66778663fc99(uintptr_t arg1, swig_type_166 arg2);
+extern swig_type_167 _wrap_trainer_options_set_progress_interval_capi_a77f66778663fc99(uintptr_t arg1, swig_type_168 arg2);
+extern swig_type_169 _wrap_trainer_options_set_precision_capi_a77f66778663fc99(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_170 _wrap_trainer_options_set_fast_path_capi_a77f66778663fc99(uintptr_t arg1, int arg2);
+extern swig_type_171 _wrap_trainer_create_capi_a77f66778663fc99(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
 extern void _wrap_trainer_release_capi_a77f66778663fc99(uintptr_t arg1);
-extern swig_type_168 _wrap_trainer_step_capi_a77f66778663fc99(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_169 _wrap_trainer_epoch_capi_a77f66778663fc99(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_170 _wrap_trainer_fit_capi_a77f66778663fc99(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_type_171 arg4, swig_voidp arg5);
-extern swig_type_172 _wrap_trainer_evaluate_capi_a77f66778663fc99(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_173 _wrap_trainer_epochs_done_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_174 _wrap_trainer_steps_done_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_175 _wrap_trainer_current_lr_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_176 _wrap_trainer_save_checkpoint_capi_a77f66778663fc99(uintptr_t arg1, swig_type_177 arg2);
-extern swig_type_178 _wrap_trainer_load_checkpoint_capi_a77f66778663fc99(uintptr_t arg1, swig_type_179 arg2);
+extern swig_type_172 _wrap_trainer_step_capi_a77f66778663fc99(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_173 _wrap_trainer_epoch_capi_a77f66778663fc99(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_174 _wrap_trainer_fit_capi_a77f66778663fc99(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_type_175 arg4, swig_voidp arg5);
+extern swig_type_176 _wrap_trainer_evaluate_capi_a77f66778663fc99(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_177 _wrap_trainer_epochs_done_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_178 _wrap_trainer_steps_done_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_179 _wrap_trainer_current_lr_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_180 _wrap_trainer_save_checkpoint_capi_a77f66778663fc99(uintptr_t arg1, swig_type_181 arg2);
+extern swig_type_182 _wrap_trainer_load_checkpoint_capi_a77f66778663fc99(uintptr_t arg1, swig_type_183 arg2);
 extern void _wrap_history_release_capi_a77f66778663fc99(uintptr_t arg1);
-extern swig_type_180 _wrap_history_size_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_181 _wrap_history_get_capi_a77f66778663fc99(uintptr_t arg1, swig_type_182 arg2, swig_voidp arg3);
+extern swig_type_184 _wrap_history_size_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_185 _wrap_history_get_capi_a77f66778663fc99(uintptr_t arg1, swig_type_186 arg2, swig_voidp arg3);
 #undef intgo
 */
 import "C"
@@ -2167,6 +2173,54 @@ _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	return swig_r_1
 }
 
+const KILN_ONNX_MAX_NODES int = 4096
+func Model_export_onnx(arg1 uintptr, arg2 string) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_model_export_onnx_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_127)(unsafe.Pointer(&_swig_i_1)))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
+	var swig_r_1 error
+
+	if len(swig_r) == 0 {
+		swig_r_1 = nil
+	} else if len(swig_r) == 1 {
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
+	} else {
+		swig_s := swigCopyString(swig_r)
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
+	}
+
+	return swig_r_1
+}
+
+func Model_import_onnx(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r_p := C._wrap_model_import_onnx_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_129)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
+	var swig_r_1 error
+
+	if len(swig_r) == 0 {
+		swig_r_1 = nil
+	} else if len(swig_r) == 1 {
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
+	} else {
+		swig_s := swigCopyString(swig_r)
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
+	}
+
+	return swig_r_1
+}
+
 func Dataset_from_tensors(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
@@ -2195,7 +2249,7 @@ func Dataset_load_idx(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (_s
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_load_idx_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_128)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_129)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_dataset_load_idx_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_132)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_133)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2223,7 +2277,7 @@ func Dataset_load_mnist(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_load_mnist_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_131)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_132)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_dataset_load_mnist_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_135)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_136)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2339,7 +2393,7 @@ func Dataset_split(arg1 uintptr, arg2 float64, arg3 uint64, arg4 *uintptr, arg5 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_dataset_split_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.swig_type_138(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_dataset_split_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.swig_type_142(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2364,7 +2418,7 @@ func Dataset_batch(arg1 uintptr, arg2 int64, arg3 int64, arg4 Device, arg5 *uint
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_dataset_batch_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_140(_swig_i_1), C.swig_type_141(_swig_i_2), *(*C.swig_type_142)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_dataset_batch_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_144(_swig_i_1), C.swig_type_145(_swig_i_2), *(*C.swig_type_146)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_3
@@ -2594,7 +2648,7 @@ func Trainer_options_set_batch_size(arg1 uintptr, arg2 int64) (_swig_ret error) 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_batch_size_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_154(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_batch_size_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_158(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2638,7 +2692,7 @@ func Trainer_options_set_schedule(arg1 uintptr, arg2 int, arg3 int64, arg4 float
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_trainer_options_set_schedule_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_157(_swig_i_2), C.double(_swig_i_3), C.swig_type_158(_swig_i_4), C.double(_swig_i_5))
+	swig_r_p := C._wrap_trainer_options_set_schedule_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_161(_swig_i_2), C.double(_swig_i_3), C.swig_type_162(_swig_i_4), C.double(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2658,7 +2712,7 @@ func Trainer_options_set_warmup(arg1 uintptr, arg2 int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_warmup_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_160(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_warmup_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_164(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2678,7 +2732,7 @@ func Trainer_options_set_shuffle_seed(arg1 uintptr, arg2 uint64) (_swig_ret erro
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_shuffle_seed_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_162(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_shuffle_seed_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_166(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2698,7 +2752,7 @@ func Trainer_options_set_progress_interval(arg1 uintptr, arg2 int64) (_swig_ret 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_progress_interval_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_164(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_progress_interval_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_168(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2830,7 +2884,7 @@ func Trainer_fit(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 int64, arg5 *uin
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_trainer_fit_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_type_171(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_trainer_fit_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_type_175(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2932,7 +2986,7 @@ func Trainer_save_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_save_checkpoint_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_177)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_trainer_save_checkpoint_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_181)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2955,7 +3009,7 @@ func Trainer_load_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_load_checkpoint_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_179)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_trainer_load_checkpoint_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_183)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -3004,7 +3058,7 @@ func History_get(arg1 uintptr, arg2 int64, arg3 *EpochStats) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_history_get_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_182(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_history_get_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_186(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 

@@ -7,6 +7,7 @@ pub const KILN_VERSION_MINOR: u32 = 1;
 pub const KILN_VERSION_PATCH: u32 = 0;
 pub const KILN_ABI_VERSION: u32 = 1;
 pub const KILN_MAX_DIMS: u32 = 8;
+pub const KILN_ONNX_MAX_NODES: u32 = 4096;
 pub type __uint32_t = ::std::os::raw::c_uint;
 pub type __int64_t = ::std::os::raw::c_long;
 pub type __uint64_t = ::std::os::raw::c_ulong;
@@ -991,6 +992,19 @@ extern "C" {
         path: *const ::std::os::raw::c_char,
         spec: *const kiln_model_spec,
         device: kiln_device,
+        out: *mut *mut kiln_model,
+    ) -> kiln_status;
+}
+extern "C" {
+    pub fn kiln_model_export_onnx(
+        model: *const kiln_model,
+        path: *const ::std::os::raw::c_char,
+    ) -> kiln_status;
+}
+extern "C" {
+    pub fn kiln_model_import_onnx(
+        ctx: *mut kiln_context,
+        path: *const ::std::os::raw::c_char,
         out: *mut *mut kiln_model,
     ) -> kiln_status;
 }
