@@ -351,6 +351,14 @@ static void unreadable_files(void **state) {
   assert_int_equal(mkfifo(fifo, 0600), 0);
   assert_status(kiln_model_import_onnx(f->ctx, fifo, &model), KILN_ERROR_IO);
   assert_null(model);
+  /* Over the limit: refused from its size alone (a sparse file, never read). */
+  FILE *big = fopen(f->path, "wb");
+  assert_non_null(big);
+  fclose(big);
+  assert_int_equal(truncate(f->path, KILN_ONNX_MAX_FILE_BYTES + 1), 0);
+  assert_status(kiln_model_import_onnx(f->ctx, f->path, &model), KILN_ERROR_NOT_SUPPORTED);
+  assert_last_error_contains("KILN_ONNX_MAX_FILE_BYTES");
+  assert_null(model);
 }
 
 #else /* !KILN_TEST_HAVE_ONNX */
