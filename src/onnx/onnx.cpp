@@ -1,6 +1,5 @@
 #include "onnx/onnx.hpp"
 
-#include <dlfcn.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,8 +23,6 @@ struct Plugin {
   std::string error;  // why it could not be loaded; empty when it was
 };
 
-// Loaded once per process and never unloaded (RTLD_NODELETE): protobuf
-// registers the ONNX schema in process-wide tables that must outlive any use.
 const Plugin &plugin(const Context &ctx) {
   static std::once_flag once;
   static Plugin p;
@@ -34,30 +31,13 @@ const Plugin &plugin(const Context &ctx) {
     p.error = "this kiln was built without ONNX support: libonnx-dev was not found when it was configured "
               "(scripts/install-deps.sh installs it; then rebuild to get libkiln_onnx.so)";
 #else
-    std::string origin;
-    const std::string dir = plugin_directory(&origin);
-    const std::string path = dir.empty() ? kPluginName : dir + "/" + kPluginName;
-    ctx.log(KILN_LOG_DEBUG, "loading the ONNX plugin " + path + " (from " + origin + ")");
-    void *library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-    if (!library) {
-      p.error = "cannot load the ONNX plugin " + path + " (from " + origin + "): " + one_line(dlerror()) +
-                "; it needs libonnx_proto and libprotobuf (Debian's libonnx1)";
-      return;
-    }
-    auto version = reinterpret_cast<kiln_onnx_interface_version_fn>(dlsym(library, "kiln_onnx_interface_version"));
-    auto exporter = reinterpret_cast<kiln_onnx_export_fn>(dlsym(library, "kiln_onnx_export"));
-    auto importer = reinterpret_cast<kiln_onnx_import_fn>(dlsym(library, "kiln_onnx_import"));
-    if (!version || !exporter || !importer) {
-      p.error = "the ONNX plugin " + path + " is not kiln's: it lacks " +
-                (!version ? "kiln_onnx_interface_version" : !exporter ? "kiln_onnx_export" : "kiln_onnx_import");
-    } else if (version() != kOnnxInterfaceVersion) {
-      p.error = "the ONNX plugin " + path + " was built for interface " + std::to_string(version()) +
-                ", this library expects " + std::to_string(kOnnxInterfaceVersion) +
-                " (install libkiln and libkiln_onnx from the same build)";
-    } else {
-      p.export_graph = exporter;
-      p.import_graph = importer;
-    }
+    const PluginLibrary library =
+        open_plugin(ctx, kPluginName, "ONNX", "it needs libonnx_proto and libprotobuf (Debian's libonnx1)",
+                    "kiln_onnx_interface_version", kOnnxInterfaceVersion, {"kiln_onnx_export", "kiln_onnx_import"});
+    p.error = library.error;
+    if (!library.handle) return;
+    p.export_graph = reinterpret_cast<kiln_onnx_export_fn>(library.symbol("kiln_onnx_export"));
+    p.import_graph = reinterpret_cast<kiln_onnx_import_fn>(library.symbol("kiln_onnx_import"));
 #endif
   });
   return p;
