@@ -12,7 +12,8 @@
  * torch.onnx.export, when they are installed.
  *
  * Built without libonnx-dev (KILN_TEST_HAVE_ONNX 0), it checks that both
- * functions say NOT_SUPPORTED and why. */
+ * functions say NOT_SUPPORTED and why; with KILN_TEST_NO_ONNX_PLUGIN set
+ * (test_onnx_no_plugin), that they do so when the plugin is not found. */
 #include "support.h"
 
 #include <math.h>
@@ -361,6 +362,22 @@ static void unreadable_files(void **state) {
   assert_null(model);
 }
 
+/* KILN_BACKEND_PATH names a directory without libkiln_onnx.so (CTest's
+ * test_onnx_no_plugin): both functions say so, and nothing else breaks. */
+static void plugin_missing(void **state) {
+  fixture *f = *state;
+  kiln_model *model = make_model(f->ctx, "4-3-2", KILN_F32), *back = (kiln_model *)(uintptr_t)1;
+  assert_status(kiln_model_export_onnx(model, f->path), KILN_ERROR_NOT_SUPPORTED);
+  assert_last_error_contains("cannot load the ONNX plugin");
+  assert_last_error_contains("libkiln_onnx.so");
+  assert_int_equal(access(f->path, F_OK), -1);
+  assert_status(kiln_model_import_onnx(f->ctx, fixture_path("gemm_relu.onnx"), &back), KILN_ERROR_NOT_SUPPORTED);
+  assert_last_error_contains("cannot load the ONNX plugin");
+  assert_null(back);
+  assert_kiln_ok(kiln_model_save(model, f->path));
+  kiln_model_release(model);
+}
+
 #else /* !KILN_TEST_HAVE_ONNX */
 
 static void without_plugin(void **state) {
@@ -398,6 +415,12 @@ static void bad_arguments(void **state) {
 }
 
 int main(void) {
+#if KILN_TEST_HAVE_ONNX
+  if (getenv("KILN_TEST_NO_ONNX_PLUGIN")) {
+    const struct CMUnitTest missing[] = {cmocka_unit_test_setup_teardown(plugin_missing, setup, teardown)};
+    return cmocka_run_group_tests(missing, NULL, NULL);
+  }
+#endif
   const struct CMUnitTest tests[] = {
 #if KILN_TEST_HAVE_ONNX
       cmocka_unit_test_setup_teardown(imports_gemm, setup, teardown),
