@@ -564,7 +564,7 @@ KILN_API kiln_status kiln_model_export_onnx(const kiln_model *model, const char 
  * as above, Tanh, Sigmoid, Identity, Dropout (kept as kiln's Dropout of its
  * ratio, so the model trains as it was built), and Flatten (axis 1) or
  * Reshape to [-1 or 0, features] before the first layer. Opsets 9 to 23 of
- * the ONNX domain. The model's dtype is the input's; every parameter must
+ * the ONNX domain, IR versions 3 to 12. The model's dtype is the input's; every parameter must
  * have it. It starts in training mode, as kiln_model_create; the caller owns
  * *out (kiln_model_release). The file is read once and not kept open; a file
  * larger than KILN_ONNX_MAX_FILE_BYTES is refused before it is read.
