@@ -9,7 +9,6 @@
 // form, x * 0.5 * (1 + erf(x / sqrt 2)), as torch.onnx.export writes it:
 // the Gelu op needs opset 20, which older runtimes and checkers refuse.
 // Dropout is an identity in inference and is left out.
-#include <cstring>
 #include <exception>
 #include <new>
 

@@ -17,7 +17,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <limits>
 #include <new>
 #include <unordered_map>
 #include <vector>
