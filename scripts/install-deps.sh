@@ -16,8 +16,10 @@ set -euo pipefail
 # multi-rank tests run under.
 # abigail-tools: test_abi compares every build's ABI with abi/libkiln.abi
 # (it skips without abidiff, and then guards nothing).
+# libonnx-dev, libprotobuf-dev: libkiln_onnx.so (ONNX export and import).
+# ONNX Runtime is not a Debian package: tests/onnx_check.py skips without it.
 core=(cmake g++ ninja-build pkg-config libopenblas-dev libcmocka-dev zlib1g-dev
-  dataset-fashion-mnist openmpi-bin libopenmpi-dev abigail-tools)
+  dataset-fashion-mnist openmpi-bin libopenmpi-dev abigail-tools libonnx-dev libprotobuf-dev)
 # bindgen loads libclang at run time but does not depend on it in Debian.
 # python3 runs bindings/csharp/generate.py and build.py (mcs builds Kiln.dll).
 bindings=(swig golang-go mono-mcs mono-devel python3 bindgen libclang1)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The kiln program end to end, as a user runs it: help and version, usage
 # errors (exit 2, one line on stderr), runtime errors (exit 1, with the
-# reason), `kiln devices`, and a tiny train -> eval -> predict -> resume run
+# reason), `kiln devices`, and a tiny train -> eval -> predict -> ONNX -> resume run
 # on a small generated MNIST-layout dataset (so no download is needed).
 #
 #   test_cli.sh PATH/TO/kiln        (CTest passes the built program)
@@ -120,6 +120,23 @@ expect 0 "^correct: [0-9]+ of 5$" "$kiln" predict "$model" --data "$data" --coun
 [[ $(grep -cE '^ +[0-9]+ +[0-9]' "$work/out") -eq 5 ]] || fail "kiln predict --count 5 did not print 5 predictions"
 expect 0 "^ +299 " "$kiln" predict "$model" --input "$data/t10k-images-idx3-ubyte.gz" --device cpu
 expect 1 "not an IDX file" "$kiln" predict "$model" --input "$model" --device cpu
+
+# ---- ONNX: export, import back, the same evaluation ----------------------------
+usage_error "--onnx OUT is required" export "$model"
+usage_error "--save MODEL is required" import "$work/model.onnx"
+# Only where libkiln_onnx.so was built (CTest sets KILN_HAVE_ONNX).
+if [[ -n "${KILN_HAVE_ONNX:-}" ]]; then
+  expect 0 "^wrote $work/model.onnx$" "$kiln" export "$model" --onnx "$work/model.onnx"
+  expect 0 "^imported $work/model.onnx: 64-16-10$" "$kiln" import "$work/model.onnx" --save "$work/onnx.safetensors"
+  expect 0 "^test accuracy:" "$kiln" eval "$model" --data "$data" --device cpu
+  original="$(cat "$work/out")"
+  expect 0 "^test accuracy:" "$kiln" eval "$work/onnx.safetensors" --data "$data" --device cpu
+  [[ "$(cat "$work/out")" == "$original" ]] || fail "the model through ONNX evaluates to '$(cat "$work/out")', the original to '$original'"
+  expect 1 "cannot import '$model'" "$kiln" import "$model" --save "$work/not.safetensors"
+  [[ ! -e "$work/not.safetensors" ]] || fail "a failed import wrote --save"
+else
+  expect 1 "built without ONNX support" "$kiln" export "$model" --onnx "$work/model.onnx"
+fi
 
 expect 0 "--quiet" "$kiln" train --help
 expect 0 "^test accuracy:" "$kiln" train "${common[@]}" --epochs 1 --quiet

@@ -37,10 +37,12 @@ lib=$(find "$prefix" -name libkiln.so -print | head -n 1)
 [ -n "$lib" ] || die "no libkiln.so under $prefix"
 libdir=$(dirname "$lib")
 [ -f "$prefix/include/kiln/kiln.h" ] || die "kiln/kiln.h is not installed"
-# libkiln looks for the CUDA plugin in its own directory.
-if [ -e "$build_dir/libkiln_cuda.so" ] && [ ! -e "$libdir/libkiln_cuda.so" ]; then
-  die "the CUDA plugin was built but is not installed next to libkiln.so in $libdir"
-fi
+# libkiln looks for its plugins (CUDA, distributed, ONNX) in its own directory.
+for plugin in libkiln_cuda.so libkiln_dist.so libkiln_onnx.so; do
+  if [ -e "$build_dir/$plugin" ] && [ ! -e "$libdir/$plugin" ]; then
+    die "the plugin $plugin was built but is not installed next to libkiln.so in $libdir"
+  fi
+done
 
 # ---- the library's interface ---------------------------------------------
 soname=$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\].*/\1/p')

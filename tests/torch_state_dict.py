@@ -21,30 +21,15 @@ import subprocess
 import sys
 import tempfile
 
-
-def reexec_or_skip():
-    if os.environ.get("KILN_TORCH_TEST_REEXEC"):
-        print("SKIP: torch or safetensors cannot be imported")
-        sys.exit(77)
-    here = os.path.realpath(sys.executable)
-    for candidate in ("/usr/bin/python3", shutil.which("python3"), shutil.which("python")):
-        if not candidate or not os.path.exists(candidate) or os.path.realpath(candidate) == here:
-            continue
-        probe = subprocess.run([candidate, "-c", "import torch, safetensors.torch"], capture_output=True)
-        if probe.returncode == 0:
-            os.environ["KILN_TORCH_TEST_REEXEC"] = "1"
-            os.execv(candidate, [candidate] + sys.argv)
-    print("SKIP: torch or safetensors cannot be imported (tried %s, /usr/bin/python3, python3 on PATH)"
-          % sys.executable)
-    sys.exit(77)
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from python_reexec import reexec_or_skip  # noqa: E402
 
 try:
     import torch
     from torch import nn
     import safetensors.torch
 except ImportError:
-    reexec_or_skip()
+    reexec_or_skip(["torch", "safetensors.torch"])
 
 TOOL, CLI = sys.argv[1], sys.argv[2]
 TOL = 1e-5

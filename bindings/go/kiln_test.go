@@ -3,8 +3,10 @@ package kiln_test
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"math"
 	"math/rand"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -238,6 +240,38 @@ func TestTrainSaveLoad(t *testing.T) {
 	}
 	if _, err := ctx.LoadModel(filepath.Join(t.TempDir(), "missing"), kiln.CPU); statusOf(err) != kiln.ErrIO {
 		t.Fatalf("missing file: %v", err)
+	}
+}
+
+func TestONNXRoundTrip(t *testing.T) {
+	ctx := newContext(t)
+	model := must(ctx.NewModelFromText("16-32-4", kiln.CPU))
+	defer model.Close()
+	path := filepath.Join(t.TempDir(), "model.onnx")
+	if err := model.ExportONNX(path); errors.Is(err, kiln.ErrNotSupported) {
+		t.Skipf("kiln was built without ONNX: %v", err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	imported := must(ctx.ImportONNX(path))
+	defer imported.Close()
+	x := must(ctx.Randn([]int64{3, 16}, kiln.F32, kiln.CPU))
+	defer x.Close()
+	want, got := logits(t, model, x), logits(t, imported, x)
+	for i := range want {
+		if math.Abs(float64(want[i]-got[i])) > 1e-6 {
+			t.Fatalf("logit %d: %v after the round trip, %v before", i, got[i], want[i])
+		}
+	}
+	if _, err := ctx.ImportONNX(filepath.Join(t.TempDir(), "missing.onnx")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a missing file: %v", err)
+	}
+	garbage := filepath.Join(t.TempDir(), "garbage.onnx")
+	if err := os.WriteFile(garbage, []byte("not a protobuf at all"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctx.ImportONNX(garbage); !errors.Is(err, kiln.ErrFormat) {
+		t.Fatalf("a garbage file: %v", err)
 	}
 }
 

@@ -127,6 +127,26 @@ func (c *Context) LoadModelWithSpec(path string, spec *ModelSpec, dev Device) (*
 	return c.model(&h, withPath(capi.Model_load_with_spec(c.h, path, spec.ptr(), dev.c(), &h), "open", path))
 }
 
+// ImportONNX creates a CPU model from an ONNX file holding an MLP (Gemm or
+// MatMul+Add, Relu, LeakyRelu, Gelu, Tanh, Sigmoid, Identity, Dropout,
+// Flatten/Reshape at the input; kiln_model_import_onnx in kiln.h has the
+// rules). Any other op, or a hostile file, is ErrNotSupported or ErrFormat
+// naming the node; a missing file matches fs.ErrNotExist; ErrNotSupported
+// too when kiln was built without libonnx-dev.
+func (c *Context) ImportONNX(path string) (*Model, error) {
+	defer runtime.KeepAlive(c)
+	var h uintptr
+	return c.model(&h, withPath(capi.Model_import_onnx(c.h, path, &h), "open", path))
+}
+
+// ExportONNX writes the model as an ONNX file (opset 13; input "input",
+// output "logits", a symbolic batch dimension; Dropout left out) that ONNX
+// Runtime runs, atomically like Save.
+func (m *Model) ExportONNX(path string) error {
+	defer runtime.KeepAlive(m)
+	return withWritePath(capi.Model_export_onnx(m.h, path), path)
+}
+
 // Close releases the caller's reference (a trainer keeps its model alive).
 // It may be called more than once, from any goroutine.
 func (m *Model) Close() { m.release(m, capi.Model_release) }

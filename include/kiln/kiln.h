@@ -519,6 +519,73 @@ KILN_API kiln_status kiln_model_load_with_spec(kiln_context *ctx, const char *pa
                                                kiln_device device, kiln_model **out);
 
 /* ======================================================================
+ * ONNX export and import
+ *
+ * A kiln model runs in ONNX Runtime, and an ONNX MLP trains or serves in
+ * kiln. The protobuf work lives in the plugin libkiln_onnx.so (Debian's
+ * libonnx_proto and libprotobuf), loaded on the first call from libkiln's
+ * directory or KILN_BACKEND_PATH; libkiln.so links neither. Both functions
+ * return KILN_ERROR_NOT_SUPPORTED, saying why, when kiln was built without
+ * libonnx-dev or the plugin cannot be loaded.
+ * ====================================================================== */
+
+/* The largest ONNX file kiln reads or writes, in bytes (protobuf's own limit
+ * is 2 GiB). Reading is linear in the file's size and allocates a small
+ * multiple of it. */
+#define KILN_ONNX_MAX_FILE_BYTES (INT64_C(1) << 30)
+/* The most nodes (Constant nodes included) a graph kiln reads may have. */
+#define KILN_ONNX_MAX_NODES 4096
+
+/* Writes model as an ONNX file (IR version 8, opset 13 of the ONNX domain)
+ * that onnx.checker accepts and ONNX Runtime runs: one input "input"
+ * [batch, in] and one output "logits" [batch, out] of the model's dtype
+ * (FLOAT for f32, DOUBLE for f64), batch a symbolic dimension. Each Linear is
+ * a Gemm with transB = 1 over an initializer in kiln's [out, in] layout named
+ * as kiln_model_parameter_name ("0.weight", "0.bias"); ReLU, LeakyReLU, Tanh
+ * and Sigmoid are Relu, LeakyRelu, Tanh and Sigmoid; GELU is its erf form
+ * (Div, Erf, Add, Mul, Mul, as torch.onnx.export writes it); Dropout is left
+ * out (the inference form). The file is written atomically, like
+ * kiln_model_save: a crash leaves any old file intact. The model is only
+ * read (its weights are copied to the host when it lives on a GPU).
+ * Errors: INVALID_ARGUMENT for NULL model/path; INVALID_HANDLE for a
+ * released model; NOT_SUPPORTED without the plugin, or for a model larger
+ * than KILN_ONNX_MAX_FILE_BYTES as ONNX; IO when the file cannot be written.
+ * Thread: any; the model may be used by other threads meanwhile, but its
+ * weights should not be changed (a concurrent training step may be half
+ * seen). */
+KILN_API kiln_status kiln_model_export_onnx(const kiln_model *model, const char *path);
+/* Creates a CPU model (move it with kiln_model_to) from an ONNX file holding
+ * an MLP: one graph input [batch, features...] of FLOAT or DOUBLE, one
+ * output, and between them a chain of nodes, each reading the previous one's
+ * output, with constants (initializers or Constant nodes) for every other
+ * input. Read: Gemm (transB 0 or 1, alpha, beta; C of [out], [1, out] or a
+ * scalar), MatMul by an [in, out] constant with an optional Add of a bias
+ * right after it, Relu, LeakyRelu, Gelu (the exact form) and GELU's erf form
+ * as above, Tanh, Sigmoid, Identity, Dropout (kept as kiln's Dropout of its
+ * ratio, so the model trains as it was built), and Flatten (axis 1) or
+ * Reshape to [-1 or 0, features] before the first layer. Opsets 9 to 23 of
+ * the ONNX domain, IR versions 3 to 12. The model's dtype is the input's; every parameter must
+ * have it. It starts in training mode, as kiln_model_create; the caller owns
+ * *out (kiln_model_release). The file is read once and not kept open; a file
+ * larger than KILN_ONNX_MAX_FILE_BYTES is refused before it is read.
+ * Errors, each message naming the node (by name, or "#index" and op type):
+ *   NOT_SUPPORTED  any other op or domain, an opset or IR version outside
+ *                  the range, a graph that is not one chain (a value read by
+ *                  two nodes, a node off the path, several inputs or
+ *                  outputs), a constant keeping its data in an external
+ *                  file, a parameter type other than FLOAT/DOUBLE, a file
+ *                  or graph over the limits above, or no plugin;
+ *   FORMAT         a file protobuf cannot parse (truncated, corrupt, not
+ *                  ONNX), a constant whose data does not match its shape,
+ *                  shapes that do not chain, a parameter whose type differs
+ *                  from the input's, non-finite values, bad attributes;
+ *   IO             the file cannot be opened or read, or is not a regular file;
+ *   INVALID_ARGUMENT NULL ctx/path/out; INVALID_HANDLE a released ctx; OOM.
+ * On failure *out is NULL and nothing else changes.
+ * Thread: any (ctx may be shared). */
+KILN_API kiln_status kiln_model_import_onnx(kiln_context *ctx, const char *path, kiln_model **out);
+
+/* ======================================================================
  * Datasets
  * ====================================================================== */
 

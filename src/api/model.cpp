@@ -3,6 +3,7 @@
 
 #include "api/handles.hpp"
 #include "nn/model.hpp"
+#include "onnx/onnx.hpp"
 
 namespace {
 
@@ -187,6 +188,23 @@ KILN_API kiln_status kiln_model_load_with_spec(kiln_context *ctx, const char *pa
     require(out, "out");
     std::shared_ptr<kiln::Model> model = kiln::load_model_with_spec(c, path, *s, kiln::api::device(device));
     *out = kiln::api::make_handle<kiln_model>(std::move(model));
+  }, out);
+}
+
+KILN_API kiln_status kiln_model_export_onnx(const kiln_model *model, const char *path) {
+  return guard([&] {
+    std::shared_ptr<kiln::Model> m = value(model, "model");
+    require(path, "path");
+    kiln::export_onnx(*m, path);
+  });
+}
+
+KILN_API kiln_status kiln_model_import_onnx(kiln_context *ctx, const char *path, kiln_model **out) {
+  return guard([&] {
+    std::shared_ptr<kiln::Context> c = value(ctx, "ctx");
+    require(path, "path");
+    require(out, "out");
+    *out = kiln::api::make_handle<kiln_model>(kiln::import_onnx(c, path));
   }, out);
 }
 

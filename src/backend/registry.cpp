@@ -14,6 +14,7 @@
 
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/plugin.hpp"
+#include "core/context.hpp"
 
 namespace kiln {
 
@@ -43,6 +44,43 @@ std::string plugin_directory(std::string *origin) {
   }
   *origin = "the dynamic loader's search path";
   return "";
+}
+
+void *PluginLibrary::symbol(const char *name) const { return dlsym(handle, name); }
+
+PluginLibrary open_plugin(const Context &ctx, const char *file, const char *what, const char *needs,
+                          const char *version_symbol, int version, std::initializer_list<const char *> symbols) {
+  PluginLibrary p;
+  std::string origin;
+  const std::string dir = plugin_directory(&origin);
+  const std::string path = dir.empty() ? file : dir + "/" + file;
+  ctx.log(KILN_LOG_DEBUG, std::string("loading the ") + what + " plugin " + path + " (from " + origin + ")");
+  void *library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  if (!library) {
+    p.error = std::string("cannot load the ") + what + " plugin " + path + " (from " + origin +
+              "): " + one_line(dlerror()) + "; " + needs;
+    return p;
+  }
+  const std::string name = std::string("the ") + what + " plugin " + path;
+  for (const char *symbol : symbols)
+    if (!dlsym(library, symbol)) {
+      p.error = name + " is not kiln's: it lacks " + symbol;
+      return p;
+    }
+  auto version_fn = reinterpret_cast<int (*)(void)>(dlsym(library, version_symbol));
+  if (!version_fn) {
+    p.error = name + " is not kiln's: it lacks " + version_symbol;
+    return p;
+  }
+  if (version_fn() != version) {
+    std::string stem = file;
+    stem = stem.substr(0, stem.rfind(".so"));
+    p.error = name + " was built for interface " + std::to_string(version_fn()) + ", this library expects " +
+              std::to_string(version) + " (install libkiln and " + stem + " from the same build)";
+    return p;
+  }
+  p.handle = library;
+  return p;
 }
 
 std::string one_line(const char *text) {

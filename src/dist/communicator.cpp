@@ -1,7 +1,5 @@
 #include "dist/communicator.hpp"
 
-#include <dlfcn.h>
-
 #include <mutex>
 
 #include "backend/registry.hpp"
@@ -20,37 +18,22 @@ struct Plugin {
   std::string error;  // why it could not be loaded; empty when it was
 };
 
-// Loaded once per process and never unloaded (RTLD_NODELETE): MPI can be
-// initialized only once per process, and the plugin registers the atexit
-// handler that finalizes it.
+// Loaded once per process and never unloaded: MPI can be initialized only
+// once per process, and the plugin registers the atexit handler that
+// finalizes it.
 const Plugin &plugin(const Context &ctx) {
   static std::once_flag once;
   static Plugin p;
   std::call_once(once, [&] {
-    std::string origin;
-    const std::string dir = plugin_directory(&origin);
-    const std::string path = dir.empty() ? kPluginName : dir + "/" + kPluginName;
-    ctx.log(KILN_LOG_DEBUG, "loading the distributed plugin " + path + " (from " + origin + ")");
-    void *library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-    if (!library) {
-      p.error = "cannot load the distributed plugin " + path + " (from " + origin + "): " + one_line(dlerror()) +
-                "; it needs Open MPI's libmpi (install openmpi-bin, or build kiln where MPI was found)";
-      return;
-    }
-    auto version = reinterpret_cast<kiln_dist_interface_version_fn>(dlsym(library, "kiln_dist_interface_version"));
-    auto create = reinterpret_cast<kiln_dist_create_mpi_fn>(dlsym(library, "kiln_dist_create_mpi"));
-    auto local = reinterpret_cast<kiln_dist_create_local_fn>(dlsym(library, "kiln_dist_create_local"));
-    if (!version || !create || !local) {
-      p.error = "the distributed plugin " + path + " is not kiln's: it lacks " +
-                (!version ? "kiln_dist_interface_version" : !create ? "kiln_dist_create_mpi" : "kiln_dist_create_local");
-    } else if (version() != kDistInterfaceVersion) {
-      p.error = "the distributed plugin " + path + " was built for interface " + std::to_string(version()) +
-                ", this library expects " + std::to_string(kDistInterfaceVersion) +
-                " (install libkiln and libkiln_dist from the same build)";
-    } else {
-      p.create_mpi = create;
-      p.create_local = local;
-    }
+    const PluginLibrary library =
+        open_plugin(ctx, kPluginName, "distributed",
+                    "it needs Open MPI's libmpi (install openmpi-bin, or build kiln where MPI was found)",
+                    "kiln_dist_interface_version", kDistInterfaceVersion,
+                    {"kiln_dist_create_mpi", "kiln_dist_create_local"});
+    p.error = library.error;
+    if (!library.handle) return;
+    p.create_mpi = reinterpret_cast<kiln_dist_create_mpi_fn>(library.symbol("kiln_dist_create_mpi"));
+    p.create_local = reinterpret_cast<kiln_dist_create_local_fn>(library.symbol("kiln_dist_create_local"));
   });
   return p;
 }

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -33,6 +34,21 @@ int open_regular_file(const std::string &path) {
     fail(KILN_ERROR_IO, "cannot read '" + path + "': " + std::strerror(err));
   }
   return fd;
+}
+
+void read_exactly(int fd, const std::string &path, void *dst, int64_t n, int64_t offset) {
+  char *p = static_cast<char *>(dst);
+  while (n > 0) {
+    ssize_t got = ::pread(fd, p, size_t(std::min<int64_t>(n, int64_t(1) << 30)), off_t(offset));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      fail(KILN_ERROR_IO, "cannot read '" + path + "': " + std::strerror(errno));
+    }
+    if (got == 0) fail(KILN_ERROR_IO, "cannot read '" + path + "': the file ended early (was it truncated while open?)");
+    p += got;
+    n -= got;
+    offset += got;
+  }
 }
 
 }  // namespace kiln::io

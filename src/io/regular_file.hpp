@@ -3,6 +3,7 @@
 // node could be read without end, so both are refused before any read.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace kiln::io {
@@ -12,5 +13,11 @@ namespace kiln::io {
 // KILN_ERROR_IO naming path: "cannot open" with strerror, or "not a regular
 // file" at once for FIFOs, sockets, directories and device nodes.
 int open_regular_file(const std::string &path);
+
+// Reads exactly n bytes at offset of fd (opened from path), retrying short
+// reads. The caller validated n and offset against the file's size, so an
+// early end means the file changed under it: KILN_ERROR_IO, like any read
+// error, naming path.
+void read_exactly(int fd, const std::string &path, void *dst, int64_t n, int64_t offset);
 
 }  // namespace kiln::io

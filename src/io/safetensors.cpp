@@ -41,23 +41,6 @@ const char *safetensors_name(DType d) {
   fail(KILN_ERROR_IO, what + " '" + path + "': " + std::strerror(err));
 }
 
-// Reads exactly n bytes at offset, retrying short reads; the sizes were
-// validated against the file's size, so an early end means the file changed.
-void read_exactly(int fd, const std::string &path, void *dst, int64_t n, int64_t offset) {
-  char *p = static_cast<char *>(dst);
-  while (n > 0) {
-    ssize_t got = ::pread(fd, p, size_t(std::min<int64_t>(n, int64_t(1) << 30)), off_t(offset));
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      io_error("cannot read", path, errno);
-    }
-    if (got == 0) fail(KILN_ERROR_IO, "cannot read '" + path + "': the file ended early (was it truncated while open?)");
-    p += got;
-    n -= got;
-    offset += got;
-  }
-}
-
 }  // namespace
 
 struct SafetensorsFile::Fd {

@@ -1,5 +1,6 @@
 /* kiln: train and run MLPs from the command line. Dispatches to one
- * subcommand per file (devices.c, train.c, eval.c, predict.c). */
+ * subcommand per file (devices.c, train.c, eval.c, predict.c; onnx.c has
+ * export and import). */
 #include <stdio.h>
 #include <string.h>
 
@@ -19,6 +20,8 @@ static const command commands[] = {
     {"train", cmd_train, "train an MLP on an MNIST-layout dataset (Fashion-MNIST by default)"},
     {"eval", cmd_eval, "print a saved model's test loss and accuracy"},
     {"predict", cmd_predict, "print a saved model's predicted classes for test or IDX images"},
+    {"export", cmd_export, "write a saved model as ONNX (for ONNX Runtime)"},
+    {"import", cmd_import, "read an ONNX MLP (e.g. from torch.onnx.export) into a kiln model file"},
 };
 #define NUM_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
 

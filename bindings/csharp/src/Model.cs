@@ -92,6 +92,22 @@ namespace Kiln
             return new Model(h);
         }
 
+        /// <summary>A CPU model from an ONNX file holding an MLP (Gemm or MatMul+Add, Relu,
+        /// LeakyRelu, Gelu, Tanh, Sigmoid, Identity, Dropout, Flatten or Reshape at the input;
+        /// kiln_model_import_onnx in kiln.h has the rules). Another op is NotSupportedException,
+        /// a malformed file FormatException, each naming the node; NotSupportedException too when
+        /// kiln was built without ONNX.</summary>
+        public static Model ImportOnnx(Context ctx, string path)
+        {
+            Native.Check(NativeMethods.kiln_model_import_onnx(Arg.Of(ctx, nameof(ctx)), path, out ModelHandle h), path);
+            return new Model(h);
+        }
+
+        /// <summary>Writes the model as an ONNX file (opset 13; input "input", output "logits",
+        /// a symbolic batch dimension; Dropout left out) that ONNX Runtime runs, atomically like
+        /// Save.</summary>
+        public void ExportOnnx(string path) => Native.Check(NativeMethods.kiln_model_export_onnx(Handle, path));
+
         /// <summary>Releases this reference (a trainer keeps its model alive).</summary>
         public void Dispose() => Handle.Dispose();
 

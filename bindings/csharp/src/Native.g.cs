@@ -272,6 +272,10 @@ namespace Kiln
         public const int MaxDims = 8;
         /// <summary><c>KILN_MAX_PARAMETERS</c>.</summary>
         public const long MaxParameters = 1L << 40;
+        /// <summary><c>KILN_ONNX_MAX_FILE_BYTES</c>.</summary>
+        public const long OnnxMaxFileBytes = 1L << 30;
+        /// <summary><c>KILN_ONNX_MAX_NODES</c>.</summary>
+        public const int OnnxMaxNodes = 4096;
         /// <summary><c>KILN_MAX_DATA_PARALLEL_DEVICES</c>.</summary>
         public const int MaxDataParallelDevices = 64;
     }
@@ -634,6 +638,10 @@ namespace Kiln
         internal static extern Status kiln_model_load_weights(ModelHandle model, string path);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_model_load_with_spec(ContextHandle ctx, string path, ModelSpecHandle spec, Device device, out ModelHandle @out);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        internal static extern Status kiln_model_export_onnx(ModelHandle model, string path);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        internal static extern Status kiln_model_import_onnx(ContextHandle ctx, string path, out ModelHandle @out);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_dataset_from_tensors(ContextHandle ctx, TensorHandle x, TensorHandle y, out DatasetHandle @out);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]

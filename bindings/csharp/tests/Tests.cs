@@ -416,6 +416,34 @@ static partial class Tests
         }
     }
 
+    public static void OnnxRoundTrip()
+    {
+        using (var ctx = new Context(seed: 42))
+        using (var model = new Model(ctx, "16-32-4", Device.Cpu))
+        using (var x = Tensor.Randn(ctx, DType.F32, Device.Cpu, 3, 16))
+        {
+            string path = Temp("m.onnx");
+            try
+            {
+                try { model.ExportOnnx(path); }
+                catch (NotSupportedException e) { Console.WriteLine("  skipped: kiln was built without ONNX: " + e.Message); return; }
+                using (var imported = Model.ImportOnnx(ctx, path))
+                {
+                    float[] want = Logits(model, x), got = Logits(imported, x);
+                    Check(want.Length == got.Length && want.Zip(got, (a, b) => Math.Abs(a - b)).Max() <= 1e-6f,
+                          "the same logits after an ONNX round trip");
+                }
+                Throws<FileNotFoundException>(() => Model.ImportOnnx(ctx, path + ".missing"));
+                File.WriteAllText(path, "not a protobuf at all");
+                Throws<FormatException>(() => Model.ImportOnnx(ctx, path));
+            }
+            finally
+            {
+                File.Delete(path);
+            }
+        }
+    }
+
     public static void ModelSpecsAndF64()
     {
         using (var ctx = new Context(seed: 1))

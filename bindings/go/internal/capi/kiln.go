@@ -168,15 +168,15 @@ typedef _gostring_ swig_type_135;
 typedef _gostring_ swig_type_136;
 typedef _gostring_ swig_type_137;
 typedef _gostring_ swig_type_138;
-typedef long long swig_type_139;
+typedef _gostring_ swig_type_139;
 typedef _gostring_ swig_type_140;
-typedef long long swig_type_141;
-typedef long long swig_type_142;
-typedef _goslice_ swig_type_143;
+typedef _gostring_ swig_type_141;
+typedef _gostring_ swig_type_142;
+typedef long long swig_type_143;
 typedef _gostring_ swig_type_144;
-typedef _gostring_ swig_type_145;
-typedef _gostring_ swig_type_146;
-typedef _gostring_ swig_type_147;
+typedef long long swig_type_145;
+typedef long long swig_type_146;
+typedef _goslice_ swig_type_147;
 typedef _gostring_ swig_type_148;
 typedef _gostring_ swig_type_149;
 typedef _gostring_ swig_type_150;
@@ -184,45 +184,49 @@ typedef _gostring_ swig_type_151;
 typedef _gostring_ swig_type_152;
 typedef _gostring_ swig_type_153;
 typedef _gostring_ swig_type_154;
-typedef long long swig_type_155;
+typedef _gostring_ swig_type_155;
 typedef _gostring_ swig_type_156;
 typedef _gostring_ swig_type_157;
-typedef long long swig_type_158;
+typedef _gostring_ swig_type_158;
 typedef long long swig_type_159;
 typedef _gostring_ swig_type_160;
-typedef long long swig_type_161;
-typedef _gostring_ swig_type_162;
+typedef _gostring_ swig_type_161;
+typedef long long swig_type_162;
 typedef long long swig_type_163;
 typedef _gostring_ swig_type_164;
 typedef long long swig_type_165;
 typedef _gostring_ swig_type_166;
-typedef _goslice_ swig_type_167;
+typedef long long swig_type_167;
 typedef _gostring_ swig_type_168;
-typedef _gostring_ swig_type_169;
+typedef long long swig_type_169;
 typedef _gostring_ swig_type_170;
-typedef _gostring_ swig_type_171;
+typedef _goslice_ swig_type_171;
 typedef _gostring_ swig_type_172;
 typedef _gostring_ swig_type_173;
-typedef long long swig_type_174;
+typedef _gostring_ swig_type_174;
 typedef _gostring_ swig_type_175;
 typedef _gostring_ swig_type_176;
 typedef _gostring_ swig_type_177;
-typedef _gostring_ swig_type_178;
+typedef long long swig_type_178;
 typedef _gostring_ swig_type_179;
 typedef _gostring_ swig_type_180;
 typedef _gostring_ swig_type_181;
 typedef _gostring_ swig_type_182;
 typedef _gostring_ swig_type_183;
 typedef _gostring_ swig_type_184;
-typedef long long swig_type_185;
+typedef _gostring_ swig_type_185;
 typedef _gostring_ swig_type_186;
 typedef _gostring_ swig_type_187;
-typedef _goslice_ swig_type_188;
-typedef _gostring_ swig_type_189;
+typedef _gostring_ swig_type_188;
+typedef long long swig_type_189;
 typedef _gostring_ swig_type_190;
 typedef _gostring_ swig_type_191;
-typedef _gostring_ swig_type_192;
+typedef _goslice_ swig_type_192;
 typedef _gostring_ swig_type_193;
+typedef _gostring_ swig_type_194;
+typedef _gostring_ swig_type_195;
+typedef _gostring_ swig_type_196;
+typedef _gostring_ swig_type_197;
 extern void _wrap_Swig_free_capi_3ee356cb97fe4fba(uintptr_t arg1);
 extern uintptr_t _wrap_Swig_malloc_capi_3ee356cb97fe4fba(swig_intgo arg1);
 extern swig_type_1 _wrap_version_string_capi_3ee356cb97fe4fba(void);
@@ -308,58 +312,60 @@ extern swig_type_117 _wrap_model_save_capi_3ee356cb97fe4fba(uintptr_t arg1, swig
 extern swig_type_119 _wrap_model_load_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_120 arg2, swig_type_121 arg3, swig_voidp arg4);
 extern swig_type_122 _wrap_model_load_weights_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_123 arg2);
 extern swig_type_124 _wrap_model_load_with_spec_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_125 arg2, uintptr_t arg3, swig_type_126 arg4, swig_voidp arg5);
-extern swig_type_127 _wrap_dataset_from_tensors_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_128 _wrap_dataset_load_idx_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_129 arg2, swig_type_130 arg3, swig_voidp arg4);
-extern swig_type_131 _wrap_dataset_load_mnist_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_132 arg2, swig_type_133 arg3, swig_voidp arg4);
+extern swig_type_127 _wrap_model_export_onnx_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_128 arg2);
+extern swig_type_129 _wrap_model_import_onnx_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_130 arg2, swig_voidp arg3);
+extern swig_type_131 _wrap_dataset_from_tensors_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_132 _wrap_dataset_load_idx_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_133 arg2, swig_type_134 arg3, swig_voidp arg4);
+extern swig_type_135 _wrap_dataset_load_mnist_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_136 arg2, swig_type_137 arg3, swig_voidp arg4);
 extern void _wrap_dataset_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_134 _wrap_dataset_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_135 _wrap_dataset_num_features_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_136 _wrap_dataset_num_classes_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_137 _wrap_dataset_set_normalization_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2, double arg3, double arg4);
-extern swig_type_138 _wrap_dataset_split_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2, swig_type_139 arg3, swig_voidp arg4, swig_voidp arg5);
-extern swig_type_140 _wrap_dataset_batch_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_141 arg2, swig_type_142 arg3, swig_type_143 arg4, swig_voidp arg5, swig_voidp arg6);
-extern swig_type_144 _wrap_loss_capi_3ee356cb97fe4fba(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_145 _wrap_trainer_options_create_capi_3ee356cb97fe4fba(swig_voidp arg1);
+extern swig_type_138 _wrap_dataset_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_139 _wrap_dataset_num_features_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_140 _wrap_dataset_num_classes_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_141 _wrap_dataset_set_normalization_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2, double arg3, double arg4);
+extern swig_type_142 _wrap_dataset_split_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2, swig_type_143 arg3, swig_voidp arg4, swig_voidp arg5);
+extern swig_type_144 _wrap_dataset_batch_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_145 arg2, swig_type_146 arg3, swig_type_147 arg4, swig_voidp arg5, swig_voidp arg6);
+extern swig_type_148 _wrap_loss_capi_3ee356cb97fe4fba(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_149 _wrap_trainer_options_create_capi_3ee356cb97fe4fba(swig_voidp arg1);
 extern void _wrap_trainer_options_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_146 _wrap_trainer_options_set_loss_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_147 _wrap_trainer_options_set_optimizer_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_148 _wrap_trainer_options_set_lr_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_149 _wrap_trainer_options_set_momentum_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_150 _wrap_trainer_options_set_nesterov_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_151 _wrap_trainer_options_set_weight_decay_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_152 _wrap_trainer_options_set_betas_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2, double arg3);
-extern swig_type_153 _wrap_trainer_options_set_eps_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_154 _wrap_trainer_options_set_batch_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_155 arg2);
-extern swig_type_156 _wrap_trainer_options_set_grad_clip_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_157 _wrap_trainer_options_set_schedule_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2, swig_type_158 arg3, double arg4, swig_type_159 arg5, double arg6);
-extern swig_type_160 _wrap_trainer_options_set_warmup_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_161 arg2);
-extern swig_type_162 _wrap_trainer_options_set_shuffle_seed_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_163 arg2);
-extern swig_type_164 _wrap_trainer_options_set_progress_interval_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_165 arg2);
-extern swig_type_166 _wrap_trainer_options_set_devices_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_167 arg2);
-extern swig_type_168 _wrap_trainer_options_set_precision_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_169 _wrap_trainer_options_set_fast_path_capi_3ee356cb97fe4fba(uintptr_t arg1, int arg2);
-extern swig_type_170 _wrap_trainer_create_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_150 _wrap_trainer_options_set_loss_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_151 _wrap_trainer_options_set_optimizer_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_152 _wrap_trainer_options_set_lr_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
+extern swig_type_153 _wrap_trainer_options_set_momentum_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
+extern swig_type_154 _wrap_trainer_options_set_nesterov_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_155 _wrap_trainer_options_set_weight_decay_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
+extern swig_type_156 _wrap_trainer_options_set_betas_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2, double arg3);
+extern swig_type_157 _wrap_trainer_options_set_eps_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
+extern swig_type_158 _wrap_trainer_options_set_batch_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_159 arg2);
+extern swig_type_160 _wrap_trainer_options_set_grad_clip_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
+extern swig_type_161 _wrap_trainer_options_set_schedule_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2, swig_type_162 arg3, double arg4, swig_type_163 arg5, double arg6);
+extern swig_type_164 _wrap_trainer_options_set_warmup_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_165 arg2);
+extern swig_type_166 _wrap_trainer_options_set_shuffle_seed_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_167 arg2);
+extern swig_type_168 _wrap_trainer_options_set_progress_interval_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_169 arg2);
+extern swig_type_170 _wrap_trainer_options_set_devices_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_171 arg2);
+extern swig_type_172 _wrap_trainer_options_set_precision_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_173 _wrap_trainer_options_set_fast_path_capi_3ee356cb97fe4fba(uintptr_t arg1, int arg2);
+extern swig_type_174 _wrap_trainer_create_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
 extern void _wrap_trainer_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_171 _wrap_trainer_step_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_172 _wrap_trainer_epoch_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_173 _wrap_trainer_fit_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_type_174 arg4, uintptr_t arg5, uintptr_t arg6, swig_voidp arg7);
-extern swig_type_175 _wrap_trainer_evaluate_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_176 _wrap_trainer_epochs_done_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_177 _wrap_trainer_steps_done_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_178 _wrap_trainer_current_lr_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_179 _wrap_trainer_save_checkpoint_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_180 arg2);
-extern swig_type_181 _wrap_trainer_load_checkpoint_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_182 arg2);
+extern swig_type_175 _wrap_trainer_step_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_176 _wrap_trainer_epoch_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_177 _wrap_trainer_fit_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_type_178 arg4, uintptr_t arg5, uintptr_t arg6, swig_voidp arg7);
+extern swig_type_179 _wrap_trainer_evaluate_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_180 _wrap_trainer_epochs_done_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_181 _wrap_trainer_steps_done_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_182 _wrap_trainer_current_lr_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_183 _wrap_trainer_save_checkpoint_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_184 arg2);
+extern swig_type_185 _wrap_trainer_load_checkpoint_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_186 arg2);
 extern void _wrap_history_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_183 _wrap_history_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_184 _wrap_history_get_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_185 arg2, swig_voidp arg3);
-extern swig_type_186 _wrap_communicator_create_mpi_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_187 _wrap_communicator_create_local_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_188 arg2, swig_voidp arg3);
+extern swig_type_187 _wrap_history_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_188 _wrap_history_get_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_189 arg2, swig_voidp arg3);
+extern swig_type_190 _wrap_communicator_create_mpi_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_191 _wrap_communicator_create_local_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_192 arg2, swig_voidp arg3);
 extern void _wrap_communicator_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_189 _wrap_communicator_rank_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_190 _wrap_communicator_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_191 _wrap_communicator_local_rank_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_192 _wrap_communicator_set_timeout_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_193 _wrap_trainer_attach_communicator_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_193 _wrap_communicator_rank_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_194 _wrap_communicator_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_195 _wrap_communicator_local_rank_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_196 _wrap_communicator_set_timeout_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
+extern swig_type_197 _wrap_trainer_attach_communicator_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2);
 #undef intgo
 */
 import "C"
@@ -2216,6 +2222,54 @@ _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	return swig_r_1
 }
 
+const KILN_ONNX_MAX_NODES int = 4096
+func Model_export_onnx(arg1 uintptr, arg2 string) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_model_export_onnx_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_128)(unsafe.Pointer(&_swig_i_1)))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
+	var swig_r_1 error
+
+	if len(swig_r) == 0 {
+		swig_r_1 = nil
+	} else if len(swig_r) == 1 {
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
+	} else {
+		swig_s := swigCopyString(swig_r)
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
+	}
+
+	return swig_r_1
+}
+
+func Model_import_onnx(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r_p := C._wrap_model_import_onnx_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_130)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
+	var swig_r_1 error
+
+	if len(swig_r) == 0 {
+		swig_r_1 = nil
+	} else if len(swig_r) == 1 {
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
+	} else {
+		swig_s := swigCopyString(swig_r)
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
+	}
+
+	return swig_r_1
+}
+
 func Dataset_from_tensors(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
@@ -2244,7 +2298,7 @@ func Dataset_load_idx(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (_s
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_load_idx_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_129)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_130)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_dataset_load_idx_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_133)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_134)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2272,7 +2326,7 @@ func Dataset_load_mnist(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_load_mnist_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_132)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_133)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_dataset_load_mnist_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_136)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_137)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2388,7 +2442,7 @@ func Dataset_split(arg1 uintptr, arg2 float64, arg3 uint64, arg4 *uintptr, arg5 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_dataset_split_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.swig_type_139(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_dataset_split_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.swig_type_143(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2413,7 +2467,7 @@ func Dataset_batch(arg1 uintptr, arg2 int64, arg3 int64, arg4 Device, arg5 *uint
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_dataset_batch_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_141(_swig_i_1), C.swig_type_142(_swig_i_2), *(*C.swig_type_143)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_dataset_batch_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_145(_swig_i_1), C.swig_type_146(_swig_i_2), *(*C.swig_type_147)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_3
@@ -2643,7 +2697,7 @@ func Trainer_options_set_batch_size(arg1 uintptr, arg2 int64) (_swig_ret error) 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_batch_size_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_155(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_batch_size_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_159(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2687,7 +2741,7 @@ func Trainer_options_set_schedule(arg1 uintptr, arg2 int, arg3 int64, arg4 float
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_trainer_options_set_schedule_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_158(_swig_i_2), C.double(_swig_i_3), C.swig_type_159(_swig_i_4), C.double(_swig_i_5))
+	swig_r_p := C._wrap_trainer_options_set_schedule_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_162(_swig_i_2), C.double(_swig_i_3), C.swig_type_163(_swig_i_4), C.double(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2707,7 +2761,7 @@ func Trainer_options_set_warmup(arg1 uintptr, arg2 int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_warmup_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_161(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_warmup_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_165(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2727,7 +2781,7 @@ func Trainer_options_set_shuffle_seed(arg1 uintptr, arg2 uint64) (_swig_ret erro
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_shuffle_seed_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_163(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_shuffle_seed_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_167(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2747,7 +2801,7 @@ func Trainer_options_set_progress_interval(arg1 uintptr, arg2 int64) (_swig_ret 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_progress_interval_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_165(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_progress_interval_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_169(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2768,7 +2822,7 @@ func Trainer_options_set_devices(arg1 uintptr, arg2 []Device) (_swig_ret error) 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_devices_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_167)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_trainer_options_set_devices_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_171)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2905,7 +2959,7 @@ func Trainer_fit(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 int64, arg5 uint
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r_p := C._wrap_trainer_fit_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_type_174(_swig_i_3), C.uintptr_t(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6))
+	swig_r_p := C._wrap_trainer_fit_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_type_178(_swig_i_3), C.uintptr_t(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3007,7 +3061,7 @@ func Trainer_save_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_save_checkpoint_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_180)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_trainer_save_checkpoint_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_184)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -3030,7 +3084,7 @@ func Trainer_load_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_load_checkpoint_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_182)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_trainer_load_checkpoint_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_186)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -3079,7 +3133,7 @@ func History_get(arg1 uintptr, arg2 int64, arg3 *EpochStats) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_history_get_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_185(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_history_get_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_189(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3120,7 +3174,7 @@ func Communicator_create_local(arg1 uintptr, arg2 []Device, arg3 *uintptr) (_swi
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_communicator_create_local_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_188)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_communicator_create_local_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_192)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2

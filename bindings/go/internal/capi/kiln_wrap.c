@@ -3126,6 +3126,88 @@ _gostring_ _wrap_model_load_with_spec_capi_3ee356cb97fe4fba(kiln_context *_swig_
 }
 
 
+_gostring_ _wrap_model_export_onnx_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, _gostring_ _swig_go_1) {
+  kiln_model *arg1 = (kiln_model *) 0 ;
+  char *arg2 = (char *) 0 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_model *)_swig_go_0; 
+  
+  arg2 = (char *)malloc(_swig_go_1.n + 1);
+  memcpy(arg2, _swig_go_1.p, _swig_go_1.n);
+  arg2[_swig_go_1.n] = '\0';
+  
+  
+  result = (kiln_status)kiln_model_export_onnx((struct kiln_model const *)arg1,(char const *)arg2);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  free(arg2); 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_model_import_onnx_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _gostring_ _swig_go_1, kiln_model **_swig_go_2) {
+  kiln_context *arg1 = (kiln_context *) 0 ;
+  char *arg2 = (char *) 0 ;
+  kiln_model **arg3 = (kiln_model **) 0 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_context *)_swig_go_0; 
+  
+  arg2 = (char *)malloc(_swig_go_1.n + 1);
+  memcpy(arg2, _swig_go_1.p, _swig_go_1.n);
+  arg2[_swig_go_1.n] = '\0';
+  
+  arg3 = (kiln_model **)_swig_go_2; 
+  
+  result = (kiln_status)kiln_model_import_onnx(arg1,(char const *)arg2,arg3);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  free(arg2); 
+  return _swig_go_result;
+}
+
+
 _gostring_ _wrap_dataset_from_tensors_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, kiln_dataset **_swig_go_3) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;

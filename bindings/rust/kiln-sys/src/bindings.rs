@@ -7,6 +7,7 @@ pub const KILN_VERSION_MINOR: u32 = 1;
 pub const KILN_VERSION_PATCH: u32 = 0;
 pub const KILN_ABI_VERSION: u32 = 1;
 pub const KILN_MAX_DIMS: u32 = 8;
+pub const KILN_ONNX_MAX_NODES: u32 = 4096;
 pub const KILN_MAX_DATA_PARALLEL_DEVICES: u32 = 64;
 pub type __uint32_t = ::std::os::raw::c_uint;
 pub type __int64_t = ::std::os::raw::c_long;
@@ -1260,6 +1261,65 @@ extern "C" {
         path: *const ::std::os::raw::c_char,
         spec: *const kiln_model_spec,
         device: kiln_device,
+        out: *mut *mut kiln_model,
+    ) -> kiln_status;
+}
+extern "C" {
+    #[doc = " Writes model as an ONNX file (IR version 8, opset 13 of the ONNX domain)"]
+    #[doc = " that onnx.checker accepts and ONNX Runtime runs: one input \"input\""]
+    #[doc = " [batch, in] and one output \"logits\" [batch, out] of the model's dtype"]
+    #[doc = " (FLOAT for f32, DOUBLE for f64), batch a symbolic dimension. Each Linear is"]
+    #[doc = " a Gemm with transB = 1 over an initializer in kiln's [out, in] layout named"]
+    #[doc = " as kiln_model_parameter_name (\"0.weight\", \"0.bias\"); ReLU, LeakyReLU, Tanh"]
+    #[doc = " and Sigmoid are Relu, LeakyRelu, Tanh and Sigmoid; GELU is its erf form"]
+    #[doc = " (Div, Erf, Add, Mul, Mul, as torch.onnx.export writes it); Dropout is left"]
+    #[doc = " out (the inference form). The file is written atomically, like"]
+    #[doc = " kiln_model_save: a crash leaves any old file intact. The model is only"]
+    #[doc = " read (its weights are copied to the host when it lives on a GPU)."]
+    #[doc = " Errors: INVALID_ARGUMENT for NULL model/path; INVALID_HANDLE for a"]
+    #[doc = " released model; NOT_SUPPORTED without the plugin, or for a model larger"]
+    #[doc = " than KILN_ONNX_MAX_FILE_BYTES as ONNX; IO when the file cannot be written."]
+    #[doc = " Thread: any; the model may be used by other threads meanwhile, but its"]
+    #[doc = " weights should not be changed (a concurrent training step may be half"]
+    #[doc = " seen)."]
+    pub fn kiln_model_export_onnx(
+        model: *const kiln_model,
+        path: *const ::std::os::raw::c_char,
+    ) -> kiln_status;
+}
+extern "C" {
+    #[doc = " Creates a CPU model (move it with kiln_model_to) from an ONNX file holding"]
+    #[doc = " an MLP: one graph input [batch, features...] of FLOAT or DOUBLE, one"]
+    #[doc = " output, and between them a chain of nodes, each reading the previous one's"]
+    #[doc = " output, with constants (initializers or Constant nodes) for every other"]
+    #[doc = " input. Read: Gemm (transB 0 or 1, alpha, beta; C of [out], [1, out] or a"]
+    #[doc = " scalar), MatMul by an [in, out] constant with an optional Add of a bias"]
+    #[doc = " right after it, Relu, LeakyRelu, Gelu (the exact form) and GELU's erf form"]
+    #[doc = " as above, Tanh, Sigmoid, Identity, Dropout (kept as kiln's Dropout of its"]
+    #[doc = " ratio, so the model trains as it was built), and Flatten (axis 1) or"]
+    #[doc = " Reshape to [-1 or 0, features] before the first layer. Opsets 9 to 23 of"]
+    #[doc = " the ONNX domain, IR versions 3 to 12. The model's dtype is the input's; every parameter must"]
+    #[doc = " have it. It starts in training mode, as kiln_model_create; the caller owns"]
+    #[doc = " *out (kiln_model_release). The file is read once and not kept open; a file"]
+    #[doc = " larger than KILN_ONNX_MAX_FILE_BYTES is refused before it is read."]
+    #[doc = " Errors, each message naming the node (by name, or \"#index\" and op type):"]
+    #[doc = "   NOT_SUPPORTED  any other op or domain, an opset or IR version outside"]
+    #[doc = "                  the range, a graph that is not one chain (a value read by"]
+    #[doc = "                  two nodes, a node off the path, several inputs or"]
+    #[doc = "                  outputs), a constant keeping its data in an external"]
+    #[doc = "                  file, a parameter type other than FLOAT/DOUBLE, a file"]
+    #[doc = "                  or graph over the limits above, or no plugin;"]
+    #[doc = "   FORMAT         a file protobuf cannot parse (truncated, corrupt, not"]
+    #[doc = "                  ONNX), a constant whose data does not match its shape,"]
+    #[doc = "                  shapes that do not chain, a parameter whose type differs"]
+    #[doc = "                  from the input's, non-finite values, bad attributes;"]
+    #[doc = "   IO             the file cannot be opened or read, or is not a regular file;"]
+    #[doc = "   INVALID_ARGUMENT NULL ctx/path/out; INVALID_HANDLE a released ctx; OOM."]
+    #[doc = " On failure *out is NULL and nothing else changes."]
+    #[doc = " Thread: any (ctx may be shared)."]
+    pub fn kiln_model_import_onnx(
+        ctx: *mut kiln_context,
+        path: *const ::std::os::raw::c_char,
         out: *mut *mut kiln_model,
     ) -> kiln_status;
 }

@@ -195,6 +195,16 @@ impl Model {
             .map(Model)
     }
 
+    /// A CPU model from an ONNX file holding an MLP (Gemm or MatMul+Add,
+    /// Relu, LeakyRelu, Gelu, Tanh, Sigmoid, Identity, Dropout, Flatten or
+    /// Reshape at the input: `kiln_model_import_onnx` in kiln.h has the
+    /// rules). Any other op or a hostile file is `NotSupported` or `Format`
+    /// naming the node; `NotSupported` too when kiln was built without ONNX.
+    pub fn import_onnx(ctx: &Context, path: impl AsRef<Path>) -> Result<Model> {
+        let path = path_cstring(path.as_ref())?;
+        create(|p| unsafe { sys::kiln_model_import_onnx(ctx.ptr(), path.as_ptr(), p) }).map(Model)
+    }
+
     pub(crate) fn ptr(&self) -> *mut sys::kiln_model {
         self.0.as_ptr()
     }
@@ -203,6 +213,14 @@ impl Model {
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path_cstring(path.as_ref())?;
         check(unsafe { sys::kiln_model_save(self.ptr(), path.as_ptr()) })
+    }
+
+    /// Writes the model as an ONNX file (opset 13; input "input", output
+    /// "logits", a symbolic batch dimension; Dropout left out) that ONNX
+    /// Runtime runs, atomically like `save`.
+    pub fn export_onnx(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path_cstring(path.as_ref())?;
+        check(unsafe { sys::kiln_model_export_onnx(self.ptr(), path.as_ptr()) })
     }
 
     /// Reads weights of the same architecture; unchanged on failure.

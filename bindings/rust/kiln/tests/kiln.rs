@@ -93,6 +93,26 @@ fn train_save_load() {
 }
 
 #[test]
+fn onnx_round_trip() {
+    let ctx = context();
+    let model = Model::from_text(&ctx, "16-32-4", Device::Cpu).unwrap();
+    let x = Tensor::randn(&ctx, &[3, 16], DType::F32, Device::Cpu).unwrap();
+    let path = std::env::temp_dir().join(format!("kiln-rust-test-{}.onnx", std::process::id()));
+    match model.export_onnx(&path) {
+        Err(e) if e.status == Status::NotSupported => return eprintln!("skipped: kiln was built without ONNX: {e}"),
+        other => other.unwrap(),
+    }
+    let imported = Model::import_onnx(&ctx, &path).unwrap();
+    for (a, b) in logits(&model, &x).iter().zip(logits(&imported, &x)) {
+        assert!((a - b).abs() <= 1e-6, "logit {a} before the round trip, {b} after");
+    }
+    std::fs::write(&path, b"not a protobuf at all").unwrap();
+    assert_eq!(Model::import_onnx(&ctx, &path).expect_err("a garbage file").status, Status::Format);
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(Model::import_onnx(&ctx, &path).expect_err("a missing file").status, Status::Io);
+}
+
+#[test]
 fn concurrent_inference_matches_single_thread() {
     let ctx = context();
     let (model, x) = trained(&ctx);

@@ -1,0 +1,131 @@
+#include "onnx/onnx.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <mutex>
+
+#include "backend/registry.hpp"
+#include "core/error.hpp"
+#include "io/atomic_file.hpp"
+#include "io/regular_file.hpp"
+#include "onnx/plugin.hpp"
+
+namespace kiln {
+
+namespace {
+
+constexpr const char *kPluginName = "libkiln_onnx.so";
+
+struct Plugin {
+  kiln_onnx_export_fn export_graph = nullptr;
+  kiln_onnx_import_fn import_graph = nullptr;
+  std::string error;  // why it could not be loaded; empty when it was
+};
+
+const Plugin &plugin(const Context &ctx) {
+  static std::once_flag once;
+  static Plugin p;
+  std::call_once(once, [&] {
+#ifndef KILN_HAVE_ONNX
+    p.error = "this kiln was built without ONNX support: libonnx-dev was not found when it was configured "
+              "(scripts/install-deps.sh installs it; then rebuild to get libkiln_onnx.so)";
+#else
+    const PluginLibrary library =
+        open_plugin(ctx, kPluginName, "ONNX", "it needs libonnx_proto and libprotobuf (Debian's libonnx1)",
+                    "kiln_onnx_interface_version", kOnnxInterfaceVersion, {"kiln_onnx_export", "kiln_onnx_import"});
+    p.error = library.error;
+    if (!library.handle) return;
+    p.export_graph = reinterpret_cast<kiln_onnx_export_fn>(library.symbol("kiln_onnx_export"));
+    p.import_graph = reinterpret_cast<kiln_onnx_import_fn>(library.symbol("kiln_onnx_import"));
+#endif
+  });
+  return p;
+}
+
+// The whole file, after checking it is a regular file within the limit.
+std::string read_file(const std::string &path) {
+  const int fd = io::open_regular_file(path);
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) fail(KILN_ERROR_IO, "cannot stat '" + path + "'");
+  check(st.st_size <= KILN_ONNX_MAX_FILE_BYTES, KILN_ERROR_NOT_SUPPORTED,
+        "'" + path + "' is " + std::to_string(st.st_size) + " bytes, more than KILN_ONNX_MAX_FILE_BYTES (" +
+            std::to_string(KILN_ONNX_MAX_FILE_BYTES) + ")");
+  std::string bytes(size_t(st.st_size), '\0');
+  io::read_exactly(fd, path, bytes.data(), int64_t(bytes.size()), 0);
+  return bytes;
+}
+
+std::string host_bytes(const Tensor &t) {
+  std::string bytes(size_t(t.nbytes()), '\0');
+  t.copy_to_host(bytes.data(), int64_t(bytes.size()));
+  return bytes;
+}
+
+}  // namespace
+
+void export_onnx(const Model &model, const std::string &path) {
+  const Plugin &p = plugin(*model.context());
+  if (!p.export_graph) fail(KILN_ERROR_NOT_SUPPORTED, "cannot export '" + path + "' as ONNX: " + p.error);
+  OnnxGraph graph;
+  graph.dtype = model.dtype() == DType::F64 ? KILN_F64 : KILN_F32;
+  size_t next = 0;  // the model's parameters come in layer order: weight, then bias
+  for (const LayerSpec &spec : model.spec().layers()) {
+    OnnxLayer l;
+    l.kind = spec.kind;
+    l.arg = spec.arg;
+    if (spec.kind == KILN_LAYER_LINEAR) {
+      l.in = spec.in;
+      l.out = spec.out;
+      l.has_bias = spec.bias;
+      l.weight = host_bytes(model.parameter(next++));
+      if (spec.bias) l.bias = host_bytes(model.parameter(next++));
+    }
+    graph.layers.push_back(std::move(l));
+  }
+  std::string bytes;
+  char reason[512] = {};
+  const kiln_status status = p.export_graph(&graph, kiln_version_string(), &bytes, reason, sizeof reason);
+  if (status != KILN_OK) fail(status, "cannot export '" + path + "' as ONNX: " + one_line(reason));
+  io::write_file_atomically(path, [&](std::FILE *f) { std::fwrite(bytes.data(), 1, bytes.size(), f); });
+}
+
+std::shared_ptr<Model> import_onnx(const std::shared_ptr<Context> &ctx, const std::string &path) {
+  const Plugin &p = plugin(*ctx);
+  if (!p.import_graph) fail(KILN_ERROR_NOT_SUPPORTED, "cannot import '" + path + "': " + p.error);
+  const std::string bytes = read_file(path);
+  OnnxGraph graph;
+  char reason[512] = {};
+  const kiln_status status = p.import_graph(bytes.data(), int64_t(bytes.size()), &graph, reason, sizeof reason);
+  if (status != KILN_OK) fail(status, "cannot import '" + path + "': " + one_line(reason));
+
+  // The plugin checked the chain's widths; ModelSpec checks them again with
+  // kiln's own rules (sizes, KILN_MAX_PARAMETERS), each failure naming the node.
+  ModelSpec spec;
+  for (const OnnxLayer &l : graph.layers) {
+    try {
+      if (l.kind == KILN_LAYER_LINEAR) spec.add_linear(l.in, l.out, l.has_bias);
+      else spec.add(l.kind, l.arg);
+    } catch (const Error &e) {
+      fail(KILN_ERROR_FORMAT, "cannot import '" + path + "': " + l.node + ": " + e.what());
+    }
+  }
+  check(!graph.input_features || graph.input_features == spec.input_size(), KILN_ERROR_FORMAT,
+        "cannot import '" + path + "': the graph's input has " + std::to_string(graph.input_features) +
+            " features per sample but its first layer takes " + std::to_string(spec.input_size()));
+  std::shared_ptr<Model> model =
+      Model::create(ctx, spec, Device::cpu(), graph.dtype == KILN_F64 ? DType::F64 : DType::F32);
+  size_t next = 0;
+  for (const OnnxLayer &l : graph.layers) {
+    if (l.kind != KILN_LAYER_LINEAR) continue;
+    model->parameter(next++).copy_from_host(l.weight.data(), int64_t(l.weight.size()));
+    if (l.has_bias) model->parameter(next++).copy_from_host(l.bias.data(), int64_t(l.bias.size()));
+  }
+  return model;
+}
+
+}  // namespace kiln

@@ -1,0 +1,193 @@
+"""kiln's ONNX export and import against onnx, ONNX Runtime and PyTorch.
+
+    onnx_check.py STATE_DICT_TOOL KILN_CLI
+
+1. kiln -> ONNX: models kiln made (state_dict_tool save), written with
+   `kiln export MODEL --onnx OUT`, pass onnx.checker (full_check, with shape
+   inference) and ONNX Runtime gives kiln's logits to 1e-5, for batches of
+   several sizes (the batch dimension is symbolic); Dropout is left out.
+2. PyTorch -> kiln: torch.onnx.export of nn.Sequential MLPs (f32 and f64;
+   ReLU, GELU, LeakyReLU, Tanh, Sigmoid, Dropout; a Flatten at the input)
+   read with `kiln import IN --save MODEL` give PyTorch's logits to 1e-5,
+   and an f64 one goes back out through `kiln export` into ONNX Runtime.
+3. The tutorial model, 784-32-10 ReLU behind nn.Flatten, trained briefly
+   with PyTorch on Fashion-MNIST, exported with torch.onnx.export and
+   imported: `kiln eval` prints PyTorch's test accuracy (when the dataset
+   is at KILN_FASHION_MNIST or /usr/share/datasets/fashion-mnist).
+
+Exits 77 (skipped) when no Python at hand imports numpy, onnx, onnxruntime
+and torch (tests/python_reexec.py).
+"""
+import gzip
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from python_reexec import reexec_or_skip  # noqa: E402
+
+try:
+    import numpy as np
+    import onnx
+    import onnx.checker
+    import onnxruntime as ort
+    import torch
+    from torch import nn
+except ImportError:
+    reexec_or_skip(["numpy", "onnx", "onnxruntime", "torch"])
+
+TOOL, CLI = sys.argv[1], sys.argv[2]
+TOL = 1e-5
+work = tempfile.mkdtemp(prefix="kiln_onnx_")
+checks = 0
+print("onnx %s, onnxruntime %s, torch %s" % (onnx.__version__, ort.__version__, torch.__version__))
+
+
+def run(args):
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("FAIL: %s: exit %d\n%s%s" % (" ".join(args), r.returncode, r.stdout, r.stderr))
+    return r.stdout
+
+
+def kiln_logits(path, x):
+    """kiln's logits (evaluation mode) for the rows of x, from a kiln model file."""
+    x = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
+    inp, out = os.path.join(work, "x.bin"), os.path.join(work, "y.bin")
+    x.astype("<f8").tofile(inp)
+    run([TOOL, "logits", path, "-", str(len(x)), inp, out])
+    return np.fromfile(out, dtype="<f8").reshape(len(x), -1)
+
+
+def check_close(got, want, what, tol=TOL):
+    global checks
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    if got.shape != want.shape or not np.allclose(got, want, rtol=tol, atol=tol):
+        sys.exit("FAIL: %s: max difference %g (shapes %s, %s)" % (
+            what, float(np.max(np.abs(got - want))) if got.shape == want.shape else float("nan"),
+            got.shape, want.shape))
+    checks += 1
+    print("ok: %s (max difference %.2g)" % (what, float(np.max(np.abs(got - want)))))
+
+
+def ort_logits(path, x):
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    (inp,), (out,) = session.get_inputs(), session.get_outputs()
+    return session.run([out.name], {inp.name: x})[0]
+
+
+def check_export(model_path, what, features, dtype=np.float32):
+    """kiln export MODEL -> onnx.checker and ONNX Runtime against kiln."""
+    global checks
+    onnx_path = os.path.join(work, "export.onnx")
+    run([CLI, "export", model_path, "--onnx", onnx_path])
+    m = onnx.load(onnx_path)
+    onnx.checker.check_model(m, full_check=True)
+    ops = [n.op_type for n in m.graph.node]
+    opset = [o.version for o in m.opset_import if o.domain in ("", "ai.onnx")]
+    (inp,), (out,) = m.graph.input, m.graph.output
+    batch = inp.type.tensor_type.shape.dim[0]
+    if "Dropout" in ops or opset != [13] or inp.name != "input" or out.name != "logits" or not batch.dim_param:
+        sys.exit("FAIL: %s: ops %s, opset %s, input %s, output %s, batch %s" % (
+            what, ops, opset, inp.name, out.name, batch))
+    checks += 1
+    print("ok: %s: onnx.checker accepts it (ops %s)" % (what, " ".join(sorted(set(ops)))))
+    rng = np.random.default_rng(len(what))
+    for rows in (1, 7, 64):
+        x = rng.uniform(-2, 2, size=(rows, features)).astype(dtype)
+        check_close(ort_logits(onnx_path, x), kiln_logits(model_path, x),
+                    "%s: ONNX Runtime = kiln, batch %d" % (what, rows))
+
+
+# ---- 1. kiln -> ONNX Runtime -----------------------------------------------------
+for spec, features in [
+    ("784-32-10", 784),
+    ("6-16-8-3:gelu", 6),
+    ("linear(5,7);leaky_relu(0.1);dropout(0.3);linear(7,6,nobias);tanh;linear(6,4);sigmoid;linear(4,3)", 5),
+]:
+    path = os.path.join(work, "kiln.safetensors")
+    run([TOOL, "save", spec, "42", path])
+    check_export(path, "kiln %s -> ONNX" % spec, features)
+
+# ---- 2. torch.onnx.export -> kiln import ---------------------------------------
+torch.manual_seed(0)
+
+
+def torch_export(module, example, path):
+    torch.onnx.export(module, example, path, input_names=["x"], output_names=["y"], opset_version=13,
+                      dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+
+
+cases = [
+    ("ReLU f32", nn.Sequential(nn.Linear(6, 10), nn.ReLU(), nn.Linear(10, 4)), torch.float32),
+    ("GELU + Dropout f32", nn.Sequential(nn.Linear(6, 12), nn.GELU(), nn.Dropout(0.2), nn.Linear(12, 9), nn.GELU(),
+                                         nn.Linear(9, 4)), torch.float32),
+    ("LeakyReLU, Tanh, Sigmoid f32", nn.Sequential(nn.Linear(6, 8), nn.LeakyReLU(0.05), nn.Linear(8, 8), nn.Tanh(),
+                                                   nn.Linear(8, 5), nn.Sigmoid(), nn.Linear(5, 3)), torch.float32),
+    ("Flatten + ReLU f64", nn.Sequential(nn.Flatten(), nn.Linear(6, 10), nn.ReLU(), nn.Linear(10, 4)), torch.float64),
+]
+for what, module, dtype in cases:
+    module = module.to(dtype).eval()
+    shape = (3, 2, 3) if isinstance(module[0], nn.Flatten) else (3, 6)
+    onnx_path, kiln_path = os.path.join(work, "torch.onnx"), os.path.join(work, "imported.safetensors")
+    torch_export(module, torch.randn(*shape, dtype=dtype), onnx_path)
+    out = run([CLI, "import", onnx_path, "--save", kiln_path])
+    x = torch.randn(9, *shape[1:], dtype=dtype)
+    with torch.no_grad():
+        want = module(x).double().numpy()
+    check_close(kiln_logits(kiln_path, x.double().numpy()), want,
+                "torch.onnx.export %s -> kiln import (%s)" % (what, out.splitlines()[0]))
+    if dtype == torch.float64:
+        check_export(kiln_path, "torch %s -> kiln -> ONNX" % what, 6, np.float64)
+
+# ---- 3. the tutorial model on Fashion-MNIST ------------------------------------
+data = os.environ.get("KILN_FASHION_MNIST", "/usr/share/datasets/fashion-mnist")
+
+
+def idx(name):
+    with gzip.open(os.path.join(data, name)) as f:
+        raw = f.read()
+    ndim = raw[3]
+    dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+if not os.path.exists(os.path.join(data, "t10k-images-idx3-ubyte.gz")):
+    print("note: no Fashion-MNIST at %s: the accuracy check is left out" % data)
+else:
+    train_x = torch.tensor(idx("train-images-idx3-ubyte.gz"), dtype=torch.float32).unsqueeze(1) / 255
+    train_y = torch.tensor(idx("train-labels-idx1-ubyte.gz"), dtype=torch.int64)
+    test_x = torch.tensor(idx("t10k-images-idx3-ubyte.gz"), dtype=torch.float32).unsqueeze(1) / 255
+    test_y = torch.tensor(idx("t10k-labels-idx1-ubyte.gz"), dtype=torch.int64)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(784, 32), nn.ReLU(), nn.Linear(32, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    order = torch.randperm(len(train_x))
+    for start in range(0, len(train_x), 64):  # one epoch
+        batch = order[start:start + 64]
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(train_x[batch]), train_y[batch]).backward()
+        opt.step()
+    model.eval()
+    with torch.no_grad():
+        test_logits = model(test_x)
+    accuracy = (test_logits.argmax(1) == test_y).double().mean().item()
+    onnx_path, kiln_path = os.path.join(work, "tutorial.onnx"), os.path.join(work, "tutorial.safetensors")
+    torch.onnx.export(model, test_x[:1], onnx_path, input_names=["image"], output_names=["logits"],
+                      dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}})
+    run([CLI, "import", onnx_path, "--save", kiln_path])
+    check_close(kiln_logits(kiln_path, test_x[:256].numpy()), test_logits[:256].numpy(),
+                "tutorial 784-32-10: kiln's logits = PyTorch's on 256 test images")
+    out = run([CLI, "eval", kiln_path, "--data", data, "--device", "cpu"])
+    line = [l for l in out.splitlines() if l.startswith("test accuracy:")]
+    kiln_accuracy = float(line[0].split()[-1].rstrip("%"))
+    if abs(kiln_accuracy - 100 * accuracy) > 0.006:
+        sys.exit("FAIL: kiln eval prints test accuracy %.2f%%, PyTorch %.2f%%" % (kiln_accuracy, 100 * accuracy))
+    checks += 1
+    print("ok: tutorial 784-32-10: kiln eval's test accuracy %.2f%% = PyTorch's %.2f%%" % (
+        kiln_accuracy, 100 * accuracy))
+
+shutil.rmtree(work)
+print("onnx_check: %d checks passed" % checks)

@@ -1,0 +1,440 @@
+/* kiln_model_export_onnx and kiln_model_import_onnx. The graphs imported
+ * here are written by tests/onnx_fixtures.cpp through libonnx_proto (into
+ * the directory KILN_ONNX_FIXTURES names), each parameter holding
+ * value(k, i) = (k + 1) * 0.1 * ((i % 7) - 3); the references below compute
+ * the same MLPs in double from that formula. Covers: every op and form the
+ * import reads (Gemm both ways with alpha/beta, MatMul + Add, Flatten,
+ * Reshape, Gelu and GELU's erf form over Constant nodes, LeakyRelu, Tanh,
+ * Sigmoid, Dropout, Identity, f32 and f64), export -> import round trips of
+ * every layer kind, every refusal naming its node, truncated and garbage
+ * files, I/O errors, NULLs and released handles. tests/onnx_check.py checks
+ * the export against onnx.checker and ONNX Runtime, and the import against
+ * torch.onnx.export, when they are installed.
+ *
+ * Built without libonnx-dev (KILN_TEST_HAVE_ONNX 0), it checks that both
+ * functions say NOT_SUPPORTED and why; with KILN_TEST_NO_ONNX_PLUGIN set
+ * (test_onnx_no_plugin), that they do so when the plugin is not found. */
+#include "support.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const kiln_device cpu = {KILN_DEVICE_CPU, -1};
+
+typedef struct {
+  kiln_context *ctx;
+  char dir[512];
+  char path[600];
+} fixture;
+
+static int setup(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  f->ctx = kiln_test_context_create(0);
+  kiln_test_make_temp_dir(f->dir, sizeof f->dir);
+  snprintf(f->path, sizeof f->path, "%s/model.onnx", f->dir);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  kiln_test_remove_tree(f->dir);
+  kiln_context_release(f->ctx);
+  free(f);
+  return 0;
+}
+
+/* A model of spec_text (dtype, CPU, initialised from ctx's seed). */
+static kiln_model *make_model(kiln_context *ctx, const char *spec_text, kiln_dtype dtype) {
+  kiln_model_spec *spec = NULL;
+  kiln_model *model = NULL;
+  assert_kiln_ok(kiln_model_spec_create(&spec));
+  assert_kiln_ok(kiln_model_spec_parse(spec, spec_text));
+  assert_kiln_ok(kiln_model_create_dtype(ctx, spec, cpu, dtype, &model));
+  kiln_model_spec_release(spec);
+  return model;
+}
+
+#if KILN_TEST_HAVE_ONNX
+
+#define ROWS 5
+
+/* The dtype of the model's parameters. */
+static kiln_dtype model_dtype(kiln_model *model) {
+  kiln_tensor *p = NULL;
+  kiln_dtype dtype;
+  assert_kiln_ok(kiln_model_parameter(model, 0, &p));
+  assert_kiln_ok(kiln_tensor_dtype(p, &dtype));
+  kiln_tensor_release(p);
+  return dtype;
+}
+
+static double value(int k, int64_t i) { return (k + 1) * 0.1 * (double)((i % 7) - 3); }
+/* value as a file of `f32` stores it. */
+static double stored(int k, int64_t i, int f32) { return f32 ? (double)(float)value(k, i) : value(k, i); }
+
+static double gelu(double x) { return 0.5 * x * (1.0 + erf(x / sqrt(2.0))); }
+
+/* The fixture file `name` (from KILN_ONNX_FIXTURES). */
+static const char *fixture_path(const char *name) {
+  static char path[1024];
+  const char *dir = getenv("KILN_ONNX_FIXTURES");
+  assert_non_null(dir);
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return path;
+}
+
+/* Test inputs [ROWS, 4], the same for every case. */
+static void inputs(double *x) {
+  kiln_test_rng rng = kiln_test_rng_make(3);
+  for (int i = 0; i < ROWS * 4; ++i) x[i] = kiln_test_rng_uniform(&rng, -2, 2);
+  for (int i = 0; i < ROWS * 4; ++i) x[i] = (double)(float)x[i]; /* exact in f32 too */
+}
+
+/* kiln's logits for x [ROWS, 4] in evaluation mode, as doubles. */
+static void logits(kiln_context *ctx, kiln_model *model, const double *x, double *out, int64_t outputs) {
+  const kiln_dtype dtype = model_dtype(model);
+  const int64_t shape[2] = {ROWS, 4};
+  kiln_tensor *t = NULL;
+  if (dtype == KILN_F64) {
+    t = kiln_test_tensor_f64(ctx, x, shape, 2, cpu);
+  } else {
+    float xf[ROWS * 4];
+    for (int i = 0; i < ROWS * 4; ++i) xf[i] = (float)x[i];
+    t = kiln_test_tensor_f32(ctx, xf, shape, 2, cpu);
+  }
+  kiln_tensor *y = NULL;
+  assert_kiln_ok(kiln_model_predict(model, t, KILN_PREDICT_LOGITS, &y));
+  kiln_test_read_f64(y, out, ROWS * outputs);
+  kiln_tensor_release(y);
+  kiln_tensor_release(t);
+}
+
+/* out[o] = act(sum_i w(o, i) * in[i] + b[o]) for one row. */
+typedef double (*weight_fn)(int64_t o, int64_t i);
+
+/* The layer at hand, for the weight functions: parameter g_k of a file
+ * storing f32 (g_f32) or f64, laid out [out, in] (w_out_in, Gemm with
+ * transB = 1) or [in, out] (w_in_out, Gemm with transB = 0 and MatMul). */
+static int g_f32;
+static int g_k;
+static int64_t g_in, g_out;
+static double w_out_in(int64_t o, int64_t i) { return stored(g_k, o * g_in + i, g_f32); }
+static double w_in_out(int64_t o, int64_t i) { return stored(g_k, i * g_out + o, g_f32); }
+
+static void linear(const double *in, double *out, int64_t n_in, int64_t n_out, int k, weight_fn w, int bias_k,
+                   double alpha, double beta) {
+  g_k = k;
+  g_in = n_in;
+  g_out = n_out;
+  for (int64_t o = 0; o < n_out; ++o) {
+    double s = 0;
+    for (int64_t i = 0; i < n_in; ++i) s += w(o, i) * in[i];
+    out[o] = alpha * s + (bias_k >= 0 ? beta * stored(bias_k, o, g_f32) : 0.0);
+  }
+}
+
+/* Imports `name`, checks its dtype and description and its logits against
+ * ref(x row, out row). */
+static void check_import(fixture *f, const char *name, kiln_dtype want_dtype, const char *want_description,
+                         void (*ref)(const double *, double *)) {
+  kiln_model *model = NULL;
+  assert_kiln_ok(kiln_model_import_onnx(f->ctx, fixture_path(name), &model));
+  const kiln_dtype dtype = model_dtype(model);
+  assert_int_equal(dtype, want_dtype);
+  const char *description = NULL;
+  assert_kiln_ok(kiln_model_describe(model, &description));
+  assert_string_equal(description, want_description);
+  double x[ROWS * 4], got[ROWS * 2], want[ROWS * 2];
+  inputs(x);
+  logits(f->ctx, model, x, got, 2);
+  g_f32 = dtype == KILN_F32;
+  for (int r = 0; r < ROWS; ++r) ref(x + 4 * r, want + 2 * r);
+  if (dtype == KILN_F32) assert_allclose(got, want, ROWS * 2, 1e-5, 1e-6);
+  else assert_allclose(got, want, ROWS * 2, 1e-12, 1e-13);
+  kiln_model_release(model);
+}
+
+static void ref_gemm_relu(const double *x, double *y) {
+  double h[3];
+  linear(x, h, 4, 3, 0, w_out_in, 1, 1, 1);
+  for (int i = 0; i < 3; ++i) h[i] = h[i] > 0 ? h[i] : 0;
+  linear(h, y, 3, 2, 2, w_out_in, 3, 1, 1);
+}
+
+static void ref_trans0(const double *x, double *y) {
+  double h[3];
+  linear(x, h, 4, 3, 0, w_in_out, 1, 2.0, 0.5);
+  for (int i = 0; i < 3; ++i) h[i] = tanh(h[i]);
+  linear(h, y, 3, 2, 2, w_in_out, -1, 1, 1);
+}
+
+static void ref_matmul_add(const double *x, double *y) {
+  double h[3];
+  linear(x, h, 4, 3, 0, w_in_out, 1, 1, 1);
+  /* The float attribute 0.2f is read as the 0.2 it was written as. */
+  for (int i = 0; i < 3; ++i) h[i] = h[i] > 0 ? h[i] : 0.2 * h[i];
+  linear(h, y, 3, 2, 2, w_in_out, 3, 1, 1);
+  for (int i = 0; i < 2; ++i) y[i] = 1.0 / (1.0 + exp(-y[i]));
+}
+
+static void ref_gelu(const double *x, double *y) {
+  double h[3];
+  linear(x, h, 4, 3, 0, w_out_in, 1, 1, 1);
+  for (int i = 0; i < 3; ++i) h[i] = gelu(h[i]);
+  linear(h, y, 3, 2, 2, w_out_in, 3, 1, 1);
+}
+
+static void imports_gemm(void **state) {
+  check_import(*state, "gemm_relu.onnx", KILN_F32, "4-3-2", ref_gemm_relu);
+  check_import(*state, "gemm_trans0_alpha_beta.onnx", KILN_F32, "linear(4,3);tanh;linear(3,2,nobias)", ref_trans0);
+}
+
+/* Dropout stays, with its ratio: the model trains as it was built. */
+static void imports_matmul_add_f64(void **state) {
+  check_import(*state, "matmul_add_f64.onnx", KILN_F64, "linear(4,3);leaky_relu(0.2);dropout(0.25);linear(3,2);sigmoid",
+               ref_matmul_add);
+}
+
+static void imports_gelu(void **state) {
+  check_import(*state, "gelu_op.onnx", KILN_F32, "4-3-2:gelu", ref_gelu);
+  check_import(*state, "gelu_erf.onnx", KILN_F32, "4-3-2:gelu", ref_gelu);
+}
+
+/* export -> import gives the same model: the same layers (Dropout left out)
+ * and the same logits. */
+static void round_trip(fixture *f, const char *spec, kiln_dtype dtype, const char *want_description) {
+  kiln_model *model = make_model(f->ctx, spec, dtype);
+  assert_kiln_ok(kiln_model_export_onnx(model, f->path));
+  kiln_model *back = NULL;
+  assert_kiln_ok(kiln_model_import_onnx(f->ctx, f->path, &back));
+  const char *description = NULL;
+  assert_kiln_ok(kiln_model_describe(back, &description));
+  assert_string_equal(description, want_description);
+  assert_int_equal(model_dtype(back), dtype);
+  int64_t outputs = 0;
+  assert_kiln_ok(kiln_model_output_size(model, &outputs));
+  double x[ROWS * 4], want[ROWS * 8], got[ROWS * 8];
+  inputs(x);
+  logits(f->ctx, model, x, want, outputs);
+  logits(f->ctx, back, x, got, outputs);
+  /* The same weights and the same kernels: equal to rounding. */
+  assert_allclose(got, want, ROWS * outputs, 1e-12, 0);
+  kiln_model_release(back);
+  kiln_model_release(model);
+}
+
+static void export_round_trips(void **state) {
+  fixture *f = *state;
+  round_trip(f, "4-8-3", KILN_F32, "4-8-3");
+  round_trip(f, "4-8-3", KILN_F64, "4-8-3");
+  round_trip(f, "4-6-5-3:gelu:dropout=0.3", KILN_F32, "4-6-5-3:gelu");
+  round_trip(f, "linear(4,6);leaky_relu(0.125);linear(6,5,nobias);tanh;dropout(0.5);linear(5,4);sigmoid;linear(4,2)",
+             KILN_F64, "linear(4,6);leaky_relu(0.125);linear(6,5,nobias);tanh;linear(5,4);sigmoid;linear(4,2)");
+  /* A model that starts with an activation and ends with a Dropout. */
+  round_trip(f, "relu;linear(4,3);dropout(0.2)", KILN_F32, "relu;linear(4,3)");
+}
+
+/* The export replaces an existing file whole, and refuses what it cannot write. */
+static void export_files(void **state) {
+  fixture *f = *state;
+  kiln_model *small = make_model(f->ctx, "4-2", KILN_F32), *large = make_model(f->ctx, "4-64-2", KILN_F32);
+  assert_kiln_ok(kiln_model_export_onnx(large, f->path));
+  struct stat before, after;
+  assert_int_equal(stat(f->path, &before), 0);
+  assert_kiln_ok(kiln_model_export_onnx(small, f->path));
+  assert_int_equal(stat(f->path, &after), 0);
+  assert_true(after.st_size < before.st_size);
+  kiln_model *back = NULL;
+  assert_kiln_ok(kiln_model_import_onnx(f->ctx, f->path, &back));
+  int64_t n = 0;
+  assert_kiln_ok(kiln_model_num_parameters(back, &n));
+  assert_int_equal(n, 4 * 2 + 2);
+  kiln_model_release(back);
+
+  char missing[700];
+  snprintf(missing, sizeof missing, "%s/no/such/dir/model.onnx", f->dir);
+  assert_status(kiln_model_export_onnx(small, missing), KILN_ERROR_IO);
+  assert_last_error_contains("no/such/dir");
+  assert_status(kiln_model_export_onnx(small, f->dir), KILN_ERROR_IO); /* a directory */
+  kiln_model_release(small);
+  kiln_model_release(large);
+}
+
+/* Each refused fixture: its status, and the node (or value) it names. */
+static void refusals(void **state) {
+  fixture *f = *state;
+  const struct {
+    const char *file;
+    kiln_status status;
+    const char *names;
+  } cases[] = {
+      {"unknown_op.onnx", KILN_ERROR_NOT_SUPPORTED, "\"mystery_softmax\" (\"Softmax\") is an op kiln does not read"},
+      {"not_chain.onnx", KILN_ERROR_NOT_SUPPORTED, "not a chain: value \"h\" feeds node \"branch_relu\""},
+      {"external_data.onnx", KILN_ERROR_NOT_SUPPORTED, "\"external_gemm\" (\"Gemm\"): constant \"fc1.w\" keeps its data in an external file"},
+      {"short_weight.onnx", KILN_ERROR_FORMAT, "\"fc1\" (\"Gemm\"): constant \"fc1.w\" has shape [3, 4] (12 elements) but holds 5"},
+      {"huge_dims.onnx", KILN_ERROR_FORMAT, "\"huge_gemm\""},
+      {"mixed_dtype.onnx", KILN_ERROR_FORMAT, "\"mixed_gemm\" (\"Gemm\"): parameter \"fc1.w\" is DOUBLE but the graph's input is FLOAT"},
+      {"f16_weight.onnx", KILN_ERROR_NOT_SUPPORTED, "\"half_gemm\" (\"Gemm\"): constant \"fc1.w\" is FLOAT16"},
+      {"width_mismatch.onnx", KILN_ERROR_FORMAT, "\"misfit\" (\"Gemm\")'s weight takes 5 features but its input has 3"},
+      {"opset_99.onnx", KILN_ERROR_NOT_SUPPORTED, "opset 99"},
+      {"trans_a.onnx", KILN_ERROR_NOT_SUPPORTED, "\"transposed_a\" (\"Gemm\") has transA = 1"},
+      {"late_reshape.onnx", KILN_ERROR_NOT_SUPPORTED, "\"late_reshape\" (\"Reshape\") comes after the first layer"},
+      {"stray_node.onnx", KILN_ERROR_NOT_SUPPORTED, "\"stray_relu\" (\"Relu\") is not on the chain"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
+    kiln_model *model = (kiln_model *)(uintptr_t)1;
+    const kiln_status status = kiln_model_import_onnx(f->ctx, fixture_path(cases[c].file), &model);
+    if (status != cases[c].status || !strstr(kiln_last_error(), cases[c].names))
+      fail_msg("%s: got %s \"%s\", want %s naming %s", cases[c].file, kiln_status_name(status), kiln_last_error(),
+               kiln_status_name(cases[c].status), cases[c].names);
+    assert_null(model);
+    assert_true(strlen(kiln_last_error()) < 600);
+  }
+  /* The library is still usable after them. */
+  kiln_model *model = NULL;
+  assert_kiln_ok(kiln_model_import_onnx(f->ctx, fixture_path("gemm_relu.onnx"), &model));
+  kiln_model_release(model);
+}
+
+static void write_bytes(const char *path, const unsigned char *bytes, size_t n) {
+  FILE *out = fopen(path, "wb");
+  assert_non_null(out);
+  assert_int_equal(fwrite(bytes, 1, n, out), n);
+  assert_int_equal(fclose(out), 0);
+}
+
+/* Every prefix of a good file is FORMAT (protobuf cannot parse it, or it
+ * lacks the graph or the opset, which come last); garbage is refused. */
+static void truncated_and_garbage(void **state) {
+  fixture *f = *state;
+  FILE *in = fopen(fixture_path("gemm_relu.onnx"), "rb");
+  assert_non_null(in);
+  unsigned char bytes[4096];
+  const size_t size = fread(bytes, 1, sizeof bytes, in);
+  fclose(in);
+  assert_true(size > 100 && size < sizeof bytes);
+  for (size_t n = 0; n < size; ++n) {
+    write_bytes(f->path, bytes, n);
+    kiln_model *model = NULL;
+    const kiln_status status = kiln_model_import_onnx(f->ctx, f->path, &model);
+    if (status != KILN_ERROR_FORMAT)
+      fail_msg("prefix of %zu bytes: %s \"%s\"", n, kiln_status_name(status), kiln_last_error());
+    assert_null(model);
+  }
+  kiln_test_rng rng = kiln_test_rng_make(11);
+  for (int trial = 0; trial < 50; ++trial) {
+    for (size_t i = 0; i < size; ++i) bytes[i] = (unsigned char)kiln_test_rng_below(&rng, 256);
+    write_bytes(f->path, bytes, size);
+    kiln_model *model = NULL;
+    const kiln_status status = kiln_model_import_onnx(f->ctx, f->path, &model);
+    assert_true(status == KILN_ERROR_FORMAT || status == KILN_ERROR_NOT_SUPPORTED);
+    assert_null(model);
+  }
+}
+
+static void unreadable_files(void **state) {
+  fixture *f = *state;
+  kiln_model *model = NULL;
+  char missing[700];
+  snprintf(missing, sizeof missing, "%s/missing.onnx", f->dir);
+  assert_status(kiln_model_import_onnx(f->ctx, missing, &model), KILN_ERROR_IO);
+  assert_last_error_contains("missing.onnx");
+  assert_status(kiln_model_import_onnx(f->ctx, f->dir, &model), KILN_ERROR_IO);
+  assert_last_error_contains("not a regular file");
+  char fifo[700];
+  snprintf(fifo, sizeof fifo, "%s/fifo.onnx", f->dir);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  assert_status(kiln_model_import_onnx(f->ctx, fifo, &model), KILN_ERROR_IO);
+  assert_null(model);
+  /* Over the limit: refused from its size alone (a sparse file, never read). */
+  FILE *big = fopen(f->path, "wb");
+  assert_non_null(big);
+  fclose(big);
+  assert_int_equal(truncate(f->path, KILN_ONNX_MAX_FILE_BYTES + 1), 0);
+  assert_status(kiln_model_import_onnx(f->ctx, f->path, &model), KILN_ERROR_NOT_SUPPORTED);
+  assert_last_error_contains("KILN_ONNX_MAX_FILE_BYTES");
+  assert_null(model);
+}
+
+/* KILN_BACKEND_PATH names a directory without libkiln_onnx.so (CTest's
+ * test_onnx_no_plugin): both functions say so, and nothing else breaks. */
+static void plugin_missing(void **state) {
+  fixture *f = *state;
+  kiln_model *model = make_model(f->ctx, "4-3-2", KILN_F32), *back = (kiln_model *)(uintptr_t)1;
+  assert_status(kiln_model_export_onnx(model, f->path), KILN_ERROR_NOT_SUPPORTED);
+  assert_last_error_contains("cannot load the ONNX plugin");
+  assert_last_error_contains("libkiln_onnx.so");
+  assert_int_equal(access(f->path, F_OK), -1);
+  assert_status(kiln_model_import_onnx(f->ctx, fixture_path("gemm_relu.onnx"), &back), KILN_ERROR_NOT_SUPPORTED);
+  assert_last_error_contains("cannot load the ONNX plugin");
+  assert_null(back);
+  assert_kiln_ok(kiln_model_save(model, f->path));
+  kiln_model_release(model);
+}
+
+#else /* !KILN_TEST_HAVE_ONNX */
+
+static void without_plugin(void **state) {
+  fixture *f = *state;
+  kiln_model *model = make_model(f->ctx, "4-3-2", KILN_F32), *back = NULL;
+  assert_status(kiln_model_export_onnx(model, f->path), KILN_ERROR_NOT_SUPPORTED);
+  assert_last_error_contains("without ONNX support");
+  assert_status(kiln_model_import_onnx(f->ctx, f->path, &back), KILN_ERROR_NOT_SUPPORTED);
+  assert_last_error_contains("libonnx-dev");
+  assert_null(back);
+  kiln_model_release(model);
+}
+
+#endif
+
+static void bad_arguments(void **state) {
+  fixture *f = *state;
+  kiln_model *model = make_model(f->ctx, "4-3-2", KILN_F32), *out = (kiln_model *)(uintptr_t)1;
+  assert_status(kiln_model_export_onnx(NULL, f->path), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_model_export_onnx(model, NULL), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_model_import_onnx(NULL, f->path, &out), KILN_ERROR_INVALID_ARGUMENT);
+  assert_null(out);
+  out = (kiln_model *)(uintptr_t)1;
+  assert_status(kiln_model_import_onnx(f->ctx, NULL, &out), KILN_ERROR_INVALID_ARGUMENT);
+  assert_null(out);
+  assert_status(kiln_model_import_onnx(f->ctx, f->path, NULL), KILN_ERROR_INVALID_ARGUMENT);
+  kiln_model_release(model);
+  /* Released handles are invalid handles, not crashes. */
+  assert_status(kiln_model_export_onnx(model, f->path), KILN_ERROR_INVALID_HANDLE);
+  kiln_context *ctx = kiln_test_context_create(1);
+  kiln_context_release(ctx);
+  out = (kiln_model *)(uintptr_t)1;
+  assert_status(kiln_model_import_onnx(ctx, f->path, &out), KILN_ERROR_INVALID_HANDLE);
+  assert_null(out);
+}
+
+int main(void) {
+#if KILN_TEST_HAVE_ONNX
+  if (getenv("KILN_TEST_NO_ONNX_PLUGIN")) {
+    const struct CMUnitTest missing[] = {cmocka_unit_test_setup_teardown(plugin_missing, setup, teardown)};
+    return cmocka_run_group_tests(missing, NULL, NULL);
+  }
+#endif
+  const struct CMUnitTest tests[] = {
+#if KILN_TEST_HAVE_ONNX
+      cmocka_unit_test_setup_teardown(imports_gemm, setup, teardown),
+      cmocka_unit_test_setup_teardown(imports_matmul_add_f64, setup, teardown),
+      cmocka_unit_test_setup_teardown(imports_gelu, setup, teardown),
+      cmocka_unit_test_setup_teardown(export_round_trips, setup, teardown),
+      cmocka_unit_test_setup_teardown(export_files, setup, teardown),
+      cmocka_unit_test_setup_teardown(refusals, setup, teardown),
+      cmocka_unit_test_setup_teardown(truncated_and_garbage, setup, teardown),
+      cmocka_unit_test_setup_teardown(unreadable_files, setup, teardown),
+#else
+      cmocka_unit_test_setup_teardown(without_plugin, setup, teardown),
+#endif
+      cmocka_unit_test_setup_teardown(bad_arguments, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
