@@ -48,6 +48,7 @@
 %ignore kiln_communicator_create_mpi;
 %ignore kiln_communicator_create_local;
 %ignore kiln_communicator_release;
+%ignore kiln_communicator_retain;
 %ignore kiln_communicator_rank;
 %ignore kiln_communicator_size;
 %ignore kiln_communicator_local_rank;

@@ -61,6 +61,11 @@ internal static class NativeMethods {
     if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();
   }
 
+  public static void context_retain(ContextHandle ctx, out ContextHandle out_) {
+    NativeMethodsPINVOKE.context_retain(ctx, out out_);
+    if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();
+  }
+
   public static void context_set_seed(ContextHandle ctx, ulong seed) {
     NativeMethodsPINVOKE.context_set_seed(ctx, seed);
     if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();
@@ -158,6 +163,11 @@ internal static class NativeMethods {
 
   public static void tensor_empty_pinned(ContextHandle ctx, long[] shape, long ndim, DType dtype, out TensorHandle out_) {
     NativeMethodsPINVOKE.tensor_empty_pinned(ctx, shape, ndim, dtype, out out_);
+    if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();
+  }
+
+  public static void tensor_retain(TensorHandle tensor, out TensorHandle out_) {
+    NativeMethodsPINVOKE.tensor_retain(tensor, out out_);
     if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();
   }
 
@@ -316,6 +326,11 @@ internal static class NativeMethods {
     if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();
   }
 
+  public static void model_retain(ModelHandle model, out ModelHandle out_) {
+    NativeMethodsPINVOKE.model_retain(model, out out_);
+    if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();
+  }
+
   public static void model_to(ModelHandle model, Device device) {
     NativeMethodsPINVOKE.model_to(model, device);
     if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();
@@ -423,6 +438,11 @@ internal static class NativeMethods {
 
   public static void dataset_load_mnist(ContextHandle ctx, string dir, string split, out DatasetHandle out_) {
     NativeMethodsPINVOKE.dataset_load_mnist(ctx, dir, split, out out_);
+    if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();
+  }
+
+  public static void dataset_retain(DatasetHandle dataset, out DatasetHandle out_) {
+    NativeMethodsPINVOKE.dataset_retain(dataset, out out_);
     if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();
   }
 
@@ -551,6 +571,11 @@ internal static class NativeMethods {
     if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();
   }
 
+  public static void trainer_retain(TrainerHandle trainer, out TrainerHandle out_) {
+    NativeMethodsPINVOKE.trainer_retain(trainer, out out_);
+    if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();
+  }
+
   public static void trainer_step(TrainerHandle trainer, TensorHandle x, TensorHandle y, out double loss) {
     NativeMethodsPINVOKE.trainer_step(trainer, x, y, out loss);
     if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();
@@ -593,6 +618,11 @@ internal static class NativeMethods {
 
   public static void trainer_load_checkpoint(TrainerHandle trainer, string path) {
     NativeMethodsPINVOKE.trainer_load_checkpoint(trainer, path);
+    if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();
+  }
+
+  public static void history_retain(HistoryHandle history, out HistoryHandle out_) {
+    NativeMethodsPINVOKE.history_retain(history, out out_);
     if (NativeMethodsPINVOKE.SWIGPendingException.Pending) throw NativeMethodsPINVOKE.SWIGPendingException.Retrieve();
   }
 

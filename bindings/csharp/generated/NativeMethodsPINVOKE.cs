@@ -253,6 +253,9 @@ internal class NativeMethodsPINVOKE {
   [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_context_create")]
   public static extern int context_create(ContextOptionsHandle jarg1, out ContextHandle jarg2);
 
+  [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_context_retain")]
+  public static extern int context_retain(ContextHandle jarg1, out ContextHandle jarg2);
+
   [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_context_set_seed")]
   public static extern int context_set_seed(ContextHandle jarg1, ulong jarg2);
 
@@ -312,6 +315,9 @@ internal class NativeMethodsPINVOKE {
 
   [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_tensor_empty_pinned")]
   public static extern int tensor_empty_pinned(ContextHandle jarg1, long[] jarg2, long jarg3, DType jarg4, out TensorHandle jarg5);
+
+  [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_tensor_retain")]
+  public static extern int tensor_retain(TensorHandle jarg1, out TensorHandle jarg2);
 
   [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_tensor_copy_to_host")]
   public static extern int tensor_copy_to_host(TensorHandle jarg1, global::System.IntPtr jarg2, long jarg3);
@@ -406,6 +412,9 @@ internal class NativeMethodsPINVOKE {
   [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_model_create_dtype")]
   public static extern int model_create_dtype(ContextHandle jarg1, ModelSpecHandle jarg2, Device jarg3, DType jarg4, out ModelHandle jarg5);
 
+  [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_model_retain")]
+  public static extern int model_retain(ModelHandle jarg1, out ModelHandle jarg2);
+
   [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_model_to")]
   public static extern int model_to(ModelHandle jarg1, Device jarg2);
 
@@ -465,6 +474,9 @@ internal class NativeMethodsPINVOKE {
 
   [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_dataset_load_mnist")]
   public static extern int dataset_load_mnist(ContextHandle jarg1, string jarg2, string jarg3, out DatasetHandle jarg4);
+
+  [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_dataset_retain")]
+  public static extern int dataset_retain(DatasetHandle jarg1, out DatasetHandle jarg2);
 
   [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_dataset_size")]
   public static extern int dataset_size(DatasetHandle jarg1, out long jarg2);
@@ -541,6 +553,9 @@ internal class NativeMethodsPINVOKE {
   [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_trainer_create")]
   public static extern int trainer_create(ModelHandle jarg1, TrainerOptionsHandle jarg2, out TrainerHandle jarg3);
 
+  [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_trainer_retain")]
+  public static extern int trainer_retain(TrainerHandle jarg1, out TrainerHandle jarg2);
+
   [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_trainer_step")]
   public static extern int trainer_step(TrainerHandle jarg1, TensorHandle jarg2, TensorHandle jarg3, out double jarg4);
 
@@ -567,6 +582,9 @@ internal class NativeMethodsPINVOKE {
 
   [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_trainer_load_checkpoint")]
   public static extern int trainer_load_checkpoint(TrainerHandle jarg1, string jarg2);
+
+  [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_history_retain")]
+  public static extern int history_retain(HistoryHandle jarg1, out HistoryHandle jarg2);
 
   [global::System.Runtime.InteropServices.DllImport("kiln_csharp", EntryPoint="CSharp_Kiln_history_size")]
   public static extern int history_size(HistoryHandle jarg1, out long jarg2);

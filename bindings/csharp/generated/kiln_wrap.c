@@ -484,6 +484,23 @@ SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_context_create(void * jarg1, void ** jarg
 }
 
 
+SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_context_retain(void * jarg1, void ** jarg2) {
+  int jresult ;
+  kiln_context *arg1 = (kiln_context *) 0 ;
+  kiln_context **arg2 = (kiln_context **) 0 ;
+  kiln_status result;
+  
+  arg1 = (kiln_context *)jarg1; 
+  arg2 = (kiln_context **)jarg2; 
+  result = (kiln_status)kiln_context_retain(arg1,arg2);
+  
+  jresult = (int)result;
+  if (result != KILN_OK) kiln_exception_callback((int)result, kiln_last_error());
+  
+  return jresult;
+}
+
+
 SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_context_set_seed(void * jarg1, unsigned long long jarg2) {
   int jresult ;
   kiln_context *arg1 = (kiln_context *) 0 ;
@@ -883,6 +900,23 @@ SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_tensor_empty_pinned(void * jarg1, int64_t
   arg4 = (kiln_dtype)jarg4; 
   arg5 = (kiln_tensor **)jarg5; 
   result = (kiln_status)kiln_tensor_empty_pinned(arg1,(long const *)arg2,arg3,arg4,arg5);
+  
+  jresult = (int)result;
+  if (result != KILN_OK) kiln_exception_callback((int)result, kiln_last_error());
+  
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_tensor_retain(void * jarg1, void ** jarg2) {
+  int jresult ;
+  kiln_tensor *arg1 = (kiln_tensor *) 0 ;
+  kiln_tensor **arg2 = (kiln_tensor **) 0 ;
+  kiln_status result;
+  
+  arg1 = (kiln_tensor *)jarg1; 
+  arg2 = (kiln_tensor **)jarg2; 
+  result = (kiln_status)kiln_tensor_retain(arg1,arg2);
   
   jresult = (int)result;
   if (result != KILN_OK) kiln_exception_callback((int)result, kiln_last_error());
@@ -1484,6 +1518,23 @@ SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_model_create_dtype(void * jarg1, void * j
 }
 
 
+SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_model_retain(void * jarg1, void ** jarg2) {
+  int jresult ;
+  kiln_model *arg1 = (kiln_model *) 0 ;
+  kiln_model **arg2 = (kiln_model **) 0 ;
+  kiln_status result;
+  
+  arg1 = (kiln_model *)jarg1; 
+  arg2 = (kiln_model **)jarg2; 
+  result = (kiln_status)kiln_model_retain(arg1,arg2);
+  
+  jresult = (int)result;
+  if (result != KILN_OK) kiln_exception_callback((int)result, kiln_last_error());
+  
+  return jresult;
+}
+
+
 SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_model_to(void * jarg1, kiln_device jarg2) {
   int jresult ;
   kiln_model *arg1 = (kiln_model *) 0 ;
@@ -1848,6 +1899,23 @@ SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_dataset_load_mnist(void * jarg1, char * j
   arg3 = (char *)jarg3; 
   arg4 = (kiln_dataset **)jarg4; 
   result = (kiln_status)kiln_dataset_load_mnist(arg1,(char const *)arg2,(char const *)arg3,arg4);
+  
+  jresult = (int)result;
+  if (result != KILN_OK) kiln_exception_callback((int)result, kiln_last_error());
+  
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_dataset_retain(void * jarg1, void ** jarg2) {
+  int jresult ;
+  kiln_dataset *arg1 = (kiln_dataset *) 0 ;
+  kiln_dataset **arg2 = (kiln_dataset **) 0 ;
+  kiln_status result;
+  
+  arg1 = (kiln_dataset *)jarg1; 
+  arg2 = (kiln_dataset **)jarg2; 
+  result = (kiln_status)kiln_dataset_retain(arg1,arg2);
   
   jresult = (int)result;
   if (result != KILN_OK) kiln_exception_callback((int)result, kiln_last_error());
@@ -2313,6 +2381,23 @@ SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_trainer_create(void * jarg1, void * jarg2
 }
 
 
+SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_trainer_retain(void * jarg1, void ** jarg2) {
+  int jresult ;
+  kiln_trainer *arg1 = (kiln_trainer *) 0 ;
+  kiln_trainer **arg2 = (kiln_trainer **) 0 ;
+  kiln_status result;
+  
+  arg1 = (kiln_trainer *)jarg1; 
+  arg2 = (kiln_trainer **)jarg2; 
+  result = (kiln_status)kiln_trainer_retain(arg1,arg2);
+  
+  jresult = (int)result;
+  if (result != KILN_OK) kiln_exception_callback((int)result, kiln_last_error());
+  
+  return jresult;
+}
+
+
 SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_trainer_step(void * jarg1, void * jarg2, void * jarg3, double * jarg4) {
   int jresult ;
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
@@ -2477,6 +2562,23 @@ SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_trainer_load_checkpoint(void * jarg1, cha
   arg1 = (kiln_trainer *)jarg1; 
   arg2 = (char *)jarg2; 
   result = (kiln_status)kiln_trainer_load_checkpoint(arg1,(char const *)arg2);
+  
+  jresult = (int)result;
+  if (result != KILN_OK) kiln_exception_callback((int)result, kiln_last_error());
+  
+  return jresult;
+}
+
+
+SWIGEXPORT int SWIGSTDCALL CSharp_Kiln_history_retain(void * jarg1, void ** jarg2) {
+  int jresult ;
+  kiln_history *arg1 = (kiln_history *) 0 ;
+  kiln_history **arg2 = (kiln_history **) 0 ;
+  kiln_status result;
+  
+  arg1 = (kiln_history *)jarg1; 
+  arg2 = (kiln_history **)jarg2; 
+  result = (kiln_status)kiln_history_retain(arg1,arg2);
   
   jresult = (int)result;
   if (result != KILN_OK) kiln_exception_callback((int)result, kiln_last_error());

@@ -42,122 +42,122 @@ typedef _gostring_ swig_type_9;
 typedef _gostring_ swig_type_10;
 typedef _gostring_ swig_type_11;
 typedef _gostring_ swig_type_12;
-typedef long long swig_type_13;
-typedef _gostring_ swig_type_14;
+typedef _gostring_ swig_type_13;
+typedef long long swig_type_14;
 typedef _gostring_ swig_type_15;
 typedef _gostring_ swig_type_16;
 typedef _gostring_ swig_type_17;
 typedef _gostring_ swig_type_18;
 typedef _gostring_ swig_type_19;
 typedef _gostring_ swig_type_20;
-typedef _goslice_ swig_type_21;
-typedef _gostring_ swig_type_22;
-typedef _goslice_ swig_type_23;
-typedef _gostring_ swig_type_24;
-typedef long long swig_type_25;
-typedef _gostring_ swig_type_26;
-typedef _goslice_ swig_type_27;
+typedef _gostring_ swig_type_21;
+typedef _goslice_ swig_type_22;
+typedef _gostring_ swig_type_23;
+typedef _goslice_ swig_type_24;
+typedef _gostring_ swig_type_25;
+typedef long long swig_type_26;
+typedef _gostring_ swig_type_27;
 typedef _goslice_ swig_type_28;
-typedef _gostring_ swig_type_29;
-typedef _goslice_ swig_type_30;
+typedef _goslice_ swig_type_29;
+typedef _gostring_ swig_type_30;
 typedef _goslice_ swig_type_31;
-typedef _gostring_ swig_type_32;
-typedef _goslice_ swig_type_33;
+typedef _goslice_ swig_type_32;
+typedef _gostring_ swig_type_33;
 typedef _goslice_ swig_type_34;
-typedef _gostring_ swig_type_35;
-typedef _goslice_ swig_type_36;
+typedef _goslice_ swig_type_35;
+typedef _gostring_ swig_type_36;
 typedef _goslice_ swig_type_37;
-typedef _gostring_ swig_type_38;
-typedef _goslice_ swig_type_39;
-typedef _gostring_ swig_type_40;
-typedef _goslice_ swig_type_41;
+typedef _goslice_ swig_type_38;
+typedef _gostring_ swig_type_39;
+typedef _goslice_ swig_type_40;
+typedef _gostring_ swig_type_41;
 typedef _goslice_ swig_type_42;
-typedef _gostring_ swig_type_43;
-typedef _goslice_ swig_type_44;
+typedef _goslice_ swig_type_43;
+typedef _gostring_ swig_type_44;
 typedef _goslice_ swig_type_45;
-typedef _gostring_ swig_type_46;
-typedef _goslice_ swig_type_47;
+typedef _goslice_ swig_type_46;
+typedef _gostring_ swig_type_47;
 typedef _goslice_ swig_type_48;
 typedef _goslice_ swig_type_49;
-typedef _gostring_ swig_type_50;
-typedef _goslice_ swig_type_51;
-typedef _gostring_ swig_type_52;
-typedef _goslice_ swig_type_53;
+typedef _goslice_ swig_type_50;
+typedef _gostring_ swig_type_51;
+typedef _goslice_ swig_type_52;
+typedef _gostring_ swig_type_53;
 typedef _gostring_ swig_type_54;
 typedef _goslice_ swig_type_55;
 typedef _gostring_ swig_type_56;
-typedef _gostring_ swig_type_57;
-typedef _goslice_ swig_type_58;
+typedef _goslice_ swig_type_57;
+typedef _gostring_ swig_type_58;
 typedef _gostring_ swig_type_59;
-typedef _gostring_ swig_type_60;
+typedef _goslice_ swig_type_60;
 typedef _gostring_ swig_type_61;
 typedef _gostring_ swig_type_62;
-typedef long long swig_type_63;
+typedef _gostring_ swig_type_63;
 typedef _gostring_ swig_type_64;
-typedef _goslice_ swig_type_65;
+typedef long long swig_type_65;
 typedef _gostring_ swig_type_66;
-typedef _gostring_ swig_type_67;
+typedef _goslice_ swig_type_67;
 typedef _gostring_ swig_type_68;
 typedef _gostring_ swig_type_69;
 typedef _gostring_ swig_type_70;
 typedef _gostring_ swig_type_71;
-typedef _goslice_ swig_type_72;
+typedef _gostring_ swig_type_72;
 typedef _gostring_ swig_type_73;
-typedef long long swig_type_74;
-typedef long long swig_type_75;
-typedef _gostring_ swig_type_76;
-typedef _gostring_ swig_type_77;
+typedef _goslice_ swig_type_74;
+typedef _gostring_ swig_type_75;
+typedef long long swig_type_76;
+typedef long long swig_type_77;
 typedef _gostring_ swig_type_78;
 typedef _gostring_ swig_type_79;
 typedef _gostring_ swig_type_80;
-typedef long long swig_type_81;
+typedef _gostring_ swig_type_81;
 typedef _gostring_ swig_type_82;
 typedef long long swig_type_83;
 typedef _gostring_ swig_type_84;
 typedef long long swig_type_85;
 typedef _gostring_ swig_type_86;
-typedef _gostring_ swig_type_87;
+typedef long long swig_type_87;
 typedef _gostring_ swig_type_88;
-typedef long long swig_type_89;
-typedef long long swig_type_90;
-typedef _gostring_ swig_type_91;
-typedef _gostring_ swig_type_92;
-typedef _goslice_ swig_type_93;
+typedef _gostring_ swig_type_89;
+typedef _gostring_ swig_type_90;
+typedef long long swig_type_91;
+typedef long long swig_type_92;
+typedef _gostring_ swig_type_93;
 typedef _gostring_ swig_type_94;
-typedef _gostring_ swig_type_95;
+typedef _goslice_ swig_type_95;
 typedef _gostring_ swig_type_96;
-typedef _goslice_ swig_type_97;
+typedef _gostring_ swig_type_97;
 typedef _gostring_ swig_type_98;
 typedef _goslice_ swig_type_99;
 typedef _gostring_ swig_type_100;
 typedef _goslice_ swig_type_101;
 typedef _gostring_ swig_type_102;
 typedef _gostring_ swig_type_103;
-typedef _gostring_ swig_type_104;
+typedef _goslice_ swig_type_104;
 typedef _gostring_ swig_type_105;
 typedef _gostring_ swig_type_106;
 typedef _gostring_ swig_type_107;
 typedef _gostring_ swig_type_108;
 typedef _gostring_ swig_type_109;
 typedef _gostring_ swig_type_110;
-typedef long long swig_type_111;
+typedef _gostring_ swig_type_111;
 typedef _gostring_ swig_type_112;
-typedef long long swig_type_113;
-typedef _gostring_ swig_type_114;
+typedef _gostring_ swig_type_113;
+typedef long long swig_type_114;
 typedef _gostring_ swig_type_115;
-typedef _gostring_ swig_type_116;
+typedef long long swig_type_116;
 typedef _gostring_ swig_type_117;
 typedef _gostring_ swig_type_118;
 typedef _gostring_ swig_type_119;
-typedef _goslice_ swig_type_120;
+typedef _gostring_ swig_type_120;
 typedef _gostring_ swig_type_121;
 typedef _gostring_ swig_type_122;
-typedef _gostring_ swig_type_123;
+typedef _goslice_ swig_type_123;
 typedef _gostring_ swig_type_124;
-typedef _goslice_ swig_type_125;
+typedef _gostring_ swig_type_125;
 typedef _gostring_ swig_type_126;
 typedef _gostring_ swig_type_127;
-typedef _gostring_ swig_type_128;
+typedef _goslice_ swig_type_128;
 typedef _gostring_ swig_type_129;
 typedef _gostring_ swig_type_130;
 typedef _gostring_ swig_type_131;
@@ -167,15 +167,15 @@ typedef _gostring_ swig_type_134;
 typedef _gostring_ swig_type_135;
 typedef _gostring_ swig_type_136;
 typedef _gostring_ swig_type_137;
-typedef long long swig_type_138;
+typedef _gostring_ swig_type_138;
 typedef _gostring_ swig_type_139;
-typedef long long swig_type_140;
-typedef long long swig_type_141;
-typedef _goslice_ swig_type_142;
+typedef _gostring_ swig_type_140;
+typedef _gostring_ swig_type_141;
+typedef long long swig_type_142;
 typedef _gostring_ swig_type_143;
-typedef _gostring_ swig_type_144;
-typedef _gostring_ swig_type_145;
-typedef _gostring_ swig_type_146;
+typedef long long swig_type_144;
+typedef long long swig_type_145;
+typedef _goslice_ swig_type_146;
 typedef _gostring_ swig_type_147;
 typedef _gostring_ swig_type_148;
 typedef _gostring_ swig_type_149;
@@ -183,162 +183,174 @@ typedef _gostring_ swig_type_150;
 typedef _gostring_ swig_type_151;
 typedef _gostring_ swig_type_152;
 typedef _gostring_ swig_type_153;
-typedef long long swig_type_154;
+typedef _gostring_ swig_type_154;
 typedef _gostring_ swig_type_155;
 typedef _gostring_ swig_type_156;
-typedef long long swig_type_157;
+typedef _gostring_ swig_type_157;
 typedef long long swig_type_158;
 typedef _gostring_ swig_type_159;
-typedef long long swig_type_160;
-typedef _gostring_ swig_type_161;
+typedef _gostring_ swig_type_160;
+typedef long long swig_type_161;
 typedef long long swig_type_162;
 typedef _gostring_ swig_type_163;
 typedef long long swig_type_164;
 typedef _gostring_ swig_type_165;
-typedef _gostring_ swig_type_166;
+typedef long long swig_type_166;
 typedef _gostring_ swig_type_167;
-typedef _gostring_ swig_type_168;
+typedef long long swig_type_168;
 typedef _gostring_ swig_type_169;
 typedef _gostring_ swig_type_170;
-typedef long long swig_type_171;
+typedef _gostring_ swig_type_171;
 typedef _gostring_ swig_type_172;
 typedef _gostring_ swig_type_173;
 typedef _gostring_ swig_type_174;
 typedef _gostring_ swig_type_175;
-typedef _gostring_ swig_type_176;
+typedef long long swig_type_176;
 typedef _gostring_ swig_type_177;
 typedef _gostring_ swig_type_178;
 typedef _gostring_ swig_type_179;
 typedef _gostring_ swig_type_180;
 typedef _gostring_ swig_type_181;
-typedef long long swig_type_182;
-extern void _wrap_Swig_free_capi_a77f66778663fc99(uintptr_t arg1);
-extern uintptr_t _wrap_Swig_malloc_capi_a77f66778663fc99(swig_intgo arg1);
-extern swig_type_1 _wrap_version_string_capi_a77f66778663fc99(void);
-extern swig_intgo _wrap_abi_version_capi_a77f66778663fc99(void);
-extern swig_type_2 _wrap_status_name_capi_a77f66778663fc99(swig_intgo arg1);
-extern swig_type_3 _wrap_last_error_capi_a77f66778663fc99(void);
-extern swig_type_4 _wrap_context_options_create_capi_a77f66778663fc99(swig_voidp arg1);
-extern void _wrap_context_options_release_capi_a77f66778663fc99(uintptr_t arg1);
-extern swig_type_5 _wrap_context_options_set_seed_capi_a77f66778663fc99(uintptr_t arg1, swig_type_6 arg2);
-extern swig_type_7 _wrap_context_options_set_num_threads_capi_a77f66778663fc99(uintptr_t arg1, swig_type_8 arg2);
-extern swig_type_9 _wrap_context_options_set_log_level_capi_a77f66778663fc99(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_10 _wrap_context_options_set_enable_cuda_capi_a77f66778663fc99(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_11 _wrap_context_create_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern void _wrap_context_release_capi_a77f66778663fc99(uintptr_t arg1);
-extern swig_type_12 _wrap_context_set_seed_capi_a77f66778663fc99(uintptr_t arg1, swig_type_13 arg2);
-extern swig_type_14 _wrap_device_parse_capi_a77f66778663fc99(uintptr_t arg1, swig_type_15 arg2, swig_voidp arg3);
-extern swig_type_16 _wrap_cuda_is_available_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_17 _wrap_cuda_unavailable_reason_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_18 _wrap_device_count_capi_a77f66778663fc99(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
-extern swig_type_19 _wrap_default_device_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_20 _wrap_device_get_info_capi_a77f66778663fc99(uintptr_t arg1, swig_type_21 arg2, swig_voidp arg3);
-extern swig_type_22 _wrap_device_synchronize_capi_a77f66778663fc99(uintptr_t arg1, swig_type_23 arg2);
-extern swig_type_24 _wrap_dtype_name_capi_a77f66778663fc99(swig_intgo arg1);
-extern swig_type_25 _wrap_dtype_size_capi_a77f66778663fc99(swig_intgo arg1);
-extern swig_type_26 _wrap_tensor_empty_capi_a77f66778663fc99(uintptr_t arg1, swig_type_27 arg2, swig_intgo arg3, swig_type_28 arg4, swig_voidp arg5);
-extern swig_type_29 _wrap_tensor_zeros_capi_a77f66778663fc99(uintptr_t arg1, swig_type_30 arg2, swig_intgo arg3, swig_type_31 arg4, swig_voidp arg5);
-extern swig_type_32 _wrap_tensor_ones_capi_a77f66778663fc99(uintptr_t arg1, swig_type_33 arg2, swig_intgo arg3, swig_type_34 arg4, swig_voidp arg5);
-extern swig_type_35 _wrap_tensor_full_capi_a77f66778663fc99(uintptr_t arg1, swig_type_36 arg2, swig_intgo arg3, swig_type_37 arg4, double arg5, swig_voidp arg6);
-extern swig_type_38 _wrap_tensor_arange_capi_a77f66778663fc99(uintptr_t arg1, double arg2, double arg3, double arg4, swig_intgo arg5, swig_type_39 arg6, swig_voidp arg7);
-extern swig_type_40 _wrap_tensor_rand_capi_a77f66778663fc99(uintptr_t arg1, swig_type_41 arg2, swig_intgo arg3, swig_type_42 arg4, swig_voidp arg5);
-extern swig_type_43 _wrap_tensor_randn_capi_a77f66778663fc99(uintptr_t arg1, swig_type_44 arg2, swig_intgo arg3, swig_type_45 arg4, swig_voidp arg5);
-extern swig_type_46 _wrap_tensor_from_host_capi_a77f66778663fc99(uintptr_t arg1, swig_type_47 arg2, swig_type_48 arg3, swig_intgo arg4, swig_type_49 arg5, swig_voidp arg6);
-extern swig_type_50 _wrap_tensor_empty_pinned_capi_a77f66778663fc99(uintptr_t arg1, swig_type_51 arg2, swig_intgo arg3, swig_voidp arg4);
-extern void _wrap_tensor_release_capi_a77f66778663fc99(uintptr_t arg1);
-extern swig_type_52 _wrap_tensor_copy_to_host_capi_a77f66778663fc99(uintptr_t arg1, swig_type_53 arg2);
-extern swig_type_54 _wrap_tensor_copy_from_host_capi_a77f66778663fc99(uintptr_t arg1, swig_type_55 arg2);
-extern swig_type_56 _wrap_tensor_item_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_57 _wrap_tensor_to_capi_a77f66778663fc99(uintptr_t arg1, swig_type_58 arg2, swig_voidp arg3);
-extern swig_type_59 _wrap_tensor_cast_capi_a77f66778663fc99(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
-extern swig_type_60 _wrap_tensor_clone_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_61 _wrap_tensor_ndim_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_62 _wrap_tensor_dim_capi_a77f66778663fc99(uintptr_t arg1, swig_type_63 arg2, swig_voidp arg3);
-extern swig_type_64 _wrap_tensor_shape_capi_a77f66778663fc99(uintptr_t arg1, swig_type_65 arg2);
-extern swig_type_66 _wrap_tensor_numel_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_67 _wrap_tensor_dtype_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_68 _wrap_tensor_device_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_69 _wrap_tensor_get_device_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_70 _wrap_tensor_is_pinned_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_71 _wrap_tensor_reshape_capi_a77f66778663fc99(uintptr_t arg1, swig_type_72 arg2, swig_voidp arg3);
-extern swig_type_73 _wrap_tensor_rows_capi_a77f66778663fc99(uintptr_t arg1, swig_type_74 arg2, swig_type_75 arg3, swig_voidp arg4);
-extern swig_type_76 _wrap_tensor_binary_capi_a77f66778663fc99(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_77 _wrap_tensor_scalar_capi_a77f66778663fc99(swig_intgo arg1, uintptr_t arg2, double arg3, swig_voidp arg4);
-extern swig_type_78 _wrap_tensor_compare_capi_a77f66778663fc99(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_79 _wrap_tensor_unary_capi_a77f66778663fc99(swig_intgo arg1, uintptr_t arg2, double arg3, swig_voidp arg4);
-extern swig_type_80 _wrap_tensor_softmax_capi_a77f66778663fc99(uintptr_t arg1, swig_type_81 arg2, swig_voidp arg3);
-extern swig_type_82 _wrap_tensor_log_softmax_capi_a77f66778663fc99(uintptr_t arg1, swig_type_83 arg2, swig_voidp arg3);
-extern swig_type_84 _wrap_tensor_reduce_capi_a77f66778663fc99(swig_intgo arg1, uintptr_t arg2, swig_type_85 arg3, swig_intgo arg4, swig_voidp arg5);
-extern swig_type_86 _wrap_tensor_matmul_capi_a77f66778663fc99(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_87 _wrap_model_spec_create_capi_a77f66778663fc99(swig_voidp arg1);
-extern void _wrap_model_spec_release_capi_a77f66778663fc99(uintptr_t arg1);
-extern swig_type_88 _wrap_model_spec_add_linear_capi_a77f66778663fc99(uintptr_t arg1, swig_type_89 arg2, swig_type_90 arg3, swig_intgo arg4);
-extern swig_type_91 _wrap_model_spec_add_capi_a77f66778663fc99(uintptr_t arg1, swig_intgo arg2, double arg3);
-extern swig_type_92 _wrap_model_spec_add_mlp_capi_a77f66778663fc99(uintptr_t arg1, swig_type_93 arg2, swig_intgo arg3);
-extern swig_type_94 _wrap_model_spec_parse_capi_a77f66778663fc99(uintptr_t arg1, swig_type_95 arg2);
-extern swig_type_96 _wrap_model_create_capi_a77f66778663fc99(uintptr_t arg1, uintptr_t arg2, swig_type_97 arg3, swig_voidp arg4);
-extern swig_type_98 _wrap_model_create_dtype_capi_a77f66778663fc99(uintptr_t arg1, uintptr_t arg2, swig_type_99 arg3, swig_intgo arg4, swig_voidp arg5);
-extern void _wrap_model_release_capi_a77f66778663fc99(uintptr_t arg1);
-extern swig_type_100 _wrap_model_to_capi_a77f66778663fc99(uintptr_t arg1, swig_type_101 arg2);
-extern swig_type_102 _wrap_model_device_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_103 _wrap_model_set_training_capi_a77f66778663fc99(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_104 _wrap_model_is_training_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_105 _wrap_model_num_parameters_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_106 _wrap_model_input_size_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_107 _wrap_model_output_size_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_108 _wrap_model_describe_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_109 _wrap_model_num_parameter_tensors_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_110 _wrap_model_parameter_capi_a77f66778663fc99(uintptr_t arg1, swig_type_111 arg2, swig_voidp arg3);
-extern swig_type_112 _wrap_model_parameter_name_capi_a77f66778663fc99(uintptr_t arg1, swig_type_113 arg2, swig_voidp arg3);
-extern swig_type_114 _wrap_model_forward_capi_a77f66778663fc99(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_115 _wrap_model_predict_capi_a77f66778663fc99(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_116 _wrap_model_save_capi_a77f66778663fc99(uintptr_t arg1, swig_type_117 arg2);
-extern swig_type_118 _wrap_model_load_capi_a77f66778663fc99(uintptr_t arg1, swig_type_119 arg2, swig_type_120 arg3, swig_voidp arg4);
-extern swig_type_121 _wrap_model_load_weights_capi_a77f66778663fc99(uintptr_t arg1, swig_type_122 arg2);
-extern swig_type_123 _wrap_model_load_with_spec_capi_a77f66778663fc99(uintptr_t arg1, swig_type_124 arg2, uintptr_t arg3, swig_type_125 arg4, swig_voidp arg5);
-extern swig_type_126 _wrap_dataset_from_tensors_capi_a77f66778663fc99(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_127 _wrap_dataset_load_idx_capi_a77f66778663fc99(uintptr_t arg1, swig_type_128 arg2, swig_type_129 arg3, swig_voidp arg4);
-extern swig_type_130 _wrap_dataset_load_mnist_capi_a77f66778663fc99(uintptr_t arg1, swig_type_131 arg2, swig_type_132 arg3, swig_voidp arg4);
-extern void _wrap_dataset_release_capi_a77f66778663fc99(uintptr_t arg1);
-extern swig_type_133 _wrap_dataset_size_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_134 _wrap_dataset_num_features_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_135 _wrap_dataset_num_classes_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_136 _wrap_dataset_set_normalization_capi_a77f66778663fc99(uintptr_t arg1, double arg2, double arg3, double arg4);
-extern swig_type_137 _wrap_dataset_split_capi_a77f66778663fc99(uintptr_t arg1, double arg2, swig_type_138 arg3, swig_voidp arg4, swig_voidp arg5);
-extern swig_type_139 _wrap_dataset_batch_capi_a77f66778663fc99(uintptr_t arg1, swig_type_140 arg2, swig_type_141 arg3, swig_type_142 arg4, swig_voidp arg5, swig_voidp arg6);
-extern swig_type_143 _wrap_loss_capi_a77f66778663fc99(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_144 _wrap_trainer_options_create_capi_a77f66778663fc99(swig_voidp arg1);
-extern void _wrap_trainer_options_release_capi_a77f66778663fc99(uintptr_t arg1);
-extern swig_type_145 _wrap_trainer_options_set_loss_capi_a77f66778663fc99(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_146 _wrap_trainer_options_set_optimizer_capi_a77f66778663fc99(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_147 _wrap_trainer_options_set_lr_capi_a77f66778663fc99(uintptr_t arg1, double arg2);
-extern swig_type_148 _wrap_trainer_options_set_momentum_capi_a77f66778663fc99(uintptr_t arg1, double arg2);
-extern swig_type_149 _wrap_trainer_options_set_nesterov_capi_a77f66778663fc99(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_150 _wrap_trainer_options_set_weight_decay_capi_a77f66778663fc99(uintptr_t arg1, double arg2);
-extern swig_type_151 _wrap_trainer_options_set_betas_capi_a77f66778663fc99(uintptr_t arg1, double arg2, double arg3);
-extern swig_type_152 _wrap_trainer_options_set_eps_capi_a77f66778663fc99(uintptr_t arg1, double arg2);
-extern swig_type_153 _wrap_trainer_options_set_batch_size_capi_a77f66778663fc99(uintptr_t arg1, swig_type_154 arg2);
-extern swig_type_155 _wrap_trainer_options_set_grad_clip_capi_a77f66778663fc99(uintptr_t arg1, double arg2);
-extern swig_type_156 _wrap_trainer_options_set_schedule_capi_a77f66778663fc99(uintptr_t arg1, swig_intgo arg2, swig_type_157 arg3, double arg4, swig_type_158 arg5, double arg6);
-extern swig_type_159 _wrap_trainer_options_set_warmup_capi_a77f66778663fc99(uintptr_t arg1, swig_type_160 arg2);
-extern swig_type_161 _wrap_trainer_options_set_shuffle_seed_capi_a77f66778663fc99(uintptr_t arg1, swig_type_162 arg2);
-extern swig_type_163 _wrap_trainer_options_set_progress_interval_capi_a77f66778663fc99(uintptr_t arg1, swig_type_164 arg2);
-extern swig_type_165 _wrap_trainer_options_set_precision_capi_a77f66778663fc99(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_166 _wrap_trainer_options_set_fast_path_capi_a77f66778663fc99(uintptr_t arg1, int arg2);
-extern swig_type_167 _wrap_trainer_create_capi_a77f66778663fc99(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern void _wrap_trainer_release_capi_a77f66778663fc99(uintptr_t arg1);
-extern swig_type_168 _wrap_trainer_step_capi_a77f66778663fc99(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_169 _wrap_trainer_epoch_capi_a77f66778663fc99(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_170 _wrap_trainer_fit_capi_a77f66778663fc99(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_type_171 arg4, swig_voidp arg5);
-extern swig_type_172 _wrap_trainer_evaluate_capi_a77f66778663fc99(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_173 _wrap_trainer_epochs_done_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_174 _wrap_trainer_steps_done_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_175 _wrap_trainer_current_lr_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_176 _wrap_trainer_save_checkpoint_capi_a77f66778663fc99(uintptr_t arg1, swig_type_177 arg2);
-extern swig_type_178 _wrap_trainer_load_checkpoint_capi_a77f66778663fc99(uintptr_t arg1, swig_type_179 arg2);
-extern void _wrap_history_release_capi_a77f66778663fc99(uintptr_t arg1);
-extern swig_type_180 _wrap_history_size_capi_a77f66778663fc99(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_181 _wrap_history_get_capi_a77f66778663fc99(uintptr_t arg1, swig_type_182 arg2, swig_voidp arg3);
+typedef _gostring_ swig_type_182;
+typedef _gostring_ swig_type_183;
+typedef _gostring_ swig_type_184;
+typedef _gostring_ swig_type_185;
+typedef _gostring_ swig_type_186;
+typedef _gostring_ swig_type_187;
+typedef long long swig_type_188;
+extern void _wrap_Swig_free_capi_4b53fd7f77238a4a(uintptr_t arg1);
+extern uintptr_t _wrap_Swig_malloc_capi_4b53fd7f77238a4a(swig_intgo arg1);
+extern swig_type_1 _wrap_version_string_capi_4b53fd7f77238a4a(void);
+extern swig_intgo _wrap_abi_version_capi_4b53fd7f77238a4a(void);
+extern swig_type_2 _wrap_status_name_capi_4b53fd7f77238a4a(swig_intgo arg1);
+extern swig_type_3 _wrap_last_error_capi_4b53fd7f77238a4a(void);
+extern swig_type_4 _wrap_context_options_create_capi_4b53fd7f77238a4a(swig_voidp arg1);
+extern void _wrap_context_options_release_capi_4b53fd7f77238a4a(uintptr_t arg1);
+extern swig_type_5 _wrap_context_options_set_seed_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_6 arg2);
+extern swig_type_7 _wrap_context_options_set_num_threads_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_8 arg2);
+extern swig_type_9 _wrap_context_options_set_log_level_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_10 _wrap_context_options_set_enable_cuda_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_11 _wrap_context_create_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern void _wrap_context_release_capi_4b53fd7f77238a4a(uintptr_t arg1);
+extern swig_type_12 _wrap_context_retain_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_13 _wrap_context_set_seed_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_14 arg2);
+extern swig_type_15 _wrap_device_parse_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_16 arg2, swig_voidp arg3);
+extern swig_type_17 _wrap_cuda_is_available_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_18 _wrap_cuda_unavailable_reason_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_19 _wrap_device_count_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
+extern swig_type_20 _wrap_default_device_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_21 _wrap_device_get_info_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_22 arg2, swig_voidp arg3);
+extern swig_type_23 _wrap_device_synchronize_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_24 arg2);
+extern swig_type_25 _wrap_dtype_name_capi_4b53fd7f77238a4a(swig_intgo arg1);
+extern swig_type_26 _wrap_dtype_size_capi_4b53fd7f77238a4a(swig_intgo arg1);
+extern swig_type_27 _wrap_tensor_empty_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_28 arg2, swig_intgo arg3, swig_type_29 arg4, swig_voidp arg5);
+extern swig_type_30 _wrap_tensor_zeros_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_31 arg2, swig_intgo arg3, swig_type_32 arg4, swig_voidp arg5);
+extern swig_type_33 _wrap_tensor_ones_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_34 arg2, swig_intgo arg3, swig_type_35 arg4, swig_voidp arg5);
+extern swig_type_36 _wrap_tensor_full_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_37 arg2, swig_intgo arg3, swig_type_38 arg4, double arg5, swig_voidp arg6);
+extern swig_type_39 _wrap_tensor_arange_capi_4b53fd7f77238a4a(uintptr_t arg1, double arg2, double arg3, double arg4, swig_intgo arg5, swig_type_40 arg6, swig_voidp arg7);
+extern swig_type_41 _wrap_tensor_rand_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_42 arg2, swig_intgo arg3, swig_type_43 arg4, swig_voidp arg5);
+extern swig_type_44 _wrap_tensor_randn_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_45 arg2, swig_intgo arg3, swig_type_46 arg4, swig_voidp arg5);
+extern swig_type_47 _wrap_tensor_from_host_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_48 arg2, swig_type_49 arg3, swig_intgo arg4, swig_type_50 arg5, swig_voidp arg6);
+extern swig_type_51 _wrap_tensor_empty_pinned_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_52 arg2, swig_intgo arg3, swig_voidp arg4);
+extern void _wrap_tensor_release_capi_4b53fd7f77238a4a(uintptr_t arg1);
+extern swig_type_53 _wrap_tensor_retain_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_54 _wrap_tensor_copy_to_host_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_55 arg2);
+extern swig_type_56 _wrap_tensor_copy_from_host_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_57 arg2);
+extern swig_type_58 _wrap_tensor_item_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_59 _wrap_tensor_to_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_60 arg2, swig_voidp arg3);
+extern swig_type_61 _wrap_tensor_cast_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
+extern swig_type_62 _wrap_tensor_clone_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_63 _wrap_tensor_ndim_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_64 _wrap_tensor_dim_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_65 arg2, swig_voidp arg3);
+extern swig_type_66 _wrap_tensor_shape_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_67 arg2);
+extern swig_type_68 _wrap_tensor_numel_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_69 _wrap_tensor_dtype_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_70 _wrap_tensor_device_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_71 _wrap_tensor_get_device_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_72 _wrap_tensor_is_pinned_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_73 _wrap_tensor_reshape_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_74 arg2, swig_voidp arg3);
+extern swig_type_75 _wrap_tensor_rows_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_76 arg2, swig_type_77 arg3, swig_voidp arg4);
+extern swig_type_78 _wrap_tensor_binary_capi_4b53fd7f77238a4a(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_79 _wrap_tensor_scalar_capi_4b53fd7f77238a4a(swig_intgo arg1, uintptr_t arg2, double arg3, swig_voidp arg4);
+extern swig_type_80 _wrap_tensor_compare_capi_4b53fd7f77238a4a(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_81 _wrap_tensor_unary_capi_4b53fd7f77238a4a(swig_intgo arg1, uintptr_t arg2, double arg3, swig_voidp arg4);
+extern swig_type_82 _wrap_tensor_softmax_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_83 arg2, swig_voidp arg3);
+extern swig_type_84 _wrap_tensor_log_softmax_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_85 arg2, swig_voidp arg3);
+extern swig_type_86 _wrap_tensor_reduce_capi_4b53fd7f77238a4a(swig_intgo arg1, uintptr_t arg2, swig_type_87 arg3, swig_intgo arg4, swig_voidp arg5);
+extern swig_type_88 _wrap_tensor_matmul_capi_4b53fd7f77238a4a(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_89 _wrap_model_spec_create_capi_4b53fd7f77238a4a(swig_voidp arg1);
+extern void _wrap_model_spec_release_capi_4b53fd7f77238a4a(uintptr_t arg1);
+extern swig_type_90 _wrap_model_spec_add_linear_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_91 arg2, swig_type_92 arg3, swig_intgo arg4);
+extern swig_type_93 _wrap_model_spec_add_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_intgo arg2, double arg3);
+extern swig_type_94 _wrap_model_spec_add_mlp_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_95 arg2, swig_intgo arg3);
+extern swig_type_96 _wrap_model_spec_parse_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_97 arg2);
+extern swig_type_98 _wrap_model_create_capi_4b53fd7f77238a4a(uintptr_t arg1, uintptr_t arg2, swig_type_99 arg3, swig_voidp arg4);
+extern swig_type_100 _wrap_model_create_dtype_capi_4b53fd7f77238a4a(uintptr_t arg1, uintptr_t arg2, swig_type_101 arg3, swig_intgo arg4, swig_voidp arg5);
+extern void _wrap_model_release_capi_4b53fd7f77238a4a(uintptr_t arg1);
+extern swig_type_102 _wrap_model_retain_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_103 _wrap_model_to_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_104 arg2);
+extern swig_type_105 _wrap_model_device_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_106 _wrap_model_set_training_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_107 _wrap_model_is_training_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_108 _wrap_model_num_parameters_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_109 _wrap_model_input_size_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_110 _wrap_model_output_size_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_111 _wrap_model_describe_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_112 _wrap_model_num_parameter_tensors_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_113 _wrap_model_parameter_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_114 arg2, swig_voidp arg3);
+extern swig_type_115 _wrap_model_parameter_name_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_116 arg2, swig_voidp arg3);
+extern swig_type_117 _wrap_model_forward_capi_4b53fd7f77238a4a(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_118 _wrap_model_predict_capi_4b53fd7f77238a4a(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_119 _wrap_model_save_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_120 arg2);
+extern swig_type_121 _wrap_model_load_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_122 arg2, swig_type_123 arg3, swig_voidp arg4);
+extern swig_type_124 _wrap_model_load_weights_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_125 arg2);
+extern swig_type_126 _wrap_model_load_with_spec_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_127 arg2, uintptr_t arg3, swig_type_128 arg4, swig_voidp arg5);
+extern swig_type_129 _wrap_dataset_from_tensors_capi_4b53fd7f77238a4a(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_130 _wrap_dataset_load_idx_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_131 arg2, swig_type_132 arg3, swig_voidp arg4);
+extern swig_type_133 _wrap_dataset_load_mnist_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_134 arg2, swig_type_135 arg3, swig_voidp arg4);
+extern void _wrap_dataset_release_capi_4b53fd7f77238a4a(uintptr_t arg1);
+extern swig_type_136 _wrap_dataset_retain_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_137 _wrap_dataset_size_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_138 _wrap_dataset_num_features_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_139 _wrap_dataset_num_classes_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_140 _wrap_dataset_set_normalization_capi_4b53fd7f77238a4a(uintptr_t arg1, double arg2, double arg3, double arg4);
+extern swig_type_141 _wrap_dataset_split_capi_4b53fd7f77238a4a(uintptr_t arg1, double arg2, swig_type_142 arg3, swig_voidp arg4, swig_voidp arg5);
+extern swig_type_143 _wrap_dataset_batch_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_144 arg2, swig_type_145 arg3, swig_type_146 arg4, swig_voidp arg5, swig_voidp arg6);
+extern swig_type_147 _wrap_loss_capi_4b53fd7f77238a4a(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_148 _wrap_trainer_options_create_capi_4b53fd7f77238a4a(swig_voidp arg1);
+extern void _wrap_trainer_options_release_capi_4b53fd7f77238a4a(uintptr_t arg1);
+extern swig_type_149 _wrap_trainer_options_set_loss_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_150 _wrap_trainer_options_set_optimizer_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_151 _wrap_trainer_options_set_lr_capi_4b53fd7f77238a4a(uintptr_t arg1, double arg2);
+extern swig_type_152 _wrap_trainer_options_set_momentum_capi_4b53fd7f77238a4a(uintptr_t arg1, double arg2);
+extern swig_type_153 _wrap_trainer_options_set_nesterov_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_154 _wrap_trainer_options_set_weight_decay_capi_4b53fd7f77238a4a(uintptr_t arg1, double arg2);
+extern swig_type_155 _wrap_trainer_options_set_betas_capi_4b53fd7f77238a4a(uintptr_t arg1, double arg2, double arg3);
+extern swig_type_156 _wrap_trainer_options_set_eps_capi_4b53fd7f77238a4a(uintptr_t arg1, double arg2);
+extern swig_type_157 _wrap_trainer_options_set_batch_size_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_158 arg2);
+extern swig_type_159 _wrap_trainer_options_set_grad_clip_capi_4b53fd7f77238a4a(uintptr_t arg1, double arg2);
+extern swig_type_160 _wrap_trainer_options_set_schedule_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_intgo arg2, swig_type_161 arg3, double arg4, swig_type_162 arg5, double arg6);
+extern swig_type_163 _wrap_trainer_options_set_warmup_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_164 arg2);
+extern swig_type_165 _wrap_trainer_options_set_shuffle_seed_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_166 arg2);
+extern swig_type_167 _wrap_trainer_options_set_progress_interval_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_168 arg2);
+extern swig_type_169 _wrap_trainer_options_set_precision_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_170 _wrap_trainer_options_set_fast_path_capi_4b53fd7f77238a4a(uintptr_t arg1, int arg2);
+extern swig_type_171 _wrap_trainer_create_capi_4b53fd7f77238a4a(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern void _wrap_trainer_release_capi_4b53fd7f77238a4a(uintptr_t arg1);
+extern swig_type_172 _wrap_trainer_retain_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_173 _wrap_trainer_step_capi_4b53fd7f77238a4a(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_174 _wrap_trainer_epoch_capi_4b53fd7f77238a4a(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_175 _wrap_trainer_fit_capi_4b53fd7f77238a4a(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_type_176 arg4, swig_voidp arg5);
+extern swig_type_177 _wrap_trainer_evaluate_capi_4b53fd7f77238a4a(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_178 _wrap_trainer_epochs_done_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_179 _wrap_trainer_steps_done_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_180 _wrap_trainer_current_lr_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_181 _wrap_trainer_save_checkpoint_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_182 arg2);
+extern swig_type_183 _wrap_trainer_load_checkpoint_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_184 arg2);
+extern void _wrap_history_release_capi_4b53fd7f77238a4a(uintptr_t arg1);
+extern swig_type_185 _wrap_history_retain_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_186 _wrap_history_size_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_187 _wrap_history_get_capi_4b53fd7f77238a4a(uintptr_t arg1, swig_type_188 arg2, swig_voidp arg3);
 #undef intgo
 */
 import "C"
@@ -381,13 +393,13 @@ func swigCopyString(s string) string {
 
 func Swig_free(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_Swig_free_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0))
+	C._wrap_Swig_free_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0))
 }
 
 func Swig_malloc(arg1 int) (_swig_ret uintptr) {
 	var swig_r uintptr
 	_swig_i_0 := arg1
-	swig_r = (uintptr)(C._wrap_Swig_malloc_capi_a77f66778663fc99(C.swig_intgo(_swig_i_0)))
+	swig_r = (uintptr)(C._wrap_Swig_malloc_capi_4b53fd7f77238a4a(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
@@ -463,7 +475,7 @@ const KILN_VERSION_PATCH int = 0
 const KILN_ABI_VERSION int = 1
 func Version_string() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_version_string_capi_a77f66778663fc99()
+	swig_r_p := C._wrap_version_string_capi_4b53fd7f77238a4a()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
  swig_r_1 = swigCopyString(swig_r) 
@@ -472,14 +484,14 @@ func Version_string() (_swig_ret string) {
 
 func Abi_version() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_abi_version_capi_a77f66778663fc99())
+	swig_r = (int)(C._wrap_abi_version_capi_4b53fd7f77238a4a())
 	return swig_r
 }
 
 func Status_name(arg1 int) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_status_name_capi_a77f66778663fc99(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_status_name_capi_4b53fd7f77238a4a(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
  swig_r_1 = swigCopyString(swig_r) 
@@ -488,7 +500,7 @@ func Status_name(arg1 int) (_swig_ret string) {
 
 func Last_error() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_last_error_capi_a77f66778663fc99()
+	swig_r_p := C._wrap_last_error_capi_4b53fd7f77238a4a()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
  swig_r_1 = swigCopyString(swig_r) 
@@ -498,7 +510,7 @@ func Last_error() (_swig_ret string) {
 func Context_options_create(arg1 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_context_options_create_capi_a77f66778663fc99(C.swig_voidp(_swig_i_0))
+	swig_r_p := C._wrap_context_options_create_capi_4b53fd7f77238a4a(C.swig_voidp(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -516,14 +528,14 @@ func Context_options_create(arg1 *uintptr) (_swig_ret error) {
 
 func Context_options_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_context_options_release_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0))
+	C._wrap_context_options_release_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0))
 }
 
 func Context_options_set_seed(arg1 uintptr, arg2 uint64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_options_set_seed_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_6(_swig_i_1))
+	swig_r_p := C._wrap_context_options_set_seed_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_type_6(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -543,7 +555,7 @@ func Context_options_set_num_threads(arg1 uintptr, arg2 int64) (_swig_ret error)
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_options_set_num_threads_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_8(_swig_i_1))
+	swig_r_p := C._wrap_context_options_set_num_threads_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_type_8(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -563,7 +575,7 @@ func Context_options_set_log_level(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_options_set_log_level_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_context_options_set_log_level_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -583,7 +595,7 @@ func Context_options_set_enable_cuda(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_options_set_enable_cuda_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_context_options_set_enable_cuda_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -603,7 +615,7 @@ func Context_create(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_create_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_context_create_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -621,14 +633,34 @@ func Context_create(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 
 func Context_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_context_release_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0))
+	C._wrap_context_release_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0))
+}
+
+func Context_retain(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_context_retain_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+
+	if len(swig_r) == 0 {
+		swig_r_1 = nil
+	} else if len(swig_r) == 1 {
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
+	} else {
+		swig_s := swigCopyString(swig_r)
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
+	}
+
+	return swig_r_1
 }
 
 func Context_set_seed(arg1 uintptr, arg2 uint64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_set_seed_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_13(_swig_i_1))
+	swig_r_p := C._wrap_context_set_seed_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_type_14(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -649,7 +681,7 @@ func Device_parse(arg1 uintptr, arg2 string, arg3 *Device) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_device_parse_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_15)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_device_parse_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_16)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -672,7 +704,7 @@ func Cuda_is_available(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_cuda_is_available_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_cuda_is_available_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -692,7 +724,7 @@ func Cuda_unavailable_reason(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_cuda_unavailable_reason_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_cuda_unavailable_reason_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 
 	if len(*arg2) > 0 {
@@ -718,7 +750,7 @@ func Device_count(arg1 uintptr, arg2 int, arg3 *int64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_device_count_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_device_count_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -738,7 +770,7 @@ func Default_device(arg1 uintptr, arg2 *Device) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_default_device_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_default_device_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -760,7 +792,7 @@ func Device_get_info(arg1 uintptr, arg2 Device, arg3 *DeviceInfo) (_swig_ret err
 	var _swig_i_1 []int64
 _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_device_get_info_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_21)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_device_get_info_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_22)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_1
@@ -784,7 +816,7 @@ func Device_synchronize(arg1 uintptr, arg2 Device) (_swig_ret error) {
 	_swig_i_0 := arg1
 	var _swig_i_1 []int64
 _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
-	swig_r_p := C._wrap_device_synchronize_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_23)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_device_synchronize_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_24)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_1
@@ -807,7 +839,7 @@ const KILN_MAX_DIMS int = 8
 func Dtype_name(arg1 int) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_dtype_name_capi_a77f66778663fc99(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_dtype_name_capi_4b53fd7f77238a4a(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
  swig_r_1 = swigCopyString(swig_r) 
@@ -817,7 +849,7 @@ func Dtype_name(arg1 int) (_swig_ret string) {
 func Dtype_size(arg1 int) (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_dtype_size_capi_a77f66778663fc99(C.swig_intgo(_swig_i_0)))
+	swig_r = (int64)(C._wrap_dtype_size_capi_4b53fd7f77238a4a(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
@@ -829,7 +861,7 @@ func Tensor_empty(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintp
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_empty_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_27)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_28)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_empty_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_28)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_29)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -859,7 +891,7 @@ func Tensor_zeros(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintp
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_zeros_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_30)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_31)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_zeros_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_31)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_32)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -889,7 +921,7 @@ func Tensor_ones(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintpt
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_ones_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_33)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_34)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_ones_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_34)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_35)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -920,7 +952,7 @@ func Tensor_full(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 float64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_tensor_full_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_36)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_3)), C.double(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_tensor_full_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_38)(unsafe.Pointer(&_swig_i_3)), C.double(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -952,7 +984,7 @@ func Tensor_arange(arg1 uintptr, arg2 float64, arg3 float64, arg4 float64, arg5 
 	var _swig_i_5 []int64
 _swig_i_5 = []int64{int64(arg6.Kind), arg6.Index}
 	_swig_i_6 := arg7
-	swig_r_p := C._wrap_tensor_arange_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_39)(unsafe.Pointer(&_swig_i_5)), C.swig_voidp(_swig_i_6))
+	swig_r_p := C._wrap_tensor_arange_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_40)(unsafe.Pointer(&_swig_i_5)), C.swig_voidp(_swig_i_6))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_5
@@ -979,7 +1011,7 @@ func Tensor_rand(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintpt
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_rand_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_41)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_42)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_rand_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_42)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_43)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1009,7 +1041,7 @@ func Tensor_randn(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintp
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_randn_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_44)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_45)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_randn_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_45)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_46)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1040,7 +1072,7 @@ func Tensor_from_host(arg1 uintptr, arg2 []byte, arg3 []int64, arg4 int, arg5 De
 	var _swig_i_4 []int64
 _swig_i_4 = []int64{int64(arg5.Kind), arg5.Index}
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_tensor_from_host_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_47)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_48)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), *(*C.swig_type_49)(unsafe.Pointer(&_swig_i_4)), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_tensor_from_host_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_48)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_49)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), *(*C.swig_type_50)(unsafe.Pointer(&_swig_i_4)), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1071,7 +1103,7 @@ func Tensor_empty_pinned(arg1 uintptr, arg2 []int64, arg3 int, arg4 *uintptr) (_
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_empty_pinned_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_51)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_empty_pinned_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_52)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1092,14 +1124,34 @@ func Tensor_empty_pinned(arg1 uintptr, arg2 []int64, arg3 int, arg4 *uintptr) (_
 
 func Tensor_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_tensor_release_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0))
+	C._wrap_tensor_release_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0))
+}
+
+func Tensor_retain(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_tensor_retain_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+
+	if len(swig_r) == 0 {
+		swig_r_1 = nil
+	} else if len(swig_r) == 1 {
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
+	} else {
+		swig_s := swigCopyString(swig_r)
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
+	}
+
+	return swig_r_1
 }
 
 func Tensor_copy_to_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_copy_to_host_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_53)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_tensor_copy_to_host_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_55)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1122,7 +1174,7 @@ func Tensor_copy_from_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_copy_from_host_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_55)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_tensor_copy_from_host_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_57)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1145,7 +1197,7 @@ func Tensor_item(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_item_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_item_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1167,7 +1219,7 @@ func Tensor_to(arg1 uintptr, arg2 Device, arg3 *uintptr) (_swig_ret error) {
 	var _swig_i_1 []int64
 _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_to_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_58)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_to_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_60)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_1
@@ -1191,7 +1243,7 @@ func Tensor_cast(arg1 uintptr, arg2 int, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_cast_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_cast_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1211,7 +1263,7 @@ func Tensor_clone(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_clone_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_clone_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1231,7 +1283,7 @@ func Tensor_ndim(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_ndim_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_ndim_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1252,7 +1304,7 @@ func Tensor_dim(arg1 uintptr, arg2 int64, arg3 *int64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_dim_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_63(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_dim_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_type_65(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1272,7 +1324,7 @@ func Tensor_shape(arg1 uintptr, arg2 []int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_shape_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_65)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_tensor_shape_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_67)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1295,7 +1347,7 @@ func Tensor_numel(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_numel_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_numel_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1315,7 +1367,7 @@ func Tensor_dtype(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_dtype_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_dtype_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1335,7 +1387,7 @@ func Tensor_device(arg1 uintptr, arg2 *Device) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_device_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_device_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1355,7 +1407,7 @@ func Tensor_get_device(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_get_device_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_get_device_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1375,7 +1427,7 @@ func Tensor_is_pinned(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_is_pinned_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_is_pinned_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1396,7 +1448,7 @@ func Tensor_reshape(arg1 uintptr, arg2 []int64, arg3 *uintptr) (_swig_ret error)
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_reshape_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_72)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_reshape_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_74)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1421,7 +1473,7 @@ func Tensor_rows(arg1 uintptr, arg2 int64, arg3 int64, arg4 *uintptr) (_swig_ret
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_rows_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_74(_swig_i_1), C.swig_type_75(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_rows_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_type_76(_swig_i_1), C.swig_type_77(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1443,7 +1495,7 @@ func Tensor_binary(arg1 int, arg2 uintptr, arg3 uintptr, arg4 *uintptr) (_swig_r
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_binary_capi_a77f66778663fc99(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_binary_capi_4b53fd7f77238a4a(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1465,7 +1517,7 @@ func Tensor_scalar(arg1 int, arg2 uintptr, arg3 float64, arg4 *uintptr) (_swig_r
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_scalar_capi_a77f66778663fc99(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_scalar_capi_4b53fd7f77238a4a(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1487,7 +1539,7 @@ func Tensor_compare(arg1 int, arg2 uintptr, arg3 uintptr, arg4 *uintptr) (_swig_
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_compare_capi_a77f66778663fc99(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_compare_capi_4b53fd7f77238a4a(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1509,7 +1561,7 @@ func Tensor_unary(arg1 int, arg2 uintptr, arg3 float64, arg4 *uintptr) (_swig_re
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_unary_capi_a77f66778663fc99(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_unary_capi_4b53fd7f77238a4a(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1530,7 +1582,7 @@ func Tensor_softmax(arg1 uintptr, arg2 int64, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_softmax_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_81(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_softmax_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_type_83(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1551,7 +1603,7 @@ func Tensor_log_softmax(arg1 uintptr, arg2 int64, arg3 *uintptr) (_swig_ret erro
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_log_softmax_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_83(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_log_softmax_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_type_85(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1574,7 +1626,7 @@ func Tensor_reduce(arg1 int, arg2 uintptr, arg3 int64, arg4 int, arg5 *uintptr) 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_reduce_capi_a77f66778663fc99(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_type_85(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_reduce_capi_4b53fd7f77238a4a(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_type_87(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1595,7 +1647,7 @@ func Tensor_matmul(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_matmul_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_matmul_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1614,7 +1666,7 @@ func Tensor_matmul(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) 
 func Model_spec_create(arg1 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_model_spec_create_capi_a77f66778663fc99(C.swig_voidp(_swig_i_0))
+	swig_r_p := C._wrap_model_spec_create_capi_4b53fd7f77238a4a(C.swig_voidp(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1632,7 +1684,7 @@ func Model_spec_create(arg1 *uintptr) (_swig_ret error) {
 
 func Model_spec_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_model_spec_release_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0))
+	C._wrap_model_spec_release_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0))
 }
 
 func Model_spec_add_linear(arg1 uintptr, arg2 int64, arg3 int64, arg4 int) (_swig_ret error) {
@@ -1641,7 +1693,7 @@ func Model_spec_add_linear(arg1 uintptr, arg2 int64, arg3 int64, arg4 int) (_swi
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_spec_add_linear_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_89(_swig_i_1), C.swig_type_90(_swig_i_2), C.swig_intgo(_swig_i_3))
+	swig_r_p := C._wrap_model_spec_add_linear_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_type_91(_swig_i_1), C.swig_type_92(_swig_i_2), C.swig_intgo(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1662,7 +1714,7 @@ func Model_spec_add(arg1 uintptr, arg2 int, arg3 float64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_spec_add_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.double(_swig_i_2))
+	swig_r_p := C._wrap_model_spec_add_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.double(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1683,7 +1735,7 @@ func Model_spec_add_mlp(arg1 uintptr, arg2 []int64, arg3 int) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_spec_add_mlp_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_93)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2))
+	swig_r_p := C._wrap_model_spec_add_mlp_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_95)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1706,7 +1758,7 @@ func Model_spec_parse(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_spec_parse_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_95)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_spec_parse_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_97)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1732,7 +1784,7 @@ func Model_create(arg1 uintptr, arg2 uintptr, arg3 Device, arg4 *uintptr) (_swig
 	var _swig_i_2 []int64
 _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_create_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_97)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_model_create_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_99)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_2
@@ -1759,7 +1811,7 @@ func Model_create_dtype(arg1 uintptr, arg2 uintptr, arg3 Device, arg4 int, arg5 
 _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_model_create_dtype_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_99)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_model_create_dtype_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_101)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_2
@@ -1780,7 +1832,27 @@ _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 
 func Model_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_model_release_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0))
+	C._wrap_model_release_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0))
+}
+
+func Model_retain(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_model_retain_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+
+	if len(swig_r) == 0 {
+		swig_r_1 = nil
+	} else if len(swig_r) == 1 {
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
+	} else {
+		swig_s := swigCopyString(swig_r)
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
+	}
+
+	return swig_r_1
 }
 
 func Model_to(arg1 uintptr, arg2 Device) (_swig_ret error) {
@@ -1788,7 +1860,7 @@ func Model_to(arg1 uintptr, arg2 Device) (_swig_ret error) {
 	_swig_i_0 := arg1
 	var _swig_i_1 []int64
 _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
-	swig_r_p := C._wrap_model_to_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_101)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_to_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_104)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_1
@@ -1811,7 +1883,7 @@ func Model_device(arg1 uintptr, arg2 *Device) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_device_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_device_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1831,7 +1903,7 @@ func Model_set_training(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_set_training_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_model_set_training_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1851,7 +1923,7 @@ func Model_is_training(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_is_training_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_is_training_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1871,7 +1943,7 @@ func Model_num_parameters(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_num_parameters_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_num_parameters_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1891,7 +1963,7 @@ func Model_input_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_input_size_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_input_size_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1911,7 +1983,7 @@ func Model_output_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_output_size_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_output_size_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1931,7 +2003,7 @@ func Model_describe(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_describe_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_describe_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 
 	if len(*arg2) > 0 {
@@ -1956,7 +2028,7 @@ func Model_num_parameter_tensors(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_num_parameter_tensors_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_num_parameter_tensors_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1977,7 +2049,7 @@ func Model_parameter(arg1 uintptr, arg2 int64, arg3 *uintptr) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_parameter_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_111(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_model_parameter_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_type_114(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1998,7 +2070,7 @@ func Model_parameter_name(arg1 uintptr, arg2 int64, arg3 *string) (_swig_ret err
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_parameter_name_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_113(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_model_parameter_name_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_type_116(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 
 	if len(*arg3) > 0 {
@@ -2024,7 +2096,7 @@ func Model_forward(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_forward_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_model_forward_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2046,7 +2118,7 @@ func Model_predict(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (_swig_r
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_predict_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_model_predict_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2066,7 +2138,7 @@ func Model_save(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_save_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_117)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_save_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_120)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2092,7 +2164,7 @@ func Model_load(arg1 uintptr, arg2 string, arg3 Device, arg4 *uintptr) (_swig_re
 	var _swig_i_2 []int64
 _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_load_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_119)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_120)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_model_load_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_122)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_123)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2118,7 +2190,7 @@ func Model_load_weights(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_load_weights_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_122)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_load_weights_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_125)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2145,7 +2217,7 @@ func Model_load_with_spec(arg1 uintptr, arg2 string, arg3 uintptr, arg4 Device, 
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_model_load_with_spec_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_124)(unsafe.Pointer(&_swig_i_1)), C.uintptr_t(_swig_i_2), *(*C.swig_type_125)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_model_load_with_spec_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_127)(unsafe.Pointer(&_swig_i_1)), C.uintptr_t(_swig_i_2), *(*C.swig_type_128)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2173,7 +2245,7 @@ func Dataset_from_tensors(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *uintpt
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_from_tensors_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_dataset_from_tensors_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2195,7 +2267,7 @@ func Dataset_load_idx(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (_s
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_load_idx_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_128)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_129)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_dataset_load_idx_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_131)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_132)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2223,7 +2295,7 @@ func Dataset_load_mnist(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_load_mnist_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_131)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_132)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_dataset_load_mnist_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_134)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_135)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2247,14 +2319,34 @@ func Dataset_load_mnist(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (
 
 func Dataset_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_dataset_release_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0))
+	C._wrap_dataset_release_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0))
+}
+
+func Dataset_retain(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_dataset_retain_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+
+	if len(swig_r) == 0 {
+		swig_r_1 = nil
+	} else if len(swig_r) == 1 {
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
+	} else {
+		swig_s := swigCopyString(swig_r)
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
+	}
+
+	return swig_r_1
 }
 
 func Dataset_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_dataset_size_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_dataset_size_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2274,7 +2366,7 @@ func Dataset_num_features(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_dataset_num_features_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_dataset_num_features_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2294,7 +2386,7 @@ func Dataset_num_classes(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_dataset_num_classes_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_dataset_num_classes_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2316,7 +2408,7 @@ func Dataset_set_normalization(arg1 uintptr, arg2 float64, arg3 float64, arg4 fl
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_set_normalization_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3))
+	swig_r_p := C._wrap_dataset_set_normalization_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2339,7 +2431,7 @@ func Dataset_split(arg1 uintptr, arg2 float64, arg3 uint64, arg4 *uintptr, arg5 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_dataset_split_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.swig_type_138(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_dataset_split_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.swig_type_142(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2364,7 +2456,7 @@ func Dataset_batch(arg1 uintptr, arg2 int64, arg3 int64, arg4 Device, arg5 *uint
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_dataset_batch_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_140(_swig_i_1), C.swig_type_141(_swig_i_2), *(*C.swig_type_142)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_dataset_batch_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_type_144(_swig_i_1), C.swig_type_145(_swig_i_2), *(*C.swig_type_146)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_3
@@ -2389,7 +2481,7 @@ func Loss(arg1 int, arg2 uintptr, arg3 uintptr, arg4 *float64) (_swig_ret error)
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_loss_capi_a77f66778663fc99(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_loss_capi_4b53fd7f77238a4a(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2408,7 +2500,7 @@ func Loss(arg1 int, arg2 uintptr, arg3 uintptr, arg4 *float64) (_swig_ret error)
 func Trainer_options_create(arg1 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_trainer_options_create_capi_a77f66778663fc99(C.swig_voidp(_swig_i_0))
+	swig_r_p := C._wrap_trainer_options_create_capi_4b53fd7f77238a4a(C.swig_voidp(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2426,14 +2518,14 @@ func Trainer_options_create(arg1 *uintptr) (_swig_ret error) {
 
 func Trainer_options_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_trainer_options_release_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0))
+	C._wrap_trainer_options_release_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0))
 }
 
 func Trainer_options_set_loss(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_loss_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_loss_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2453,7 +2545,7 @@ func Trainer_options_set_optimizer(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_optimizer_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_optimizer_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2473,7 +2565,7 @@ func Trainer_options_set_lr(arg1 uintptr, arg2 float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_lr_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_lr_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2493,7 +2585,7 @@ func Trainer_options_set_momentum(arg1 uintptr, arg2 float64) (_swig_ret error) 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_momentum_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_momentum_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2513,7 +2605,7 @@ func Trainer_options_set_nesterov(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_nesterov_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_nesterov_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2533,7 +2625,7 @@ func Trainer_options_set_weight_decay(arg1 uintptr, arg2 float64) (_swig_ret err
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_weight_decay_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_weight_decay_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2554,7 +2646,7 @@ func Trainer_options_set_betas(arg1 uintptr, arg2 float64, arg3 float64) (_swig_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_trainer_options_set_betas_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2))
+	swig_r_p := C._wrap_trainer_options_set_betas_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2574,7 +2666,7 @@ func Trainer_options_set_eps(arg1 uintptr, arg2 float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_eps_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_eps_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2594,7 +2686,7 @@ func Trainer_options_set_batch_size(arg1 uintptr, arg2 int64) (_swig_ret error) 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_batch_size_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_154(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_batch_size_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_type_158(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2614,7 +2706,7 @@ func Trainer_options_set_grad_clip(arg1 uintptr, arg2 float64) (_swig_ret error)
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_grad_clip_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_grad_clip_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2638,7 +2730,7 @@ func Trainer_options_set_schedule(arg1 uintptr, arg2 int, arg3 int64, arg4 float
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_trainer_options_set_schedule_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_157(_swig_i_2), C.double(_swig_i_3), C.swig_type_158(_swig_i_4), C.double(_swig_i_5))
+	swig_r_p := C._wrap_trainer_options_set_schedule_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_161(_swig_i_2), C.double(_swig_i_3), C.swig_type_162(_swig_i_4), C.double(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2658,7 +2750,7 @@ func Trainer_options_set_warmup(arg1 uintptr, arg2 int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_warmup_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_160(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_warmup_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_type_164(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2678,7 +2770,7 @@ func Trainer_options_set_shuffle_seed(arg1 uintptr, arg2 uint64) (_swig_ret erro
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_shuffle_seed_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_162(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_shuffle_seed_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_type_166(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2698,7 +2790,7 @@ func Trainer_options_set_progress_interval(arg1 uintptr, arg2 int64) (_swig_ret 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_progress_interval_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_164(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_progress_interval_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_type_168(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2718,7 +2810,7 @@ func Trainer_options_set_precision(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_precision_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_precision_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2738,7 +2830,7 @@ func Trainer_options_set_fast_path(arg1 uintptr, arg2 uint32) (_swig_ret error) 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_fast_path_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.int(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_fast_path_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.int(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2759,7 +2851,7 @@ func Trainer_create(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error)
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_trainer_create_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_trainer_create_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2777,7 +2869,27 @@ func Trainer_create(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error)
 
 func Trainer_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_trainer_release_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0))
+	C._wrap_trainer_release_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0))
+}
+
+func Trainer_retain(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_trainer_retain_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+
+	if len(swig_r) == 0 {
+		swig_r_1 = nil
+	} else if len(swig_r) == 1 {
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
+	} else {
+		swig_s := swigCopyString(swig_r)
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
+	}
+
+	return swig_r_1
 }
 
 func Trainer_step(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *float64) (_swig_ret error) {
@@ -2786,7 +2898,7 @@ func Trainer_step(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *float64) (_swi
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_trainer_step_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_trainer_step_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2807,7 +2919,7 @@ func Trainer_epoch(arg1 uintptr, arg2 uintptr, arg3 *EpochStats) (_swig_ret erro
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_trainer_epoch_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_trainer_epoch_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2830,7 +2942,7 @@ func Trainer_fit(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 int64, arg5 *uin
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_trainer_fit_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_type_171(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_trainer_fit_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_type_176(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2852,7 +2964,7 @@ func Trainer_evaluate(arg1 uintptr, arg2 uintptr, arg3 *float64, arg4 *float64) 
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_trainer_evaluate_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_trainer_evaluate_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2872,7 +2984,7 @@ func Trainer_epochs_done(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_epochs_done_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_trainer_epochs_done_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2892,7 +3004,7 @@ func Trainer_steps_done(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_steps_done_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_trainer_steps_done_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2912,7 +3024,7 @@ func Trainer_current_lr(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_current_lr_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_trainer_current_lr_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2932,7 +3044,7 @@ func Trainer_save_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_save_checkpoint_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_177)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_trainer_save_checkpoint_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_182)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2955,7 +3067,7 @@ func Trainer_load_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_load_checkpoint_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), *(*C.swig_type_179)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_trainer_load_checkpoint_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), *(*C.swig_type_184)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2976,14 +3088,34 @@ func Trainer_load_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 
 func History_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_history_release_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0))
+	C._wrap_history_release_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0))
+}
+
+func History_retain(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_history_retain_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+
+	if len(swig_r) == 0 {
+		swig_r_1 = nil
+	} else if len(swig_r) == 1 {
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
+	} else {
+		swig_s := swigCopyString(swig_r)
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
+	}
+
+	return swig_r_1
 }
 
 func History_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_history_size_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_history_size_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3004,7 +3136,7 @@ func History_get(arg1 uintptr, arg2 int64, arg3 *EpochStats) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_history_get_capi_a77f66778663fc99(C.uintptr_t(_swig_i_0), C.swig_type_182(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_history_get_capi_4b53fd7f77238a4a(C.uintptr_t(_swig_i_0), C.swig_type_188(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 

@@ -200,7 +200,7 @@ static void* Swig_malloc(int c) {
 extern "C" {
 #endif
 
-void _wrap_Swig_free_capi_a77f66778663fc99(void *_swig_go_0) {
+void _wrap_Swig_free_capi_4b53fd7f77238a4a(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = *(void **)&_swig_go_0; 
@@ -210,7 +210,7 @@ void _wrap_Swig_free_capi_a77f66778663fc99(void *_swig_go_0) {
 }
 
 
-void *_wrap_Swig_malloc_capi_a77f66778663fc99(intgo _swig_go_0) {
+void *_wrap_Swig_malloc_capi_4b53fd7f77238a4a(intgo _swig_go_0) {
   int arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -223,7 +223,7 @@ void *_wrap_Swig_malloc_capi_a77f66778663fc99(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_version_string_capi_a77f66778663fc99() {
+_gostring_ _wrap_version_string_capi_4b53fd7f77238a4a() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -234,7 +234,7 @@ _gostring_ _wrap_version_string_capi_a77f66778663fc99() {
 }
 
 
-intgo _wrap_abi_version_capi_a77f66778663fc99() {
+intgo _wrap_abi_version_capi_4b53fd7f77238a4a() {
   int result;
   intgo _swig_go_result;
   
@@ -245,7 +245,7 @@ intgo _wrap_abi_version_capi_a77f66778663fc99() {
 }
 
 
-_gostring_ _wrap_status_name_capi_a77f66778663fc99(intgo _swig_go_0) {
+_gostring_ _wrap_status_name_capi_4b53fd7f77238a4a(intgo _swig_go_0) {
   kiln_status arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -258,7 +258,7 @@ _gostring_ _wrap_status_name_capi_a77f66778663fc99(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_last_error_capi_a77f66778663fc99() {
+_gostring_ _wrap_last_error_capi_4b53fd7f77238a4a() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -269,7 +269,7 @@ _gostring_ _wrap_last_error_capi_a77f66778663fc99() {
 }
 
 
-_gostring_ _wrap_context_options_create_capi_a77f66778663fc99(kiln_context_options **_swig_go_0) {
+_gostring_ _wrap_context_options_create_capi_4b53fd7f77238a4a(kiln_context_options **_swig_go_0) {
   kiln_context_options **arg1 = (kiln_context_options **) 0 ;
   kiln_status result;
   _gostring_ _swig_go_result;
@@ -302,7 +302,7 @@ _gostring_ _wrap_context_options_create_capi_a77f66778663fc99(kiln_context_optio
 }
 
 
-void _wrap_context_options_release_capi_a77f66778663fc99(kiln_context_options *_swig_go_0) {
+void _wrap_context_options_release_capi_4b53fd7f77238a4a(kiln_context_options *_swig_go_0) {
   kiln_context_options *arg1 = (kiln_context_options *) 0 ;
   
   arg1 = (kiln_context_options *)_swig_go_0; 
@@ -312,7 +312,7 @@ void _wrap_context_options_release_capi_a77f66778663fc99(kiln_context_options *_
 }
 
 
-_gostring_ _wrap_context_options_set_seed_capi_a77f66778663fc99(kiln_context_options *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_context_options_set_seed_capi_4b53fd7f77238a4a(kiln_context_options *_swig_go_0, long long _swig_go_1) {
   kiln_context_options *arg1 = (kiln_context_options *) 0 ;
   uint64_t arg2 ;
   kiln_status result;
@@ -347,7 +347,7 @@ _gostring_ _wrap_context_options_set_seed_capi_a77f66778663fc99(kiln_context_opt
 }
 
 
-_gostring_ _wrap_context_options_set_num_threads_capi_a77f66778663fc99(kiln_context_options *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_context_options_set_num_threads_capi_4b53fd7f77238a4a(kiln_context_options *_swig_go_0, long long _swig_go_1) {
   kiln_context_options *arg1 = (kiln_context_options *) 0 ;
   int64_t arg2 ;
   kiln_status result;
@@ -382,7 +382,7 @@ _gostring_ _wrap_context_options_set_num_threads_capi_a77f66778663fc99(kiln_cont
 }
 
 
-_gostring_ _wrap_context_options_set_log_level_capi_a77f66778663fc99(kiln_context_options *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_context_options_set_log_level_capi_4b53fd7f77238a4a(kiln_context_options *_swig_go_0, intgo _swig_go_1) {
   kiln_context_options *arg1 = (kiln_context_options *) 0 ;
   kiln_log_level arg2 ;
   kiln_status result;
@@ -417,7 +417,7 @@ _gostring_ _wrap_context_options_set_log_level_capi_a77f66778663fc99(kiln_contex
 }
 
 
-_gostring_ _wrap_context_options_set_enable_cuda_capi_a77f66778663fc99(kiln_context_options *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_context_options_set_enable_cuda_capi_4b53fd7f77238a4a(kiln_context_options *_swig_go_0, intgo _swig_go_1) {
   kiln_context_options *arg1 = (kiln_context_options *) 0 ;
   int arg2 ;
   kiln_status result;
@@ -452,7 +452,7 @@ _gostring_ _wrap_context_options_set_enable_cuda_capi_a77f66778663fc99(kiln_cont
 }
 
 
-_gostring_ _wrap_context_create_capi_a77f66778663fc99(kiln_context_options *_swig_go_0, kiln_context **_swig_go_1) {
+_gostring_ _wrap_context_create_capi_4b53fd7f77238a4a(kiln_context_options *_swig_go_0, kiln_context **_swig_go_1) {
   kiln_context_options *arg1 = (kiln_context_options *) 0 ;
   kiln_context **arg2 = (kiln_context **) 0 ;
   kiln_status result;
@@ -487,7 +487,7 @@ _gostring_ _wrap_context_create_capi_a77f66778663fc99(kiln_context_options *_swi
 }
 
 
-void _wrap_context_release_capi_a77f66778663fc99(kiln_context *_swig_go_0) {
+void _wrap_context_release_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   
   arg1 = (kiln_context *)_swig_go_0; 
@@ -497,7 +497,42 @@ void _wrap_context_release_capi_a77f66778663fc99(kiln_context *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_context_set_seed_capi_a77f66778663fc99(kiln_context *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_context_retain_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0, kiln_context **_swig_go_1) {
+  kiln_context *arg1 = (kiln_context *) 0 ;
+  kiln_context **arg2 = (kiln_context **) 0 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_context *)_swig_go_0; 
+  arg2 = (kiln_context **)_swig_go_1; 
+  
+  result = (kiln_status)kiln_context_retain(arg1,arg2);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_context_set_seed_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0, long long _swig_go_1) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   uint64_t arg2 ;
   kiln_status result;
@@ -532,7 +567,7 @@ _gostring_ _wrap_context_set_seed_capi_a77f66778663fc99(kiln_context *_swig_go_0
 }
 
 
-_gostring_ _wrap_device_parse_capi_a77f66778663fc99(kiln_context *_swig_go_0, _gostring_ _swig_go_1, kiln_device *_swig_go_2) {
+_gostring_ _wrap_device_parse_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0, _gostring_ _swig_go_1, kiln_device *_swig_go_2) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_device *arg3 = (kiln_device *) 0 ;
@@ -574,7 +609,7 @@ _gostring_ _wrap_device_parse_capi_a77f66778663fc99(kiln_context *_swig_go_0, _g
 }
 
 
-_gostring_ _wrap_cuda_is_available_capi_a77f66778663fc99(kiln_context *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_cuda_is_available_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0, int *_swig_go_1) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   int *arg2 = (int *) 0 ;
   kiln_status result;
@@ -609,7 +644,7 @@ _gostring_ _wrap_cuda_is_available_capi_a77f66778663fc99(kiln_context *_swig_go_
 }
 
 
-_gostring_ _wrap_cuda_unavailable_reason_capi_a77f66778663fc99(kiln_context *_swig_go_0, _gostring_* _swig_go_1) {
+_gostring_ _wrap_cuda_unavailable_reason_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0, _gostring_* _swig_go_1) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   char **arg2 = (char **) 0 ;
   char const *swig_str2 = NULL ;
@@ -653,7 +688,7 @@ _gostring_ _wrap_cuda_unavailable_reason_capi_a77f66778663fc99(kiln_context *_sw
 }
 
 
-_gostring_ _wrap_device_count_capi_a77f66778663fc99(kiln_context *_swig_go_0, intgo _swig_go_1, long long *_swig_go_2) {
+_gostring_ _wrap_device_count_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0, intgo _swig_go_1, long long *_swig_go_2) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   kiln_device_kind arg2 ;
   int64_t *arg3 = (int64_t *) 0 ;
@@ -690,7 +725,7 @@ _gostring_ _wrap_device_count_capi_a77f66778663fc99(kiln_context *_swig_go_0, in
 }
 
 
-_gostring_ _wrap_default_device_capi_a77f66778663fc99(kiln_context *_swig_go_0, kiln_device *_swig_go_1) {
+_gostring_ _wrap_default_device_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0, kiln_device *_swig_go_1) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   kiln_device *arg2 = (kiln_device *) 0 ;
   kiln_status result;
@@ -725,7 +760,7 @@ _gostring_ _wrap_default_device_capi_a77f66778663fc99(kiln_context *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_device_get_info_capi_a77f66778663fc99(kiln_context *_swig_go_0, _goslice_ _swig_go_1, kiln_device_info *_swig_go_2) {
+_gostring_ _wrap_device_get_info_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0, _goslice_ _swig_go_1, kiln_device_info *_swig_go_2) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   kiln_device arg2 ;
   kiln_device_info *arg3 = (kiln_device_info *) 0 ;
@@ -765,7 +800,7 @@ _gostring_ _wrap_device_get_info_capi_a77f66778663fc99(kiln_context *_swig_go_0,
 }
 
 
-_gostring_ _wrap_device_synchronize_capi_a77f66778663fc99(kiln_context *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_device_synchronize_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0, _goslice_ _swig_go_1) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   kiln_device arg2 ;
   kiln_status result;
@@ -803,7 +838,7 @@ _gostring_ _wrap_device_synchronize_capi_a77f66778663fc99(kiln_context *_swig_go
 }
 
 
-_gostring_ _wrap_dtype_name_capi_a77f66778663fc99(intgo _swig_go_0) {
+_gostring_ _wrap_dtype_name_capi_4b53fd7f77238a4a(intgo _swig_go_0) {
   kiln_dtype arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -816,7 +851,7 @@ _gostring_ _wrap_dtype_name_capi_a77f66778663fc99(intgo _swig_go_0) {
 }
 
 
-long long _wrap_dtype_size_capi_a77f66778663fc99(intgo _swig_go_0) {
+long long _wrap_dtype_size_capi_4b53fd7f77238a4a(intgo _swig_go_0) {
   kiln_dtype arg1 ;
   int64_t result;
   long long _swig_go_result;
@@ -829,7 +864,7 @@ long long _wrap_dtype_size_capi_a77f66778663fc99(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_tensor_empty_capi_a77f66778663fc99(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
+_gostring_ _wrap_tensor_empty_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -874,7 +909,7 @@ _gostring_ _wrap_tensor_empty_capi_a77f66778663fc99(kiln_context *_swig_go_0, _g
 }
 
 
-_gostring_ _wrap_tensor_zeros_capi_a77f66778663fc99(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
+_gostring_ _wrap_tensor_zeros_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -919,7 +954,7 @@ _gostring_ _wrap_tensor_zeros_capi_a77f66778663fc99(kiln_context *_swig_go_0, _g
 }
 
 
-_gostring_ _wrap_tensor_ones_capi_a77f66778663fc99(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
+_gostring_ _wrap_tensor_ones_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -964,7 +999,7 @@ _gostring_ _wrap_tensor_ones_capi_a77f66778663fc99(kiln_context *_swig_go_0, _go
 }
 
 
-_gostring_ _wrap_tensor_full_capi_a77f66778663fc99(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, double _swig_go_4, kiln_tensor **_swig_go_5) {
+_gostring_ _wrap_tensor_full_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, double _swig_go_4, kiln_tensor **_swig_go_5) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -1011,7 +1046,7 @@ _gostring_ _wrap_tensor_full_capi_a77f66778663fc99(kiln_context *_swig_go_0, _go
 }
 
 
-_gostring_ _wrap_tensor_arange_capi_a77f66778663fc99(kiln_context *_swig_go_0, double _swig_go_1, double _swig_go_2, double _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, kiln_tensor **_swig_go_6) {
+_gostring_ _wrap_tensor_arange_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0, double _swig_go_1, double _swig_go_2, double _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, kiln_tensor **_swig_go_6) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   double arg2 ;
   double arg3 ;
@@ -1059,7 +1094,7 @@ _gostring_ _wrap_tensor_arange_capi_a77f66778663fc99(kiln_context *_swig_go_0, d
 }
 
 
-_gostring_ _wrap_tensor_rand_capi_a77f66778663fc99(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
+_gostring_ _wrap_tensor_rand_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -1104,7 +1139,7 @@ _gostring_ _wrap_tensor_rand_capi_a77f66778663fc99(kiln_context *_swig_go_0, _go
 }
 
 
-_gostring_ _wrap_tensor_randn_capi_a77f66778663fc99(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
+_gostring_ _wrap_tensor_randn_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -1149,7 +1184,7 @@ _gostring_ _wrap_tensor_randn_capi_a77f66778663fc99(kiln_context *_swig_go_0, _g
 }
 
 
-_gostring_ _wrap_tensor_from_host_capi_a77f66778663fc99(kiln_context *_swig_go_0, _goslice_ _swig_go_1, _goslice_ _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, kiln_tensor **_swig_go_5) {
+_gostring_ _wrap_tensor_from_host_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0, _goslice_ _swig_go_1, _goslice_ _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, kiln_tensor **_swig_go_5) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   void *arg2 = (void *) 0 ;
   int64_t arg3 ;
@@ -1197,7 +1232,7 @@ _gostring_ _wrap_tensor_from_host_capi_a77f66778663fc99(kiln_context *_swig_go_0
 }
 
 
-_gostring_ _wrap_tensor_empty_pinned_capi_a77f66778663fc99(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, kiln_tensor **_swig_go_3) {
+_gostring_ _wrap_tensor_empty_pinned_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, kiln_tensor **_swig_go_3) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -1237,7 +1272,7 @@ _gostring_ _wrap_tensor_empty_pinned_capi_a77f66778663fc99(kiln_context *_swig_g
 }
 
 
-void _wrap_tensor_release_capi_a77f66778663fc99(kiln_tensor *_swig_go_0) {
+void _wrap_tensor_release_capi_4b53fd7f77238a4a(kiln_tensor *_swig_go_0) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   
   arg1 = (kiln_tensor *)_swig_go_0; 
@@ -1247,7 +1282,42 @@ void _wrap_tensor_release_capi_a77f66778663fc99(kiln_tensor *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_tensor_copy_to_host_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_tensor_retain_capi_4b53fd7f77238a4a(kiln_tensor *_swig_go_0, kiln_tensor **_swig_go_1) {
+  kiln_tensor *arg1 = (kiln_tensor *) 0 ;
+  kiln_tensor **arg2 = (kiln_tensor **) 0 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_tensor *)_swig_go_0; 
+  arg2 = (kiln_tensor **)_swig_go_1; 
+  
+  result = (kiln_status)kiln_tensor_retain(arg1,arg2);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_tensor_copy_to_host_capi_4b53fd7f77238a4a(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   void *arg2 = (void *) 0 ;
   int64_t arg3 ;
@@ -1283,7 +1353,7 @@ _gostring_ _wrap_tensor_copy_to_host_capi_a77f66778663fc99(kiln_tensor *_swig_go
 }
 
 
-_gostring_ _wrap_tensor_copy_from_host_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_tensor_copy_from_host_capi_4b53fd7f77238a4a(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   void *arg2 = (void *) 0 ;
   int64_t arg3 ;
@@ -1319,7 +1389,7 @@ _gostring_ _wrap_tensor_copy_from_host_capi_a77f66778663fc99(kiln_tensor *_swig_
 }
 
 
-_gostring_ _wrap_tensor_item_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, double *_swig_go_1) {
+_gostring_ _wrap_tensor_item_capi_4b53fd7f77238a4a(kiln_tensor *_swig_go_0, double *_swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   double *arg2 = (double *) 0 ;
   kiln_status result;
@@ -1354,7 +1424,7 @@ _gostring_ _wrap_tensor_item_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, doub
 }
 
 
-_gostring_ _wrap_tensor_to_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1, kiln_tensor **_swig_go_2) {
+_gostring_ _wrap_tensor_to_capi_4b53fd7f77238a4a(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1, kiln_tensor **_swig_go_2) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   kiln_device arg2 ;
   kiln_tensor **arg3 = (kiln_tensor **) 0 ;
@@ -1394,7 +1464,7 @@ _gostring_ _wrap_tensor_to_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, _gosli
 }
 
 
-_gostring_ _wrap_tensor_cast_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, intgo _swig_go_1, kiln_tensor **_swig_go_2) {
+_gostring_ _wrap_tensor_cast_capi_4b53fd7f77238a4a(kiln_tensor *_swig_go_0, intgo _swig_go_1, kiln_tensor **_swig_go_2) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   kiln_dtype arg2 ;
   kiln_tensor **arg3 = (kiln_tensor **) 0 ;
@@ -1431,7 +1501,7 @@ _gostring_ _wrap_tensor_cast_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, intg
 }
 
 
-_gostring_ _wrap_tensor_clone_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, kiln_tensor **_swig_go_1) {
+_gostring_ _wrap_tensor_clone_capi_4b53fd7f77238a4a(kiln_tensor *_swig_go_0, kiln_tensor **_swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   kiln_tensor **arg2 = (kiln_tensor **) 0 ;
   kiln_status result;
@@ -1466,7 +1536,7 @@ _gostring_ _wrap_tensor_clone_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, kil
 }
 
 
-_gostring_ _wrap_tensor_ndim_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_tensor_ndim_capi_4b53fd7f77238a4a(kiln_tensor *_swig_go_0, long long *_swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -1501,7 +1571,7 @@ _gostring_ _wrap_tensor_ndim_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, long
 }
 
 
-_gostring_ _wrap_tensor_dim_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, long long _swig_go_1, long long *_swig_go_2) {
+_gostring_ _wrap_tensor_dim_capi_4b53fd7f77238a4a(kiln_tensor *_swig_go_0, long long _swig_go_1, long long *_swig_go_2) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t arg2 ;
   int64_t *arg3 = (int64_t *) 0 ;
@@ -1538,7 +1608,7 @@ _gostring_ _wrap_tensor_dim_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, long 
 }
 
 
-_gostring_ _wrap_tensor_shape_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_tensor_shape_capi_4b53fd7f77238a4a(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -1574,7 +1644,7 @@ _gostring_ _wrap_tensor_shape_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, _go
 }
 
 
-_gostring_ _wrap_tensor_numel_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_tensor_numel_capi_4b53fd7f77238a4a(kiln_tensor *_swig_go_0, long long *_swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -1609,7 +1679,7 @@ _gostring_ _wrap_tensor_numel_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, lon
 }
 
 
-_gostring_ _wrap_tensor_dtype_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_tensor_dtype_capi_4b53fd7f77238a4a(kiln_tensor *_swig_go_0, int *_swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   kiln_dtype *arg2 = (kiln_dtype *) 0 ;
   kiln_status result;
@@ -1644,7 +1714,7 @@ _gostring_ _wrap_tensor_dtype_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, int
 }
 
 
-_gostring_ _wrap_tensor_device_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, kiln_device *_swig_go_1) {
+_gostring_ _wrap_tensor_device_capi_4b53fd7f77238a4a(kiln_tensor *_swig_go_0, kiln_device *_swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   kiln_device *arg2 = (kiln_device *) 0 ;
   kiln_status result;
@@ -1679,7 +1749,7 @@ _gostring_ _wrap_tensor_device_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, ki
 }
 
 
-_gostring_ _wrap_tensor_get_device_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_tensor_get_device_capi_4b53fd7f77238a4a(kiln_tensor *_swig_go_0, long long *_swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -1714,7 +1784,7 @@ _gostring_ _wrap_tensor_get_device_capi_a77f66778663fc99(kiln_tensor *_swig_go_0
 }
 
 
-_gostring_ _wrap_tensor_is_pinned_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_tensor_is_pinned_capi_4b53fd7f77238a4a(kiln_tensor *_swig_go_0, int *_swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int *arg2 = (int *) 0 ;
   kiln_status result;
@@ -1749,7 +1819,7 @@ _gostring_ _wrap_tensor_is_pinned_capi_a77f66778663fc99(kiln_tensor *_swig_go_0,
 }
 
 
-_gostring_ _wrap_tensor_reshape_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1, kiln_tensor **_swig_go_2) {
+_gostring_ _wrap_tensor_reshape_capi_4b53fd7f77238a4a(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1, kiln_tensor **_swig_go_2) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -1787,7 +1857,7 @@ _gostring_ _wrap_tensor_reshape_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, _
 }
 
 
-_gostring_ _wrap_tensor_rows_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, long long _swig_go_1, long long _swig_go_2, kiln_tensor **_swig_go_3) {
+_gostring_ _wrap_tensor_rows_capi_4b53fd7f77238a4a(kiln_tensor *_swig_go_0, long long _swig_go_1, long long _swig_go_2, kiln_tensor **_swig_go_3) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t arg2 ;
   int64_t arg3 ;
@@ -1826,7 +1896,7 @@ _gostring_ _wrap_tensor_rows_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, long
 }
 
 
-_gostring_ _wrap_tensor_binary_capi_a77f66778663fc99(intgo _swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, kiln_tensor **_swig_go_3) {
+_gostring_ _wrap_tensor_binary_capi_4b53fd7f77238a4a(intgo _swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, kiln_tensor **_swig_go_3) {
   kiln_binary_op arg1 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   kiln_tensor *arg3 = (kiln_tensor *) 0 ;
@@ -1865,7 +1935,7 @@ _gostring_ _wrap_tensor_binary_capi_a77f66778663fc99(intgo _swig_go_0, kiln_tens
 }
 
 
-_gostring_ _wrap_tensor_scalar_capi_a77f66778663fc99(intgo _swig_go_0, kiln_tensor *_swig_go_1, double _swig_go_2, kiln_tensor **_swig_go_3) {
+_gostring_ _wrap_tensor_scalar_capi_4b53fd7f77238a4a(intgo _swig_go_0, kiln_tensor *_swig_go_1, double _swig_go_2, kiln_tensor **_swig_go_3) {
   kiln_binary_op arg1 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   double arg3 ;
@@ -1904,7 +1974,7 @@ _gostring_ _wrap_tensor_scalar_capi_a77f66778663fc99(intgo _swig_go_0, kiln_tens
 }
 
 
-_gostring_ _wrap_tensor_compare_capi_a77f66778663fc99(intgo _swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, kiln_tensor **_swig_go_3) {
+_gostring_ _wrap_tensor_compare_capi_4b53fd7f77238a4a(intgo _swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, kiln_tensor **_swig_go_3) {
   kiln_compare_op arg1 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   kiln_tensor *arg3 = (kiln_tensor *) 0 ;
@@ -1943,7 +2013,7 @@ _gostring_ _wrap_tensor_compare_capi_a77f66778663fc99(intgo _swig_go_0, kiln_ten
 }
 
 
-_gostring_ _wrap_tensor_unary_capi_a77f66778663fc99(intgo _swig_go_0, kiln_tensor *_swig_go_1, double _swig_go_2, kiln_tensor **_swig_go_3) {
+_gostring_ _wrap_tensor_unary_capi_4b53fd7f77238a4a(intgo _swig_go_0, kiln_tensor *_swig_go_1, double _swig_go_2, kiln_tensor **_swig_go_3) {
   kiln_unary_op arg1 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   double arg3 ;
@@ -1982,7 +2052,7 @@ _gostring_ _wrap_tensor_unary_capi_a77f66778663fc99(intgo _swig_go_0, kiln_tenso
 }
 
 
-_gostring_ _wrap_tensor_softmax_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, long long _swig_go_1, kiln_tensor **_swig_go_2) {
+_gostring_ _wrap_tensor_softmax_capi_4b53fd7f77238a4a(kiln_tensor *_swig_go_0, long long _swig_go_1, kiln_tensor **_swig_go_2) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t arg2 ;
   kiln_tensor **arg3 = (kiln_tensor **) 0 ;
@@ -2019,7 +2089,7 @@ _gostring_ _wrap_tensor_softmax_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, l
 }
 
 
-_gostring_ _wrap_tensor_log_softmax_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, long long _swig_go_1, kiln_tensor **_swig_go_2) {
+_gostring_ _wrap_tensor_log_softmax_capi_4b53fd7f77238a4a(kiln_tensor *_swig_go_0, long long _swig_go_1, kiln_tensor **_swig_go_2) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t arg2 ;
   kiln_tensor **arg3 = (kiln_tensor **) 0 ;
@@ -2056,7 +2126,7 @@ _gostring_ _wrap_tensor_log_softmax_capi_a77f66778663fc99(kiln_tensor *_swig_go_
 }
 
 
-_gostring_ _wrap_tensor_reduce_capi_a77f66778663fc99(intgo _swig_go_0, kiln_tensor *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, kiln_tensor **_swig_go_4) {
+_gostring_ _wrap_tensor_reduce_capi_4b53fd7f77238a4a(intgo _swig_go_0, kiln_tensor *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, kiln_tensor **_swig_go_4) {
   kiln_reduce_op arg1 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   int64_t arg3 ;
@@ -2097,7 +2167,7 @@ _gostring_ _wrap_tensor_reduce_capi_a77f66778663fc99(intgo _swig_go_0, kiln_tens
 }
 
 
-_gostring_ _wrap_tensor_matmul_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor **_swig_go_2) {
+_gostring_ _wrap_tensor_matmul_capi_4b53fd7f77238a4a(kiln_tensor *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor **_swig_go_2) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   kiln_tensor **arg3 = (kiln_tensor **) 0 ;
@@ -2134,7 +2204,7 @@ _gostring_ _wrap_tensor_matmul_capi_a77f66778663fc99(kiln_tensor *_swig_go_0, ki
 }
 
 
-_gostring_ _wrap_model_spec_create_capi_a77f66778663fc99(kiln_model_spec **_swig_go_0) {
+_gostring_ _wrap_model_spec_create_capi_4b53fd7f77238a4a(kiln_model_spec **_swig_go_0) {
   kiln_model_spec **arg1 = (kiln_model_spec **) 0 ;
   kiln_status result;
   _gostring_ _swig_go_result;
@@ -2167,7 +2237,7 @@ _gostring_ _wrap_model_spec_create_capi_a77f66778663fc99(kiln_model_spec **_swig
 }
 
 
-void _wrap_model_spec_release_capi_a77f66778663fc99(kiln_model_spec *_swig_go_0) {
+void _wrap_model_spec_release_capi_4b53fd7f77238a4a(kiln_model_spec *_swig_go_0) {
   kiln_model_spec *arg1 = (kiln_model_spec *) 0 ;
   
   arg1 = (kiln_model_spec *)_swig_go_0; 
@@ -2177,7 +2247,7 @@ void _wrap_model_spec_release_capi_a77f66778663fc99(kiln_model_spec *_swig_go_0)
 }
 
 
-_gostring_ _wrap_model_spec_add_linear_capi_a77f66778663fc99(kiln_model_spec *_swig_go_0, long long _swig_go_1, long long _swig_go_2, intgo _swig_go_3) {
+_gostring_ _wrap_model_spec_add_linear_capi_4b53fd7f77238a4a(kiln_model_spec *_swig_go_0, long long _swig_go_1, long long _swig_go_2, intgo _swig_go_3) {
   kiln_model_spec *arg1 = (kiln_model_spec *) 0 ;
   int64_t arg2 ;
   int64_t arg3 ;
@@ -2216,7 +2286,7 @@ _gostring_ _wrap_model_spec_add_linear_capi_a77f66778663fc99(kiln_model_spec *_s
 }
 
 
-_gostring_ _wrap_model_spec_add_capi_a77f66778663fc99(kiln_model_spec *_swig_go_0, intgo _swig_go_1, double _swig_go_2) {
+_gostring_ _wrap_model_spec_add_capi_4b53fd7f77238a4a(kiln_model_spec *_swig_go_0, intgo _swig_go_1, double _swig_go_2) {
   kiln_model_spec *arg1 = (kiln_model_spec *) 0 ;
   kiln_layer_kind arg2 ;
   double arg3 ;
@@ -2253,7 +2323,7 @@ _gostring_ _wrap_model_spec_add_capi_a77f66778663fc99(kiln_model_spec *_swig_go_
 }
 
 
-_gostring_ _wrap_model_spec_add_mlp_capi_a77f66778663fc99(kiln_model_spec *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2) {
+_gostring_ _wrap_model_spec_add_mlp_capi_4b53fd7f77238a4a(kiln_model_spec *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2) {
   kiln_model_spec *arg1 = (kiln_model_spec *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -2291,7 +2361,7 @@ _gostring_ _wrap_model_spec_add_mlp_capi_a77f66778663fc99(kiln_model_spec *_swig
 }
 
 
-_gostring_ _wrap_model_spec_parse_capi_a77f66778663fc99(kiln_model_spec *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_model_spec_parse_capi_4b53fd7f77238a4a(kiln_model_spec *_swig_go_0, _gostring_ _swig_go_1) {
   kiln_model_spec *arg1 = (kiln_model_spec *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_status result;
@@ -2331,7 +2401,7 @@ _gostring_ _wrap_model_spec_parse_capi_a77f66778663fc99(kiln_model_spec *_swig_g
 }
 
 
-_gostring_ _wrap_model_create_capi_a77f66778663fc99(kiln_context *_swig_go_0, kiln_model_spec *_swig_go_1, _goslice_ _swig_go_2, kiln_model **_swig_go_3) {
+_gostring_ _wrap_model_create_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0, kiln_model_spec *_swig_go_1, _goslice_ _swig_go_2, kiln_model **_swig_go_3) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   kiln_model_spec *arg2 = (kiln_model_spec *) 0 ;
   kiln_device arg3 ;
@@ -2373,7 +2443,7 @@ _gostring_ _wrap_model_create_capi_a77f66778663fc99(kiln_context *_swig_go_0, ki
 }
 
 
-_gostring_ _wrap_model_create_dtype_capi_a77f66778663fc99(kiln_context *_swig_go_0, kiln_model_spec *_swig_go_1, _goslice_ _swig_go_2, intgo _swig_go_3, kiln_model **_swig_go_4) {
+_gostring_ _wrap_model_create_dtype_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0, kiln_model_spec *_swig_go_1, _goslice_ _swig_go_2, intgo _swig_go_3, kiln_model **_swig_go_4) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   kiln_model_spec *arg2 = (kiln_model_spec *) 0 ;
   kiln_device arg3 ;
@@ -2417,7 +2487,7 @@ _gostring_ _wrap_model_create_dtype_capi_a77f66778663fc99(kiln_context *_swig_go
 }
 
 
-void _wrap_model_release_capi_a77f66778663fc99(kiln_model *_swig_go_0) {
+void _wrap_model_release_capi_4b53fd7f77238a4a(kiln_model *_swig_go_0) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   
   arg1 = (kiln_model *)_swig_go_0; 
@@ -2427,7 +2497,42 @@ void _wrap_model_release_capi_a77f66778663fc99(kiln_model *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_model_to_capi_a77f66778663fc99(kiln_model *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_model_retain_capi_4b53fd7f77238a4a(kiln_model *_swig_go_0, kiln_model **_swig_go_1) {
+  kiln_model *arg1 = (kiln_model *) 0 ;
+  kiln_model **arg2 = (kiln_model **) 0 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_model *)_swig_go_0; 
+  arg2 = (kiln_model **)_swig_go_1; 
+  
+  result = (kiln_status)kiln_model_retain(arg1,arg2);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_model_to_capi_4b53fd7f77238a4a(kiln_model *_swig_go_0, _goslice_ _swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   kiln_device arg2 ;
   kiln_status result;
@@ -2465,7 +2570,7 @@ _gostring_ _wrap_model_to_capi_a77f66778663fc99(kiln_model *_swig_go_0, _goslice
 }
 
 
-_gostring_ _wrap_model_device_capi_a77f66778663fc99(kiln_model *_swig_go_0, kiln_device *_swig_go_1) {
+_gostring_ _wrap_model_device_capi_4b53fd7f77238a4a(kiln_model *_swig_go_0, kiln_device *_swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   kiln_device *arg2 = (kiln_device *) 0 ;
   kiln_status result;
@@ -2500,7 +2605,7 @@ _gostring_ _wrap_model_device_capi_a77f66778663fc99(kiln_model *_swig_go_0, kiln
 }
 
 
-_gostring_ _wrap_model_set_training_capi_a77f66778663fc99(kiln_model *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_model_set_training_capi_4b53fd7f77238a4a(kiln_model *_swig_go_0, intgo _swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   int arg2 ;
   kiln_status result;
@@ -2535,7 +2640,7 @@ _gostring_ _wrap_model_set_training_capi_a77f66778663fc99(kiln_model *_swig_go_0
 }
 
 
-_gostring_ _wrap_model_is_training_capi_a77f66778663fc99(kiln_model *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_model_is_training_capi_4b53fd7f77238a4a(kiln_model *_swig_go_0, int *_swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   int *arg2 = (int *) 0 ;
   kiln_status result;
@@ -2570,7 +2675,7 @@ _gostring_ _wrap_model_is_training_capi_a77f66778663fc99(kiln_model *_swig_go_0,
 }
 
 
-_gostring_ _wrap_model_num_parameters_capi_a77f66778663fc99(kiln_model *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_model_num_parameters_capi_4b53fd7f77238a4a(kiln_model *_swig_go_0, long long *_swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -2605,7 +2710,7 @@ _gostring_ _wrap_model_num_parameters_capi_a77f66778663fc99(kiln_model *_swig_go
 }
 
 
-_gostring_ _wrap_model_input_size_capi_a77f66778663fc99(kiln_model *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_model_input_size_capi_4b53fd7f77238a4a(kiln_model *_swig_go_0, long long *_swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -2640,7 +2745,7 @@ _gostring_ _wrap_model_input_size_capi_a77f66778663fc99(kiln_model *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_model_output_size_capi_a77f66778663fc99(kiln_model *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_model_output_size_capi_4b53fd7f77238a4a(kiln_model *_swig_go_0, long long *_swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -2675,7 +2780,7 @@ _gostring_ _wrap_model_output_size_capi_a77f66778663fc99(kiln_model *_swig_go_0,
 }
 
 
-_gostring_ _wrap_model_describe_capi_a77f66778663fc99(kiln_model *_swig_go_0, _gostring_* _swig_go_1) {
+_gostring_ _wrap_model_describe_capi_4b53fd7f77238a4a(kiln_model *_swig_go_0, _gostring_* _swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   char **arg2 = (char **) 0 ;
   char const *swig_str2 = NULL ;
@@ -2719,7 +2824,7 @@ _gostring_ _wrap_model_describe_capi_a77f66778663fc99(kiln_model *_swig_go_0, _g
 }
 
 
-_gostring_ _wrap_model_num_parameter_tensors_capi_a77f66778663fc99(kiln_model *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_model_num_parameter_tensors_capi_4b53fd7f77238a4a(kiln_model *_swig_go_0, long long *_swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -2754,7 +2859,7 @@ _gostring_ _wrap_model_num_parameter_tensors_capi_a77f66778663fc99(kiln_model *_
 }
 
 
-_gostring_ _wrap_model_parameter_capi_a77f66778663fc99(kiln_model *_swig_go_0, long long _swig_go_1, kiln_tensor **_swig_go_2) {
+_gostring_ _wrap_model_parameter_capi_4b53fd7f77238a4a(kiln_model *_swig_go_0, long long _swig_go_1, kiln_tensor **_swig_go_2) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   int64_t arg2 ;
   kiln_tensor **arg3 = (kiln_tensor **) 0 ;
@@ -2791,7 +2896,7 @@ _gostring_ _wrap_model_parameter_capi_a77f66778663fc99(kiln_model *_swig_go_0, l
 }
 
 
-_gostring_ _wrap_model_parameter_name_capi_a77f66778663fc99(kiln_model *_swig_go_0, long long _swig_go_1, _gostring_* _swig_go_2) {
+_gostring_ _wrap_model_parameter_name_capi_4b53fd7f77238a4a(kiln_model *_swig_go_0, long long _swig_go_1, _gostring_* _swig_go_2) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   int64_t arg2 ;
   char **arg3 = (char **) 0 ;
@@ -2837,7 +2942,7 @@ _gostring_ _wrap_model_parameter_name_capi_a77f66778663fc99(kiln_model *_swig_go
 }
 
 
-_gostring_ _wrap_model_forward_capi_a77f66778663fc99(kiln_model *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor **_swig_go_2) {
+_gostring_ _wrap_model_forward_capi_4b53fd7f77238a4a(kiln_model *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor **_swig_go_2) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   kiln_tensor **arg3 = (kiln_tensor **) 0 ;
@@ -2874,7 +2979,7 @@ _gostring_ _wrap_model_forward_capi_a77f66778663fc99(kiln_model *_swig_go_0, kil
 }
 
 
-_gostring_ _wrap_model_predict_capi_a77f66778663fc99(kiln_model *_swig_go_0, kiln_tensor *_swig_go_1, intgo _swig_go_2, kiln_tensor **_swig_go_3) {
+_gostring_ _wrap_model_predict_capi_4b53fd7f77238a4a(kiln_model *_swig_go_0, kiln_tensor *_swig_go_1, intgo _swig_go_2, kiln_tensor **_swig_go_3) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   kiln_predict_kind arg3 ;
@@ -2913,7 +3018,7 @@ _gostring_ _wrap_model_predict_capi_a77f66778663fc99(kiln_model *_swig_go_0, kil
 }
 
 
-_gostring_ _wrap_model_save_capi_a77f66778663fc99(kiln_model *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_model_save_capi_4b53fd7f77238a4a(kiln_model *_swig_go_0, _gostring_ _swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_status result;
@@ -2953,7 +3058,7 @@ _gostring_ _wrap_model_save_capi_a77f66778663fc99(kiln_model *_swig_go_0, _gostr
 }
 
 
-_gostring_ _wrap_model_load_capi_a77f66778663fc99(kiln_context *_swig_go_0, _gostring_ _swig_go_1, _goslice_ _swig_go_2, kiln_model **_swig_go_3) {
+_gostring_ _wrap_model_load_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0, _gostring_ _swig_go_1, _goslice_ _swig_go_2, kiln_model **_swig_go_3) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_device arg3 ;
@@ -3000,7 +3105,7 @@ _gostring_ _wrap_model_load_capi_a77f66778663fc99(kiln_context *_swig_go_0, _gos
 }
 
 
-_gostring_ _wrap_model_load_weights_capi_a77f66778663fc99(kiln_model *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_model_load_weights_capi_4b53fd7f77238a4a(kiln_model *_swig_go_0, _gostring_ _swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_status result;
@@ -3040,7 +3145,7 @@ _gostring_ _wrap_model_load_weights_capi_a77f66778663fc99(kiln_model *_swig_go_0
 }
 
 
-_gostring_ _wrap_model_load_with_spec_capi_a77f66778663fc99(kiln_context *_swig_go_0, _gostring_ _swig_go_1, kiln_model_spec *_swig_go_2, _goslice_ _swig_go_3, kiln_model **_swig_go_4) {
+_gostring_ _wrap_model_load_with_spec_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0, _gostring_ _swig_go_1, kiln_model_spec *_swig_go_2, _goslice_ _swig_go_3, kiln_model **_swig_go_4) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_model_spec *arg3 = (kiln_model_spec *) 0 ;
@@ -3089,7 +3194,7 @@ _gostring_ _wrap_model_load_with_spec_capi_a77f66778663fc99(kiln_context *_swig_
 }
 
 
-_gostring_ _wrap_dataset_from_tensors_capi_a77f66778663fc99(kiln_context *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, kiln_dataset **_swig_go_3) {
+_gostring_ _wrap_dataset_from_tensors_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, kiln_dataset **_swig_go_3) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   kiln_tensor *arg3 = (kiln_tensor *) 0 ;
@@ -3128,7 +3233,7 @@ _gostring_ _wrap_dataset_from_tensors_capi_a77f66778663fc99(kiln_context *_swig_
 }
 
 
-_gostring_ _wrap_dataset_load_idx_capi_a77f66778663fc99(kiln_context *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2, kiln_dataset **_swig_go_3) {
+_gostring_ _wrap_dataset_load_idx_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2, kiln_dataset **_swig_go_3) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   char *arg2 = (char *) 0 ;
   char *arg3 = (char *) 0 ;
@@ -3177,7 +3282,7 @@ _gostring_ _wrap_dataset_load_idx_capi_a77f66778663fc99(kiln_context *_swig_go_0
 }
 
 
-_gostring_ _wrap_dataset_load_mnist_capi_a77f66778663fc99(kiln_context *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2, kiln_dataset **_swig_go_3) {
+_gostring_ _wrap_dataset_load_mnist_capi_4b53fd7f77238a4a(kiln_context *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2, kiln_dataset **_swig_go_3) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   char *arg2 = (char *) 0 ;
   char *arg3 = (char *) 0 ;
@@ -3226,7 +3331,7 @@ _gostring_ _wrap_dataset_load_mnist_capi_a77f66778663fc99(kiln_context *_swig_go
 }
 
 
-void _wrap_dataset_release_capi_a77f66778663fc99(kiln_dataset *_swig_go_0) {
+void _wrap_dataset_release_capi_4b53fd7f77238a4a(kiln_dataset *_swig_go_0) {
   kiln_dataset *arg1 = (kiln_dataset *) 0 ;
   
   arg1 = (kiln_dataset *)_swig_go_0; 
@@ -3236,7 +3341,42 @@ void _wrap_dataset_release_capi_a77f66778663fc99(kiln_dataset *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_dataset_size_capi_a77f66778663fc99(kiln_dataset *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_dataset_retain_capi_4b53fd7f77238a4a(kiln_dataset *_swig_go_0, kiln_dataset **_swig_go_1) {
+  kiln_dataset *arg1 = (kiln_dataset *) 0 ;
+  kiln_dataset **arg2 = (kiln_dataset **) 0 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_dataset *)_swig_go_0; 
+  arg2 = (kiln_dataset **)_swig_go_1; 
+  
+  result = (kiln_status)kiln_dataset_retain(arg1,arg2);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_dataset_size_capi_4b53fd7f77238a4a(kiln_dataset *_swig_go_0, long long *_swig_go_1) {
   kiln_dataset *arg1 = (kiln_dataset *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -3271,7 +3411,7 @@ _gostring_ _wrap_dataset_size_capi_a77f66778663fc99(kiln_dataset *_swig_go_0, lo
 }
 
 
-_gostring_ _wrap_dataset_num_features_capi_a77f66778663fc99(kiln_dataset *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_dataset_num_features_capi_4b53fd7f77238a4a(kiln_dataset *_swig_go_0, long long *_swig_go_1) {
   kiln_dataset *arg1 = (kiln_dataset *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -3306,7 +3446,7 @@ _gostring_ _wrap_dataset_num_features_capi_a77f66778663fc99(kiln_dataset *_swig_
 }
 
 
-_gostring_ _wrap_dataset_num_classes_capi_a77f66778663fc99(kiln_dataset *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_dataset_num_classes_capi_4b53fd7f77238a4a(kiln_dataset *_swig_go_0, long long *_swig_go_1) {
   kiln_dataset *arg1 = (kiln_dataset *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -3341,7 +3481,7 @@ _gostring_ _wrap_dataset_num_classes_capi_a77f66778663fc99(kiln_dataset *_swig_g
 }
 
 
-_gostring_ _wrap_dataset_set_normalization_capi_a77f66778663fc99(kiln_dataset *_swig_go_0, double _swig_go_1, double _swig_go_2, double _swig_go_3) {
+_gostring_ _wrap_dataset_set_normalization_capi_4b53fd7f77238a4a(kiln_dataset *_swig_go_0, double _swig_go_1, double _swig_go_2, double _swig_go_3) {
   kiln_dataset *arg1 = (kiln_dataset *) 0 ;
   double arg2 ;
   double arg3 ;
@@ -3380,7 +3520,7 @@ _gostring_ _wrap_dataset_set_normalization_capi_a77f66778663fc99(kiln_dataset *_
 }
 
 
-_gostring_ _wrap_dataset_split_capi_a77f66778663fc99(kiln_dataset *_swig_go_0, double _swig_go_1, long long _swig_go_2, kiln_dataset **_swig_go_3, kiln_dataset **_swig_go_4) {
+_gostring_ _wrap_dataset_split_capi_4b53fd7f77238a4a(kiln_dataset *_swig_go_0, double _swig_go_1, long long _swig_go_2, kiln_dataset **_swig_go_3, kiln_dataset **_swig_go_4) {
   kiln_dataset *arg1 = (kiln_dataset *) 0 ;
   double arg2 ;
   uint64_t arg3 ;
@@ -3421,7 +3561,7 @@ _gostring_ _wrap_dataset_split_capi_a77f66778663fc99(kiln_dataset *_swig_go_0, d
 }
 
 
-_gostring_ _wrap_dataset_batch_capi_a77f66778663fc99(kiln_dataset *_swig_go_0, long long _swig_go_1, long long _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4, kiln_tensor **_swig_go_5) {
+_gostring_ _wrap_dataset_batch_capi_4b53fd7f77238a4a(kiln_dataset *_swig_go_0, long long _swig_go_1, long long _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4, kiln_tensor **_swig_go_5) {
   kiln_dataset *arg1 = (kiln_dataset *) 0 ;
   int64_t arg2 ;
   int64_t arg3 ;
@@ -3467,7 +3607,7 @@ _gostring_ _wrap_dataset_batch_capi_a77f66778663fc99(kiln_dataset *_swig_go_0, l
 }
 
 
-_gostring_ _wrap_loss_capi_a77f66778663fc99(intgo _swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, double *_swig_go_3) {
+_gostring_ _wrap_loss_capi_4b53fd7f77238a4a(intgo _swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, double *_swig_go_3) {
   kiln_loss_kind arg1 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   kiln_tensor *arg3 = (kiln_tensor *) 0 ;
@@ -3506,7 +3646,7 @@ _gostring_ _wrap_loss_capi_a77f66778663fc99(intgo _swig_go_0, kiln_tensor *_swig
 }
 
 
-_gostring_ _wrap_trainer_options_create_capi_a77f66778663fc99(kiln_trainer_options **_swig_go_0) {
+_gostring_ _wrap_trainer_options_create_capi_4b53fd7f77238a4a(kiln_trainer_options **_swig_go_0) {
   kiln_trainer_options **arg1 = (kiln_trainer_options **) 0 ;
   kiln_status result;
   _gostring_ _swig_go_result;
@@ -3539,7 +3679,7 @@ _gostring_ _wrap_trainer_options_create_capi_a77f66778663fc99(kiln_trainer_optio
 }
 
 
-void _wrap_trainer_options_release_capi_a77f66778663fc99(kiln_trainer_options *_swig_go_0) {
+void _wrap_trainer_options_release_capi_4b53fd7f77238a4a(kiln_trainer_options *_swig_go_0) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   
   arg1 = (kiln_trainer_options *)_swig_go_0; 
@@ -3549,7 +3689,7 @@ void _wrap_trainer_options_release_capi_a77f66778663fc99(kiln_trainer_options *_
 }
 
 
-_gostring_ _wrap_trainer_options_set_loss_capi_a77f66778663fc99(kiln_trainer_options *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_loss_capi_4b53fd7f77238a4a(kiln_trainer_options *_swig_go_0, intgo _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   kiln_loss_kind arg2 ;
   kiln_status result;
@@ -3584,7 +3724,7 @@ _gostring_ _wrap_trainer_options_set_loss_capi_a77f66778663fc99(kiln_trainer_opt
 }
 
 
-_gostring_ _wrap_trainer_options_set_optimizer_capi_a77f66778663fc99(kiln_trainer_options *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_optimizer_capi_4b53fd7f77238a4a(kiln_trainer_options *_swig_go_0, intgo _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   kiln_optimizer_kind arg2 ;
   kiln_status result;
@@ -3619,7 +3759,7 @@ _gostring_ _wrap_trainer_options_set_optimizer_capi_a77f66778663fc99(kiln_traine
 }
 
 
-_gostring_ _wrap_trainer_options_set_lr_capi_a77f66778663fc99(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_lr_capi_4b53fd7f77238a4a(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   double arg2 ;
   kiln_status result;
@@ -3654,7 +3794,7 @@ _gostring_ _wrap_trainer_options_set_lr_capi_a77f66778663fc99(kiln_trainer_optio
 }
 
 
-_gostring_ _wrap_trainer_options_set_momentum_capi_a77f66778663fc99(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_momentum_capi_4b53fd7f77238a4a(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   double arg2 ;
   kiln_status result;
@@ -3689,7 +3829,7 @@ _gostring_ _wrap_trainer_options_set_momentum_capi_a77f66778663fc99(kiln_trainer
 }
 
 
-_gostring_ _wrap_trainer_options_set_nesterov_capi_a77f66778663fc99(kiln_trainer_options *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_nesterov_capi_4b53fd7f77238a4a(kiln_trainer_options *_swig_go_0, intgo _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   int arg2 ;
   kiln_status result;
@@ -3724,7 +3864,7 @@ _gostring_ _wrap_trainer_options_set_nesterov_capi_a77f66778663fc99(kiln_trainer
 }
 
 
-_gostring_ _wrap_trainer_options_set_weight_decay_capi_a77f66778663fc99(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_weight_decay_capi_4b53fd7f77238a4a(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   double arg2 ;
   kiln_status result;
@@ -3759,7 +3899,7 @@ _gostring_ _wrap_trainer_options_set_weight_decay_capi_a77f66778663fc99(kiln_tra
 }
 
 
-_gostring_ _wrap_trainer_options_set_betas_capi_a77f66778663fc99(kiln_trainer_options *_swig_go_0, double _swig_go_1, double _swig_go_2) {
+_gostring_ _wrap_trainer_options_set_betas_capi_4b53fd7f77238a4a(kiln_trainer_options *_swig_go_0, double _swig_go_1, double _swig_go_2) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   double arg2 ;
   double arg3 ;
@@ -3796,7 +3936,7 @@ _gostring_ _wrap_trainer_options_set_betas_capi_a77f66778663fc99(kiln_trainer_op
 }
 
 
-_gostring_ _wrap_trainer_options_set_eps_capi_a77f66778663fc99(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_eps_capi_4b53fd7f77238a4a(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   double arg2 ;
   kiln_status result;
@@ -3831,7 +3971,7 @@ _gostring_ _wrap_trainer_options_set_eps_capi_a77f66778663fc99(kiln_trainer_opti
 }
 
 
-_gostring_ _wrap_trainer_options_set_batch_size_capi_a77f66778663fc99(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_batch_size_capi_4b53fd7f77238a4a(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   int64_t arg2 ;
   kiln_status result;
@@ -3866,7 +4006,7 @@ _gostring_ _wrap_trainer_options_set_batch_size_capi_a77f66778663fc99(kiln_train
 }
 
 
-_gostring_ _wrap_trainer_options_set_grad_clip_capi_a77f66778663fc99(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_grad_clip_capi_4b53fd7f77238a4a(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   double arg2 ;
   kiln_status result;
@@ -3901,7 +4041,7 @@ _gostring_ _wrap_trainer_options_set_grad_clip_capi_a77f66778663fc99(kiln_traine
 }
 
 
-_gostring_ _wrap_trainer_options_set_schedule_capi_a77f66778663fc99(kiln_trainer_options *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, double _swig_go_3, long long _swig_go_4, double _swig_go_5) {
+_gostring_ _wrap_trainer_options_set_schedule_capi_4b53fd7f77238a4a(kiln_trainer_options *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, double _swig_go_3, long long _swig_go_4, double _swig_go_5) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   kiln_lr_schedule arg2 ;
   int64_t arg3 ;
@@ -3944,7 +4084,7 @@ _gostring_ _wrap_trainer_options_set_schedule_capi_a77f66778663fc99(kiln_trainer
 }
 
 
-_gostring_ _wrap_trainer_options_set_warmup_capi_a77f66778663fc99(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_warmup_capi_4b53fd7f77238a4a(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   int64_t arg2 ;
   kiln_status result;
@@ -3979,7 +4119,7 @@ _gostring_ _wrap_trainer_options_set_warmup_capi_a77f66778663fc99(kiln_trainer_o
 }
 
 
-_gostring_ _wrap_trainer_options_set_shuffle_seed_capi_a77f66778663fc99(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_shuffle_seed_capi_4b53fd7f77238a4a(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   uint64_t arg2 ;
   kiln_status result;
@@ -4014,7 +4154,7 @@ _gostring_ _wrap_trainer_options_set_shuffle_seed_capi_a77f66778663fc99(kiln_tra
 }
 
 
-_gostring_ _wrap_trainer_options_set_progress_interval_capi_a77f66778663fc99(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_progress_interval_capi_4b53fd7f77238a4a(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   int64_t arg2 ;
   kiln_status result;
@@ -4049,7 +4189,7 @@ _gostring_ _wrap_trainer_options_set_progress_interval_capi_a77f66778663fc99(kil
 }
 
 
-_gostring_ _wrap_trainer_options_set_precision_capi_a77f66778663fc99(kiln_trainer_options *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_precision_capi_4b53fd7f77238a4a(kiln_trainer_options *_swig_go_0, intgo _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   kiln_precision arg2 ;
   kiln_status result;
@@ -4084,7 +4224,7 @@ _gostring_ _wrap_trainer_options_set_precision_capi_a77f66778663fc99(kiln_traine
 }
 
 
-_gostring_ _wrap_trainer_options_set_fast_path_capi_a77f66778663fc99(kiln_trainer_options *_swig_go_0, int _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_fast_path_capi_4b53fd7f77238a4a(kiln_trainer_options *_swig_go_0, int _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   uint32_t arg2 ;
   kiln_status result;
@@ -4119,7 +4259,7 @@ _gostring_ _wrap_trainer_options_set_fast_path_capi_a77f66778663fc99(kiln_traine
 }
 
 
-_gostring_ _wrap_trainer_create_capi_a77f66778663fc99(kiln_model *_swig_go_0, kiln_trainer_options *_swig_go_1, kiln_trainer **_swig_go_2) {
+_gostring_ _wrap_trainer_create_capi_4b53fd7f77238a4a(kiln_model *_swig_go_0, kiln_trainer_options *_swig_go_1, kiln_trainer **_swig_go_2) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   kiln_trainer_options *arg2 = (kiln_trainer_options *) 0 ;
   kiln_trainer **arg3 = (kiln_trainer **) 0 ;
@@ -4156,7 +4296,7 @@ _gostring_ _wrap_trainer_create_capi_a77f66778663fc99(kiln_model *_swig_go_0, ki
 }
 
 
-void _wrap_trainer_release_capi_a77f66778663fc99(kiln_trainer *_swig_go_0) {
+void _wrap_trainer_release_capi_4b53fd7f77238a4a(kiln_trainer *_swig_go_0) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   
   arg1 = (kiln_trainer *)_swig_go_0; 
@@ -4166,7 +4306,42 @@ void _wrap_trainer_release_capi_a77f66778663fc99(kiln_trainer *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_trainer_step_capi_a77f66778663fc99(kiln_trainer *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, double *_swig_go_3) {
+_gostring_ _wrap_trainer_retain_capi_4b53fd7f77238a4a(kiln_trainer *_swig_go_0, kiln_trainer **_swig_go_1) {
+  kiln_trainer *arg1 = (kiln_trainer *) 0 ;
+  kiln_trainer **arg2 = (kiln_trainer **) 0 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_trainer *)_swig_go_0; 
+  arg2 = (kiln_trainer **)_swig_go_1; 
+  
+  result = (kiln_status)kiln_trainer_retain(arg1,arg2);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_trainer_step_capi_4b53fd7f77238a4a(kiln_trainer *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, double *_swig_go_3) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   kiln_tensor *arg3 = (kiln_tensor *) 0 ;
@@ -4205,7 +4380,7 @@ _gostring_ _wrap_trainer_step_capi_a77f66778663fc99(kiln_trainer *_swig_go_0, ki
 }
 
 
-_gostring_ _wrap_trainer_epoch_capi_a77f66778663fc99(kiln_trainer *_swig_go_0, kiln_dataset *_swig_go_1, kiln_epoch_stats *_swig_go_2) {
+_gostring_ _wrap_trainer_epoch_capi_4b53fd7f77238a4a(kiln_trainer *_swig_go_0, kiln_dataset *_swig_go_1, kiln_epoch_stats *_swig_go_2) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   kiln_dataset *arg2 = (kiln_dataset *) 0 ;
   kiln_epoch_stats *arg3 = (kiln_epoch_stats *) 0 ;
@@ -4242,7 +4417,7 @@ _gostring_ _wrap_trainer_epoch_capi_a77f66778663fc99(kiln_trainer *_swig_go_0, k
 }
 
 
-_gostring_ _wrap_trainer_fit_capi_a77f66778663fc99(kiln_trainer *_swig_go_0, kiln_dataset *_swig_go_1, kiln_dataset *_swig_go_2, long long _swig_go_3, kiln_history **_swig_go_4) {
+_gostring_ _wrap_trainer_fit_capi_4b53fd7f77238a4a(kiln_trainer *_swig_go_0, kiln_dataset *_swig_go_1, kiln_dataset *_swig_go_2, long long _swig_go_3, kiln_history **_swig_go_4) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   kiln_dataset *arg2 = (kiln_dataset *) 0 ;
   kiln_dataset *arg3 = (kiln_dataset *) 0 ;
@@ -4286,7 +4461,7 @@ _gostring_ _wrap_trainer_fit_capi_a77f66778663fc99(kiln_trainer *_swig_go_0, kil
 }
 
 
-_gostring_ _wrap_trainer_evaluate_capi_a77f66778663fc99(kiln_trainer *_swig_go_0, kiln_dataset *_swig_go_1, double *_swig_go_2, double *_swig_go_3) {
+_gostring_ _wrap_trainer_evaluate_capi_4b53fd7f77238a4a(kiln_trainer *_swig_go_0, kiln_dataset *_swig_go_1, double *_swig_go_2, double *_swig_go_3) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   kiln_dataset *arg2 = (kiln_dataset *) 0 ;
   double *arg3 = (double *) 0 ;
@@ -4325,7 +4500,7 @@ _gostring_ _wrap_trainer_evaluate_capi_a77f66778663fc99(kiln_trainer *_swig_go_0
 }
 
 
-_gostring_ _wrap_trainer_epochs_done_capi_a77f66778663fc99(kiln_trainer *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_trainer_epochs_done_capi_4b53fd7f77238a4a(kiln_trainer *_swig_go_0, long long *_swig_go_1) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -4360,7 +4535,7 @@ _gostring_ _wrap_trainer_epochs_done_capi_a77f66778663fc99(kiln_trainer *_swig_g
 }
 
 
-_gostring_ _wrap_trainer_steps_done_capi_a77f66778663fc99(kiln_trainer *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_trainer_steps_done_capi_4b53fd7f77238a4a(kiln_trainer *_swig_go_0, long long *_swig_go_1) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -4395,7 +4570,7 @@ _gostring_ _wrap_trainer_steps_done_capi_a77f66778663fc99(kiln_trainer *_swig_go
 }
 
 
-_gostring_ _wrap_trainer_current_lr_capi_a77f66778663fc99(kiln_trainer *_swig_go_0, double *_swig_go_1) {
+_gostring_ _wrap_trainer_current_lr_capi_4b53fd7f77238a4a(kiln_trainer *_swig_go_0, double *_swig_go_1) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   double *arg2 = (double *) 0 ;
   kiln_status result;
@@ -4430,7 +4605,7 @@ _gostring_ _wrap_trainer_current_lr_capi_a77f66778663fc99(kiln_trainer *_swig_go
 }
 
 
-_gostring_ _wrap_trainer_save_checkpoint_capi_a77f66778663fc99(kiln_trainer *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_trainer_save_checkpoint_capi_4b53fd7f77238a4a(kiln_trainer *_swig_go_0, _gostring_ _swig_go_1) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_status result;
@@ -4470,7 +4645,7 @@ _gostring_ _wrap_trainer_save_checkpoint_capi_a77f66778663fc99(kiln_trainer *_sw
 }
 
 
-_gostring_ _wrap_trainer_load_checkpoint_capi_a77f66778663fc99(kiln_trainer *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_trainer_load_checkpoint_capi_4b53fd7f77238a4a(kiln_trainer *_swig_go_0, _gostring_ _swig_go_1) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_status result;
@@ -4510,7 +4685,7 @@ _gostring_ _wrap_trainer_load_checkpoint_capi_a77f66778663fc99(kiln_trainer *_sw
 }
 
 
-void _wrap_history_release_capi_a77f66778663fc99(kiln_history *_swig_go_0) {
+void _wrap_history_release_capi_4b53fd7f77238a4a(kiln_history *_swig_go_0) {
   kiln_history *arg1 = (kiln_history *) 0 ;
   
   arg1 = (kiln_history *)_swig_go_0; 
@@ -4520,7 +4695,42 @@ void _wrap_history_release_capi_a77f66778663fc99(kiln_history *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_history_size_capi_a77f66778663fc99(kiln_history *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_history_retain_capi_4b53fd7f77238a4a(kiln_history *_swig_go_0, kiln_history **_swig_go_1) {
+  kiln_history *arg1 = (kiln_history *) 0 ;
+  kiln_history **arg2 = (kiln_history **) 0 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_history *)_swig_go_0; 
+  arg2 = (kiln_history **)_swig_go_1; 
+  
+  result = (kiln_status)kiln_history_retain(arg1,arg2);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_history_size_capi_4b53fd7f77238a4a(kiln_history *_swig_go_0, long long *_swig_go_1) {
   kiln_history *arg1 = (kiln_history *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -4555,7 +4765,7 @@ _gostring_ _wrap_history_size_capi_a77f66778663fc99(kiln_history *_swig_go_0, lo
 }
 
 
-_gostring_ _wrap_history_get_capi_a77f66778663fc99(kiln_history *_swig_go_0, long long _swig_go_1, kiln_epoch_stats *_swig_go_2) {
+_gostring_ _wrap_history_get_capi_4b53fd7f77238a4a(kiln_history *_swig_go_0, long long _swig_go_1, kiln_epoch_stats *_swig_go_2) {
   kiln_history *arg1 = (kiln_history *) 0 ;
   int64_t arg2 ;
   kiln_epoch_stats *arg3 = (kiln_epoch_stats *) 0 ;

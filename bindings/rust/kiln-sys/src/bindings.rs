@@ -186,6 +186,9 @@ extern "C" {
     pub fn kiln_context_release(ctx: *mut kiln_context);
 }
 extern "C" {
+    pub fn kiln_context_retain(ctx: *mut kiln_context, out: *mut *mut kiln_context) -> kiln_status;
+}
+extern "C" {
     pub fn kiln_context_set_seed(ctx: *mut kiln_context, seed: u64) -> kiln_status;
 }
 pub const kiln_device_kind_KILN_DEVICE_CPU: kiln_device_kind = 0;
@@ -621,6 +624,9 @@ extern "C" {
     pub fn kiln_tensor_release(tensor: *mut kiln_tensor);
 }
 extern "C" {
+    pub fn kiln_tensor_retain(tensor: *mut kiln_tensor, out: *mut *mut kiln_tensor) -> kiln_status;
+}
+extern "C" {
     pub fn kiln_tensor_copy_to_host(
         tensor: *const kiln_tensor,
         data: *mut ::std::os::raw::c_void,
@@ -896,6 +902,9 @@ extern "C" {
     pub fn kiln_model_release(model: *mut kiln_model);
 }
 extern "C" {
+    pub fn kiln_model_retain(model: *mut kiln_model, out: *mut *mut kiln_model) -> kiln_status;
+}
+extern "C" {
     pub fn kiln_model_to(model: *mut kiln_model, device: kiln_device) -> kiln_status;
 }
 extern "C" {
@@ -1025,6 +1034,12 @@ extern "C" {
 }
 extern "C" {
     pub fn kiln_dataset_release(dataset: *mut kiln_dataset);
+}
+extern "C" {
+    pub fn kiln_dataset_retain(
+        dataset: *mut kiln_dataset,
+        out: *mut *mut kiln_dataset,
+    ) -> kiln_status;
 }
 extern "C" {
     pub fn kiln_dataset_size(dataset: *const kiln_dataset, out: *mut i64) -> kiln_status;
@@ -1219,6 +1234,12 @@ extern "C" {
 }
 extern "C" {
     pub fn kiln_trainer_release(trainer: *mut kiln_trainer);
+}
+extern "C" {
+    pub fn kiln_trainer_retain(
+        trainer: *mut kiln_trainer,
+        out: *mut *mut kiln_trainer,
+    ) -> kiln_status;
 }
 extern "C" {
     pub fn kiln_trainer_step(
@@ -1682,6 +1703,12 @@ extern "C" {
     pub fn kiln_history_release(history: *mut kiln_history);
 }
 extern "C" {
+    pub fn kiln_history_retain(
+        history: *mut kiln_history,
+        out: *mut *mut kiln_history,
+    ) -> kiln_status;
+}
+extern "C" {
     pub fn kiln_history_size(history: *const kiln_history, out: *mut i64) -> kiln_status;
 }
 extern "C" {
@@ -1712,6 +1739,12 @@ extern "C" {
 }
 extern "C" {
     pub fn kiln_communicator_release(comm: *mut kiln_communicator);
+}
+extern "C" {
+    pub fn kiln_communicator_retain(
+        comm: *mut kiln_communicator,
+        out: *mut *mut kiln_communicator,
+    ) -> kiln_status;
 }
 extern "C" {
     pub fn kiln_communicator_rank(comm: *const kiln_communicator, out: *mut i64) -> kiln_status;
