@@ -284,8 +284,10 @@ KILN_NODISCARD KILN_API kiln_status kiln_device_format(kiln_device device, char 
 KILN_NODISCARD KILN_API kiln_status kiln_cuda_is_available(kiln_context *ctx, int *out);
 /* Why CUDA is not usable ("" when it is): the loader's or driver's message,
  * found once per process and the same for every context (or, for a context
- * made with enable_cuda = 0, that it was disabled). The string is owned by
- * ctx. */
+ * made with enable_cuda = 0, that it was disabled). Without a driver it says
+ * which of the two happened: "no CUDA driver: libcuda.so.1 not found (...)"
+ * or "no CUDA driver: <path> was found but cuInit failed with CUDA_ERROR_..."
+ * The string is owned by ctx. */
 KILN_NODISCARD KILN_API kiln_status kiln_cuda_unavailable_reason(kiln_context *ctx, const char **out);
 /* Number of devices of a kind: 1 for the CPU, 0..N for CUDA (0 without a
  * plugin or driver: not an error). */
@@ -1047,6 +1049,7 @@ KILN_NODISCARD KILN_API kiln_status kiln_communicator_create_mpi(kiln_context *c
  * out[i] is released with kiln_communicator_release. */
 KILN_NODISCARD KILN_API kiln_status kiln_communicator_create_local(kiln_context *ctx, const kiln_device *devices,
                                                                    int64_t count, kiln_communicator **out);
+/* Drops the caller's handle; a trainer it is attached to keeps it alive. */
 KILN_API void kiln_communicator_release(kiln_communicator *comm);
 /* A new handle to the same communicator, for another owner (a thread that keeps its
  * own reference): see "Handles" above. *out is the caller's, released
