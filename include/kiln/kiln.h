@@ -581,8 +581,9 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_create(kiln_context *ctx, const k
  * (NOT_SUPPORTED on CUDA; other dtypes are INVALID_ARGUMENT). */
 KILN_NODISCARD KILN_API kiln_status kiln_model_create_dtype(kiln_context *ctx, const kiln_model_spec *spec,
                                                             kiln_device device, kiln_dtype dtype, kiln_model **out);
-/* Drops the caller's handle; the model lives on while trainers, parameter
- * tensors or other handles (kiln_model_retain) use it. */
+/* Drops the caller's handle; the model lives on while trainers or other
+ * handles (kiln_model_retain) use it, and parameter tensors keep their
+ * storage. */
 KILN_API void kiln_model_release(kiln_model *model);
 /* A new handle to the same model, for another owner (a thread that keeps its
  * own reference): see "Handles" above. *out is the caller's, released
@@ -592,8 +593,7 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_retain(kiln_model *model, kiln_mo
 /* Moves the parameters to device (PyTorch's model.to(device)). A trainer
  * created before the move fails with INVALID_ARGUMENT until recreated.
  * DEVICE_UNAVAILABLE for a device the context does not have; NOT_SUPPORTED
- * for an f64 model to CUDA. Not while other threads use the model; parameter
- * tensors taken before the move keep the old storage. */
+ * for an f64 model to CUDA. Not while other threads use the model. */
 KILN_NODISCARD KILN_API kiln_status kiln_model_to(kiln_model *model, kiln_device device);
 /* The device the parameters are on. */
 KILN_NODISCARD KILN_API kiln_status kiln_model_device(const kiln_model *model, kiln_device *out);
