@@ -68,8 +68,9 @@
  * kiln does not lock them, and concurrent use is undefined. Every release
  * and retain function may be called from any thread. kiln's own CPU worker
  * threads are those a context asks for (kiln_context_options_set_num_threads);
- * kiln starts no others on the CPU (OpenBLAS, which libkiln loads on the
- * first context, runs single-threaded inside the calls that use it).
+ * OpenBLAS, which libkiln loads on the first context, starts none (it runs
+ * single-threaded inside the calls that use it). Other threads come only
+ * with what the host asks for: the CUDA runtime's and Open MPI's.
  *
  * Limits, each refused with the status named before anything is allocated:
  *  - tensors: at most KILN_MAX_DIMS dimensions, each >= 0, and a number of
