@@ -52,6 +52,18 @@ static void host_forward(kiln_model *model, const float *x, double *out) {
   }
 }
 
+/* A model, an input batch x drawn from seed, and the host's forward pass of
+ * x (want, kBatch * kOut values). */
+static void make_case(kiln_context *ctx, uint64_t seed, kiln_model **model, kiln_tensor **x, double *want) {
+  *model = make_model(ctx);
+  float xv[kBatch * kIn];
+  kiln_test_rng rng = kiln_test_rng_make(seed);
+  kiln_test_fill_uniform_f32(&rng, xv, kBatch * kIn, -2, 2);
+  const int64_t shape[] = {kBatch, kIn};
+  *x = kiln_test_tensor_f32(ctx, xv, shape, 2, kCpu);
+  host_forward(*model, xv, want);
+}
+
 /* The error paths every retain shares: NULL handle or out, a released or
  * wrong-type handle; *out is NULL after each. */
 #define CHECK_RETAIN_ERRORS(retain, type, live, released, foreign)                           \
@@ -203,15 +215,10 @@ static void *own_reference_worker(void *p) {
 }
 
 static void test_threads_hold_their_own_reference(void **state) {
-  kiln_context *ctx = *state;
-  kiln_model *model = make_model(ctx);
-  float xv[kBatch * kIn];
-  kiln_test_rng rng = kiln_test_rng_make(11);
-  kiln_test_fill_uniform_f32(&rng, xv, kBatch * kIn, -2, 2);
-  const int64_t shape[] = {kBatch, kIn};
-  kiln_tensor *x = kiln_test_tensor_f32(ctx, xv, shape, 2, kCpu);
+  kiln_model *model = NULL;
+  kiln_tensor *x = NULL;
   double want[kBatch * kOut];
-  host_forward(model, xv, want);
+  make_case(*state, 11, &model, &x, want);
 
   pthread_barrier_t retained;
   pthread_barrier_init(&retained, NULL, kThreads + 1);
@@ -257,15 +264,10 @@ static void *racer(void *p) {
 }
 
 static void test_release_while_other_threads_call(void **state) {
-  kiln_context *ctx = *state;
-  kiln_model *model = make_model(ctx);
-  float xv[kBatch * kIn];
-  kiln_test_rng rng = kiln_test_rng_make(12);
-  kiln_test_fill_uniform_f32(&rng, xv, kBatch * kIn, -2, 2);
-  const int64_t shape[] = {kBatch, kIn};
-  kiln_tensor *x = kiln_test_tensor_f32(ctx, xv, shape, 2, kCpu);
+  kiln_model *model = NULL;
+  kiln_tensor *x = NULL;
   double want[kBatch * kOut];
-  host_forward(model, xv, want);
+  make_case(*state, 12, &model, &x, want);
 
   atomic_int started = 0, mismatches = 0, failures = 0, ok_calls = 0;
   racer_args args = {model, x, want, &started, &mismatches, &failures, &ok_calls};
