@@ -75,7 +75,7 @@ __attribute__((constructor)) static void skip_cuda_run_without_gpu(void) {
     if (kiln_cuda_is_available(ctx, &available) != KILN_OK) available = 0;
     if (!available) {
       const char *why = NULL;
-      kiln_cuda_unavailable_reason(ctx, &why);
+      if (kiln_cuda_unavailable_reason(ctx, &why) != KILN_OK) why = kiln_last_error();
       fprintf(stderr, "skipped: no usable CUDA device (%s)\n", why ? why : "unknown");
     }
     kiln_context_release(ctx);

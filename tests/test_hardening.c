@@ -446,6 +446,37 @@ static void test_prefixed_op_names(void **state) {
   kiln_tensor_release(t);
 }
 
+/* Tensors of another context: a model runs them (a tensor is memory on a
+ * device), giving what the model's own context's tensor gives; a dataset
+ * lives in one context and refuses them. */
+static void test_tensors_of_another_context(void **state) {
+  (void)state;
+  kiln_context *a = kiln_test_context_create(1), *b = kiln_test_context_create(2);
+  kiln_model *model = small_model(a);
+  const float xv[] = {0.5f, -1, 2, 0.25f, -0.75f, 1.5f, 0, 3};
+  const int64_t shape[] = {2, 4}, labels_shape[] = {2};
+  kiln_tensor *xa = kiln_test_tensor_f32(a, xv, shape, 2, kCpu), *xb = kiln_test_tensor_f32(b, xv, shape, 2, kCpu);
+  kiln_tensor *ya = NULL, *yb = NULL;
+  assert_kiln_ok(kiln_model_forward(model, xa, &ya));
+  assert_kiln_ok(kiln_model_forward(model, xb, &yb));
+  double want[4];
+  kiln_test_read_f64(ya, want, 4);
+  assert_tensor_close(yb, want, 4, 0, 0);
+  kiln_tensor *labels = NULL;
+  assert_kiln_ok(kiln_tensor_zeros(b, labels_shape, 1, KILN_I64, kCpu, &labels));
+  kiln_dataset *ds = (kiln_dataset *)&ds;
+  assert_status(kiln_dataset_from_tensors(a, xb, labels, &ds), KILN_ERROR_INVALID_ARGUMENT);
+  assert_null(ds);
+  kiln_tensor_release(labels);
+  kiln_tensor_release(ya);
+  kiln_tensor_release(yb);
+  kiln_tensor_release(xa);
+  kiln_tensor_release(xb);
+  kiln_model_release(model);
+  kiln_context_release(b);
+  kiln_context_release(a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_checkpoint_counters_out_of_range),
@@ -461,6 +492,7 @@ int main(void) {
       cmocka_unit_test(test_divergence_is_reported),
       cmocka_unit_test(test_fit_limits_and_schedule),
       cmocka_unit_test(test_prefixed_op_names),
+      cmocka_unit_test(test_tensors_of_another_context),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -17,12 +17,19 @@ import (
 // each with the reason. A function the headers gain must be bound (called
 // as capi.Name from this package's sources) or added here.
 var unbound = map[string]string{
-	"kiln_last_error":         "read by every raw wrapper right after the failing call, on the same thread: it is Error.Message",
-	"kiln_status_name":        "called by Status.String in the raw layer",
-	"kiln_version":            "Version returns the same numbers as kiln_version_string's text",
-	"kiln_device_format":      "Device.String formats the {kind, index} pair in Go",
-	"kiln_tensor_to_dlpack":   "DLPack (kiln/dlpack.h) exchanges tensors with Python and C frameworks; no Go library consumes DLPack",
-	"kiln_tensor_from_dlpack": "DLPack (kiln/dlpack.h) exchanges tensors with Python and C frameworks; no Go library produces DLPack",
+	"kiln_last_error":          "read by every raw wrapper right after the failing call, on the same thread: it is Error.Message",
+	"kiln_status_name":         "called by Status.String in the raw layer",
+	"kiln_version":             "Version returns the same numbers as kiln_version_string's text",
+	"kiln_device_format":       "Device.String formats the {kind, index} pair in Go",
+	"kiln_tensor_to_dlpack":    "DLPack (kiln/dlpack.h) exchanges tensors with Python and C frameworks; no Go library consumes DLPack",
+	"kiln_communicator_retain": "a Go value is shared by reference (pointers to the wrapper); a second native handle to the same object adds nothing",
+	"kiln_context_retain":      "a Go value is shared by reference (pointers to the wrapper); a second native handle to the same object adds nothing",
+	"kiln_dataset_retain":      "a Go value is shared by reference (pointers to the wrapper); a second native handle to the same object adds nothing",
+	"kiln_history_retain":      "a Go value is shared by reference (pointers to the wrapper); a second native handle to the same object adds nothing",
+	"kiln_model_retain":        "a Go value is shared by reference (pointers to the wrapper); a second native handle to the same object adds nothing",
+	"kiln_tensor_retain":       "a Go value is shared by reference (pointers to the wrapper); a second native handle to the same object adds nothing",
+	"kiln_trainer_retain":      "a Go value is shared by reference (pointers to the wrapper); a second native handle to the same object adds nothing",
+	"kiln_tensor_from_dlpack":  "DLPack (kiln/dlpack.h) exchanges tensors with Python and C frameworks; no Go library produces DLPack",
 }
 
 var declRE = regexp.MustCompile(`(?s)KILN_API\s+[^;(]*?\b(kiln_[a-z0-9_]+)\s*\(`)

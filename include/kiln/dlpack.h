@@ -150,8 +150,8 @@ extern "C" {
  *
  * Errors: INVALID_ARGUMENT (NULL tensor or out, unknown flags),
  * INVALID_HANDLE (a released tensor), OUT_OF_MEMORY. Thread: any. */
-KILN_API kiln_status kiln_tensor_to_dlpack(const kiln_tensor *tensor, uint64_t flags,
-                                           DLManagedTensorVersioned **out);
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_to_dlpack(const kiln_tensor *tensor, uint64_t flags,
+                                                          DLManagedTensorVersioned **out);
 
 /* Imports a DLPack tensor without copying: *out is a kiln tensor over the
  * producer's memory (writes show on both sides) on ctx.
@@ -189,8 +189,8 @@ KILN_API kiln_status kiln_tensor_to_dlpack(const kiln_tensor *tensor, uint64_t f
  *   INVALID_HANDLE    a released ctx; OUT_OF_MEMORY.
  * Thread: any; the producer must keep the memory valid until its deleter
  * runs, and must not free it behind kiln's back. */
-KILN_API kiln_status kiln_tensor_from_dlpack(kiln_context *ctx, DLManagedTensorVersioned *managed,
-                                             kiln_tensor **out);
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_from_dlpack(kiln_context *ctx, DLManagedTensorVersioned *managed,
+                                                            kiln_tensor **out);
 
 #ifdef __cplusplus
 }

@@ -6,17 +6,44 @@
  *
  *  - Fallible functions return kiln_status; KILN_OK (0) means success.
  *    On failure, every out-parameter is set to NULL / 0 (when the pointer
- *    itself is not NULL) and kiln_last_error() describes what went wrong.
+ *    itself is not NULL), nothing is left allocated, the objects passed in
+ *    are unchanged (unless the comment says what a failure leaves) and stay
+ *    usable, and kiln_last_error() describes what went wrong in at most a
+ *    few hundred bytes (input it quotes is cut short). Ignoring the status
+ *    is a compiler warning (KILN_NODISCARD).
+ *  - Statuses every function may return, not repeated below:
+ *      INVALID_ARGUMENT  a required pointer (handle, out-parameter, buffer,
+ *                        string) is NULL, or an enum argument holds a value
+ *                        outside its enumerators;
+ *      INVALID_HANDLE    a handle that was released, never came from kiln,
+ *                        or is of another type;
+ *      OUT_OF_MEMORY     any function that allocates (host or device).
+ *    Each comment lists the statuses particular to its function.
+ *  - Ownership: a handle returned through `kiln_X **out` is new and the
+ *    caller's, to release once with kiln_X_release, even when it refers to
+ *    an object the caller already holds (kiln_tensor_to, the *_retain
+ *    functions). Arguments are borrowed for the call only, unless the comment
+ *    says the new object keeps them (a model its context, a dataset its
+ *    tensors, a trainer its model).
  *  - Sizes, counts, dimensions and indices are int64_t. Booleans are int.
  *  - Handles are opaque and reference-counted inside: releasing a handle drops
  *    the caller's reference; objects that depend on it (a trainer on its model,
- *    a tensor on its context) keep it alive. kiln_*_release(NULL) does nothing.
- *    A released or foreign handle passed back yields KILN_ERROR_INVALID_HANDLE,
- *    always: handles are never-reused identifiers, not addresses, so a
- *    released handle can never come back as a new object. A release while
- *    other threads (or a callback of the same call) are inside calls with the
- *    handle lets those calls finish with the object; later calls get
- *    KILN_ERROR_INVALID_HANDLE.
+ *    a tensor on its context) keep it alive. kiln_*_release(NULL) does nothing,
+ *    and so does releasing a handle twice. A released or foreign handle passed
+ *    back yields KILN_ERROR_INVALID_HANDLE, always: handles are never-reused
+ *    identifiers, not addresses, so a released handle can never come back as
+ *    a new object. A release while other threads (or a callback of the same
+ *    call) are inside calls with the handle lets those calls finish with the
+ *    object; later calls with that handle get KILN_ERROR_INVALID_HANDLE.
+ *    To share an object between owners that release it on their own (one
+ *    thread each), give each its own handle: kiln_context_retain,
+ *    kiln_tensor_retain, kiln_model_retain, kiln_dataset_retain,
+ *    kiln_trainer_retain, kiln_history_retain and kiln_communicator_retain
+ *    return a new handle to the same object. Each handle is released once;
+ *    releasing one leaves the others valid, and the object lives until the
+ *    last handle (and every object that depends on it) is released. The
+ *    builders (context and trainer options, model specs) have no retain:
+ *    they are filled in by one thread and copied by the calls that use them.
  *  - Buffers are passed as (pointer, count) and copied during the call; kiln
  *    never keeps a caller's pointer after a call returns. The one exception
  *    is zero-copy DLPack exchange (kiln/dlpack.h): kiln_tensor_from_dlpack
@@ -33,9 +60,31 @@
  *  - No C++ exception, abort or exit crosses this boundary.
  *
  * Threads: a context, a model used for inference (kiln_model_forward,
- * kiln_model_predict) and tensors that are only read may be used by several
- * threads at once. A trainer, and a tensor being written, are used by one
- * thread at a time. Every release function may be called from any thread.
+ * kiln_model_predict), a dataset, a history and tensors that are only read
+ * may be used by several threads at once. A trainer, a model being changed
+ * (kiln_model_to, _set_training, _load_weights, writes to its parameters, a
+ * trainer's steps), a tensor being written, and the builders (context
+ * options, model specs, trainer options) are used by one thread at a time:
+ * kiln does not lock them, and concurrent use is undefined. Every release
+ * and retain function may be called from any thread. kiln's own CPU worker
+ * threads are those a context asks for (kiln_context_options_set_num_threads);
+ * OpenBLAS, which libkiln loads on the first context, starts none (it runs
+ * single-threaded inside the calls that use it). Other threads come only
+ * with what the host asks for: the CUDA runtime's and Open MPI's.
+ *
+ * Limits, each refused with the status named before anything is allocated:
+ *  - tensors: at most KILN_MAX_DIMS dimensions, each >= 0, and a number of
+ *    elements that fits int64 (INVALID_ARGUMENT); on the CPU a matrix product
+ *    with a dimension above 2^31 - 1 is NOT_SUPPORTED (OpenBLAS's int);
+ *  - models: at most KILN_MAX_PARAMETERS parameters in all (INVALID_ARGUMENT,
+ *    from a spec or a file), so layers and widths are bounded by that total;
+ *  - files: a safetensors header of at most 100 MB and JSON nested at most
+ *    16 deep (FORMAT); an IDX .gz file that claims more than 1032 times its
+ *    size (deflate's limit) is FORMAT before it is inflated; a file is read
+ *    in full, so its size is bounded by memory (OUT_OF_MEMORY);
+ *  - counters: epochs and steps below 2^62 (fit: INVALID_ARGUMENT;
+ *    checkpoints: FORMAT);
+ *  - threads: at most 1024 per context (INVALID_ARGUMENT).
  */
 #ifndef KILN_KILN_H
 #define KILN_KILN_H
@@ -53,6 +102,27 @@
 #  define KILN_API
 #endif
 
+/* Marks every function that returns a kiln_status: ignoring the status of a
+ * call that can fail is a bug, and the compiler says so. [[nodiscard]] in
+ * C23 and C++17 (a (void) cast silences it); GCC's and Clang's
+ * warn_unused_result before that (GCC's is not silenced by a (void) cast:
+ * test the status). An attribute only: symbols and calling convention are
+ * the same with or without it. Define KILN_NODISCARD yourself before
+ * including this header to override it. */
+#ifndef KILN_NODISCARD
+#  if defined(SWIG)
+#    define KILN_NODISCARD
+#  elif defined(__cplusplus) && (__cplusplus >= 201703L || (defined(_MSVC_LANG) && _MSVC_LANG >= 201703L))
+#    define KILN_NODISCARD [[nodiscard]]
+#  elif !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ > 201710L
+#    define KILN_NODISCARD [[nodiscard]]
+#  elif defined(__GNUC__) || defined(__clang__)
+#    define KILN_NODISCARD __attribute__((__warn_unused_result__))
+#  else
+#    define KILN_NODISCARD
+#  endif
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -68,11 +138,13 @@ extern "C" {
  * number in the SONAME (libkiln.so.N). */
 #define KILN_ABI_VERSION 1
 
-/* The library's version as "MAJOR.MINOR.PATCH". Static storage; never fails. */
+/* The library's version as "MAJOR.MINOR.PATCH". Static storage, never to be
+ * freed; never fails. Any thread, before or without a context. */
 KILN_API const char *kiln_version_string(void);
 /* The library's version numbers; NULL out-pointers are skipped. Never fails. */
 KILN_API void kiln_version(int *major, int *minor, int *patch);
-/* The ABI version of the loaded library; compare with KILN_ABI_VERSION. */
+/* The ABI version of the loaded library; compare with KILN_ABI_VERSION.
+ * Never fails; any thread. */
 KILN_API int kiln_abi_version(void);
 
 typedef enum kiln_status {
@@ -96,7 +168,8 @@ typedef enum kiln_status {
 } kiln_status;
 
 /* A constant name for a status, e.g. "KILN_ERROR_SHAPE_MISMATCH". Static
- * storage; unknown values give "KILN_ERROR_UNKNOWN". Never fails. */
+ * storage, never to be freed; unknown values give "KILN_ERROR_UNKNOWN".
+ * Never fails; any thread. */
 KILN_API const char *kiln_status_name(kiln_status status);
 
 /* The message of the last failed call on the calling thread ("" when none
@@ -134,19 +207,26 @@ typedef int (*kiln_log_fn)(void *user, const kiln_log_record *record);
 /* Options for kiln_context_create, with defaults: seed 0, as many CPU threads
  * as cores, log level WARNING, no callback (records go to stderr), load the
  * CUDA plugin. The caller owns *out; release it with
- * kiln_context_options_release. */
-KILN_API kiln_status kiln_context_options_create(kiln_context_options **out);
+ * kiln_context_options_release. The setters below change only the options
+ * object (one thread at a time), never a context made from it before. */
+KILN_NODISCARD KILN_API kiln_status kiln_context_options_create(kiln_context_options **out);
+/* Drops the options; contexts made from them keep their copy. */
 KILN_API void kiln_context_options_release(kiln_context_options *options);
-KILN_API kiln_status kiln_context_options_set_seed(kiln_context_options *options, uint64_t seed);
-/* threads >= 1, or 0 for one per core. */
-KILN_API kiln_status kiln_context_options_set_num_threads(kiln_context_options *options, int64_t threads);
-KILN_API kiln_status kiln_context_options_set_log_level(kiln_context_options *options, kiln_log_level level);
+/* Any seed is valid; the same seed gives the same draws on every device. */
+KILN_NODISCARD KILN_API kiln_status kiln_context_options_set_seed(kiln_context_options *options, uint64_t seed);
+/* The context's CPU worker threads, the caller's included: 1..1024, or 0 for
+ * one per core the process may run on (INVALID_ARGUMENT otherwise). */
+KILN_NODISCARD KILN_API kiln_status kiln_context_options_set_num_threads(kiln_context_options *options,
+                                                                         int64_t threads);
+/* Records below level are dropped; KILN_LOG_OFF drops all. */
+KILN_NODISCARD KILN_API kiln_status kiln_context_options_set_log_level(kiln_context_options *options,
+                                                                       kiln_log_level level);
 /* fn may be NULL to log to stderr again. user is passed back untouched. */
-KILN_API kiln_status kiln_context_options_set_log_callback(kiln_context_options *options, kiln_log_fn fn,
-                                                           void *user);
+KILN_NODISCARD KILN_API kiln_status kiln_context_options_set_log_callback(kiln_context_options *options, kiln_log_fn fn,
+                                                                          void *user);
 /* enable = 0 makes the context CPU-only: it neither loads the CUDA plugin
  * nor uses the one another context loaded. */
-KILN_API kiln_status kiln_context_options_set_enable_cuda(kiln_context_options *options, int enable);
+KILN_NODISCARD KILN_API kiln_status kiln_context_options_set_enable_cuda(kiln_context_options *options, int enable);
 
 /* Creates a context: its own CPU backend and, if it loads, the CUDA backend.
  * The CUDA plugin (libkiln_cuda.so from libkiln's own directory, or from the
@@ -158,11 +238,20 @@ KILN_API kiln_status kiln_context_options_set_enable_cuda(kiln_context_options *
  * NULL for defaults; it is copied. A missing plugin or driver is not an
  * error: the context is then CPU-only and kiln_cuda_unavailable_reason says
  * why. */
-KILN_API kiln_status kiln_context_create(const kiln_context_options *options, kiln_context **out);
+KILN_NODISCARD KILN_API kiln_status kiln_context_create(const kiln_context_options *options, kiln_context **out);
+/* Drops the caller's handle; the context lives on while tensors, models,
+ * datasets or other handles (kiln_context_retain) refer to it. */
 KILN_API void kiln_context_release(kiln_context *ctx);
+/* A new handle to the same context, for another owner (a thread that keeps its
+ * own reference): see "Handles" above. *out is the caller's, released
+ * with kiln_context_release. INVALID_HANDLE for a released context, INVALID_ARGUMENT
+ * for NULL out. Any thread. */
+KILN_NODISCARD KILN_API kiln_status kiln_context_retain(kiln_context *ctx, kiln_context **out);
 /* Reseeds the context's generator (torch.manual_seed). Affects rand, randn,
- * model initialisation and, through them, everything seeded from the context. */
-KILN_API kiln_status kiln_context_set_seed(kiln_context *ctx, uint64_t seed);
+ * model initialisation and, through them, everything seeded from the context.
+ * Any seed is valid. Not while another thread draws from the context (the
+ * draws would then depend on the order of the calls). */
+KILN_NODISCARD KILN_API kiln_status kiln_context_set_seed(kiln_context *ctx, uint64_t seed);
 
 /* ======================================================================
  * Devices
@@ -182,24 +271,30 @@ typedef struct kiln_device {
  * fails with KILN_ERROR_DEVICE_UNAVAILABLE and a message that says why (no
  * plugin, no driver, index out of range and how many there are). Malformed
  * text gives KILN_ERROR_INVALID_ARGUMENT. */
-KILN_API kiln_status kiln_device_parse(kiln_context *ctx, const char *text, kiln_device *out);
-/* Writes "cpu" or "cuda:N" with a terminating NUL into buf (buf_size bytes).
- * KILN_ERROR_INVALID_ARGUMENT if the device is malformed or buf too small. */
-KILN_API kiln_status kiln_device_format(kiln_device device, char *buf, int64_t buf_size);
+KILN_NODISCARD KILN_API kiln_status kiln_device_parse(kiln_context *ctx, const char *text, kiln_device *out);
+/* Writes "cpu" or "cuda:N" with a terminating NUL into buf (buf_size bytes;
+ * 32 fit every device). KILN_ERROR_INVALID_ARGUMENT if the device is
+ * malformed (an unknown kind, a CPU index other than -1, a negative CUDA
+ * index) or buf too small; buf is then "" when buf_size > 0. Every string it
+ * writes, kiln_device_parse reads back as the same device. Any thread. */
+KILN_NODISCARD KILN_API kiln_status kiln_device_format(kiln_device device, char *buf, int64_t buf_size);
 
 /* *out = 1 when the CUDA backend loaded and sees at least one device. The
  * plugin is loaded once per process by the first context that asks and stays
  * loaded, so every context that did not disable CUDA gives the same answer. */
-KILN_API kiln_status kiln_cuda_is_available(kiln_context *ctx, int *out);
+KILN_NODISCARD KILN_API kiln_status kiln_cuda_is_available(kiln_context *ctx, int *out);
 /* Why CUDA is not usable ("" when it is): the loader's or driver's message,
  * found once per process and the same for every context (or, for a context
- * made with enable_cuda = 0, that it was disabled). The string is owned by
- * ctx. */
-KILN_API kiln_status kiln_cuda_unavailable_reason(kiln_context *ctx, const char **out);
-/* Number of devices of a kind: 1 for the CPU, 0..N for CUDA. */
-KILN_API kiln_status kiln_device_count(kiln_context *ctx, kiln_device_kind kind, int64_t *out);
+ * made with enable_cuda = 0, that it was disabled). Without a driver it says
+ * which of the two happened: "no CUDA driver: libcuda.so.1 not found (...)"
+ * or "no CUDA driver: <path> was found but cuInit failed with CUDA_ERROR_..."
+ * The string is owned by ctx. */
+KILN_NODISCARD KILN_API kiln_status kiln_cuda_unavailable_reason(kiln_context *ctx, const char **out);
+/* Number of devices of a kind: 1 for the CPU, 0..N for CUDA (0 without a
+ * plugin or driver: not an error). */
+KILN_NODISCARD KILN_API kiln_status kiln_device_count(kiln_context *ctx, kiln_device_kind kind, int64_t *out);
 /* The "auto" device: cuda:0 when CUDA is usable, else the CPU. */
-KILN_API kiln_status kiln_default_device(kiln_context *ctx, kiln_device *out);
+KILN_NODISCARD KILN_API kiln_status kiln_default_device(kiln_context *ctx, kiln_device *out);
 
 typedef struct kiln_device_info {
   uint32_t struct_size;        /* set by the caller to sizeof(kiln_device_info) */
@@ -216,10 +311,13 @@ typedef struct kiln_device_info {
 } kiln_device_info;
 
 /* Fills *out (whose struct_size the caller sets; a smaller, older struct is
- * filled up to its size). */
-KILN_API kiln_status kiln_device_get_info(kiln_context *ctx, kiln_device device, kiln_device_info *out);
-/* Waits until all work kiln queued on the device is done. */
-KILN_API kiln_status kiln_device_synchronize(kiln_context *ctx, kiln_device device);
+ * filled up to its size; INVALID_ARGUMENT below sizeof(uint32_t)).
+ * DEVICE_UNAVAILABLE for a device the context does not have. */
+KILN_NODISCARD KILN_API kiln_status kiln_device_get_info(kiln_context *ctx, kiln_device device, kiln_device_info *out);
+/* Waits until all work kiln queued on the device is done (at once on the
+ * CPU, whose calls finish before they return). DEVICE_UNAVAILABLE for a
+ * device the context does not have; BACKEND when queued work failed. */
+KILN_NODISCARD KILN_API kiln_status kiln_device_synchronize(kiln_context *ctx, kiln_device device);
 
 /* ======================================================================
  * Tensors
@@ -243,87 +341,115 @@ typedef enum kiln_dtype {
  * KILN_ERROR_INVALID_ARGUMENT before anything is allocated. */
 #define KILN_MAX_PARAMETERS (INT64_C(1) << 40)
 
-/* "f32", "f16", ...; NULL for an unknown value. Never fails. */
+/* "f32", "f16", ...; NULL for an unknown value. Static storage. Never fails;
+ * any thread. */
 KILN_API const char *kiln_dtype_name(kiln_dtype dtype);
-/* Bytes per element; 0 for an unknown value. Never fails. */
+/* Bytes per element; 0 for an unknown value. Never fails; any thread. */
 KILN_API int64_t kiln_dtype_size(kiln_dtype dtype);
 
-/* Creation. shape has ndim entries (0 <= ndim <= KILN_MAX_DIMS, each >= 0);
- * the tensor is contiguous, row-major, on device, and owned by the caller.
- * Errors: INVALID_ARGUMENT (bad shape/dtype, a full value outside an integer
- * dtype), DEVICE_UNAVAILABLE, OUT_OF_MEMORY (the context stays usable). */
-KILN_API kiln_status kiln_tensor_empty(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype,
-                                       kiln_device device, kiln_tensor **out);
-KILN_API kiln_status kiln_tensor_zeros(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype,
-                                       kiln_device device, kiln_tensor **out);
-KILN_API kiln_status kiln_tensor_ones(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype,
-                                      kiln_device device, kiln_tensor **out);
-KILN_API kiln_status kiln_tensor_full(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype,
-                                      kiln_device device, double value, kiln_tensor **out);
-/* A 1-D tensor start, start+step, ... below end (above end for step < 0). */
-KILN_API kiln_status kiln_tensor_arange(kiln_context *ctx, double start, double end, double step, kiln_dtype dtype,
-                                        kiln_device device, kiln_tensor **out);
+/* Creation. shape has ndim entries (0 <= ndim <= KILN_MAX_DIMS, each >= 0,
+ * shape may be NULL when ndim is 0: a scalar); the tensor is contiguous,
+ * row-major, on device, and owned by the caller. empty leaves the contents
+ * undefined; zeros, ones and full fill them. Errors: INVALID_ARGUMENT (bad
+ * shape/dtype, a full value that is not finite or, for an integer dtype,
+ * outside its range once truncated), DEVICE_UNAVAILABLE (a device the
+ * context does not have), OUT_OF_MEMORY (the context stays usable). Any
+ * thread. */
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_empty(kiln_context *ctx, const int64_t *shape, int64_t ndim,
+                                                      kiln_dtype dtype, kiln_device device, kiln_tensor **out);
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_zeros(kiln_context *ctx, const int64_t *shape, int64_t ndim,
+                                                      kiln_dtype dtype, kiln_device device, kiln_tensor **out);
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_ones(kiln_context *ctx, const int64_t *shape, int64_t ndim,
+                                                     kiln_dtype dtype, kiln_device device, kiln_tensor **out);
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_full(kiln_context *ctx, const int64_t *shape, int64_t ndim,
+                                                     kiln_dtype dtype, kiln_device device, double value,
+                                                     kiln_tensor **out);
+/* A 1-D tensor start, start+step, ... below end (above end for step < 0).
+ * INVALID_ARGUMENT for step 0, a non-finite argument, more than 2^53
+ * elements, or values an integer dtype cannot hold. */
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_arange(kiln_context *ctx, double start, double end, double step,
+                                                       kiln_dtype dtype, kiln_device device, kiln_tensor **out);
 /* Uniform in [0, 1) / standard normal, from the context's generator. The
  * values depend only on the seed and the draws before, not on the device.
  * Floating dtypes only (else DTYPE_MISMATCH). */
-KILN_API kiln_status kiln_tensor_rand(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype,
-                                      kiln_device device, kiln_tensor **out);
-KILN_API kiln_status kiln_tensor_randn(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype,
-                                       kiln_device device, kiln_tensor **out);
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_rand(kiln_context *ctx, const int64_t *shape, int64_t ndim,
+                                                     kiln_dtype dtype, kiln_device device, kiln_tensor **out);
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_randn(kiln_context *ctx, const int64_t *shape, int64_t ndim,
+                                                      kiln_dtype dtype, kiln_device device, kiln_tensor **out);
 /* Copies nbytes of host data (exactly numel * dtype size, else
- * INVALID_ARGUMENT) into a new tensor on device. */
-KILN_API kiln_status kiln_tensor_from_host(kiln_context *ctx, const void *data, int64_t nbytes, const int64_t *shape,
-                                           int64_t ndim, kiln_dtype dtype, kiln_device device, kiln_tensor **out);
+ * INVALID_ARGUMENT) into a new tensor on device; data is not kept. */
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_from_host(kiln_context *ctx, const void *data, int64_t nbytes,
+                                                          const int64_t *shape, int64_t ndim, kiln_dtype dtype,
+                                                          kiln_device device, kiln_tensor **out);
 /* A CPU tensor in page-locked memory (plain CPU memory when CUDA is not
  * usable): kiln_tensor_to from it to a CUDA device is asynchronous, so call
  * kiln_device_synchronize before changing its contents again. */
-KILN_API kiln_status kiln_tensor_empty_pinned(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype,
-                                              kiln_tensor **out);
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_empty_pinned(kiln_context *ctx, const int64_t *shape, int64_t ndim,
+                                                             kiln_dtype dtype, kiln_tensor **out);
+/* Drops the caller's handle; the storage lives on while views, other handles
+ * (kiln_tensor_retain, kiln_tensor_to on the same device), datasets or
+ * exported DLPack tensors use it. */
 KILN_API void kiln_tensor_release(kiln_tensor *tensor);
+/* A new handle to the same tensor, for another owner (a thread that keeps its
+ * own reference): see "Handles" above. *out is the caller's, released
+ * with kiln_tensor_release. INVALID_HANDLE for a released tensor, INVALID_ARGUMENT
+ * for NULL out. Any thread. */
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_retain(kiln_tensor *tensor, kiln_tensor **out);
 
 /* Copies the tensor's elements into host memory (nbytes must equal numel *
- * dtype size). Waits for pending device work on the tensor. */
-KILN_API kiln_status kiln_tensor_copy_to_host(const kiln_tensor *tensor, void *data, int64_t nbytes);
+ * dtype size, else INVALID_ARGUMENT). Waits for pending device work on the
+ * tensor (BACKEND when it failed). Views copy their own elements only. */
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_copy_to_host(const kiln_tensor *tensor, void *data, int64_t nbytes);
 /* Copies bytes from host memory into an existing tensor (nbytes must equal
  * numel * dtype size); views write through to the storage they share. */
-KILN_API kiln_status kiln_tensor_copy_from_host(kiln_tensor *tensor, const void *data, int64_t nbytes);
-/* The value of a one-element tensor as a double. */
-KILN_API kiln_status kiln_tensor_item(const kiln_tensor *tensor, double *out);
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_copy_from_host(kiln_tensor *tensor, const void *data, int64_t nbytes);
+/* The value of a one-element tensor (any dtype, any device) as a double;
+ * SHAPE_MISMATCH for any other number of elements. */
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_item(const kiln_tensor *tensor, double *out);
 /* The tensor on device (PyTorch's .to(device)): a copy, or a new handle to
- * the same tensor when it is already there. */
-KILN_API kiln_status kiln_tensor_to(const kiln_tensor *tensor, kiln_device device, kiln_tensor **out);
+ * the same tensor when it is already there (release it either way).
+ * DEVICE_UNAVAILABLE for a device the context does not have. */
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_to(const kiln_tensor *tensor, kiln_device device, kiln_tensor **out);
 /* A copy converted to dtype (PyTorch's .to(dtype)); float to int truncates
  * toward zero. */
-KILN_API kiln_status kiln_tensor_cast(const kiln_tensor *tensor, kiln_dtype dtype, kiln_tensor **out);
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_cast(const kiln_tensor *tensor, kiln_dtype dtype, kiln_tensor **out);
 /* A contiguous copy on the same device. */
-KILN_API kiln_status kiln_tensor_clone(const kiln_tensor *tensor, kiln_tensor **out);
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_clone(const kiln_tensor *tensor, kiln_tensor **out);
 
-/* Queries. */
-KILN_API kiln_status kiln_tensor_ndim(const kiln_tensor *tensor, int64_t *out);
-/* Size of dimension dim; negative dims count from the end. */
-KILN_API kiln_status kiln_tensor_dim(const kiln_tensor *tensor, int64_t dim, int64_t *out);
-/* Copies the shape into shape[0..ndim); capacity must be >= ndim. */
-KILN_API kiln_status kiln_tensor_shape(const kiln_tensor *tensor, int64_t *shape, int64_t capacity);
-KILN_API kiln_status kiln_tensor_numel(const kiln_tensor *tensor, int64_t *out);
-KILN_API kiln_status kiln_tensor_dtype(const kiln_tensor *tensor, kiln_dtype *out);
-KILN_API kiln_status kiln_tensor_device(const kiln_tensor *tensor, kiln_device *out);
+/* Queries: they fail only on the common statuses (see the top). Any
+ * thread. */
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_ndim(const kiln_tensor *tensor, int64_t *out);
+/* Size of dimension dim; negative dims count from the end. INVALID_ARGUMENT
+ * for dim outside [-ndim, ndim) (a scalar has none). */
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_dim(const kiln_tensor *tensor, int64_t dim, int64_t *out);
+/* Copies the shape into shape[0..ndim); capacity must be >= ndim
+ * (INVALID_ARGUMENT; KILN_MAX_DIMS is always enough). */
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_shape(const kiln_tensor *tensor, int64_t *shape, int64_t capacity);
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_numel(const kiln_tensor *tensor, int64_t *out);
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_dtype(const kiln_tensor *tensor, kiln_dtype *out);
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_device(const kiln_tensor *tensor, kiln_device *out);
 /* PyTorch's get_device(): the CUDA index, or -1 for a CPU tensor. */
-KILN_API kiln_status kiln_tensor_get_device(const kiln_tensor *tensor, int64_t *out);
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_get_device(const kiln_tensor *tensor, int64_t *out);
 /* 1 for a tensor made by kiln_tensor_empty_pinned (even when, without CUDA,
  * its memory is ordinary), else 0. Views share their source's answer. */
-KILN_API kiln_status kiln_tensor_is_pinned(const kiln_tensor *tensor, int *out);
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_is_pinned(const kiln_tensor *tensor, int *out);
 
 /* Views share storage with their source (writes show through both ways) and
- * keep it alive. reshape: same numel, one entry may be -1. rows: rows
- * [start, end) of dimension 0. */
-KILN_API kiln_status kiln_tensor_reshape(const kiln_tensor *tensor, const int64_t *shape, int64_t ndim,
-                                         kiln_tensor **out);
-KILN_API kiln_status kiln_tensor_rows(const kiln_tensor *tensor, int64_t start, int64_t end, kiln_tensor **out);
+ * keep it alive. reshape: same numel (else SHAPE_MISMATCH, and for two -1s
+ * or a -1 that could be any size); one entry may be -1, a size below -1 is
+ * INVALID_ARGUMENT. rows: rows [start, end) of dimension 0, 0 <= start <= end <= dim 0
+ * (INVALID_ARGUMENT otherwise, and for a scalar). */
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_reshape(const kiln_tensor *tensor, const int64_t *shape, int64_t ndim,
+                                                        kiln_tensor **out);
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_rows(const kiln_tensor *tensor, int64_t start, int64_t end,
+                                                     kiln_tensor **out);
 
 /* Math. Inputs must be on one device (else INVALID_ARGUMENT) and, for two
  * tensors, of one dtype (no implicit promotion: DTYPE_MISMATCH). Results are
- * new contiguous tensors on that device. Float ops accept f32, f64, f16 and
- * bf16 (computed in f32); integer dtypes are accepted where marked. */
+ * new contiguous tensors on that device, owned by the caller. Float ops
+ * accept f32, f64, f16 and bf16 (computed in f32); integer dtypes are
+ * accepted where marked, others give DTYPE_MISMATCH. Inputs are only read:
+ * several threads may compute from the same tensors at once. */
 
 typedef enum kiln_binary_op {
   KILN_ADD = 0, KILN_SUB = 1, KILN_MUL = 2, KILN_DIV = 3, /* all dtypes; int DIV truncates */
@@ -337,11 +463,12 @@ typedef enum kiln_binary_op {
 
 /* Elementwise a op b with NumPy broadcasting (SHAPE_MISMATCH if the shapes
  * do not broadcast). Integer division by zero gives 0. */
-KILN_API kiln_status kiln_tensor_binary(kiln_binary_op op, const kiln_tensor *a, const kiln_tensor *b,
-                                        kiln_tensor **out);
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_binary(kiln_binary_op op, const kiln_tensor *a, const kiln_tensor *b,
+                                                       kiln_tensor **out);
 /* Elementwise a op scalar (scalar converted to a's dtype; for an integer
  * dtype it must be finite and in range once truncated, else INVALID_ARGUMENT). */
-KILN_API kiln_status kiln_tensor_scalar(kiln_binary_op op, const kiln_tensor *a, double scalar, kiln_tensor **out);
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_scalar(kiln_binary_op op, const kiln_tensor *a, double scalar,
+                                                       kiln_tensor **out);
 
 typedef enum kiln_compare_op {
   KILN_EQ = 0, KILN_NE = 1, KILN_LT = 2, KILN_LE = 3, KILN_GT = 4, KILN_GE = 5,
@@ -351,8 +478,8 @@ typedef enum kiln_compare_op {
 } kiln_compare_op;
 
 /* Elementwise comparison with broadcasting; the result is u8 (0 or 1). */
-KILN_API kiln_status kiln_tensor_compare(kiln_compare_op op, const kiln_tensor *a, const kiln_tensor *b,
-                                         kiln_tensor **out);
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_compare(kiln_compare_op op, const kiln_tensor *a, const kiln_tensor *b,
+                                                        kiln_tensor **out);
 
 typedef enum kiln_unary_op {
   KILN_NEG = 0, KILN_ABS = 1,                /* all dtypes */
@@ -367,11 +494,13 @@ typedef enum kiln_unary_op {
 
 /* Elementwise op(a). alpha is LeakyReLU's negative slope and ignored by the
  * others. GELU is the exact (erf) form, as PyTorch's default. */
-KILN_API kiln_status kiln_tensor_unary(kiln_unary_op op, const kiln_tensor *a, double alpha, kiln_tensor **out);
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_unary(kiln_unary_op op, const kiln_tensor *a, double alpha,
+                                                      kiln_tensor **out);
 
-/* Softmax / log-softmax along dim (negative counts from the end). Float. */
-KILN_API kiln_status kiln_tensor_softmax(const kiln_tensor *a, int64_t dim, kiln_tensor **out);
-KILN_API kiln_status kiln_tensor_log_softmax(const kiln_tensor *a, int64_t dim, kiln_tensor **out);
+/* Softmax / log-softmax along dim (negative counts from the end;
+ * INVALID_ARGUMENT outside [-ndim, ndim)). Float dtypes (DTYPE_MISMATCH). */
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_softmax(const kiln_tensor *a, int64_t dim, kiln_tensor **out);
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_log_softmax(const kiln_tensor *a, int64_t dim, kiln_tensor **out);
 
 typedef enum kiln_reduce_op {
   KILN_SUM = 0, KILN_MEAN = 1, KILN_MAX = 2, KILN_ARGMAX = 3,
@@ -385,13 +514,13 @@ typedef enum kiln_reduce_op {
  * size 1. ARGMAX gives i64 (first index of the maximum); MEAN needs a float
  * dtype; SUM/MAX/ARGMAX accept all. Reducing an empty dimension with MAX or
  * ARGMAX is INVALID_ARGUMENT. */
-KILN_API kiln_status kiln_tensor_reduce(kiln_reduce_op op, const kiln_tensor *a, int64_t dim, int keepdim,
-                                        kiln_tensor **out);
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_reduce(kiln_reduce_op op, const kiln_tensor *a, int64_t dim,
+                                                       int keepdim, kiln_tensor **out);
 
 /* Matrix product of 2-D tensors [m, k] x [k, n] -> [m, n] (a 1-D operand is
  * treated as a row / column vector and that dimension dropped, as NumPy).
  * f32, f64, f16, bf16. f32 is computed in full fp32 precision. */
-KILN_API kiln_status kiln_tensor_matmul(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out);
+KILN_NODISCARD KILN_API kiln_status kiln_tensor_matmul(const kiln_tensor *a, const kiln_tensor *b, kiln_tensor **out);
 
 /* ======================================================================
  * Models
@@ -410,66 +539,97 @@ typedef enum kiln_layer_kind {
   KILN_LAYER_DROPOUT = 6
 } kiln_layer_kind;
 
-/* A model spec is a list of layers, built up and then given to
- * kiln_model_create (which copies it). */
-KILN_API kiln_status kiln_model_spec_create(kiln_model_spec **out);
+/* A model spec is a list of layers, built up by one thread and then given
+ * to kiln_model_create (which copies it). The caller owns *out. Sizes are
+ * >= 1 and the whole spec within KILN_MAX_PARAMETERS (INVALID_ARGUMENT). */
+KILN_NODISCARD KILN_API kiln_status kiln_model_spec_create(kiln_model_spec **out);
+/* Drops the spec; models made from it keep their copy. */
 KILN_API void kiln_model_spec_release(kiln_model_spec *spec);
-/* Appends Linear(in_features, out_features); in_features must equal the
- * previous Linear's out_features (SHAPE_MISMATCH). */
-KILN_API kiln_status kiln_model_spec_add_linear(kiln_model_spec *spec, int64_t in_features, int64_t out_features,
-                                                int bias);
+/* Appends Linear(in_features, out_features), with a bias unless bias is 0;
+ * in_features must equal the previous Linear's out_features
+ * (SHAPE_MISMATCH); both >= 1 (INVALID_ARGUMENT). */
+KILN_NODISCARD KILN_API kiln_status kiln_model_spec_add_linear(kiln_model_spec *spec, int64_t in_features,
+                                                               int64_t out_features, int bias);
 /* Appends a parameterless layer: RELU, GELU, TANH, SIGMOID, LEAKY_RELU
  * (arg = negative slope, PyTorch's default 0.01) or DROPOUT (arg = drop
- * probability in [0, 1)). arg is ignored by the others. */
-KILN_API kiln_status kiln_model_spec_add(kiln_model_spec *spec, kiln_layer_kind kind, double arg);
+ * probability in [0, 1)). arg is ignored by the others. INVALID_ARGUMENT for
+ * LINEAR (use kiln_model_spec_add_linear), a non-finite slope or a dropout
+ * probability outside [0, 1). */
+KILN_NODISCARD KILN_API kiln_status kiln_model_spec_add(kiln_model_spec *spec, kiln_layer_kind kind, double arg);
 /* Appends a whole MLP: Linear(sizes[0], sizes[1]), activation, ...,
- * Linear(sizes[n-2], sizes[n-1]) with biases; n >= 2. activation is one of the
- * parameterless kinds above (LEAKY_RELU uses 0.01). */
-KILN_API kiln_status kiln_model_spec_add_mlp(kiln_model_spec *spec, const int64_t *sizes, int64_t n,
-                                             kiln_layer_kind activation);
+ * Linear(sizes[n-2], sizes[n-1]) with biases; n >= 2. activation is RELU,
+ * LEAKY_RELU (slope 0.01), GELU, TANH or SIGMOID (INVALID_ARGUMENT for the
+ * others and for n < 2). */
+KILN_NODISCARD KILN_API kiln_status kiln_model_spec_add_mlp(kiln_model_spec *spec, const int64_t *sizes, int64_t n,
+                                                            kiln_layer_kind activation);
 /* Parses a compact spec such as "784-32-10" (ReLU between layers),
  * "784-1024-1024-10:gelu" or "784-256-10:relu:dropout=0.2" and appends its
  * layers after the spec's last layer, with no activation between (the first
  * size must equal the last Linear's out_features: KILN_ERROR_SHAPE_MISMATCH
- * otherwise); parse into a new spec to start over. */
-KILN_API kiln_status kiln_model_spec_parse(kiln_model_spec *spec, const char *text);
+ * otherwise); parse into a new spec to start over. INVALID_ARGUMENT for
+ * malformed text, with the offending part quoted (cut short). */
+KILN_NODISCARD KILN_API kiln_status kiln_model_spec_parse(kiln_model_spec *spec, const char *text);
 
 /* Creates a model with f32 parameters on device, initialised from the
  * context's generator as PyTorch's nn.Linear (kaiming-uniform weights with
  * a = sqrt(5), uniform(+-1/sqrt(in)) biases). The model starts in training
- * mode. Errors: INVALID_ARGUMENT (empty spec), DEVICE_UNAVAILABLE, OOM. */
-KILN_API kiln_status kiln_model_create(kiln_context *ctx, const kiln_model_spec *spec, kiln_device device,
-                                       kiln_model **out);
-/* As kiln_model_create with parameters of dtype (f32 or f64; f64 on the CPU). */
-KILN_API kiln_status kiln_model_create_dtype(kiln_context *ctx, const kiln_model_spec *spec, kiln_device device,
-                                             kiln_dtype dtype, kiln_model **out);
+ * mode. The model keeps ctx alive; the caller owns *out. Errors:
+ * INVALID_ARGUMENT (a spec without a Linear), DEVICE_UNAVAILABLE, OOM. Any
+ * thread (each draws from ctx's generator in turn). */
+KILN_NODISCARD KILN_API kiln_status kiln_model_create(kiln_context *ctx, const kiln_model_spec *spec,
+                                                      kiln_device device, kiln_model **out);
+/* As kiln_model_create with parameters of dtype: f32, or f64 on the CPU
+ * (NOT_SUPPORTED on CUDA; other dtypes are INVALID_ARGUMENT). */
+KILN_NODISCARD KILN_API kiln_status kiln_model_create_dtype(kiln_context *ctx, const kiln_model_spec *spec,
+                                                            kiln_device device, kiln_dtype dtype, kiln_model **out);
+/* Drops the caller's handle; the model lives on while trainers or other
+ * handles (kiln_model_retain) use it, and parameter tensors keep their
+ * storage. */
 KILN_API void kiln_model_release(kiln_model *model);
+/* A new handle to the same model, for another owner (a thread that keeps its
+ * own reference): see "Handles" above. *out is the caller's, released
+ * with kiln_model_release. INVALID_HANDLE for a released model, INVALID_ARGUMENT
+ * for NULL out. Any thread. */
+KILN_NODISCARD KILN_API kiln_status kiln_model_retain(kiln_model *model, kiln_model **out);
 /* Moves the parameters to device (PyTorch's model.to(device)). A trainer
- * created before the move fails with INVALID_ARGUMENT until recreated. */
-KILN_API kiln_status kiln_model_to(kiln_model *model, kiln_device device);
-KILN_API kiln_status kiln_model_device(const kiln_model *model, kiln_device *out);
+ * created before the move fails with INVALID_ARGUMENT until recreated.
+ * DEVICE_UNAVAILABLE for a device the context does not have; NOT_SUPPORTED
+ * for an f64 model to CUDA. Not while other threads use the model. */
+KILN_NODISCARD KILN_API kiln_status kiln_model_to(kiln_model *model, kiln_device device);
+/* The device the parameters are on. */
+KILN_NODISCARD KILN_API kiln_status kiln_model_device(const kiln_model *model, kiln_device *out);
 /* training = 1 (Dropout active) or 0 (evaluation). Not while another thread
  * runs the model. */
-KILN_API kiln_status kiln_model_set_training(kiln_model *model, int training);
-KILN_API kiln_status kiln_model_is_training(const kiln_model *model, int *out);
+KILN_NODISCARD KILN_API kiln_status kiln_model_set_training(kiln_model *model, int training);
+/* *out = 1 in training mode, 0 in evaluation mode. */
+KILN_NODISCARD KILN_API kiln_status kiln_model_is_training(const kiln_model *model, int *out);
 /* Total number of scalar parameters (weights and biases). */
-KILN_API kiln_status kiln_model_num_parameters(const kiln_model *model, int64_t *out);
-KILN_API kiln_status kiln_model_input_size(const kiln_model *model, int64_t *out);
-KILN_API kiln_status kiln_model_output_size(const kiln_model *model, int64_t *out);
+KILN_NODISCARD KILN_API kiln_status kiln_model_num_parameters(const kiln_model *model, int64_t *out);
+/* Features the first Linear takes, and outputs the last gives. */
+KILN_NODISCARD KILN_API kiln_status kiln_model_input_size(const kiln_model *model, int64_t *out);
+KILN_NODISCARD KILN_API kiln_status kiln_model_output_size(const kiln_model *model, int64_t *out);
 /* The spec as kiln_model_spec_parse reads it back. Owned by the model. */
-KILN_API kiln_status kiln_model_describe(const kiln_model *model, const char **out);
+KILN_NODISCARD KILN_API kiln_status kiln_model_describe(const kiln_model *model, const char **out);
 /* Number of parameter tensors (2 per Linear with bias). */
-KILN_API kiln_status kiln_model_num_parameter_tensors(const kiln_model *model, int64_t *out);
-/* Parameter i as a tensor sharing the model's storage (writes change the
- * model), and its name as PyTorch's nn.Sequential state_dict calls it
- * ("0.weight", "0.bias", "2.weight", ...; weights are [out, in]). */
-KILN_API kiln_status kiln_model_parameter(kiln_model *model, int64_t index, kiln_tensor **out);
-KILN_API kiln_status kiln_model_parameter_name(const kiln_model *model, int64_t index, const char **out);
+KILN_NODISCARD KILN_API kiln_status kiln_model_num_parameter_tensors(const kiln_model *model, int64_t *out);
+/* Parameter i (0 <= i < kiln_model_num_parameter_tensors, else
+ * INVALID_ARGUMENT) as a tensor sharing the model's storage (writes change
+ * the model; the caller owns the handle, which keeps the storage alive), and
+ * its name as PyTorch's nn.Sequential state_dict calls it ("0.weight",
+ * "0.bias", "2.weight", ...; weights are [out, in]; the string is owned by
+ * the model). */
+KILN_NODISCARD KILN_API kiln_status kiln_model_parameter(kiln_model *model, int64_t index, kiln_tensor **out);
+KILN_NODISCARD KILN_API kiln_status kiln_model_parameter_name(const kiln_model *model, int64_t index, const char **out);
 
 /* Forward pass without gradients: x is [batch, input_size] (any float dtype
  * or u8, converted to the model's dtype), on the model's device; *out is
- * [batch, output_size] logits. Safe from several threads at once. */
-KILN_API kiln_status kiln_model_forward(kiln_model *model, const kiln_tensor *x, kiln_tensor **out);
+ * [batch, output_size] logits. x may come from any context (a tensor is
+ * memory on a device; the model's context runs the pass and owns *out),
+ * whereas a dataset's tensors must be of its own context. SHAPE_MISMATCH
+ * unless x has >= 2 dimensions and input_size elements per row,
+ * DTYPE_MISMATCH for integer x other than u8, INVALID_ARGUMENT for x on
+ * another device. Safe from several threads at once. */
+KILN_NODISCARD KILN_API kiln_status kiln_model_forward(kiln_model *model, const kiln_tensor *x, kiln_tensor **out);
 
 typedef enum kiln_predict_kind {
   KILN_PREDICT_LOGITS = 0,
@@ -477,21 +637,30 @@ typedef enum kiln_predict_kind {
   KILN_PREDICT_CLASSES = 2        /* argmax, i64 [batch] */
 } kiln_predict_kind;
 
-/* Evaluation-mode forward pass: x may be on any device (it is moved to the
- * model's); *out is on the model's device. Safe from several threads. */
-KILN_API kiln_status kiln_model_predict(kiln_model *model, const kiln_tensor *x, kiln_predict_kind kind,
-                                        kiln_tensor **out);
+/* Evaluation-mode forward pass (Dropout off, whatever the model's mode): x
+ * may be on any device (it is moved to the model's) and of any context;
+ * *out is on the model's device. Errors as kiln_model_forward. Safe from
+ * several threads. */
+KILN_NODISCARD KILN_API kiln_status kiln_model_predict(kiln_model *model, const kiln_tensor *x, kiln_predict_kind kind,
+                                                       kiln_tensor **out);
 
 /* Writes the weights as a safetensors file (names as kiln_model_parameter_name,
- * the spec in the metadata) atomically: a crash leaves any old file intact. */
-KILN_API kiln_status kiln_model_save(const kiln_model *model, const char *path);
-/* Creates a model from a file kiln_model_save wrote. FORMAT for a malformed
- * file, IO for an unreadable one. */
-KILN_API kiln_status kiln_model_load(kiln_context *ctx, const char *path, kiln_device device, kiln_model **out);
+ * the spec in the metadata) atomically: a crash leaves any old file intact
+ * (see "Files" above for symbolic links and special files). IO when the file
+ * cannot be written, with the path and the system's reason. Not while
+ * another thread changes the model. */
+KILN_NODISCARD KILN_API kiln_status kiln_model_save(const kiln_model *model, const char *path);
+/* Creates a model from a file kiln_model_save wrote; the caller owns *out.
+ * FORMAT for a malformed, truncated or hostile file (never read past its
+ * end; limits above), IO for an unreadable one, DEVICE_UNAVAILABLE. Loading
+ * is linear in the file's size. Any thread. */
+KILN_NODISCARD KILN_API kiln_status kiln_model_load(kiln_context *ctx, const char *path, kiln_device device,
+                                                    kiln_model **out);
 /* Loads weights from a safetensors file into an existing model;
- * SHAPE_MISMATCH if the file holds another architecture. On failure the
- * model's weights are unchanged. */
-KILN_API kiln_status kiln_model_load_weights(kiln_model *model, const char *path);
+ * SHAPE_MISMATCH if the file holds another architecture, DTYPE_MISMATCH for
+ * another dtype, FORMAT / IO as kiln_model_load. On failure the model's
+ * weights are unchanged. Not while other threads use the model. */
+KILN_NODISCARD KILN_API kiln_status kiln_model_load_weights(kiln_model *model, const char *path);
 /* Creates a model of spec on device from a safetensors file that holds its
  * parameters under the names PyTorch's nn.Sequential of the same layers
  * gives them in its state_dict ("0.weight" [out, in], "0.bias" [out],
@@ -515,8 +684,9 @@ KILN_API kiln_status kiln_model_load_weights(kiln_model *model, const char *path
  *   INVALID_ARGUMENT NULL ctx/path/spec/out or a spec without a Linear;
  *   INVALID_HANDLE  a released ctx or spec; DEVICE_UNAVAILABLE; OOM.
  * Thread: any (ctx may be shared; spec must not be changed meanwhile). */
-KILN_API kiln_status kiln_model_load_with_spec(kiln_context *ctx, const char *path, const kiln_model_spec *spec,
-                                               kiln_device device, kiln_model **out);
+KILN_NODISCARD KILN_API kiln_status kiln_model_load_with_spec(kiln_context *ctx, const char *path,
+                                                              const kiln_model_spec *spec, kiln_device device,
+                                                              kiln_model **out);
 
 /* ======================================================================
  * ONNX export and import
@@ -553,7 +723,7 @@ KILN_API kiln_status kiln_model_load_with_spec(kiln_context *ctx, const char *pa
  * Thread: any; the model may be used by other threads meanwhile, but its
  * weights should not be changed (a concurrent training step may be half
  * seen). */
-KILN_API kiln_status kiln_model_export_onnx(const kiln_model *model, const char *path);
+KILN_NODISCARD KILN_API kiln_status kiln_model_export_onnx(const kiln_model *model, const char *path);
 /* Creates a CPU model (move it with kiln_model_to) from an ONNX file holding
  * an MLP: one graph input [batch, features...] of FLOAT or DOUBLE, one
  * output, and between them a chain of nodes, each reading the previous one's
@@ -583,7 +753,7 @@ KILN_API kiln_status kiln_model_export_onnx(const kiln_model *model, const char 
  *   INVALID_ARGUMENT NULL ctx/path/out; INVALID_HANDLE a released ctx; OOM.
  * On failure *out is NULL and nothing else changes.
  * Thread: any (ctx may be shared). */
-KILN_API kiln_status kiln_model_import_onnx(kiln_context *ctx, const char *path, kiln_model **out);
+KILN_NODISCARD KILN_API kiln_status kiln_model_import_onnx(kiln_context *ctx, const char *path, kiln_model **out);
 
 /* ======================================================================
  * Datasets
@@ -593,37 +763,59 @@ typedef struct kiln_dataset kiln_dataset;
 
 /* A dataset from tensors: x [N, features...] (float or u8) and y [N] integer
  * class labels (i32/i64/u8, all >= 0) or [N, k] float targets, both of ctx.
- * The tensors are referenced, not copied. SHAPE_MISMATCH when the first
- * dimensions differ; INVALID_ARGUMENT for N = 0 or a negative label. */
-KILN_API kiln_status kiln_dataset_from_tensors(kiln_context *ctx, const kiln_tensor *x, const kiln_tensor *y,
-                                               kiln_dataset **out);
+ * The tensors are referenced, not copied (the dataset keeps them alive; do
+ * not write to them while it is used). SHAPE_MISMATCH when the first
+ * dimensions differ or y has another rank; DTYPE_MISMATCH for other dtypes;
+ * INVALID_ARGUMENT for N = 0, samples without features, a negative label or
+ * tensors of another context than ctx (unlike kiln_model_forward, a dataset
+ * lives in one context). The caller owns *out. */
+KILN_NODISCARD KILN_API kiln_status kiln_dataset_from_tensors(kiln_context *ctx, const kiln_tensor *x,
+                                                              const kiln_tensor *y, kiln_dataset **out);
 /* Reads an IDX image file and an IDX label file (raw, or gzip when the name
  * ends in .gz), as MNIST and Fashion-MNIST ship them. Images stay u8 and are
- * scaled to [0, 1] when batched. IO / FORMAT on a bad file. */
-KILN_API kiln_status kiln_dataset_load_idx(kiln_context *ctx, const char *images_path, const char *labels_path,
-                                           kiln_dataset **out);
+ * scaled to [0, 1] when batched. IO for a missing, unreadable or special
+ * file; FORMAT for a malformed or hostile one (wrong magic, sizes that
+ * disagree with the file or each other, no samples, a .gz that claims more
+ * than deflate can hold), never allocating more than the file can hold. */
+KILN_NODISCARD KILN_API kiln_status kiln_dataset_load_idx(kiln_context *ctx, const char *images_path,
+                                                          const char *labels_path, kiln_dataset **out);
 /* Loads the "train" or "test" split of an MNIST-layout directory
- * (train-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz], ...). */
-KILN_API kiln_status kiln_dataset_load_mnist(kiln_context *ctx, const char *dir, const char *split,
-                                             kiln_dataset **out);
+ * (train-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz], ...).
+ * INVALID_ARGUMENT for another split; IO when dir is not a directory or
+ * lacks the files (the message names them); then as kiln_dataset_load_idx. */
+KILN_NODISCARD KILN_API kiln_status kiln_dataset_load_mnist(kiln_context *ctx, const char *dir, const char *split,
+                                                            kiln_dataset **out);
+/* Drops the caller's handle; splits and trainers in a fit keep the data. */
 KILN_API void kiln_dataset_release(kiln_dataset *dataset);
-KILN_API kiln_status kiln_dataset_size(const kiln_dataset *dataset, int64_t *out);
+/* A new handle to the same dataset, for another owner (a thread that keeps its
+ * own reference): see "Handles" above. *out is the caller's, released
+ * with kiln_dataset_release. INVALID_HANDLE for a released dataset, INVALID_ARGUMENT
+ * for NULL out. Any thread. */
+KILN_NODISCARD KILN_API kiln_status kiln_dataset_retain(kiln_dataset *dataset, kiln_dataset **out);
+/* Number of samples (>= 1). */
+KILN_NODISCARD KILN_API kiln_status kiln_dataset_size(const kiln_dataset *dataset, int64_t *out);
 /* Features per sample (product of x's dimensions after the first). */
-KILN_API kiln_status kiln_dataset_num_features(const kiln_dataset *dataset, int64_t *out);
+KILN_NODISCARD KILN_API kiln_status kiln_dataset_num_features(const kiln_dataset *dataset, int64_t *out);
 /* 1 + the largest label for class datasets; the target width otherwise. */
-KILN_API kiln_status kiln_dataset_num_classes(const kiln_dataset *dataset, int64_t *out);
+KILN_NODISCARD KILN_API kiln_status kiln_dataset_num_classes(const kiln_dataset *dataset, int64_t *out);
 /* Batched features become (x * scale - mean) / std. Defaults: scale 1/255
- * for u8, 1 for floats; mean 0; std 1. std must be > 0. */
-KILN_API kiln_status kiln_dataset_set_normalization(kiln_dataset *dataset, double scale, double mean, double std);
+ * for u8, 1 for floats; mean 0; std 1. All finite and std > 0, else
+ * INVALID_ARGUMENT. Splits made before keep their own normalisation. Not
+ * while another thread batches from the dataset. */
+KILN_NODISCARD KILN_API kiln_status kiln_dataset_set_normalization(kiln_dataset *dataset, double scale, double mean,
+                                                                   double std);
 /* Seeded random split into a training part and a validation part holding
- * round(size * validation_fraction) samples (0 < fraction < 1). Both share
- * the source's data. */
-KILN_API kiln_status kiln_dataset_split(const kiln_dataset *dataset, double validation_fraction, uint64_t seed,
-                                        kiln_dataset **train, kiln_dataset **validation);
+ * round(size * validation_fraction) samples (0 < fraction < 1, and both
+ * parts non-empty, else INVALID_ARGUMENT). Both share the source's data and
+ * are the caller's; train and validation must be two different pointers. */
+KILN_NODISCARD KILN_API kiln_status kiln_dataset_split(const kiln_dataset *dataset, double validation_fraction,
+                                                       uint64_t seed, kiln_dataset **train, kiln_dataset **validation);
 /* Samples [start, start + count) as float x [count, features] (model dtype
- * f32) and labels y [count] i64 (or float targets), normalised, on device. */
-KILN_API kiln_status kiln_dataset_batch(const kiln_dataset *dataset, int64_t start, int64_t count,
-                                        kiln_device device, kiln_tensor **x, kiln_tensor **y);
+ * f32) and labels y [count] i64 (or float targets), normalised, on device;
+ * both the caller's. INVALID_ARGUMENT unless 0 <= start, count >= 1 and
+ * start + count <= size, or when x and y are one pointer. Any thread. */
+KILN_NODISCARD KILN_API kiln_status kiln_dataset_batch(const kiln_dataset *dataset, int64_t start, int64_t count,
+                                                       kiln_device device, kiln_tensor **x, kiln_tensor **y);
 
 /* ======================================================================
  * Training
@@ -648,37 +840,69 @@ typedef enum kiln_lr_schedule {
 } kiln_lr_schedule;
 
 /* The mean loss of pred against target, as the trainer computes it (mean
- * over the batch; MSE and BCE also over the elements). Both on one device. */
-KILN_API kiln_status kiln_loss(kiln_loss_kind kind, const kiln_tensor *pred, const kiln_tensor *target, double *out);
+ * over the batch; MSE and BCE also over the elements). Both on one device
+ * (INVALID_ARGUMENT); shapes as the loss kind's comment says
+ * (SHAPE_MISMATCH). */
+KILN_NODISCARD KILN_API kiln_status kiln_loss(kiln_loss_kind kind, const kiln_tensor *pred, const kiln_tensor *target,
+                                              double *out);
 
 /* Trainer options, with PyTorch's defaults: cross-entropy, SGD, lr 0.01,
  * momentum 0, dampening 0, nesterov off, weight decay 0 (AdamW 0.01), betas
  * (0.9, 0.999), eps 1e-8, batch 64, no clipping, constant lr, no warmup,
- * shuffle seed from the context, progress every 0 batches (end of epoch only). */
-KILN_API kiln_status kiln_trainer_options_create(kiln_trainer_options **out);
+ * shuffle seed from the context, progress every 0 batches (end of epoch only).
+ * The caller owns *out. The setters change only the options object (one
+ * thread at a time; trainers made from it before keep their copy), and each
+ * refuses a value outside the range written at it with INVALID_ARGUMENT,
+ * naming the value, leaving the option as it was. */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_create(kiln_trainer_options **out);
+/* Drops the options; trainers made from them keep their copy. */
 KILN_API void kiln_trainer_options_release(kiln_trainer_options *options);
-KILN_API kiln_status kiln_trainer_options_set_loss(kiln_trainer_options *options, kiln_loss_kind loss);
-KILN_API kiln_status kiln_trainer_options_set_optimizer(kiln_trainer_options *options, kiln_optimizer_kind kind);
-KILN_API kiln_status kiln_trainer_options_set_lr(kiln_trainer_options *options, double lr);
-KILN_API kiln_status kiln_trainer_options_set_momentum(kiln_trainer_options *options, double momentum);
-KILN_API kiln_status kiln_trainer_options_set_nesterov(kiln_trainer_options *options, int nesterov);
-KILN_API kiln_status kiln_trainer_options_set_weight_decay(kiln_trainer_options *options, double weight_decay);
-KILN_API kiln_status kiln_trainer_options_set_betas(kiln_trainer_options *options, double beta1, double beta2);
-KILN_API kiln_status kiln_trainer_options_set_eps(kiln_trainer_options *options, double eps);
-KILN_API kiln_status kiln_trainer_options_set_batch_size(kiln_trainer_options *options, int64_t batch_size);
-/* Clip the global gradient norm to max_norm before each update (0 = off). */
-KILN_API kiln_status kiln_trainer_options_set_grad_clip(kiln_trainer_options *options, double max_norm);
-/* step_size: STEP's period in steps; gamma: STEP's factor; total_steps:
- * COSINE's length in steps (0 = the fit's total); min_lr: COSINE's floor. */
-KILN_API kiln_status kiln_trainer_options_set_schedule(kiln_trainer_options *options, kiln_lr_schedule schedule,
-                                                       int64_t step_size, double gamma, int64_t total_steps,
-                                                       double min_lr);
-/* Linear warmup from 0 to the scheduled lr over the first steps steps. */
-KILN_API kiln_status kiln_trainer_options_set_warmup(kiln_trainer_options *options, int64_t steps);
-KILN_API kiln_status kiln_trainer_options_set_shuffle_seed(kiln_trainer_options *options, uint64_t seed);
-/* Call the progress callback every n batches (0 = once per epoch). Each call
- * reads the loss back from the device. */
-KILN_API kiln_status kiln_trainer_options_set_progress_interval(kiln_trainer_options *options, int64_t batches);
+/* One of kiln_loss_kind. */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_loss(kiln_trainer_options *options, kiln_loss_kind loss);
+/* One of kiln_optimizer_kind. */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_optimizer(kiln_trainer_options *options,
+                                                                       kiln_optimizer_kind kind);
+/* lr >= 0 and finite (0 leaves the weights as they are). */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_lr(kiln_trainer_options *options, double lr);
+/* SGD's momentum: >= 0 and finite. Values of 1 and more are accepted, as
+ * PyTorch does, and usually diverge (fit then returns KILN_ERROR_NUMERIC). */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_momentum(kiln_trainer_options *options, double momentum);
+/* SGD's Nesterov momentum: any non-zero value turns it on. Never fails on
+ * the value. */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_nesterov(kiln_trainer_options *options, int nesterov);
+/* L2 penalty (SGD, Adam) or decoupled decay (AdamW): >= 0 and finite. */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_weight_decay(kiln_trainer_options *options,
+                                                                          double weight_decay);
+/* Adam's and AdamW's betas: each in [0, 1). */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_betas(kiln_trainer_options *options, double beta1,
+                                                                   double beta2);
+/* Adam's and AdamW's eps: > 0 and finite. */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_eps(kiln_trainer_options *options, double eps);
+/* Samples per batch: >= 1 (a batch larger than the dataset is one partial
+ * batch per epoch). */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_batch_size(kiln_trainer_options *options,
+                                                                        int64_t batch_size);
+/* Clip the global gradient norm to max_norm before each update (0 = off);
+ * max_norm >= 0 and finite. */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_grad_clip(kiln_trainer_options *options, double max_norm);
+/* step_size: STEP's period in steps, >= 1 for STEP (ignored otherwise);
+ * gamma: STEP's factor, > 0 and finite for STEP (ignored otherwise);
+ * total_steps: COSINE's length in steps, >= 0 (0 = the fit's total, so
+ * kiln_trainer_step and _epoch need it > 0: INVALID_ARGUMENT there);
+ * min_lr: COSINE's floor, >= 0 and finite. */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_schedule(kiln_trainer_options *options,
+                                                                      kiln_lr_schedule schedule, int64_t step_size,
+                                                                      double gamma, int64_t total_steps, double min_lr);
+/* Linear warmup from 0 to the scheduled lr over the first steps steps;
+ * steps >= 0 (0 = none). */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_warmup(kiln_trainer_options *options, int64_t steps);
+/* The seed of the epochs' shuffles (any value); unset, it is drawn from the
+ * model's context when the trainer is created. */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_shuffle_seed(kiln_trainer_options *options, uint64_t seed);
+/* Call the progress callback every n batches (0 = once per epoch; n >= 0).
+ * Each call reads the loss back from the device. */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_progress_interval(kiln_trainer_options *options,
+                                                                               int64_t batches);
 
 /* DataParallel, as PyTorch's nn.DataParallel: one trainer over several GPUs
  * of this process. devices[0..count) are CUDA devices, distinct; the model
@@ -711,8 +935,8 @@ KILN_API kiln_status kiln_trainer_options_set_progress_interval(kiln_trainer_opt
  * A DataParallel trainer cannot also be attached to a communicator
  * (KILN_ERROR_NOT_SUPPORTED): DDP runs one device per rank. */
 #define KILN_MAX_DATA_PARALLEL_DEVICES 64
-KILN_API kiln_status kiln_trainer_options_set_devices(kiln_trainer_options *options, const kiln_device *devices,
-                                                      int64_t count);
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_devices(kiln_trainer_options *options,
+                                                                    const kiln_device *devices, int64_t count);
 
 /* Numeric precision of a trainer's steps (kiln_trainer_options_set_precision):
  *  FP32  the model's dtype throughout, f32 products computed exactly (the
@@ -730,7 +954,8 @@ typedef enum kiln_precision {
   KILN_PRECISION_BF16 = 2
 } kiln_precision;
 /* KILN_ERROR_INVALID_ARGUMENT for a value outside kiln_precision. */
-KILN_API kiln_status kiln_trainer_options_set_precision(kiln_trainer_options *options, kiln_precision precision);
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_precision(kiln_trainer_options *options,
+                                                                       kiln_precision precision);
 
 /* The parts of a backend's fast path, each of which can be switched off to
  * bisect a failure: fused cuBLASLt epilogues, CUDA graphs, cuDNN's fused
@@ -748,12 +973,23 @@ typedef enum kiln_fast_path {
  * "cudnn" or "all", removes more when the trainer is created
  * (KILN_ERROR_INVALID_ARGUMENT there for an unknown name).
  * KILN_ERROR_INVALID_ARGUMENT for bits outside KILN_FAST_PATH_ALL. */
-KILN_API kiln_status kiln_trainer_options_set_fast_path(kiln_trainer_options *options, uint32_t enabled);
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_fast_path(kiln_trainer_options *options, uint32_t enabled);
 
 /* A trainer for model on the model's device; it keeps the model alive and
- * copies options (NULL = defaults). Used by one thread at a time. */
-KILN_API kiln_status kiln_trainer_create(kiln_model *model, const kiln_trainer_options *options, kiln_trainer **out);
+ * copies options (NULL = defaults); the caller owns *out. NOT_SUPPORTED for
+ * TF32 on the CPU and TF32/BF16 with an f64 model; INVALID_ARGUMENT for an
+ * unknown name in KILN_DISABLE. Used by one thread at a time, and while it
+ * trains, no other thread may change or run the model. */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_create(kiln_model *model, const kiln_trainer_options *options,
+                                                        kiln_trainer **out);
+/* Drops the caller's handle; a call running with the trainer (a fit, from
+ * its own callback) keeps it alive until it returns. */
 KILN_API void kiln_trainer_release(kiln_trainer *trainer);
+/* A new handle to the same trainer, for another owner (a thread that keeps its
+ * own reference): see "Handles" above. *out is the caller's, released
+ * with kiln_trainer_release. INVALID_HANDLE for a released trainer, INVALID_ARGUMENT
+ * for NULL out. Any thread. */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_retain(kiln_trainer *trainer, kiln_trainer **out);
 
 /* One optimisation step on a batch (x [B, in], or [B, ...] with `in`
  * elements per sample as kiln_model_forward takes it; y labels [B] or
@@ -762,9 +998,14 @@ KILN_API void kiln_trainer_release(kiln_trainer *trainer);
  * y have been copied when the call returns, so the caller may refill them at
  * once, pinned host tensors included (for those the call waits for the
  * copy, and so for the steps queued before it). Without a loss to read, the
- * step itself may still be running on a GPU when the call returns. */
-KILN_API kiln_status kiln_trainer_step(kiln_trainer *trainer, const kiln_tensor *x, const kiln_tensor *y,
-                                       double *loss);
+ * step itself may still be running on a GPU when the call returns.
+ * SHAPE_MISMATCH for x without `in` elements per sample or y not of B
+ * samples; DTYPE_MISMATCH for labels that are not integers (cross-entropy)
+ * or targets that are not float; INVALID_ARGUMENT for labels outside the
+ * model's classes; BUSY from the trainer's own callback; NUMERIC is not
+ * raised here (a NaN loss is returned as it is). */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_step(kiln_trainer *trainer, const kiln_tensor *x, const kiln_tensor *y,
+                                                      double *loss);
 
 typedef struct kiln_epoch_stats {
   uint32_t struct_size;   /* set by the caller (or the library, in callbacks) */
@@ -780,9 +1021,12 @@ typedef struct kiln_epoch_stats {
 } kiln_epoch_stats;
 
 /* One shuffled pass over dataset in batches of the options' batch size, the
- * last one partial. *out (struct_size set by the caller) gets the training
- * statistics; no validation. */
-KILN_API kiln_status kiln_trainer_epoch(kiln_trainer *trainer, const kiln_dataset *dataset, kiln_epoch_stats *out);
+ * last one partial. *out (struct_size set by the caller, at least
+ * sizeof(uint32_t); an older, smaller struct is filled up to its size) gets
+ * the training statistics; no validation. Errors as kiln_trainer_step, and
+ * NUMERIC as kiln_trainer_fit. */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_epoch(kiln_trainer *trainer, const kiln_dataset *dataset,
+                                                       kiln_epoch_stats *out);
 
 typedef enum kiln_progress_phase {
   KILN_PROGRESS_BATCH = 0, /* every progress_interval batches */
@@ -817,31 +1061,47 @@ typedef int (*kiln_progress_fn)(void *user, const kiln_progress *progress);
  * loss is NaN or infinite (the updates done so far stay in the model; the
  * same for kiln_trainer_epoch); KILN_ERROR_INVALID_ARGUMENT when epochs < 1
  * or the total step count would pass 2^62. */
-KILN_API kiln_status kiln_trainer_fit(kiln_trainer *trainer, const kiln_dataset *train,
-                                      const kiln_dataset *validation, int64_t epochs, kiln_progress_fn callback,
-                                      void *user, kiln_history **out);
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_fit(kiln_trainer *trainer, const kiln_dataset *train,
+                                                     const kiln_dataset *validation, int64_t epochs,
+                                                     kiln_progress_fn callback, void *user, kiln_history **out);
 /* Mean loss and accuracy (0 for non-class targets) of the model over dataset,
- * in evaluation mode. loss and accuracy may each be NULL when not wanted. */
-KILN_API kiln_status kiln_trainer_evaluate(kiln_trainer *trainer, const kiln_dataset *dataset, double *loss,
-                                           double *accuracy);
+ * in evaluation mode. loss and
+ * accuracy may each be NULL when not wanted; on failure the non-NULL ones
+ * are 0. BUSY from the trainer's own callback; shapes and dtypes as
+ * kiln_trainer_step. */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_evaluate(kiln_trainer *trainer, const kiln_dataset *dataset,
+                                                          double *loss, double *accuracy);
 /* Epochs and optimisation steps done so far (checkpoints restore them). */
-KILN_API kiln_status kiln_trainer_epochs_done(const kiln_trainer *trainer, int64_t *out);
-KILN_API kiln_status kiln_trainer_steps_done(const kiln_trainer *trainer, int64_t *out);
-/* The learning rate the next step will use. */
-KILN_API kiln_status kiln_trainer_current_lr(const kiln_trainer *trainer, double *out);
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_epochs_done(const kiln_trainer *trainer, int64_t *out);
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_steps_done(const kiln_trainer *trainer, int64_t *out);
+/* The learning rate the next step will use (schedule and warmup applied);
+ * INVALID_ARGUMENT for a cosine schedule with total_steps 0 outside a fit. */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_current_lr(const kiln_trainer *trainer, double *out);
 
 /* Writes a training checkpoint (weights, optimizer state, epoch and step
- * counters, shuffle generator) as safetensors, atomically. */
-KILN_API kiln_status kiln_trainer_save_checkpoint(const kiln_trainer *trainer, const char *path);
+ * counters, shuffle generator) as safetensors, atomically, as
+ * kiln_model_save writes (IO on failure, the old file intact). Allowed from
+ * the trainer's own progress callback. */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_save_checkpoint(const kiln_trainer *trainer, const char *path);
 /* Restores a checkpoint written for the same architecture and optimizer
  * (else SHAPE_MISMATCH / INVALID_ARGUMENT); training then continues exactly
- * as the run that wrote it. On failure the trainer is unchanged. */
-KILN_API kiln_status kiln_trainer_load_checkpoint(kiln_trainer *trainer, const char *path);
+ * as the run that wrote it. On failure the trainer is unchanged. FORMAT for a
+ * malformed file or counters of 2^62 and more, IO for an unreadable one,
+ * BUSY from the trainer's own callback. */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_load_checkpoint(kiln_trainer *trainer, const char *path);
 
+/* Drops the caller's handle to a history (kiln_trainer_fit's result). */
 KILN_API void kiln_history_release(kiln_history *history);
-KILN_API kiln_status kiln_history_size(const kiln_history *history, int64_t *out);
-/* Epoch i (0-based) of the history; out->struct_size set by the caller. */
-KILN_API kiln_status kiln_history_get(const kiln_history *history, int64_t index, kiln_epoch_stats *out);
+/* A new handle to the same history, for another owner (a thread that keeps its
+ * own reference): see "Handles" above. *out is the caller's, released
+ * with kiln_history_release. INVALID_HANDLE for a released history, INVALID_ARGUMENT
+ * for NULL out. Any thread. */
+KILN_NODISCARD KILN_API kiln_status kiln_history_retain(kiln_history *history, kiln_history **out);
+/* Number of epochs recorded (those the fit completed). */
+KILN_NODISCARD KILN_API kiln_status kiln_history_size(const kiln_history *history, int64_t *out);
+/* Epoch i (0-based) of the history; out->struct_size set by the caller (as
+ * for kiln_trainer_epoch). INVALID_ARGUMENT for i outside [0, size). */
+KILN_NODISCARD KILN_API kiln_status kiln_history_get(const kiln_history *history, int64_t index, kiln_epoch_stats *out);
 
 /* ---- Distributed data parallel (DDP) ------------------------------------
  * Training across processes and machines, one process (rank) per device,
@@ -881,7 +1141,7 @@ typedef struct kiln_communicator kiln_communicator;
  * after that long (MPI_Init itself waits for every process mpirun started;
  * mpirun bounds that). *out is released with kiln_communicator_release; a trainer
  * it is attached to keeps it alive. */
-KILN_API kiln_status kiln_communicator_create_mpi(kiln_context *ctx, kiln_communicator **out);
+KILN_NODISCARD KILN_API kiln_status kiln_communicator_create_mpi(kiln_context *ctx, kiln_communicator **out);
 /* One communicator per GPU of devices[0..count), over NCCL alone (no MPI):
  * out[i] (an array of count pointers the caller provides) is rank i of count
  * and runs on devices[i]. For DDP inside one process: one thread per GPU, each
@@ -892,18 +1152,24 @@ KILN_API kiln_status kiln_communicator_create_mpi(kiln_context *ctx, kiln_commun
  * that does not exist or a missing plugin; KILN_ERROR_NOT_SUPPORTED when the
  * plugin was built without NCCL. On failure every out[i] is NULL. Each
  * out[i] is released with kiln_communicator_release. */
-KILN_API kiln_status kiln_communicator_create_local(kiln_context *ctx, const kiln_device *devices, int64_t count,
-                                                    kiln_communicator **out);
+KILN_NODISCARD KILN_API kiln_status kiln_communicator_create_local(kiln_context *ctx, const kiln_device *devices,
+                                                                   int64_t count, kiln_communicator **out);
+/* Drops the caller's handle; a trainer it is attached to keeps it alive. */
 KILN_API void kiln_communicator_release(kiln_communicator *comm);
+/* A new handle to the same communicator, for another owner (a thread that keeps its
+ * own reference): see "Handles" above. *out is the caller's, released
+ * with kiln_communicator_release. INVALID_HANDLE for a released communicator, INVALID_ARGUMENT
+ * for NULL out. Any thread. */
+KILN_NODISCARD KILN_API kiln_status kiln_communicator_retain(kiln_communicator *comm, kiln_communicator **out);
 /* This process's rank in [0, size), the number of ranks, and the rank among
  * the ranks of the same machine (the GPU to use: cuda:<local rank>). */
-KILN_API kiln_status kiln_communicator_rank(const kiln_communicator *comm, int64_t *out);
-KILN_API kiln_status kiln_communicator_size(const kiln_communicator *comm, int64_t *out);
-KILN_API kiln_status kiln_communicator_local_rank(const kiln_communicator *comm, int64_t *out);
+KILN_NODISCARD KILN_API kiln_status kiln_communicator_rank(const kiln_communicator *comm, int64_t *out);
+KILN_NODISCARD KILN_API kiln_status kiln_communicator_size(const kiln_communicator *comm, int64_t *out);
+KILN_NODISCARD KILN_API kiln_status kiln_communicator_local_rank(const kiln_communicator *comm, int64_t *out);
 /* Seconds any one collective may take before it fails with
  * KILN_ERROR_COMMUNICATION (a dead or stuck peer). KILN_ERROR_INVALID_ARGUMENT
  * unless seconds > 0 and finite. Not while a trainer it is attached to runs. */
-KILN_API kiln_status kiln_communicator_set_timeout(kiln_communicator *comm, double seconds);
+KILN_NODISCARD KILN_API kiln_status kiln_communicator_set_timeout(kiln_communicator *comm, double seconds);
 
 /* Makes trainer one rank of DDP training over comm (see above); the trainer
  * keeps comm alive. Collective: every rank calls it. KILN_ERROR_INVALID_ARGUMENT
@@ -914,7 +1180,7 @@ KILN_API kiln_status kiln_communicator_set_timeout(kiln_communicator *comm, doub
  * NCCL); KILN_ERROR_COMMUNICATION when the exchange fails. From then on
  * kiln_trainer_step also averages gradients (every rank must call it, each
  * with its own batch; the loss returned is this rank's batch's). */
-KILN_API kiln_status kiln_trainer_attach_communicator(kiln_trainer *trainer, kiln_communicator *comm);
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_attach_communicator(kiln_trainer *trainer, kiln_communicator *comm);
 
 #ifdef __cplusplus
 }

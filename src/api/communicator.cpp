@@ -41,6 +41,10 @@ KILN_API kiln_status kiln_communicator_create_local(kiln_context *ctx, const kil
 
 KILN_API void kiln_communicator_release(kiln_communicator *comm) { kiln::api::release_handle(comm); }
 
+KILN_API kiln_status kiln_communicator_retain(kiln_communicator *comm, kiln_communicator **out) {
+  return kiln::api::retain_handle(comm, "comm", out);
+}
+
 KILN_API kiln_status kiln_communicator_rank(const kiln_communicator *comm, int64_t *out) {
   return query(comm, "communicator", out, [](const auto &c) { return c->rank(); });
 }

@@ -67,6 +67,10 @@ KILN_API kiln_status kiln_context_create(const kiln_context_options *options, ki
 
 KILN_API void kiln_context_release(kiln_context *ctx) { kiln::api::release_handle(ctx); }
 
+KILN_API kiln_status kiln_context_retain(kiln_context *ctx, kiln_context **out) {
+  return kiln::api::retain_handle(ctx, "ctx", out);
+}
+
 KILN_API kiln_status kiln_context_set_seed(kiln_context *ctx, uint64_t seed) {
   return kiln::api::guard([&] { kiln::api::value(ctx, "ctx")->set_seed(seed); });
 }

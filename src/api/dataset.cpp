@@ -73,6 +73,10 @@ KILN_API kiln_status kiln_dataset_load_mnist(kiln_context *ctx, const char *dir,
 
 KILN_API void kiln_dataset_release(kiln_dataset *dataset) { kiln::api::release_handle(dataset); }
 
+KILN_API kiln_status kiln_dataset_retain(kiln_dataset *dataset, kiln_dataset **out) {
+  return kiln::api::retain_handle(dataset, "dataset", out);
+}
+
 KILN_API kiln_status kiln_dataset_size(const kiln_dataset *dataset, int64_t *out) {
   return query(dataset, "dataset", out, [](const auto &d) { return d->size(); });
 }

@@ -144,6 +144,19 @@ template <class H, class V> H *make_handle(V &&v) {
   return reinterpret_cast<H *>(id);
 }
 
+// The *_retain entry points: a second registered handle owning a copy of
+// what h owns (a shared_ptr, or a Tensor that shares its storage), so each
+// handle is released on its own and the object lives until the last is.
+template <class H> kiln_status retain_handle(const H *h, const char *what, H **out) noexcept {
+  return guard(
+      [&] {
+        auto v = value(h, what);
+        require(out, "out");
+        *out = make_handle<H>(std::move(v));
+      },
+      out);
+}
+
 // Unregisters h and drops its struct; NULL, unknown and already released
 // handles are ignored (release functions return void and must never crash).
 template <class H> void release_handle(H *h) noexcept {

@@ -82,6 +82,10 @@ KILN_API kiln_status kiln_model_create(kiln_context *ctx, const kiln_model_spec 
 
 KILN_API void kiln_model_release(kiln_model *model) { kiln::api::release_handle(model); }
 
+KILN_API kiln_status kiln_model_retain(kiln_model *model, kiln_model **out) {
+  return kiln::api::retain_handle(model, "model", out);
+}
+
 KILN_API kiln_status kiln_model_to(kiln_model *model, kiln_device device) {
   return guard([&] {
     std::shared_ptr<kiln::Model> m = value(model, "model");

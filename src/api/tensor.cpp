@@ -155,6 +155,10 @@ KILN_API kiln_status kiln_tensor_empty_pinned(kiln_context *ctx, const int64_t *
 
 KILN_API void kiln_tensor_release(kiln_tensor *tensor) { kiln::api::release_handle(tensor); }
 
+KILN_API kiln_status kiln_tensor_retain(kiln_tensor *tensor, kiln_tensor **out) {
+  return kiln::api::retain_handle(tensor, "tensor", out);
+}
+
 KILN_API kiln_status kiln_tensor_copy_to_host(const kiln_tensor *tensor, void *data, int64_t nbytes) {
   return guard([&] {
     Tensor t = value(tensor, "tensor");

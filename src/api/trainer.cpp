@@ -238,6 +238,10 @@ KILN_API kiln_status kiln_trainer_create(kiln_model *model, const kiln_trainer_o
 
 KILN_API void kiln_trainer_release(kiln_trainer *trainer) { kiln::api::release_handle(trainer); }
 
+KILN_API kiln_status kiln_trainer_retain(kiln_trainer *trainer, kiln_trainer **out) {
+  return kiln::api::retain_handle(trainer, "trainer", out);
+}
+
 KILN_API kiln_status kiln_trainer_step(kiln_trainer *trainer, const kiln_tensor *x, const kiln_tensor *y,
                                        double *loss) {
   return guard([&] {
@@ -327,6 +331,10 @@ KILN_API kiln_status kiln_trainer_load_checkpoint(kiln_trainer *trainer, const c
 }
 
 KILN_API void kiln_history_release(kiln_history *history) { kiln::api::release_handle(history); }
+
+KILN_API kiln_status kiln_history_retain(kiln_history *history, kiln_history **out) {
+  return kiln::api::retain_handle(history, "history", out);
+}
 
 KILN_API kiln_status kiln_history_size(const kiln_history *history, int64_t *out) {
   return query(history, "history", out, [](const auto &h) { return int64_t(h->epochs.size()); });

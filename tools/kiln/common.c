@@ -78,7 +78,7 @@ int load_model_file(const cli_command *cmd, kiln_context *ctx, const char *path,
 
 void describe_device(kiln_context *ctx, kiln_device device, char *buf, size_t size) {
   char id[32] = "?";
-  kiln_device_format(device, id, sizeof id);
+  if (kiln_device_format(device, id, sizeof id) != KILN_OK) snprintf(id, sizeof id, "?");
   kiln_device_info info;
   memset(&info, 0, sizeof info);
   info.struct_size = sizeof info;

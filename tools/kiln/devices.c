@@ -21,7 +21,7 @@ static int print_device(const cli_command *cmd, kiln_context *ctx, kiln_device d
   memset(&info, 0, sizeof info);
   info.struct_size = sizeof info;
   char id[32];
-  kiln_device_format(device, id, sizeof id);
+  if (kiln_device_format(device, id, sizeof id) != KILN_OK) snprintf(id, sizeof id, "?");
   if (kiln_device_get_info(ctx, device, &info) != KILN_OK) {
     char what[64];
     snprintf(what, sizeof what, "cannot query %s", id);
@@ -66,7 +66,7 @@ int cmd_devices(int argc, char **argv) {
     rc = report_error(&cmd, "cannot query devices");
     goto done;
   }
-  kiln_device_format(def, def_name, sizeof def_name);
+  if (kiln_device_format(def, def_name, sizeof def_name) != KILN_OK) snprintf(def_name, sizeof def_name, "?");
   printf("kiln %s\n", kiln_version_string());
   if (available)
     printf("CUDA available: yes\n");

@@ -103,14 +103,14 @@ int cmd_predict(int argc, char **argv) {
       fprintf(stderr, "kiln predict: %s\n", err);
       rc = EXIT_RUNTIME_ERROR;
     } else {
-      kiln_tensor_dim(x_all, 0, &available);
+      if (kiln_tensor_dim(x_all, 0, &available) != KILN_OK) available = 0;
       count = count < 0 || count > available ? available : count;
       if (kiln_tensor_rows(x_all, 0, count, &x) != KILN_OK) rc = report_error(&cmd, "cannot select the images");
     }
   } else if (rc == CLI_CONTINUE) {
     rc = load_split(&cmd, ctx, data, "test", &test);
     if (rc == CLI_CONTINUE) {
-      kiln_dataset_size(test, &available);
+      if (kiln_dataset_size(test, &available) != KILN_OK) available = 0;
       count = count < 0 ? DEFAULT_COUNT : count;
       count = count > available ? available : count;
       labels = malloc((size_t)count * sizeof *labels);

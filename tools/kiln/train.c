@@ -221,7 +221,7 @@ static int join_job(const cli_command *cmd, const train_args *a, train_run *r) {
       kiln_communicator_rank(r->comm, &r->rank) != KILN_OK || kiln_communicator_size(r->comm, &r->ranks) != KILN_OK)
     return report_error(cmd, "cannot join the MPI job (--distributed)");
   int64_t local = 0;
-  kiln_communicator_local_rank(r->comm, &local);
+  if (kiln_communicator_local_rank(r->comm, &local) != KILN_OK) return report_error(cmd, "cannot read the local rank");
   int any_gpu = strcmp(a->device, "cuda") == 0 || (strcmp(a->device, "auto") == 0 && r->device.kind == KILN_DEVICE_CUDA);
   if (any_gpu) {
     r->device.index = local;
@@ -253,11 +253,12 @@ static void print_header(const train_args *a, const train_run *r) {
   describe_device(r->ctx, r->device, dev, sizeof dev);
   const char *spec = "?";
   int64_t params = 0, n_train = 0, n_val = 0, n_test = 0;
-  kiln_model_describe(r->model, &spec);
-  kiln_model_num_parameters(r->model, &params);
-  kiln_dataset_size(r->train, &n_train);
-  if (r->val) kiln_dataset_size(r->val, &n_val);
-  kiln_dataset_size(r->test, &n_test);
+  /* Figures for the header only: one that cannot be read shows as ? or 0. */
+  if (kiln_model_describe(r->model, &spec) != KILN_OK) spec = "?";
+  if (kiln_model_num_parameters(r->model, &params) != KILN_OK) params = 0;
+  if (kiln_dataset_size(r->train, &n_train) != KILN_OK) n_train = 0;
+  if (r->val && kiln_dataset_size(r->val, &n_val) != KILN_OK) n_val = 0;
+  if (kiln_dataset_size(r->test, &n_test) != KILN_OK) n_test = 0;
   printf("device: %s\n", dev);
   printf("model: %s (%lld parameters)\n", spec, (long long)params);
   printf("data: %s: %lld training, %lld validation, %lld test samples\n", a->data, (long long)n_train,
@@ -372,7 +373,7 @@ int cmd_train(int argc, char **argv) {
   if (rc == CLI_CONTINUE) {
     /* About 50 redraws per epoch; each reads the loss back from the device. */
     int64_t n = 0;
-    kiln_dataset_size(r.train, &n);
+    if (kiln_dataset_size(r.train, &n) != KILN_OK) n = 0;
     n = (n + r.ranks - 1) / r.ranks; /* this rank's share */
     int64_t batches = (n + a.batch - 1) / a.batch;
     int64_t interval = progress.mode == PROGRESS_BAR ? (batches / 50 > 0 ? batches / 50 : 1) : 0;

@@ -497,6 +497,8 @@ namespace Kiln
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern void kiln_context_release(IntPtr ctx);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        internal static extern Status kiln_context_retain(ContextHandle ctx, out ContextHandle @out);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_context_set_seed(ContextHandle ctx, ulong seed);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_device_parse(ContextHandle ctx, string text, out Device @out);
@@ -538,6 +540,8 @@ namespace Kiln
         internal static extern Status kiln_tensor_empty_pinned(ContextHandle ctx, long[] shape, long ndim, DType dtype, out TensorHandle @out);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern void kiln_tensor_release(IntPtr tensor);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        internal static extern Status kiln_tensor_retain(TensorHandle tensor, out TensorHandle @out);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_tensor_copy_to_host(TensorHandle tensor, IntPtr data, long nbytes);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
@@ -605,6 +609,8 @@ namespace Kiln
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern void kiln_model_release(IntPtr model);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        internal static extern Status kiln_model_retain(ModelHandle model, out ModelHandle @out);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_model_to(ModelHandle model, Device device);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_model_device(ModelHandle model, out Device @out);
@@ -650,6 +656,8 @@ namespace Kiln
         internal static extern Status kiln_dataset_load_mnist(ContextHandle ctx, string dir, string split, out DatasetHandle @out);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern void kiln_dataset_release(IntPtr dataset);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        internal static extern Status kiln_dataset_retain(DatasetHandle dataset, out DatasetHandle @out);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_dataset_size(DatasetHandle dataset, out long @out);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
@@ -707,6 +715,8 @@ namespace Kiln
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern void kiln_trainer_release(IntPtr trainer);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        internal static extern Status kiln_trainer_retain(TrainerHandle trainer, out TrainerHandle @out);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_trainer_step(TrainerHandle trainer, TensorHandle x, TensorHandle y, double* loss);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_trainer_epoch(TrainerHandle trainer, DatasetHandle dataset, ref kiln_epoch_stats @out);
@@ -727,6 +737,8 @@ namespace Kiln
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern void kiln_history_release(IntPtr history);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        internal static extern Status kiln_history_retain(HistoryHandle history, out HistoryHandle @out);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_history_size(HistoryHandle history, out long @out);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_history_get(HistoryHandle history, long index, ref kiln_epoch_stats @out);
@@ -736,6 +748,8 @@ namespace Kiln
         internal static extern Status kiln_communicator_create_local(ContextHandle ctx, Device[] devices, long count, IntPtr[] @out);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern void kiln_communicator_release(IntPtr comm);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        internal static extern Status kiln_communicator_retain(CommunicatorHandle comm, out CommunicatorHandle @out);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_communicator_rank(CommunicatorHandle comm, out long @out);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]

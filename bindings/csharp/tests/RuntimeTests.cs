@@ -379,6 +379,13 @@ static partial class Tests
     {
         ["kiln_tensor_to_dlpack"] = "DLPack hands tensors to Python and C tools (PyTorch, CuPy, JAX); no .NET library " +
                                     "takes a DLManagedTensorVersioned, so C# has no one to hand it to",
+        ["kiln_communicator_retain"] = "a C# object is shared by reference; a second native handle to the same object adds nothing",
+        ["kiln_context_retain"] = "a C# object is shared by reference; a second native handle to the same object adds nothing",
+        ["kiln_dataset_retain"] = "a C# object is shared by reference; a second native handle to the same object adds nothing",
+        ["kiln_history_retain"] = "a C# object is shared by reference; a second native handle to the same object adds nothing",
+        ["kiln_model_retain"] = "a C# object is shared by reference; a second native handle to the same object adds nothing",
+        ["kiln_tensor_retain"] = "a C# object is shared by reference; a second native handle to the same object adds nothing",
+        ["kiln_trainer_retain"] = "a C# object is shared by reference; a second native handle to the same object adds nothing",
         ["kiln_tensor_from_dlpack"] = "the same: no .NET library produces DLPack tensors (FromArray copies managed memory)",
     };
 

@@ -3,19 +3,33 @@
 // when OpenBLAS itself runs pre-AVX-512 kernels there), OpenBLAS (row-major
 // CBLAS) for everything else.
 //
-// Threading: OpenBLAS is set to one thread and kiln splits each product
-// into row (or column) panels over its own pool, whose workers already spin
-// between the kernels of a training step. One set of threads keeps two
-// pools from fighting over the cores, and the small products of an MLP
-// (e.g. [128, 784] x [784, 32], ~50 us on one core) would not repay waking
-// a second pool. openblas_set_num_threads is process-wide: an application
-// using OpenBLAS itself sees it too.
+// Threading: OpenBLAS runs one thread and kiln splits each product into row
+// (or column) panels over its own pool, whose workers already spin between
+// the kernels of a training step. One set of threads keeps two pools from
+// fighting over the cores, and the small products of an MLP (e.g. [128, 784]
+// x [784, 32], ~50 us on one core) would not repay waking a second pool.
+// openblas_set_num_threads is process-wide: an application using OpenBLAS
+// itself sees it too.
+//
+// Loading: libkiln does not link OpenBLAS; init_blas loads it, with
+// OPENBLAS_NUM_THREADS=1 in the environment for the length of the dlopen.
+// The pthread OpenBLAS starts its worker threads in its ELF constructor,
+// before any code of kiln's could call openblas_set_num_threads, and an
+// embedded library must not start threads its host did not ask for (under
+// an address-space limit one of them retries a 128 MB allocation forever and
+// the process hangs in exit). Debian's serial OpenBLAS would start none but
+// is built without locking, and kiln's pool calls the BLAS from several
+// threads at once.
 //
 // f16 and bf16 are converted to f32 panels in per-thread scratch buffers
 // that grow to the largest product seen and are reused, so steady-state
 // training allocates nothing here.
 #include <cblas.h>
+#include <dlfcn.h>
 #include <strings.h>
+#include <sys/mman.h>
+
+#include <cstdlib>
 
 #include <algorithm>
 #include <climits>
@@ -36,6 +50,69 @@ namespace {
 // 5-10 microseconds of single-core work, enough to repay the hand-off.
 constexpr int64_t kGemmGrain = int64_t(1) << 18;
 
+// The OpenBLAS entry points kiln calls, resolved by load_openblas. Written
+// once under init_blas's call_once (every CPU backend calls it before its
+// first product), read-only after.
+struct OpenBlas {
+  decltype(&cblas_sgemm) sgemm = nullptr;
+  decltype(&cblas_dgemm) dgemm = nullptr;
+  decltype(&openblas_get_corename) corename = nullptr;
+  decltype(&openblas_set_num_threads) set_num_threads = nullptr;
+};
+OpenBlas blas;
+
+template <class F> void resolve(void *lib, const char *name, F &fn) {
+  fn = reinterpret_cast<F>(dlsym(lib, name));
+  if (!fn) fail(KILN_ERROR_BACKEND, std::string("OpenBLAS lacks ") + name);
+}
+
+void load_openblas() {
+  // A host that set the variable itself asked for OpenBLAS's threads; kiln
+  // still runs its products on one (set_num_threads below).
+  static const char kVar[] = "OPENBLAS_NUM_THREADS";
+  const bool set_here = std::getenv(kVar) == nullptr;
+  if (set_here) setenv(kVar, "1", 0);
+  // The library the build was linked and tested against first (the pthread
+  // variant: Debian's alternatives may point the soname at the serial one),
+  // then whatever the soname resolves to.
+  void *lib = dlopen(KILN_OPENBLAS_PATH, RTLD_NOW | RTLD_LOCAL);
+  std::string first_error = lib ? "" : dlerror();
+  if (!lib) lib = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+  if (set_here) unsetenv(kVar);
+  if (!lib) {
+    const char *second = dlerror();
+    fail(KILN_ERROR_BACKEND, "cannot load OpenBLAS for the CPU backend: " + first_error.substr(0, 200) + "; " +
+                                 std::string(second ? second : "").substr(0, 200));
+  }
+  OpenBlas b;
+  resolve(lib, "cblas_sgemm", b.sgemm);
+  resolve(lib, "cblas_dgemm", b.dgemm);
+  resolve(lib, "openblas_get_corename", b.corename);
+  resolve(lib, "openblas_set_num_threads", b.set_num_threads);
+  b.set_num_threads(1);
+  blas = b;  // the handle is never closed: the functions stay valid until exit
+}
+
+// OpenBLAS 0.3.21 maps a work buffer of 128 MiB (its BUFFER_SIZE on x86-64)
+// the first time a thread multiplies, and when the mapping fails it retries
+// forever: under `ulimit -v` the product never returns. So the first BLAS
+// call on each thread checks that the address space has room for one, and a
+// failed check is OUT_OF_MEMORY instead of a hang. Another thread can still
+// take the room between the check and OpenBLAS's own mapping, but a process
+// at its limit fails here, at once.
+constexpr size_t kBlasBufferBytes = size_t(129) << 20;
+
+void check_blas_buffer() {
+  thread_local bool checked = false;
+  if (checked) return;
+  void *probe = mmap(nullptr, kBlasBufferBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (probe == MAP_FAILED)
+    fail(KILN_ERROR_OUT_OF_MEMORY, "out of address space: OpenBLAS needs a 128 MiB work buffer on each thread that "
+                                   "multiplies matrices, and this process cannot map one (ulimit -v?)");
+  munmap(probe, kBlasBufferBytes);
+  checked = true;
+}
+
 template <class S>
 struct Blas;
 
@@ -43,7 +120,8 @@ template <>
 struct Blas<float> {
   static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, double alpha,
                    const float *a, int64_t lda, const float *b, int64_t ldb, double beta, float *c, int64_t ldc) {
-    cblas_sgemm(CblasRowMajor, ta, tb, blasint(m), blasint(n), blasint(k), float(alpha), a, blasint(lda), b,
+    check_blas_buffer();
+    blas.sgemm(CblasRowMajor, ta, tb, blasint(m), blasint(n), blasint(k), float(alpha), a, blasint(lda), b,
                 blasint(ldb), float(beta), c, blasint(ldc));
   }
 };
@@ -52,7 +130,8 @@ template <>
 struct Blas<double> {
   static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, double alpha,
                    const double *a, int64_t lda, const double *b, int64_t ldb, double beta, double *c, int64_t ldc) {
-    cblas_dgemm(CblasRowMajor, ta, tb, blasint(m), blasint(n), blasint(k), alpha, a, blasint(lda), b, blasint(ldb),
+    check_blas_buffer();
+    blas.dgemm(CblasRowMajor, ta, tb, blasint(m), blasint(n), blasint(k), alpha, a, blasint(lda), b, blasint(ldb),
                 beta, c, blasint(ldc));
   }
 };
@@ -71,7 +150,7 @@ constexpr int64_t kPackMinRows = 8;
 // with 0.3.21), several times slower than kiln's kernel at every size.
 bool blas_uses_avx512() {
   static const bool uses = [] {
-    const char *core = openblas_get_corename();
+    const char *core = blas.corename();
     const std::string name = core ? core : "";
     for (const char *family : {"SkylakeX", "Cooperlake", "SapphireRapids"}) {
       if (strcasecmp(name.c_str(), family) == 0) return true;
@@ -212,7 +291,7 @@ void scale_c(int64_t count, double beta, void *c) {
 
 void init_blas() {
   static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
+  std::call_once(once, load_openblas);  // a failure throws, and the next backend tries again
 }
 
 void gemm(ThreadPool &pool, const GemmArgs &args) {

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "backend/cuda/check.hpp"
+#include "backend/driver_probe.hpp"
 #include "backend/cuda/program.hpp"
 #include "core/program.hpp"
 #include "backend/plugin.hpp"
@@ -429,8 +430,9 @@ std::string unavailable_reason(int *count) {
   const char *visible = std::getenv("CUDA_VISIBLE_DEVICES");
   const std::string visible_text = visible ? std::string(" (CUDA_VISIBLE_DEVICES=\"") + visible + "\")" : "";
   if (e == cudaSuccess) return *count > 0 ? "" : "no CUDA device found" + visible_text;
-  if (driver == 0)
-    return std::string("no CUDA driver (libcuda.so.1 not found or failed to initialise): ") + cudaGetErrorString(e);
+  if (driver == 0)  // the runtime says the same for a missing driver and one that fails to start: ask the driver
+    return "no CUDA driver: " + describe_driver_failure("libcuda.so.1") + " (the CUDA runtime says: " +
+           cudaGetErrorString(e) + ")";
   if (e == cudaErrorInsufficientDriver || driver < runtime)
     return "the CUDA driver is too old: it supports CUDA " + version_text(driver) + ", libkiln_cuda needs CUDA " +
            version_text(runtime) + " (update the NVIDIA driver): " + cudaGetErrorString(e);

@@ -43,122 +43,122 @@ typedef _gostring_ swig_type_10;
 typedef _gostring_ swig_type_11;
 typedef _gostring_ swig_type_12;
 typedef _gostring_ swig_type_13;
-typedef long long swig_type_14;
-typedef _gostring_ swig_type_15;
+typedef _gostring_ swig_type_14;
+typedef long long swig_type_15;
 typedef _gostring_ swig_type_16;
 typedef _gostring_ swig_type_17;
 typedef _gostring_ swig_type_18;
 typedef _gostring_ swig_type_19;
 typedef _gostring_ swig_type_20;
 typedef _gostring_ swig_type_21;
-typedef _goslice_ swig_type_22;
-typedef _gostring_ swig_type_23;
-typedef _goslice_ swig_type_24;
-typedef _gostring_ swig_type_25;
-typedef long long swig_type_26;
-typedef _gostring_ swig_type_27;
-typedef _goslice_ swig_type_28;
+typedef _gostring_ swig_type_22;
+typedef _goslice_ swig_type_23;
+typedef _gostring_ swig_type_24;
+typedef _goslice_ swig_type_25;
+typedef _gostring_ swig_type_26;
+typedef long long swig_type_27;
+typedef _gostring_ swig_type_28;
 typedef _goslice_ swig_type_29;
-typedef _gostring_ swig_type_30;
-typedef _goslice_ swig_type_31;
+typedef _goslice_ swig_type_30;
+typedef _gostring_ swig_type_31;
 typedef _goslice_ swig_type_32;
-typedef _gostring_ swig_type_33;
-typedef _goslice_ swig_type_34;
+typedef _goslice_ swig_type_33;
+typedef _gostring_ swig_type_34;
 typedef _goslice_ swig_type_35;
-typedef _gostring_ swig_type_36;
-typedef _goslice_ swig_type_37;
+typedef _goslice_ swig_type_36;
+typedef _gostring_ swig_type_37;
 typedef _goslice_ swig_type_38;
-typedef _gostring_ swig_type_39;
-typedef _goslice_ swig_type_40;
-typedef _gostring_ swig_type_41;
-typedef _goslice_ swig_type_42;
+typedef _goslice_ swig_type_39;
+typedef _gostring_ swig_type_40;
+typedef _goslice_ swig_type_41;
+typedef _gostring_ swig_type_42;
 typedef _goslice_ swig_type_43;
-typedef _gostring_ swig_type_44;
-typedef _goslice_ swig_type_45;
+typedef _goslice_ swig_type_44;
+typedef _gostring_ swig_type_45;
 typedef _goslice_ swig_type_46;
-typedef _gostring_ swig_type_47;
-typedef _goslice_ swig_type_48;
+typedef _goslice_ swig_type_47;
+typedef _gostring_ swig_type_48;
 typedef _goslice_ swig_type_49;
 typedef _goslice_ swig_type_50;
-typedef _gostring_ swig_type_51;
-typedef _goslice_ swig_type_52;
-typedef _gostring_ swig_type_53;
-typedef _goslice_ swig_type_54;
+typedef _goslice_ swig_type_51;
+typedef _gostring_ swig_type_52;
+typedef _goslice_ swig_type_53;
+typedef _gostring_ swig_type_54;
 typedef _gostring_ swig_type_55;
 typedef _goslice_ swig_type_56;
 typedef _gostring_ swig_type_57;
-typedef _gostring_ swig_type_58;
-typedef _goslice_ swig_type_59;
+typedef _goslice_ swig_type_58;
+typedef _gostring_ swig_type_59;
 typedef _gostring_ swig_type_60;
-typedef _gostring_ swig_type_61;
+typedef _goslice_ swig_type_61;
 typedef _gostring_ swig_type_62;
 typedef _gostring_ swig_type_63;
-typedef long long swig_type_64;
+typedef _gostring_ swig_type_64;
 typedef _gostring_ swig_type_65;
-typedef _goslice_ swig_type_66;
+typedef long long swig_type_66;
 typedef _gostring_ swig_type_67;
-typedef _gostring_ swig_type_68;
+typedef _goslice_ swig_type_68;
 typedef _gostring_ swig_type_69;
 typedef _gostring_ swig_type_70;
 typedef _gostring_ swig_type_71;
 typedef _gostring_ swig_type_72;
-typedef _goslice_ swig_type_73;
+typedef _gostring_ swig_type_73;
 typedef _gostring_ swig_type_74;
-typedef long long swig_type_75;
-typedef long long swig_type_76;
-typedef _gostring_ swig_type_77;
-typedef _gostring_ swig_type_78;
+typedef _goslice_ swig_type_75;
+typedef _gostring_ swig_type_76;
+typedef long long swig_type_77;
+typedef long long swig_type_78;
 typedef _gostring_ swig_type_79;
 typedef _gostring_ swig_type_80;
 typedef _gostring_ swig_type_81;
-typedef long long swig_type_82;
+typedef _gostring_ swig_type_82;
 typedef _gostring_ swig_type_83;
 typedef long long swig_type_84;
 typedef _gostring_ swig_type_85;
 typedef long long swig_type_86;
 typedef _gostring_ swig_type_87;
-typedef _gostring_ swig_type_88;
+typedef long long swig_type_88;
 typedef _gostring_ swig_type_89;
-typedef long long swig_type_90;
-typedef long long swig_type_91;
-typedef _gostring_ swig_type_92;
-typedef _gostring_ swig_type_93;
-typedef _goslice_ swig_type_94;
+typedef _gostring_ swig_type_90;
+typedef _gostring_ swig_type_91;
+typedef long long swig_type_92;
+typedef long long swig_type_93;
+typedef _gostring_ swig_type_94;
 typedef _gostring_ swig_type_95;
-typedef _gostring_ swig_type_96;
+typedef _goslice_ swig_type_96;
 typedef _gostring_ swig_type_97;
-typedef _goslice_ swig_type_98;
+typedef _gostring_ swig_type_98;
 typedef _gostring_ swig_type_99;
 typedef _goslice_ swig_type_100;
 typedef _gostring_ swig_type_101;
 typedef _goslice_ swig_type_102;
 typedef _gostring_ swig_type_103;
 typedef _gostring_ swig_type_104;
-typedef _gostring_ swig_type_105;
+typedef _goslice_ swig_type_105;
 typedef _gostring_ swig_type_106;
 typedef _gostring_ swig_type_107;
 typedef _gostring_ swig_type_108;
 typedef _gostring_ swig_type_109;
 typedef _gostring_ swig_type_110;
 typedef _gostring_ swig_type_111;
-typedef long long swig_type_112;
+typedef _gostring_ swig_type_112;
 typedef _gostring_ swig_type_113;
-typedef long long swig_type_114;
-typedef _gostring_ swig_type_115;
+typedef _gostring_ swig_type_114;
+typedef long long swig_type_115;
 typedef _gostring_ swig_type_116;
-typedef _gostring_ swig_type_117;
+typedef long long swig_type_117;
 typedef _gostring_ swig_type_118;
 typedef _gostring_ swig_type_119;
 typedef _gostring_ swig_type_120;
-typedef _goslice_ swig_type_121;
+typedef _gostring_ swig_type_121;
 typedef _gostring_ swig_type_122;
 typedef _gostring_ swig_type_123;
-typedef _gostring_ swig_type_124;
+typedef _goslice_ swig_type_124;
 typedef _gostring_ swig_type_125;
-typedef _goslice_ swig_type_126;
+typedef _gostring_ swig_type_126;
 typedef _gostring_ swig_type_127;
 typedef _gostring_ swig_type_128;
-typedef _gostring_ swig_type_129;
+typedef _goslice_ swig_type_129;
 typedef _gostring_ swig_type_130;
 typedef _gostring_ swig_type_131;
 typedef _gostring_ swig_type_132;
@@ -172,15 +172,15 @@ typedef _gostring_ swig_type_139;
 typedef _gostring_ swig_type_140;
 typedef _gostring_ swig_type_141;
 typedef _gostring_ swig_type_142;
-typedef long long swig_type_143;
+typedef _gostring_ swig_type_143;
 typedef _gostring_ swig_type_144;
-typedef long long swig_type_145;
-typedef long long swig_type_146;
-typedef _goslice_ swig_type_147;
+typedef _gostring_ swig_type_145;
+typedef _gostring_ swig_type_146;
+typedef long long swig_type_147;
 typedef _gostring_ swig_type_148;
-typedef _gostring_ swig_type_149;
-typedef _gostring_ swig_type_150;
-typedef _gostring_ swig_type_151;
+typedef long long swig_type_149;
+typedef long long swig_type_150;
+typedef _goslice_ swig_type_151;
 typedef _gostring_ swig_type_152;
 typedef _gostring_ swig_type_153;
 typedef _gostring_ swig_type_154;
@@ -188,45 +188,52 @@ typedef _gostring_ swig_type_155;
 typedef _gostring_ swig_type_156;
 typedef _gostring_ swig_type_157;
 typedef _gostring_ swig_type_158;
-typedef long long swig_type_159;
+typedef _gostring_ swig_type_159;
 typedef _gostring_ swig_type_160;
 typedef _gostring_ swig_type_161;
-typedef long long swig_type_162;
+typedef _gostring_ swig_type_162;
 typedef long long swig_type_163;
 typedef _gostring_ swig_type_164;
-typedef long long swig_type_165;
-typedef _gostring_ swig_type_166;
+typedef _gostring_ swig_type_165;
+typedef long long swig_type_166;
 typedef long long swig_type_167;
 typedef _gostring_ swig_type_168;
 typedef long long swig_type_169;
 typedef _gostring_ swig_type_170;
-typedef _goslice_ swig_type_171;
+typedef long long swig_type_171;
 typedef _gostring_ swig_type_172;
-typedef _gostring_ swig_type_173;
+typedef long long swig_type_173;
 typedef _gostring_ swig_type_174;
-typedef _gostring_ swig_type_175;
+typedef _goslice_ swig_type_175;
 typedef _gostring_ swig_type_176;
 typedef _gostring_ swig_type_177;
-typedef long long swig_type_178;
+typedef _gostring_ swig_type_178;
 typedef _gostring_ swig_type_179;
 typedef _gostring_ swig_type_180;
 typedef _gostring_ swig_type_181;
 typedef _gostring_ swig_type_182;
-typedef _gostring_ swig_type_183;
+typedef long long swig_type_183;
 typedef _gostring_ swig_type_184;
 typedef _gostring_ swig_type_185;
 typedef _gostring_ swig_type_186;
 typedef _gostring_ swig_type_187;
 typedef _gostring_ swig_type_188;
-typedef long long swig_type_189;
+typedef _gostring_ swig_type_189;
 typedef _gostring_ swig_type_190;
 typedef _gostring_ swig_type_191;
-typedef _goslice_ swig_type_192;
+typedef _gostring_ swig_type_192;
 typedef _gostring_ swig_type_193;
 typedef _gostring_ swig_type_194;
-typedef _gostring_ swig_type_195;
+typedef long long swig_type_195;
 typedef _gostring_ swig_type_196;
 typedef _gostring_ swig_type_197;
+typedef _goslice_ swig_type_198;
+typedef _gostring_ swig_type_199;
+typedef _gostring_ swig_type_200;
+typedef _gostring_ swig_type_201;
+typedef _gostring_ swig_type_202;
+typedef _gostring_ swig_type_203;
+typedef _gostring_ swig_type_204;
 extern void _wrap_Swig_free_capi_3ee356cb97fe4fba(uintptr_t arg1);
 extern uintptr_t _wrap_Swig_malloc_capi_3ee356cb97fe4fba(swig_intgo arg1);
 extern swig_type_1 _wrap_version_string_capi_3ee356cb97fe4fba(void);
@@ -242,130 +249,137 @@ extern swig_type_10 _wrap_context_options_set_log_callback_capi_3ee356cb97fe4fba
 extern swig_type_11 _wrap_context_options_set_enable_cuda_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
 extern swig_type_12 _wrap_context_create_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
 extern void _wrap_context_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_13 _wrap_context_set_seed_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_14 arg2);
-extern swig_type_15 _wrap_device_parse_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_16 arg2, swig_voidp arg3);
-extern swig_type_17 _wrap_cuda_is_available_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_18 _wrap_cuda_unavailable_reason_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_19 _wrap_device_count_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
-extern swig_type_20 _wrap_default_device_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_21 _wrap_device_get_info_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_22 arg2, swig_voidp arg3);
-extern swig_type_23 _wrap_device_synchronize_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_24 arg2);
-extern swig_type_25 _wrap_dtype_name_capi_3ee356cb97fe4fba(swig_intgo arg1);
-extern swig_type_26 _wrap_dtype_size_capi_3ee356cb97fe4fba(swig_intgo arg1);
-extern swig_type_27 _wrap_tensor_empty_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_28 arg2, swig_intgo arg3, swig_type_29 arg4, swig_voidp arg5);
-extern swig_type_30 _wrap_tensor_zeros_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_31 arg2, swig_intgo arg3, swig_type_32 arg4, swig_voidp arg5);
-extern swig_type_33 _wrap_tensor_ones_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_34 arg2, swig_intgo arg3, swig_type_35 arg4, swig_voidp arg5);
-extern swig_type_36 _wrap_tensor_full_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_37 arg2, swig_intgo arg3, swig_type_38 arg4, double arg5, swig_voidp arg6);
-extern swig_type_39 _wrap_tensor_arange_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2, double arg3, double arg4, swig_intgo arg5, swig_type_40 arg6, swig_voidp arg7);
-extern swig_type_41 _wrap_tensor_rand_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_42 arg2, swig_intgo arg3, swig_type_43 arg4, swig_voidp arg5);
-extern swig_type_44 _wrap_tensor_randn_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_45 arg2, swig_intgo arg3, swig_type_46 arg4, swig_voidp arg5);
-extern swig_type_47 _wrap_tensor_from_host_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_48 arg2, swig_type_49 arg3, swig_intgo arg4, swig_type_50 arg5, swig_voidp arg6);
-extern swig_type_51 _wrap_tensor_empty_pinned_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_52 arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_13 _wrap_context_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_14 _wrap_context_set_seed_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_15 arg2);
+extern swig_type_16 _wrap_device_parse_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_17 arg2, swig_voidp arg3);
+extern swig_type_18 _wrap_cuda_is_available_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_19 _wrap_cuda_unavailable_reason_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_20 _wrap_device_count_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
+extern swig_type_21 _wrap_default_device_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_22 _wrap_device_get_info_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_23 arg2, swig_voidp arg3);
+extern swig_type_24 _wrap_device_synchronize_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_25 arg2);
+extern swig_type_26 _wrap_dtype_name_capi_3ee356cb97fe4fba(swig_intgo arg1);
+extern swig_type_27 _wrap_dtype_size_capi_3ee356cb97fe4fba(swig_intgo arg1);
+extern swig_type_28 _wrap_tensor_empty_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_29 arg2, swig_intgo arg3, swig_type_30 arg4, swig_voidp arg5);
+extern swig_type_31 _wrap_tensor_zeros_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_32 arg2, swig_intgo arg3, swig_type_33 arg4, swig_voidp arg5);
+extern swig_type_34 _wrap_tensor_ones_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_35 arg2, swig_intgo arg3, swig_type_36 arg4, swig_voidp arg5);
+extern swig_type_37 _wrap_tensor_full_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_38 arg2, swig_intgo arg3, swig_type_39 arg4, double arg5, swig_voidp arg6);
+extern swig_type_40 _wrap_tensor_arange_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2, double arg3, double arg4, swig_intgo arg5, swig_type_41 arg6, swig_voidp arg7);
+extern swig_type_42 _wrap_tensor_rand_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_43 arg2, swig_intgo arg3, swig_type_44 arg4, swig_voidp arg5);
+extern swig_type_45 _wrap_tensor_randn_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_46 arg2, swig_intgo arg3, swig_type_47 arg4, swig_voidp arg5);
+extern swig_type_48 _wrap_tensor_from_host_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_49 arg2, swig_type_50 arg3, swig_intgo arg4, swig_type_51 arg5, swig_voidp arg6);
+extern swig_type_52 _wrap_tensor_empty_pinned_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_53 arg2, swig_intgo arg3, swig_voidp arg4);
 extern void _wrap_tensor_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_53 _wrap_tensor_copy_to_host_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_54 arg2);
-extern swig_type_55 _wrap_tensor_copy_from_host_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_56 arg2);
-extern swig_type_57 _wrap_tensor_item_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_58 _wrap_tensor_to_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_59 arg2, swig_voidp arg3);
-extern swig_type_60 _wrap_tensor_cast_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
-extern swig_type_61 _wrap_tensor_clone_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_62 _wrap_tensor_ndim_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_63 _wrap_tensor_dim_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_64 arg2, swig_voidp arg3);
-extern swig_type_65 _wrap_tensor_shape_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_66 arg2);
-extern swig_type_67 _wrap_tensor_numel_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_68 _wrap_tensor_dtype_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_69 _wrap_tensor_device_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_70 _wrap_tensor_get_device_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_71 _wrap_tensor_is_pinned_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_72 _wrap_tensor_reshape_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_73 arg2, swig_voidp arg3);
-extern swig_type_74 _wrap_tensor_rows_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_75 arg2, swig_type_76 arg3, swig_voidp arg4);
-extern swig_type_77 _wrap_tensor_binary_capi_3ee356cb97fe4fba(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_78 _wrap_tensor_scalar_capi_3ee356cb97fe4fba(swig_intgo arg1, uintptr_t arg2, double arg3, swig_voidp arg4);
-extern swig_type_79 _wrap_tensor_compare_capi_3ee356cb97fe4fba(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_80 _wrap_tensor_unary_capi_3ee356cb97fe4fba(swig_intgo arg1, uintptr_t arg2, double arg3, swig_voidp arg4);
-extern swig_type_81 _wrap_tensor_softmax_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_82 arg2, swig_voidp arg3);
-extern swig_type_83 _wrap_tensor_log_softmax_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_84 arg2, swig_voidp arg3);
-extern swig_type_85 _wrap_tensor_reduce_capi_3ee356cb97fe4fba(swig_intgo arg1, uintptr_t arg2, swig_type_86 arg3, swig_intgo arg4, swig_voidp arg5);
-extern swig_type_87 _wrap_tensor_matmul_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_88 _wrap_model_spec_create_capi_3ee356cb97fe4fba(swig_voidp arg1);
+extern swig_type_54 _wrap_tensor_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_55 _wrap_tensor_copy_to_host_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_56 arg2);
+extern swig_type_57 _wrap_tensor_copy_from_host_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_58 arg2);
+extern swig_type_59 _wrap_tensor_item_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_60 _wrap_tensor_to_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_61 arg2, swig_voidp arg3);
+extern swig_type_62 _wrap_tensor_cast_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
+extern swig_type_63 _wrap_tensor_clone_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_64 _wrap_tensor_ndim_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_65 _wrap_tensor_dim_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_66 arg2, swig_voidp arg3);
+extern swig_type_67 _wrap_tensor_shape_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_68 arg2);
+extern swig_type_69 _wrap_tensor_numel_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_70 _wrap_tensor_dtype_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_71 _wrap_tensor_device_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_72 _wrap_tensor_get_device_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_73 _wrap_tensor_is_pinned_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_74 _wrap_tensor_reshape_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_75 arg2, swig_voidp arg3);
+extern swig_type_76 _wrap_tensor_rows_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_77 arg2, swig_type_78 arg3, swig_voidp arg4);
+extern swig_type_79 _wrap_tensor_binary_capi_3ee356cb97fe4fba(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_80 _wrap_tensor_scalar_capi_3ee356cb97fe4fba(swig_intgo arg1, uintptr_t arg2, double arg3, swig_voidp arg4);
+extern swig_type_81 _wrap_tensor_compare_capi_3ee356cb97fe4fba(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_82 _wrap_tensor_unary_capi_3ee356cb97fe4fba(swig_intgo arg1, uintptr_t arg2, double arg3, swig_voidp arg4);
+extern swig_type_83 _wrap_tensor_softmax_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_84 arg2, swig_voidp arg3);
+extern swig_type_85 _wrap_tensor_log_softmax_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_86 arg2, swig_voidp arg3);
+extern swig_type_87 _wrap_tensor_reduce_capi_3ee356cb97fe4fba(swig_intgo arg1, uintptr_t arg2, swig_type_88 arg3, swig_intgo arg4, swig_voidp arg5);
+extern swig_type_89 _wrap_tensor_matmul_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_90 _wrap_model_spec_create_capi_3ee356cb97fe4fba(swig_voidp arg1);
 extern void _wrap_model_spec_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_89 _wrap_model_spec_add_linear_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_90 arg2, swig_type_91 arg3, swig_intgo arg4);
-extern swig_type_92 _wrap_model_spec_add_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2, double arg3);
-extern swig_type_93 _wrap_model_spec_add_mlp_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_94 arg2, swig_intgo arg3);
-extern swig_type_95 _wrap_model_spec_parse_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_96 arg2);
-extern swig_type_97 _wrap_model_create_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_type_98 arg3, swig_voidp arg4);
-extern swig_type_99 _wrap_model_create_dtype_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_type_100 arg3, swig_intgo arg4, swig_voidp arg5);
+extern swig_type_91 _wrap_model_spec_add_linear_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_92 arg2, swig_type_93 arg3, swig_intgo arg4);
+extern swig_type_94 _wrap_model_spec_add_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2, double arg3);
+extern swig_type_95 _wrap_model_spec_add_mlp_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_96 arg2, swig_intgo arg3);
+extern swig_type_97 _wrap_model_spec_parse_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_98 arg2);
+extern swig_type_99 _wrap_model_create_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_type_100 arg3, swig_voidp arg4);
+extern swig_type_101 _wrap_model_create_dtype_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_type_102 arg3, swig_intgo arg4, swig_voidp arg5);
 extern void _wrap_model_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_101 _wrap_model_to_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_102 arg2);
-extern swig_type_103 _wrap_model_device_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_104 _wrap_model_set_training_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_105 _wrap_model_is_training_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_106 _wrap_model_num_parameters_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_107 _wrap_model_input_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_108 _wrap_model_output_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_109 _wrap_model_describe_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_110 _wrap_model_num_parameter_tensors_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_111 _wrap_model_parameter_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_112 arg2, swig_voidp arg3);
-extern swig_type_113 _wrap_model_parameter_name_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_114 arg2, swig_voidp arg3);
-extern swig_type_115 _wrap_model_forward_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_116 _wrap_model_predict_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_117 _wrap_model_save_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_118 arg2);
-extern swig_type_119 _wrap_model_load_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_120 arg2, swig_type_121 arg3, swig_voidp arg4);
-extern swig_type_122 _wrap_model_load_weights_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_123 arg2);
-extern swig_type_124 _wrap_model_load_with_spec_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_125 arg2, uintptr_t arg3, swig_type_126 arg4, swig_voidp arg5);
-extern swig_type_127 _wrap_model_export_onnx_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_128 arg2);
-extern swig_type_129 _wrap_model_import_onnx_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_130 arg2, swig_voidp arg3);
-extern swig_type_131 _wrap_dataset_from_tensors_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_132 _wrap_dataset_load_idx_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_133 arg2, swig_type_134 arg3, swig_voidp arg4);
-extern swig_type_135 _wrap_dataset_load_mnist_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_136 arg2, swig_type_137 arg3, swig_voidp arg4);
+extern swig_type_103 _wrap_model_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_104 _wrap_model_to_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_105 arg2);
+extern swig_type_106 _wrap_model_device_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_107 _wrap_model_set_training_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_108 _wrap_model_is_training_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_109 _wrap_model_num_parameters_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_110 _wrap_model_input_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_111 _wrap_model_output_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_112 _wrap_model_describe_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_113 _wrap_model_num_parameter_tensors_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_114 _wrap_model_parameter_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_115 arg2, swig_voidp arg3);
+extern swig_type_116 _wrap_model_parameter_name_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_117 arg2, swig_voidp arg3);
+extern swig_type_118 _wrap_model_forward_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_119 _wrap_model_predict_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_120 _wrap_model_save_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_121 arg2);
+extern swig_type_122 _wrap_model_load_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_123 arg2, swig_type_124 arg3, swig_voidp arg4);
+extern swig_type_125 _wrap_model_load_weights_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_126 arg2);
+extern swig_type_127 _wrap_model_load_with_spec_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_128 arg2, uintptr_t arg3, swig_type_129 arg4, swig_voidp arg5);
+extern swig_type_130 _wrap_model_export_onnx_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_131 arg2);
+extern swig_type_132 _wrap_model_import_onnx_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_133 arg2, swig_voidp arg3);
+extern swig_type_134 _wrap_dataset_from_tensors_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_135 _wrap_dataset_load_idx_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_136 arg2, swig_type_137 arg3, swig_voidp arg4);
+extern swig_type_138 _wrap_dataset_load_mnist_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_139 arg2, swig_type_140 arg3, swig_voidp arg4);
 extern void _wrap_dataset_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_138 _wrap_dataset_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_139 _wrap_dataset_num_features_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_140 _wrap_dataset_num_classes_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_141 _wrap_dataset_set_normalization_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2, double arg3, double arg4);
-extern swig_type_142 _wrap_dataset_split_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2, swig_type_143 arg3, swig_voidp arg4, swig_voidp arg5);
-extern swig_type_144 _wrap_dataset_batch_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_145 arg2, swig_type_146 arg3, swig_type_147 arg4, swig_voidp arg5, swig_voidp arg6);
-extern swig_type_148 _wrap_loss_capi_3ee356cb97fe4fba(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_149 _wrap_trainer_options_create_capi_3ee356cb97fe4fba(swig_voidp arg1);
+extern swig_type_141 _wrap_dataset_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_142 _wrap_dataset_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_143 _wrap_dataset_num_features_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_144 _wrap_dataset_num_classes_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_145 _wrap_dataset_set_normalization_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2, double arg3, double arg4);
+extern swig_type_146 _wrap_dataset_split_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2, swig_type_147 arg3, swig_voidp arg4, swig_voidp arg5);
+extern swig_type_148 _wrap_dataset_batch_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_149 arg2, swig_type_150 arg3, swig_type_151 arg4, swig_voidp arg5, swig_voidp arg6);
+extern swig_type_152 _wrap_loss_capi_3ee356cb97fe4fba(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_153 _wrap_trainer_options_create_capi_3ee356cb97fe4fba(swig_voidp arg1);
 extern void _wrap_trainer_options_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_150 _wrap_trainer_options_set_loss_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_151 _wrap_trainer_options_set_optimizer_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_152 _wrap_trainer_options_set_lr_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_153 _wrap_trainer_options_set_momentum_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_154 _wrap_trainer_options_set_nesterov_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_155 _wrap_trainer_options_set_weight_decay_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_156 _wrap_trainer_options_set_betas_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2, double arg3);
-extern swig_type_157 _wrap_trainer_options_set_eps_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_158 _wrap_trainer_options_set_batch_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_159 arg2);
-extern swig_type_160 _wrap_trainer_options_set_grad_clip_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_161 _wrap_trainer_options_set_schedule_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2, swig_type_162 arg3, double arg4, swig_type_163 arg5, double arg6);
-extern swig_type_164 _wrap_trainer_options_set_warmup_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_165 arg2);
-extern swig_type_166 _wrap_trainer_options_set_shuffle_seed_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_167 arg2);
-extern swig_type_168 _wrap_trainer_options_set_progress_interval_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_169 arg2);
-extern swig_type_170 _wrap_trainer_options_set_devices_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_171 arg2);
-extern swig_type_172 _wrap_trainer_options_set_precision_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_173 _wrap_trainer_options_set_fast_path_capi_3ee356cb97fe4fba(uintptr_t arg1, int arg2);
-extern swig_type_174 _wrap_trainer_create_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_154 _wrap_trainer_options_set_loss_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_155 _wrap_trainer_options_set_optimizer_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_156 _wrap_trainer_options_set_lr_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
+extern swig_type_157 _wrap_trainer_options_set_momentum_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
+extern swig_type_158 _wrap_trainer_options_set_nesterov_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_159 _wrap_trainer_options_set_weight_decay_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
+extern swig_type_160 _wrap_trainer_options_set_betas_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2, double arg3);
+extern swig_type_161 _wrap_trainer_options_set_eps_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
+extern swig_type_162 _wrap_trainer_options_set_batch_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_163 arg2);
+extern swig_type_164 _wrap_trainer_options_set_grad_clip_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
+extern swig_type_165 _wrap_trainer_options_set_schedule_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2, swig_type_166 arg3, double arg4, swig_type_167 arg5, double arg6);
+extern swig_type_168 _wrap_trainer_options_set_warmup_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_169 arg2);
+extern swig_type_170 _wrap_trainer_options_set_shuffle_seed_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_171 arg2);
+extern swig_type_172 _wrap_trainer_options_set_progress_interval_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_173 arg2);
+extern swig_type_174 _wrap_trainer_options_set_devices_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_175 arg2);
+extern swig_type_176 _wrap_trainer_options_set_precision_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_177 _wrap_trainer_options_set_fast_path_capi_3ee356cb97fe4fba(uintptr_t arg1, int arg2);
+extern swig_type_178 _wrap_trainer_create_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
 extern void _wrap_trainer_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_175 _wrap_trainer_step_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_176 _wrap_trainer_epoch_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_177 _wrap_trainer_fit_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_type_178 arg4, uintptr_t arg5, uintptr_t arg6, swig_voidp arg7);
-extern swig_type_179 _wrap_trainer_evaluate_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_180 _wrap_trainer_epochs_done_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_181 _wrap_trainer_steps_done_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_182 _wrap_trainer_current_lr_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_183 _wrap_trainer_save_checkpoint_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_184 arg2);
-extern swig_type_185 _wrap_trainer_load_checkpoint_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_186 arg2);
+extern swig_type_179 _wrap_trainer_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_180 _wrap_trainer_step_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_181 _wrap_trainer_epoch_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_182 _wrap_trainer_fit_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_type_183 arg4, uintptr_t arg5, uintptr_t arg6, swig_voidp arg7);
+extern swig_type_184 _wrap_trainer_evaluate_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_185 _wrap_trainer_epochs_done_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_186 _wrap_trainer_steps_done_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_187 _wrap_trainer_current_lr_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_188 _wrap_trainer_save_checkpoint_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_189 arg2);
+extern swig_type_190 _wrap_trainer_load_checkpoint_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_191 arg2);
 extern void _wrap_history_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_187 _wrap_history_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_188 _wrap_history_get_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_189 arg2, swig_voidp arg3);
-extern swig_type_190 _wrap_communicator_create_mpi_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_191 _wrap_communicator_create_local_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_192 arg2, swig_voidp arg3);
+extern swig_type_192 _wrap_history_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_193 _wrap_history_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_194 _wrap_history_get_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_195 arg2, swig_voidp arg3);
+extern swig_type_196 _wrap_communicator_create_mpi_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_197 _wrap_communicator_create_local_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_198 arg2, swig_voidp arg3);
 extern void _wrap_communicator_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_193 _wrap_communicator_rank_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_194 _wrap_communicator_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_195 _wrap_communicator_local_rank_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_196 _wrap_communicator_set_timeout_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_197 _wrap_trainer_attach_communicator_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_199 _wrap_communicator_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_200 _wrap_communicator_rank_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_201 _wrap_communicator_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_202 _wrap_communicator_local_rank_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_203 _wrap_communicator_set_timeout_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
+extern swig_type_204 _wrap_trainer_attach_communicator_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2);
 #undef intgo
 */
 import "C"
@@ -679,11 +693,31 @@ func Context_release(arg1 uintptr) {
 	C._wrap_context_release_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0))
 }
 
+func Context_retain(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_context_retain_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+
+	if len(swig_r) == 0 {
+		swig_r_1 = nil
+	} else if len(swig_r) == 1 {
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
+	} else {
+		swig_s := swigCopyString(swig_r)
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
+	}
+
+	return swig_r_1
+}
+
 func Context_set_seed(arg1 uintptr, arg2 uint64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_set_seed_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_14(_swig_i_1))
+	swig_r_p := C._wrap_context_set_seed_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_15(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -704,7 +738,7 @@ func Device_parse(arg1 uintptr, arg2 string, arg3 *Device) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_device_parse_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_16)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_device_parse_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_17)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -815,7 +849,7 @@ func Device_get_info(arg1 uintptr, arg2 Device, arg3 *DeviceInfo) (_swig_ret err
 	var _swig_i_1 []int64
 _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_device_get_info_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_22)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_device_get_info_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_23)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_1
@@ -839,7 +873,7 @@ func Device_synchronize(arg1 uintptr, arg2 Device) (_swig_ret error) {
 	_swig_i_0 := arg1
 	var _swig_i_1 []int64
 _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
-	swig_r_p := C._wrap_device_synchronize_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_24)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_device_synchronize_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_25)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_1
@@ -884,7 +918,7 @@ func Tensor_empty(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintp
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_empty_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_28)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_29)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_empty_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_29)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_30)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -914,7 +948,7 @@ func Tensor_zeros(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintp
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_zeros_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_31)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_32)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_zeros_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_32)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_33)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -944,7 +978,7 @@ func Tensor_ones(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintpt
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_ones_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_34)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_35)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_ones_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_35)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_36)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -975,7 +1009,7 @@ func Tensor_full(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 float64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_tensor_full_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_38)(unsafe.Pointer(&_swig_i_3)), C.double(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_tensor_full_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_38)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_39)(unsafe.Pointer(&_swig_i_3)), C.double(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1007,7 +1041,7 @@ func Tensor_arange(arg1 uintptr, arg2 float64, arg3 float64, arg4 float64, arg5 
 	var _swig_i_5 []int64
 _swig_i_5 = []int64{int64(arg6.Kind), arg6.Index}
 	_swig_i_6 := arg7
-	swig_r_p := C._wrap_tensor_arange_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_40)(unsafe.Pointer(&_swig_i_5)), C.swig_voidp(_swig_i_6))
+	swig_r_p := C._wrap_tensor_arange_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_41)(unsafe.Pointer(&_swig_i_5)), C.swig_voidp(_swig_i_6))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_5
@@ -1034,7 +1068,7 @@ func Tensor_rand(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintpt
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_rand_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_42)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_43)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_rand_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_43)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_44)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1064,7 +1098,7 @@ func Tensor_randn(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintp
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_randn_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_45)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_46)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_randn_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_46)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_47)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1095,7 +1129,7 @@ func Tensor_from_host(arg1 uintptr, arg2 []byte, arg3 []int64, arg4 int, arg5 De
 	var _swig_i_4 []int64
 _swig_i_4 = []int64{int64(arg5.Kind), arg5.Index}
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_tensor_from_host_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_48)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_49)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), *(*C.swig_type_50)(unsafe.Pointer(&_swig_i_4)), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_tensor_from_host_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_49)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_50)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), *(*C.swig_type_51)(unsafe.Pointer(&_swig_i_4)), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1126,7 +1160,7 @@ func Tensor_empty_pinned(arg1 uintptr, arg2 []int64, arg3 int, arg4 *uintptr) (_
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_empty_pinned_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_52)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_empty_pinned_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_53)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1150,11 +1184,31 @@ func Tensor_release(arg1 uintptr) {
 	C._wrap_tensor_release_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0))
 }
 
+func Tensor_retain(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_tensor_retain_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+
+	if len(swig_r) == 0 {
+		swig_r_1 = nil
+	} else if len(swig_r) == 1 {
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
+	} else {
+		swig_s := swigCopyString(swig_r)
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
+	}
+
+	return swig_r_1
+}
+
 func Tensor_copy_to_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_copy_to_host_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_54)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_tensor_copy_to_host_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_56)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1177,7 +1231,7 @@ func Tensor_copy_from_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_copy_from_host_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_56)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_tensor_copy_from_host_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_58)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1222,7 +1276,7 @@ func Tensor_to(arg1 uintptr, arg2 Device, arg3 *uintptr) (_swig_ret error) {
 	var _swig_i_1 []int64
 _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_to_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_59)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_to_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_61)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_1
@@ -1307,7 +1361,7 @@ func Tensor_dim(arg1 uintptr, arg2 int64, arg3 *int64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_dim_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_64(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_dim_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_66(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1327,7 +1381,7 @@ func Tensor_shape(arg1 uintptr, arg2 []int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_shape_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_66)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_tensor_shape_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_68)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1451,7 +1505,7 @@ func Tensor_reshape(arg1 uintptr, arg2 []int64, arg3 *uintptr) (_swig_ret error)
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_reshape_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_73)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_reshape_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_75)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1476,7 +1530,7 @@ func Tensor_rows(arg1 uintptr, arg2 int64, arg3 int64, arg4 *uintptr) (_swig_ret
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_rows_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_75(_swig_i_1), C.swig_type_76(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_rows_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_77(_swig_i_1), C.swig_type_78(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1585,7 +1639,7 @@ func Tensor_softmax(arg1 uintptr, arg2 int64, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_softmax_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_82(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_softmax_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_84(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1606,7 +1660,7 @@ func Tensor_log_softmax(arg1 uintptr, arg2 int64, arg3 *uintptr) (_swig_ret erro
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_log_softmax_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_84(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_log_softmax_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_86(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1629,7 +1683,7 @@ func Tensor_reduce(arg1 int, arg2 uintptr, arg3 int64, arg4 int, arg5 *uintptr) 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_reduce_capi_3ee356cb97fe4fba(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_type_86(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_reduce_capi_3ee356cb97fe4fba(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_type_88(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1696,7 +1750,7 @@ func Model_spec_add_linear(arg1 uintptr, arg2 int64, arg3 int64, arg4 int) (_swi
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_spec_add_linear_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_90(_swig_i_1), C.swig_type_91(_swig_i_2), C.swig_intgo(_swig_i_3))
+	swig_r_p := C._wrap_model_spec_add_linear_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_92(_swig_i_1), C.swig_type_93(_swig_i_2), C.swig_intgo(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1738,7 +1792,7 @@ func Model_spec_add_mlp(arg1 uintptr, arg2 []int64, arg3 int) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_spec_add_mlp_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_94)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2))
+	swig_r_p := C._wrap_model_spec_add_mlp_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_96)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1761,7 +1815,7 @@ func Model_spec_parse(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_spec_parse_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_96)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_spec_parse_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_98)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1787,7 +1841,7 @@ func Model_create(arg1 uintptr, arg2 uintptr, arg3 Device, arg4 *uintptr) (_swig
 	var _swig_i_2 []int64
 _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_create_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_98)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_model_create_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_100)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_2
@@ -1814,7 +1868,7 @@ func Model_create_dtype(arg1 uintptr, arg2 uintptr, arg3 Device, arg4 int, arg5 
 _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_model_create_dtype_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_100)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_model_create_dtype_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_102)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_2
@@ -1838,12 +1892,32 @@ func Model_release(arg1 uintptr) {
 	C._wrap_model_release_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0))
 }
 
+func Model_retain(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_model_retain_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+
+	if len(swig_r) == 0 {
+		swig_r_1 = nil
+	} else if len(swig_r) == 1 {
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
+	} else {
+		swig_s := swigCopyString(swig_r)
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
+	}
+
+	return swig_r_1
+}
+
 func Model_to(arg1 uintptr, arg2 Device) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	var _swig_i_1 []int64
 _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
-	swig_r_p := C._wrap_model_to_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_102)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_to_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_105)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_1
@@ -2032,7 +2106,7 @@ func Model_parameter(arg1 uintptr, arg2 int64, arg3 *uintptr) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_parameter_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_112(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_model_parameter_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_115(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2053,7 +2127,7 @@ func Model_parameter_name(arg1 uintptr, arg2 int64, arg3 *string) (_swig_ret err
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_parameter_name_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_114(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_model_parameter_name_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_117(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 
 	if len(*arg3) > 0 {
@@ -2121,7 +2195,7 @@ func Model_save(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_save_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_118)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_save_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_121)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2147,7 +2221,7 @@ func Model_load(arg1 uintptr, arg2 string, arg3 Device, arg4 *uintptr) (_swig_re
 	var _swig_i_2 []int64
 _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_load_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_120)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_121)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_model_load_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_123)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_124)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2173,7 +2247,7 @@ func Model_load_weights(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_load_weights_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_123)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_load_weights_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_126)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2200,7 +2274,7 @@ func Model_load_with_spec(arg1 uintptr, arg2 string, arg3 uintptr, arg4 Device, 
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_model_load_with_spec_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_125)(unsafe.Pointer(&_swig_i_1)), C.uintptr_t(_swig_i_2), *(*C.swig_type_126)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_model_load_with_spec_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_128)(unsafe.Pointer(&_swig_i_1)), C.uintptr_t(_swig_i_2), *(*C.swig_type_129)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2227,7 +2301,7 @@ func Model_export_onnx(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_export_onnx_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_128)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_export_onnx_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_131)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2251,7 +2325,7 @@ func Model_import_onnx(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret erro
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_import_onnx_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_130)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_model_import_onnx_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_133)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2298,7 +2372,7 @@ func Dataset_load_idx(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (_s
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_load_idx_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_133)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_134)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_dataset_load_idx_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_136)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_137)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2326,7 +2400,7 @@ func Dataset_load_mnist(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_load_mnist_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_136)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_137)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_dataset_load_mnist_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_139)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_140)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2351,6 +2425,26 @@ func Dataset_load_mnist(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (
 func Dataset_release(arg1 uintptr) {
 	_swig_i_0 := arg1
 	C._wrap_dataset_release_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0))
+}
+
+func Dataset_retain(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_dataset_retain_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+
+	if len(swig_r) == 0 {
+		swig_r_1 = nil
+	} else if len(swig_r) == 1 {
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
+	} else {
+		swig_s := swigCopyString(swig_r)
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
+	}
+
+	return swig_r_1
 }
 
 func Dataset_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
@@ -2442,7 +2536,7 @@ func Dataset_split(arg1 uintptr, arg2 float64, arg3 uint64, arg4 *uintptr, arg5 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_dataset_split_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.swig_type_143(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_dataset_split_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.swig_type_147(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2467,7 +2561,7 @@ func Dataset_batch(arg1 uintptr, arg2 int64, arg3 int64, arg4 Device, arg5 *uint
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_dataset_batch_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_145(_swig_i_1), C.swig_type_146(_swig_i_2), *(*C.swig_type_147)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_dataset_batch_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_149(_swig_i_1), C.swig_type_150(_swig_i_2), *(*C.swig_type_151)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_3
@@ -2697,7 +2791,7 @@ func Trainer_options_set_batch_size(arg1 uintptr, arg2 int64) (_swig_ret error) 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_batch_size_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_159(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_batch_size_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_163(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2741,7 +2835,7 @@ func Trainer_options_set_schedule(arg1 uintptr, arg2 int, arg3 int64, arg4 float
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_trainer_options_set_schedule_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_162(_swig_i_2), C.double(_swig_i_3), C.swig_type_163(_swig_i_4), C.double(_swig_i_5))
+	swig_r_p := C._wrap_trainer_options_set_schedule_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_166(_swig_i_2), C.double(_swig_i_3), C.swig_type_167(_swig_i_4), C.double(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2761,7 +2855,7 @@ func Trainer_options_set_warmup(arg1 uintptr, arg2 int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_warmup_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_165(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_warmup_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_169(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2781,7 +2875,7 @@ func Trainer_options_set_shuffle_seed(arg1 uintptr, arg2 uint64) (_swig_ret erro
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_shuffle_seed_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_167(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_shuffle_seed_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_171(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2801,7 +2895,7 @@ func Trainer_options_set_progress_interval(arg1 uintptr, arg2 int64) (_swig_ret 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_progress_interval_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_169(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_progress_interval_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_173(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2822,7 +2916,7 @@ func Trainer_options_set_devices(arg1 uintptr, arg2 []Device) (_swig_ret error) 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_devices_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_171)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_trainer_options_set_devices_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_175)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2907,6 +3001,26 @@ func Trainer_release(arg1 uintptr) {
 	C._wrap_trainer_release_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0))
 }
 
+func Trainer_retain(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_trainer_retain_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+
+	if len(swig_r) == 0 {
+		swig_r_1 = nil
+	} else if len(swig_r) == 1 {
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
+	} else {
+		swig_s := swigCopyString(swig_r)
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
+	}
+
+	return swig_r_1
+}
+
 func Trainer_step(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
@@ -2959,7 +3073,7 @@ func Trainer_fit(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 int64, arg5 uint
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r_p := C._wrap_trainer_fit_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_type_178(_swig_i_3), C.uintptr_t(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6))
+	swig_r_p := C._wrap_trainer_fit_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_type_183(_swig_i_3), C.uintptr_t(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3061,7 +3175,7 @@ func Trainer_save_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_save_checkpoint_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_184)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_trainer_save_checkpoint_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_189)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -3084,7 +3198,7 @@ func Trainer_load_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_load_checkpoint_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_186)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_trainer_load_checkpoint_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_191)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -3106,6 +3220,26 @@ func Trainer_load_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 func History_release(arg1 uintptr) {
 	_swig_i_0 := arg1
 	C._wrap_history_release_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0))
+}
+
+func History_retain(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_history_retain_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+
+	if len(swig_r) == 0 {
+		swig_r_1 = nil
+	} else if len(swig_r) == 1 {
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
+	} else {
+		swig_s := swigCopyString(swig_r)
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
+	}
+
+	return swig_r_1
 }
 
 func History_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
@@ -3133,7 +3267,7 @@ func History_get(arg1 uintptr, arg2 int64, arg3 *EpochStats) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_history_get_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_189(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_history_get_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_195(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3174,7 +3308,7 @@ func Communicator_create_local(arg1 uintptr, arg2 []Device, arg3 *uintptr) (_swi
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_communicator_create_local_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_192)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_communicator_create_local_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_198)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -3196,6 +3330,26 @@ func Communicator_create_local(arg1 uintptr, arg2 []Device, arg3 *uintptr) (_swi
 func Communicator_release(arg1 uintptr) {
 	_swig_i_0 := arg1
 	C._wrap_communicator_release_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0))
+}
+
+func Communicator_retain(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_communicator_retain_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+
+	if len(swig_r) == 0 {
+		swig_r_1 = nil
+	} else if len(swig_r) == 1 {
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
+	} else {
+		swig_s := swigCopyString(swig_r)
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
+	}
+
+	return swig_r_1
 }
 
 func Communicator_rank(arg1 uintptr, arg2 *int64) (_swig_ret error) {

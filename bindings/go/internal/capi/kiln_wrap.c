@@ -534,6 +534,41 @@ void _wrap_context_release_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0) {
 }
 
 
+_gostring_ _wrap_context_retain_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, kiln_context **_swig_go_1) {
+  kiln_context *arg1 = (kiln_context *) 0 ;
+  kiln_context **arg2 = (kiln_context **) 0 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_context *)_swig_go_0; 
+  arg2 = (kiln_context **)_swig_go_1; 
+  
+  result = (kiln_status)kiln_context_retain(arg1,arg2);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  return _swig_go_result;
+}
+
+
 _gostring_ _wrap_context_set_seed_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, long long _swig_go_1) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   uint64_t arg2 ;
@@ -1281,6 +1316,41 @@ void _wrap_tensor_release_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0) {
   
   kiln_tensor_release(arg1);
   
+}
+
+
+_gostring_ _wrap_tensor_retain_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, kiln_tensor **_swig_go_1) {
+  kiln_tensor *arg1 = (kiln_tensor *) 0 ;
+  kiln_tensor **arg2 = (kiln_tensor **) 0 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_tensor *)_swig_go_0; 
+  arg2 = (kiln_tensor **)_swig_go_1; 
+  
+  result = (kiln_status)kiln_tensor_retain(arg1,arg2);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  return _swig_go_result;
 }
 
 
@@ -2464,6 +2534,41 @@ void _wrap_model_release_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0) {
 }
 
 
+_gostring_ _wrap_model_retain_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, kiln_model **_swig_go_1) {
+  kiln_model *arg1 = (kiln_model *) 0 ;
+  kiln_model **arg2 = (kiln_model **) 0 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_model *)_swig_go_0; 
+  arg2 = (kiln_model **)_swig_go_1; 
+  
+  result = (kiln_status)kiln_model_retain(arg1,arg2);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  return _swig_go_result;
+}
+
+
 _gostring_ _wrap_model_to_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, _goslice_ _swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   kiln_device arg2 ;
@@ -3352,6 +3457,41 @@ void _wrap_dataset_release_capi_3ee356cb97fe4fba(kiln_dataset *_swig_go_0) {
   
   kiln_dataset_release(arg1);
   
+}
+
+
+_gostring_ _wrap_dataset_retain_capi_3ee356cb97fe4fba(kiln_dataset *_swig_go_0, kiln_dataset **_swig_go_1) {
+  kiln_dataset *arg1 = (kiln_dataset *) 0 ;
+  kiln_dataset **arg2 = (kiln_dataset **) 0 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_dataset *)_swig_go_0; 
+  arg2 = (kiln_dataset **)_swig_go_1; 
+  
+  result = (kiln_status)kiln_dataset_retain(arg1,arg2);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  return _swig_go_result;
 }
 
 
@@ -4321,6 +4461,41 @@ void _wrap_trainer_release_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0) {
 }
 
 
+_gostring_ _wrap_trainer_retain_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, kiln_trainer **_swig_go_1) {
+  kiln_trainer *arg1 = (kiln_trainer *) 0 ;
+  kiln_trainer **arg2 = (kiln_trainer **) 0 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_trainer *)_swig_go_0; 
+  arg2 = (kiln_trainer **)_swig_go_1; 
+  
+  result = (kiln_status)kiln_trainer_retain(arg1,arg2);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  return _swig_go_result;
+}
+
+
 _gostring_ _wrap_trainer_step_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, double *_swig_go_3) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
@@ -4676,6 +4851,41 @@ void _wrap_history_release_capi_3ee356cb97fe4fba(kiln_history *_swig_go_0) {
 }
 
 
+_gostring_ _wrap_history_retain_capi_3ee356cb97fe4fba(kiln_history *_swig_go_0, kiln_history **_swig_go_1) {
+  kiln_history *arg1 = (kiln_history *) 0 ;
+  kiln_history **arg2 = (kiln_history **) 0 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_history *)_swig_go_0; 
+  arg2 = (kiln_history **)_swig_go_1; 
+  
+  result = (kiln_status)kiln_history_retain(arg1,arg2);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  return _swig_go_result;
+}
+
+
 _gostring_ _wrap_history_size_capi_3ee356cb97fe4fba(kiln_history *_swig_go_0, long long *_swig_go_1) {
   kiln_history *arg1 = (kiln_history *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
@@ -4828,6 +5038,41 @@ void _wrap_communicator_release_capi_3ee356cb97fe4fba(kiln_communicator *_swig_g
   
   kiln_communicator_release(arg1);
   
+}
+
+
+_gostring_ _wrap_communicator_retain_capi_3ee356cb97fe4fba(kiln_communicator *_swig_go_0, kiln_communicator **_swig_go_1) {
+  kiln_communicator *arg1 = (kiln_communicator *) 0 ;
+  kiln_communicator **arg2 = (kiln_communicator **) 0 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_communicator *)_swig_go_0; 
+  arg2 = (kiln_communicator **)_swig_go_1; 
+  
+  result = (kiln_status)kiln_communicator_retain(arg1,arg2);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  return _swig_go_result;
 }
 
 

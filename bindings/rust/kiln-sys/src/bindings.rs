@@ -13,7 +13,8 @@ pub type __uint32_t = ::std::os::raw::c_uint;
 pub type __int64_t = ::std::os::raw::c_long;
 pub type __uint64_t = ::std::os::raw::c_ulong;
 extern "C" {
-    #[doc = " The library's version as \"MAJOR.MINOR.PATCH\". Static storage; never fails."]
+    #[doc = " The library's version as \"MAJOR.MINOR.PATCH\". Static storage, never to be"]
+    #[doc = " freed; never fails. Any thread, before or without a context."]
     pub fn kiln_version_string() -> *const ::std::os::raw::c_char;
 }
 extern "C" {
@@ -26,6 +27,7 @@ extern "C" {
 }
 extern "C" {
     #[doc = " The ABI version of the loaded library; compare with KILN_ABI_VERSION."]
+    #[doc = " Never fails; any thread."]
     pub fn kiln_abi_version() -> ::std::os::raw::c_int;
 }
 pub const kiln_status_KILN_OK: kiln_status = 0;
@@ -63,7 +65,8 @@ pub const kiln_status_KILN_ERROR_COMMUNICATION: kiln_status = 15;
 pub type kiln_status = ::std::os::raw::c_uint;
 extern "C" {
     #[doc = " A constant name for a status, e.g. \"KILN_ERROR_SHAPE_MISMATCH\". Static"]
-    #[doc = " storage; unknown values give \"KILN_ERROR_UNKNOWN\". Never fails."]
+    #[doc = " storage, never to be freed; unknown values give \"KILN_ERROR_UNKNOWN\"."]
+    #[doc = " Never fails; any thread."]
     pub fn kiln_status_name(status: kiln_status) -> *const ::std::os::raw::c_char;
 }
 extern "C" {
@@ -175,26 +178,31 @@ extern "C" {
     #[doc = " Options for kiln_context_create, with defaults: seed 0, as many CPU threads"]
     #[doc = " as cores, log level WARNING, no callback (records go to stderr), load the"]
     #[doc = " CUDA plugin. The caller owns *out; release it with"]
-    #[doc = " kiln_context_options_release."]
+    #[doc = " kiln_context_options_release. The setters below change only the options"]
+    #[doc = " object (one thread at a time), never a context made from it before."]
     pub fn kiln_context_options_create(out: *mut *mut kiln_context_options) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Drops the options; contexts made from them keep their copy."]
     pub fn kiln_context_options_release(options: *mut kiln_context_options);
 }
 extern "C" {
+    #[doc = " Any seed is valid; the same seed gives the same draws on every device."]
     pub fn kiln_context_options_set_seed(
         options: *mut kiln_context_options,
         seed: u64,
     ) -> kiln_status;
 }
 extern "C" {
-    #[doc = " threads >= 1, or 0 for one per core."]
+    #[doc = " The context's CPU worker threads, the caller's included: 1..1024, or 0 for"]
+    #[doc = " one per core the process may run on (INVALID_ARGUMENT otherwise)."]
     pub fn kiln_context_options_set_num_threads(
         options: *mut kiln_context_options,
         threads: i64,
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Records below level are dropped; KILN_LOG_OFF drops all."]
     pub fn kiln_context_options_set_log_level(
         options: *mut kiln_context_options,
         level: kiln_log_level,
@@ -233,11 +241,22 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Drops the caller's handle; the context lives on while tensors, models,"]
+    #[doc = " datasets or other handles (kiln_context_retain) refer to it."]
     pub fn kiln_context_release(ctx: *mut kiln_context);
+}
+extern "C" {
+    #[doc = " A new handle to the same context, for another owner (a thread that keeps its"]
+    #[doc = " own reference): see \"Handles\" above. *out is the caller's, released"]
+    #[doc = " with kiln_context_release. INVALID_HANDLE for a released context, INVALID_ARGUMENT"]
+    #[doc = " for NULL out. Any thread."]
+    pub fn kiln_context_retain(ctx: *mut kiln_context, out: *mut *mut kiln_context) -> kiln_status;
 }
 extern "C" {
     #[doc = " Reseeds the context's generator (torch.manual_seed). Affects rand, randn,"]
     #[doc = " model initialisation and, through them, everything seeded from the context."]
+    #[doc = " Any seed is valid. Not while another thread draws from the context (the"]
+    #[doc = " draws would then depend on the order of the calls)."]
     pub fn kiln_context_set_seed(ctx: *mut kiln_context, seed: u64) -> kiln_status;
 }
 pub const kiln_device_kind_KILN_DEVICE_CPU: kiln_device_kind = 0;
@@ -314,8 +333,11 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
-    #[doc = " Writes \"cpu\" or \"cuda:N\" with a terminating NUL into buf (buf_size bytes)."]
-    #[doc = " KILN_ERROR_INVALID_ARGUMENT if the device is malformed or buf too small."]
+    #[doc = " Writes \"cpu\" or \"cuda:N\" with a terminating NUL into buf (buf_size bytes;"]
+    #[doc = " 32 fit every device). KILN_ERROR_INVALID_ARGUMENT if the device is"]
+    #[doc = " malformed (an unknown kind, a CPU index other than -1, a negative CUDA"]
+    #[doc = " index) or buf too small; buf is then \"\" when buf_size > 0. Every string it"]
+    #[doc = " writes, kiln_device_parse reads back as the same device. Any thread."]
     pub fn kiln_device_format(
         device: kiln_device,
         buf: *mut ::std::os::raw::c_char,
@@ -334,15 +356,18 @@ extern "C" {
 extern "C" {
     #[doc = " Why CUDA is not usable (\"\" when it is): the loader's or driver's message,"]
     #[doc = " found once per process and the same for every context (or, for a context"]
-    #[doc = " made with enable_cuda = 0, that it was disabled). The string is owned by"]
-    #[doc = " ctx."]
+    #[doc = " made with enable_cuda = 0, that it was disabled). Without a driver it says"]
+    #[doc = " which of the two happened: \"no CUDA driver: libcuda.so.1 not found (...)\""]
+    #[doc = " or \"no CUDA driver: <path> was found but cuInit failed with CUDA_ERROR_...\""]
+    #[doc = " The string is owned by ctx."]
     pub fn kiln_cuda_unavailable_reason(
         ctx: *mut kiln_context,
         out: *mut *const ::std::os::raw::c_char,
     ) -> kiln_status;
 }
 extern "C" {
-    #[doc = " Number of devices of a kind: 1 for the CPU, 0..N for CUDA."]
+    #[doc = " Number of devices of a kind: 1 for the CPU, 0..N for CUDA (0 without a"]
+    #[doc = " plugin or driver: not an error)."]
     pub fn kiln_device_count(
         ctx: *mut kiln_context,
         kind: kiln_device_kind,
@@ -579,7 +604,8 @@ fn bindgen_test_layout_kiln_device_info() {
 }
 extern "C" {
     #[doc = " Fills *out (whose struct_size the caller sets; a smaller, older struct is"]
-    #[doc = " filled up to its size)."]
+    #[doc = " filled up to its size; INVALID_ARGUMENT below sizeof(uint32_t))."]
+    #[doc = " DEVICE_UNAVAILABLE for a device the context does not have."]
     pub fn kiln_device_get_info(
         ctx: *mut kiln_context,
         device: kiln_device,
@@ -587,7 +613,9 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
-    #[doc = " Waits until all work kiln queued on the device is done."]
+    #[doc = " Waits until all work kiln queued on the device is done (at once on the"]
+    #[doc = " CPU, whose calls finish before they return). DEVICE_UNAVAILABLE for a"]
+    #[doc = " device the context does not have; BACKEND when queued work failed."]
     pub fn kiln_device_synchronize(ctx: *mut kiln_context, device: kiln_device) -> kiln_status;
 }
 #[repr(C)]
@@ -604,18 +632,23 @@ pub const kiln_dtype_KILN_I64: kiln_dtype = 5;
 pub const kiln_dtype_KILN_U8: kiln_dtype = 6;
 pub type kiln_dtype = ::std::os::raw::c_uint;
 extern "C" {
-    #[doc = " \"f32\", \"f16\", ...; NULL for an unknown value. Never fails."]
+    #[doc = " \"f32\", \"f16\", ...; NULL for an unknown value. Static storage. Never fails;"]
+    #[doc = " any thread."]
     pub fn kiln_dtype_name(dtype: kiln_dtype) -> *const ::std::os::raw::c_char;
 }
 extern "C" {
-    #[doc = " Bytes per element; 0 for an unknown value. Never fails."]
+    #[doc = " Bytes per element; 0 for an unknown value. Never fails; any thread."]
     pub fn kiln_dtype_size(dtype: kiln_dtype) -> i64;
 }
 extern "C" {
-    #[doc = " Creation. shape has ndim entries (0 <= ndim <= KILN_MAX_DIMS, each >= 0);"]
-    #[doc = " the tensor is contiguous, row-major, on device, and owned by the caller."]
-    #[doc = " Errors: INVALID_ARGUMENT (bad shape/dtype, a full value outside an integer"]
-    #[doc = " dtype), DEVICE_UNAVAILABLE, OUT_OF_MEMORY (the context stays usable)."]
+    #[doc = " Creation. shape has ndim entries (0 <= ndim <= KILN_MAX_DIMS, each >= 0,"]
+    #[doc = " shape may be NULL when ndim is 0: a scalar); the tensor is contiguous,"]
+    #[doc = " row-major, on device, and owned by the caller. empty leaves the contents"]
+    #[doc = " undefined; zeros, ones and full fill them. Errors: INVALID_ARGUMENT (bad"]
+    #[doc = " shape/dtype, a full value that is not finite or, for an integer dtype,"]
+    #[doc = " outside its range once truncated), DEVICE_UNAVAILABLE (a device the"]
+    #[doc = " context does not have), OUT_OF_MEMORY (the context stays usable). Any"]
+    #[doc = " thread."]
     pub fn kiln_tensor_empty(
         ctx: *mut kiln_context,
         shape: *const i64,
@@ -658,6 +691,8 @@ extern "C" {
 }
 extern "C" {
     #[doc = " A 1-D tensor start, start+step, ... below end (above end for step < 0)."]
+    #[doc = " INVALID_ARGUMENT for step 0, a non-finite argument, more than 2^53"]
+    #[doc = " elements, or values an integer dtype cannot hold."]
     pub fn kiln_tensor_arange(
         ctx: *mut kiln_context,
         start: f64,
@@ -693,7 +728,7 @@ extern "C" {
 }
 extern "C" {
     #[doc = " Copies nbytes of host data (exactly numel * dtype size, else"]
-    #[doc = " INVALID_ARGUMENT) into a new tensor on device."]
+    #[doc = " INVALID_ARGUMENT) into a new tensor on device; data is not kept."]
     pub fn kiln_tensor_from_host(
         ctx: *mut kiln_context,
         data: *const ::std::os::raw::c_void,
@@ -718,11 +753,22 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Drops the caller's handle; the storage lives on while views, other handles"]
+    #[doc = " (kiln_tensor_retain, kiln_tensor_to on the same device), datasets or"]
+    #[doc = " exported DLPack tensors use it."]
     pub fn kiln_tensor_release(tensor: *mut kiln_tensor);
 }
 extern "C" {
+    #[doc = " A new handle to the same tensor, for another owner (a thread that keeps its"]
+    #[doc = " own reference): see \"Handles\" above. *out is the caller's, released"]
+    #[doc = " with kiln_tensor_release. INVALID_HANDLE for a released tensor, INVALID_ARGUMENT"]
+    #[doc = " for NULL out. Any thread."]
+    pub fn kiln_tensor_retain(tensor: *mut kiln_tensor, out: *mut *mut kiln_tensor) -> kiln_status;
+}
+extern "C" {
     #[doc = " Copies the tensor's elements into host memory (nbytes must equal numel *"]
-    #[doc = " dtype size). Waits for pending device work on the tensor."]
+    #[doc = " dtype size, else INVALID_ARGUMENT). Waits for pending device work on the"]
+    #[doc = " tensor (BACKEND when it failed). Views copy their own elements only."]
     pub fn kiln_tensor_copy_to_host(
         tensor: *const kiln_tensor,
         data: *mut ::std::os::raw::c_void,
@@ -739,12 +785,14 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
-    #[doc = " The value of a one-element tensor as a double."]
+    #[doc = " The value of a one-element tensor (any dtype, any device) as a double;"]
+    #[doc = " SHAPE_MISMATCH for any other number of elements."]
     pub fn kiln_tensor_item(tensor: *const kiln_tensor, out: *mut f64) -> kiln_status;
 }
 extern "C" {
     #[doc = " The tensor on device (PyTorch's .to(device)): a copy, or a new handle to"]
-    #[doc = " the same tensor when it is already there."]
+    #[doc = " the same tensor when it is already there (release it either way)."]
+    #[doc = " DEVICE_UNAVAILABLE for a device the context does not have."]
     pub fn kiln_tensor_to(
         tensor: *const kiln_tensor,
         device: kiln_device,
@@ -766,15 +814,18 @@ extern "C" {
         -> kiln_status;
 }
 extern "C" {
-    #[doc = " Queries."]
+    #[doc = " Queries: they fail only on the common statuses (see the top). Any"]
+    #[doc = " thread."]
     pub fn kiln_tensor_ndim(tensor: *const kiln_tensor, out: *mut i64) -> kiln_status;
 }
 extern "C" {
-    #[doc = " Size of dimension dim; negative dims count from the end."]
+    #[doc = " Size of dimension dim; negative dims count from the end. INVALID_ARGUMENT"]
+    #[doc = " for dim outside [-ndim, ndim) (a scalar has none)."]
     pub fn kiln_tensor_dim(tensor: *const kiln_tensor, dim: i64, out: *mut i64) -> kiln_status;
 }
 extern "C" {
-    #[doc = " Copies the shape into shape[0..ndim); capacity must be >= ndim."]
+    #[doc = " Copies the shape into shape[0..ndim); capacity must be >= ndim"]
+    #[doc = " (INVALID_ARGUMENT; KILN_MAX_DIMS is always enough)."]
     pub fn kiln_tensor_shape(
         tensor: *const kiln_tensor,
         shape: *mut i64,
@@ -804,8 +855,10 @@ extern "C" {
 }
 extern "C" {
     #[doc = " Views share storage with their source (writes show through both ways) and"]
-    #[doc = " keep it alive. reshape: same numel, one entry may be -1. rows: rows"]
-    #[doc = " [start, end) of dimension 0."]
+    #[doc = " keep it alive. reshape: same numel (else SHAPE_MISMATCH, and for two -1s"]
+    #[doc = " or a -1 that could be any size); one entry may be -1, a size below -1 is"]
+    #[doc = " INVALID_ARGUMENT. rows: rows [start, end) of dimension 0, 0 <= start <= end <= dim 0"]
+    #[doc = " (INVALID_ARGUMENT otherwise, and for a scalar)."]
     pub fn kiln_tensor_reshape(
         tensor: *const kiln_tensor,
         shape: *const i64,
@@ -858,8 +911,10 @@ pub const kiln_binary_op_KILN_BINARY_MINIMUM: kiln_binary_op = 5;
 pub const kiln_binary_op_KILN_BINARY_POW: kiln_binary_op = 6;
 #[doc = " Math. Inputs must be on one device (else INVALID_ARGUMENT) and, for two"]
 #[doc = " tensors, of one dtype (no implicit promotion: DTYPE_MISMATCH). Results are"]
-#[doc = " new contiguous tensors on that device. Float ops accept f32, f64, f16 and"]
-#[doc = " bf16 (computed in f32); integer dtypes are accepted where marked."]
+#[doc = " new contiguous tensors on that device, owned by the caller. Float ops"]
+#[doc = " accept f32, f64, f16 and bf16 (computed in f32); integer dtypes are"]
+#[doc = " accepted where marked, others give DTYPE_MISMATCH. Inputs are only read:"]
+#[doc = " several threads may compute from the same tensors at once."]
 pub type kiln_binary_op = ::std::os::raw::c_uint;
 extern "C" {
     #[doc = " Elementwise a op b with NumPy broadcasting (SHAPE_MISMATCH if the shapes"]
@@ -971,7 +1026,8 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
-    #[doc = " Softmax / log-softmax along dim (negative counts from the end). Float."]
+    #[doc = " Softmax / log-softmax along dim (negative counts from the end;"]
+    #[doc = " INVALID_ARGUMENT outside [-ndim, ndim)). Float dtypes (DTYPE_MISMATCH)."]
     pub fn kiln_tensor_softmax(
         a: *const kiln_tensor,
         dim: i64,
@@ -1044,16 +1100,19 @@ pub const kiln_layer_kind_KILN_LAYER_SIGMOID: kiln_layer_kind = 5;
 pub const kiln_layer_kind_KILN_LAYER_DROPOUT: kiln_layer_kind = 6;
 pub type kiln_layer_kind = ::std::os::raw::c_uint;
 extern "C" {
-    #[doc = " A model spec is a list of layers, built up and then given to"]
-    #[doc = " kiln_model_create (which copies it)."]
+    #[doc = " A model spec is a list of layers, built up by one thread and then given"]
+    #[doc = " to kiln_model_create (which copies it). The caller owns *out. Sizes are"]
+    #[doc = " >= 1 and the whole spec within KILN_MAX_PARAMETERS (INVALID_ARGUMENT)."]
     pub fn kiln_model_spec_create(out: *mut *mut kiln_model_spec) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Drops the spec; models made from it keep their copy."]
     pub fn kiln_model_spec_release(spec: *mut kiln_model_spec);
 }
 extern "C" {
-    #[doc = " Appends Linear(in_features, out_features); in_features must equal the"]
-    #[doc = " previous Linear's out_features (SHAPE_MISMATCH)."]
+    #[doc = " Appends Linear(in_features, out_features), with a bias unless bias is 0;"]
+    #[doc = " in_features must equal the previous Linear's out_features"]
+    #[doc = " (SHAPE_MISMATCH); both >= 1 (INVALID_ARGUMENT)."]
     pub fn kiln_model_spec_add_linear(
         spec: *mut kiln_model_spec,
         in_features: i64,
@@ -1064,7 +1123,9 @@ extern "C" {
 extern "C" {
     #[doc = " Appends a parameterless layer: RELU, GELU, TANH, SIGMOID, LEAKY_RELU"]
     #[doc = " (arg = negative slope, PyTorch's default 0.01) or DROPOUT (arg = drop"]
-    #[doc = " probability in [0, 1)). arg is ignored by the others."]
+    #[doc = " probability in [0, 1)). arg is ignored by the others. INVALID_ARGUMENT for"]
+    #[doc = " LINEAR (use kiln_model_spec_add_linear), a non-finite slope or a dropout"]
+    #[doc = " probability outside [0, 1)."]
     pub fn kiln_model_spec_add(
         spec: *mut kiln_model_spec,
         kind: kiln_layer_kind,
@@ -1073,8 +1134,9 @@ extern "C" {
 }
 extern "C" {
     #[doc = " Appends a whole MLP: Linear(sizes[0], sizes[1]), activation, ...,"]
-    #[doc = " Linear(sizes[n-2], sizes[n-1]) with biases; n >= 2. activation is one of the"]
-    #[doc = " parameterless kinds above (LEAKY_RELU uses 0.01)."]
+    #[doc = " Linear(sizes[n-2], sizes[n-1]) with biases; n >= 2. activation is RELU,"]
+    #[doc = " LEAKY_RELU (slope 0.01), GELU, TANH or SIGMOID (INVALID_ARGUMENT for the"]
+    #[doc = " others and for n < 2)."]
     pub fn kiln_model_spec_add_mlp(
         spec: *mut kiln_model_spec,
         sizes: *const i64,
@@ -1087,7 +1149,8 @@ extern "C" {
     #[doc = " \"784-1024-1024-10:gelu\" or \"784-256-10:relu:dropout=0.2\" and appends its"]
     #[doc = " layers after the spec's last layer, with no activation between (the first"]
     #[doc = " size must equal the last Linear's out_features: KILN_ERROR_SHAPE_MISMATCH"]
-    #[doc = " otherwise); parse into a new spec to start over."]
+    #[doc = " otherwise); parse into a new spec to start over. INVALID_ARGUMENT for"]
+    #[doc = " malformed text, with the offending part quoted (cut short)."]
     pub fn kiln_model_spec_parse(
         spec: *mut kiln_model_spec,
         text: *const ::std::os::raw::c_char,
@@ -1097,7 +1160,9 @@ extern "C" {
     #[doc = " Creates a model with f32 parameters on device, initialised from the"]
     #[doc = " context's generator as PyTorch's nn.Linear (kaiming-uniform weights with"]
     #[doc = " a = sqrt(5), uniform(+-1/sqrt(in)) biases). The model starts in training"]
-    #[doc = " mode. Errors: INVALID_ARGUMENT (empty spec), DEVICE_UNAVAILABLE, OOM."]
+    #[doc = " mode. The model keeps ctx alive; the caller owns *out. Errors:"]
+    #[doc = " INVALID_ARGUMENT (a spec without a Linear), DEVICE_UNAVAILABLE, OOM. Any"]
+    #[doc = " thread (each draws from ctx's generator in turn)."]
     pub fn kiln_model_create(
         ctx: *mut kiln_context,
         spec: *const kiln_model_spec,
@@ -1106,7 +1171,8 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
-    #[doc = " As kiln_model_create with parameters of dtype (f32 or f64; f64 on the CPU)."]
+    #[doc = " As kiln_model_create with parameters of dtype: f32, or f64 on the CPU"]
+    #[doc = " (NOT_SUPPORTED on CUDA; other dtypes are INVALID_ARGUMENT)."]
     pub fn kiln_model_create_dtype(
         ctx: *mut kiln_context,
         spec: *const kiln_model_spec,
@@ -1116,14 +1182,27 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Drops the caller's handle; the model lives on while trainers or other"]
+    #[doc = " handles (kiln_model_retain) use it, and parameter tensors keep their"]
+    #[doc = " storage."]
     pub fn kiln_model_release(model: *mut kiln_model);
+}
+extern "C" {
+    #[doc = " A new handle to the same model, for another owner (a thread that keeps its"]
+    #[doc = " own reference): see \"Handles\" above. *out is the caller's, released"]
+    #[doc = " with kiln_model_release. INVALID_HANDLE for a released model, INVALID_ARGUMENT"]
+    #[doc = " for NULL out. Any thread."]
+    pub fn kiln_model_retain(model: *mut kiln_model, out: *mut *mut kiln_model) -> kiln_status;
 }
 extern "C" {
     #[doc = " Moves the parameters to device (PyTorch's model.to(device)). A trainer"]
     #[doc = " created before the move fails with INVALID_ARGUMENT until recreated."]
+    #[doc = " DEVICE_UNAVAILABLE for a device the context does not have; NOT_SUPPORTED"]
+    #[doc = " for an f64 model to CUDA. Not while other threads use the model."]
     pub fn kiln_model_to(model: *mut kiln_model, device: kiln_device) -> kiln_status;
 }
 extern "C" {
+    #[doc = " The device the parameters are on."]
     pub fn kiln_model_device(model: *const kiln_model, out: *mut kiln_device) -> kiln_status;
 }
 extern "C" {
@@ -1135,6 +1214,7 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " *out = 1 in training mode, 0 in evaluation mode."]
     pub fn kiln_model_is_training(
         model: *const kiln_model,
         out: *mut ::std::os::raw::c_int,
@@ -1145,6 +1225,7 @@ extern "C" {
     pub fn kiln_model_num_parameters(model: *const kiln_model, out: *mut i64) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Features the first Linear takes, and outputs the last gives."]
     pub fn kiln_model_input_size(model: *const kiln_model, out: *mut i64) -> kiln_status;
 }
 extern "C" {
@@ -1163,9 +1244,12 @@ extern "C" {
         -> kiln_status;
 }
 extern "C" {
-    #[doc = " Parameter i as a tensor sharing the model's storage (writes change the"]
-    #[doc = " model), and its name as PyTorch's nn.Sequential state_dict calls it"]
-    #[doc = " (\"0.weight\", \"0.bias\", \"2.weight\", ...; weights are [out, in])."]
+    #[doc = " Parameter i (0 <= i < kiln_model_num_parameter_tensors, else"]
+    #[doc = " INVALID_ARGUMENT) as a tensor sharing the model's storage (writes change"]
+    #[doc = " the model; the caller owns the handle, which keeps the storage alive), and"]
+    #[doc = " its name as PyTorch's nn.Sequential state_dict calls it (\"0.weight\","]
+    #[doc = " \"0.bias\", \"2.weight\", ...; weights are [out, in]; the string is owned by"]
+    #[doc = " the model)."]
     pub fn kiln_model_parameter(
         model: *mut kiln_model,
         index: i64,
@@ -1182,7 +1266,12 @@ extern "C" {
 extern "C" {
     #[doc = " Forward pass without gradients: x is [batch, input_size] (any float dtype"]
     #[doc = " or u8, converted to the model's dtype), on the model's device; *out is"]
-    #[doc = " [batch, output_size] logits. Safe from several threads at once."]
+    #[doc = " [batch, output_size] logits. x may come from any context (a tensor is"]
+    #[doc = " memory on a device; the model's context runs the pass and owns *out),"]
+    #[doc = " whereas a dataset's tensors must be of its own context. SHAPE_MISMATCH"]
+    #[doc = " unless x has >= 2 dimensions and input_size elements per row,"]
+    #[doc = " DTYPE_MISMATCH for integer x other than u8, INVALID_ARGUMENT for x on"]
+    #[doc = " another device. Safe from several threads at once."]
     pub fn kiln_model_forward(
         model: *mut kiln_model,
         x: *const kiln_tensor,
@@ -1196,8 +1285,10 @@ pub const kiln_predict_kind_KILN_PREDICT_PROBABILITIES: kiln_predict_kind = 1;
 pub const kiln_predict_kind_KILN_PREDICT_CLASSES: kiln_predict_kind = 2;
 pub type kiln_predict_kind = ::std::os::raw::c_uint;
 extern "C" {
-    #[doc = " Evaluation-mode forward pass: x may be on any device (it is moved to the"]
-    #[doc = " model's); *out is on the model's device. Safe from several threads."]
+    #[doc = " Evaluation-mode forward pass (Dropout off, whatever the model's mode): x"]
+    #[doc = " may be on any device (it is moved to the model's) and of any context;"]
+    #[doc = " *out is on the model's device. Errors as kiln_model_forward. Safe from"]
+    #[doc = " several threads."]
     pub fn kiln_model_predict(
         model: *mut kiln_model,
         x: *const kiln_tensor,
@@ -1207,15 +1298,20 @@ extern "C" {
 }
 extern "C" {
     #[doc = " Writes the weights as a safetensors file (names as kiln_model_parameter_name,"]
-    #[doc = " the spec in the metadata) atomically: a crash leaves any old file intact."]
+    #[doc = " the spec in the metadata) atomically: a crash leaves any old file intact"]
+    #[doc = " (see \"Files\" above for symbolic links and special files). IO when the file"]
+    #[doc = " cannot be written, with the path and the system's reason. Not while"]
+    #[doc = " another thread changes the model."]
     pub fn kiln_model_save(
         model: *const kiln_model,
         path: *const ::std::os::raw::c_char,
     ) -> kiln_status;
 }
 extern "C" {
-    #[doc = " Creates a model from a file kiln_model_save wrote. FORMAT for a malformed"]
-    #[doc = " file, IO for an unreadable one."]
+    #[doc = " Creates a model from a file kiln_model_save wrote; the caller owns *out."]
+    #[doc = " FORMAT for a malformed, truncated or hostile file (never read past its"]
+    #[doc = " end; limits above), IO for an unreadable one, DEVICE_UNAVAILABLE. Loading"]
+    #[doc = " is linear in the file's size. Any thread."]
     pub fn kiln_model_load(
         ctx: *mut kiln_context,
         path: *const ::std::os::raw::c_char,
@@ -1225,8 +1321,9 @@ extern "C" {
 }
 extern "C" {
     #[doc = " Loads weights from a safetensors file into an existing model;"]
-    #[doc = " SHAPE_MISMATCH if the file holds another architecture. On failure the"]
-    #[doc = " model's weights are unchanged."]
+    #[doc = " SHAPE_MISMATCH if the file holds another architecture, DTYPE_MISMATCH for"]
+    #[doc = " another dtype, FORMAT / IO as kiln_model_load. On failure the model's"]
+    #[doc = " weights are unchanged. Not while other threads use the model."]
     pub fn kiln_model_load_weights(
         model: *mut kiln_model,
         path: *const ::std::os::raw::c_char,
@@ -1331,8 +1428,12 @@ pub struct kiln_dataset {
 extern "C" {
     #[doc = " A dataset from tensors: x [N, features...] (float or u8) and y [N] integer"]
     #[doc = " class labels (i32/i64/u8, all >= 0) or [N, k] float targets, both of ctx."]
-    #[doc = " The tensors are referenced, not copied. SHAPE_MISMATCH when the first"]
-    #[doc = " dimensions differ; INVALID_ARGUMENT for N = 0 or a negative label."]
+    #[doc = " The tensors are referenced, not copied (the dataset keeps them alive; do"]
+    #[doc = " not write to them while it is used). SHAPE_MISMATCH when the first"]
+    #[doc = " dimensions differ or y has another rank; DTYPE_MISMATCH for other dtypes;"]
+    #[doc = " INVALID_ARGUMENT for N = 0, samples without features, a negative label or"]
+    #[doc = " tensors of another context than ctx (unlike kiln_model_forward, a dataset"]
+    #[doc = " lives in one context). The caller owns *out."]
     pub fn kiln_dataset_from_tensors(
         ctx: *mut kiln_context,
         x: *const kiln_tensor,
@@ -1343,7 +1444,10 @@ extern "C" {
 extern "C" {
     #[doc = " Reads an IDX image file and an IDX label file (raw, or gzip when the name"]
     #[doc = " ends in .gz), as MNIST and Fashion-MNIST ship them. Images stay u8 and are"]
-    #[doc = " scaled to [0, 1] when batched. IO / FORMAT on a bad file."]
+    #[doc = " scaled to [0, 1] when batched. IO for a missing, unreadable or special"]
+    #[doc = " file; FORMAT for a malformed or hostile one (wrong magic, sizes that"]
+    #[doc = " disagree with the file or each other, no samples, a .gz that claims more"]
+    #[doc = " than deflate can hold), never allocating more than the file can hold."]
     pub fn kiln_dataset_load_idx(
         ctx: *mut kiln_context,
         images_path: *const ::std::os::raw::c_char,
@@ -1354,6 +1458,8 @@ extern "C" {
 extern "C" {
     #[doc = " Loads the \"train\" or \"test\" split of an MNIST-layout directory"]
     #[doc = " (train-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz], ...)."]
+    #[doc = " INVALID_ARGUMENT for another split; IO when dir is not a directory or"]
+    #[doc = " lacks the files (the message names them); then as kiln_dataset_load_idx."]
     pub fn kiln_dataset_load_mnist(
         ctx: *mut kiln_context,
         dir: *const ::std::os::raw::c_char,
@@ -1362,9 +1468,21 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Drops the caller's handle; splits and trainers in a fit keep the data."]
     pub fn kiln_dataset_release(dataset: *mut kiln_dataset);
 }
 extern "C" {
+    #[doc = " A new handle to the same dataset, for another owner (a thread that keeps its"]
+    #[doc = " own reference): see \"Handles\" above. *out is the caller's, released"]
+    #[doc = " with kiln_dataset_release. INVALID_HANDLE for a released dataset, INVALID_ARGUMENT"]
+    #[doc = " for NULL out. Any thread."]
+    pub fn kiln_dataset_retain(
+        dataset: *mut kiln_dataset,
+        out: *mut *mut kiln_dataset,
+    ) -> kiln_status;
+}
+extern "C" {
+    #[doc = " Number of samples (>= 1)."]
     pub fn kiln_dataset_size(dataset: *const kiln_dataset, out: *mut i64) -> kiln_status;
 }
 extern "C" {
@@ -1377,7 +1495,9 @@ extern "C" {
 }
 extern "C" {
     #[doc = " Batched features become (x * scale - mean) / std. Defaults: scale 1/255"]
-    #[doc = " for u8, 1 for floats; mean 0; std 1. std must be > 0."]
+    #[doc = " for u8, 1 for floats; mean 0; std 1. All finite and std > 0, else"]
+    #[doc = " INVALID_ARGUMENT. Splits made before keep their own normalisation. Not"]
+    #[doc = " while another thread batches from the dataset."]
     pub fn kiln_dataset_set_normalization(
         dataset: *mut kiln_dataset,
         scale: f64,
@@ -1387,8 +1507,9 @@ extern "C" {
 }
 extern "C" {
     #[doc = " Seeded random split into a training part and a validation part holding"]
-    #[doc = " round(size * validation_fraction) samples (0 < fraction < 1). Both share"]
-    #[doc = " the source's data."]
+    #[doc = " round(size * validation_fraction) samples (0 < fraction < 1, and both"]
+    #[doc = " parts non-empty, else INVALID_ARGUMENT). Both share the source's data and"]
+    #[doc = " are the caller's; train and validation must be two different pointers."]
     pub fn kiln_dataset_split(
         dataset: *const kiln_dataset,
         validation_fraction: f64,
@@ -1399,7 +1520,9 @@ extern "C" {
 }
 extern "C" {
     #[doc = " Samples [start, start + count) as float x [count, features] (model dtype"]
-    #[doc = " f32) and labels y [count] i64 (or float targets), normalised, on device."]
+    #[doc = " f32) and labels y [count] i64 (or float targets), normalised, on device;"]
+    #[doc = " both the caller's. INVALID_ARGUMENT unless 0 <= start, count >= 1 and"]
+    #[doc = " start + count <= size, or when x and y are one pointer. Any thread."]
     pub fn kiln_dataset_batch(
         dataset: *const kiln_dataset,
         start: i64,
@@ -1443,7 +1566,9 @@ pub const kiln_lr_schedule_KILN_LR_COSINE: kiln_lr_schedule = 2;
 pub type kiln_lr_schedule = ::std::os::raw::c_uint;
 extern "C" {
     #[doc = " The mean loss of pred against target, as the trainer computes it (mean"]
-    #[doc = " over the batch; MSE and BCE also over the elements). Both on one device."]
+    #[doc = " over the batch; MSE and BCE also over the elements). Both on one device"]
+    #[doc = " (INVALID_ARGUMENT); shapes as the loss kind's comment says"]
+    #[doc = " (SHAPE_MISMATCH)."]
     pub fn kiln_loss(
         kind: kiln_loss_kind,
         pred: *const kiln_tensor,
@@ -1456,45 +1581,59 @@ extern "C" {
     #[doc = " momentum 0, dampening 0, nesterov off, weight decay 0 (AdamW 0.01), betas"]
     #[doc = " (0.9, 0.999), eps 1e-8, batch 64, no clipping, constant lr, no warmup,"]
     #[doc = " shuffle seed from the context, progress every 0 batches (end of epoch only)."]
+    #[doc = " The caller owns *out. The setters change only the options object (one"]
+    #[doc = " thread at a time; trainers made from it before keep their copy), and each"]
+    #[doc = " refuses a value outside the range written at it with INVALID_ARGUMENT,"]
+    #[doc = " naming the value, leaving the option as it was."]
     pub fn kiln_trainer_options_create(out: *mut *mut kiln_trainer_options) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Drops the options; trainers made from them keep their copy."]
     pub fn kiln_trainer_options_release(options: *mut kiln_trainer_options);
 }
 extern "C" {
+    #[doc = " One of kiln_loss_kind."]
     pub fn kiln_trainer_options_set_loss(
         options: *mut kiln_trainer_options,
         loss: kiln_loss_kind,
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " One of kiln_optimizer_kind."]
     pub fn kiln_trainer_options_set_optimizer(
         options: *mut kiln_trainer_options,
         kind: kiln_optimizer_kind,
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " lr >= 0 and finite (0 leaves the weights as they are)."]
     pub fn kiln_trainer_options_set_lr(options: *mut kiln_trainer_options, lr: f64) -> kiln_status;
 }
 extern "C" {
+    #[doc = " SGD's momentum: >= 0 and finite. Values of 1 and more are accepted, as"]
+    #[doc = " PyTorch does, and usually diverge (fit then returns KILN_ERROR_NUMERIC)."]
     pub fn kiln_trainer_options_set_momentum(
         options: *mut kiln_trainer_options,
         momentum: f64,
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " SGD's Nesterov momentum: any non-zero value turns it on. Never fails on"]
+    #[doc = " the value."]
     pub fn kiln_trainer_options_set_nesterov(
         options: *mut kiln_trainer_options,
         nesterov: ::std::os::raw::c_int,
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " L2 penalty (SGD, Adam) or decoupled decay (AdamW): >= 0 and finite."]
     pub fn kiln_trainer_options_set_weight_decay(
         options: *mut kiln_trainer_options,
         weight_decay: f64,
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Adam's and AdamW's betas: each in [0, 1)."]
     pub fn kiln_trainer_options_set_betas(
         options: *mut kiln_trainer_options,
         beta1: f64,
@@ -1502,27 +1641,34 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Adam's and AdamW's eps: > 0 and finite."]
     pub fn kiln_trainer_options_set_eps(
         options: *mut kiln_trainer_options,
         eps: f64,
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Samples per batch: >= 1 (a batch larger than the dataset is one partial"]
+    #[doc = " batch per epoch)."]
     pub fn kiln_trainer_options_set_batch_size(
         options: *mut kiln_trainer_options,
         batch_size: i64,
     ) -> kiln_status;
 }
 extern "C" {
-    #[doc = " Clip the global gradient norm to max_norm before each update (0 = off)."]
+    #[doc = " Clip the global gradient norm to max_norm before each update (0 = off);"]
+    #[doc = " max_norm >= 0 and finite."]
     pub fn kiln_trainer_options_set_grad_clip(
         options: *mut kiln_trainer_options,
         max_norm: f64,
     ) -> kiln_status;
 }
 extern "C" {
-    #[doc = " step_size: STEP's period in steps; gamma: STEP's factor; total_steps:"]
-    #[doc = " COSINE's length in steps (0 = the fit's total); min_lr: COSINE's floor."]
+    #[doc = " step_size: STEP's period in steps, >= 1 for STEP (ignored otherwise);"]
+    #[doc = " gamma: STEP's factor, > 0 and finite for STEP (ignored otherwise);"]
+    #[doc = " total_steps: COSINE's length in steps, >= 0 (0 = the fit's total, so"]
+    #[doc = " kiln_trainer_step and _epoch need it > 0: INVALID_ARGUMENT there);"]
+    #[doc = " min_lr: COSINE's floor, >= 0 and finite."]
     pub fn kiln_trainer_options_set_schedule(
         options: *mut kiln_trainer_options,
         schedule: kiln_lr_schedule,
@@ -1533,21 +1679,24 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
-    #[doc = " Linear warmup from 0 to the scheduled lr over the first steps steps."]
+    #[doc = " Linear warmup from 0 to the scheduled lr over the first steps steps;"]
+    #[doc = " steps >= 0 (0 = none)."]
     pub fn kiln_trainer_options_set_warmup(
         options: *mut kiln_trainer_options,
         steps: i64,
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " The seed of the epochs' shuffles (any value); unset, it is drawn from the"]
+    #[doc = " model's context when the trainer is created."]
     pub fn kiln_trainer_options_set_shuffle_seed(
         options: *mut kiln_trainer_options,
         seed: u64,
     ) -> kiln_status;
 }
 extern "C" {
-    #[doc = " Call the progress callback every n batches (0 = once per epoch). Each call"]
-    #[doc = " reads the loss back from the device."]
+    #[doc = " Call the progress callback every n batches (0 = once per epoch; n >= 0)."]
+    #[doc = " Each call reads the loss back from the device."]
     pub fn kiln_trainer_options_set_progress_interval(
         options: *mut kiln_trainer_options,
         batches: i64,
@@ -1604,7 +1753,10 @@ extern "C" {
 }
 extern "C" {
     #[doc = " A trainer for model on the model's device; it keeps the model alive and"]
-    #[doc = " copies options (NULL = defaults). Used by one thread at a time."]
+    #[doc = " copies options (NULL = defaults); the caller owns *out. NOT_SUPPORTED for"]
+    #[doc = " TF32 on the CPU and TF32/BF16 with an f64 model; INVALID_ARGUMENT for an"]
+    #[doc = " unknown name in KILN_DISABLE. Used by one thread at a time, and while it"]
+    #[doc = " trains, no other thread may change or run the model."]
     pub fn kiln_trainer_create(
         model: *mut kiln_model,
         options: *const kiln_trainer_options,
@@ -1612,7 +1764,19 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Drops the caller's handle; a call running with the trainer (a fit, from"]
+    #[doc = " its own callback) keeps it alive until it returns."]
     pub fn kiln_trainer_release(trainer: *mut kiln_trainer);
+}
+extern "C" {
+    #[doc = " A new handle to the same trainer, for another owner (a thread that keeps its"]
+    #[doc = " own reference): see \"Handles\" above. *out is the caller's, released"]
+    #[doc = " with kiln_trainer_release. INVALID_HANDLE for a released trainer, INVALID_ARGUMENT"]
+    #[doc = " for NULL out. Any thread."]
+    pub fn kiln_trainer_retain(
+        trainer: *mut kiln_trainer,
+        out: *mut *mut kiln_trainer,
+    ) -> kiln_status;
 }
 extern "C" {
     #[doc = " One optimisation step on a batch (x [B, in], or [B, ...] with `in`"]
@@ -1623,6 +1787,11 @@ extern "C" {
     #[doc = " once, pinned host tensors included (for those the call waits for the"]
     #[doc = " copy, and so for the steps queued before it). Without a loss to read, the"]
     #[doc = " step itself may still be running on a GPU when the call returns."]
+    #[doc = " SHAPE_MISMATCH for x without `in` elements per sample or y not of B"]
+    #[doc = " samples; DTYPE_MISMATCH for labels that are not integers (cross-entropy)"]
+    #[doc = " or targets that are not float; INVALID_ARGUMENT for labels outside the"]
+    #[doc = " model's classes; BUSY from the trainer's own callback; NUMERIC is not"]
+    #[doc = " raised here (a NaN loss is returned as it is)."]
     pub fn kiln_trainer_step(
         trainer: *mut kiln_trainer,
         x: *const kiln_tensor,
@@ -1835,8 +2004,10 @@ fn bindgen_test_layout_kiln_epoch_stats() {
 }
 extern "C" {
     #[doc = " One shuffled pass over dataset in batches of the options' batch size, the"]
-    #[doc = " last one partial. *out (struct_size set by the caller) gets the training"]
-    #[doc = " statistics; no validation."]
+    #[doc = " last one partial. *out (struct_size set by the caller, at least"]
+    #[doc = " sizeof(uint32_t); an older, smaller struct is filled up to its size) gets"]
+    #[doc = " the training statistics; no validation. Errors as kiln_trainer_step, and"]
+    #[doc = " NUMERIC as kiln_trainer_fit."]
     pub fn kiln_trainer_epoch(
         trainer: *mut kiln_trainer,
         dataset: *const kiln_dataset,
@@ -2083,7 +2254,10 @@ extern "C" {
 }
 extern "C" {
     #[doc = " Mean loss and accuracy (0 for non-class targets) of the model over dataset,"]
-    #[doc = " in evaluation mode. loss and accuracy may each be NULL when not wanted."]
+    #[doc = " in evaluation mode. loss and"]
+    #[doc = " accuracy may each be NULL when not wanted; on failure the non-NULL ones"]
+    #[doc = " are 0. BUSY from the trainer's own callback; shapes and dtypes as"]
+    #[doc = " kiln_trainer_step."]
     pub fn kiln_trainer_evaluate(
         trainer: *mut kiln_trainer,
         dataset: *const kiln_dataset,
@@ -2099,12 +2273,15 @@ extern "C" {
     pub fn kiln_trainer_steps_done(trainer: *const kiln_trainer, out: *mut i64) -> kiln_status;
 }
 extern "C" {
-    #[doc = " The learning rate the next step will use."]
+    #[doc = " The learning rate the next step will use (schedule and warmup applied);"]
+    #[doc = " INVALID_ARGUMENT for a cosine schedule with total_steps 0 outside a fit."]
     pub fn kiln_trainer_current_lr(trainer: *const kiln_trainer, out: *mut f64) -> kiln_status;
 }
 extern "C" {
     #[doc = " Writes a training checkpoint (weights, optimizer state, epoch and step"]
-    #[doc = " counters, shuffle generator) as safetensors, atomically."]
+    #[doc = " counters, shuffle generator) as safetensors, atomically, as"]
+    #[doc = " kiln_model_save writes (IO on failure, the old file intact). Allowed from"]
+    #[doc = " the trainer's own progress callback."]
     pub fn kiln_trainer_save_checkpoint(
         trainer: *const kiln_trainer,
         path: *const ::std::os::raw::c_char,
@@ -2113,20 +2290,35 @@ extern "C" {
 extern "C" {
     #[doc = " Restores a checkpoint written for the same architecture and optimizer"]
     #[doc = " (else SHAPE_MISMATCH / INVALID_ARGUMENT); training then continues exactly"]
-    #[doc = " as the run that wrote it. On failure the trainer is unchanged."]
+    #[doc = " as the run that wrote it. On failure the trainer is unchanged. FORMAT for a"]
+    #[doc = " malformed file or counters of 2^62 and more, IO for an unreadable one,"]
+    #[doc = " BUSY from the trainer's own callback."]
     pub fn kiln_trainer_load_checkpoint(
         trainer: *mut kiln_trainer,
         path: *const ::std::os::raw::c_char,
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Drops the caller's handle to a history (kiln_trainer_fit's result)."]
     pub fn kiln_history_release(history: *mut kiln_history);
 }
 extern "C" {
+    #[doc = " A new handle to the same history, for another owner (a thread that keeps its"]
+    #[doc = " own reference): see \"Handles\" above. *out is the caller's, released"]
+    #[doc = " with kiln_history_release. INVALID_HANDLE for a released history, INVALID_ARGUMENT"]
+    #[doc = " for NULL out. Any thread."]
+    pub fn kiln_history_retain(
+        history: *mut kiln_history,
+        out: *mut *mut kiln_history,
+    ) -> kiln_status;
+}
+extern "C" {
+    #[doc = " Number of epochs recorded (those the fit completed)."]
     pub fn kiln_history_size(history: *const kiln_history, out: *mut i64) -> kiln_status;
 }
 extern "C" {
-    #[doc = " Epoch i (0-based) of the history; out->struct_size set by the caller."]
+    #[doc = " Epoch i (0-based) of the history; out->struct_size set by the caller (as"]
+    #[doc = " for kiln_trainer_epoch). INVALID_ARGUMENT for i outside [0, size)."]
     pub fn kiln_history_get(
         history: *const kiln_history,
         index: i64,
@@ -2175,7 +2367,18 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " Drops the caller's handle; a trainer it is attached to keeps it alive."]
     pub fn kiln_communicator_release(comm: *mut kiln_communicator);
+}
+extern "C" {
+    #[doc = " A new handle to the same communicator, for another owner (a thread that keeps its"]
+    #[doc = " own reference): see \"Handles\" above. *out is the caller's, released"]
+    #[doc = " with kiln_communicator_release. INVALID_HANDLE for a released communicator, INVALID_ARGUMENT"]
+    #[doc = " for NULL out. Any thread."]
+    pub fn kiln_communicator_retain(
+        comm: *mut kiln_communicator,
+        out: *mut *mut kiln_communicator,
+    ) -> kiln_status;
 }
 extern "C" {
     #[doc = " This process's rank in [0, size), the number of ranks, and the rank among"]

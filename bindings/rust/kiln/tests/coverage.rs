@@ -11,6 +11,13 @@ const UNBOUND: &[(&str, &str)] = &[
     ("kiln_tensor_to_dlpack", "DLPack (kiln/dlpack.h) exchanges memory with another framework's tensor type; \
       the bindings may depend on no crate that has one, and kiln-sys binds kiln.h alone"),
     ("kiln_tensor_from_dlpack", "as kiln_tensor_to_dlpack"),
+    ("kiln_communicator_retain", "shared ownership is Arc over the safe type; a second owner of the native object would let two &mut owners write shared storage"),
+    ("kiln_context_retain", "shared ownership is Arc over the safe type; a second owner of the native object would let two &mut owners write shared storage"),
+    ("kiln_dataset_retain", "shared ownership is Arc over the safe type; a second owner of the native object would let two &mut owners write shared storage"),
+    ("kiln_history_retain", "shared ownership is Arc over the safe type; a second owner of the native object would let two &mut owners write shared storage"),
+    ("kiln_model_retain", "shared ownership is Arc over the safe type; a second owner of the native object would let two &mut owners write shared storage"),
+    ("kiln_tensor_retain", "shared ownership is Arc over the safe type; a second owner of the native object would let two &mut owners write shared storage"),
+    ("kiln_trainer_retain", "shared ownership is Arc over the safe type; a second owner of the native object would let two &mut owners write shared storage"),
 ];
 
 fn declared_functions(header: &str) -> BTreeSet<String> {
