@@ -104,10 +104,13 @@ if [[ "${KILN_SANITIZER_LANES:-1}" != "0" ]]; then
   supp="$root/scripts/sanitizer-suppressions"
   # halt_on_error: the first report fails the test (UBSan's
   # -fno-sanitize-recover does the same at compile time).
-  export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=1"
+  # allocator_may_return_null: an allocation too large to satisfy returns
+  # NULL, as malloc does, instead of ending the program; the tests check that
+  # kiln then reports KILN_ERROR_OUT_OF_MEMORY.
+  export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:allocator_may_return_null=1:detect_stack_use_after_return=1"
   export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
   export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
-  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp"
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1:suppressions=$supp/tsan.supp"
   # -O1 and line tables (-g1): what ASan's documentation advises, and the
   # lane builds every target, which at -O2 -g takes twice as long.
   sanitizer_lane "C tests under ASan + UBSan" address,undefined,enum,float-cast-overflow "$build-asan" . \
