@@ -35,13 +35,18 @@ build="${KILN_BUILD_DIR:-$root/build}"
 #                  ASan: mpirun's and libmpi's own leaks would fill the
 #                  report, and they are Open MPI's; the Release lane runs
 #                  the two-rank tests. test_cli then runs without mpirun.
+#   test_dlpack_python
+#                  loads the instrumented libkiln into an uninstrumented
+#                  Python (NumPy, PyTorch), which ASan refuses unless its
+#                  runtime is preloaded into the interpreter; test_dlpack
+#                  runs the same checks from C in the lane.
 #   example_train_mnist
 #                  (not built: KILN_BUILD_EXAMPLES=OFF) trains on
 #                  Fashion-MNIST for minutes, several times that under ASan;
 #                  training is covered by test_trainer and
 #                  test_fashion_mnist's small runs.
 #   *_cuda, *_cudnn  no GPU in the lanes (CPU-only build): they would skip.
-ASAN_LEFT_OUT='^(test_install|test_abi|dist_test.*|example_train_mnist|.*_cuda|.*_cudnn)$'
+ASAN_LEFT_OUT='^(test_install|test_abi|test_dlpack_python|dist_test.*|example_train_mnist|.*_cuda|.*_cudnn)$'
 # The tests that call kiln from threads of their own (pthread_create in
 # the test) or check thread safety: test_context (concurrent contexts and
 # plugin loading), test_tensor (ops from many threads), test_dataset
