@@ -2,14 +2,58 @@
 # Every test: installs what is missing, builds everything (Release; with the
 # CUDA plugin when nvcc exists), runs the C tests with CTest (tests that need
 # a GPU report "skipped" without one), then the bindings' tests through
-# bindings/test.sh. Runs every suite even after one
-# fails, prints a summary and exits non-zero if any step failed.
+# bindings/test.sh, then the two sanitizer lanes (below). Runs every suite
+# even after one fails, prints a summary and exits non-zero if any step
+# failed.
 #
 #   scripts/test.sh
+#
+# The sanitizer lanes build the CPU library and the C tests once more, each
+# in a build directory of its own ($KILN_BUILD_DIR-asan, $KILN_BUILD_DIR-tsan;
+# KILN_SANITIZER_LANES=0 leaves both out):
+#  - ASan + UBSan (-fsanitize=address,undefined,enum,float-cast-overflow, the
+#    first report fails the test, LeakSanitizer on): the whole C suite but
+#    ASAN_LEFT_OUT;
+#  - TSan (-fsanitize=thread): the tests that run kiln from several threads
+#    (TSAN_TESTS).
+# Suppressions (scripts/sanitizer-suppressions/) name third-party code only,
+# each with its reason.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${KILN_BUILD_DIR:-$root/build}"
+
+# Left out of the ASan + UBSan lane, by CTest name (a regular expression),
+# and why:
+#   test_install   builds consumers with the plain compiler against the
+#                  instrumented library, which ASan refuses to load without
+#                  its runtime first; the Release lane runs it.
+#   test_abi       compares the Release library with abi/libkiln.abi; an
+#                  instrumented library is another binary. The Release lane
+#                  runs it.
+#   dist_test*     (not even built: KILN_BUILD_DIST=OFF) Open MPI under
+#                  ASan: mpirun's and libmpi's own leaks would fill the
+#                  report, and they are Open MPI's; the Release lane runs
+#                  the two-rank tests. test_cli then runs without mpirun.
+#   test_dlpack_python
+#                  loads the instrumented libkiln into an uninstrumented
+#                  Python (NumPy, PyTorch), which ASan refuses unless its
+#                  runtime is preloaded into the interpreter; test_dlpack
+#                  runs the same checks from C in the lane.
+#   example_train_mnist
+#                  (not built: KILN_BUILD_EXAMPLES=OFF) trains on
+#                  Fashion-MNIST for minutes, several times that under ASan;
+#                  training is covered by test_trainer and
+#                  test_fashion_mnist's small runs.
+#   *_cuda, *_cudnn  no GPU in the lanes (CPU-only build): they would skip.
+ASAN_LEFT_OUT='^(test_install|test_abi|test_dlpack_python|dist_test.*|example_train_mnist|.*_cuda|.*_cudnn)$'
+# The tests that call kiln from threads of their own (pthread_create in
+# the test) or check thread safety: test_context (concurrent contexts and
+# plugin loading), test_tensor (ops from many threads), test_dataset
+# (shared datasets), test_dlpack (deleters on other threads); the others
+# run kiln from one thread, where TSan has nothing to check beyond kiln's
+# own pool, which these four exercise too.
+TSAN_TESTS='^(test_context|test_tensor|test_dataset|test_dlpack)$'
 
 "$root/scripts/install-deps.sh"
 "$root/scripts/build.sh"
@@ -31,6 +75,54 @@ if KILN_BUILD_DIR="$build" bash "$root/bindings/test.sh"; then
 else
   results+=("binding tests: FAILED")
   failed=1
+fi
+
+# One sanitizer lane: configure the CPU library, the kiln program and the C
+# tests with KILN_SANITIZE=$2 in build dir $3 (without the MPI plugin: see
+# ASAN_LEFT_OUT) and the optimisation flags $7 (default RelWithDebInfo's),
+# build targets $6 (default all), then run the CTest tests that match $4
+# and not $5.
+sanitizer_lane() {
+  local name="$1" sanitize="$2" dir="$3" include="$4" exclude="$5" targets=() flags=()
+  for t in ${6:-}; do targets+=(--target "$t"); done
+  if [[ -n "${7:-}" ]]; then flags=("-DCMAKE_C_FLAGS_RELWITHDEBINFO=$7" "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$7"); fi
+  echo "== $name (build $dir)"
+  if ! cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${flags[@]}" -DKILN_BUILD_CUDA=OFF \
+      -DKILN_BUILD_BENCH=OFF -DKILN_BUILD_EXAMPLES=OFF -DKILN_BUILD_DIST=OFF -DKILN_SANITIZE="$sanitize" >/dev/null ||
+    ! cmake --build "$dir" -j "$(nproc)" "${targets[@]}"; then
+    results+=("$name: FAILED (build)")
+    failed=1
+    return
+  fi
+  local args=(--test-dir "$dir" --output-on-failure -j "$(nproc)" -R "$include")
+  if [[ -n "$exclude" ]]; then args+=(-E "$exclude"); fi
+  local log="$dir/sanitizer-lane.log"
+  if ctest "${args[@]}" 2>&1 | tee "$log"; [[ ${PIPESTATUS[0]} -eq 0 ]]; then
+    results+=("$name: passed ($(grep -E 'tests passed, [0-9]+ tests failed out of' "$log" | tail -1 || true))")
+  else
+    results+=("$name: FAILED: $(grep -E '^[[:space:]]+[0-9]+ - ' "$log" | sed -E 's/^[[:space:]]+[0-9]+ - //' | tr '\n' ' ' || true)(reports in $log)")
+    failed=1
+  fi
+}
+
+if [[ "${KILN_SANITIZER_LANES:-1}" != "0" ]]; then
+  supp="$root/scripts/sanitizer-suppressions"
+  # halt_on_error: the first report fails the test (UBSan's
+  # -fno-sanitize-recover does the same at compile time).
+  # allocator_may_return_null: an allocation too large to satisfy returns
+  # NULL, as malloc does, instead of ending the program; the tests check that
+  # kiln then reports KILN_ERROR_OUT_OF_MEMORY.
+  export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:allocator_may_return_null=1:detect_stack_use_after_return=1"
+  export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
+  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:allocator_may_return_null=1:suppressions=$supp/tsan.supp"
+  # -O1 and line tables (-g1): what ASan's documentation advises, and the
+  # lane builds every target, which at -O2 -g takes twice as long.
+  sanitizer_lane "C tests under ASan + UBSan" address,undefined,enum,float-cast-overflow "$build-asan" . \
+    "$ASAN_LEFT_OUT" "" "-O1 -g1"
+  sanitizer_lane "threaded C tests under TSan" thread "$build-tsan" "$TSAN_TESTS" "" \
+    "test_context test_tensor test_dataset test_dlpack"
+  unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS
 fi
 
 echo

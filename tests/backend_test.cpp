@@ -85,7 +85,10 @@ struct Host {
       case DType::BF16: { uint16_t h = f32_to_bf16(float(x)); std::memcpy(p, &h, 2); break; }
       case DType::I32: { int32_t v = int32_t(x); std::memcpy(p, &v, 4); break; }
       case DType::I64: { int64_t v = int64_t(x); std::memcpy(p, &v, 8); break; }
-      case DType::U8: { uint8_t v = uint8_t(x); std::memcpy(p, &v, 1); break; }
+      // Through int64: a u8 result wraps modulo 256 (a u8 sum of 378 is
+      // stored as 122), and converting an out-of-range double straight to
+      // uint8_t is undefined (UBSan's float-cast-overflow).
+      case DType::U8: { uint8_t v = uint8_t(int64_t(x)); std::memcpy(p, &v, 1); break; }
     }
   }
   double get(size_t i) const {

@@ -2,6 +2,7 @@
 #include "core/dlpack.hpp"
 
 #include <atomic>
+#include <cstdint>
 #include <new>
 #include <string>
 
@@ -140,11 +141,16 @@ void from_dlpack(const std::shared_ptr<Context> &ctx, DLManagedTensorVersioned *
   Shape shape;
   shape.ndim = d.ndim;
   bool empty = false;
+  int64_t product = 1;  // of the non-zero sizes, so the stride check below cannot overflow
   for (int i = 0; i < d.ndim; ++i) {
     check(d.shape[i] >= 0, KILN_ERROR_INVALID_ARGUMENT,
           "the DLPack tensor has size " + std::to_string(d.shape[i]) + " in dimension " + std::to_string(i));
     shape.d[i] = d.shape[i];
     empty = empty || d.shape[i] == 0;
+    if (d.shape[i] != 0)
+      check(!__builtin_mul_overflow(product, d.shape[i], &product), KILN_ERROR_INVALID_ARGUMENT,
+            "the DLPack tensor has more elements than fit in int64 (size " + std::to_string(d.shape[i]) +
+                " in dimension " + std::to_string(i) + ")");
   }
   // kiln's storage is contiguous row-major: the strides must be those, but
   // a dimension of size 1 may carry any stride (it is never stepped over),
@@ -175,8 +181,12 @@ void from_dlpack(const std::shared_ptr<Context> &ctx, DLManagedTensorVersioned *
       fail(KILN_ERROR_NOT_SUPPORTED, "the DLPack tensor is on " + dl_device_name(d.device) +
                                          "; kiln takes kDLCPU, kDLCUDAHost and kDLCUDA");
   }
-  void *data = d.data ? static_cast<char *>(d.data) + d.byte_offset : nullptr;
   check(empty || d.data != nullptr, KILN_ERROR_INVALID_ARGUMENT, "the DLPack tensor has NULL data");
+  // data + byte_offset must be an address: an offset that wraps around the
+  // address space describes no memory (and the sum would be undefined).
+  check(!d.data || d.byte_offset <= UINTPTR_MAX - reinterpret_cast<uintptr_t>(d.data), KILN_ERROR_INVALID_ARGUMENT,
+        "the DLPack tensor's byte_offset " + std::to_string(d.byte_offset) + " runs past the end of the address space");
+  void *data = d.data ? static_cast<char *>(d.data) + d.byte_offset : nullptr;
   // Ownership passes only when adopt returns: wrap never runs release when
   // it throws, and a throwing adopt disarms it before the tensor goes.
   auto armed = std::make_shared<std::atomic<bool>>(true);

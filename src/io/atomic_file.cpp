@@ -11,17 +11,15 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 
 #include "core/error.hpp"
+#include "io/io_error.hpp"
 
 namespace kiln::io {
 
 namespace {
-
-[[noreturn]] void io_error(const std::string &what, const std::string &path, int err) {
-  fail(KILN_ERROR_IO, what + " '" + path + "': " + std::strerror(err));
-}
 
 std::string directory_of(const std::string &path) {
   size_t slash = path.find_last_of('/');
@@ -48,18 +46,18 @@ void remove_stale_temporaries(const std::string &path) {
   const std::string prefix = temporary_prefix(path);
   const std::string dir = directory_of(path);
   const std::string name_prefix = prefix.substr(prefix.find_last_of('/') + 1);
-  DIR *d = ::opendir(dir.c_str());
+  // Closed however the loop ends: a name copy that runs out of memory throws.
+  const std::unique_ptr<DIR, int (*)(DIR *)> d(::opendir(dir.c_str()), ::closedir);
   if (!d) return;
-  while (const dirent *e = ::readdir(d)) {
+  while (const dirent *e = ::readdir(d.get())) {
     const std::string name = e->d_name;
     if (name.compare(0, name_prefix.size(), name_prefix) != 0) continue;
     char *end = nullptr;
     const long pid = std::strtol(name.c_str() + name_prefix.size(), &end, 10);
     if (pid <= 0 || *end != '.' || pid == long(getpid())) continue;
     if (::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
-    ::unlinkat(::dirfd(d), name.c_str(), 0);
+    ::unlinkat(::dirfd(d.get()), name.c_str(), 0);
   }
-  ::closedir(d);
 }
 
 // The file a save of path replaces: path itself, or the file a symbolic link

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/context.hpp"
+#include "io/io_error.hpp"
 #include "io/regular_file.hpp"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "IDX elements are byte-swapped from big-endian");
@@ -83,7 +84,7 @@ class GzReader {
   [[noreturn]] void raise() const {
     int err = Z_OK;
     const char *message = gzerror(gz_, &err);
-    if (err == Z_ERRNO) fail(KILN_ERROR_IO, "cannot read '" + path_ + "': " + std::strerror(errno));
+    if (err == Z_ERRNO) io_error("cannot read", path_, errno);
     if (err == Z_MEM_ERROR) fail(KILN_ERROR_OUT_OF_MEMORY, "out of memory decompressing '" + path_ + "'");
     fail(KILN_ERROR_FORMAT, "IDX file '" + path_ + "': corrupt gzip data (" + message + ")");
   }
@@ -107,14 +108,14 @@ Tensor read_idx(const std::string &path, const std::shared_ptr<Context> &ctx) {
   auto format_error = [&](const std::string &problem) { fail(KILN_ERROR_FORMAT, "IDX file '" + path + "': " + problem); };
 
   int fd = open_regular_file(path);
-  auto io_error = [&](const std::string &problem) {
+  auto read_error = [&](int err) {
     ::close(fd);
-    fail(KILN_ERROR_IO, "cannot read '" + path + "': " + problem);
+    io_error("cannot read", path, err);
   };
   struct stat st;
-  if (::fstat(fd, &st) != 0) io_error(std::strerror(errno));
+  if (::fstat(fd, &st) != 0) read_error(errno);
   unsigned char magic[2] = {0, 0};
-  if (::pread(fd, magic, 2, 0) < 0) io_error(std::strerror(errno));
+  if (::pread(fd, magic, 2, 0) < 0) read_error(errno);
   const bool gzip = magic[0] == 0x1f && magic[1] == 0x8b;
   const int64_t file_size = st.st_size;
   GzReader in(path, fd);

@@ -6,9 +6,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 
 #include "core/error.hpp"
+#include "io/io_error.hpp"
 
 namespace kiln::io {
 
@@ -16,12 +16,12 @@ int open_regular_file(const std::string &path) {
   // O_NONBLOCK: opening a FIFO with no writer returns at once instead of
   // waiting for one; the flag is dropped again for regular files.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) fail(KILN_ERROR_IO, "cannot open '" + path + "': " + std::strerror(errno));
+  if (fd < 0) io_error("cannot open", path, errno);
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
-    fail(KILN_ERROR_IO, "cannot stat '" + path + "': " + std::strerror(err));
+    io_error("cannot stat", path, err);
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -31,7 +31,7 @@ int open_regular_file(const std::string &path) {
   if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
     const int err = errno;
     ::close(fd);
-    fail(KILN_ERROR_IO, "cannot read '" + path + "': " + std::strerror(err));
+    io_error("cannot read", path, err);
   }
   return fd;
 }
@@ -42,7 +42,7 @@ void read_exactly(int fd, const std::string &path, void *dst, int64_t n, int64_t
     ssize_t got = ::pread(fd, p, size_t(std::min<int64_t>(n, int64_t(1) << 30)), off_t(offset));
     if (got < 0) {
       if (errno == EINTR) continue;
-      fail(KILN_ERROR_IO, "cannot read '" + path + "': " + std::strerror(errno));
+      io_error("cannot read", path, errno);
     }
     if (got == 0) fail(KILN_ERROR_IO, "cannot read '" + path + "': the file ended early (was it truncated while open?)");
     p += got;

@@ -12,6 +12,7 @@
 
 #include "core/context.hpp"
 #include "io/atomic_file.hpp"
+#include "io/io_error.hpp"
 #include "io/json.hpp"
 #include "io/regular_file.hpp"
 
@@ -35,10 +36,6 @@ const char *safetensors_name(DType d) {
   for (const DTypeName &n : kDTypeNames)
     if (n.dtype == d) return n.name;
   fail(KILN_ERROR_INTERNAL, "dtype " + std::string(dtype_name(d)) + " has no safetensors name");
-}
-
-[[noreturn]] void io_error(const std::string &what, const std::string &path, int err) {
-  fail(KILN_ERROR_IO, what + " '" + path + "': " + std::strerror(err));
 }
 
 }  // namespace

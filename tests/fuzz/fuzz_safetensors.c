@@ -27,22 +27,6 @@ static kiln_model *weights_model(void) {
   return model;
 }
 
-/* Copies the model's parameters, in order, into out[WEIGHTS_MODEL_PARAMS]. */
-static void read_weights(kiln_model *model, float *out) {
-  int64_t tensors = 0, done = 0;
-  if (kiln_model_num_parameter_tensors(model, &tensors) != KILN_OK) kiln_fuzz_die(kiln_last_error());
-  for (int64_t i = 0; i < tensors; ++i) {
-    kiln_tensor *p = NULL;
-    int64_t numel = 0;
-    if (kiln_model_parameter(model, i, &p) != KILN_OK || kiln_tensor_numel(p, &numel) != KILN_OK ||
-        done + numel > WEIGHTS_MODEL_PARAMS ||
-        kiln_tensor_copy_to_host(p, out + done, numel * (int64_t)sizeof(float)) != KILN_OK)
-      kiln_fuzz_die("cannot read the weights model's parameters");
-    kiln_tensor_release(p);
-    done += numel;
-  }
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static kiln_fuzz_file file;
   if (!file.path[0]) kiln_fuzz_file_open(&file, "kiln-fuzz-safetensors");
@@ -67,11 +51,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                                 KILN_ERROR_DTYPE_MISMATCH};
   kiln_model *model = weights_model();
   float before[WEIGHTS_MODEL_PARAMS], after[WEIGHTS_MODEL_PARAMS];
-  read_weights(model, before);
+  kiln_fuzz_read_parameters(model, before, WEIGHTS_MODEL_PARAMS);
   status = kiln_model_load_weights(model, file.path);
   kiln_fuzz_expect("kiln_model_load_weights", status, weights_allowed, 4);
   if (status != KILN_OK) {
-    read_weights(model, after);
+    kiln_fuzz_read_parameters(model, after, WEIGHTS_MODEL_PARAMS);
     if (memcmp(before, after, sizeof before) != 0) kiln_fuzz_die("a failed kiln_model_load_weights changed the weights");
   }
   return 0;

@@ -1,5 +1,5 @@
 /*
- * Shared pieces of kiln's fuzz harnesses (fuzz_safetensors.c, fuzz_idx.c).
+ * Shared pieces of kiln's fuzz harnesses (tests/fuzz/fuzz_*.c).
  *
  * Each harness defines LLVMFuzzerTestOneInput. Built with clang
  * -fsanitize=fuzzer it is a libFuzzer target; built with replay_main.c by any
@@ -75,6 +75,23 @@ static void kiln_fuzz_expect(const char *call, kiln_status status, const kiln_st
     if (status == allowed[i]) return;
   fprintf(stderr, "kiln fuzz harness: %s returned %s: %s\n", call, kiln_status_name(status), kiln_last_error());
   abort();
+}
+
+/* Copies an f32 model's parameters, in order, into out[capacity]; dies
+ * unless the model has exactly capacity of them. */
+static void kiln_fuzz_read_parameters(kiln_model *model, float *out, int64_t capacity) {
+  int64_t tensors = 0, done = 0;
+  if (kiln_model_num_parameter_tensors(model, &tensors) != KILN_OK) kiln_fuzz_die(kiln_last_error());
+  for (int64_t i = 0; i < tensors; ++i) {
+    kiln_tensor *p = NULL;
+    int64_t numel = 0;
+    if (kiln_model_parameter(model, i, &p) != KILN_OK || kiln_tensor_numel(p, &numel) != KILN_OK ||
+        done + numel > capacity || kiln_tensor_copy_to_host(p, out + done, numel * (int64_t)sizeof(float)) != KILN_OK)
+      kiln_fuzz_die("cannot read a model's parameters");
+    kiln_tensor_release(p);
+    done += numel;
+  }
+  if (done != capacity) kiln_fuzz_die("a model has another parameter count than expected");
 }
 
 #endif /* KILN_FUZZ_SUPPORT_H */

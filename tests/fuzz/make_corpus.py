@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Writes the fuzz seed corpora tests/fuzz/corpus_safetensors/ and
-tests/fuzz/corpus_idx/: a handful of tiny valid files (and near-valid ones
-that reach deeper checks), byte-for-byte reproducible. Run it from anywhere;
-it needs only the Python standard library."""
+"""Writes the fuzz seed corpora tests/fuzz/corpus_NAME/, one per harness
+fuzz_NAME.c: a handful of tiny valid inputs (and near-valid ones that reach
+deeper checks), byte-for-byte reproducible. Run it from anywhere; it needs
+only the Python standard library. Files named regress_* are inputs the
+fuzzer found; they are kept in the corpora by hand, not written here."""
 import gzip
 import json
 import pathlib
@@ -77,4 +78,111 @@ write("corpus_idx", {
     "images_f32.idx3": idx(0x0D, "f", [5, 2, 2], [v / 20 for v in images]),
     "images_f64.idx2": idx(0x0E, "d", [5, 4], [v / 20 for v in images]),
     "images_i16.idx3.gz": gzip.compress(idx(0x0B, "h", [5, 2, 2], [v - 10 for v in images]), mtime=0),
+})
+
+
+def checkpoint(optimizer, state_names, counters=(3, 12, 12), meta_extra=None):
+    """A kiln-checkpoint of the harness's 4-3-2 model: parameters, the
+    optimizer's state buffers per parameter, and the metadata
+    src/train/checkpoint.cpp writes."""
+    params = mlp([4, 3, 2], "f", "F32")
+    tensors = list(params)
+    for state in state_names:
+        tensors += [(f"optimizer.{state}.{name}", dtype, shape, bytes(len(raw)))
+                    for name, dtype, shape, raw in params]
+    meta = {"format": "kiln-checkpoint", "kiln.version": "0.1.0", "kiln.spec": "4-3-2",
+            "epochs_done": str(counters[0]), "steps_done": str(counters[1]),
+            "optimizer_steps": str(counters[2]), "shuffle_seed": "42", "shuffle_counter": "7",
+            "optimizer": optimizer, "lr": "0.01", "momentum": "0.90000000000000002", "nesterov": "0",
+            "weight_decay": "0", "beta1": "0.90000000000000002", "beta2": "0.999", "eps": "1e-08"}
+    meta.update(meta_extra or {})
+    return safetensors(tensors, meta)
+
+
+write("corpus_checkpoint", {
+    "sgd_momentum.safetensors": checkpoint("sgd", ["momentum_buffer"]),
+    "adam.safetensors": checkpoint("adam", ["exp_avg", "exp_avg_sq"]),
+    # The largest counters kiln resumes (2^62), and one past them.
+    "adam_counters_2p62.safetensors": checkpoint("adam", ["exp_avg", "exp_avg_sq"], (2**62,) * 3),
+    "adam_counters_2p64m1.safetensors": checkpoint("adam", ["exp_avg", "exp_avg_sq"], (2**64 - 1,) * 3),
+    "model_not_checkpoint.safetensors": kiln_model("4-3-2", [4, 3, 2]),
+})
+
+write("corpus_spec", {
+    "mnist.txt": b"784-32-10",
+    "gelu.txt": b"784-1024-1024-10:gelu",
+    "dropout.txt": b"784-256-10:relu:dropout=0.2",
+    "leaky.txt": b"8-4-2:leaky_relu",
+    "sigmoid_tanh.txt": b"3-3:sigmoid",
+    "long_form.txt": b"linear(784,32);relu;dropout(0.2);linear(32,10,nobias)",
+    "long_form_small.txt": b"linear(4,3);tanh;linear(3,2,nobias);sigmoid",
+    # Two parts (split at the NUL): the second is appended to the first.
+    "append.txt": b"4-3\x003-2:tanh",
+    "append_mismatch.txt": b"4-3\x005-2",
+    "huge.txt": b"4294967296-4294967296-2",
+})
+
+write("corpus_device", {
+    "cpu.txt": b"cpu", "cpu0.txt": b"cpu:0", "cuda.txt": b"cuda", "cuda0.txt": b"cuda:0",
+    "cuda_max.txt": b"cuda:9223372036854775807", "cuda_over.txt": b"cuda:9223372036854775808",
+    "auto.txt": b"auto", "cuda_negative.txt": b"cuda:-1", "upper.txt": b"CUDA:1", "spaces.txt": b" cuda:1 ",
+})
+
+# A spec index byte (fuzz_state_dict.c's SPECS), then the file.
+write("corpus_state_dict", {
+    "0_4-3-2.safetensors": b"\x00" + safetensors(mlp([4, 3, 2], "f", "F32")),
+    "1_4-3-2_gelu_dropout.safetensors": b"\x01" + safetensors(
+        [(name.replace("2.", "3.", 1) if name.startswith("2.") else name, d, sh, raw)
+         for name, d, sh, raw in mlp([4, 3, 2], "f", "F32")]),
+    "2_2-3-2-1_f64.safetensors": b"\x02" + safetensors(mlp([2, 3, 2, 1], "d", "F64")),
+    "3_nobias.safetensors": b"\x03" + safetensors(
+        [t for t in mlp([4, 3, 2], "f", "F32") if t[0] != "0.bias"]),
+    "0_f16.safetensors": b"\x00" + safetensors(
+        [(name, "F16", shape, bytes(len(raw) // 2)) for name, _, shape, raw in mlp([4, 3, 2], "f", "F32")]),
+})
+
+
+def dlpack(version=0, major=None, deleter=0x80, flags=0, flag_bits=None, device=0, device_type=None,
+           device_id=None, ndim=2, code=2, bits=32, lanes=1, layout=0, shape=(2, 3), strides=None, offset=b""):
+    """Bytes fuzz_dlpack.c reads back as a DLManagedTensorVersioned, in its
+    order: a version byte (>= 0xe0: a 4-byte major follows), the minor, the
+    deleter byte, a flags byte (>= 0xe0: 8 bytes of flags follow), a device
+    byte (>= 0xc0: a 4-byte DLDeviceType follows; odd: then a 4-byte
+    device_id), ndim, the dtype (code, bits, 2-byte lanes), the layout bits (1 NULL shape, 2 strides, 4 byte_offset,
+    8 NULL data), the sizes, the strides (read whether or not layout uses
+    them) and the byte_offset. A size byte below 0xc0 means size & 7."""
+    if strides is None:
+        strides = bytes(min(max(ndim, 0), 40))
+    out = bytes([version]) + (struct.pack("<I", major) if major is not None else b"") + bytes([0, deleter, flags])
+    out += struct.pack("<Q", flag_bits) if flag_bits is not None else b""
+    out += bytes([device]) + (struct.pack("<i", device_type) if device_type is not None else b"")
+    out += struct.pack("<i", device_id) if device_id is not None else b""
+    out += bytes([ndim & 0xff, code, bits]) + struct.pack("<H", lanes) + bytes([layout])
+    return out + bytes(shape) + bytes(strides) + offset
+
+
+HUGE_SIZES = bytes([0xf0] + [0xff] * 7 + [0x3f]) * 2 + bytes([2])  # 2^62 - 1, 2^62 - 1, 2
+write("corpus_dlpack", {
+    "f32_2x3.bin": dlpack(),
+    "f64_scalar.bin": dlpack(ndim=0, bits=64, shape=()),
+    "bf16_4.bin": dlpack(code=4, bits=16, ndim=1, shape=(4,)),
+    "u8_strided.bin": dlpack(code=1, bits=8, layout=2, shape=(2, 3), strides=(3, 1)),
+    "f32_transposed.bin": dlpack(layout=2, shape=(2, 3), strides=(1, 2)),
+    "i64_offset.bin": dlpack(code=0, bits=64, ndim=1, shape=(3,), layout=4, offset=bytes([5])),
+    "pinned.bin": dlpack(device=0x80),
+    "cuda.bin": dlpack(device=0xa1, device_id=0),
+    "rocm.bin": dlpack(device=0xc0, device_type=10),
+    "read_only.bin": dlpack(flags=0xf0, flag_bits=1),
+    "null_data_empty.bin": dlpack(shape=(0, 3), layout=8),
+    "null_data.bin": dlpack(layout=8),
+    "no_deleter.bin": dlpack(deleter=0),
+    "bad_version.bin": dlpack(version=0xf0, major=2),
+    "too_many_dims.bin": dlpack(ndim=9, shape=(1,) * 9),
+    "negative_ndim.bin": dlpack(ndim=-1, shape=()),
+    "huge_dims.bin": dlpack(ndim=3, shape=HUGE_SIZES),
+    # The same with strides: the contiguity check multiplied the sizes
+    # without an overflow check (undefined behaviour before the fix).
+    "overflow_huge_dims_strided.bin": dlpack(ndim=3, layout=2, shape=HUGE_SIZES, strides=(1, 1, 1)),
+    # byte_offset 2^64 - 1: data + byte_offset wrapped around (undefined).
+    "overflow_byte_offset.bin": dlpack(layout=4, offset=bytes([0xf0] + [0xff] * 8)),
 })
