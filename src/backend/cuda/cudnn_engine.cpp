@@ -424,10 +424,9 @@ class LinearBackwardCall final : public CudnnCall {
     std::lock_guard<std::recursive_mutex> lock(e_.mutex_);
     e_.use_stream(L.stream);
     if (dgrad_ && fused_) dgrad_->execute(e_.api_, e_.handle_, what_, " dX fused");
-    if (op_.act != UnaryOp::Identity)
-      act_backward(L, op_.t, op_.rows * op_.out, op_.act, op_.alpha, op_.dy, op_.pre, op_.y, op_.dy);
+    if (op_.act != UnaryOp::Identity) act_backward(L, backward_act(op_));
     wgrad_.execute(e_.api_, e_.handle_, what_, " dW");
-    if (op_.db) bias_grad(L, op_.t, op_.rows, op_.out, op_.dy, op_.db, 0.0);
+    if (op_.db) bias_grad(L, bias_grad_of(op_));
     if (dgrad_ && !fused_) dgrad_->execute(e_.api_, e_.handle_, what_, " dX");
   }
 
@@ -798,8 +797,12 @@ void CudnnEngine::run_softmax(cudaStream_t stream, DType t, int64_t outer, int64
         "cudnnSoftmaxForward");
 }
 
-void CudnnEngine::softmax(const Launch &L, DType t, int64_t outer, int64_t n, const void *in, void *out, bool log,
-                          const std::function<void()> &own_kernel) {
+void CudnnEngine::softmax(const Launch &L, const SoftmaxArgs &args, const std::function<void()> &own_kernel) {
+  const DType t = args.t;
+  const int64_t outer = args.outer, n = args.n;
+  const void *in = args.in;
+  void *out = args.out;
+  const bool log = args.log;
   const int64_t bytes = outer * n * dtype_size(t);
   const char *i = static_cast<const char *>(in), *o = static_cast<const char *>(out);
   const bool overlap = i < o + bytes && o < i + bytes;
