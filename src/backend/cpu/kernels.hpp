@@ -43,8 +43,16 @@ void softmax(ThreadPool &pool, const SoftmaxArgs &args);
 // ---- gemm.cpp ----
 // Configures OpenBLAS's threading once per process (see gemm.cpp).
 void init_blas();
-// MathMode::Tf32 is a CUDA mode: NOT_SUPPORTED here.
+// MathMode::Tf32 is a CUDA mode: NOT_SUPPORTED here. bf16 products run on
+// AVX-512 BF16 (bf16_gemm_avx512.hpp) where the CPU has it, else on f32
+// copies of the operands; both multiply bf16 values exactly and accumulate
+// in fp32.
 void gemm(ThreadPool &pool, const GemmArgs &args);
+// Which of the two runs bf16 products, process-wide: Auto (the default)
+// picks AVX-512 BF16 where the CPU has it; Convert always converts, so a
+// test can compare the two on one CPU, or a wrong result be bisected.
+enum class Bf16Products { Auto, Convert };
+void set_bf16_products(Bf16Products how);
 
 // ---- nn_kernels.cpp ----
 void bias_act(ThreadPool &pool, const BiasActArgs &args);
