@@ -123,7 +123,7 @@ class CudnnEngine {
   using Binder = std::function<std::unique_ptr<CudnnCall>(std::string *)>;
   EngineChoice choose(const DecisionKey &key, const std::vector<Binder> &variants,
                       const std::function<void()> &alternative, std::unique_ptr<CudnnCall> *call);
-  void run_softmax(cudaStream_t stream, DType t, int64_t outer, int64_t n, const void *in, void *out, bool log);
+  void run_softmax(cudaStream_t stream, const SoftmaxArgs &args);
   // Points the handle at `stream` (the caller holds mutex_).
   void use_stream(cudaStream_t stream);
 
