@@ -78,6 +78,22 @@ int main(int argc, char **argv) {
     g.t = f32, g.trans_a = ta, g.trans_b = tb, g.m = m, g.n = n, g.k = k, g.a = a, g.b = b, g.c = c;
     be.gemm(-1, g);
   };
+  auto bias_act = [&](int64_t cols, float *y, const float *bias, UnaryOp act) {
+    BiasActArgs a;
+    a.t = f32, a.rows = batch, a.cols = cols, a.y = y, a.bias = bias, a.act = act;
+    be.bias_act(-1, a);
+  };
+  auto bias_grad = [&](int64_t cols, const float *dy, float *db) {
+    BiasGradArgs a;
+    a.t = f32, a.rows = batch, a.cols = cols, a.dy = dy, a.db = db;
+    be.bias_grad(-1, a);
+  };
+  LossArgs loss;
+  loss.t = f32, loss.rows = batch, loss.cols = classes, loss.pred = logits.data(), loss.target = y.data();
+  loss.grad_scale = 1.0 / double(batch), loss.dpred = dlogits.data(), loss.stats = stats;
+  ActBackwardArgs relu_backward;
+  relu_backward.t = f32, relu_backward.n = batch * hidden, relu_backward.act = UnaryOp::Relu;
+  relu_backward.dy = dh.data(), relu_backward.y = h.data(), relu_backward.dx = dh.data();
   SgdArgs sgd;
   sgd.t = f32, sgd.n = n_params, sgd.params = params.data(), sgd.grads = grads.data();
   sgd.velocity = velocity.data(), sgd.momentum = 0.9;
@@ -87,16 +103,16 @@ int main(int argc, char **argv) {
       {"gather x u8->f32", [&] { be.gather(-1, gather_x, &params_of_step); }},
       {"gather labels", [&] { be.gather(-1, gather_y, &params_of_step); }},
       {"gemm X W1^T", [&] { gemm(false, true, batch, hidden, in, x.data(), w1, h.data()); }},
-      {"bias_act relu", [&] { be.bias_act(-1, f32, batch, hidden, h.data(), b1, UnaryOp::Relu, 0, nullptr); }},
+      {"bias_act relu", [&] { bias_act(hidden, h.data(), b1, UnaryOp::Relu); }},
       {"gemm H W2^T", [&] { gemm(false, true, batch, classes, hidden, h.data(), w2, logits.data()); }},
-      {"bias_act identity", [&] { be.bias_act(-1, f32, batch, classes, logits.data(), b2, UnaryOp::Identity, 0, nullptr); }},
-      {"cross_entropy", [&] { be.cross_entropy(-1, f32, batch, classes, logits.data(), y.data(), 1.0 / double(batch), dlogits.data(), stats); }},
+      {"bias_act identity", [&] { bias_act(classes, logits.data(), b2, UnaryOp::Identity); }},
+      {"cross_entropy", [&] { be.cross_entropy(-1, loss); }},
       {"gemm dW2 = dL^T H", [&] { gemm(true, false, classes, hidden, batch, dlogits.data(), h.data(), dw2); }},
-      {"bias_grad b2", [&] { be.bias_grad(-1, f32, batch, classes, dlogits.data(), db2, 0); }},
+      {"bias_grad b2", [&] { bias_grad(classes, dlogits.data(), db2); }},
       {"gemm dH = dL W2", [&] { gemm(false, false, batch, hidden, classes, dlogits.data(), w2, dh.data()); }},
-      {"act_backward relu", [&] { be.act_backward(-1, f32, batch * hidden, UnaryOp::Relu, 0, dh.data(), nullptr, h.data(), dh.data()); }},
+      {"act_backward relu", [&] { be.act_backward(-1, relu_backward); }},
       {"gemm dW1 = dH^T X", [&] { gemm(true, false, hidden, in, batch, dh.data(), x.data(), dw1); }},
-      {"bias_grad b1", [&] { be.bias_grad(-1, f32, batch, hidden, dh.data(), db1, 0); }},
+      {"bias_grad b1", [&] { bias_grad(hidden, dh.data(), db1); }},
       {"sgd_update momentum", [&] { be.sgd_update(-1, sgd, &params_of_step); }},
   };
   Timing total{0, 0};

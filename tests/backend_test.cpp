@@ -241,9 +241,9 @@ void test_fill_arange_cast(Backend &be) {
   for (DType t : kAll) {
     g_case = std::string("fill/arange ") + dtype_name(t);
     Buf out(t, 100);
-    be.fill(D, t, 100, out.data(), 3.0);
+    be.fill(D, FillArgs{t, 100, out.data(), 3.0});
     check_close("fill", out.values(), std::vector<double>(100, 3.0), 0, 0);
-    be.arange(D, t, 100, out.data(), 1.0, 2.0);
+    be.arange(D, ArangeArgs{t, 100, out.data(), 1.0, 2.0});
     std::vector<double> want(100);
     for (int i = 0; i < 100; ++i) want[size_t(i)] = 1 + 2 * i;
     if (t == DType::U8) for (auto &w : want) w = double(uint8_t(int(w)));
@@ -254,18 +254,18 @@ void test_fill_arange_cast(Backend &be) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   Buf f(DType::F64, {2.7, -2.7, 1e30, -1e30, nan, 300, -5});
   Buf i32(DType::I32, 7), u8(DType::U8, 7), i64(DType::I64, 7);
-  be.cast(D, DType::F64, f.data(), DType::I32, i32.data(), 7);
+  be.cast(D, CastArgs{DType::F64, DType::I32, 7, f.data(), i32.data()});
   check_close("f64->i32", i32.values(), {2, -2, 2147483647.0, -2147483648.0, 0, 300, -5}, 0, 0);
-  be.cast(D, DType::F64, f.data(), DType::U8, u8.data(), 7);
+  be.cast(D, CastArgs{DType::F64, DType::U8, 7, f.data(), u8.data()});
   check_close("f64->u8", u8.values(), {2, 0, 255, 0, 0, 255, 0}, 0, 0);
-  be.cast(D, DType::F64, f.data(), DType::I64, i64.data(), 7);
+  be.cast(D, CastArgs{DType::F64, DType::I64, 7, f.data(), i64.data()});
   check_close("f64->i64", i64.values(), {2, -2, 9223372036854775807.0, -9223372036854775808.0, 0, 300, -5}, 0, 0);
   for (DType from : kAll) {
     for (DType to : kAll) {
       g_case = std::string("cast ") + dtype_name(from) + "->" + dtype_name(to);
       std::vector<double> v = {0, 1, 2, 3, 100, 7, 42, 5};
       Buf in(from, v), out(to, v.size());
-      be.cast(D, from, in.data(), to, out.data(), int64_t(v.size()));
+      be.cast(D, CastArgs{from, to, int64_t(v.size()), in.data(), out.data()});
       check_close("small integers", out.values(), rounded(to, v), 0, 0);
     }
   }
@@ -273,7 +273,7 @@ void test_fill_arange_cast(Backend &be) {
   g_case = "cast large";
   std::vector<double> big = randoms(200000, 5, -100, 100);
   Buf in(DType::F32, big), out(DType::F64, big.size());
-  be.cast(D, DType::F32, in.data(), DType::F64, out.data(), int64_t(big.size()));
+  be.cast(D, CastArgs{DType::F32, DType::F64, int64_t(big.size()), in.data(), out.data()});
   check_close("f32->f64", out.values(), rounded(DType::F32, big), 0, 0);
 }
 
@@ -305,7 +305,7 @@ void test_unary(Backend &be) {
       const bool positive = op == UnaryOp::Log || op == UnaryOp::Sqrt;
       std::vector<double> x = rounded(t, randoms(70000, 11, positive ? 0.01 : -4, 4));
       Buf in(t, x), out(t, x.size());
-      be.unary(D, op, t, int64_t(x.size()), in.data(), out.data(), 0.1);
+      be.unary(D, UnaryArgs{op, t, int64_t(x.size()), in.data(), out.data(), 0.1});
       std::vector<double> want(x.size());
       for (size_t i = 0; i < x.size(); ++i) want[i] = unary_ref(op, x[i], 0.1);
       check_close("values", out.values(), rounded(t, want), rtol_of(t) * 4, t == DType::F64 ? 1e-15 : 1e-6);
@@ -316,14 +316,14 @@ void test_unary(Backend &be) {
   int32_t vals[4] = {INT32_MIN, -3, 0, 7};
   i32.set_bytes(vals, sizeof vals);
   Buf out(DType::I32, 4);
-  be.unary(D, UnaryOp::Neg, DType::I32, 4, i32.data(), out.data(), 0);
+  be.unary(D, UnaryArgs{UnaryOp::Neg, DType::I32, 4, i32.data(), out.data(), 0});
   check_close("neg wraps", out.values(), {double(INT32_MIN), 3, 0, -7}, 0, 0);
-  be.unary(D, UnaryOp::Abs, DType::I32, 4, i32.data(), out.data(), 0);
+  be.unary(D, UnaryArgs{UnaryOp::Abs, DType::I32, 4, i32.data(), out.data(), 0});
   check_close("abs wraps", out.values(), {double(INT32_MIN), 3, 0, 7}, 0, 0);
-  be.unary(D, UnaryOp::Relu, DType::I32, 4, i32.data(), out.data(), 0);
+  be.unary(D, UnaryArgs{UnaryOp::Relu, DType::I32, 4, i32.data(), out.data(), 0});
   check_close("relu", out.values(), {0, 0, 0, 7}, 0, 0);
   Buf u8(DType::U8, {0, 1, 255}), u8out(DType::U8, 3);
-  be.unary(D, UnaryOp::Neg, DType::U8, 3, u8.data(), u8out.data(), 0);
+  be.unary(D, UnaryArgs{UnaryOp::Neg, DType::U8, 3, u8.data(), u8out.data(), 0});
   check_close("u8 neg wraps", u8out.values(), {0, 255, 1}, 0, 0);
 }
 
@@ -371,7 +371,7 @@ void test_binary(Backend &be) {
         if (cmp) for (size_t i = 0; i < l.b_len && i < a.size(); i += 3) b[i] = a[i];  // some equal pairs
         Buf ba(t, a), bb(t, b), out(out_t, a.size());
         Broadcast bc = make_broadcast({l.rows, l.cols}, {l.cols, 1}, l.bs);
-        be.binary(D, op, t, bc, ba.data(), bb.data(), out.data());
+        be.binary(D, BinaryArgs{op, t, bc, ba.data(), bb.data(), out.data()});
         std::vector<double> want(a.size());
         for (int64_t r = 0; r < l.rows; ++r)
           for (int64_t c = 0; c < l.cols; ++c)
@@ -382,7 +382,7 @@ void test_binary(Backend &be) {
         g_case = std::string("scalar ") + std::to_string(int(op)) + " " + dtype_name(t);
         std::vector<double> a = rounded(t, randoms(50000, 23, 0.1, 3));
         Buf ba(t, a), out(t, a.size());
-        be.scalar(D, op, t, int64_t(a.size()), ba.data(), 1.5, out.data());
+        be.scalar(D, ScalarArgs{op, t, int64_t(a.size()), ba.data(), 1.5, out.data()});
         std::vector<double> want(a.size());
         for (size_t i = 0; i < a.size(); ++i) want[i] = binary_ref(op, a[i], 1.5);
         check_close("values", out.values(), rounded(t, want), rtol_of(t) * 4, 0);
@@ -394,7 +394,7 @@ void test_binary(Backend &be) {
     std::vector<double> a = randoms(120, 31), b = randoms(24, 32);
     Buf ba(DType::F64, a), bb(DType::F64, b), out(DType::F64, 120);
     Broadcast bc = make_broadcast({4, 5, 6}, {30, 6, 1}, {6, 0, 1});
-    be.binary(D, BinaryOp::Sub, DType::F64, bc, ba.data(), bb.data(), out.data());
+    be.binary(D, BinaryArgs{BinaryOp::Sub, DType::F64, bc, ba.data(), bb.data(), out.data()});
     std::vector<double> want(120);
     for (int i = 0; i < 4; ++i)
       for (int j = 0; j < 5; ++j)
@@ -406,7 +406,7 @@ void test_binary(Backend &be) {
     const double nan = std::numeric_limits<double>::quiet_NaN();
     Buf a(DType::F32, {nan, 1, 2}), b(DType::F32, {1, nan, 3}), out(DType::F32, 3);
     Broadcast bc = make_broadcast({3}, {1}, {1});
-    be.binary(D, BinaryOp::Maximum, DType::F32, bc, a.data(), b.data(), out.data());
+    be.binary(D, BinaryArgs{BinaryOp::Maximum, DType::F32, bc, a.data(), b.data(), out.data()});
     check_close("maximum propagates NaN", out.values(), {nan, nan, 3}, 0, 0);
   }
   g_case = "binary integers";
@@ -416,23 +416,23 @@ void test_binary(Backend &be) {
     int32_t av[6] = {7, -7, INT32_MIN, 5, INT32_MAX, 3}, bv[6] = {2, 2, -1, 0, 1, 4};
     a.set_bytes(av, sizeof av);
     b.set_bytes(bv, sizeof bv);
-    be.binary(D, BinaryOp::Div, DType::I32, bc, a.data(), b.data(), out.data());
+    be.binary(D, BinaryArgs{BinaryOp::Div, DType::I32, bc, a.data(), b.data(), out.data()});
     check_close("div truncates, /0 = 0, INT_MIN/-1 wraps", out.values(), {3, -3, double(INT32_MIN), 0, INT32_MAX, 0},
                 0, 0);
-    be.binary(D, BinaryOp::Add, DType::I32, bc, a.data(), b.data(), out.data());
+    be.binary(D, BinaryArgs{BinaryOp::Add, DType::I32, bc, a.data(), b.data(), out.data()});
     check_close("add wraps", out.values(), {9, -5, INT32_MAX, 5, double(INT32_MIN), 7}, 0, 0);
-    be.binary(D, BinaryOp::Pow, DType::I32, bc, b.data(), b.data(), out.data());
+    be.binary(D, BinaryArgs{BinaryOp::Pow, DType::I32, bc, b.data(), b.data(), out.data()});
     check_close("pow", out.values(), {4, 4, -1, 1, 1, 256}, 0, 0);
     Buf u(DType::U8, {200, 10, 3}), v(DType::U8, {100, 20, 0}), uo(DType::U8, 3);
     Broadcast bc3 = make_broadcast({3}, {1}, {1});
-    be.binary(D, BinaryOp::Add, DType::U8, bc3, u.data(), v.data(), uo.data());
+    be.binary(D, BinaryArgs{BinaryOp::Add, DType::U8, bc3, u.data(), v.data(), uo.data()});
     check_close("u8 add wraps", uo.values(), {44, 30, 3}, 0, 0);
-    be.binary(D, BinaryOp::Sub, DType::U8, bc3, u.data(), v.data(), uo.data());
+    be.binary(D, BinaryArgs{BinaryOp::Sub, DType::U8, bc3, u.data(), v.data(), uo.data()});
     check_close("u8 sub wraps", uo.values(), {100, 246, 3}, 0, 0);
     Buf i64(DType::I64, {-9, 9}), o64(DType::I64, 2);
-    be.scalar(D, BinaryOp::Div, DType::I64, 2, i64.data(), 2.0, o64.data());
+    be.scalar(D, ScalarArgs{BinaryOp::Div, DType::I64, 2, i64.data(), 2.0, o64.data()});
     check_close("i64 scalar div", o64.values(), {-4, 4}, 0, 0);
-    be.scalar(D, BinaryOp::Div, DType::I64, 2, i64.data(), 0.0, o64.data());
+    be.scalar(D, ScalarArgs{BinaryOp::Div, DType::I64, 2, i64.data(), 0.0, o64.data()});
     check_close("i64 scalar div by 0", o64.values(), {0, 0}, 0, 0);
   }
 }
@@ -454,7 +454,7 @@ void test_reduce_softmax(Backend &be) {
         Buf in(t, x);
         const DType out_t = op == ReduceOp::Argmax ? DType::I64 : t;
         Buf out(out_t, size_t(s.outer * s.inner));
-        be.reduce(D, op, t, s.outer, s.n, s.inner, in.data(), out.data());
+        be.reduce(D, ReduceArgs{op, t, s.outer, s.n, s.inner, in.data(), out.data()});
         std::vector<double> want(size_t(s.outer * s.inner));
         for (int64_t o = 0; o < s.outer; ++o) {
           for (int64_t i = 0; i < s.inner; ++i) {
@@ -478,9 +478,9 @@ void test_reduce_softmax(Backend &be) {
   g_case = "reduce sum of empty";
   {
     Buf in(DType::F32, 1), out(DType::F32, 2);
-    be.reduce(D, ReduceOp::Sum, DType::F32, 2, 0, 1, in.data(), out.data());
+    be.reduce(D, ReduceArgs{ReduceOp::Sum, DType::F32, 2, 0, 1, in.data(), out.data()});
     check_close("zero", out.values(), {0, 0}, 0, 0);
-    CHECK(status_of([&] { be.reduce(D, ReduceOp::Max, DType::F32, 2, 0, 1, in.data(), out.data()); }) ==
+    CHECK(status_of([&] { be.reduce(D, ReduceArgs{ReduceOp::Max, DType::F32, 2, 0, 1, in.data(), out.data()}); }) ==
           KILN_ERROR_INVALID_ARGUMENT);
   }
   for (DType t : kFloats) {
@@ -490,7 +490,7 @@ void test_reduce_softmax(Backend &be) {
         const size_t total = size_t(s.outer * s.n * s.inner);
         std::vector<double> x = rounded(t, randoms(total, 51, -5, 5));
         Buf in(t, x), out(t, total);
-        be.softmax(D, t, s.outer, s.n, s.inner, in.data(), out.data(), log);
+        be.softmax(D, SoftmaxArgs{t, s.outer, s.n, s.inner, in.data(), out.data(), log});
         std::vector<double> want(total);
         for (int64_t o = 0; o < s.outer; ++o) {
           for (int64_t i = 0; i < s.inner; ++i) {
@@ -601,7 +601,7 @@ void test_bias_act(Backend &be) {
         std::vector<double> y = rounded(t, randoms(size_t(rows * cols), 71, -3, 3));
         std::vector<double> bias = rounded(t, randoms(size_t(cols), 72, -1, 1));
         Buf by(t, y), bb(t, bias), pre(t, y.size());
-        be.bias_act(D, t, rows, cols, by.data(), with_bias ? bb.data() : nullptr, act, 0.05, pre.data());
+        be.bias_act(D, BiasActArgs{t, rows, cols, by.data(), with_bias ? bb.data() : nullptr, act, 0.05, pre.data()});
         std::vector<double> want_pre(y.size()), want(y.size());
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t c = 0; c < cols; ++c) {
@@ -617,7 +617,8 @@ void test_bias_act(Backend &be) {
         g_case = std::string("act_backward ") + std::to_string(int(act)) + " " + dtype_name(t);
         std::vector<double> dy = rounded(t, randoms(y.size(), 73, -1, 1));
         Buf bdy(t, dy), dx(t, y.size());
-        be.act_backward(D, t, int64_t(y.size()), act, 0.05, bdy.data(), pre.data(), by.data(), dx.data());
+        be.act_backward(D, ActBackwardArgs{t, int64_t(y.size()), act, 0.05, bdy.data(), pre.data(), by.data(),
+                                           dx.data()});
         std::vector<double> want_dx(y.size());
         const std::vector<double> out = by.values();
         for (size_t k = 0; k < y.size(); ++k) {
@@ -644,7 +645,7 @@ void test_bias_grad(Backend &be) {
       std::vector<double> dy = rounded(t, randoms(size_t(rows * cols), 81, -1, 1));
       std::vector<double> db = rounded(t, randoms(size_t(cols), 82, -1, 1));
       Buf bdy(t, dy), bdb(t, db);
-      be.bias_grad(D, t, rows, cols, bdy.data(), bdb.data(), 0.5);
+      be.bias_grad(D, BiasGradArgs{t, rows, cols, bdy.data(), bdb.data(), 0.5});
       std::vector<double> want(static_cast<size_t>(cols));
       for (int64_t c = 0; c < cols; ++c) {
         double s = 0.5 * db[size_t(c)];
@@ -653,7 +654,7 @@ void test_bias_grad(Backend &be) {
       }
       check_close("db", bdb.values(), want, rtol_of(t) * 4, rtol_of(t) * 4);
       bdb.set(0, std::numeric_limits<double>::quiet_NaN());  // beta = 0 overwrites
-      be.bias_grad(D, t, rows, cols, bdy.data(), bdb.data(), 0.0);
+      be.bias_grad(D, BiasGradArgs{t, rows, cols, bdy.data(), bdb.data(), 0.0});
       for (int64_t c = 0; c < cols; ++c) want[size_t(c)] -= 0.5 * db[size_t(c)];
       check_close("db beta 0", bdb.values(), want, rtol_of(t) * 4, rtol_of(t) * 4);
     }
@@ -683,7 +684,8 @@ void test_losses(Backend &be) {
     Buf bx(t, x), dl(t, x.size());
     Buf bstats(DType::F64, {1, 2, 0});
     const double scale = 1.0 / double(rows);
-    be.cross_entropy(D, t, rows, cols, bx.data(), blabels.as<int64_t>(), scale, dl.data(), bstats.as<double>());
+    be.cross_entropy(D, LossArgs{t, rows, cols, bx.data(), blabels.as<int64_t>(), scale, dl.data(),
+                                 bstats.as<double>()});
     const std::vector<double> stats = bstats.values();
     check_close("bad labels", {stats[2]}, {0}, 0, 0);
     check_close("loss", {stats[0] - 1}, {ce_loss_ref(x, labels, rows, cols)}, rtol_of(t) * 4, 0);
@@ -715,7 +717,7 @@ void test_losses(Backend &be) {
       check_close("dlogits", dl.values(), want, rtol_of(t) * 8, rtol_of(t) * scale);
     }
     Buf plain(DType::F64, {0, 0, 0});  // no gradient wanted
-    be.cross_entropy(D, t, rows, cols, bx.data(), blabels.as<int64_t>(), scale, nullptr, plain.as<double>());
+    be.cross_entropy(D, LossArgs{t, rows, cols, bx.data(), blabels.as<int64_t>(), scale, nullptr, plain.as<double>()});
     check_close("loss without gradient", {plain.values()[0]}, {stats[0] - 1}, 1e-12, 0);
   }
   g_case = "cross_entropy bad label";
@@ -725,7 +727,8 @@ void test_losses(Backend &be) {
     if (on_cpu()) {  // the CPU refuses the label
       std::string message;
       try {
-        be.cross_entropy(D, DType::F32, 2, 10, bx.data(), bad.as<int64_t>(), 1, dl.data(), stats.as<double>());
+        be.cross_entropy(D, LossArgs{DType::F32, 2, 10, bx.data(), bad.as<int64_t>(), 1, dl.data(),
+                                     stats.as<double>()});
       } catch (const Error &e) {
         CHECK(e.status() == KILN_ERROR_INVALID_ARGUMENT);
         message = e.what();
@@ -733,13 +736,14 @@ void test_losses(Backend &be) {
       CHECK(message.find("label 10") != std::string::npos && message.find("row 1") != std::string::npos);
       bad.set(1, -1);
       CHECK(status_of([&] {
-              be.cross_entropy(D, DType::F32, 2, 10, bx.data(), bad.as<int64_t>(), 1, dl.data(), stats.as<double>());
+              be.cross_entropy(D, LossArgs{DType::F32, 2, 10, bx.data(), bad.as<int64_t>(), 1, dl.data(),
+                                           stats.as<double>()});
             }) == KILN_ERROR_INVALID_ARGUMENT);
     } else {  // CUDA counts it (stats[2]) with loss 0; row 0 (all logits 0) loses log(10)
       for (double label : {10.0, -1.0}) {
         bad.set(1, label);
         Buf st(DType::F64, {0, 0, 0});
-        be.cross_entropy(D, DType::F32, 2, 10, bx.data(), bad.as<int64_t>(), 1, dl.data(), st.as<double>());
+        be.cross_entropy(D, LossArgs{DType::F32, 2, 10, bx.data(), bad.as<int64_t>(), 1, dl.data(), st.as<double>()});
         const std::vector<double> got = st.values();
         check_close("loss of the good row", {got[0]}, {std::log(10.0)}, 1e-6, 0);
         check_close("bad labels", {got[2]}, {1}, 0, 0);
@@ -756,7 +760,7 @@ void test_losses(Backend &be) {
     Buf bp(t, p), by(t, y), d(t, n);
     const double scale = 1.0 / double(n);
     Buf bstats(DType::F64, {0, 0, 0});
-    be.mse(D, t, int64_t(n), bp.data(), by.data(), scale, d.data(), bstats.as<double>());
+    be.mse(D, LossArgs{t, int64_t(n), 1, bp.data(), by.data(), scale, d.data(), bstats.as<double>()});
     std::vector<double> stats = bstats.values();
     double want_loss = 0;
     std::vector<double> want(n);
@@ -767,7 +771,7 @@ void test_losses(Backend &be) {
     check_close("mse loss", {stats[0]}, {want_loss}, rtol_of(t) * 4, 0);
     check_close("mse grad", d.values(), rounded(t, want), rtol_of(t) * 4, 1e-12);
     bstats.set(0, 0);
-    be.bce_with_logits(D, t, int64_t(n), bp.data(), by.data(), scale, d.data(), bstats.as<double>());
+    be.bce_with_logits(D, LossArgs{t, int64_t(n), 1, bp.data(), by.data(), scale, d.data(), bstats.as<double>()});
     stats = bstats.values();
     want_loss = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -782,7 +786,7 @@ void test_losses(Backend &be) {
   {
     Buf bp(DType::F32, {-1000, 1000, 0}), by(DType::F32, {1, 0, 0.5}), d(DType::F32, 3);
     Buf stats(DType::F64, {0, 0, 0});
-    be.bce_with_logits(D, DType::F32, 3, bp.data(), by.data(), 1, d.data(), stats.as<double>());
+    be.bce_with_logits(D, LossArgs{DType::F32, 3, 1, bp.data(), by.data(), 1, d.data(), stats.as<double>()});
     check_close("loss finite", {stats.values()[0]}, {2000 + std::log(2.0)}, 1e-6, 0);
     check_close("grad", d.values(), {-1, 1, 0}, 0, 1e-7);
   }
@@ -806,7 +810,7 @@ void check_dropout(Backend &be, DType t, int64_t n, double p, uint64_t seed, con
   check_close("mask", mask.values(), want_mask, 0, 0);
   check_close("y", y.values(), rounded(t, want), rtol_of(t) * 2, 0);
   CHECK(std::fabs(double(kept) / double(n) - (1 - p)) < 0.01);
-  be.dropout_backward(D, t, n, bx.data(), mask.as<uint8_t>(), p, dx.data());
+  be.dropout_backward(D, DropoutBackwardArgs{t, n, bx.data(), mask.as<uint8_t>(), p, dx.data()});
   check_close("dx", dx.values(), rounded(t, want), rtol_of(t) * 2, 0);
 }
 
@@ -855,12 +859,12 @@ void test_optimizers(Backend &be) {
       for (double v : g) norm += v * v;
       norm = std::sqrt(norm);
       Buf bg(t, g), scratch(DType::F64, std::vector<double>{-1.0});
-      be.clip_grad_norm(D, t, n, bg.data(), 1.0, scratch.as<double>());
+      be.clip_grad_norm(D, ClipArgs{t, n, bg.data(), 1.0, scratch.as<double>()});
       std::vector<double> want(g);
       for (auto &v : want) v *= 1.0 / (norm + 1e-6);
       check_close("norm", scratch.values(), {norm}, rtol_of(t), 0);
       check_close("clipped", bg.values(), want, rtol_of(t) * 2, 0);
-      be.clip_grad_norm(D, t, n, bg.data(), 100.0, scratch.as<double>());  // under the limit: unchanged
+      be.clip_grad_norm(D, ClipArgs{t, n, bg.data(), 100.0, scratch.as<double>()});  // under the limit: unchanged
       check_close("unchanged", bg.values(), want, rtol_of(t) * 2, 0);
     }
     for (int variant = 0; variant < 4; ++variant) {

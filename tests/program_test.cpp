@@ -92,26 +92,29 @@ void test_gather_cast_activation(Backend &be) {
   std::vector<float> in = randoms(50, 1);
   std::vector<uint16_t> out(50), want(50);
   CastOp cast;
-  cast.from = DType::F32, cast.to = DType::BF16, cast.n = 50, cast.in = in.data(), cast.out = out.data();
+  cast.args.from = DType::F32, cast.args.to = DType::BF16, cast.args.n = 50, cast.args.in = in.data();
+  cast.args.out = out.data();
   run_op(be, -1, cast, &step);
-  be.cast(-1, DType::F32, in.data(), DType::BF16, want.data(), 50);
+  be.cast(-1, CastArgs{DType::F32, DType::BF16, 50, in.data(), want.data()});
   CHECK(same(out, want));
 
   g_case = "activation";
   std::vector<float> y(50), ky2(50);
   ActivationOp act;
-  act.t = DType::F32, act.n = 50, act.act = UnaryOp::LeakyRelu, act.alpha = 0.2, act.x = in.data(), act.y = y.data();
+  act.args.op = UnaryOp::LeakyRelu, act.args.t = DType::F32, act.args.n = 50, act.args.alpha = 0.2;
+  act.args.in = in.data(), act.args.out = y.data();
   run_op(be, -1, act, &step);
-  be.unary(-1, UnaryOp::LeakyRelu, DType::F32, 50, in.data(), ky2.data(), 0.2);
+  be.unary(-1, UnaryArgs{UnaryOp::LeakyRelu, DType::F32, 50, in.data(), ky2.data(), 0.2});
   CHECK(same(y, ky2));
 
   g_case = "activation backward";
   std::vector<float> dy = randoms(50, 2), kdy = dy;
   ActivationBackwardOp ab;
-  ab.t = DType::F32, ab.n = 50, ab.act = UnaryOp::LeakyRelu, ab.alpha = 0.2, ab.dy = dy.data(), ab.x = in.data();
-  ab.y = y.data();
+  ab.args.t = DType::F32, ab.args.n = 50, ab.args.act = UnaryOp::LeakyRelu, ab.args.alpha = 0.2;
+  ab.args.dy = ab.args.dx = dy.data(), ab.args.pre = in.data(), ab.args.y = y.data();
   run_op(be, -1, ab, &step);
-  be.act_backward(-1, DType::F32, 50, UnaryOp::LeakyRelu, 0.2, kdy.data(), in.data(), y.data(), kdy.data());
+  be.act_backward(-1, ActBackwardArgs{DType::F32, 50, UnaryOp::LeakyRelu, 0.2, kdy.data(), in.data(), y.data(),
+                                      kdy.data()});
   CHECK(same(dy, kdy));
   std::vector<double> want_dy(50);
   const std::vector<float> dy0 = randoms(50, 2);
@@ -136,7 +139,8 @@ void test_linear(Backend &be) {
       g.a = x.data(), g.b = w.data(), g.c = ky.data();
       be.gemm(-1, g);
       if (bias || act != UnaryOp::Identity)
-        be.bias_act(-1, DType::F32, kRows, kOut, ky.data(), bias ? b.data() : nullptr, act, 0, kpre.data());
+        be.bias_act(-1, BiasActArgs{DType::F32, kRows, kOut, ky.data(), bias ? b.data() : nullptr, act, 0,
+                                    kpre.data()});
       CHECK(same(y, ky));
       if (bias || act != UnaryOp::Identity) CHECK(same(pre, kpre));
       // y = act(x W^T + b) in float64.
@@ -161,12 +165,13 @@ void test_linear(Backend &be) {
       bo.dw = dw.data(), bo.db = bias ? db.data() : nullptr, bo.dx = dx.data();
       run_op(be, -1, bo, nullptr);
       if (act != UnaryOp::Identity)
-        be.act_backward(-1, DType::F32, kRows * kOut, act, 0, kdy.data(), pre.data(), y.data(), kdy.data());
+        be.act_backward(-1, ActBackwardArgs{DType::F32, kRows * kOut, act, 0, kdy.data(), pre.data(), y.data(),
+                                            kdy.data()});
       GemmArgs gw;
       gw.t = DType::F32, gw.trans_a = true, gw.m = kOut, gw.n = kIn, gw.k = kRows;
       gw.a = kdy.data(), gw.b = x.data(), gw.c = kdw.data();
       be.gemm(-1, gw);
-      if (bias) be.bias_grad(-1, DType::F32, kRows, kOut, kdy.data(), kdb.data(), 0.0);
+      if (bias) be.bias_grad(-1, BiasGradArgs{DType::F32, kRows, kOut, kdy.data(), kdb.data(), 0.0});
       GemmArgs gx;
       gx.t = DType::F32, gx.m = kRows, gx.n = kIn, gx.k = kOut;
       gx.a = kdy.data(), gx.b = w.data(), gx.c = kdx.data();
@@ -222,9 +227,10 @@ void test_dropout_loss_clip(Backend &be) {
   g_case = "dropout backward";
   std::vector<float> dx(static_cast<size_t>(n)), kdx(static_cast<size_t>(n));
   DropoutBackwardOp db;
-  db.t = DType::F32, db.n = n, db.p = 0.4, db.dy = x.data(), db.mask = mask.data(), db.dx = dx.data();
+  db.args.t = DType::F32, db.args.n = n, db.args.p = 0.4, db.args.dy = x.data(), db.args.mask = mask.data();
+  db.args.dx = dx.data();
   run_op(be, -1, db, &step);
-  be.dropout_backward(-1, DType::F32, n, x.data(), mask.data(), 0.4, kdx.data());
+  be.dropout_backward(-1, DropoutBackwardArgs{DType::F32, n, x.data(), mask.data(), 0.4, kdx.data()});
   CHECK(same(dx, kdx));
 
   for (kiln_loss_kind kind : {KILN_LOSS_CROSS_ENTROPY, KILN_LOSS_MSE, KILN_LOSS_BCE_WITH_LOGITS}) {
@@ -236,17 +242,19 @@ void test_dropout_loss_clip(Backend &be) {
     std::vector<float> dpred(pred.size()), kd(pred.size());
     double stats[3] = {0, 0, 0}, kstats[3] = {0, 0, 0};
     LossOp op;
-    op.kind = kind, op.t = DType::F32, op.rows = kRows, op.cols = kOut, op.grad_scale = 1.0 / kRows;
-    op.pred = pred.data();
-    op.target = kind == KILN_LOSS_CROSS_ENTROPY ? static_cast<const void *>(labels.data()) : target.data();
-    op.dpred = dpred.data(), op.stats = stats;
+    op.kind = kind, op.args.t = DType::F32, op.args.rows = kRows, op.args.cols = kOut, op.args.grad_scale = 1.0 / kRows;
+    op.args.pred = pred.data();
+    op.args.target = kind == KILN_LOSS_CROSS_ENTROPY ? static_cast<const void *>(labels.data()) : target.data();
+    op.args.dpred = dpred.data(), op.args.stats = stats;
     run_op(be, -1, op, nullptr);
     if (kind == KILN_LOSS_CROSS_ENTROPY)
-      be.cross_entropy(-1, DType::F32, kRows, kOut, pred.data(), labels.data(), 1.0 / kRows, kd.data(), kstats);
+      be.cross_entropy(-1, LossArgs{DType::F32, kRows, kOut, pred.data(), labels.data(), 1.0 / kRows, kd.data(),
+                                    kstats});
     else if (kind == KILN_LOSS_MSE)
-      be.mse(-1, DType::F32, kRows * kOut, pred.data(), target.data(), 1.0 / kRows, kd.data(), kstats);
+      be.mse(-1, LossArgs{DType::F32, kRows * kOut, 1, pred.data(), target.data(), 1.0 / kRows, kd.data(), kstats});
     else
-      be.bce_with_logits(-1, DType::F32, kRows * kOut, pred.data(), target.data(), 1.0 / kRows, kd.data(), kstats);
+      be.bce_with_logits(-1, LossArgs{DType::F32, kRows * kOut, 1, pred.data(), target.data(), 1.0 / kRows, kd.data(),
+                                      kstats});
     CHECK(same(dpred, kd));
     CHECK(std::memcmp(stats, kstats, sizeof stats) == 0);
     CHECK(stats[0] > 0);
@@ -256,9 +264,10 @@ void test_dropout_loss_clip(Backend &be) {
   std::vector<float> g = randoms(100, 23, -1, 1), kg = g;
   double scratch = 0, kscratch = 0;
   ClipOp clip;
-  clip.t = DType::F32, clip.n = 100, clip.grads = g.data(), clip.max_norm = 0.5, clip.scratch = &scratch;
+  clip.args.t = DType::F32, clip.args.n = 100, clip.args.grads = g.data(), clip.args.max_norm = 0.5;
+  clip.args.scratch = &scratch;
   run_op(be, -1, clip, nullptr);
-  be.clip_grad_norm(-1, DType::F32, 100, kg.data(), 0.5, &kscratch);
+  be.clip_grad_norm(-1, ClipArgs{DType::F32, 100, kg.data(), 0.5, &kscratch});
   CHECK(same(g, kg) && scratch == kscratch);
   double norm = 0;
   for (float v : g) norm += double(v) * v;
@@ -339,9 +348,10 @@ struct Fixture {
     lin.y = y.data(), lin.act = UnaryOp::Relu;
     p.ops.push_back(lin);
     LossOp loss;
-    loss.kind = KILN_LOSS_CROSS_ENTROPY, loss.t = DType::F32, loss.rows = kRows, loss.cols = kOut;
-    loss.grad_scale = 1.0 / kRows, loss.pred = y.data(), loss.target = batch_y.data(), loss.dpred = dy.data();
-    loss.stats = stats;
+    loss.kind = KILN_LOSS_CROSS_ENTROPY, loss.args.t = DType::F32, loss.args.rows = kRows, loss.args.cols = kOut;
+    loss.args.grad_scale = 1.0 / kRows, loss.args.pred = y.data(), loss.args.target = batch_y.data();
+    loss.args.dpred = dy.data();
+    loss.args.stats = stats;
     p.ops.push_back(loss);
     LinearBackwardOp back;
     back.t = DType::F32, back.rows = kRows, back.in = kIn, back.out = kOut, back.dy = dy.data(), back.x = x.data();
@@ -364,14 +374,15 @@ struct Fixture {
     GemmArgs f;
     f.t = DType::F32, f.trans_b = true, f.m = kRows, f.n = kOut, f.k = kIn, f.a = x.data(), f.b = w(), f.c = y.data();
     be.gemm(-1, f);
-    be.bias_act(-1, DType::F32, kRows, kOut, y.data(), b(), UnaryOp::Relu, 0, nullptr);
-    be.cross_entropy(-1, DType::F32, kRows, kOut, y.data(), batch_y.data(), 1.0 / kRows, dy.data(), stats);
-    be.act_backward(-1, DType::F32, kRows * kOut, UnaryOp::Relu, 0, dy.data(), nullptr, y.data(), dy.data());
+    be.bias_act(-1, BiasActArgs{DType::F32, kRows, kOut, y.data(), b(), UnaryOp::Relu, 0, nullptr});
+    be.cross_entropy(-1, LossArgs{DType::F32, kRows, kOut, y.data(), batch_y.data(), 1.0 / kRows, dy.data(), stats});
+    be.act_backward(-1, ActBackwardArgs{DType::F32, kRows * kOut, UnaryOp::Relu, 0, dy.data(), nullptr, y.data(),
+                                        dy.data()});
     GemmArgs dw;
     dw.t = DType::F32, dw.trans_a = true, dw.m = kOut, dw.n = kIn, dw.k = kRows, dw.a = dy.data(), dw.b = x.data();
     dw.c = grads.data();
     be.gemm(-1, dw);
-    be.bias_grad(-1, DType::F32, kRows, kOut, dy.data(), grads.data() + kOut * kIn, 0.0);
+    be.bias_grad(-1, BiasGradArgs{DType::F32, kRows, kOut, dy.data(), grads.data() + kOut * kIn, 0.0});
     SgdArgs a;
     a.t = DType::F32, a.n = int64_t(params.size()), a.params = params.data(), a.grads = grads.data();
     be.sgd_update(-1, a, &s);
@@ -510,24 +521,26 @@ struct DeviceStep {
     l2.y = logits.ptr;
     p.ops.push_back(l2);
     LossOp loss;
-    loss.kind = KILN_LOSS_CROSS_ENTROPY, loss.t = DType::F32, loss.rows = kR, loss.cols = kOut;
-    loss.grad_scale = 1.0 / kR, loss.pred = logits.ptr, loss.target = by.ptr, loss.dpred = dlogits.ptr;
-    loss.stats = stats.as<double>();
+    loss.kind = KILN_LOSS_CROSS_ENTROPY, loss.args.t = DType::F32, loss.args.rows = kR, loss.args.cols = kOut;
+    loss.args.grad_scale = 1.0 / kR, loss.args.pred = logits.ptr, loss.args.target = by.ptr;
+    loss.args.dpred = dlogits.ptr;
+    loss.args.stats = stats.as<double>();
     p.ops.push_back(loss);
     LinearBackwardOp b2op;
     b2op.t = DType::F32, b2op.rows = kR, b2op.in = kHid, b2op.out = kOut, b2op.dy = dlogits.ptr, b2op.x = hd.ptr;
     b2op.w = w2(), b2op.y = logits.ptr, b2op.dw = gw2(), b2op.db = gb2(), b2op.dx = dh.ptr;
     p.ops.push_back(b2op);
     DropoutBackwardOp db;
-    db.t = DType::F32, db.n = kR * kHid, db.p = 0.2, db.dy = dh.ptr, db.mask = mask.as<uint8_t>(), db.dx = dh2.ptr;
+    db.args.t = DType::F32, db.args.n = kR * kHid, db.args.p = 0.2, db.args.dy = dh.ptr;
+    db.args.mask = mask.as<uint8_t>(), db.args.dx = dh2.ptr;
     p.ops.push_back(db);
     LinearBackwardOp b1op;
     b1op.t = DType::F32, b1op.rows = kR, b1op.in = kIn, b1op.out = kHid, b1op.dy = dh2.ptr, b1op.x = x.ptr;
     b1op.w = w1(), b1op.y = h.ptr, b1op.pre = hpre.ptr, b1op.act = UnaryOp::Gelu, b1op.dw = gw1(), b1op.db = gb1();
     p.ops.push_back(b1op);
     ClipOp clip;
-    clip.t = DType::F32, clip.n = np(), clip.grads = grads.ptr, clip.max_norm = 0.5;
-    clip.scratch = scratch.as<double>();
+    clip.args.t = DType::F32, clip.args.n = np(), clip.args.grads = grads.ptr, clip.args.max_norm = 0.5;
+    clip.args.scratch = scratch.as<double>();
     p.ops.push_back(clip);
     AdamOp adam;
     adam.args.t = DType::F32, adam.args.n = np(), adam.args.params = params.ptr, adam.args.grads = grads.ptr;

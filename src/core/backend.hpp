@@ -146,6 +146,150 @@ struct Broadcast {
   int64_t b_stride[kMaxDims] = {};
 };
 
+// ---- arguments of the tensor kernels (n = element count) ----------------
+
+// out[i] = value, converted to t.
+struct FillArgs {
+  DType t = DType::F32;
+  int64_t n = 0;
+  void *out = nullptr;
+  double value = 0;
+};
+
+// out[i] = start + i * step, converted to t.
+struct ArangeArgs {
+  DType t = DType::F32;
+  int64_t n = 0;
+  void *out = nullptr;
+  double start = 0, step = 1;
+};
+
+// out[i] = (to) in[i], n elements from dtype `from` to dtype `to`.
+struct CastArgs {
+  DType from = DType::F32, to = DType::F32;
+  int64_t n = 0;
+  const void *in = nullptr;
+  void *out = nullptr;
+};
+
+// out[i] = op(in[i]); alpha is LeakyReLU's slope.
+struct UnaryArgs {
+  UnaryOp op = UnaryOp::Identity;
+  DType t = DType::F32;
+  int64_t n = 0;
+  const void *in = nullptr;
+  void *out = nullptr;
+  double alpha = 0;
+};
+
+// out[i] = a[i] op s (comparisons are not used here).
+struct ScalarArgs {
+  BinaryOp op = BinaryOp::Add;
+  DType t = DType::F32;
+  int64_t n = 0;
+  const void *a = nullptr;
+  double s = 0;
+  void *out = nullptr;
+};
+
+// out = a op b, broadcast as `bc` says; t is the input dtype (comparisons
+// write U8).
+struct BinaryArgs {
+  BinaryOp op = BinaryOp::Add;
+  DType t = DType::F32;
+  Broadcast bc;
+  const void *a = nullptr, *b = nullptr;
+  void *out = nullptr;
+};
+
+// `in` viewed as [outer, n, inner], reduced over n into out [outer, inner]
+// (Argmax writes I64; n > 0 for Max and Argmax).
+struct ReduceArgs {
+  ReduceOp op = ReduceOp::Sum;
+  DType t = DType::F32;
+  int64_t outer = 1, n = 0, inner = 1;
+  const void *in = nullptr;
+  void *out = nullptr;
+};
+
+// Softmax (log-softmax when `log`) over n of [outer, n, inner].
+struct SoftmaxArgs {
+  DType t = DType::F32;
+  int64_t outer = 1, n = 0, inner = 1;
+  const void *in = nullptr;
+  void *out = nullptr;
+  bool log = false;
+};
+
+// ---- arguments of the neural-network kernels (float dtypes, row-major) ----
+
+// y = act(y + bias) in place over [rows, cols]; bias may be null. When pre
+// is non-null it receives y + bias (needed by GELU's backward).
+struct BiasActArgs {
+  DType t = DType::F32;
+  int64_t rows = 0, cols = 0;
+  void *y = nullptr;
+  const void *bias = nullptr;
+  UnaryOp act = UnaryOp::Identity;
+  double alpha = 0;
+  void *pre = nullptr;
+};
+
+// dx = dy * act'(.) over n elements, from the pre-activation `pre` or the
+// output `y` (ReLU, LeakyReLU, Tanh, Sigmoid use y; GELU uses pre). dx may
+// be dy.
+struct ActBackwardArgs {
+  DType t = DType::F32;
+  int64_t n = 0;
+  UnaryOp act = UnaryOp::Identity;
+  double alpha = 0;
+  const void *dy = nullptr, *pre = nullptr, *y = nullptr;
+  void *dx = nullptr;
+};
+
+// db[cols] = beta * db + sum over rows of dy[rows, cols].
+struct BiasGradArgs {
+  DType t = DType::F32;
+  int64_t rows = 0, cols = 0;
+  const void *dy = nullptr;
+  void *db = nullptr;
+  double beta = 0;
+};
+
+// A loss over pred [rows, cols] (logits for cross-entropy and BCE) against
+// `target`: I64 labels [rows] for cross-entropy, else [rows, cols] of t.
+// stats[0] += the sum of the losses; when dpred is non-null it receives
+// the loss's gradient times grad_scale (see each kernel).
+struct LossArgs {
+  DType t = DType::F32;
+  int64_t rows = 0, cols = 0;
+  const void *pred = nullptr, *target = nullptr;
+  double grad_scale = 1;
+  void *dpred = nullptr;
+  double *stats = nullptr;
+};
+
+// dx = dy * mask / (1 - p) over n elements.
+struct DropoutBackwardArgs {
+  DType t = DType::F32;
+  int64_t n = 0;
+  const void *dy = nullptr;
+  const uint8_t *mask = nullptr;
+  double p = 0;
+  void *dx = nullptr;
+};
+
+// Global-norm clipping over one flat gradient buffer of n elements: if
+// ||g|| > max_norm, g *= max_norm / (||g|| + 1e-6). `scratch` is one device
+// double.
+struct ClipArgs {
+  DType t = DType::F32;
+  int64_t n = 0;
+  void *grads = nullptr;
+  double max_norm = 0;
+  double *scratch = nullptr;
+};
+
 // Device facts for kiln_device_get_info.
 struct DeviceInfo {
   std::string name;
@@ -176,59 +320,37 @@ class Backend {
   virtual void copy_to_host(int64_t index, void *host_dst, const void *src, int64_t bytes, bool pinned) = 0;
   virtual void copy_on_device(int64_t index, void *dst, const void *src, int64_t bytes) = 0;
 
-  // ---- tensor kernels (n = element count) --------------------------------
-  virtual void fill(int64_t index, DType t, int64_t n, void *out, double value) = 0;
-  virtual void arange(int64_t index, DType t, int64_t n, void *out, double start, double step) = 0;
-  virtual void cast(int64_t index, DType from, const void *in, DType to, void *out, int64_t n) = 0;
-  virtual void unary(int64_t index, UnaryOp op, DType t, int64_t n, const void *in, void *out, double alpha) = 0;
-  // out = a op scalar (comparisons are not used here).
-  virtual void scalar(int64_t index, BinaryOp op, DType t, int64_t n, const void *a, double s, void *out) = 0;
-  // t is the input dtype; comparisons write U8.
-  virtual void binary(int64_t index, BinaryOp op, DType t, const Broadcast &bc, const void *a, const void *b,
-                      void *out) = 0;
-  // in viewed as [outer, n, inner], reduced over n -> out [outer, inner]
-  // (Argmax writes I64; n > 0 for Max/Argmax).
-  virtual void reduce(int64_t index, ReduceOp op, DType t, int64_t outer, int64_t n, int64_t inner, const void *in,
-                      void *out) = 0;
-  // Softmax (or log-softmax) over n of [outer, n, inner].
-  virtual void softmax(int64_t index, DType t, int64_t outer, int64_t n, int64_t inner, const void *in, void *out,
-                       bool log) = 0;
+  // ---- tensor kernels: see each argument struct ---------------------------
+  virtual void fill(int64_t index, const FillArgs &args) = 0;
+  virtual void arange(int64_t index, const ArangeArgs &args) = 0;
+  virtual void cast(int64_t index, const CastArgs &args) = 0;
+  virtual void unary(int64_t index, const UnaryArgs &args) = 0;
+  virtual void scalar(int64_t index, const ScalarArgs &args) = 0;
+  virtual void binary(int64_t index, const BinaryArgs &args) = 0;
+  virtual void reduce(int64_t index, const ReduceArgs &args) = 0;
+  virtual void softmax(int64_t index, const SoftmaxArgs &args) = 0;
   virtual void gemm(int64_t index, const GemmArgs &args) = 0;
 
-  // ---- neural-network kernels (float dtypes, [rows, cols] row-major) -----
-  // y = act(y + bias) in place over [rows, cols]; bias may be null. When
-  // pre is non-null it receives y + bias (needed by GELU's backward).
-  virtual void bias_act(int64_t index, DType t, int64_t rows, int64_t cols, void *y, const void *bias, UnaryOp act,
-                        double alpha, void *pre) = 0;
-  // dx = dy * act'(.), from the pre-activation `pre` or the output `y`
-  // (ReLU, LeakyReLU, Tanh, Sigmoid use y; GELU uses pre). dx may be dy.
-  virtual void act_backward(int64_t index, DType t, int64_t n, UnaryOp act, double alpha, const void *dy,
-                            const void *pre, const void *y, void *dx) = 0;
-  // db[cols] = beta * db + sum over rows of dy[rows, cols].
-  virtual void bias_grad(int64_t index, DType t, int64_t rows, int64_t cols, const void *dy, void *db,
-                         double beta) = 0;
-  // Cross-entropy from logits with I64 labels: stats[0] += sum of row losses,
-  // stats[1] += rows whose argmax equals the label. When dlogits is
-  // non-null it receives (softmax - onehot) * grad_scale. Labels outside
-  // [0, cols) throw INVALID_ARGUMENT on the CPU; CUDA counts them as loss 0
-  // and sets stats[2] += 1 so the caller can report them.
-  virtual void cross_entropy(int64_t index, DType t, int64_t rows, int64_t cols, const void *logits,
-                             const int64_t *labels, double grad_scale, void *dlogits, double *stats) = 0;
-  // MSE over n elements: stats[0] += sum (p - y)^2; dpred = 2 (p - y) * scale.
-  virtual void mse(int64_t index, DType t, int64_t n, const void *pred, const void *target, double grad_scale,
-                   void *dpred, double *stats) = 0;
-  // BCE with logits over n elements, numerically stable: stats[0] += sum of
-  // losses; dlogits = (sigmoid(x) - y) * scale.
-  virtual void bce_with_logits(int64_t index, DType t, int64_t n, const void *logits, const void *target,
-                               double grad_scale, void *dlogits, double *stats) = 0;
+  // ---- neural-network kernels: see each argument struct -------------------
+  virtual void bias_act(int64_t index, const BiasActArgs &args) = 0;
+  virtual void act_backward(int64_t index, const ActBackwardArgs &args) = 0;
+  virtual void bias_grad(int64_t index, const BiasGradArgs &args) = 0;
+  // Cross-entropy from logits with I64 labels: stats[0] += sum of row
+  // losses, stats[1] += rows whose argmax equals the label; dpred =
+  // (softmax - onehot) * grad_scale. Labels outside [0, cols) throw
+  // INVALID_ARGUMENT on the CPU; CUDA counts them as loss 0 and sets
+  // stats[2] += 1 so the caller can report them.
+  virtual void cross_entropy(int64_t index, const LossArgs &args) = 0;
+  // MSE over rows * cols elements: stats[0] += sum (p - y)^2; dpred =
+  // 2 (p - y) * grad_scale.
+  virtual void mse(int64_t index, const LossArgs &args) = 0;
+  // BCE with logits over rows * cols elements, numerically stable:
+  // stats[0] += sum of losses; dpred = (sigmoid(x) - y) * grad_scale.
+  virtual void bce_with_logits(int64_t index, const LossArgs &args) = 0;
   // See DropoutArgs; step may be null (then args.stream is the seed).
   virtual void dropout(int64_t index, const DropoutArgs &args, const StepParams *step) = 0;
-  // dx = dy * mask / (1 - p).
-  virtual void dropout_backward(int64_t index, DType t, int64_t n, const void *dy, const uint8_t *mask, double p,
-                                void *dx) = 0;
-  // Global-norm clipping over one flat gradient buffer: if ||g|| > max_norm,
-  // g *= max_norm / (||g|| + 1e-6). `scratch` is one device double.
-  virtual void clip_grad_norm(int64_t index, DType t, int64_t n, void *grads, double max_norm, double *scratch) = 0;
+  virtual void dropout_backward(int64_t index, const DropoutBackwardArgs &args) = 0;
+  virtual void clip_grad_norm(int64_t index, const ClipArgs &args) = 0;
   // See SgdArgs and AdamArgs; step is the StepParams block on this device.
   virtual void sgd_update(int64_t index, const SgdArgs &args, const StepParams *step) = 0;
   virtual void adam_update(int64_t index, const AdamArgs &args, const StepParams *step) = 0;

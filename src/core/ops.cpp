@@ -155,7 +155,8 @@ Tensor binary(BinaryOp op, const Tensor &a, const Tensor &b) {
   Shape shape;
   const Broadcast bc = broadcast(a.shape(), b.shape(), &shape);
   Tensor out = Tensor::empty(a.context(), shape, is_comparison(op) ? DType::U8 : a.dtype(), a.device());
-  if (out.numel() > 0) a.backend().binary(a.device().index, op, a.dtype(), bc, a.data(), b.data(), out.data());
+  if (out.numel() > 0)
+    a.backend().binary(a.device().index, BinaryArgs{op, a.dtype(), bc, a.data(), b.data(), out.data()});
   return out;
 }
 
@@ -165,14 +166,16 @@ Tensor scalar(BinaryOp op, const Tensor &a, double s) {
   if (op == BinaryOp::Pow) check_float(a.dtype(), "pow");
   check_value_fits(a.dtype(), s, "scalar");
   Tensor out = Tensor::empty(a.context(), a.shape(), a.dtype(), a.device());
-  if (out.numel() > 0) a.backend().scalar(a.device().index, op, a.dtype(), a.numel(), a.data(), s, out.data());
+  if (out.numel() > 0)
+    a.backend().scalar(a.device().index, ScalarArgs{op, a.dtype(), a.numel(), a.data(), s, out.data()});
   return out;
 }
 
 Tensor unary(UnaryOp op, const Tensor &a, double alpha) {
   if (op != UnaryOp::Neg && op != UnaryOp::Abs && op != UnaryOp::Identity) check_float(a.dtype(), unary_name(op));
   Tensor out = Tensor::empty(a.context(), a.shape(), a.dtype(), a.device());
-  if (out.numel() > 0) a.backend().unary(a.device().index, op, a.dtype(), a.numel(), a.data(), out.data(), alpha);
+  if (out.numel() > 0)
+    a.backend().unary(a.device().index, UnaryArgs{op, a.dtype(), a.numel(), a.data(), out.data(), alpha});
   return out;
 }
 
@@ -183,7 +186,7 @@ Tensor softmax(const Tensor &a, int64_t dim, bool log) {
   if (out.numel() == 0) return out;
   const int64_t n = a.ndim() > 0 ? a.dim(d) : 1;
   const int64_t outer = product(a.shape(), 0, d), inner = product(a.shape(), d + 1, a.ndim());
-  a.backend().softmax(a.device().index, a.dtype(), outer, n, inner, a.data(), out.data(), log);
+  a.backend().softmax(a.device().index, SoftmaxArgs{a.dtype(), outer, n, inner, a.data(), out.data(), log});
   return out;
 }
 
@@ -204,11 +207,11 @@ Tensor reduce(ReduceOp op, const Tensor &a, int64_t dim, bool keepdim) {
   if (out.numel() == 0) return out;
   if (n == 0) {  // nothing to read: the sum of nothing is 0, its mean 0/0
     const double value = op == ReduceOp::Sum ? 0.0 : std::numeric_limits<double>::quiet_NaN();
-    a.backend().fill(a.device().index, out_t, out.numel(), out.data(), value);
+    a.backend().fill(a.device().index, FillArgs{out_t, out.numel(), out.data(), value});
     return out;
   }
   const int64_t outer = product(a.shape(), 0, d), inner = product(a.shape(), d + 1, a.ndim());
-  a.backend().reduce(a.device().index, op, a.dtype(), outer, n, inner, a.data(), out.data());
+  a.backend().reduce(a.device().index, ReduceArgs{op, a.dtype(), outer, n, inner, a.data(), out.data()});
   return out;
 }
 
@@ -231,7 +234,7 @@ Tensor matmul(const Tensor &a, const Tensor &b) {
   Tensor out = Tensor::empty(a.context(), shape, a.dtype(), a.device());
   if (out.numel() == 0) return out;
   if (k == 0) {  // an empty sum: BLAS libraries differ on whether k = 0 is legal
-    a.backend().fill(a.device().index, a.dtype(), out.numel(), out.data(), 0.0);
+    a.backend().fill(a.device().index, FillArgs{a.dtype(), out.numel(), out.data(), 0.0});
     return out;
   }
   GemmArgs g;
@@ -245,7 +248,7 @@ Tensor matmul(const Tensor &a, const Tensor &b) {
 Tensor cast(const Tensor &a, DType dtype) {
   if (dtype == a.dtype()) return a.clone();
   Tensor out = Tensor::empty(a.context(), a.shape(), dtype, a.device());
-  if (out.numel() > 0) a.backend().cast(a.device().index, a.dtype(), a.data(), dtype, out.data(), a.numel());
+  if (out.numel() > 0) a.backend().cast(a.device().index, CastArgs{a.dtype(), dtype, a.numel(), a.data(), out.data()});
   return out;
 }
 

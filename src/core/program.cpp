@@ -20,27 +20,26 @@ Overloaded(F...) -> Overloaded<F...>;
 
 void linear_forward(Backend &b, int64_t dev, const LinearOp &op) {
   b.gemm(dev, forward_product(op));
-  if (op.b || op.act != UnaryOp::Identity) b.bias_act(dev, op.t, op.rows, op.out, op.y, op.b, op.act, op.alpha, op.pre);
+  if (op.b || op.act != UnaryOp::Identity) b.bias_act(dev, forward_bias_act(op));
 }
 
 void linear_backward(Backend &b, int64_t dev, const LinearBackwardOp &op) {
-  if (op.act != UnaryOp::Identity) b.act_backward(dev, op.t, op.rows * op.out, op.act, op.alpha, op.dy, op.pre, op.y, op.dy);
+  if (op.act != UnaryOp::Identity) b.act_backward(dev, backward_act(op));
   b.gemm(dev, weight_grad_product(op));
-  if (op.db) b.bias_grad(dev, op.t, op.rows, op.out, op.dy, op.db, 0.0);
+  if (op.db) b.bias_grad(dev, bias_grad_of(op));
   if (op.dx) b.gemm(dev, input_grad_product(op));
 }
 
 void loss(Backend &b, int64_t dev, const LossOp &op) {
   switch (op.kind) {
     case KILN_LOSS_CROSS_ENTROPY:
-      b.cross_entropy(dev, op.t, op.rows, op.cols, op.pred, static_cast<const int64_t *>(op.target), op.grad_scale,
-                      op.dpred, op.stats);
+      b.cross_entropy(dev, op.args);
       break;
     case KILN_LOSS_MSE:
-      b.mse(dev, op.t, op.rows * op.cols, op.pred, op.target, op.grad_scale, op.dpred, op.stats);
+      b.mse(dev, op.args);
       break;
     case KILN_LOSS_BCE_WITH_LOGITS:
-      b.bce_with_logits(dev, op.t, op.rows * op.cols, op.pred, op.target, op.grad_scale, op.dpred, op.stats);
+      b.bce_with_logits(dev, op.args);
       break;
   }
 }
@@ -114,6 +113,32 @@ GemmArgs input_grad_product(const LinearBackwardOp &op) {
   return g;
 }
 
+BiasActArgs forward_bias_act(const LinearOp &op) {
+  BiasActArgs a;
+  a.t = op.t;
+  a.rows = op.rows, a.cols = op.out;
+  a.y = op.y, a.bias = op.b, a.pre = op.pre;
+  a.act = op.act, a.alpha = op.alpha;
+  return a;
+}
+
+ActBackwardArgs backward_act(const LinearBackwardOp &op) {
+  ActBackwardArgs a;
+  a.t = op.t;
+  a.n = op.rows * op.out;
+  a.act = op.act, a.alpha = op.alpha;
+  a.dy = op.dy, a.pre = op.pre, a.y = op.y, a.dx = op.dy;
+  return a;
+}
+
+BiasGradArgs bias_grad_of(const LinearBackwardOp &op) {
+  BiasGradArgs a;
+  a.t = op.t;
+  a.rows = op.rows, a.cols = op.out;
+  a.dy = op.dy, a.db = op.db;
+  return a;
+}
+
 const char *op_name(const StepOp &op) {
   return std::visit(Overloaded{[](const GatherOp &) { return "gather"; }, [](const CastOp &) { return "cast"; },
                                [](const LinearOp &) { return "linear"; },
@@ -132,20 +157,20 @@ void run_op(Backend &b, int64_t dev, const StepOp &op, const StepParams *step) {
   std::visit(
       Overloaded{
           [&](const GatherOp &o) { b.gather(dev, o.args, step); },
-          [&](const CastOp &o) { b.cast(dev, o.from, o.in, o.to, o.out, o.n); },
+          [&](const CastOp &o) { b.cast(dev, o.args); },
           [&](const LinearOp &o) { linear_forward(b, dev, o); },
-          [&](const ActivationOp &o) { b.unary(dev, o.act, o.t, o.n, o.x, o.y, o.alpha); },
+          [&](const ActivationOp &o) { b.unary(dev, o.args); },
           [&](const DropoutOp &o) { b.dropout(dev, o.args, step); },
           [&](const LossOp &o) { loss(b, dev, o); },
           [&](const LinearBackwardOp &o) { linear_backward(b, dev, o); },
-          [&](const ActivationBackwardOp &o) { b.act_backward(dev, o.t, o.n, o.act, o.alpha, o.dy, o.x, o.y, o.dy); },
-          [&](const DropoutBackwardOp &o) { b.dropout_backward(dev, o.t, o.n, o.dy, o.mask, o.p, o.dx); },
+          [&](const ActivationBackwardOp &o) { b.act_backward(dev, o.args); },
+          [&](const DropoutBackwardOp &o) { b.dropout_backward(dev, o.args); },
           [&](const AllReduceOp &o) {
             const Device device{b.kind(), b.kind() == KILN_DEVICE_CPU ? -1 : dev};
             if (!device.is_cpu()) b.synchronize(dev);  // the engine reads buf from its own stream
             o.comm->allreduce(device, o.t, o.buf, o.n, o.mean);
           },
-          [&](const ClipOp &o) { b.clip_grad_norm(dev, o.t, o.n, o.grads, o.max_norm, o.scratch); },
+          [&](const ClipOp &o) { b.clip_grad_norm(dev, o.args); },
           [&](const SgdOp &o) { b.sgd_update(dev, o.args, step); },
           [&](const AdamOp &o) { b.adam_update(dev, o.args, step); },
       },

@@ -50,12 +50,9 @@ struct GatherOp {
   GatherArgs args;
 };
 
-// out = (to) in, n elements: the low-precision copies of mixed precision.
+// The low-precision copies of mixed precision (Backend::cast).
 struct CastOp {
-  DType from = DType::F32, to = DType::F32;
-  int64_t n = 0;
-  const void *in = nullptr;
-  void *out = nullptr;
+  CastArgs args;
 };
 
 // A Linear layer and the activation fused after it: y = act(x W^T + b), with
@@ -72,14 +69,9 @@ struct LinearOp {
   double alpha = 0;  // LeakyReLU's slope
 };
 
-// A lone activation over n elements.
+// A lone activation (Backend::unary).
 struct ActivationOp {
-  DType t = DType::F32;
-  int64_t n = 0;
-  UnaryOp act = UnaryOp::Identity;
-  double alpha = 0;
-  const void *x = nullptr;
-  void *y = nullptr;
+  UnaryArgs args;
 };
 
 // Dropout of one stage; args.stream is the stage number.
@@ -87,18 +79,13 @@ struct DropoutOp {
   DropoutArgs args;
 };
 
-// The loss of pred [rows, cols] against target (I64 labels for
-// cross-entropy, else pred's dtype): adds loss sum, correct and bad labels
-// into stats[0..3) and, when dpred is not null, writes the gradient of the
-// mean loss (grad_scale = 1 / the mean's divisor) w.r.t. pred.
+// The loss `kind` of args.pred against args.target (see LossArgs): adds
+// loss sum, correct and bad labels into stats[0..3) and, when dpred is not
+// null, writes the gradient of the mean loss (grad_scale = 1 / the mean's
+// divisor) w.r.t. pred.
 struct LossOp {
   kiln_loss_kind kind = KILN_LOSS_CROSS_ENTROPY;
-  DType t = DType::F32;
-  int64_t rows = 0, cols = 0;
-  double grad_scale = 0;
-  const void *pred = nullptr, *target = nullptr;
-  void *dpred = nullptr;
-  double *stats = nullptr;
+  LossArgs args;
 };
 
 // The backward of a LinearOp: dy [rows, out] (the gradient w.r.t. y) is
@@ -116,33 +103,19 @@ struct LinearBackwardOp {
   void *dw = nullptr, *db = nullptr, *dx = nullptr;
 };
 
-// dy *= act'(.) in place, from the activation's input x and output y.
+// The backward of a lone activation (Backend::act_backward), from its
+// input (args.pre) and output (args.y); in place where args.dx is args.dy.
 struct ActivationBackwardOp {
-  DType t = DType::F32;
-  int64_t n = 0;
-  UnaryOp act = UnaryOp::Identity;
-  double alpha = 0;
-  void *dy = nullptr;
-  const void *x = nullptr, *y = nullptr;
+  ActBackwardArgs args;
 };
 
-// dx = dy * mask / (1 - p).
 struct DropoutBackwardOp {
-  DType t = DType::F32;
-  int64_t n = 0;
-  double p = 0;
-  const void *dy = nullptr;
-  const uint8_t *mask = nullptr;
-  void *dx = nullptr;
+  DropoutBackwardArgs args;
 };
 
-// Global-norm gradient clipping over one flat buffer; scratch is one double.
+// Global-norm gradient clipping over one flat buffer (Backend::clip_grad_norm).
 struct ClipOp {
-  DType t = DType::F32;
-  int64_t n = 0;
-  void *grads = nullptr;
-  double max_norm = 0;
-  double *scratch = nullptr;
+  ClipArgs args;
 };
 
 // Distributed data parallel: buf[0..n) becomes the mean (or sum) of every
@@ -206,6 +179,11 @@ class Executable {
 GemmArgs forward_product(const LinearOp &op);              // y[rows, out] = x W^T
 GemmArgs weight_grad_product(const LinearBackwardOp &op);  // dW[out, in] = dy^T x
 GemmArgs input_grad_product(const LinearBackwardOp &op);   // dx[rows, in] = dy W
+// Its other kernels: y = act(y + b) after the forward product, dy *= act'
+// in place before the backward products, db = column sums of dy.
+BiasActArgs forward_bias_act(const LinearOp &op);
+ActBackwardArgs backward_act(const LinearBackwardOp &op);
+BiasGradArgs bias_grad_of(const LinearBackwardOp &op);
 
 // The default meaning of one op: the plain sequence of kernels of `b`.
 void run_op(Backend &b, int64_t index, const StepOp &op, const StepParams *step);

@@ -134,7 +134,7 @@ Tensor Tensor::full(const std::shared_ptr<Context> &ctx, const Shape &shape, DTy
                     double value) {
   check_value_fits(dtype, value, "fill value");
   Tensor t = empty(ctx, shape, dtype, device);
-  if (t.numel() > 0) t.backend().fill(device.index, dtype, t.numel(), t.data(), value);
+  if (t.numel() > 0) t.backend().fill(device.index, FillArgs{dtype, t.numel(), t.data(), value});
   return t;
 }
 
@@ -155,7 +155,7 @@ Tensor Tensor::arange(const std::shared_ptr<Context> &ctx, double start, double 
     check_value_fits(dtype, start + double(n - 1) * step, "arange's last value");
   }
   Tensor t = empty(ctx, Shape{n}, dtype, device);
-  if (n > 0) t.backend().arange(device.index, dtype, n, t.data(), start, step);
+  if (n > 0) t.backend().arange(device.index, ArangeArgs{dtype, n, t.data(), start, step});
   return t;
 }
 

@@ -44,10 +44,10 @@ LossOp loss_op(kiln_loss_kind kind, DType t, int64_t rows, int64_t cols, const v
                void *dpred, double *stats) {
   LossOp op;
   op.kind = kind;
-  op.t = t;
-  op.rows = rows, op.cols = cols;
-  op.grad_scale = 1.0 / loss_count(kind, rows, cols);
-  op.pred = pred, op.target = target, op.dpred = dpred, op.stats = stats;
+  op.args.t = t;
+  op.args.rows = rows, op.args.cols = cols;
+  op.args.grad_scale = 1.0 / loss_count(kind, rows, cols);
+  op.args.pred = pred, op.args.target = target, op.args.dpred = dpred, op.args.stats = stats;
   return op;
 }
 

@@ -50,12 +50,12 @@ StepOp stage_forward(const Stage &s, DType t, MathMode math, int64_t rows, const
     }
     case Stage::kActivation: {
       ActivationOp op;
-      op.t = t;
-      op.n = rows * s.out;
-      op.act = s.act;
-      op.alpha = s.alpha;
-      op.x = x;
-      op.y = y;
+      op.args.op = s.act;
+      op.args.t = t;
+      op.args.n = rows * s.out;
+      op.args.alpha = s.alpha;
+      op.args.in = x;
+      op.args.out = y;
       return op;
     }
     case Stage::kDropout:
@@ -285,27 +285,27 @@ void Model::append_backward(std::vector<StepOp> &ops, const Workspace &ws, const
       }
       case Stage::kActivation: {
         ActivationBackwardOp op;  // in place
-        op.t = t;
-        op.n = n;
-        op.act = s.act;
-        op.alpha = s.alpha;
-        op.dy = g;
-        op.x = acts[si];
-        op.y = acts[si + 1];
+        op.args.t = t;
+        op.args.n = n;
+        op.args.act = s.act;
+        op.args.alpha = s.alpha;
+        op.args.dy = op.args.dx = g;
+        op.args.pre = acts[si];
+        op.args.y = acts[si + 1];
         ops.push_back(op);
         break;
       }
       case Stage::kDropout: {
         if (!training) break;  // the identity passes the gradient on
         DropoutBackwardOp op;
-        op.t = t;
-        op.n = n;
-        op.p = s.p;
-        op.dy = g;
-        op.mask = ws.mask[si].data_as<uint8_t>();
-        op.dx = ws.grad[si - 1].data();
+        op.args.t = t;
+        op.args.n = n;
+        op.args.p = s.p;
+        op.args.dy = g;
+        op.args.mask = ws.mask[si].data_as<uint8_t>();
+        op.args.dx = ws.grad[si - 1].data();
         ops.push_back(op);
-        g = op.dx;
+        g = op.args.dx;
         break;
       }
     }

@@ -222,12 +222,12 @@ void Trainer::stage(const Tensor &src, const Tensor &buf, int64_t rows) {
   Tensor dst = buf.rows(0, rows);
   if (src.device() == device_) {
     if (src.dtype() == dst.dtype()) dst.copy_from(src.reshape(dst.shape()));
-    else src.backend().cast(device_.index, src.dtype(), src.data(), dst.dtype(), dst.data(), n);
+    else src.backend().cast(device_.index, CastArgs{src.dtype(), dst.dtype(), n, src.data(), dst.data()});
   } else if (src.dtype() == buf.dtype()) {
     dst.copy_from(src.reshape(dst.shape()));
   } else {
     const Tensor moved = src.to(device_);  // a conversion across devices: the one copy that allocates
-    moved.backend().cast(device_.index, moved.dtype(), moved.data(), dst.dtype(), dst.data(), n);
+    moved.backend().cast(device_.index, CastArgs{moved.dtype(), dst.dtype(), n, moved.data(), dst.data()});
   }
 }
 
@@ -257,9 +257,9 @@ Executable &Trainer::program(bool trains, bool training, int64_t rows, const Dat
   const void *params = m.flat().data();
   if (mixed) {
     CastOp cast;
-    cast.from = m.dtype(), cast.to = work_dtype_;
-    cast.n = m.flat().numel();
-    cast.in = params, cast.out = lp_params_.data();
+    cast.args.from = m.dtype(), cast.args.to = work_dtype_;
+    cast.args.n = m.flat().numel();
+    cast.args.in = params, cast.args.out = lp_params_.data();
     p.ops.push_back(cast);
     params = lp_params_.data();
   }
@@ -272,17 +272,17 @@ Executable &Trainer::program(bool trains, bool training, int64_t rows, const Dat
   double *stats = stats_.data_as<double>() + (source ? kStatsPass : kStatsStep);
   if (mixed) {  // the loss in f32, from and to the bf16 activations
     CastOp up;
-    up.from = work_dtype_, up.to = m.dtype();
-    up.n = rows * out;
-    up.in = logits, up.out = logits32_.data();
+    up.args.from = work_dtype_, up.args.to = m.dtype();
+    up.args.n = rows * out;
+    up.args.in = logits, up.args.out = logits32_.data();
     p.ops.push_back(up);
     p.ops.push_back(loss_op(options_.loss, m.dtype(), rows, out, logits32_.data(), batch_y_.data(),
                             trains ? dlogits32_.data() : nullptr, stats));
     if (trains) {
       CastOp down;
-      down.from = m.dtype(), down.to = work_dtype_;
-      down.n = rows * out;
-      down.in = dlogits32_.data(), down.out = dlogits;
+      down.args.from = m.dtype(), down.args.to = work_dtype_;
+      down.args.n = rows * out;
+      down.args.in = dlogits32_.data(), down.args.out = dlogits;
       p.ops.push_back(down);
     }
   } else {
@@ -292,9 +292,9 @@ Executable &Trainer::program(bool trains, bool training, int64_t rows, const Dat
     m.append_backward(p.ops, ws_, acts, params, mixed ? lp_grads_.data() : grads_.data(), math_, rows, training);
     if (mixed) {
       CastOp grads;
-      grads.from = work_dtype_, grads.to = m.dtype();
-      grads.n = grads_.numel();
-      grads.in = lp_grads_.data(), grads.out = grads_.data();
+      grads.args.from = work_dtype_, grads.args.to = m.dtype();
+      grads.args.n = grads_.numel();
+      grads.args.in = lp_grads_.data(), grads.args.out = grads_.data();
       p.ops.push_back(grads);
     }
     if (comm_) {  // before clipping: every rank clips and updates with the same mean gradient
@@ -308,11 +308,11 @@ Executable &Trainer::program(bool trains, bool training, int64_t rows, const Dat
     }
     if (options_.grad_clip > 0) {
       ClipOp clip;
-      clip.t = m.dtype();
-      clip.n = grads_.numel();
-      clip.grads = grads_.data();
-      clip.max_norm = options_.grad_clip;
-      clip.scratch = stats_.data_as<double>() + kStatsClip;
+      clip.args.t = m.dtype();
+      clip.args.n = grads_.numel();
+      clip.args.grads = grads_.data();
+      clip.args.max_norm = options_.grad_clip;
+      clip.args.scratch = stats_.data_as<double>() + kStatsClip;
       p.ops.push_back(clip);
     }
     p.ops.push_back(optimizer_.update_op(m.flat(), grads_));
@@ -356,7 +356,7 @@ const int64_t *Trainer::pass_order(const Dataset &ds, const Dataset::GatherSourc
   // The same permutation on every rank: the seed is rank 0's (attach) and
   // every rank draws the same number of shuffles.
   if (shuffle) b.shuffle(device_.index, n, rng_bits(rng_seed_ ^ kShuffleStream, rng_counter_++), order);
-  else b.arange(device_.index, DType::I64, n, order, 0, 1);
+  else b.arange(device_.index, ArangeArgs{DType::I64, n, order, 0, 1});
   const int64_t count = local_count(n, pad);
   if (comm_ && count > 0) {  // this rank's positions r, r + N, ... (mod n when padded) of the order
     if (shard_n_ != n || shard_pad_ != pad) {
@@ -430,7 +430,7 @@ double Trainer::step(const Tensor &x, const Tensor &y, bool want_loss) {
   }
   Backend &b = stats_.backend();
   double *stats = stats_.data_as<double>() + kStatsStep;
-  b.fill(device_.index, DType::F64, 3, stats, 0.0);
+  b.fill(device_.index, FillArgs{DType::F64, 3, stats, 0.0});
   program(true, model_->training(), rows, nullptr).run(steps_done_ - window_first_, 1);
   ++steps_done_;
   optimizer_.set_steps(optimizer_.steps() + 1);
@@ -484,7 +484,7 @@ kiln_epoch_stats Trainer::run_epoch(const Dataset &ds, int64_t epoch_index, int6
   write_table(batches, batch);
 
   Backend &b = stats_.backend();
-  b.fill(device_.index, DType::F64, 3, stats_.data_as<double>() + kStatsPass, 0.0);
+  b.fill(device_.index, FillArgs{DType::F64, 3, stats_.data_as<double>() + kStatsPass, 0.0});
   const int64_t interval = callback && options_.progress_interval > 0 ? options_.progress_interval : batches;
   for (int64_t first = 0; first < batches; first += interval) {
     const int64_t count = std::min(interval, batches - first);
@@ -557,7 +557,7 @@ void Trainer::evaluate_pass(const Dataset &ds, double *loss, double *accuracy) {
   window_valid_ = false;
   if (batches > 0) write_table(batches, batch);
   double *stats = stats_.data_as<double>() + kStatsPass;
-  stats_.backend().fill(device_.index, DType::F64, 3, stats, 0.0);
+  stats_.backend().fill(device_.index, FillArgs{DType::F64, 3, stats, 0.0});
   if (batches > 0) run_pass_steps(false, 0, batches, local, batch, source);
   double host[3];
   read_stats(kStatsPass, host);

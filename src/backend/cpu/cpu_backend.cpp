@@ -122,77 +122,55 @@ class CpuBackend final : public Backend {
   void copy_on_device(int64_t, void *dst, const void *src, int64_t bytes) override { copy(dst, src, bytes); }
 
   // ---- tensor kernels ----
-  void fill(int64_t, DType t, int64_t n, void *out, double value) override { cpu::fill(pool_, t, n, out, value); }
-  void arange(int64_t, DType t, int64_t n, void *out, double start, double step) override {
-    cpu::arange(pool_, t, n, out, start, step);
-  }
-  void cast(int64_t, DType from, const void *in, DType to, void *out, int64_t n) override {
-    cpu::cast(pool_, from, in, to, out, n);
-  }
-  void unary(int64_t, UnaryOp op, DType t, int64_t n, const void *in, void *out, double alpha) override {
-    cpu::unary(pool_, op, t, n, in, out, alpha);
-  }
-  void scalar(int64_t, BinaryOp op, DType t, int64_t n, const void *a, double s, void *out) override {
-    cpu::scalar(pool_, op, t, n, a, s, out);
-  }
-  void binary(int64_t, BinaryOp op, DType t, const Broadcast &bc, const void *a, const void *b, void *out) override {
-    cpu::binary(pool_, op, t, bc, a, b, out);
-  }
-  void reduce(int64_t, ReduceOp op, DType t, int64_t outer, int64_t n, int64_t inner, const void *in,
-              void *out) override {
-    cpu::reduce(pool_, op, t, outer, n, inner, in, out);
-  }
-  void softmax(int64_t, DType t, int64_t outer, int64_t n, int64_t inner, const void *in, void *out,
-               bool log) override {
-    cpu::softmax(pool_, t, outer, n, inner, in, out, log);
-  }
+  void fill(int64_t, const FillArgs &args) override { cpu::fill(pool_, args); }
+  void arange(int64_t, const ArangeArgs &args) override { cpu::arange(pool_, args); }
+  void cast(int64_t, const CastArgs &args) override { cpu::cast(pool_, args); }
+  void unary(int64_t, const UnaryArgs &args) override { cpu::unary(pool_, args); }
+  void scalar(int64_t, const ScalarArgs &args) override { cpu::scalar(pool_, args); }
+  void binary(int64_t, const BinaryArgs &args) override { cpu::binary(pool_, args); }
+  void reduce(int64_t, const ReduceArgs &args) override { cpu::reduce(pool_, args); }
+  void softmax(int64_t, const SoftmaxArgs &args) override { cpu::softmax(pool_, args); }
   void gemm(int64_t, const GemmArgs &args) override {
     FlushDenormals guard;
     cpu::gemm(pool_, args);
   }
 
   // ---- neural-network kernels ----
-  void bias_act(int64_t, DType t, int64_t rows, int64_t cols, void *y, const void *bias, UnaryOp act, double alpha,
-                void *pre) override {
+  void bias_act(int64_t, const BiasActArgs &args) override {
     FlushDenormals guard;
-    cpu::bias_act(pool_, t, rows, cols, y, bias, act, alpha, pre);
+    cpu::bias_act(pool_, args);
   }
-  void act_backward(int64_t, DType t, int64_t n, UnaryOp act, double alpha, const void *dy, const void *pre,
-                    const void *y, void *dx) override {
+  void act_backward(int64_t, const ActBackwardArgs &args) override {
     FlushDenormals guard;
-    cpu::act_backward(pool_, t, n, act, alpha, dy, pre, y, dx);
+    cpu::act_backward(pool_, args);
   }
-  void bias_grad(int64_t, DType t, int64_t rows, int64_t cols, const void *dy, void *db, double beta) override {
+  void bias_grad(int64_t, const BiasGradArgs &args) override {
     FlushDenormals guard;
-    cpu::bias_grad(pool_, t, rows, cols, dy, db, beta);
+    cpu::bias_grad(pool_, args);
   }
-  void cross_entropy(int64_t, DType t, int64_t rows, int64_t cols, const void *logits, const int64_t *labels,
-                     double grad_scale, void *dlogits, double *stats) override {
+  void cross_entropy(int64_t, const LossArgs &args) override {
     FlushDenormals guard;
-    cpu::cross_entropy(pool_, t, rows, cols, logits, labels, grad_scale, dlogits, stats);
+    cpu::cross_entropy(pool_, args);
   }
-  void mse(int64_t, DType t, int64_t n, const void *pred, const void *target, double grad_scale, void *dpred,
-           double *stats) override {
+  void mse(int64_t, const LossArgs &args) override {
     FlushDenormals guard;
-    cpu::mse(pool_, t, n, pred, target, grad_scale, dpred, stats);
+    cpu::mse(pool_, args);
   }
-  void bce_with_logits(int64_t, DType t, int64_t n, const void *logits, const void *target, double grad_scale,
-                       void *dlogits, double *stats) override {
+  void bce_with_logits(int64_t, const LossArgs &args) override {
     FlushDenormals guard;
-    cpu::bce_with_logits(pool_, t, n, logits, target, grad_scale, dlogits, stats);
+    cpu::bce_with_logits(pool_, args);
   }
   void dropout(int64_t, const DropoutArgs &args, const StepParams *step) override {
     FlushDenormals guard;
     cpu::dropout(pool_, args, step ? rng_bits(step->dropout_seed, args.stream) : args.stream);
   }
-  void dropout_backward(int64_t, DType t, int64_t n, const void *dy, const uint8_t *mask, double p,
-                        void *dx) override {
+  void dropout_backward(int64_t, const DropoutBackwardArgs &args) override {
     FlushDenormals guard;
-    cpu::dropout_backward(pool_, t, n, dy, mask, p, dx);
+    cpu::dropout_backward(pool_, args);
   }
-  void clip_grad_norm(int64_t, DType t, int64_t n, void *grads, double max_norm, double *scratch) override {
+  void clip_grad_norm(int64_t, const ClipArgs &args) override {
     FlushDenormals guard;
-    cpu::clip_grad_norm(pool_, t, n, grads, max_norm, scratch);
+    cpu::clip_grad_norm(pool_, args);
   }
   void sgd_update(int64_t, const SgdArgs &args, const StepParams *step) override {
     FlushDenormals guard;

@@ -218,7 +218,11 @@ void unary_loop(ThreadPool &pool, int64_t n, const typename T::Storage *in, type
 
 }  // namespace
 
-void fill(ThreadPool &pool, DType t, int64_t n, void *out, double value) {
+void fill(ThreadPool &pool, const FillArgs &args) {
+  const DType t = args.t;
+  const int64_t n = args.n;
+  void *out = args.out;
+  const double value = args.value;
   dispatch_all(t, [&](auto traits) {
     using T = decltype(traits);
     using S = typename T::Storage;
@@ -230,7 +234,11 @@ void fill(ThreadPool &pool, DType t, int64_t n, void *out, double value) {
   });
 }
 
-void arange(ThreadPool &pool, DType t, int64_t n, void *out, double start, double step) {
+void arange(ThreadPool &pool, const ArangeArgs &args) {
+  const DType t = args.t;
+  const int64_t n = args.n;
+  void *out = args.out;
+  const double start = args.start, step = args.step;
   dispatch_all(t, [&](auto traits) {
     using T = decltype(traits);
     using S = typename T::Storage;
@@ -241,7 +249,11 @@ void arange(ThreadPool &pool, DType t, int64_t n, void *out, double start, doubl
   });
 }
 
-void cast(ThreadPool &pool, DType from, const void *in, DType to, void *out, int64_t n) {
+void cast(ThreadPool &pool, const CastArgs &args) {
+  const DType from = args.from, to = args.to;
+  const int64_t n = args.n;
+  const void *in = args.in;
+  void *out = args.out;
   if (n <= 0) return;
   if (from == to) {
     std::memmove(out, in, size_t(n * dtype_size(from)));
@@ -260,7 +272,13 @@ void cast(ThreadPool &pool, DType from, const void *in, DType to, void *out, int
   });
 }
 
-void unary(ThreadPool &pool, UnaryOp op, DType t, int64_t n, const void *in, void *out, double alpha) {
+void unary(ThreadPool &pool, const UnaryArgs &args) {
+  const UnaryOp op = args.op;
+  const DType t = args.t;
+  const int64_t n = args.n;
+  const void *in = args.in;
+  void *out = args.out;
+  const double alpha = args.alpha;
   if (n <= 0) return;
   dispatch_all(t, [&](auto traits) {
     using T = decltype(traits);
@@ -277,7 +295,13 @@ void unary(ThreadPool &pool, UnaryOp op, DType t, int64_t n, const void *in, voi
   });
 }
 
-void scalar(ThreadPool &pool, BinaryOp op, DType t, int64_t n, const void *a, double s, void *out) {
+void scalar(ThreadPool &pool, const ScalarArgs &args) {
+  const BinaryOp op = args.op;
+  const DType t = args.t;
+  const int64_t n = args.n;
+  const void *a = args.a;
+  const double s = args.s;
+  void *out = args.out;
   if (n <= 0) return;
   dispatch_all(t, [&](auto traits) {
     using T = decltype(traits);
@@ -296,7 +320,12 @@ void scalar(ThreadPool &pool, BinaryOp op, DType t, int64_t n, const void *a, do
   });
 }
 
-void binary(ThreadPool &pool, BinaryOp op, DType t, const Broadcast &bc, const void *a, const void *b, void *out) {
+void binary(ThreadPool &pool, const BinaryArgs &args) {
+  const BinaryOp op = args.op;
+  const DType t = args.t;
+  const Broadcast &bc = args.bc;
+  const void *a = args.a, *b = args.b;
+  void *out = args.out;
   dispatch_all(t, [&](auto traits) {
     using T = decltype(traits);
     using S = typename T::Storage;

@@ -23,7 +23,9 @@
 //
 // f16 and bf16 are converted to f32 panels in per-thread scratch buffers
 // that grow to the largest product seen and are reused, so steady-state
-// training allocates nothing here.
+// training allocates nothing here; bf16 runs on kiln's AVX-512 BF16 kernel
+// (bf16_gemm_avx512.hpp) instead where the CPU has it, with B packed into
+// pairs in such a buffer.
 #include <cblas.h>
 #include <dlfcn.h>
 #include <strings.h>
@@ -32,12 +34,14 @@
 #include <cstdlib>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/bf16_gemm_avx512.hpp"
 #include "backend/cpu/dtype_traits.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "backend/cpu/sgemm_avx512.hpp"
@@ -187,8 +191,29 @@ bool use_own_kernel(bool trans_b, int64_t m, int64_t n, int64_t k) {
   return m * n * k <= kOwnKernelMax || !blas_uses_avx512();
 }
 
-// C = alpha * op(A) op(B) + beta * C over panels of C's rows or columns,
-// whichever dimension is longer, one kernel call per panel.
+// Runs panel(i0, mp, j0, np) over panels of C [m, n] that cover it, on the
+// pool: row panels when m >= n, else panels of whole column blocks (j0 a
+// multiple of kSgemmBlockCols, so packed blocks are never split), each
+// about kGemmGrain multiply-adds or more.
+template <class Panel>
+void for_panels(ThreadPool &pool, int64_t m, int64_t n, int64_t k, const Panel &panel) {
+  constexpr int64_t NR = kSgemmBlockCols;
+  static_assert(kBf16BlockCols == NR, "both kernels' packed B share the column blocks");
+  if (m >= n) {
+    const int64_t grain = std::max<int64_t>(1, kGemmGrain / std::max<int64_t>(1, n * k));
+    pool.parallel_for(m, grain, [&](int64_t begin, int64_t end) { panel(begin, end - begin, 0, n); });
+  } else {
+    const int64_t blocks = (n + NR - 1) / NR;
+    const int64_t grain = std::max<int64_t>(1, kGemmGrain / std::max<int64_t>(1, m * k * NR));
+    pool.parallel_for(blocks, grain, [&](int64_t begin, int64_t end) {
+      const int64_t j0 = begin * NR, j1 = std::min(n, end * NR);
+      panel(0, m, j0, j1 - j0);
+    });
+  }
+}
+
+// C = alpha * op(A) op(B) + beta * C over panels of C (for_panels), one
+// kernel call per panel.
 template <class S>
 void split_gemm(ThreadPool &pool, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
                 const S *a, const S *b, double beta, S *c) {
@@ -233,18 +258,27 @@ void split_gemm(ThreadPool &pool, bool trans_a, bool trans_b, int64_t m, int64_t
     Blas<S>::gemm(trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, mp, np, k, alpha, ap, lda,
                   bp, ldb, beta, cp, ldc);
   };
-  if (m >= n) {
-    const int64_t grain = std::max<int64_t>(1, kGemmGrain / std::max<int64_t>(1, n * k));
-    pool.parallel_for(m, grain, [&](int64_t begin, int64_t end) { panel(begin, end - begin, 0, n); });
-  } else {
-    // Whole column blocks per panel, so packed blocks are never split.
-    const int64_t blocks = (n + NR - 1) / NR;
-    const int64_t grain = std::max<int64_t>(1, kGemmGrain / std::max<int64_t>(1, m * k * NR));
-    pool.parallel_for(blocks, grain, [&](int64_t begin, int64_t end) {
-      const int64_t j0 = begin * NR, j1 = std::min(n, end * NR);
-      panel(0, m, j0, j1 - j0);
-    });
-  }
+  for_panels(pool, m, n, k, panel);
+}
+
+std::atomic<Bf16Products> g_bf16_products{Bf16Products::Auto};
+
+// bf16 C = alpha * op(A) op(B) + beta * C on the AVX-512 BF16 kernel: op(B)
+// packed once into pairs, then the panels.
+void bf16_native_gemm(ThreadPool &pool, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+                      const void *a, const void *b, double beta, void *c) {
+  thread_local std::vector<uint32_t> packed;  // grows to the largest B, then reused
+  const int64_t size = bf16_packed_size(n, k);
+  if (int64_t(packed.size()) < size) packed.resize(size_t(size));
+  bf16_pack_b(static_cast<const uint16_t *>(b), trans_b, n, k, packed.data());
+  const uint32_t *bp = packed.data();  // the caller's buffer: `packed` names each worker's own
+  const uint16_t *as = static_cast<const uint16_t *>(a);
+  uint16_t *cs = static_cast<uint16_t *>(c);
+  const int64_t a_row = trans_a ? 1 : k, a_col = trans_a ? m : 1, block = bf16_packed_block(k);
+  for_panels(pool, m, n, k, [&](int64_t i0, int64_t mp, int64_t j0, int64_t np) {
+    bf16_gemm_avx512_rows(mp, np, k, float(alpha), as + i0 * a_row, a_row, a_col,
+                          bp + j0 / kBf16BlockCols * block, float(beta), cs + i0 * n + j0, n);
+  });
 }
 
 // f32 copies of f16/bf16 operands, one set per calling thread.
@@ -289,6 +323,8 @@ void scale_c(int64_t count, double beta, void *c) {
 
 }  // namespace
 
+void set_bf16_products(Bf16Products how) { g_bf16_products.store(how, std::memory_order_relaxed); }
+
 void init_blas() {
   static std::once_flag once;
   std::call_once(once, load_openblas);  // a failure throws, and the next backend tries again
@@ -318,6 +354,9 @@ void gemm(ThreadPool &pool, const GemmArgs &args) {
     } else if constexpr (T::kIdentity) {
       split_gemm<S>(pool, trans_a, trans_b, m, n, k, alpha, static_cast<const S *>(a), static_cast<const S *>(b),
                     beta, static_cast<S *>(c));
+    } else if (T::kType == DType::BF16 && avx512_bf16_available() &&
+               g_bf16_products.load(std::memory_order_relaxed) == Bf16Products::Auto) {
+      bf16_native_gemm(pool, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
     } else {
       half_gemm<T>(pool, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
     }

@@ -27,48 +27,50 @@ constexpr int64_t kElementwiseGrain = 32768;
 // 1 or -1). Float -> integer casts truncate and saturate, NaN -> 0. Integer
 // unary ops other than Neg, Abs, Relu, LeakyRelu and Identity compute in
 // double and convert back that way. Maximum/Minimum propagate NaN.
-void fill(ThreadPool &pool, DType t, int64_t n, void *out, double value);
-void arange(ThreadPool &pool, DType t, int64_t n, void *out, double start, double step);
-void cast(ThreadPool &pool, DType from, const void *in, DType to, void *out, int64_t n);
-void unary(ThreadPool &pool, UnaryOp op, DType t, int64_t n, const void *in, void *out, double alpha);
-void scalar(ThreadPool &pool, BinaryOp op, DType t, int64_t n, const void *a, double s, void *out);
-void binary(ThreadPool &pool, BinaryOp op, DType t, const Broadcast &bc, const void *a, const void *b, void *out);
+void fill(ThreadPool &pool, const FillArgs &args);
+void arange(ThreadPool &pool, const ArangeArgs &args);
+void cast(ThreadPool &pool, const CastArgs &args);
+void unary(ThreadPool &pool, const UnaryArgs &args);
+void scalar(ThreadPool &pool, const ScalarArgs &args);
+void binary(ThreadPool &pool, const BinaryArgs &args);
 
 // ---- reduce.cpp ----
 // Float sums accumulate in double; integer sums wrap; Max propagates NaN;
 // Argmax gives the first index of the maximum (a NaN counts as the maximum).
-void reduce(ThreadPool &pool, ReduceOp op, DType t, int64_t outer, int64_t n, int64_t inner, const void *in,
-            void *out);
-void softmax(ThreadPool &pool, DType t, int64_t outer, int64_t n, int64_t inner, const void *in, void *out, bool log);
+void reduce(ThreadPool &pool, const ReduceArgs &args);
+void softmax(ThreadPool &pool, const SoftmaxArgs &args);
 
 // ---- gemm.cpp ----
 // Configures OpenBLAS's threading once per process (see gemm.cpp).
 void init_blas();
-// MathMode::Tf32 is a CUDA mode: NOT_SUPPORTED here.
+// MathMode::Tf32 is a CUDA mode: NOT_SUPPORTED here. bf16 products run on
+// AVX-512 BF16 (bf16_gemm_avx512.hpp) where the CPU has it, else on f32
+// copies of the operands; both multiply bf16 values exactly and accumulate
+// in fp32.
 void gemm(ThreadPool &pool, const GemmArgs &args);
+// Which of the two runs bf16 products, process-wide: Auto (the default)
+// picks AVX-512 BF16 where the CPU has it; Convert always converts, so a
+// test can compare the two on one CPU, or a wrong result be bisected.
+enum class Bf16Products { Auto, Convert };
+void set_bf16_products(Bf16Products how);
 
 // ---- nn_kernels.cpp ----
-void bias_act(ThreadPool &pool, DType t, int64_t rows, int64_t cols, void *y, const void *bias, UnaryOp act,
-              double alpha, void *pre);
-void act_backward(ThreadPool &pool, DType t, int64_t n, UnaryOp act, double alpha, const void *dy, const void *pre,
-                  const void *y, void *dx);
-void bias_grad(ThreadPool &pool, DType t, int64_t rows, int64_t cols, const void *dy, void *db, double beta);
-void cross_entropy(ThreadPool &pool, DType t, int64_t rows, int64_t cols, const void *logits, const int64_t *labels,
-                   double grad_scale, void *dlogits, double *stats);
-void mse(ThreadPool &pool, DType t, int64_t n, const void *pred, const void *target, double grad_scale, void *dpred,
-         double *stats);
-void bce_with_logits(ThreadPool &pool, DType t, int64_t n, const void *logits, const void *target, double grad_scale,
-                     void *dlogits, double *stats);
+void bias_act(ThreadPool &pool, const BiasActArgs &args);
+void act_backward(ThreadPool &pool, const ActBackwardArgs &args);
+void bias_grad(ThreadPool &pool, const BiasGradArgs &args);
+void cross_entropy(ThreadPool &pool, const LossArgs &args);
+void mse(ThreadPool &pool, const LossArgs &args);
+void bce_with_logits(ThreadPool &pool, const LossArgs &args);
 // seed: the mask's stream (see DropoutArgs).
 void dropout(ThreadPool &pool, const DropoutArgs &args, uint64_t seed);
-void dropout_backward(ThreadPool &pool, DType t, int64_t n, const void *dy, const uint8_t *mask, double p, void *dx);
+void dropout_backward(ThreadPool &pool, const DropoutBackwardArgs &args);
 // rows: the order at the step's offset.
 void gather(ThreadPool &pool, const GatherArgs &args, const int64_t *rows);
 // shuffle.cpp: Backend::shuffle, a stable LSD radix sort of the keys.
 void shuffle(int64_t n, uint64_t seed, int64_t *out);
 
 // ---- optim.cpp ----
-void clip_grad_norm(ThreadPool &pool, DType t, int64_t n, void *grads, double max_norm, double *scratch);
+void clip_grad_norm(ThreadPool &pool, const ClipArgs &args);
 void sgd_update(ThreadPool &pool, const SgdArgs &args, const StepParams &step);
 void adam_update(ThreadPool &pool, const AdamArgs &args, const StepParams &step);
 

@@ -85,8 +85,14 @@ void act_grad_loop(ThreadPool &pool, int64_t n, int64_t grain, const typename T:
 
 }  // namespace
 
-void bias_act(ThreadPool &pool, DType t, int64_t rows, int64_t cols, void *y, const void *bias, UnaryOp act,
-              double alpha, void *pre) {
+void bias_act(ThreadPool &pool, const BiasActArgs &args) {
+  const DType t = args.t;
+  const int64_t rows = args.rows, cols = args.cols;
+  void *y = args.y;
+  const void *bias = args.bias;
+  const UnaryOp act = args.act;
+  const double alpha = args.alpha;
+  void *pre = args.pre;
   if (rows <= 0 || cols <= 0) return;
   const int64_t grain = std::max<int64_t>(1, (cheap(act) ? kElementwiseGrain : kElementwiseGrain / 16) / cols);
   dispatch_float(t, [&](auto traits) {
@@ -108,8 +114,13 @@ void bias_act(ThreadPool &pool, DType t, int64_t rows, int64_t cols, void *y, co
   });
 }
 
-void act_backward(ThreadPool &pool, DType t, int64_t n, UnaryOp act, double alpha, const void *dy, const void *pre,
-                  const void *y, void *dx) {
+void act_backward(ThreadPool &pool, const ActBackwardArgs &args) {
+  const DType t = args.t;
+  const int64_t n = args.n;
+  const UnaryOp act = args.act;
+  const double alpha = args.alpha;
+  const void *dy = args.dy, *pre = args.pre, *y = args.y;
+  void *dx = args.dx;
   if (n <= 0) return;
   const bool needs_pre = act == UnaryOp::Gelu, needs_y = act != UnaryOp::Gelu && act != UnaryOp::Identity;
   if ((needs_pre && pre == nullptr) || (needs_y && y == nullptr)) {
@@ -136,7 +147,12 @@ void act_backward(ThreadPool &pool, DType t, int64_t n, UnaryOp act, double alph
   });
 }
 
-void bias_grad(ThreadPool &pool, DType t, int64_t rows, int64_t cols, const void *dy, void *db, double beta) {
+void bias_grad(ThreadPool &pool, const BiasGradArgs &args) {
+  const DType t = args.t;
+  const int64_t rows = args.rows, cols = args.cols;
+  const void *dy = args.dy;
+  void *db = args.db;
+  const double beta = args.beta;
   if (cols <= 0) return;
   constexpr int64_t kBlock = 256;  // columns summed together, in double
   dispatch_float(t, [&](auto traits) {
@@ -166,8 +182,14 @@ void bias_grad(ThreadPool &pool, DType t, int64_t rows, int64_t cols, const void
   });
 }
 
-void cross_entropy(ThreadPool &pool, DType t, int64_t rows, int64_t cols, const void *logits, const int64_t *labels,
-                   double grad_scale, void *dlogits, double *stats) {
+void cross_entropy(ThreadPool &pool, const LossArgs &args) {
+  const DType t = args.t;
+  const int64_t rows = args.rows, cols = args.cols;
+  const void *logits = args.pred;
+  const int64_t *labels = static_cast<const int64_t *>(args.target);
+  const double grad_scale = args.grad_scale;
+  void *dlogits = args.dpred;
+  double *stats = args.stats;
   if (rows <= 0) return;
   for (int64_t r = 0; r < rows; ++r) {
     if (labels[r] < 0 || labels[r] >= cols) {
@@ -223,8 +245,13 @@ void cross_entropy(ThreadPool &pool, DType t, int64_t rows, int64_t cols, const 
   });
 }
 
-void mse(ThreadPool &pool, DType t, int64_t n, const void *pred, const void *target, double grad_scale, void *dpred,
-         double *stats) {
+void mse(ThreadPool &pool, const LossArgs &args) {
+  const DType t = args.t;
+  const int64_t n = args.rows * args.cols;
+  const void *pred = args.pred, *target = args.target;
+  const double grad_scale = args.grad_scale;
+  void *dpred = args.dpred;
+  double *stats = args.stats;
   if (n <= 0) return;
   dispatch_float(t, [&](auto traits) {
     using T = decltype(traits);
@@ -246,8 +273,13 @@ void mse(ThreadPool &pool, DType t, int64_t n, const void *pred, const void *tar
   });
 }
 
-void bce_with_logits(ThreadPool &pool, DType t, int64_t n, const void *logits, const void *target, double grad_scale,
-                     void *dlogits, double *stats) {
+void bce_with_logits(ThreadPool &pool, const LossArgs &args) {
+  const DType t = args.t;
+  const int64_t n = args.rows * args.cols;
+  const void *logits = args.pred, *target = args.target;
+  const double grad_scale = args.grad_scale;
+  void *dlogits = args.dpred;
+  double *stats = args.stats;
   if (n <= 0) return;
   dispatch_float(t, [&](auto traits) {
     using T = decltype(traits);
@@ -302,7 +334,13 @@ void dropout(ThreadPool &pool, const DropoutArgs &args, uint64_t seed) {
   });
 }
 
-void dropout_backward(ThreadPool &pool, DType t, int64_t n, const void *dy, const uint8_t *mask, double p, void *dx) {
+void dropout_backward(ThreadPool &pool, const DropoutBackwardArgs &args) {
+  const DType t = args.t;
+  const int64_t n = args.n;
+  const void *dy = args.dy;
+  const uint8_t *mask = args.mask;
+  const double p = args.p;
+  void *dx = args.dx;
   if (n <= 0) return;
   const double keep_probability = 1.0 - p;
   dispatch_float(t, [&](auto traits) {

@@ -25,7 +25,12 @@ void with_flag(bool b, F &&f) {
 }  // namespace
 
 // Also stores the gradient norm (before clipping) in scratch[0].
-void clip_grad_norm(ThreadPool &pool, DType t, int64_t n, void *grads, double max_norm, double *scratch) {
+void clip_grad_norm(ThreadPool &pool, const ClipArgs &args) {
+  const DType t = args.t;
+  const int64_t n = args.n;
+  void *grads = args.grads;
+  const double max_norm = args.max_norm;
+  double *scratch = args.scratch;
   if (n <= 0) {
     if (scratch) scratch[0] = 0;
     return;

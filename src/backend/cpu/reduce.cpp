@@ -224,8 +224,12 @@ struct Softmax {
 
 }  // namespace
 
-void reduce(ThreadPool &pool, ReduceOp op, DType t, int64_t outer, int64_t n, int64_t inner, const void *in,
-            void *out) {
+void reduce(ThreadPool &pool, const ReduceArgs &args) {
+  const ReduceOp op = args.op;
+  const DType t = args.t;
+  const int64_t outer = args.outer, n = args.n, inner = args.inner;
+  const void *in = args.in;
+  void *out = args.out;
   if (outer <= 0 || inner <= 0) return;
   if ((op == ReduceOp::Max || op == ReduceOp::Argmax) && n <= 0) {
     fail(KILN_ERROR_INVALID_ARGUMENT, "cannot take the maximum of an empty dimension");
@@ -236,8 +240,12 @@ void reduce(ThreadPool &pool, ReduceOp op, DType t, int64_t outer, int64_t n, in
   });
 }
 
-void softmax(ThreadPool &pool, DType t, int64_t outer, int64_t n, int64_t inner, const void *in, void *out,
-             bool log) {
+void softmax(ThreadPool &pool, const SoftmaxArgs &args) {
+  const DType t = args.t;
+  const int64_t outer = args.outer, n = args.n, inner = args.inner;
+  const void *in = args.in;
+  void *out = args.out;
+  const bool log = args.log;
   if (outer <= 0 || inner <= 0) return;
   dispatch_float(t, [&](auto traits) {
     using T = decltype(traits);

@@ -275,51 +275,48 @@ void CudaBackend::copy_on_device(int64_t index, void *dst, const void *src, int6
 
 // ---- kernels: make the device current, then queue on its stream ------------------
 
-void CudaBackend::fill(int64_t index, DType t, int64_t n, void *out, double value) {
+void CudaBackend::fill(int64_t index, const FillArgs &args) {
   Scope scope(*this, index);
-  cuda::fill(launch(index), t, n, out, value);
+  cuda::fill(launch(index), args);
 }
 
-void CudaBackend::arange(int64_t index, DType t, int64_t n, void *out, double start, double step) {
+void CudaBackend::arange(int64_t index, const ArangeArgs &args) {
   Scope scope(*this, index);
-  cuda::arange(launch(index), t, n, out, start, step);
+  cuda::arange(launch(index), args);
 }
 
-void CudaBackend::cast(int64_t index, DType from, const void *in, DType to, void *out, int64_t n) {
+void CudaBackend::cast(int64_t index, const CastArgs &args) {
   Scope scope(*this, index);
-  cuda::cast(launch(index), from, in, to, out, n);
+  cuda::cast(launch(index), args);
 }
 
-void CudaBackend::unary(int64_t index, UnaryOp op, DType t, int64_t n, const void *in, void *out, double alpha) {
+void CudaBackend::unary(int64_t index, const UnaryArgs &args) {
   Scope scope(*this, index);
-  cuda::unary(launch(index), op, t, n, in, out, alpha);
+  cuda::unary(launch(index), args);
 }
 
-void CudaBackend::scalar(int64_t index, BinaryOp op, DType t, int64_t n, const void *a, double s, void *out) {
+void CudaBackend::scalar(int64_t index, const ScalarArgs &args) {
   Scope scope(*this, index);
-  cuda::scalar(launch(index), op, t, n, a, s, out);
+  cuda::scalar(launch(index), args);
 }
 
-void CudaBackend::binary(int64_t index, BinaryOp op, DType t, const Broadcast &bc, const void *a, const void *b,
-                         void *out) {
+void CudaBackend::binary(int64_t index, const BinaryArgs &args) {
   Scope scope(*this, index);
-  cuda::binary(launch(index), op, t, bc, a, b, out);
+  cuda::binary(launch(index), args);
 }
 
-void CudaBackend::reduce(int64_t index, ReduceOp op, DType t, int64_t outer, int64_t n, int64_t inner, const void *in,
-                         void *out) {
+void CudaBackend::reduce(int64_t index, const ReduceArgs &args) {
   Scope scope(*this, index);
-  cuda::reduce(launch(index), op, t, outer, n, inner, in, out);
+  cuda::reduce(launch(index), args);
 }
 
-void CudaBackend::softmax(int64_t index, DType t, int64_t outer, int64_t n, int64_t inner, const void *in, void *out,
-                          bool log) {
+void CudaBackend::softmax(int64_t index, const SoftmaxArgs &args) {
   Scope scope(*this, index);
   const Launch L = launch(index);
-  auto own = [&] { cuda::softmax(L, t, outer, n, inner, in, out, log); };
+  auto own = [&] { cuda::softmax(L, args); };
   std::string why_not;  // cuDNN being unavailable only means kiln's kernel
-  CudnnEngine *engine = inner == 1 && cudnn_softmax_ ? cudnn(index, &why_not) : nullptr;
-  if (engine) engine->softmax(L, t, outer, n, in, out, log, own);
+  CudnnEngine *engine = args.inner == 1 && cudnn_softmax_ ? cudnn(index, &why_not) : nullptr;
+  if (engine) engine->softmax(L, args, own);
   else own();
 }
 
@@ -328,40 +325,34 @@ void CudaBackend::gemm(int64_t index, const GemmArgs &args) {
   matmuls(index).run(launch(index), args);
 }
 
-void CudaBackend::bias_act(int64_t index, DType t, int64_t rows, int64_t cols, void *y, const void *bias,
-                           UnaryOp act, double alpha, void *pre) {
+void CudaBackend::bias_act(int64_t index, const BiasActArgs &args) {
   Scope scope(*this, index);
-  cuda::bias_act(launch(index), t, rows, cols, y, bias, act, alpha, pre);
+  cuda::bias_act(launch(index), args);
 }
 
-void CudaBackend::act_backward(int64_t index, DType t, int64_t n, UnaryOp act, double alpha, const void *dy,
-                               const void *pre, const void *y, void *dx) {
+void CudaBackend::act_backward(int64_t index, const ActBackwardArgs &args) {
   Scope scope(*this, index);
-  cuda::act_backward(launch(index), t, n, act, alpha, dy, pre, y, dx);
+  cuda::act_backward(launch(index), args);
 }
 
-void CudaBackend::bias_grad(int64_t index, DType t, int64_t rows, int64_t cols, const void *dy, void *db,
-                            double beta) {
+void CudaBackend::bias_grad(int64_t index, const BiasGradArgs &args) {
   Scope scope(*this, index);
-  cuda::bias_grad(launch(index), t, rows, cols, dy, db, beta);
+  cuda::bias_grad(launch(index), args);
 }
 
-void CudaBackend::cross_entropy(int64_t index, DType t, int64_t rows, int64_t cols, const void *logits,
-                                const int64_t *labels, double grad_scale, void *dlogits, double *stats) {
+void CudaBackend::cross_entropy(int64_t index, const LossArgs &args) {
   Scope scope(*this, index);
-  cuda::cross_entropy(launch(index), t, rows, cols, logits, labels, grad_scale, dlogits, stats);
+  cuda::cross_entropy(launch(index), args);
 }
 
-void CudaBackend::mse(int64_t index, DType t, int64_t n, const void *pred, const void *target, double grad_scale,
-                      void *dpred, double *stats) {
+void CudaBackend::mse(int64_t index, const LossArgs &args) {
   Scope scope(*this, index);
-  cuda::mse(launch(index), t, n, pred, target, grad_scale, dpred, stats);
+  cuda::mse(launch(index), args);
 }
 
-void CudaBackend::bce_with_logits(int64_t index, DType t, int64_t n, const void *logits, const void *target,
-                                  double grad_scale, void *dlogits, double *stats) {
+void CudaBackend::bce_with_logits(int64_t index, const LossArgs &args) {
   Scope scope(*this, index);
-  cuda::bce_with_logits(launch(index), t, n, logits, target, grad_scale, dlogits, stats);
+  cuda::bce_with_logits(launch(index), args);
 }
 
 void CudaBackend::dropout(int64_t index, const DropoutArgs &args, const StepParams *step) {
@@ -369,15 +360,14 @@ void CudaBackend::dropout(int64_t index, const DropoutArgs &args, const StepPara
   cuda::dropout(launch(index), args, step);
 }
 
-void CudaBackend::dropout_backward(int64_t index, DType t, int64_t n, const void *dy, const uint8_t *mask, double p,
-                                   void *dx) {
+void CudaBackend::dropout_backward(int64_t index, const DropoutBackwardArgs &args) {
   Scope scope(*this, index);
-  cuda::dropout_backward(launch(index), t, n, dy, mask, p, dx);
+  cuda::dropout_backward(launch(index), args);
 }
 
-void CudaBackend::clip_grad_norm(int64_t index, DType t, int64_t n, void *grads, double max_norm, double *scratch) {
+void CudaBackend::clip_grad_norm(int64_t index, const ClipArgs &args) {
   Scope scope(*this, index);
-  cuda::clip_grad_norm(launch(index), t, n, grads, max_norm, scratch);
+  cuda::clip_grad_norm(launch(index), args);
 }
 
 void CudaBackend::sgd_update(int64_t index, const SgdArgs &args, const StepParams *step) {

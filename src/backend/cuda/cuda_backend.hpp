@@ -57,34 +57,25 @@ class CudaBackend final : public Backend {
   void copy_to_host(int64_t index, void *host_dst, const void *src, int64_t bytes, bool pinned) override;
   void copy_on_device(int64_t index, void *dst, const void *src, int64_t bytes) override;
 
-  void fill(int64_t index, DType t, int64_t n, void *out, double value) override;
-  void arange(int64_t index, DType t, int64_t n, void *out, double start, double step) override;
-  void cast(int64_t index, DType from, const void *in, DType to, void *out, int64_t n) override;
-  void unary(int64_t index, UnaryOp op, DType t, int64_t n, const void *in, void *out, double alpha) override;
-  void scalar(int64_t index, BinaryOp op, DType t, int64_t n, const void *a, double s, void *out) override;
-  void binary(int64_t index, BinaryOp op, DType t, const Broadcast &bc, const void *a, const void *b,
-              void *out) override;
-  void reduce(int64_t index, ReduceOp op, DType t, int64_t outer, int64_t n, int64_t inner, const void *in,
-              void *out) override;
-  void softmax(int64_t index, DType t, int64_t outer, int64_t n, int64_t inner, const void *in, void *out,
-               bool log) override;
+  void fill(int64_t index, const FillArgs &args) override;
+  void arange(int64_t index, const ArangeArgs &args) override;
+  void cast(int64_t index, const CastArgs &args) override;
+  void unary(int64_t index, const UnaryArgs &args) override;
+  void scalar(int64_t index, const ScalarArgs &args) override;
+  void binary(int64_t index, const BinaryArgs &args) override;
+  void reduce(int64_t index, const ReduceArgs &args) override;
+  void softmax(int64_t index, const SoftmaxArgs &args) override;
   void gemm(int64_t index, const GemmArgs &args) override;
 
-  void bias_act(int64_t index, DType t, int64_t rows, int64_t cols, void *y, const void *bias, UnaryOp act,
-                double alpha, void *pre) override;
-  void act_backward(int64_t index, DType t, int64_t n, UnaryOp act, double alpha, const void *dy, const void *pre,
-                    const void *y, void *dx) override;
-  void bias_grad(int64_t index, DType t, int64_t rows, int64_t cols, const void *dy, void *db, double beta) override;
-  void cross_entropy(int64_t index, DType t, int64_t rows, int64_t cols, const void *logits, const int64_t *labels,
-                     double grad_scale, void *dlogits, double *stats) override;
-  void mse(int64_t index, DType t, int64_t n, const void *pred, const void *target, double grad_scale, void *dpred,
-           double *stats) override;
-  void bce_with_logits(int64_t index, DType t, int64_t n, const void *logits, const void *target, double grad_scale,
-                       void *dlogits, double *stats) override;
+  void bias_act(int64_t index, const BiasActArgs &args) override;
+  void act_backward(int64_t index, const ActBackwardArgs &args) override;
+  void bias_grad(int64_t index, const BiasGradArgs &args) override;
+  void cross_entropy(int64_t index, const LossArgs &args) override;
+  void mse(int64_t index, const LossArgs &args) override;
+  void bce_with_logits(int64_t index, const LossArgs &args) override;
   void dropout(int64_t index, const DropoutArgs &args, const StepParams *step) override;
-  void dropout_backward(int64_t index, DType t, int64_t n, const void *dy, const uint8_t *mask, double p,
-                        void *dx) override;
-  void clip_grad_norm(int64_t index, DType t, int64_t n, void *grads, double max_norm, double *scratch) override;
+  void dropout_backward(int64_t index, const DropoutBackwardArgs &args) override;
+  void clip_grad_norm(int64_t index, const ClipArgs &args) override;
   void sgd_update(int64_t index, const SgdArgs &args, const StepParams *step) override;
   void adam_update(int64_t index, const AdamArgs &args, const StepParams *step) override;
   void gather(int64_t index, const GatherArgs &args, const StepParams *step) override;

@@ -424,10 +424,9 @@ class LinearBackwardCall final : public CudnnCall {
     std::lock_guard<std::recursive_mutex> lock(e_.mutex_);
     e_.use_stream(L.stream);
     if (dgrad_ && fused_) dgrad_->execute(e_.api_, e_.handle_, what_, " dX fused");
-    if (op_.act != UnaryOp::Identity)
-      act_backward(L, op_.t, op_.rows * op_.out, op_.act, op_.alpha, op_.dy, op_.pre, op_.y, op_.dy);
+    if (op_.act != UnaryOp::Identity) act_backward(L, backward_act(op_));
     wgrad_.execute(e_.api_, e_.handle_, what_, " dW");
-    if (op_.db) bias_grad(L, op_.t, op_.rows, op_.out, op_.dy, op_.db, 0.0);
+    if (op_.db) bias_grad(L, bias_grad_of(op_));
     if (dgrad_ && !fused_) dgrad_->execute(e_.api_, e_.handle_, what_, " dX");
   }
 
@@ -769,8 +768,9 @@ EngineChoice CudnnEngine::choose_linear(const LinearBackwardOp &op, const std::f
 
 // ---- softmax ------------------------------------------------------------------------
 
-void CudnnEngine::run_softmax(cudaStream_t stream, DType t, int64_t outer, int64_t n, const void *in, void *out,
-                              bool log) {
+void CudnnEngine::run_softmax(cudaStream_t stream, const SoftmaxArgs &args) {
+  const DType t = args.t;
+  const int64_t outer = args.outer, n = args.n;
   use_stream(stream);
   struct TensorDesc {  // owns one legacy tensor descriptor
     const CudnnApi &api;
@@ -792,26 +792,27 @@ void CudnnEngine::run_softmax(cudaStream_t stream, DType t, int64_t outer, int64
   const float one_f = 1, zero_f = 0;
   const double one_d = 1, zero_d = 0;
   const bool dbl = t == DType::F64;
-  check(api_.SoftmaxForward(handle_, log ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_INSTANCE,
-                            dbl ? static_cast<const void *>(&one_d) : &one_f, desc.d, in,
-                            dbl ? static_cast<const void *>(&zero_d) : &zero_f, desc.d, out),
+  check(api_.SoftmaxForward(handle_, args.log ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_INSTANCE,
+                            dbl ? static_cast<const void *>(&one_d) : &one_f, desc.d, args.in,
+                            dbl ? static_cast<const void *>(&zero_d) : &zero_f, desc.d, args.out),
         "cudnnSoftmaxForward");
 }
 
-void CudnnEngine::softmax(const Launch &L, DType t, int64_t outer, int64_t n, const void *in, void *out, bool log,
-                          const std::function<void()> &own_kernel) {
+void CudnnEngine::softmax(const Launch &L, const SoftmaxArgs &args, const std::function<void()> &own_kernel) {
+  const DType t = args.t;
+  const int64_t outer = args.outer, n = args.n;
   const int64_t bytes = outer * n * dtype_size(t);
-  const char *i = static_cast<const char *>(in), *o = static_cast<const char *>(out);
+  const char *i = static_cast<const char *>(args.in), *o = static_cast<const char *>(args.out);
   const bool overlap = i < o + bytes && o < i + bytes;
   if (!dtype_is_float(t) || outer <= 0 || n <= 0 || outer * n > INT_MAX || overlap) return own_kernel();
   std::lock_guard<std::recursive_mutex> lock(mutex_);
-  const SoftmaxKey key{t, outer, n, log};
+  const SoftmaxKey key{t, outer, n, args.log};
   auto it = softmax_choice_.find(key);
   if (it == softmax_choice_.end()) {
     if (L.stream != launch_.stream || capturing(launch_.stream)) return own_kernel();
     bool faster = false;
     try {
-      const Timing tm = time_plan([&] { run_softmax(launch_.stream, t, outer, n, in, out, log); }, own_kernel);
+      const Timing tm = time_plan([&] { run_softmax(launch_.stream, args); }, own_kernel);
       faster = always_ || tm.plan_ms < kMargin * tm.alternative_ms;
     } catch (const Error &) {
       // cuDNN refused the shape (e.g. NOT_SUPPORTED): the own kernel stays.
@@ -819,7 +820,7 @@ void CudnnEngine::softmax(const Launch &L, DType t, int64_t outer, int64_t n, co
     }
     it = softmax_choice_.emplace(key, faster).first;
   }
-  if (it->second) run_softmax(L.stream, t, outer, n, in, out, log);
+  if (it->second) run_softmax(L.stream, args);
   else own_kernel();
 }
 

@@ -92,7 +92,7 @@ class CudnnEngine {
   EngineChoice choose_linear(const LinearBackwardOp &op, const std::function<void()> &alternative,
                              std::unique_ptr<CudnnCall> *call);
 
-  // Backend::softmax for inner == 1, rows of n contiguous values, queued on
+  // Backend::softmax for args.inner == 1, rows of n contiguous values, queued on
   // L.stream: the first call of each (dtype, outer, n, log) on the engine's
   // own stream times cudnnSoftmaxForward against `own_kernel` (which must do
   // the same on L.stream) and every call then runs the faster one. Runs
@@ -100,8 +100,7 @@ class CudnnEngine {
   // INT_MAX elements), where in and out overlap (a repeated run would not
   // recompute the same thing), or before a decision while L.stream is
   // another stream or captured.
-  void softmax(const Launch &L, DType t, int64_t outer, int64_t n, const void *in, void *out, bool log,
-               const std::function<void()> &own_kernel);
+  void softmax(const Launch &L, const SoftmaxArgs &args, const std::function<void()> &own_kernel);
 
   struct Plan;  // one finalized execution plan and its workspace (.cpp)
 
@@ -124,7 +123,7 @@ class CudnnEngine {
   using Binder = std::function<std::unique_ptr<CudnnCall>(std::string *)>;
   EngineChoice choose(const DecisionKey &key, const std::vector<Binder> &variants,
                       const std::function<void()> &alternative, std::unique_ptr<CudnnCall> *call);
-  void run_softmax(cudaStream_t stream, DType t, int64_t outer, int64_t n, const void *in, void *out, bool log);
+  void run_softmax(cudaStream_t stream, const SoftmaxArgs &args);
   // Points the handle at `stream` (the caller holds mutex_).
   void use_stream(cudaStream_t stream);
 

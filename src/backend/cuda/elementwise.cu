@@ -141,7 +141,11 @@ bool is_comparison(BinaryOp op) { return op >= BinaryOp::Eq; }
 
 }  // namespace
 
-void fill(const Launch &L, DType t, int64_t n, void *out, double value) {
+void fill(const Launch &L, const FillArgs &args) {
+  const DType t = args.t;
+  const int64_t n = args.n;
+  void *out = args.out;
+  const double value = args.value;
   if (n <= 0) return;
   dispatch_all(t, "fill", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -150,7 +154,11 @@ void fill(const Launch &L, DType t, int64_t n, void *out, double value) {
   KILN_CUDA_LAUNCHED("fill");
 }
 
-void arange(const Launch &L, DType t, int64_t n, void *out, double start, double step) {
+void arange(const Launch &L, const ArangeArgs &args) {
+  const DType t = args.t;
+  const int64_t n = args.n;
+  void *out = args.out;
+  const double start = args.start, step = args.step;
   if (n <= 0) return;
   dispatch_all(t, "arange", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -159,7 +167,11 @@ void arange(const Launch &L, DType t, int64_t n, void *out, double start, double
   KILN_CUDA_LAUNCHED("arange");
 }
 
-void cast(const Launch &L, DType from, const void *in, DType to, void *out, int64_t n) {
+void cast(const Launch &L, const CastArgs &args) {
+  const DType from = args.from, to = args.to;
+  const int64_t n = args.n;
+  const void *in = args.in;
+  void *out = args.out;
   if (n <= 0) return;
   dispatch_all(from, "cast", [&](auto from_tag) {
     using From = typename decltype(from_tag)::type;
@@ -172,7 +184,13 @@ void cast(const Launch &L, DType from, const void *in, DType to, void *out, int6
   KILN_CUDA_LAUNCHED("cast");
 }
 
-void unary(const Launch &L, UnaryOp op, DType t, int64_t n, const void *in, void *out, double alpha) {
+void unary(const Launch &L, const UnaryArgs &args) {
+  const UnaryOp op = args.op;
+  const DType t = args.t;
+  const int64_t n = args.n;
+  const void *in = args.in;
+  void *out = args.out;
+  const double alpha = args.alpha;
   if (n <= 0) return;
   dispatch_all(t, "unary op", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -182,7 +200,13 @@ void unary(const Launch &L, UnaryOp op, DType t, int64_t n, const void *in, void
   KILN_CUDA_LAUNCHED("unary");
 }
 
-void scalar(const Launch &L, BinaryOp op, DType t, int64_t n, const void *a, double s, void *out) {
+void scalar(const Launch &L, const ScalarArgs &args) {
+  const BinaryOp op = args.op;
+  const DType t = args.t;
+  const int64_t n = args.n;
+  const void *a = args.a;
+  const double s = args.s;
+  void *out = args.out;
   if (n <= 0) return;
   dispatch_all(t, "scalar op", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -192,7 +216,12 @@ void scalar(const Launch &L, BinaryOp op, DType t, int64_t n, const void *a, dou
   KILN_CUDA_LAUNCHED("scalar");
 }
 
-void binary(const Launch &L, BinaryOp op, DType t, const Broadcast &bc, const void *a, const void *b, void *out) {
+void binary(const Launch &L, const BinaryArgs &args) {
+  const BinaryOp op = args.op;
+  const DType t = args.t;
+  const Broadcast &bc = args.bc;
+  const void *a = args.a, *b = args.b;
+  void *out = args.out;
   int64_t n = 1;
   for (int d = 0; d < bc.ndim; ++d) n *= bc.shape[d];
   if (n <= 0) return;

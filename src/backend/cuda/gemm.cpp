@@ -169,8 +169,8 @@ std::shared_ptr<const Gemm::Plan> Gemm::plan(const Key &key) {
 void Gemm::run(const Launch &L, const GemmArgs &g) {
   if (g.m <= 0 || g.n <= 0) return;
   if (g.k <= 0) {  // an empty sum: C = beta C (cuBLAS rejects zero-sized layouts)
-    if (g.beta == 0.0) fill(L, g.t, g.m * g.n, g.c, 0.0);
-    else scalar(L, BinaryOp::Mul, g.t, g.m * g.n, g.c, g.beta, g.c);
+    if (g.beta == 0.0) fill(L, FillArgs{g.t, g.m * g.n, g.c, 0.0});
+    else scalar(L, ScalarArgs{BinaryOp::Mul, g.t, g.m * g.n, g.c, g.beta, g.c});
     return;
   }
   check(g.t == DType::F32 || g.t == DType::F64 || g.t == DType::F16 || g.t == DType::BF16, KILN_ERROR_NOT_SUPPORTED,

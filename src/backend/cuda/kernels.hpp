@@ -21,35 +21,30 @@ struct Launch {
 };
 
 // elementwise.cu
-void fill(const Launch &L, DType t, int64_t n, void *out, double value);
-void arange(const Launch &L, DType t, int64_t n, void *out, double start, double step);
-void cast(const Launch &L, DType from, const void *in, DType to, void *out, int64_t n);
-void unary(const Launch &L, UnaryOp op, DType t, int64_t n, const void *in, void *out, double alpha);
-void scalar(const Launch &L, BinaryOp op, DType t, int64_t n, const void *a, double s, void *out);
-void binary(const Launch &L, BinaryOp op, DType t, const Broadcast &bc, const void *a, const void *b, void *out);
+void fill(const Launch &L, const FillArgs &args);
+void arange(const Launch &L, const ArangeArgs &args);
+void cast(const Launch &L, const CastArgs &args);
+void unary(const Launch &L, const UnaryArgs &args);
+void scalar(const Launch &L, const ScalarArgs &args);
+void binary(const Launch &L, const BinaryArgs &args);
 
 // reduce.cu
-void reduce(const Launch &L, ReduceOp op, DType t, int64_t outer, int64_t n, int64_t inner, const void *in, void *out);
-void softmax(const Launch &L, DType t, int64_t outer, int64_t n, int64_t inner, const void *in, void *out, bool log);
+void reduce(const Launch &L, const ReduceArgs &args);
+void softmax(const Launch &L, const SoftmaxArgs &args);
 
 // nn_kernels.cu
-void bias_act(const Launch &L, DType t, int64_t rows, int64_t cols, void *y, const void *bias, UnaryOp act,
-              double alpha, void *pre);
-void act_backward(const Launch &L, DType t, int64_t n, UnaryOp act, double alpha, const void *dy, const void *pre,
-                  const void *y, void *dx);
-void bias_grad(const Launch &L, DType t, int64_t rows, int64_t cols, const void *dy, void *db, double beta);
-void cross_entropy(const Launch &L, DType t, int64_t rows, int64_t cols, const void *logits, const int64_t *labels,
-                   double grad_scale, void *dlogits, double *stats);
-void mse(const Launch &L, DType t, int64_t n, const void *pred, const void *target, double grad_scale, void *dpred,
-         double *stats);
-void bce_with_logits(const Launch &L, DType t, int64_t n, const void *logits, const void *target, double grad_scale,
-                     void *dlogits, double *stats);
+void bias_act(const Launch &L, const BiasActArgs &args);
+void act_backward(const Launch &L, const ActBackwardArgs &args);
+void bias_grad(const Launch &L, const BiasGradArgs &args);
+void cross_entropy(const Launch &L, const LossArgs &args);
+void mse(const Launch &L, const LossArgs &args);
+void bce_with_logits(const Launch &L, const LossArgs &args);
 void dropout(const Launch &L, const DropoutArgs &args, const StepParams *step);
-void dropout_backward(const Launch &L, DType t, int64_t n, const void *dy, const uint8_t *mask, double p, void *dx);
+void dropout_backward(const Launch &L, const DropoutBackwardArgs &args);
 void gather(const Launch &L, const GatherArgs &args, const StepParams *step);
 
 // optim.cu
-void clip_grad_norm(const Launch &L, DType t, int64_t n, void *grads, double max_norm, double *scratch);
+void clip_grad_norm(const Launch &L, const ClipArgs &args);
 void sgd_update(const Launch &L, const SgdArgs &args, const StepParams *step);
 void adam_update(const Launch &L, const AdamArgs &args, const StepParams *step);
 

@@ -227,8 +227,14 @@ __global__ void gather_kernel(GatherArgs a, int64_t x_items, int64_t y_items, co
 
 }  // namespace
 
-void bias_act(const Launch &L, DType t, int64_t rows, int64_t cols, void *y, const void *bias, UnaryOp act,
-              double alpha, void *pre) {
+void bias_act(const Launch &L, const BiasActArgs &args) {
+  const DType t = args.t;
+  const int64_t rows = args.rows, cols = args.cols;
+  void *y = args.y;
+  const void *bias = args.bias;
+  const UnaryOp act = args.act;
+  const double alpha = args.alpha;
+  void *pre = args.pre;
   if (rows <= 0 || cols <= 0) return;
   dispatch_float(t, "bias_act", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -238,8 +244,13 @@ void bias_act(const Launch &L, DType t, int64_t rows, int64_t cols, void *y, con
   KILN_CUDA_LAUNCHED("bias_act");
 }
 
-void act_backward(const Launch &L, DType t, int64_t n, UnaryOp act, double alpha, const void *dy, const void *pre,
-                  const void *y, void *dx) {
+void act_backward(const Launch &L, const ActBackwardArgs &args) {
+  const DType t = args.t;
+  const int64_t n = args.n;
+  const UnaryOp act = args.act;
+  const double alpha = args.alpha;
+  const void *dy = args.dy, *pre = args.pre, *y = args.y;
+  void *dx = args.dx;
   if (n <= 0) return;
   dispatch_float(t, "act_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -250,7 +261,12 @@ void act_backward(const Launch &L, DType t, int64_t n, UnaryOp act, double alpha
   KILN_CUDA_LAUNCHED("act_backward");
 }
 
-void bias_grad(const Launch &L, DType t, int64_t rows, int64_t cols, const void *dy, void *db, double beta) {
+void bias_grad(const Launch &L, const BiasGradArgs &args) {
+  const DType t = args.t;
+  const int64_t rows = args.rows, cols = args.cols;
+  const void *dy = args.dy;
+  void *db = args.db;
+  const double beta = args.beta;
   if (cols <= 0) return;
   dispatch_float(t, "bias_grad", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -260,8 +276,14 @@ void bias_grad(const Launch &L, DType t, int64_t rows, int64_t cols, const void 
   KILN_CUDA_LAUNCHED("bias_grad");
 }
 
-void cross_entropy(const Launch &L, DType t, int64_t rows, int64_t cols, const void *logits, const int64_t *labels,
-                   double grad_scale, void *dlogits, double *stats) {
+void cross_entropy(const Launch &L, const LossArgs &args) {
+  const DType t = args.t;
+  const int64_t rows = args.rows, cols = args.cols;
+  const void *logits = args.pred;
+  const int64_t *labels = static_cast<const int64_t *>(args.target);
+  const double grad_scale = args.grad_scale;
+  void *dlogits = args.dpred;
+  double *stats = args.stats;
   if (rows <= 0) return;
   check(cols > 0, KILN_ERROR_INVALID_ARGUMENT, "cross_entropy needs at least one class");
   dispatch_float(t, "cross_entropy", [&](auto tag) {
@@ -272,8 +294,13 @@ void cross_entropy(const Launch &L, DType t, int64_t rows, int64_t cols, const v
   KILN_CUDA_LAUNCHED("cross_entropy");
 }
 
-void mse(const Launch &L, DType t, int64_t n, const void *pred, const void *target, double grad_scale, void *dpred,
-         double *stats) {
+void mse(const Launch &L, const LossArgs &args) {
+  const DType t = args.t;
+  const int64_t n = args.rows * args.cols;
+  const void *pred = args.pred, *target = args.target;
+  const double grad_scale = args.grad_scale;
+  void *dpred = args.dpred;
+  double *stats = args.stats;
   if (n <= 0) return;
   dispatch_float(t, "mse", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -284,8 +311,13 @@ void mse(const Launch &L, DType t, int64_t n, const void *pred, const void *targ
   KILN_CUDA_LAUNCHED("mse");
 }
 
-void bce_with_logits(const Launch &L, DType t, int64_t n, const void *logits, const void *target, double grad_scale,
-                     void *dlogits, double *stats) {
+void bce_with_logits(const Launch &L, const LossArgs &args) {
+  const DType t = args.t;
+  const int64_t n = args.rows * args.cols;
+  const void *logits = args.pred, *target = args.target;
+  const double grad_scale = args.grad_scale;
+  void *dlogits = args.dpred;
+  double *stats = args.stats;
   if (n <= 0) return;
   dispatch_float(t, "bce_with_logits", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -307,7 +339,13 @@ void dropout(const Launch &L, const DropoutArgs &a, const StepParams *step) {
   KILN_CUDA_LAUNCHED("dropout");
 }
 
-void dropout_backward(const Launch &L, DType t, int64_t n, const void *dy, const uint8_t *mask, double p, void *dx) {
+void dropout_backward(const Launch &L, const DropoutBackwardArgs &args) {
+  const DType t = args.t;
+  const int64_t n = args.n;
+  const void *dy = args.dy;
+  const uint8_t *mask = args.mask;
+  const double p = args.p;
+  void *dx = args.dx;
   if (n <= 0) return;
   dispatch_float(t, "dropout_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;

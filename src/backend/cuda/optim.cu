@@ -96,7 +96,12 @@ __global__ void adam_kernel(int64_t n, T *params, const T *grads, T *m, T *v, Ad
 
 }  // namespace
 
-void clip_grad_norm(const Launch &L, DType t, int64_t n, void *grads, double max_norm, double *scratch) {
+void clip_grad_norm(const Launch &L, const ClipArgs &args) {
+  const DType t = args.t;
+  const int64_t n = args.n;
+  void *grads = args.grads;
+  const double max_norm = args.max_norm;
+  double *scratch = args.scratch;
   KILN_CUDA_TRY(cudaMemsetAsync(scratch, 0, sizeof(double), L.stream), "clip_grad_norm");
   if (n <= 0) return;
   dispatch_float(t, "clip_grad_norm", [&](auto tag) {

@@ -255,12 +255,12 @@ void CudaExecutable::plan_fused_ops() {
 void CudaExecutable::run_backward(const LinearBackwardOp &op, const BackwardPlan &plan) {
   Gemm &gemm = backend_.matmuls(index_);
   if (op.act != UnaryOp::Identity && !plan.act_done)
-    backend_.act_backward(index_, op.t, op.rows * op.out, op.act, op.alpha, op.dy, op.pre, op.y, op.dy);
+    backend_.act_backward(index_, backward_act(op));
   if (plan.dw) {
     gemm.run(backend_.launch(index_), *plan.dw);
   } else {
     backend_.gemm(index_, weight_grad_product(op));
-    if (op.db && !plan.act_done) backend_.bias_grad(index_, op.t, op.rows, op.out, op.dy, op.db, 0.0);
+    if (op.db && !plan.act_done) backend_.bias_grad(index_, bias_grad_of(op));
   }
   if (!op.dx) return;
   if (plan.dx) gemm.run(backend_.launch(index_), *plan.dx);

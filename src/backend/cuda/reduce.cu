@@ -133,8 +133,12 @@ __global__ void softmax_cols_kernel(int64_t outer, int64_t n, int64_t inner, con
 
 }  // namespace
 
-void reduce(const Launch &L, ReduceOp op, DType t, int64_t outer, int64_t n, int64_t inner, const void *in,
-            void *out) {
+void reduce(const Launch &L, const ReduceArgs &args) {
+  const ReduceOp op = args.op;
+  const DType t = args.t;
+  const int64_t outer = args.outer, n = args.n, inner = args.inner;
+  const void *in = args.in;
+  void *out = args.out;
   if (outer <= 0 || inner <= 0) return;
   check(n > 0 || op == ReduceOp::Sum || op == ReduceOp::Mean, KILN_ERROR_INVALID_ARGUMENT,
         "max/argmax over an empty dimension");
@@ -150,7 +154,12 @@ void reduce(const Launch &L, ReduceOp op, DType t, int64_t outer, int64_t n, int
   KILN_CUDA_LAUNCHED("reduce");
 }
 
-void softmax(const Launch &L, DType t, int64_t outer, int64_t n, int64_t inner, const void *in, void *out, bool log) {
+void softmax(const Launch &L, const SoftmaxArgs &args) {
+  const DType t = args.t;
+  const int64_t outer = args.outer, n = args.n, inner = args.inner;
+  const void *in = args.in;
+  void *out = args.out;
+  const bool log = args.log;
   if (outer <= 0 || n <= 0 || inner <= 0) return;
   dispatch_float(t, "softmax", [&](auto tag) {
     using T = typename decltype(tag)::type;
