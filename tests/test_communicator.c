@@ -46,6 +46,23 @@ static void test_missing_plugin_is_device_unavailable(void **state) {
   assert_null(comm);
 }
 
+/* n samples (n <= kMaxSamples) for make_trainer's 6-8-3 model on dev, drawn
+ * from seed: features x [n, 6] in [-1, 1) (f32), labels y [n] in [0, 3)
+ * (i64). The caller releases both. */
+enum { kMaxSamples = 256 };
+static void random_samples(kiln_context *ctx, uint64_t seed, int64_t n, kiln_device dev, kiln_tensor **x,
+                           kiln_tensor **y) {
+  assert_true(n <= kMaxSamples);
+  kiln_test_rng rng = kiln_test_rng_make(seed);
+  float xs[kMaxSamples * 6];
+  int64_t ys[kMaxSamples];
+  for (int64_t i = 0; i < n * 6; ++i) xs[i] = (float)kiln_test_rng_uniform(&rng, -1, 1);
+  for (int64_t i = 0; i < n; ++i) ys[i] = (int64_t)(kiln_test_rng_next(&rng) % 3);
+  const int64_t xshape[2] = {n, 6}, yshape[1] = {n};
+  *x = kiln_test_tensor_f32(ctx, xs, xshape, 2, dev);
+  assert_kiln_ok(kiln_tensor_from_host(ctx, ys, n * (int64_t)sizeof ys[0], yshape, 1, KILN_I64, dev, y));
+}
+
 static kiln_trainer *make_trainer(kiln_context *ctx, kiln_model **model) {
   kiln_model_spec *spec = NULL;
   assert_kiln_ok(kiln_context_set_seed(ctx, 5));
@@ -79,14 +96,8 @@ static void test_one_rank_job_trains_like_one_process(void **state) {
   assert_int_equal(local, 0);
   assert_status(kiln_communicator_set_timeout(comm, -1), KILN_ERROR_INVALID_ARGUMENT);
 
-  kiln_test_rng rng = kiln_test_rng_make(11);
-  float xs[100 * 6];
-  int64_t ys[100];
-  for (int i = 0; i < 600; ++i) xs[i] = (float)kiln_test_rng_uniform(&rng, -1, 1);
-  for (int i = 0; i < 100; ++i) ys[i] = (int64_t)(kiln_test_rng_next(&rng) % 3);
-  const int64_t xshape[2] = {100, 6}, yshape[1] = {100};
-  kiln_tensor *x = kiln_test_tensor_f32(ctx, xs, xshape, 2, kCpu), *y = NULL;
-  assert_kiln_ok(kiln_tensor_from_host(ctx, ys, sizeof ys, yshape, 1, KILN_I64, kCpu, &y));
+  kiln_tensor *x = NULL, *y = NULL;
+  random_samples(ctx, 11, 100, kCpu, &x, &y);
   kiln_dataset *ds = NULL;
   assert_kiln_ok(kiln_dataset_from_tensors(ctx, x, y, &ds));
 
@@ -145,14 +156,8 @@ static void test_local_communicator_on_one_gpu(void **state) {
   assert_kiln_ok(kiln_communicator_size(comm, &size));
   assert_int_equal(rank, 0);
   assert_int_equal(size, 1);
-  kiln_test_rng rng = kiln_test_rng_make(13);
-  float xs[128 * 6];
-  int64_t ys[128];
-  for (int i = 0; i < 128 * 6; ++i) xs[i] = (float)kiln_test_rng_uniform(&rng, -1, 1);
-  for (int i = 0; i < 128; ++i) ys[i] = (int64_t)(kiln_test_rng_next(&rng) % 3);
-  const int64_t xshape[2] = {128, 6}, yshape[1] = {128};
-  kiln_tensor *x = kiln_test_tensor_f32(ctx, xs, xshape, 2, gpu), *y = NULL;
-  assert_kiln_ok(kiln_tensor_from_host(ctx, ys, sizeof ys, yshape, 1, KILN_I64, gpu, &y));
+  kiln_tensor *x = NULL, *y = NULL;
+  random_samples(ctx, 13, 128, gpu, &x, &y);
   kiln_dataset *ds = NULL;
   assert_kiln_ok(kiln_dataset_from_tensors(ctx, x, y, &ds));
   kiln_model *plain_model = NULL, *model = NULL;
@@ -231,14 +236,8 @@ static void test_data_parallel_device_list(void **state) {
   kiln_trainer_release(plain);
   assert_kiln_ok(kiln_trainer_create(model, o, &plain));
   assert_kiln_ok(kiln_trainer_options_set_devices(o, NULL, 0));
-  kiln_test_rng rng = kiln_test_rng_make(17);
-  float xs[16 * 6];
-  int64_t ys[16];
-  for (int i = 0; i < 16 * 6; ++i) xs[i] = (float)kiln_test_rng_uniform(&rng, -1, 1);
-  for (int i = 0; i < 16; ++i) ys[i] = (int64_t)(kiln_test_rng_next(&rng) % 3);
-  const int64_t xshape[2] = {16, 6}, yshape[1] = {16};
-  kiln_tensor *x = kiln_test_tensor_f32(ctx, xs, xshape, 2, kCpu), *y = NULL;
-  assert_kiln_ok(kiln_tensor_from_host(ctx, ys, sizeof ys, yshape, 1, KILN_I64, kCpu, &y));
+  kiln_tensor *x = NULL, *y = NULL;
+  random_samples(ctx, 17, 16, kCpu, &x, &y);
   /* make_trainer seeds the context: both models start from the same weights */
   double la = 0, lb = 0;
   for (int s = 0; s < 3; ++s) {
@@ -264,14 +263,8 @@ static void test_data_parallel_on_gpus(void **state) {
   if (no_plugin() || !kiln_test_gpu_cases(ctx, &gpu)) skip();
   int64_t gpus = 0;
   assert_kiln_ok(kiln_device_count(ctx, KILN_DEVICE_CUDA, &gpus));
-  kiln_test_rng rng = kiln_test_rng_make(19);
-  float xs[256 * 6];
-  int64_t ys[256];
-  for (int i = 0; i < 256 * 6; ++i) xs[i] = (float)kiln_test_rng_uniform(&rng, -1, 1);
-  for (int i = 0; i < 256; ++i) ys[i] = (int64_t)(kiln_test_rng_next(&rng) % 3);
-  const int64_t xshape[2] = {256, 6}, yshape[1] = {256};
-  kiln_tensor *x = kiln_test_tensor_f32(ctx, xs, xshape, 2, kCpu), *y = NULL;
-  assert_kiln_ok(kiln_tensor_from_host(ctx, ys, sizeof ys, yshape, 1, KILN_I64, kCpu, &y));
+  kiln_tensor *x = NULL, *y = NULL;
+  random_samples(ctx, 19, 256, kCpu, &x, &y);
   kiln_dataset *ds = NULL;
   assert_kiln_ok(kiln_dataset_from_tensors(ctx, x, y, &ds));
   const kiln_device list[2] = {gpu, {KILN_DEVICE_CUDA, gpu.index == 0 ? 1 : 0}};

@@ -118,7 +118,7 @@ void Trainer::save_checkpoint(const std::string &path) const {
 }
 
 void Trainer::load_checkpoint(const std::string &path) {
-  BusyScope busy(*this, "kiln_trainer_load_checkpoint");
+  BusyScope busy(busy_, "kiln_trainer_load_checkpoint");
   check_model_device();
   const io::SafetensorsFile file = io::SafetensorsFile::open(path);
   const auto &meta = file.metadata();

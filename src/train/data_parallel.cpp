@@ -34,7 +34,7 @@ class DataParallel::Workers {
   }
 
   // Starts task(r) on every worker; errors[r] receives what it throws.
-  void start(const std::function<void(int64_t)> &task, std::vector<std::exception_ptr> &errors) {
+  void start(const ReplicaTask &task, std::vector<std::exception_ptr> &errors) {
     std::lock_guard<std::mutex> lock(mutex_);
     task_ = &task;
     errors_ = &errors;
@@ -52,7 +52,7 @@ class DataParallel::Workers {
   void loop(int64_t r) {
     uint64_t seen = 0;
     for (;;) {
-      const std::function<void(int64_t)> *task;
+      const ReplicaTask *task;
       std::vector<std::exception_ptr> *errors;
       {
         std::unique_lock<std::mutex> lock(mutex_);
@@ -74,28 +74,11 @@ class DataParallel::Workers {
   std::vector<std::thread> threads_;
   std::mutex mutex_;
   std::condition_variable wake_, done_;
-  const std::function<void(int64_t)> *task_ = nullptr;
+  const ReplicaTask *task_ = nullptr;
   std::vector<std::exception_ptr> *errors_ = nullptr;
   int64_t pending_ = 0;
   uint64_t generation_ = 0;
   bool stop_ = false;
-};
-
-class DataParallel::BusyScope {
- public:
-  BusyScope(DataParallel &dp, const char *what) : busy_(dp.busy_) {
-    if (busy_)
-      fail(KILN_ERROR_BUSY, std::string("the trainer is busy: ") + what +
-                                " was called from inside another call on the same trainer (its progress callback); "
-                                "return from the callback first");
-    busy_ = true;
-  }
-  ~BusyScope() { busy_ = false; }
-  BusyScope(const BusyScope &) = delete;
-  BusyScope &operator=(const BusyScope &) = delete;
-
- private:
-  bool &busy_;
 };
 
 namespace {
@@ -183,97 +166,101 @@ DataParallel::DataParallel(std::shared_ptr<Model> model, TrainerOptions options,
   models_.push_back(model);
   for (int64_t r = 1; r < n; ++r) models_.push_back(Model::create(ctx, model->spec(), devices[size_t(r)], model->dtype()));
   for (int64_t r = 0; r < n; ++r) replicas_.push_back(std::make_unique<Trainer>(models_[size_t(r)], options));
+  errors_.resize(size_t(n));
+  done_.resize(size_t(n));
+  losses_.resize(size_t(n));
   workers_ = std::make_unique<Workers>(n);
   // attach hands every replica replica 0's weights, optimizer state and counters.
-  run_all([&](int64_t r) { replicas_[size_t(r)]->attach(comms_[size_t(r)]); });
+  run_all([&](int64_t r) { replicas_[size_t(r)]->attach(comms_[size_t(r)]); }, false);
 }
 
 DataParallel::~DataParallel() = default;
 
-void DataParallel::run_all(const std::function<void(int64_t)> &task) {
+void DataParallel::run_all(ReplicaTask task, bool sync_parameters) {
   const size_t n = replicas_.size();
   // What replica 0 alone could fail on is checked here, before the others
-  // start: abort() below breaks the group for good.
-  check(models_[0]->device() == devices_[0], KILN_ERROR_INVALID_ARGUMENT,
-        "model moved to " + models_[0]->device().str() + " after the trainer was created on " + devices_[0].str() +
-            "; create a new trainer");
+  // start: abort() below breaks the group for good. (No check(): its message
+  // would be built on every step.)
+  if (models_[0]->device() != devices_[0])
+    fail(KILN_ERROR_INVALID_ARGUMENT, "model moved to " + models_[0]->device().str() +
+                                          " after the trainer was created on " + devices_[0].str() +
+                                          "; create a new trainer");
   for (size_t r = 1; r < n; ++r) models_[r]->set_training(models_[0]->training());
-  std::vector<std::exception_ptr> errors(n);
+  std::fill(errors_.begin(), errors_.end(), nullptr);
+  std::fill(done_.begin(), done_.end(), char(0));
   // A replica that fails while others go on (out of memory on its GPU alone,
   // a device fault) would leave them waiting for it in their next
   // collective until the timeout. So a failing replica gives the others
   // kFailureGrace to finish (they usually fail at the same point: the same
   // arguments, the same cancel), then aborts the communicators of those
   // still running; the group's communicators are broken from then on.
-  std::mutex mutex;
-  std::condition_variable finished;
-  std::vector<bool> done(n, false);
-  const std::function<void(int64_t)> guarded = [&](int64_t r) {
+  const auto guarded = [&](int64_t r) {
     const auto finish = [&] {
-      std::lock_guard<std::mutex> lock(mutex);
-      done[size_t(r)] = true;
-      finished.notify_all();
+      std::lock_guard<std::mutex> lock(done_mutex_);
+      done_[size_t(r)] = 1;
+      finished_.notify_all();
     };
     try {
+      if (sync_parameters) replicas_[size_t(r)]->broadcast_parameters(*comms_[size_t(r)]);
       task(r);
     } catch (const std::exception &e) {
       finish();
-      std::unique_lock<std::mutex> lock(mutex);
-      const auto all_done = [&] { return std::find(done.begin(), done.end(), false) == done.end(); };
-      if (!finished.wait_for(lock, kFailureGrace, all_done))
+      std::unique_lock<std::mutex> lock(done_mutex_);
+      const auto all_done = [&] { return std::find(done_.begin(), done_.end(), char(0)) == done_.end(); };
+      if (!finished_.wait_for(lock, kFailureGrace, all_done))
         for (size_t o = 0; o < n; ++o)
-          if (!done[o])
+          if (!done_[o])
             comms_[o]->abort("replica " + std::to_string(r) + " of the DataParallel group failed: " + e.what());
       throw;
     }
     finish();
   };
-  workers_->start(guarded, errors);
+  const ReplicaTask work(guarded);  // named: the workers hold a pointer to it until wait()
+  workers_->start(work, errors_);
   try {
     guarded(0);
   } catch (...) {
-    errors[0] = std::current_exception();
+    errors_[0] = std::current_exception();
   }
   workers_->wait();
-  for (const std::exception_ptr &e : errors)
+  for (const std::exception_ptr &e : errors_)
     if (e) std::rethrow_exception(e);
 }
 
 double DataParallel::step(const Tensor &x, const Tensor &y, bool want_loss) {
-  BusyScope busy(*this, "kiln_trainer_step");
+  BusyScope busy(busy_, "kiln_trainer_step");
   const int64_t n = devices();
   if (n == 1) return replicas_[0]->step(x, y, want_loss);
-  check(x.defined() && y.defined(), KILN_ERROR_INVALID_ARGUMENT, "x and y must be defined");
+  // `if (!ok) fail(...)`, not check(): a step must not build messages (or
+  // allocate anything) when the batch is fine.
+  if (!x.defined() || !y.defined()) fail(KILN_ERROR_INVALID_ARGUMENT, "x and y must be defined");
   const int64_t rows = x.ndim() >= 1 ? x.dim(0) : 0;
-  check(y.ndim() >= 1 && y.dim(0) == rows, KILN_ERROR_SHAPE_MISMATCH,
-        "y has shape " + y.shape().str() + " but x has " + std::to_string(rows) + " rows");
-  check(rows >= n && rows % n == 0, KILN_ERROR_INVALID_ARGUMENT,
-        "a step's batch of " + std::to_string(rows) + " rows does not split evenly over " + std::to_string(n) +
-            " devices; pass a multiple of " + std::to_string(n) + " rows");
+  if (y.ndim() < 1 || y.dim(0) != rows)
+    fail(KILN_ERROR_SHAPE_MISMATCH, "y has shape " + y.shape().str() + " but x has " + std::to_string(rows) + " rows");
+  if (rows < n || rows % n != 0)
+    fail(KILN_ERROR_INVALID_ARGUMENT, "a step's batch of " + std::to_string(rows) + " rows does not split evenly over " +
+                                          std::to_string(n) + " devices; pass a multiple of " + std::to_string(n) +
+                                          " rows");
   // Each replica checks host labels of its own chunk only: check them all
   // first, so bad labels fail every replica or none.
   const bool labels = y.dtype() == DType::I64 || y.dtype() == DType::I32 || y.dtype() == DType::U8;
   if (loss_ == KILN_LOSS_CROSS_ENTROPY && labels && y.device().is_cpu()) check_host_labels(y, models_[0]->output_size());
   const int64_t chunk = rows / n;
-  std::vector<double> losses(size_t(n), 0.0);
   run_all([&](int64_t r) {
-    Trainer &t = *replicas_[size_t(r)];
-    t.broadcast_parameters(*t.communicator());
-    losses[size_t(r)] = t.step(x.rows(r * chunk, (r + 1) * chunk), y.rows(r * chunk, (r + 1) * chunk), want_loss);
+    const int64_t first = r * chunk, end = first + chunk;
+    losses_[size_t(r)] = replicas_[size_t(r)]->step(x.rows(first, end), y.rows(first, end), want_loss);
   });
   double sum = 0;
-  for (double l : losses) sum += l;
+  for (double l : losses_) sum += l;
   return want_loss ? sum / double(n) : 0;
 }
 
 kiln_epoch_stats DataParallel::epoch(const Dataset &dataset) {
-  BusyScope busy(*this, "kiln_trainer_epoch");
+  BusyScope busy(busy_, "kiln_trainer_epoch");
   if (devices() == 1) return replicas_[0]->epoch(dataset);
   kiln_epoch_stats s{};
   run_all([&](int64_t r) {
-    Trainer &t = *replicas_[size_t(r)];
-    t.broadcast_parameters(*t.communicator());
-    const kiln_epoch_stats mine = t.epoch(dataset);
+    const kiln_epoch_stats mine = replicas_[size_t(r)]->epoch(dataset);
     if (r == 0) s = mine;
   });
   return s;
@@ -281,7 +268,7 @@ kiln_epoch_stats DataParallel::epoch(const Dataset &dataset) {
 
 std::shared_ptr<History> DataParallel::fit(const Dataset &train, const Dataset *validation, int64_t epochs,
                                            kiln_progress_fn callback, void *user) {
-  BusyScope busy(*this, "kiln_trainer_fit");
+  BusyScope busy(busy_, "kiln_trainer_fit");
   const int64_t n = devices();
   if (n == 1) return replicas_[0]->fit(train, validation, epochs, callback, user);
   ProgressRelay relay(callback, user, n);
@@ -297,7 +284,6 @@ std::shared_ptr<History> DataParallel::fit(const Dataset &train, const Dataset *
         if (root) relay.root_done();
       }
     } done{relay, r == 0};
-    t.broadcast_parameters(*t.communicator());
     std::shared_ptr<History> h =
         t.fit(train, validation, epochs, callback ? ProgressRelay::report : nullptr, &ranks[size_t(r)]);
     if (r == 0) history = std::move(h);
@@ -306,13 +292,11 @@ std::shared_ptr<History> DataParallel::fit(const Dataset &train, const Dataset *
 }
 
 void DataParallel::evaluate(const Dataset &dataset, double *loss, double *accuracy) {
-  BusyScope busy(*this, "kiln_trainer_evaluate");
+  BusyScope busy(busy_, "kiln_trainer_evaluate");
   if (devices() == 1) return replicas_[0]->evaluate(dataset, loss, accuracy);
   run_all([&](int64_t r) {
-    Trainer &t = *replicas_[size_t(r)];
-    t.broadcast_parameters(*t.communicator());
     double l = 0, a = 0;
-    t.evaluate(dataset, &l, &a);
+    replicas_[size_t(r)]->evaluate(dataset, &l, &a);
     if (r == 0) *loss = l, *accuracy = a;
   });
 }
@@ -325,9 +309,9 @@ void DataParallel::save_checkpoint(const std::string &path) const {
 }
 
 void DataParallel::load_checkpoint(const std::string &path) {
-  BusyScope busy(*this, "kiln_trainer_load_checkpoint");
+  BusyScope busy(busy_, "kiln_trainer_load_checkpoint");
   if (devices() == 1) return replicas_[0]->load_checkpoint(path);
-  run_all([&](int64_t r) { replicas_[size_t(r)]->load_checkpoint(path); });
+  run_all([&](int64_t r) { replicas_[size_t(r)]->load_checkpoint(path); }, false);
 }
 
 void DataParallel::attach(std::shared_ptr<Collective> comm) {

@@ -24,8 +24,12 @@
 // gets KILN_ERROR_BUSY.
 #pragma once
 
+#include <condition_variable>
+#include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "train/trainer.hpp"
@@ -63,19 +67,34 @@ class DataParallel {
   void attach(std::shared_ptr<Collective> comm);
 
   int64_t devices() const { return int64_t(replicas_.size()); }
-  const Model &model() const { return *models_[0]; }
   int64_t epochs_done() const { return replicas_[0]->epochs_done(); }
   int64_t steps_done() const { return replicas_[0]->steps_done(); }
   double current_lr() const { return replicas_[0]->current_lr(); }
 
  private:
   class Workers;
-  class BusyScope;
+
+  // A reference to a callable taking a replica's index, not owning it: the
+  // tasks live on run_all's caller's stack for the whole call, and a
+  // std::function around them would allocate on every step.
+  class ReplicaTask {
+   public:
+    template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, ReplicaTask>>>
+    ReplicaTask(F &&f)  // NOLINT: implicit, so run_all takes a lambda
+        : object_(const_cast<void *>(static_cast<const void *>(&f))),
+          call_([](void *o, int64_t r) { (*static_cast<std::remove_reference_t<F> *>(o))(r); }) {}
+    void operator()(int64_t r) const { call_(object_, r); }
+
+   private:
+    void *object_;
+    void (*call_)(void *, int64_t);
+  };
 
   // Runs task(r) for every replica r, r = 0 on the calling thread, after
-  // handing the replicas replica 0's parameters and training flag; throws
-  // replica 0's error if it failed, else the first failing replica's.
-  void run_all(const std::function<void(int64_t)> &task);
+  // handing the replicas replica 0's training flag and, when
+  // sync_parameters, its parameters; throws replica 0's error if it
+  // failed, else the first failing replica's.
+  void run_all(ReplicaTask task, bool sync_parameters = true);
 
   kiln_loss_kind loss_;
   std::vector<Device> devices_;  // empty: the model's device
@@ -83,6 +102,12 @@ class DataParallel {
   std::vector<std::shared_ptr<Collective>> comms_;  // replica r's is comms_[r]
   std::vector<std::unique_ptr<Trainer>> replicas_;
   std::unique_ptr<Workers> workers_;  // null with one device
+  // run_all's per-call state, sized once: a step allocates nothing.
+  std::vector<std::exception_ptr> errors_;
+  std::vector<char> done_;  // replica r finished its task (guarded by done_mutex_)
+  std::mutex done_mutex_;
+  std::condition_variable finished_;
+  std::vector<double> losses_;  // step's, per replica
   bool busy_ = false;
 };
 

@@ -131,7 +131,7 @@ Trainer::Trainer(std::shared_ptr<Model> model, const TrainerOptions &options)
   rng_seed_ = options.shuffle_seed_set ? options.shuffle_seed : model_->context()->derive_seed();
 }
 
-Trainer::BusyScope::BusyScope(Trainer &t, const char *what) : busy_(t.busy_) {
+BusyScope::BusyScope(bool &busy, const char *what) : busy_(busy) {
   if (busy_)
     fail(KILN_ERROR_BUSY, std::string("the trainer is busy: ") + what +
                               " was called from inside another call on the same trainer (its progress callback); "
@@ -400,7 +400,7 @@ void Trainer::run_pass_steps(bool trains, int64_t first, int64_t count, int64_t 
 }
 
 double Trainer::step(const Tensor &x, const Tensor &y, bool want_loss) {
-  BusyScope busy(*this, "kiln_trainer_step");
+  BusyScope busy(busy_, "kiln_trainer_step");
   check_model_device();
   const int64_t in = model_->input_size(), out = model_->output_size();
   if (!dtype_is_float(x.dtype()) && x.dtype() != DType::U8)
@@ -531,14 +531,14 @@ kiln_epoch_stats Trainer::run_epoch(const Dataset &ds, int64_t epoch_index, int6
 }
 
 kiln_epoch_stats Trainer::epoch(const Dataset &dataset) {
-  BusyScope busy(*this, "kiln_trainer_epoch");
+  BusyScope busy(busy_, "kiln_trainer_epoch");
   const kiln_epoch_stats s = run_epoch(dataset, epochs_done_ + 1, 1, nullptr, nullptr);
   check_finite(s);
   return s;
 }
 
 void Trainer::evaluate(const Dataset &ds, double *loss, double *accuracy) {
-  BusyScope busy(*this, "kiln_trainer_evaluate");
+  BusyScope busy(busy_, "kiln_trainer_evaluate");
   evaluate_pass(ds, loss, accuracy);
 }
 
@@ -570,7 +570,7 @@ void Trainer::evaluate_pass(const Dataset &ds, double *loss, double *accuracy) {
 }
 std::shared_ptr<History> Trainer::fit(const Dataset &train, const Dataset *validation, int64_t epochs,
                                       kiln_progress_fn callback, void *user) {
-  BusyScope busy(*this, "kiln_trainer_fit");
+  BusyScope busy(busy_, "kiln_trainer_fit");
   check(epochs >= 1, KILN_ERROR_INVALID_ARGUMENT, "epochs must be >= 1, got " + std::to_string(epochs));
   check_model_device();
   check_dataset(train, "the training dataset");

@@ -75,6 +75,20 @@ struct TrainerOptions {
   OptimizerConfig resolved_optimizer() const;
 };
 
+// Marks a trainer busy for one public call (busy is its flag): calls into
+// it from inside (its progress callback) get KILN_ERROR_BUSY instead of
+// corrupting the running pass. `what` names the call refused.
+class BusyScope {
+ public:
+  BusyScope(bool &busy, const char *what);
+  ~BusyScope() { busy_ = false; }
+  BusyScope(const BusyScope &) = delete;
+  BusyScope &operator=(const BusyScope &) = delete;
+
+ private:
+  bool &busy_;
+};
+
 // INVALID_ARGUMENT, naming the sample, unless every label of y (host
 // memory, an integer dtype) is in [0, classes).
 void check_host_labels(const Tensor &y, int64_t classes);
@@ -174,19 +188,6 @@ class Trainer {
   // Reads the three pass statistics (loss sum, correct, bad labels) at offset.
   void read_stats(int64_t offset, double out[3]) const;
 
-  // Marks the trainer busy for one public call; calls into it from inside
-  // (its progress callback) get KILN_ERROR_BUSY instead of corrupting the
-  // running pass.
-  class BusyScope {
-   public:
-    BusyScope(Trainer &t, const char *what);
-    ~BusyScope() { busy_ = false; }
-    BusyScope(const BusyScope &) = delete;
-    BusyScope &operator=(const BusyScope &) = delete;
-
-   private:
-    bool &busy_;
-  };
   // Throws NUMERIC when an epoch's mean loss is not finite.
   void check_finite(const kiln_epoch_stats &s) const;
 

@@ -193,14 +193,11 @@ class MpiCollective final : public PluginCollective {
       if (rc != MPI_SUCCESS) break_with(std::string(what) + " failed (a peer rank died?): " + mpi_error(rc));
       if (done) return;
       const double waited = seconds_since(start);
-      if (aborted()) {
+      const bool late = waited > timeout_;
+      if (late || aborted()) {  // the request stays pending: MPI_Finalize must not wait for it
         std::lock_guard<std::mutex> lock(g_mutex);
         g_pending_left = true;
-        break_with(std::string(what) + " " + abort_message());
-      }
-      if (waited > timeout_) {
-        std::lock_guard<std::mutex> lock(g_mutex);
-        g_pending_left = true;
+        if (!late) break_with(std::string(what) + " " + abort_message());
         char seconds[32];
         std::snprintf(seconds, sizeof seconds, "%g", timeout_);
         break_with(std::string(what) + " did not complete within " + seconds +
