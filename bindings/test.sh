@@ -18,11 +18,20 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH="$build${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export GOPROXY=off GOFLAGS=-mod=mod
 export KILN_LIB_DIR="$build" CARGO_TARGET_DIR="$out/rust-target"
-# A rustup toolchain lives in ~/.cargo/bin, which a non-login shell (CI) may
-# not have on PATH; scripts/install-deps.sh installs Debian's cargo only when
-# neither exists.
+# Rust: Debian's toolchain (rustc 1.63, the crates' rust-version) when it is
+# installed, even where a newer rustup one comes first on PATH, so that the
+# oldest supported compiler is the one tested (through links on PATH, which
+# `env ... cargo` finds too); rustup's only where there is no other.
+# KILN_RUST_BIN names another directory holding cargo, rustc and rustdoc.
 rustup_bin="${CARGO_HOME:-$HOME/.cargo}/bin"
-if ! command -v cargo >/dev/null && [ -x "$rustup_bin/cargo" ]; then export PATH="$rustup_bin:$PATH"; fi
+if [ -z "${KILN_RUST_BIN:-}" ] && [ -x /usr/bin/cargo ] && [ -x /usr/bin/rustc ]; then
+  KILN_RUST_BIN="$out/debian-rust"
+  mkdir -p "$KILN_RUST_BIN"
+  for tool in cargo rustc rustdoc; do ln -sf "/usr/bin/$tool" "$KILN_RUST_BIN/$tool"; done
+fi
+if [ -n "${KILN_RUST_BIN:-}" ]; then export PATH="$KILN_RUST_BIN:$PATH"
+elif ! command -v cargo >/dev/null && [ -x "$rustup_bin/cargo" ]; then export PATH="$rustup_bin:$PATH"; fi
+echo "bindings: $(go version 2>/dev/null), $(cargo --version 2>/dev/null), $(mono --version 2>/dev/null | head -n 1)"
 
 declare -A result
 failed=0

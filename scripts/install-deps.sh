@@ -22,19 +22,15 @@ core=(cmake g++ ninja-build pkg-config libopenblas-dev libcmocka-dev zlib1g-dev
   dataset-fashion-mnist openmpi-bin libopenmpi-dev abigail-tools libonnx-dev libprotobuf-dev)
 # bindgen loads libclang at run time but does not depend on it in Debian.
 # python3 runs bindings/csharp/generate.py and build.py (mcs builds Kiln.dll).
-bindings=(swig golang-go mono-mcs mono-devel python3 bindgen libclang1)
+# cargo is Debian's (rustc 1.63), even beside a rustup toolchain: the Rust
+# crates declare rust-version 1.63, and this keeps them honest about it.
+bindings=(swig golang-go cargo mono-mcs mono-devel python3 bindgen libclang1)
 
 case "${1:-}" in
   --core) wanted=("${core[@]}") ;;
   "") wanted=("${core[@]}" "${bindings[@]}") ;;
   *) echo "usage: $0 [--core]" >&2; exit 2 ;;
 esac
-
-# Rust comes from rustup on some machines (~/.cargo/bin); Debian's cargo
-# only when there is none at all.
-if [[ -z "${1:-}" ]] && ! command -v cargo >/dev/null && [[ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo" ]]; then
-  wanted+=(cargo)
-fi
 
 missing=()
 for pkg in "${wanted[@]}"; do

@@ -1,4 +1,3 @@
-use std::collections::BTreeMap;
 use std::fmt;
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -110,11 +109,17 @@ impl ContextOptions {
 // and models keep it alive), so kiln gets an id, not a pointer: after the
 // Rust side drops, the id is gone and late records go to stderr instead of
 // through a freed closure.
-static LOGGERS: Mutex<BTreeMap<usize, LogCallback>> = Mutex::new(BTreeMap::new());
+// A Vec, not a map: there is one entry per context with a logger, and
+// `BTreeMap::new` is only const from Rust 1.66 (Debian 12 ships 1.63).
+static LOGGERS: Mutex<Vec<(usize, LogCallback)>> = Mutex::new(Vec::new());
 static NEXT_LOGGER: AtomicUsize = AtomicUsize::new(1);
 
+fn forget_logger(id: usize) {
+    LOGGERS.lock().unwrap_or_else(|e| e.into_inner()).retain(|(key, _)| *key != id);
+}
+
 fn logger(id: usize) -> Option<LogCallback> {
-    LOGGERS.lock().unwrap_or_else(|e| e.into_inner()).get(&id).cloned()
+    LOGGERS.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|(key, _)| *key == id).map(|(_, log)| Arc::clone(log))
 }
 
 extern "C" fn log_trampoline(user: *mut c_void, record: *const sys::kiln_log_record) -> c_int {
@@ -146,7 +151,7 @@ impl Drop for Context {
     fn drop(&mut self) {
         unsafe { sys::kiln_context_release(self.raw.as_ptr()) }
         if let Some(id) = self.logger {
-            LOGGERS.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+            forget_logger(id);
         }
     }
 }
@@ -184,7 +189,7 @@ impl Context {
         }
         let logger = options.log.as_ref().map(|log| {
             let id = NEXT_LOGGER.fetch_add(1, Ordering::Relaxed);
-            LOGGERS.lock().unwrap_or_else(|e| e.into_inner()).insert(id, Arc::clone(log));
+            LOGGERS.lock().unwrap_or_else(|e| e.into_inner()).push((id, Arc::clone(log)));
             id
         });
         let raw = (|| {
@@ -197,7 +202,7 @@ impl Context {
             Ok(raw) => Ok(Context { raw, logger }),
             Err(e) => {
                 if let Some(id) = logger {
-                    LOGGERS.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                    forget_logger(id);
                 }
                 Err(e)
             }

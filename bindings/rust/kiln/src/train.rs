@@ -503,7 +503,14 @@ impl EpochStats {
 /// A duration from kiln's seconds, total: negative or NaN is zero, too large
 /// (or infinite) is `Duration::MAX`.
 fn seconds(s: f64) -> Duration {
-    Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)
+    // Written out rather than `try_from_secs_f64`, which needs Rust 1.66 and
+    // Debian 12 ships 1.63. `f64::max` maps NaN to 0.
+    let s = s.max(0.0);
+    if s < Duration::MAX.as_secs_f64() {
+        Duration::from_secs_f64(s)
+    } else {
+        Duration::MAX
+    }
 }
 
 fn raw_stats() -> sys::kiln_epoch_stats {

@@ -17,7 +17,7 @@ fn libkiln_dir() -> PathBuf {
     let path = maps
         .lines()
         .filter_map(|l| l.split_whitespace().nth(5))
-        .find(|p| p.rsplit('/').next().is_some_and(|f| f.starts_with("libkiln.so")))
+        .find(|p| p.rsplit('/').next().map_or(false, |f| f.starts_with("libkiln.so")))
         .expect("libkiln.so is mapped");
     PathBuf::from(path).parent().unwrap().to_owned()
 }
