@@ -5,8 +5,9 @@
  *   kiln_bench --workload C --model A|B [--device D] [--threads T] [--data DIR]
  *   mpirun -np N kiln_bench --workload A|B --epochs N --distributed 1 [...]
  *       DDP over the MPI job: --batch-per-rank B (as --batch; default the
- *       workload's batch) on every rank; rank 0 prints, samples/s count every
- *       rank's samples.
+ *       workload's batch) on every rank, --bucket-bytes N its gradient
+ *       buckets (default 0: one allreduce); rank 0 prints, samples/s count
+ *       every rank's samples.
  *   kiln_bench --workload W [--spec S] [--batch N] [--steps N] [--windows N] [--precision P]
  *              [--fast-path N] [--profile-steps N] [--device D] [--seed S]
  *
@@ -72,7 +73,8 @@ static double median(double *v, int n) {
 struct options {
   char workload, model;
   int epochs, warmup, steps, windows, profile_steps, distributed;
-  int64_t batch; /* 0: the workload's own */
+  int64_t batch;        /* 0: the workload's own */
+  int64_t bucket_bytes; /* data parallel gradient buckets; 0: one allreduce */
   kiln_precision precision;
   const char *precision_name;
   uint32_t fast_path;
@@ -110,6 +112,7 @@ static kiln_trainer *make_trainer(kiln_model *model, const struct options *o, in
   CHECK(kiln_trainer_options_set_batch_size(opts, batch));
   CHECK(kiln_trainer_options_set_precision(opts, o->precision));
   CHECK(kiln_trainer_options_set_fast_path(opts, o->fast_path));
+  CHECK(kiln_trainer_options_set_bucket_bytes(opts, o->bucket_bytes));
   CHECK(kiln_trainer_create(model, opts, &trainer));
   kiln_trainer_options_release(opts);
   return trainer;
@@ -145,9 +148,10 @@ static void train(kiln_context *ctx, kiln_device dev, const struct options *o, k
   CHECK(kiln_trainer_evaluate(trainer, test_set, &loss, &acc));
   if (rank != 0) goto done;
   printf("{\"impl\": \"kiln\", \"workload\": \"%c\", \"precision\": \"%s\", \"ranks\": %lld, "
-         "\"batch\": %lld, \"batch_per_rank\": %lld, \"warmup_epochs\": %d, \"epochs\": %d, \"epoch_seconds\": [",
-         o->workload, o->precision_name, (long long)ranks, (long long)(batch * ranks), (long long)batch, o->warmup,
-         epochs);
+         "\"batch\": %lld, \"batch_per_rank\": %lld, \"bucket_bytes\": %lld, \"warmup_epochs\": %d, \"epochs\": %d, "
+         "\"epoch_seconds\": [",
+         o->workload, o->precision_name, (long long)ranks, (long long)(batch * ranks), (long long)batch,
+         (long long)o->bucket_bytes, o->warmup, epochs);
   for (int e = 0; e < epochs; ++e) printf("%s%.6f", e ? ", " : "", seconds[e]);
   double med = median(seconds, epochs);
   printf("], \"median_epoch_seconds\": %.6f, \"samples_per_second\": %.1f, \"test_accuracy\": %.4f, "
@@ -306,6 +310,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--warmup")) o.warmup = atoi(v);
     else if (!strcmp(a, "--batch") || !strcmp(a, "--batch-per-rank")) o.batch = atoll(v);
     else if (!strcmp(a, "--distributed")) o.distributed = atoi(v);
+    else if (!strcmp(a, "--bucket-bytes")) o.bucket_bytes = atoll(v);
     else if (!strcmp(a, "--spec")) o.spec = v;
     else if (!strcmp(a, "--steps")) o.steps = atoi(v);
     else if (!strcmp(a, "--windows")) o.windows = atoi(v);

@@ -10,7 +10,8 @@ run's output.
 Configurations: 1 rank with all cores; 1 rank with 1 thread; N ranks with
 1 thread each and the workload's batch per rank (weak scaling: N times the
 global batch); N ranks with the batch split (strong scaling: the same global
-batch as 1 rank).
+batch as 1 rank); and with --bucket-bytes X,Y the weak-scaling run again with
+gradient buckets of X, then Y bytes (kiln_trainer_options_set_bucket_bytes).
 """
 import argparse
 import datetime
@@ -43,6 +44,7 @@ def main():
     p.add_argument("--workload", default="B")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--bucket-bytes", default="", help="comma-separated bucket sizes to compare with 0")
     p.add_argument("--out", required=True)
     a = p.parse_args()
     bench = os.path.join(a.build_dir, "bench", "kiln_bench")
@@ -60,6 +62,10 @@ def main():
         (f"{a.ranks} ranks x 1 thread, batch {b // a.ranks} per rank ({b} in all)",
          mpi + base + ["--threads", "1", "--distributed", "1", "--batch-per-rank", str(b // a.ranks)]),
     ]
+    for size in filter(None, a.bucket_bytes.split(",")):
+        configs.append((f"{a.ranks} ranks x 1 thread, batch {b} per rank, buckets of {size} bytes",
+                        mpi + base + ["--threads", "1", "--distributed", "1", "--batch-per-rank", str(b),
+                                      "--bucket-bytes", size]))
     result = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "commit": subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,

@@ -37,6 +37,7 @@ struct Hub {
   uint64_t generation = 0;
   std::vector<std::vector<char>> slots;
   int64_t fail_rank = -1, fail_at = 0;
+  std::atomic<int64_t> starts{0};  // allreduce_start calls, over all ranks
 };
 
 class ThreadCollective final : public Collective {
@@ -70,6 +71,12 @@ class ThreadCollective final : public Collective {
       else static_cast<int64_t *>(buf)[i] = int64_t(sum);
     }
   }
+  // Reduced at once, as the plugin reduces host buffers.
+  void allreduce_start(Device device, DType t, void *buf, int64_t n, bool mean, void *) override {
+    ++hub_->starts;
+    allreduce(device, t, buf, n, mean);
+  }
+  void allreduce_wait() override {}
   void broadcast(Device, void *buf, int64_t bytes, int64_t root) override {
     std::vector<std::vector<char>> all = exchange(buf, bytes);
     std::memcpy(buf, all[size_t(root)].data(), size_t(bytes));
@@ -132,9 +139,9 @@ CommunicatorFactory threads_factory(std::shared_ptr<Hub> *hub_out = nullptr, int
 
 constexpr int64_t kIn = 12, kClasses = 4, kSamples = 96;
 
-std::shared_ptr<Model> make_model(const std::shared_ptr<Context> &ctx) {
+std::shared_ptr<Model> make_model(const std::shared_ptr<Context> &ctx, const char *layers = "12-16-4") {
   ModelSpec spec;
-  spec.parse("12-16-4");
+  spec.parse(layers);
   return Model::create(ctx, spec, Device::cpu(), DType::F32);
 }
 
@@ -360,6 +367,61 @@ void replica_fails_alone(const std::shared_ptr<Context> &ctx) {
   CHECK(status_of([&] { dp.step(x, y, true); }) == KILN_ERROR_COMMUNICATION);
 }
 
+// Gradient buckets (train/gradient_reduce.hpp) change when the allreduces
+// start, not what they compute: 12-16-16-4 has layers of 68, 272 and 208
+// gradients (272, 1088 and 832 bytes), so 1 byte is a bucket per layer,
+// 1000 bytes two (the top two layers, then the first), and 1 MiB one. The
+// test collective sums each element in the same order whatever the bucket,
+// so every run has the same weights to the bit, in fp32 and in bf16 (whose
+// casts to the f32 master gradients are made per bucket).
+void buckets_change_nothing(const std::shared_ptr<Context> &ctx, kiln_precision precision) {
+  test::g_case = std::string("gradient buckets, ") + (precision == KILN_PRECISION_BF16 ? "bf16" : "fp32");
+  Tensor x, y;
+  make_data(ctx, kSamples, 1, &x, &y);
+  std::shared_ptr<Dataset> train = Dataset::from_tensors(x, y);
+  std::shared_ptr<Model> first = make_model(ctx, "12-16-16-4");
+  std::vector<float> reference;
+  const struct {
+    int64_t bytes, buckets;
+  } cases[] = {{0, 1}, {1, 3}, {1000, 2}, {1 << 20, 1}};
+  for (const auto &c : cases) {
+    std::shared_ptr<Model> m = make_model(ctx, "12-16-16-4");
+    m->flat().copy_from(first->flat());
+    TrainerOptions o = dp_options(24, 2);
+    o.precision = precision;
+    o.bucket_bytes = c.bytes;
+    std::shared_ptr<Hub> hub;
+    DataParallel dp(m, o, threads_factory(&hub));
+    Tensor bx, by;
+    make_data(ctx, 24, 9, &bx, &by);
+    const int64_t before = hub->starts;
+    dp.step(bx, by, true);
+    CHECK(hub->starts - before == 2 * c.buckets);  // per rank
+    dp.epoch(*train);
+    const std::vector<float> w = host(m->flat());
+    if (reference.empty()) reference = w;
+    CHECK(w == reference);
+  }
+  // And one trainer with the whole batch agrees, as without buckets.
+  std::shared_ptr<Model> single = make_model(ctx, "12-16-16-4");
+  single->flat().copy_from(first->flat());
+  TrainerOptions o = options_for(24);
+  o.precision = precision;
+  o.bucket_bytes = 1;  // no communicator: nothing to bucket
+  Trainer ref(single, o);
+  Tensor bx, by;
+  make_data(ctx, 24, 9, &bx, &by);
+  ref.step(bx, by, true);
+  ref.epoch(*train);
+  const std::vector<float> w = host(single->flat());
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < w.size() && i < reference.size(); ++i) {
+    diff = std::max(diff, double(std::fabs(w[i] - reference[i])));
+    scale = std::max(scale, double(std::fabs(w[i])));
+  }
+  CHECK(diff <= (precision == KILN_PRECISION_BF16 ? 1e-2 : 1e-5) * scale);
+}
+
 void cpu_suite(Context &c) {
   std::shared_ptr<Context> ctx = c.shared_from_this();
   same_as_one_trainer(ctx, 2);
@@ -367,6 +429,8 @@ void cpu_suite(Context &c) {
   progress_and_cancel(ctx);
   bad_input(ctx);
   replica_fails_alone(ctx);
+  buckets_change_nothing(ctx, KILN_PRECISION_FP32);
+  buckets_change_nothing(ctx, KILN_PRECISION_BF16);
 }
 
 }  // namespace

@@ -66,6 +66,8 @@ usage_error "'cpu' is not a GPU" train --device cuda:0,cpu
 usage_error "cuda:1 is listed twice" train --device cuda:1,cuda:1
 usage_error "batch 63 does not split evenly over 2 devices" train --device cuda:0,cuda:1 --batch 63
 usage_error "distributed runs one device per rank" train --device cuda:0,cuda:1 --distributed
+usage_error "--bucket-mb must be in \[0, 1048576\] MiB, got -1" train --distributed --bucket-mb -1
+usage_error "--bucket-mb applies to data parallel training" train --bucket-mb 25
 usage_error "missing argument MODEL" eval
 usage_error "unexpected argument 'extra'" eval model extra
 
@@ -147,6 +149,10 @@ if [[ -n "${KILN_MPIRUN:-}" ]]; then
   [[ -s "$work/dist.safetensors" ]] || fail "--distributed --save wrote no file"
   distributed="$(grep '^test (loss|accuracy):' -E "$work/out")"
   [[ "$distributed" == "$straight" ]] || fail "2 ranks x batch 10 gave '$distributed', 1 x batch 20 '$straight'"
+  # A bucket per layer (1 KiB): the same numbers.
+  expect 0 "^distributed: 2 ranks" "${mpi[@]}" "$kiln" train --distributed "${dist[@]}" --bucket-mb 0.001
+  bucketed="$(grep '^test (loss|accuracy):' -E "$work/out")"
+  [[ "$bucketed" == "$straight" ]] || fail "--bucket-mb 0.001 gave '$bucketed', 1 x batch 20 '$straight'"
 fi
 
 echo "test_cli: $passed passed, 0 failed"

@@ -212,6 +212,12 @@ static void test_data_parallel_device_list(void **state) {
   assert_last_error_contains("cuda:1 is listed twice");
   assert_status(kiln_trainer_options_set_devices(o, bad_kind, 1), KILN_ERROR_INVALID_ARGUMENT);
   assert_kiln_ok(kiln_trainer_options_set_devices(o, NULL, 0)); /* clears */
+  /* Gradient buckets: bytes >= 0 (their effect: dist_test, data_parallel_test). */
+  assert_status(kiln_trainer_options_set_bucket_bytes(NULL, 1024), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_options_set_bucket_bytes(o, -1), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("bucket size must be >= 0 bytes");
+  assert_kiln_ok(kiln_trainer_options_set_bucket_bytes(o, INT64_MAX));
+  assert_kiln_ok(kiln_trainer_options_set_bucket_bytes(o, 0));
 
   kiln_model *model = NULL;
   kiln_trainer *plain = make_trainer(ctx, &model), *t = (kiln_trainer *)ctx;
@@ -253,6 +259,7 @@ static void test_data_parallel_device_list(void **state) {
   kiln_model_release(model2);
   kiln_trainer_options_release(o);
   assert_status(kiln_trainer_options_set_devices(o, gpus, 2), KILN_ERROR_INVALID_HANDLE);
+  assert_status(kiln_trainer_options_set_bucket_bytes(o, 1024), KILN_ERROR_INVALID_HANDLE);
 }
 
 /* The GPU twin: DataParallel over [cuda:0] is plain training there, and over
@@ -281,6 +288,8 @@ static void test_data_parallel_on_gpus(void **state) {
     assert_kiln_ok(kiln_trainer_options_set_shuffle_seed(o, 3));
     assert_kiln_ok(kiln_trainer_create(plain_model, o, &plain));
     assert_kiln_ok(kiln_trainer_options_set_devices(o, list, n));
+    /* With two GPUs, a bucket per layer: NCCL after each layer's backward. */
+    assert_kiln_ok(kiln_trainer_options_set_bucket_bytes(o, 1));
     assert_kiln_ok(kiln_trainer_create(model, o, &dp));
     kiln_trainer_options_release(o);
     kiln_epoch_stats a = {sizeof a}, b = {sizeof b};

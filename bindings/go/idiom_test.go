@@ -543,6 +543,7 @@ func TestNilAndBadArguments(t *testing.T) {
 		"Evaluate(nil)":            third(tr.Evaluate(nil)),
 		"AttachCommunicator(nil)":  tr.AttachCommunicator(nil),
 		"WithProgressInterval(-1)": second(kiln.NewTrainer(m, kiln.WithProgressInterval(-1))),
+		"WithBucketBytes(-1)":      second(kiln.NewTrainer(m, kiln.WithBucketBytes(-1))),
 		"WithLogLevel(99)":         second(kiln.NewContext(kiln.WithLogLevel(99))),
 	} {
 		var ke *kiln.Error

@@ -404,7 +404,7 @@ func TestDataParallelDeviceList(t *testing.T) {
 	if _, err := kiln.NewTrainer(model, kiln.WithDevices(kiln.CPU, kiln.CUDA(0))); !errors.Is(err, kiln.ErrInvalidArgument) {
 		t.Fatalf("the CPU with a GPU: %v", err)
 	}
-	tr, err := kiln.NewTrainer(model, kiln.WithDevices(kiln.CPU))
+	tr, err := kiln.NewTrainer(model, kiln.WithDevices(kiln.CPU), kiln.WithBucketBytes(1<<20))
 	if err != nil {
 		t.Fatalf("one device listed: %v", err)
 	}

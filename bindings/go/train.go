@@ -122,6 +122,15 @@ func WithDevices(devices ...Device) TrainerOption {
 	return func(o uintptr) error { return capi.Trainer_options_set_devices(o, devs) }
 }
 
+// WithBucketBytes makes data parallel training (WithDevices, or DDP over a
+// Communicator) start averaging gradients in buckets of at least n bytes
+// during the backward, overlapped with it on GPUs (PyTorch DDP's
+// bucket_cap_mb). 0, the default, is one allreduce after the backward.
+// Every rank must use the same value; n < 0 is ErrInvalidArgument.
+func WithBucketBytes(n int64) TrainerOption {
+	return func(o uintptr) error { return capi.Trainer_options_set_bucket_bytes(o, n) }
+}
+
 // WithFastPath sets the fast-path parts the trainer may use; bits outside
 // FastPathAll are ErrInvalidArgument. The environment variable KILN_DISABLE
 // removes more when the trainer is created (a comma-separated list of

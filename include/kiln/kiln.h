@@ -938,6 +938,25 @@ KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_progress_interval(k
 KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_devices(kiln_trainer_options *options,
                                                                     const kiln_device *devices, int64_t count);
 
+/* Gradient buckets of data parallel training (DataParallel, and DDP over an
+ * attached communicator); no effect on a trainer of one device and rank.
+ * 0 (the default): the gradients are averaged with one allreduce over all of
+ * them after the whole backward. bytes > 0: the backward, which runs from
+ * the last layer to the first, starts an allreduce as soon as the layers it
+ * has finished hold at least `bytes` of gradients (in the model's dtype) not
+ * yet in one, and
+ * the update waits for them all: on GPUs NCCL averages the upper layers'
+ * gradients while the lower layers' backward runs (PyTorch DDP's
+ * bucket_cap_mb, 25 MiB there). A bucket holds whole layers, so a layer
+ * larger than `bytes` is a bucket of its own. On the CPU the buckets are
+ * averaged one after another, with no overlap (Open MPI makes no progress on
+ * a nonblocking collective while kiln computes). The trained weights are
+ * the same up to the engine's order of summation (with 2 ranks, exactly).
+ * Every rank must use the same value (kiln_trainer_attach_communicator
+ * compares it). KILN_ERROR_INVALID_ARGUMENT for bytes < 0. */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_bucket_bytes(kiln_trainer_options *options,
+                                                                         int64_t bytes);
+
 /* Numeric precision of a trainer's steps (kiln_trainer_options_set_precision):
  *  FP32  the model's dtype throughout, f32 products computed exactly (the
  *        default, and what PyTorch computes with TF32 off);
@@ -1115,7 +1134,8 @@ KILN_NODISCARD KILN_API kiln_status kiln_history_get(const kiln_history *history
  *    every rank runs the same steps; with a dataset size divisible by N, N
  *    ranks with batch b train exactly like one process with batch N*b;
  *  - averages the gradients over the ranks every step (one allreduce over
- *    the flat gradient buffer) before clipping and the update;
+ *    the flat gradient buffer, or one per bucket started during the backward:
+ *    kiln_trainer_options_set_bucket_bytes) before clipping and the update;
  *  - reduces the epoch's loss, accuracy and samples/s, and shards and reduces
  *    evaluation and validation (every rank gets the same numbers);
  *  - writes checkpoints from rank 0 only (kiln_trainer_save_checkpoint on
@@ -1174,7 +1194,7 @@ KILN_NODISCARD KILN_API kiln_status kiln_communicator_set_timeout(kiln_communica
 /* Makes trainer one rank of DDP training over comm (see above); the trainer
  * keeps comm alive. Collective: every rank calls it. KILN_ERROR_INVALID_ARGUMENT
  * on every rank when the model spec, dtype or options (loss, lr, optimizer,
- * batch size, clipping, schedule, shuffle seed, precision) differ between
+ * batch size, clipping, schedule, shuffle seed, precision, bucket bytes) differ between
  * ranks, naming the ranks; KILN_ERROR_NOT_SUPPORTED when comm cannot reduce
  * buffers of the trainer's device (a CUDA model with a plugin built without
  * NCCL); KILN_ERROR_COMMUNICATION when the exchange fails. From then on

@@ -225,6 +225,15 @@ KILN_API kiln_status kiln_trainer_options_set_devices(kiln_trainer_options *opti
   });
 }
 
+KILN_API kiln_status kiln_trainer_options_set_bucket_bytes(kiln_trainer_options *options, int64_t bytes) {
+  return guard([&] {
+    kiln::TrainerOptions &o = options_of(options);
+    kiln::check(bytes >= 0, KILN_ERROR_INVALID_ARGUMENT,
+                "the allreduce bucket size must be >= 0 bytes (0: one allreduce), got " + std::to_string(bytes));
+    o.bucket_bytes = bytes;
+  });
+}
+
 KILN_API kiln_status kiln_trainer_create(kiln_model *model, const kiln_trainer_options *options, kiln_trainer **out) {
   return guard([&] {
     std::shared_ptr<kiln::Model> m = value(model, "model");

@@ -305,6 +305,11 @@ class Backend {
   virtual int64_t device_count() const = 0;
   virtual DeviceInfo info(int64_t index) const = 0;
   virtual void synchronize(int64_t index) = 0;
+  // The native queue kernels of device `index` are queued on (a cudaStream_t
+  // for CUDA), for an engine that must order its own work after them (a
+  // collective's allreduce_start, core/collective.hpp); null where kernels run
+  // before returning (the CPU).
+  virtual void *queue(int64_t) { return nullptr; }
 
   // ---- memory ----------------------------------------------------------
   // alloc throws OUT_OF_MEMORY (never returns null for bytes > 0).

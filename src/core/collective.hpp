@@ -45,6 +45,18 @@ class Collective {
   // buf. t is F32, F64 or I64 (mean: float types only). buf is memory of
   // device.
   virtual void allreduce(Device device, DType t, void *buf, int64_t n, bool mean) = 0;
+  // allreduce, started and not waited for: the gradient buckets of a step
+  // (train/gradient_reduce.hpp). On a CUDA device, `producer` is the
+  // cudaStream_t whose queued work writes buf: the engine's collective is
+  // queued after that work without the host waiting for it, so it overlaps
+  // whatever the producer queues next. Host buffers (MPI) are reduced to
+  // completion here, since Open MPI makes no progress on a nonblocking
+  // collective while the caller computes. buf must not be touched until
+  // allreduce_wait returns. Failures may surface here or in allreduce_wait.
+  virtual void allreduce_start(Device device, DType t, void *buf, int64_t n, bool mean, void *producer) = 0;
+  // Waits for every allreduce_start not yet waited for, with the timeout and
+  // abort() of any collective. Nothing started: returns at once.
+  virtual void allreduce_wait() = 0;
   // buf[0..bytes) of rank root replaces every other rank's.
   virtual void broadcast(Device device, void *buf, int64_t bytes, int64_t root) = 0;
   // Host memory: out[r * bytes .. (r + 1) * bytes) = rank r's in[0..bytes).

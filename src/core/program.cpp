@@ -147,7 +147,8 @@ const char *op_name(const StepOp &op) {
                                [](const LinearBackwardOp &) { return "linear_backward"; },
                                [](const ActivationBackwardOp &) { return "activation_backward"; },
                                [](const DropoutBackwardOp &) { return "dropout_backward"; },
-                               [](const AllReduceOp &) { return "allreduce"; },
+                               [](const AllReduceStartOp &) { return "allreduce_start"; },
+                               [](const AllReduceWaitOp &) { return "allreduce_wait"; },
                                [](const ClipOp &) { return "clip"; }, [](const SgdOp &) { return "sgd"; },
                                [](const AdamOp &) { return "adam"; }},
                     op);
@@ -165,11 +166,11 @@ void run_op(Backend &b, int64_t dev, const StepOp &op, const StepParams *step) {
           [&](const LinearBackwardOp &o) { linear_backward(b, dev, o); },
           [&](const ActivationBackwardOp &o) { b.act_backward(dev, o.args); },
           [&](const DropoutBackwardOp &o) { b.dropout_backward(dev, o.args); },
-          [&](const AllReduceOp &o) {
+          [&](const AllReduceStartOp &o) {
             const Device device{b.kind(), b.kind() == KILN_DEVICE_CPU ? -1 : dev};
-            if (!device.is_cpu()) b.synchronize(dev);  // the engine reads buf from its own stream
-            o.comm->allreduce(device, o.t, o.buf, o.n, o.mean);
+            o.comm->allreduce_start(device, o.t, o.buf, o.n, o.mean, b.queue(dev));
           },
+          [&](const AllReduceWaitOp &o) { o.comm->allreduce_wait(); },
           [&](const ClipOp &o) { b.clip_grad_norm(dev, o.args); },
           [&](const SgdOp &o) { b.sgd_update(dev, o.args, step); },
           [&](const AdamOp &o) { b.adam_update(dev, o.args, step); },

@@ -119,19 +119,29 @@ struct ClipOp {
 };
 
 // Distributed data parallel: buf[0..n) becomes the mean (or sum) of every
-// rank's buf, in place. The trainer places it after the backward ops, on the
-// flat gradient buffer, before clipping and the optimizer, so every rank
-// applies the same update. The default meaning waits for the device's queued
-// work, then runs the collective to completion (comm throws
-// KILN_ERROR_COMMUNICATION on a timeout or a dead peer). Because it waits on
-// the host, a backend must not capture a program holding it in a CUDA graph
-// (run it as plain kernels, or capture the parts between).
-struct AllReduceOp {
+// rank's buf, in place (Collective::allreduce_start). The trainer places one
+// start per gradient bucket among the backward ops, each right after the op
+// that completes its bucket, and one AllReduceWaitOp after the backward,
+// before clipping and the optimizer, so every rank applies the same update
+// (train/gradient_reduce.hpp). The default meaning hands the collective the
+// device's queue (Backend::queue): on a GPU the engine's allreduce follows
+// the queued backward work on the GPU and overlaps the backward ops queued
+// after it; the wait blocks the host until every started allreduce is done
+// (comm throws KILN_ERROR_COMMUNICATION on a timeout or a dead peer).
+// Because the wait is on the host, a backend must not capture a program
+// holding these ops in a CUDA graph (run it as plain kernels, or capture the
+// parts between), and ops placed between two backward ops only read
+// gradients the op before wrote.
+struct AllReduceStartOp {
   DType t = DType::F32;
   int64_t n = 0;
   void *buf = nullptr;
   bool mean = true;
   Collective *comm = nullptr;  // owned by the trainer, which outlives its programs
+};
+
+struct AllReduceWaitOp {
+  Collective *comm = nullptr;
 };
 
 struct SgdOp {
@@ -143,7 +153,8 @@ struct AdamOp {
 };
 
 using StepOp = std::variant<GatherOp, CastOp, LinearOp, ActivationOp, DropoutOp, LossOp, LinearBackwardOp,
-                            ActivationBackwardOp, DropoutBackwardOp, AllReduceOp, ClipOp, SgdOp, AdamOp>;
+                            ActivationBackwardOp, DropoutBackwardOp, AllReduceStartOp, AllReduceWaitOp, ClipOp, SgdOp,
+                            AdamOp>;
 
 // The op's name, for logs and error messages ("linear", "loss", ...).
 const char *op_name(const StepOp &op);

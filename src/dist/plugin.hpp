@@ -12,7 +12,7 @@
 
 namespace kiln {
 // Bump whenever collective.hpp or the functions below change in any way.
-constexpr int kDistInterfaceVersion = 2;
+constexpr int kDistInterfaceVersion = 3;
 }  // namespace kiln
 
 extern "C" {

@@ -9,6 +9,7 @@
 #include "core/rng.hpp"
 #include "nn/loss.hpp"
 #include "nn/optimizer.hpp"
+#include "train/gradient_reduce.hpp"
 
 namespace kiln {
 
@@ -80,11 +81,12 @@ std::string training_fingerprint(const Model &m, const TrainerOptions &o, kiln_p
   char text[512];
   std::snprintf(text, sizeof text,
                 "loss %d lr %a optim %d %a %d %a %a %a %a batch %lld clip %a schedule %d %lld %a %lld %a %lld "
-                "seed %d %llu precision %d",
+                "seed %d %llu precision %d buckets %lld",
                 int(o.loss), o.lr, int(c.kind), c.momentum, int(c.nesterov), c.weight_decay, c.beta1, c.beta2, c.eps,
                 static_cast<long long>(o.batch_size), o.grad_clip, int(sc.kind), static_cast<long long>(sc.step_size),
                 sc.gamma, static_cast<long long>(sc.total_steps), sc.min_lr, static_cast<long long>(sc.warmup),
-                int(o.shuffle_seed_set), static_cast<unsigned long long>(o.shuffle_seed), int(precision));
+                int(o.shuffle_seed_set), static_cast<unsigned long long>(o.shuffle_seed), int(precision),
+                static_cast<long long>(o.bucket_bytes));
   return m.description() + " " + dtype_name(m.dtype()) + " " + text;
 }
 
@@ -248,8 +250,8 @@ Executable &Trainer::program(bool trains, bool training, int64_t rows, const Dat
   p.table = static_cast<const StepParams *>(table_.data());
   p.table_size = table_entries_;
   p.fast_path = options_.fast_path;
-  // A training step with a communicator holds an AllReduceOp, which waits on
-  // the host: it must not be captured in a CUDA graph (core/program.hpp).
+  // A training step with a communicator waits for its allreduces on the
+  // host: it must not be captured in a CUDA graph (core/program.hpp).
   if (comm_ && trains) p.fast_path &= ~uint32_t(kFastGraphs);
   p.label = std::string(trains ? "train " : "evaluate ") + m.description() + " rows " + std::to_string(rows) + " " +
             precision_name(options_.precision);
@@ -289,23 +291,14 @@ Executable &Trainer::program(bool trains, bool training, int64_t rows, const Dat
     p.ops.push_back(loss_op(options_.loss, m.dtype(), rows, out, logits, batch_y_.data(), dlogits, stats));
   }
   if (trains) {
+    const size_t backward_begin = p.ops.size();
     m.append_backward(p.ops, ws_, acts, params, mixed ? lp_grads_.data() : grads_.data(), math_, rows, training);
-    if (mixed) {
-      CastOp grads;
-      grads.args.from = work_dtype_, grads.args.to = m.dtype();
-      grads.args.n = grads_.numel();
-      grads.args.in = lp_grads_.data(), grads.args.out = grads_.data();
-      p.ops.push_back(grads);
-    }
-    if (comm_) {  // before clipping: every rank clips and updates with the same mean gradient
-      AllReduceOp reduce;
-      reduce.t = m.dtype();
-      reduce.n = grads_.numel();
-      reduce.buf = grads_.data();
-      reduce.mean = true;
-      reduce.comm = comm_.get();
-      p.ops.push_back(reduce);
-    }
+    // Before clipping: every rank clips and updates with the same mean gradient.
+    GradientBuffers g;
+    g.t = m.dtype(), g.grads = grads_.data(), g.n = grads_.numel();
+    g.work = work_dtype_, g.work_grads = mixed ? lp_grads_.data() : grads_.data();
+    const int64_t buckets = finish_gradients(p.ops, backward_begin, g, comm_.get(), options_.bucket_bytes);
+    if (buckets > 0) p.label += ", " + std::to_string(buckets) + " allreduce bucket" + (buckets > 1 ? "s" : "");
     if (options_.grad_clip > 0) {
       ClipOp clip;
       clip.args.t = m.dtype();
@@ -635,7 +628,7 @@ void Trainer::attach(std::shared_ptr<Collective> comm) {
     if (all[r] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
   check(differ.empty(), KILN_ERROR_INVALID_ARGUMENT,
         "the model or trainer options of rank(s) " + differ + " differ from rank 0's (spec, dtype, loss, lr, "
-        "optimizer, batch size, clipping, schedule, shuffle seed or precision); this rank has " +
+        "optimizer, batch size, clipping, schedule, shuffle seed, precision or allreduce bucket size); this rank has " +
             training_fingerprint(*model_, options_, options_.precision));
 
   // Rank 0's weights, optimizer state and counters, so every rank starts

@@ -35,9 +35,11 @@
 // (PyTorch's DistributedSampler; the order is padded by wrapping around to a
 // multiple of N, so every rank runs the same number of steps), and every
 // step averages the gradients over the ranks (one allreduce over the flat
-// gradient buffer) before clipping and the update. Batch b on N ranks hence
-// trains like batch N*b in one process. Evaluation shards the same way
-// without padding, and every metric is reduced over the ranks.
+// gradient buffer, or one per bucket of bucket_bytes started during the
+// backward: train/gradient_reduce.hpp) before clipping and the update.
+// Batch b on N ranks hence trains like batch N*b in one process. Evaluation
+// shards the same way without padding, and every metric is reduced over the
+// ranks.
 //
 // Used by one thread at a time.
 #pragma once
@@ -70,6 +72,7 @@ struct TrainerOptions {
   kiln_precision precision = KILN_PRECISION_FP32;
   uint32_t fast_path = kFastAll;  // FastPath bits; KILN_DISABLE removes more
   std::vector<Device> devices;     // DataParallel's (train/data_parallel.hpp); empty: the model's device
+  int64_t bucket_bytes = 0;        // data parallel gradient buckets (train/gradient_reduce.hpp); 0: one allreduce
 
   // The optimizer settings with the defaults that depend on the kind filled in.
   OptimizerConfig resolved_optimizer() const;

@@ -19,7 +19,7 @@
 typedef struct train_args {
   const char *data, *device, *hidden, *activation, *optimizer, *precision, *save, *checkpoint, *resume;
   int64_t epochs, batch, seed, threads;
-  double lr, momentum, weight_decay, val_split;
+  double lr, momentum, weight_decay, val_split, bucket_mb;
   int quiet, distributed;
   /* Derived from the strings above by check_args. */
   int64_t hidden_sizes[MAX_HIDDEN_LAYERS];
@@ -148,6 +148,11 @@ static int check_args(const cli_command *cmd, train_args *a) {
   if (a->momentum > 0 && a->optimizer_kind != KILN_OPTIM_SGD)
     return cli_usage_error(cmd, "--momentum applies to --optimizer sgd only");
   if (!isnan(a->weight_decay) && a->weight_decay < 0) return cli_usage_error(cmd, "--weight-decay must be >= 0");
+  if (!(a->bucket_mb >= 0 && a->bucket_mb <= 1024 * 1024))
+    return cli_usage_error(cmd, "--bucket-mb must be in [0, 1048576] MiB, got %g", a->bucket_mb);
+  if (a->bucket_mb > 0 && !a->distributed && a->num_devices < 2)
+    return cli_usage_error(cmd, "--bucket-mb applies to data parallel training (--distributed, or --device "
+                                "cuda:0,cuda:1,...)");
   if (a->val_split < 0 || a->val_split >= 1) return cli_usage_error(cmd, "--val-split must be in [0, 1)");
   return parse_hidden(cmd, a);
 }
@@ -196,6 +201,7 @@ static int make_trainer(const cli_command *cmd, const train_args *a, train_run *
   /* Unset keeps the optimizer's own default (AdamW's is 0.01, the others' 0). */
   if (st == KILN_OK && !isnan(a->weight_decay)) st = kiln_trainer_options_set_weight_decay(o, a->weight_decay);
   if (st == KILN_OK && a->num_devices > 1) st = kiln_trainer_options_set_devices(o, a->devices, a->num_devices);
+  if (st == KILN_OK) st = kiln_trainer_options_set_bucket_bytes(o, (int64_t)(a->bucket_mb * 1024 * 1024));
   if (st == KILN_OK) st = kiln_trainer_create(r->model, o, &r->trainer);
   kiln_trainer_options_release(o);
   if (st != KILN_OK) return report_error(cmd, "cannot create the trainer");
@@ -349,6 +355,9 @@ int cmd_train(int argc, char **argv) {
       {"distributed", CLI_FLAG, &a.distributed, NULL,
        "one rank of data parallel training under mpirun (batch is per rank; rank 0 prints and saves; "
        "--device cuda takes cuda:<local rank>)"},
+      {"bucket-mb", CLI_DOUBLE, &a.bucket_mb, "X",
+       "data parallel: start averaging gradients in buckets of X MiB during the backward, overlapped with it "
+       "on GPUs (default 0: one allreduce after the backward; PyTorch DDP uses 25)"},
   };
   cli_command cmd = {
       .name = "train",

@@ -707,6 +707,8 @@ namespace Kiln
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_trainer_options_set_devices(TrainerOptionsHandle options, Device[] devices, long count);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        internal static extern Status kiln_trainer_options_set_bucket_bytes(TrainerOptionsHandle options, long bytes);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_trainer_options_set_precision(TrainerOptionsHandle options, Precision precision);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_trainer_options_set_fast_path(TrainerOptionsHandle options, uint enabled);

@@ -78,6 +78,11 @@ namespace Kiln
         /// multiple of their count). The model must be on the first one. One device is plain
         /// training there; null or empty: the model's device.</summary>
         public Device[] Devices { get; set; }
+        /// <summary>Data parallel training (Devices, or DDP over a Communicator): start
+        /// averaging gradients in buckets of at least this many bytes during the backward,
+        /// overlapped with it on GPUs (PyTorch DDP's bucket_cap_mb). Null or 0: one allreduce
+        /// after the backward. Every rank must use the same value.</summary>
+        public long? BucketBytes { get; set; }
 
         internal TrainerOptionsHandle ToNative()
         {
@@ -108,6 +113,7 @@ namespace Kiln
                 if (FastPath.HasValue) Native.Check(NativeMethods.kiln_trainer_options_set_fast_path(h, (uint)FastPath.Value));
                 if (Devices != null && Devices.Length > 0)
                     Native.Check(NativeMethods.kiln_trainer_options_set_devices(h, Devices, Devices.Length));
+                if (BucketBytes.HasValue) Native.Check(NativeMethods.kiln_trainer_options_set_bucket_bytes(h, BucketBytes.Value));
                 return h;
             }
             catch

@@ -560,6 +560,7 @@ static partial class Tests
             new Trainer(model, new TrainerOptions { Devices = new[] { Device.Cpu } }).Dispose();
             Throws<ArgumentException>(() => new Trainer(model, new TrainerOptions { Lr = -1 }));
             Throws<ArgumentException>(() => new Trainer(model, new TrainerOptions { ProgressInterval = -1 }));
+            Throws<ArgumentException>(() => new Trainer(model, new TrainerOptions { BucketBytes = -1 }));
             using (var t = new Trainer(model, new TrainerOptions
             {
                 Optimizer = OptimizerKind.AdamW, Betas = (0.8, 0.9), Eps = 1e-6, WeightDecay = 0.1, GradClip = 1,

@@ -170,6 +170,14 @@ void CudaBackend::synchronize(int64_t index) {
   KILN_CUDA_TRY(cudaStreamSynchronize(device(index).stream), "waiting for " + device_name(index));
 }
 
+// This thread's stream for the device: a redirected one while a graph is
+// being captured (Redirect), else the device's.
+void *CudaBackend::queue(int64_t index) {
+  check_index(index);
+  Scope scope(*this, index);
+  return launch(index).stream;
+}
+
 // ---- memory -------------------------------------------------------------------
 
 void *CudaBackend::alloc(int64_t index, int64_t bytes) {

@@ -157,7 +157,11 @@ void CudaExecutable::plan_fused_ops() {
   std::map<size_t, BackwardPlan> backward;
   for (size_t i = 1; i < ops.size(); ++i) {
     const auto *below = std::get_if<LinearBackwardOp>(&ops[i]);
-    const auto *above = std::get_if<LinearBackwardOp>(&ops[i - 1]);
+    // A gradient bucket's cast and allreduce start may sit between the two:
+    // they read only gradients written before them (core/program.hpp).
+    size_t j = i - 1;
+    while (j > 0 && (std::holds_alternative<AllReduceStartOp>(ops[j]) || std::holds_alternative<CastOp>(ops[j]))) --j;
+    const auto *above = std::get_if<LinearBackwardOp>(&ops[j]);
     if (!below || !above || below->act != UnaryOp::Relu || !above->dx || above->dx != below->dy ||
         above->rows != below->rows || above->in != below->out)
       continue;
@@ -183,7 +187,7 @@ void CudaExecutable::plan_fused_ops() {
       continue;
     }
     forward[f->second] = fused_forward;
-    backward[i - 1].dx = fused_dx;
+    backward[j].dx = fused_dx;
     backward[i].act_done = true;
   }
 

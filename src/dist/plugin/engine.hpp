@@ -49,6 +49,7 @@ class PluginCollective : public Collective {
       if (broken_.empty()) ncclCommDestroy(nccl_);
       else ncclCommAbort(nccl_);  // a collective may still be pending
     }
+    if (ready_) cudaEventDestroy(ready_);
     if (stream_) cudaStreamDestroy(stream_);
 #endif
   }
@@ -62,6 +63,16 @@ class PluginCollective : public Collective {
     aborted_.store(true, std::memory_order_release);
   }
   double timeout() const override { return timeout_; }
+  // Host buffers are reduced to completion by allreduce_start, so only
+  // NCCL's may be outstanding.
+  void allreduce_wait() override {
+    usable();
+#ifdef KILN_DIST_NCCL
+    if (!started_) return;
+    started_ = false;
+    nccl_wait("allreduce");
+#endif
+  }
 
  protected:
   PluginCollective() : timeout_(timeout_from_env()) {}
@@ -139,6 +150,20 @@ class PluginCollective : public Collective {
     nccl_wait("allreduce");
   }
 
+  // Queued on stream_ after the work `producer` (a cudaStream_t, may be
+  // null) has queued so far, and not waited for: allreduce_wait does.
+  void nccl_allreduce_start(DType t, void *buf, int64_t n, bool mean, void *producer) {
+    cuda_call(cudaSetDevice(int(nccl_device_)), "cudaSetDevice");
+    if (producer) {
+      if (!ready_) cuda_call(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreate");
+      cuda_call(cudaEventRecord(ready_, static_cast<cudaStream_t>(producer)), "cudaEventRecord");
+      cuda_call(cudaStreamWaitEvent(stream_, ready_, 0), "cudaStreamWaitEvent");
+    }
+    nccl_call(ncclAllReduce(buf, buf, size_t(n), nccl_type(t), mean ? ncclAvg : ncclSum, nccl_, stream_),
+              "ncclAllReduce");
+    started_ = true;
+  }
+
   void nccl_broadcast(void *buf, int64_t bytes, int64_t root) {
     cuda_call(cudaSetDevice(int(nccl_device_)), "cudaSetDevice");
     nccl_call(ncclBroadcast(buf, buf, size_t(bytes), ncclUint8, int(root), nccl_, stream_), "ncclBroadcast");
@@ -152,6 +177,8 @@ class PluginCollective : public Collective {
 
   ncclComm_t nccl_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t ready_ = nullptr;  // orders a started allreduce after its producer's work
+  bool started_ = false;         // an allreduce_start not waited for yet
   int64_t nccl_device_ = -1;
 #endif
 

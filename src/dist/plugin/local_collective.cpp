@@ -52,6 +52,14 @@ class LocalCollective final : public PluginCollective {
     from_scratch(buf, bytes, 0);
   }
 
+  void allreduce_start(Device device, DType t, void *buf, int64_t n, bool mean, void *producer) override {
+    if (device.is_cpu()) return allreduce(device, t, buf, n, mean);
+    usable();
+    check_mean(t, mean);
+    check_nccl_device(device);
+    nccl_allreduce_start(t, buf, n, mean, producer);
+  }
+
   void broadcast(Device device, void *buf, int64_t bytes, int64_t root) override {
     usable();
     if (!device.is_cpu()) {

@@ -140,6 +140,13 @@ class MpiCollective final : public PluginCollective {
     }
   }
 
+  void allreduce_start(Device device, DType t, void *buf, int64_t n, bool mean, void *producer) override {
+    if (device.is_cpu()) return allreduce(device, t, buf, n, mean);
+    usable();
+    check_mean(t, mean);
+    gpu_allreduce_start(device, t, buf, n, mean, producer);
+  }
+
   void broadcast(Device device, void *buf, int64_t bytes, int64_t root) override {
     usable();
     if (!device.is_cpu()) return gpu_broadcast(device, buf, bytes, root);
@@ -230,6 +237,11 @@ class MpiCollective final : public PluginCollective {
     nccl_allreduce(t, buf, n, mean);
   }
 
+  void gpu_allreduce_start(Device device, DType t, void *buf, int64_t n, bool mean, void *producer) {
+    nccl_for(device);
+    nccl_allreduce_start(t, buf, n, mean, producer);
+  }
+
   void gpu_broadcast(Device device, void *buf, int64_t bytes, int64_t root) {
     nccl_for(device);
     nccl_broadcast(buf, bytes, root);
@@ -240,6 +252,7 @@ class MpiCollective final : public PluginCollective {
                                        " buffers need NCCL, and this libkiln_dist.so was built without it");
   }
   void gpu_allreduce(Device device, DType, void *, int64_t, bool) { no_nccl(device); }
+  void gpu_allreduce_start(Device device, DType, void *, int64_t, bool, void *) { no_nccl(device); }
   void gpu_broadcast(Device device, void *, int64_t, int64_t) { no_nccl(device); }
 #endif
 

@@ -4344,6 +4344,41 @@ _gostring_ _wrap_trainer_options_set_devices_capi_3ee356cb97fe4fba(kiln_trainer_
 }
 
 
+_gostring_ _wrap_trainer_options_set_bucket_bytes_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
+  kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
+  int64_t arg2 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_trainer_options *)_swig_go_0; 
+  arg2 = (int64_t)_swig_go_1; 
+  
+  result = (kiln_status)kiln_trainer_options_set_bucket_bytes(arg1,arg2);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  return _swig_go_result;
+}
+
+
 _gostring_ _wrap_trainer_options_set_precision_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, intgo _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   kiln_precision arg2 ;

@@ -1709,6 +1709,28 @@ extern "C" {
         count: i64,
     ) -> kiln_status;
 }
+extern "C" {
+    #[doc = " Gradient buckets of data parallel training (DataParallel, and DDP over an"]
+    #[doc = " attached communicator); no effect on a trainer of one device and rank."]
+    #[doc = " 0 (the default): the gradients are averaged with one allreduce over all of"]
+    #[doc = " them after the whole backward. bytes > 0: the backward, which runs from"]
+    #[doc = " the last layer to the first, starts an allreduce as soon as the layers it"]
+    #[doc = " has finished hold at least `bytes` of gradients (in the model's dtype) not"]
+    #[doc = " yet in one, and"]
+    #[doc = " the update waits for them all: on GPUs NCCL averages the upper layers'"]
+    #[doc = " gradients while the lower layers' backward runs (PyTorch DDP's"]
+    #[doc = " bucket_cap_mb, 25 MiB there). A bucket holds whole layers, so a layer"]
+    #[doc = " larger than `bytes` is a bucket of its own. On the CPU the buckets are"]
+    #[doc = " averaged one after another, with no overlap (Open MPI makes no progress on"]
+    #[doc = " a nonblocking collective while kiln computes). The trained weights are"]
+    #[doc = " the same up to the engine's order of summation (with 2 ranks, exactly)."]
+    #[doc = " Every rank must use the same value (kiln_trainer_attach_communicator"]
+    #[doc = " compares it). KILN_ERROR_INVALID_ARGUMENT for bytes < 0."]
+    pub fn kiln_trainer_options_set_bucket_bytes(
+        options: *mut kiln_trainer_options,
+        bytes: i64,
+    ) -> kiln_status;
+}
 pub const kiln_precision_KILN_PRECISION_FP32: kiln_precision = 0;
 pub const kiln_precision_KILN_PRECISION_TF32: kiln_precision = 1;
 pub const kiln_precision_KILN_PRECISION_BF16: kiln_precision = 2;
@@ -2405,7 +2427,7 @@ extern "C" {
     #[doc = " Makes trainer one rank of DDP training over comm (see above); the trainer"]
     #[doc = " keeps comm alive. Collective: every rank calls it. KILN_ERROR_INVALID_ARGUMENT"]
     #[doc = " on every rank when the model spec, dtype or options (loss, lr, optimizer,"]
-    #[doc = " batch size, clipping, schedule, shuffle seed, precision) differ between"]
+    #[doc = " batch size, clipping, schedule, shuffle seed, precision, bucket bytes) differ between"]
     #[doc = " ranks, naming the ranks; KILN_ERROR_NOT_SUPPORTED when comm cannot reduce"]
     #[doc = " buffers of the trainer's device (a CUDA model with a plugin built without"]
     #[doc = " NCCL); KILN_ERROR_COMMUNICATION when the exchange fails. From then on"]

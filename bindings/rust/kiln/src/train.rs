@@ -370,6 +370,12 @@ pub struct TrainerOptions {
     /// model must be on the first one when the trainer is made. One device is
     /// plain training there; `None` or empty: the model's device.
     pub devices: Option<Vec<Device>>,
+    /// Data parallel training (DataParallel, or DDP over a communicator):
+    /// start averaging gradients in buckets of at least this many bytes
+    /// during the backward, overlapped with it on GPUs (PyTorch DDP's
+    /// `bucket_cap_mb`). `None` or 0: one allreduce after the backward. Every
+    /// rank must use the same value.
+    pub bucket_bytes: Option<i64>,
 }
 crate::display_as_debug!(TrainerOptions);
 
@@ -409,6 +415,8 @@ crate::setters! {
         progress_interval: i64;
         /// Sets `devices`.
         devices: Vec<Device>;
+        /// Sets `bucket_bytes`.
+        bucket_bytes: i64;
     }
 }
 
@@ -453,6 +461,7 @@ impl TrainerOptions {
             set(self.precision, |v| sys::kiln_trainer_options_set_precision(p, v.raw()))?;
             set(self.fast_path, |v| sys::kiln_trainer_options_set_fast_path(p, v.bits()))?;
             set(self.progress_interval, |v| sys::kiln_trainer_options_set_progress_interval(p, v))?;
+            set(self.bucket_bytes, |v| sys::kiln_trainer_options_set_bucket_bytes(p, v))?;
             if let Some(devices) = self.devices.as_ref().filter(|d| !d.is_empty()) {
                 let raw: Vec<sys::kiln_device> = devices.iter().map(|d| d.raw()).collect();
                 check(sys::kiln_trainer_options_set_devices(p, raw.as_ptr(), raw.len() as i64))?;

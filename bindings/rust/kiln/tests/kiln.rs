@@ -468,6 +468,7 @@ fn trainer_defaults_come_from_the_library() {
                 TrainerOptions::default().momentum(-0.5), TrainerOptions::default().betas((1.5, 0.9)),
                 TrainerOptions::default().eps(-1.0), TrainerOptions::default().grad_clip(-1.0),
                 TrainerOptions::default().warmup_steps(-1), TrainerOptions::default().progress_interval(-1),
+                TrainerOptions::default().bucket_bytes(-1),
                 TrainerOptions::default().schedule(kiln::Schedule::Step { step_size: 0, gamma: 0.5 })] {
         let err = Trainer::new(&mut model, &bad).unwrap_err();
         assert_eq!(err.status, Status::InvalidArgument, "{bad}: {err}");
