@@ -75,16 +75,17 @@ static int teardown(void **state) {
 }
 
 /* A model of spec from context seed 1 (so every rank and the reference start
- * from the same weights) and a trainer with batch, SGD at lr, shuffle seed 7
- * and gradient buckets of bucket_bytes (0: one allreduce). */
-static kiln_trainer *make_bucketed_trainer(fixture *f, const char *spec_text, int64_t batch, double lr,
-                                           int64_t bucket_bytes, kiln_model **model) {
+ * from the same weights), moved to dev, and a trainer with batch, SGD at lr,
+ * shuffle seed 7 and gradient buckets of bucket_bytes (0: one allreduce). */
+static kiln_trainer *make_trainer_on(fixture *f, const char *spec_text, int64_t batch, double lr,
+                                     int64_t bucket_bytes, kiln_device dev, kiln_model **model) {
   kiln_model_spec *spec = NULL;
   assert_kiln_ok(kiln_context_set_seed(f->ctx, 1));
   assert_kiln_ok(kiln_model_spec_create(&spec));
   assert_kiln_ok(kiln_model_spec_parse(spec, spec_text));
   assert_kiln_ok(kiln_model_create(f->ctx, spec, kCpu, model));
   kiln_model_spec_release(spec);
+  if (dev.kind != KILN_DEVICE_CPU) assert_kiln_ok(kiln_model_to(*model, dev));
   kiln_trainer_options *o = NULL;
   kiln_trainer *t = NULL;
   assert_kiln_ok(kiln_trainer_options_create(&o));
@@ -98,7 +99,7 @@ static kiln_trainer *make_bucketed_trainer(fixture *f, const char *spec_text, in
 }
 
 static kiln_trainer *make_trainer(fixture *f, const char *spec_text, int64_t batch, double lr, kiln_model **model) {
-  return make_bucketed_trainer(f, spec_text, batch, lr, 0, model);
+  return make_trainer_on(f, spec_text, batch, lr, 0, kCpu, model);
 }
 
 /* All weights of a model as doubles; *n receives the count. */
@@ -217,7 +218,7 @@ static void test_buckets_match_one_allreduce(void **state) {
   const int64_t sizes[] = {1, 8192, 1 << 30};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) {
     kiln_model *model = NULL;
-    kiln_trainer *ddp = make_bucketed_trainer(f, "784-64-32-10", 64, 0.1, sizes[i], &model);
+    kiln_trainer *ddp = make_trainer_on(f, "784-64-32-10", 64, 0.1, sizes[i], kCpu, &model);
     assert_kiln_ok(kiln_trainer_attach_communicator(ddp, f->comm));
     assert_kiln_ok(kiln_trainer_epoch(ddp, ds, &s));
     assert_weights_match(model, one_model, 0);
@@ -227,7 +228,7 @@ static void test_buckets_match_one_allreduce(void **state) {
   }
   /* Ranks that bucket differently would exchange different messages. */
   kiln_model *model = NULL;
-  kiln_trainer *t = make_bucketed_trainer(f, "784-64-32-10", 64, 0.1, f->rank == 1 ? 4096 : 0, &model);
+  kiln_trainer *t = make_trainer_on(f, "784-64-32-10", 64, 0.1, f->rank == 1 ? 4096 : 0, kCpu, &model);
   assert_status(kiln_trainer_attach_communicator(t, f->comm), KILN_ERROR_INVALID_ARGUMENT);
   assert_last_error_contains("allreduce bucket size");
   kiln_trainer_release(t);
@@ -460,48 +461,26 @@ static void test_cuda_one_rank(void **state) {
   kiln_device gpu;
   if (!kiln_test_cuda_device(f->ctx, &gpu)) skip();
   kiln_dataset *ds = small_dataset(f, 640);
-  kiln_model *ref_model = NULL, *model = NULL;
-  kiln_trainer *ref = make_trainer(f, "784-32-10", 128, 0.1, &ref_model);
-  kiln_trainer *ddp = make_trainer(f, "784-32-10", 128, 0.1, &model);
-  assert_kiln_ok(kiln_model_to(ref_model, gpu));
-  assert_kiln_ok(kiln_model_to(model, gpu));
-  kiln_trainer_release(ref);
-  kiln_trainer_release(ddp);
-  kiln_trainer_options *o = NULL;
-  assert_kiln_ok(kiln_trainer_options_create(&o));
-  assert_kiln_ok(kiln_trainer_options_set_lr(o, 0.1));
-  assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 128));
-  assert_kiln_ok(kiln_trainer_options_set_shuffle_seed(o, 7));
-  assert_kiln_ok(kiln_trainer_create(ref_model, o, &ref));
-  assert_kiln_ok(kiln_trainer_create(model, o, &ddp));
-  kiln_trainer_options_release(o);
+  kiln_model *ref_model = NULL, *model = NULL, *bucketed_model = NULL;
+  kiln_trainer *ref = make_trainer_on(f, "784-32-10", 128, 0.1, 0, gpu, &ref_model);
+  kiln_trainer *ddp = make_trainer_on(f, "784-32-10", 128, 0.1, 0, gpu, &model);
+  /* A bucket per layer: each allreduce is queued on NCCL's stream after
+   * its layer's backward on the trainer's (an event, not a host wait). */
+  kiln_trainer *bucketed = make_trainer_on(f, "784-32-10", 128, 0.1, 1, gpu, &bucketed_model);
   assert_kiln_ok(kiln_trainer_attach_communicator(ddp, f->comm));
+  assert_kiln_ok(kiln_trainer_attach_communicator(bucketed, f->comm));
   kiln_epoch_stats s = {sizeof s};
   assert_kiln_ok(kiln_trainer_epoch(ref, ds, &s));
   assert_kiln_ok(kiln_trainer_epoch(ddp, ds, &s));
-  assert_weights_match(model, ref_model, 1e-6);
-  /* A bucket per layer: each allreduce is queued on NCCL's stream after
-   * its layer's backward on the trainer's (an event, not a host wait). */
-  kiln_model *bucketed_model = NULL;
-  kiln_trainer *bucketed = make_bucketed_trainer(f, "784-32-10", 128, 0.1, 1, &bucketed_model);
-  assert_kiln_ok(kiln_model_to(bucketed_model, gpu));
-  kiln_trainer_release(bucketed);
-  assert_kiln_ok(kiln_trainer_options_create(&o));
-  assert_kiln_ok(kiln_trainer_options_set_lr(o, 0.1));
-  assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 128));
-  assert_kiln_ok(kiln_trainer_options_set_shuffle_seed(o, 7));
-  assert_kiln_ok(kiln_trainer_options_set_bucket_bytes(o, 1));
-  assert_kiln_ok(kiln_trainer_create(bucketed_model, o, &bucketed));
-  kiln_trainer_options_release(o);
-  assert_kiln_ok(kiln_trainer_attach_communicator(bucketed, f->comm));
   assert_kiln_ok(kiln_trainer_epoch(bucketed, ds, &s));
+  assert_weights_match(model, ref_model, 1e-6);
   assert_weights_match(bucketed_model, model, 0);
-  kiln_trainer_release(bucketed);
-  kiln_model_release(bucketed_model);
   kiln_trainer_release(ref);
   kiln_trainer_release(ddp);
+  kiln_trainer_release(bucketed);
   kiln_model_release(ref_model);
   kiln_model_release(model);
+  kiln_model_release(bucketed_model);
   kiln_dataset_release(ds);
 }
 
