@@ -5,7 +5,8 @@
  *   kiln_bench --workload C --model A|B [--device D] [--threads T] [--data DIR]
  *   mpirun -np N kiln_bench --workload A|B --epochs N --distributed 1 [...]
  *       DDP over the MPI job: --batch-per-rank B (as --batch; default the
- *       workload's batch) on every rank, --bucket-bytes N its gradient
+ *       workload's batch) on every rank (--device cuda: cuda:<local rank>),
+ *       --bucket-bytes N its gradient
  *       buckets (default 0: one allreduce); rank 0 prints, samples/s count
  *       every rank's samples.
  *   kiln_bench --workload W [--spec S] [--batch N] [--steps N] [--windows N] [--precision P]
@@ -347,7 +348,13 @@ int main(int argc, char **argv) {
   else if (o.workload == 'W') steps(ctx, dev, &o);
   else {
     kiln_communicator *comm = NULL;
-    if (o.distributed) CHECK(kiln_communicator_create_mpi(ctx, &comm));
+    if (o.distributed) {
+      CHECK(kiln_communicator_create_mpi(ctx, &comm));
+      /* --device cuda under mpirun: each rank on its own GPU, as kiln train does. */
+      int64_t local = 0;
+      CHECK(kiln_communicator_local_rank(comm, &local));
+      if (dev.kind == KILN_DEVICE_CUDA && strcmp(device, "cuda") == 0) dev.index = local;
+    }
     train(ctx, dev, &o, comm);
     kiln_communicator_release(comm);
   }

@@ -44,6 +44,7 @@ def main():
     p.add_argument("--workload", default="B")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--device", default="cpu", help="cpu, or cuda: rank r on cuda:<local rank>")
     p.add_argument("--bucket-bytes", default="", help="comma-separated bucket sizes to compare with 0")
     p.add_argument("--out", required=True)
     a = p.parse_args()
@@ -51,7 +52,7 @@ def main():
     env_path = os.path.abspath(a.build_dir)
     os.environ["KILN_BACKEND_PATH"] = env_path
     cores = os.cpu_count()
-    base = [bench, "--workload", a.workload, "--epochs", str(a.epochs)]
+    base = [bench, "--workload", a.workload, "--epochs", str(a.epochs), "--device", a.device]
     mpi = ["mpirun", "-np", str(a.ranks), "--oversubscribe", "--allow-run-as-root"]
     b = BATCH[a.workload]
     configs = [
