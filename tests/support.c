@@ -277,3 +277,19 @@ static int remove_entry(const char *path, const struct stat *st, int type, struc
 }
 
 void kiln_test_remove_tree(const char *path) { nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+kiln_test_file_fixture *kiln_test_file_fixture_create(const char *name) {
+  kiln_test_file_fixture *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  f->ctx = kiln_test_context_create(0);
+  kiln_test_make_temp_dir(f->dir, sizeof f->dir);
+  int written = snprintf(f->path, sizeof f->path, "%s/%s", f->dir, name);
+  assert_true(written > 0 && (size_t)written < sizeof f->path);
+  return f;
+}
+
+void kiln_test_file_fixture_destroy(kiln_test_file_fixture *f) {
+  kiln_test_remove_tree(f->dir);
+  kiln_context_release(f->ctx);
+  free(f);
+}

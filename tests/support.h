@@ -144,6 +144,18 @@ void kiln_test_make_temp_dir(char *buf, size_t buf_size);
 /* Removes path and everything below it; missing paths are fine. */
 void kiln_test_remove_tree(const char *path);
 
+/* What the file tests share: a context and a fresh temporary directory, with
+ * path = dir/name (a file not written yet). */
+typedef struct kiln_test_file_fixture {
+  kiln_context *ctx;
+  char dir[512];
+  char path[600];
+} kiln_test_file_fixture;
+/* Fails the test when the directory cannot be made. */
+kiln_test_file_fixture *kiln_test_file_fixture_create(const char *name);
+/* Removes the directory and everything in it, and releases the context. */
+void kiln_test_file_fixture_destroy(kiln_test_file_fixture *f);
+
 #ifdef __cplusplus
 }
 #endif

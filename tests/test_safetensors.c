@@ -14,27 +14,15 @@
 
 static const kiln_device cpu = {KILN_DEVICE_CPU, -1};
 
-typedef struct {
-  kiln_context *ctx;
-  char dir[512];
-  char path[600];
-} fixture;
+typedef kiln_test_file_fixture fixture;
 
 static int setup(void **state) {
-  fixture *f = calloc(1, sizeof *f);
-  assert_non_null(f);
-  f->ctx = kiln_test_context_create(0);
-  kiln_test_make_temp_dir(f->dir, sizeof f->dir);
-  snprintf(f->path, sizeof f->path, "%s/model.safetensors", f->dir);
-  *state = f;
+  *state = kiln_test_file_fixture_create("model.safetensors");
   return 0;
 }
 
 static int teardown(void **state) {
-  fixture *f = *state;
-  kiln_test_remove_tree(f->dir);
-  kiln_context_release(f->ctx);
-  free(f);
+  kiln_test_file_fixture_destroy(*state);
   return 0;
 }
 
