@@ -1,6 +1,7 @@
 package kiln
 
 import (
+	"fmt"
 	"path/filepath"
 	"runtime"
 
@@ -49,6 +50,24 @@ func (c *Context) LoadMNIST(dir, split string) (*Dataset, error) {
 	var h uintptr
 	err := capi.Dataset_load_mnist(c.h, dir, split, &h)
 	return c.dataset(&h, withPath(err, "open", filepath.Clean(dir)))
+}
+
+// String is "Dataset(60000 samples, 784 features, 10 classes)", or
+// "Dataset(closed)".
+func (d *Dataset) String() string {
+	n, err := d.Size()
+	if err != nil {
+		return "Dataset(closed)"
+	}
+	features, err := d.NumFeatures()
+	if err != nil {
+		return "Dataset(closed)"
+	}
+	classes, err := d.NumClasses()
+	if err != nil {
+		return "Dataset(closed)"
+	}
+	return fmt.Sprintf("Dataset(%d samples, %d features, %d classes)", n, features, classes)
 }
 
 // Close releases the dataset (its tensors live on while others use them).

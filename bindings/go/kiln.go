@@ -13,11 +13,12 @@
 // defer) to release the memory deterministically. Close may be called more
 // than once and from several goroutines at once; calls on a closed object
 // fail with ErrClosed. A finalizer releases objects that were never closed.
-// Tensors also tell the package how much native memory they hold, and once
-// the tensors allocated since the last collection pass both 32 MiB and half
-// of all the tensor memory outstanding, the allocating goroutine runs a
-// garbage collection, so that a loop that never closes its tensors stays
-// bounded (as GOGC=100 bounds the Go heap).
+// Tensors also tell the package how much native memory they hold until they
+// are closed or finalized, and once that grows past twice the least it came
+// down to since the last collection (and 32 MiB), the allocating goroutine
+// runs a garbage collection, so that a loop that never closes its tensors
+// stays bounded (as GOGC=100 bounds the Go heap); a program that closes its
+// tensors never triggers one.
 //
 // Errors are *Error values carrying the kiln Status and the library's
 // message; the Status constants (ErrShapeMismatch, ...) and ErrClosed are
@@ -219,6 +220,16 @@ func NewContext(opts ...ContextOption) (*Context, error) {
 	c := &Context{handle: handle{h: h}, log: log}
 	runtime.SetFinalizer(c, (*Context).Close)
 	return c, nil
+}
+
+// String is "Context(default device cpu)" (cuda:0 where CUDA is usable),
+// or "Context(closed)".
+func (c *Context) String() string {
+	dev, err := c.DefaultDevice()
+	if err != nil {
+		return "Context(closed)"
+	}
+	return "Context(default device " + dev.String() + ")"
 }
 
 // Close releases the caller's reference; objects created from the context

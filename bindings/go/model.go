@@ -1,6 +1,7 @@
 package kiln
 
 import (
+	"fmt"
 	"runtime"
 
 	"github.com/kiln-ml/kiln/bindings/go/internal/capi"
@@ -145,6 +146,33 @@ func (c *Context) ImportONNX(path string) (*Model, error) {
 func (m *Model) ExportONNX(path string) error {
 	defer runtime.KeepAlive(m)
 	return withWritePath(capi.Model_export_onnx(m.h, path), path)
+}
+
+// String is "Model(784-32-10, 25450 parameters, f32, cpu)", or
+// "Model(closed)".
+func (m *Model) String() string {
+	spec, err := m.Describe()
+	if err != nil {
+		return "Model(closed)"
+	}
+	n, err := m.NumParameters()
+	if err != nil {
+		return "Model(closed)"
+	}
+	dev, err := m.Device()
+	if err != nil {
+		return "Model(closed)"
+	}
+	p, _, err := m.Parameter(0)
+	if err != nil {
+		return "Model(closed)"
+	}
+	defer p.Close()
+	dt, err := p.dtype()
+	if err != nil {
+		return "Model(closed)"
+	}
+	return fmt.Sprintf("Model(%s, %d parameters, %v, %v)", spec, n, dt, dev)
 }
 
 // Close releases the caller's reference (a trainer keeps its model alive).

@@ -101,11 +101,15 @@ func (t *Tensor) String() string {
 	if err != nil {
 		return "Tensor(closed)"
 	}
+	dt, err := t.dtype()
+	if err != nil {
+		return "Tensor(closed)"
+	}
 	dev, err := t.Device()
 	if err != nil {
 		return "Tensor(closed)"
 	}
-	return fmt.Sprintf("Tensor(shape=%v, dtype=%v, device=%v)", shape, t.DType(), dev)
+	return fmt.Sprintf("Tensor(shape=%v, dtype=%v, device=%v)", shape, dt, dev)
 }
 
 // FromSlice copies data into a new tensor of the given shape on dev; its
@@ -122,7 +126,13 @@ func ToSlice[T Element](t *Tensor) ([]T, error) {
 	if err != nil {
 		return nil, err
 	}
-	if dt, want := t.DType(), DTypeOf[T](); dt != want {
+	// The dtype's own error, not a mismatch with -1, when a Close on
+	// another goroutine came between the two reads.
+	dt, err := t.dtype()
+	if err != nil {
+		return nil, err
+	}
+	if want := DTypeOf[T](); dt != want {
 		return nil, &Error{Status: ErrDTypeMismatch, Message: fmt.Sprintf("tensor is %v, not %v", dt, want)}
 	}
 	out := make([]T, n)
@@ -213,12 +223,18 @@ func (t *Tensor) NumEl() (int64, error) {
 
 // DType is the element type; -1 for a closed tensor.
 func (t *Tensor) DType() DType {
-	defer runtime.KeepAlive(t)
-	var dt int32
-	if capi.Tensor_dtype(t.h, &dt) != nil {
+	dt, err := t.dtype()
+	if err != nil {
 		return -1
 	}
-	return DType(dt)
+	return dt
+}
+
+func (t *Tensor) dtype() (DType, error) {
+	defer runtime.KeepAlive(t)
+	var dt int32
+	err := capi.Tensor_dtype(t.h, &dt)
+	return DType(dt), err
 }
 
 // Dim is the size of dimension dim; a negative dim counts from the end.

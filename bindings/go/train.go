@@ -3,6 +3,7 @@ package kiln
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"runtime/cgo"
 	"time"
@@ -165,6 +166,24 @@ func NewTrainer(m *Model, opts ...TrainerOption) (*Trainer, error) {
 	t := &Trainer{handle{h: h}, m.ctx}
 	runtime.SetFinalizer(t, (*Trainer).Close)
 	return t, nil
+}
+
+// String is "Trainer(2 epochs, 1876 steps done, lr 0.001)", or
+// "Trainer(closed)".
+func (t *Trainer) String() string {
+	epochs, err := t.EpochsDone()
+	if err != nil {
+		return "Trainer(closed)"
+	}
+	steps, err := t.StepsDone()
+	if err != nil {
+		return "Trainer(closed)"
+	}
+	lr, err := t.CurrentLR()
+	if err != nil {
+		return "Trainer(closed)"
+	}
+	return fmt.Sprintf("Trainer(%d epochs, %d steps done, lr %g)", epochs, steps, lr)
 }
 
 // Close releases the trainer. It may be called more than once, from any
