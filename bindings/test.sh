@@ -64,63 +64,66 @@ go_tests() {
   # with calls, shared inference, callbacks), the others run with cgocheck=2.
   (cd "$here/go" && export PKG_CONFIG_PATH="$build${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" &&
     go vet . && GODEBUG=cgocheck=2 go test -count=1 -v ./... 2>&1 |
-      grep -E '^(--- |ok|FAIL|PASS|panic)|: (8000|[0-9]+ C functions|singleton|two ranks)'
+      grep -E '^(--- |ok|FAIL|PASS|panic)|: (8000|[0-9,]+ closed|[0-9]+ rounds|[0-9]+ C functions|singleton|two ranks)'
     [ "${PIPESTATUS[0]}" = 0 ] || exit 1
-    go test -race -count=1 -run 'Race|Concurrent|ReleaseFrom|Fit|Logger' . 2>&1 | tail -n 20; exit "${PIPESTATUS[0]}") &&
+    go test -race -count=1 -run 'Race|Racing|Concurrent|ReleaseFrom|Fit|Logger' . 2>&1 | tail -n 20; exit "${PIPESTATUS[0]}") &&
   (cd "$root/examples/go" && PKG_CONFIG_PATH="$build" go build -o "$out/go-example" .) &&
   go_installed
 }
 
-# A program outside the repository, built against kiln installed into a
-# prefix (cmake --install) with nothing but PKG_CONFIG_PATH, as the README
-# shows; the module comes from this checkout since no module proxy is used.
-go_installed() {
-  local tmp; tmp=$(mktemp -d) || return 1
-  local status=0 got=
-  cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 || { cat "$tmp/install.log" >&2; status=1; }
-  local pc; pc=$(dirname "$(find "$tmp/prefix" -name kiln.pc | head -n 1)")
-  mkdir -p "$tmp/app"
-  cat >"$tmp/app/go.mod" <<EOF
-module example.com/app
-
-go 1.19
-
-require github.com/kiln-ml/kiln/bindings/go v0.0.0
-
-replace github.com/kiln-ml/kiln/bindings/go => $here/go
-EOF
-  cat >"$tmp/app/main.go" <<'EOF'
-package main
-
-import (
-	"fmt"
-	"log"
-
-	kiln "github.com/kiln-ml/kiln/bindings/go"
-)
-
-func main() {
-	ctx, err := kiln.NewContext()
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer ctx.Close()
-	x, err := kiln.FromSlice(ctx, []float32{1, 2, 3, 4}, []int64{2, 2}, kiln.CPU)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer x.Close()
-	fmt.Println("kiln", kiln.Version(), x)
+# The newcomer's path, as each binding's README shows it: kiln installed into
+# a prefix in a fresh HOME outside the repository, the binding packaged next
+# to it (package.sh), and the README's complete program built and run by the
+# README's own commands, in a shell that has no variable but PATH and HOME
+# besides those the commands export.
+#   readme_program README LANG     the fenced LANG block of "## A complete program"
+#   readme_commands README         the last sh block of "## Install"
+readme_program() {
+  awk -v lang="$2" '/^## /{f = ($0 == "## A complete program")} f && $0 == "```" lang {g=1; next} g && /^```$/{exit} g' "$1"
 }
-EOF
-  [ $status = 0 ] && (cd "$tmp/app" && PKG_CONFIG_PATH="$pc" go build -o app .) &&
-    got=$(LD_LIBRARY_PATH="$(PKG_CONFIG_PATH="$pc" pkg-config --variable=libdir kiln)" "$tmp/app/app") || status=1
-  case $got in
-    *"Tensor(shape=[2 2], dtype=f32, device=cpu)") echo "go, installed kiln: $got" ;;
-    *) echo "go program against the installed kiln printed '$got'" >&2; status=1 ;;
-  esac
-  rm -rf "$tmp"
+readme_commands() {
+  awk '/^## /{f = ($0 == "## Install")} f && /^```sh$/{g=1; b=""; next} g && /^```$/{g=0; last=b; next} g{b = b $0 "\n"} END{printf "%s", last}' "$1"
+}
+# newcomer BINDING README PROGRAM_PATH: sets up HOME=$1's temp dir and runs;
+# prints the program's output; the caller checks it.
+newcomer() {
+  local binding=$1 readme=$2 program=$3 home status=0
+  home=$(mktemp -d) || return 1
+  { cmake --install "$build" --prefix "$home/kiln" >"$home/install.log" 2>&1 &&
+    "$here/package.sh" "$build" "$home/kiln" "$binding" >>"$home/install.log" 2>&1; } ||
+    { cat "$home/install.log" >&2; rm -rf "$home"; return 1; }
+  mkdir -p "$(dirname "$home/$program")"
+  readme_program "$readme" "$4" >"$home/$program"
+  local commands; commands=$(readme_commands "$readme")
+  [ -s "$home/$program" ] && [ -n "$commands" ] || { echo "$readme: no program or no install commands found" >&2; status=1; }
+  [ $status = 0 ] && { env -i PATH="$PATH" HOME="$home" bash -euc "cd; $commands" || status=1; }
+  rm -rf "$home"
   return $status
+}
+
+# check_newcomer NAME OUTPUT: the README program trained, stopped itself
+# after the epoch whose report asked it to, saved, loaded and predicted.
+check_newcomer() {
+  local name=$1 said=$2 epochs stopped right
+  printf '%s\n' "$said" | sed "s/^/  $name: /"
+  epochs=$(printf '%s\n' "$said" | grep -c '^epoch [0-9]*:')
+  stopped=$(printf '%s\n' "$said" | sed -n 's/^stopped: .*[^0-9]\([0-9][0-9]*\) epochs.*/\1/p')
+  right=$(printf '%s\n' "$said" | python3 -c '
+import re, sys
+m = re.search(r"predicted \[([0-9 ,]+)\] labels \[([0-9 ,]+)\]", sys.stdin.read())
+p, l = (re.findall(r"\d+", g) for g in m.groups()) if m else ([], [1])
+print(sum(a == b for a, b in zip(p, l)) if len(p) == len(l) == 8 else -1)')
+  if [ "$epochs" -lt 1 ] || [ "$epochs" -ge 10 ] || [ "$stopped" != "$epochs" ]; then
+    echo "$name: the callback did not stop training after the epoch that asked ($epochs reports, stopped at '$stopped')" >&2; return 1
+  fi
+  printf '%s\n' "$said" | grep -q '^loaded: ' || { echo "$name: no loaded model" >&2; return 1; }
+  [ "$right" -ge 5 ] || { echo "$name: the loaded model predicted $right of 8 test labels" >&2; return 1; }
+}
+
+go_installed() {
+  local said
+  said=$(newcomer go "$here/go/README.md" hello-kiln/main.go go) || { printf '%s\n' "$said"; return 1; }
+  check_newcomer go "$said"
 }
 
 rust_tests() {

@@ -30,6 +30,7 @@ package kiln
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -59,6 +60,29 @@ func Version() string { return capi.Version_string() }
 // LoadedABIVersion is the ABI version of the loaded library; it must equal
 // ABIVersion.
 func LoadedABIVersion() int { return capi.Abi_version() }
+
+// The package refuses to start with another kiln than the one its raw layer
+// was generated from: a changed signature or struct would otherwise be
+// called wrongly, without an error.
+func init() {
+	if err := checkABI(capi.KILN_ABI_VERSION, abiVersion, LoadedABIVersion()); err != nil {
+		panic(err)
+	}
+}
+
+// checkABI compares the ABI version internal/capi was generated for with
+// that of the kiln.h cgo compiled against and that of the loaded libkiln.
+func checkABI(generated, header, loaded int) error {
+	switch {
+	case header != generated:
+		return fmt.Errorf("kiln: this package was generated for kiln ABI %d, but cgo compiled it against a kiln.h "+
+			"of ABI %d (the kiln.pc pkg-config found): install the kiln whose version this module has", generated, header)
+	case loaded != generated:
+		return fmt.Errorf("kiln: this package was generated for kiln ABI %d, but the libkiln loaded at run time "+
+			"(version %s) has ABI %d: point the dynamic loader at the kiln it was built against", generated, Version(), loaded)
+	}
+	return nil
+}
 
 // withPath adds fs.ErrNotExist to an ErrIO failure about one of paths when
 // that path does not exist, so that callers can test for a missing file the
