@@ -23,7 +23,7 @@ go_package() {
 }
 
 rust_package() {
-  python3 "$here/rust/package.py" "$build" "$share/cargo"
+  python3 "$here/rust/package.py" "$build" "$share"
 }
 
 csharp_package() {

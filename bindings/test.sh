@@ -120,6 +120,12 @@ print(sum(a == b for a, b in zip(p, l)) if len(p) == len(l) == 8 else -1)')
   [ "$right" -ge 5 ] || { echo "$name: the loaded model predicted $right of 8 test labels" >&2; return 1; }
 }
 
+rust_installed() {
+  local said
+  said=$(newcomer rust "$here/rust/kiln/README.md" hello-kiln/src/main.rs rust) || { printf '%s\n' "$said"; return 1; }
+  check_newcomer rust "$said"
+}
+
 go_installed() {
   local said
   said=$(newcomer go "$here/go/README.md" hello-kiln/main.go go) || { printf '%s\n' "$said"; return 1; }
@@ -133,12 +139,11 @@ rust_tests() {
   (cd "$here/rust" && cargo test --offline -q --test memory --test coverage -- --nocapture 2>&1 |
      grep -E 'RSS|C functions'; exit "${PIPESTATUS[0]}") &&
   (cd "$root/examples/rust" && cargo build --offline --release -q) &&
-  rust_linking
+  rust_linking && rust_installed
 }
 
-# kiln-sys's linking, as users meet it: failures that name what to set, the
-# opt-in rpath, and a program outside the repository built against an
-# installed kiln found through pkg-config alone.
+# kiln-sys's linking, as users meet it: failures that name what to set and
+# the opt-in rpath (rust_installed builds a program against an installed kiln).
 rust_linking() {
   local work status=0
   work=$(mktemp -d) || return 1
@@ -169,39 +174,6 @@ rust_linking_in() {
   (cd "$here/rust" && env -u LD_LIBRARY_PATH KILN_RPATH=1 CARGO_TARGET_DIR="$out/rust-rpath-target" \
      cargo test --offline -q) >"$log" 2>&1 ||
     { cat "$log" >&2; echo "rust: KILN_RPATH=1 tests did not run without LD_LIBRARY_PATH" >&2; return 1; }
-  # An installed kiln, and a program outside the repository that finds it
-  # through PKG_CONFIG_PATH alone (the README's recipe).
-  cmake --install "$build" --prefix "$work/prefix" >"$log" 2>&1 ||
-    { cat "$log" >&2; echo "rust: cmake --install failed" >&2; return 1; }
-  local pc; pc=$(dirname "$(find "$work/prefix" -name kiln.pc | head -n 1)")
-  mkdir -p "$work/hello/src"
-  cat >"$work/hello/Cargo.toml" <<TOML
-[package]
-name = "hello-kiln"
-version = "0.1.0"
-edition = "2021"
-
-[dependencies]
-kiln = { path = "$here/rust/kiln" }
-TOML
-  cat >"$work/hello/src/main.rs" <<'RUST'
-fn main() -> Result<(), kiln::Error> {
-    let ctx = kiln::Context::new()?;
-    let x = kiln::Tensor::from_slice(&ctx, &[1.0f32, 2.0, 3.0, 4.0], &[2, 2], kiln::Device::Cpu)?;
-    let y = (&x * &x)?;
-    println!("kiln {}: {y} = {:?}", kiln::version(), y.to_vec::<f32>()?);
-    Ok(())
-}
-RUST
-  local libdir; libdir=$(PKG_CONFIG_PATH=$pc pkg-config --variable=libdir kiln)
-  (cd "$work/hello" && env -u KILN_LIB_DIR -u CARGO_TARGET_DIR -u LD_LIBRARY_PATH PKG_CONFIG_PATH="$pc" \
-     RUSTFLAGS="-C link-arg=-Wl,-rpath,$libdir" cargo build --offline -q) >"$log" 2>&1 ||
-    { cat "$log" >&2; echo "rust: a program outside the repository does not build against the installed kiln" >&2; return 1; }
-  local said; said=$(env -u LD_LIBRARY_PATH "$work/hello/target/debug/hello-kiln") ||
-    { echo "rust: the installed-kiln program failed: $said" >&2; return 1; }
-  [ "$said" = "kiln $(PKG_CONFIG_PATH=$pc pkg-config --modversion kiln): tensor([2, 2], f32, cpu) = [1.0, 4.0, 9.0, 16.0]" ] ||
-    { echo "rust: the installed-kiln program printed '$said'" >&2; return 1; }
-  echo "rust: outside the repository, against kiln installed in a prefix: $said"
 }
 
 # C#: Kiln.dll and its NuGet layout (csharp/build.py, from csharp/src/Kiln.csproj);
