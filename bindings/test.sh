@@ -176,61 +176,33 @@ rust_linking_in() {
     { cat "$log" >&2; echo "rust: KILN_RPATH=1 tests did not run without LD_LIBRARY_PATH" >&2; return 1; }
 }
 
-# C#: Kiln.dll and its NuGet layout (csharp/build.py, from csharp/src/Kiln.csproj);
-# the tests run from that layout alone: Kiln.dll from lib/netstandard2.0,
-# libkiln.so and its plugins from runtimes/linux-x64/native. Then a program
-# outside the repository is built and run against a `cmake --install`ed kiln.
+# C#: Kiln.dll and its NuGet layout (csharp/build.py, from csharp/src/Kiln.csproj).
+# The tests run as a Mono program does: Kiln.dll from the package's
+# lib/netstandard2.1 and its native libraries copied beside the runner, with
+# no LD_LIBRARY_PATH or MONO_PATH. Then the README's program is built from
+# the package a fresh HOME installs with nuget (csharp_installed).
 csharp_tests() {
-  local cs="$out/csharp" pkg="$out/csharp/package"
+  local cs="$out/csharp" pkg="$out/csharp/package" run="$out/csharp/tests"
   python3 "$here/csharp/build.py" "$build" "$cs" &&
-  mcs -langversion:7.2 -warnaserror -nologo -out:"$cs/KilnTests.exe" -r:"$cs/Kiln.dll" "$here"/csharp/tests/*.cs &&
-  mcs -warnaserror -nologo -out:"$cs/FashionMnist.exe" -r:"$cs/Kiln.dll" "$root/examples/csharp/FashionMnist.cs" &&
-  MONO_PATH="$pkg/lib/netstandard2.0" LD_LIBRARY_PATH="$pkg/runtimes/linux-x64/native" KILN_SOURCE_DIR="$root" \
-    mono "$cs/KilnTests.exe" &&
+  rm -rf "$run" && mkdir -p "$run" && cp "$pkg"/lib/netstandard2.1/* "$pkg"/runtimes/linux-x64/native/* "$run"/ &&
+  mcs -langversion:7.2 -warnaserror -nologo -out:"$run/KilnTests.exe" -r:"$run/Kiln.dll" -r:Facades/netstandard.dll \
+    "$here"/csharp/tests/*.cs &&
+  mcs -warnaserror -nologo -out:"$cs/FashionMnist.exe" -r:"$cs/Kiln.dll" -r:Facades/netstandard.dll \
+    "$root/examples/csharp/FashionMnist.cs" &&
+  env -u LD_LIBRARY_PATH -u MONO_PATH KILN_SOURCE_DIR="$root" mono "$run/KilnTests.exe" &&
   csharp_installed
 }
 
 csharp_installed() {
-  local tmp; tmp=$(mktemp -d) || return 1
-  csharp_installed_in "$tmp"
-  local status=$?
-  rm -rf "$tmp"
-  return $status
-}
-
-csharp_installed_in() {
-  local tmp=$1 pc libdir
-  cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 ||
-    { cat "$tmp/install.log" >&2; return 1; }
-  pc=$(find "$tmp/prefix" -name kiln.pc | head -n 1)
-  libdir=$(PKG_CONFIG_PATH=$(dirname "$pc") pkg-config --variable=libdir kiln) || return 1
-  python3 "$here/csharp/build.py" "$libdir" "$tmp/kiln-cs" >/dev/null || return 1
-  mkdir "$tmp/app" && cat >"$tmp/app/Program.cs" <<'CS'
-using System;
-using Kiln;
-static class Program
-{
-    static int Main()
-    {
-        using (var ctx = new Context(seed: 1))
-        using (var scope = new DisposeScope())
-        {
-            var x = Tensor.FromArray(ctx, new float[] { 1, 2, 3, 4 }, 2, 2);
-            var y = x.Matmul(x) + 1;
-            Console.WriteLine(y + " " + string.Join(",", y.ToArray<float>()) + " kiln " + Library.VersionString);
-            return string.Join(",", y.ToArray<float>()) == "8,11,16,23" ? 0 : 1;
-        }
-    }
-}
-CS
-  (cd "$tmp/app" && mcs -nologo -warnaserror -r:"$tmp/kiln-cs/package/lib/netstandard2.0/Kiln.dll" Program.cs &&
-   MONO_PATH="$tmp/kiln-cs/package/lib/netstandard2.0" LD_LIBRARY_PATH="$libdir" mono Program.exe)
+  local said
+  said=$(newcomer csharp "$here/csharp/README.md" hello-kiln/Program.cs csharp) || { printf '%s\n' "$said"; return 1; }
+  check_newcomer csharp "$said"
 }
 
 run_examples() {
   local cs="$out/csharp"
   "$out/go-example" && "$CARGO_TARGET_DIR/release/kiln-example" &&
-  MONO_PATH="$cs" mono "$cs/FashionMnist.exe"
+  mono "$cs/FashionMnist.exe"
 }
 
 step generated generated
