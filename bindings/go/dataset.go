@@ -55,19 +55,10 @@ func (c *Context) LoadMNIST(dir, split string) (*Dataset, error) {
 // String is "Dataset(60000 samples, 784 features, 10 classes)", or
 // "Dataset(closed)".
 func (d *Dataset) String() string {
-	n, err := d.Size()
-	if err != nil {
-		return "Dataset(closed)"
-	}
-	features, err := d.NumFeatures()
-	if err != nil {
-		return "Dataset(closed)"
-	}
-	classes, err := d.NumClasses()
-	if err != nil {
-		return "Dataset(closed)"
-	}
-	return fmt.Sprintf("Dataset(%d samples, %d features, %d classes)", n, features, classes)
+	n, err1 := d.Size()
+	features, err2 := d.NumFeatures()
+	classes, err3 := d.NumClasses()
+	return closedOr("Dataset", fmt.Sprintf("%d samples, %d features, %d classes", n, features, classes), err1, err2, err3)
 }
 
 // Close releases the dataset (its tensors live on while others use them).

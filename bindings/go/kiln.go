@@ -250,10 +250,7 @@ func NewContext(opts ...ContextOption) (*Context, error) {
 // or "Context(closed)".
 func (c *Context) String() string {
 	dev, err := c.DefaultDevice()
-	if err != nil {
-		return "Context(closed)"
-	}
-	return "Context(default device " + dev.String() + ")"
+	return closedOr("Context", "default device "+dev.String(), err)
 }
 
 // Close releases the caller's reference; objects created from the context
@@ -264,6 +261,17 @@ func (c *Context) Close() { c.release(c, capi.Context_release) }
 func (c *Context) SetSeed(seed uint64) error {
 	defer runtime.KeepAlive(c)
 	return capi.Context_set_seed(c.h, seed)
+}
+
+// closedOr is "kind(text)", or "kind(closed)" when one of the calls that made
+// text failed: the object was closed, perhaps by another goroutine meanwhile.
+func closedOr(kind, text string, errs ...error) string {
+	for _, err := range errs {
+		if err != nil {
+			return kind + "(closed)"
+		}
+	}
+	return kind + "(" + text + ")"
 }
 
 func boolInt(b bool) int {

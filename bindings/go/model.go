@@ -151,28 +151,17 @@ func (m *Model) ExportONNX(path string) error {
 // String is "Model(784-32-10, 25450 parameters, f32, cpu)", or
 // "Model(closed)".
 func (m *Model) String() string {
-	spec, err := m.Describe()
-	if err != nil {
-		return "Model(closed)"
+	spec, err1 := m.Describe()
+	n, err2 := m.NumParameters()
+	dev, err3 := m.Device()
+	p, _, err4 := m.Parameter(0)
+	var dt DType
+	var err5 error
+	if err4 == nil {
+		dt, err5 = p.dtype()
+		p.Close()
 	}
-	n, err := m.NumParameters()
-	if err != nil {
-		return "Model(closed)"
-	}
-	dev, err := m.Device()
-	if err != nil {
-		return "Model(closed)"
-	}
-	p, _, err := m.Parameter(0)
-	if err != nil {
-		return "Model(closed)"
-	}
-	defer p.Close()
-	dt, err := p.dtype()
-	if err != nil {
-		return "Model(closed)"
-	}
-	return fmt.Sprintf("Model(%s, %d parameters, %v, %v)", spec, n, dt, dev)
+	return closedOr("Model", fmt.Sprintf("%s, %d parameters, %v, %v", spec, n, dt, dev), err1, err2, err3, err4, err5)
 }
 
 // Close releases the caller's reference (a trainer keeps its model alive).

@@ -97,19 +97,10 @@ func (t *Tensor) Close() {
 // String is "Tensor(shape=[2 3], dtype=f32, device=cpu)", or
 // "Tensor(closed)".
 func (t *Tensor) String() string {
-	shape, err := t.Shape()
-	if err != nil {
-		return "Tensor(closed)"
-	}
-	dt, err := t.dtype()
-	if err != nil {
-		return "Tensor(closed)"
-	}
-	dev, err := t.Device()
-	if err != nil {
-		return "Tensor(closed)"
-	}
-	return fmt.Sprintf("Tensor(shape=%v, dtype=%v, device=%v)", shape, dt, dev)
+	shape, err1 := t.Shape()
+	dt, err2 := t.dtype()
+	dev, err3 := t.Device()
+	return closedOr("Tensor", fmt.Sprintf("shape=%v, dtype=%v, device=%v", shape, dt, dev), err1, err2, err3)
 }
 
 // FromSlice copies data into a new tensor of the given shape on dev; its

@@ -171,19 +171,10 @@ func NewTrainer(m *Model, opts ...TrainerOption) (*Trainer, error) {
 // String is "Trainer(2 epochs, 1876 steps done, lr 0.001)", or
 // "Trainer(closed)".
 func (t *Trainer) String() string {
-	epochs, err := t.EpochsDone()
-	if err != nil {
-		return "Trainer(closed)"
-	}
-	steps, err := t.StepsDone()
-	if err != nil {
-		return "Trainer(closed)"
-	}
-	lr, err := t.CurrentLR()
-	if err != nil {
-		return "Trainer(closed)"
-	}
-	return fmt.Sprintf("Trainer(%d epochs, %d steps done, lr %g)", epochs, steps, lr)
+	epochs, err1 := t.EpochsDone()
+	steps, err2 := t.StepsDone()
+	lr, err3 := t.CurrentLR()
+	return closedOr("Trainer", fmt.Sprintf("%d epochs, %d steps done, lr %g", epochs, steps, lr), err1, err2, err3)
 }
 
 // Close releases the trainer. It may be called more than once, from any
