@@ -64,63 +64,72 @@ go_tests() {
   # with calls, shared inference, callbacks), the others run with cgocheck=2.
   (cd "$here/go" && export PKG_CONFIG_PATH="$build${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" &&
     go vet . && GODEBUG=cgocheck=2 go test -count=1 -v ./... 2>&1 |
-      grep -E '^(--- |ok|FAIL|PASS|panic)|: (8000|[0-9]+ C functions|singleton|two ranks)'
+      grep -E '^(--- |ok|FAIL|PASS|panic)|: (8000|[0-9,]+ closed|[0-9]+ rounds|[0-9]+ C functions|singleton|two ranks)'
     [ "${PIPESTATUS[0]}" = 0 ] || exit 1
-    go test -race -count=1 -run 'Race|Concurrent|ReleaseFrom|Fit|Logger' . 2>&1 | tail -n 20; exit "${PIPESTATUS[0]}") &&
+    go test -race -count=1 -run 'Race|Racing|Concurrent|ReleaseFrom|Fit|Logger' . 2>&1 | tail -n 20; exit "${PIPESTATUS[0]}") &&
   (cd "$root/examples/go" && PKG_CONFIG_PATH="$build" go build -o "$out/go-example" .) &&
   go_installed
 }
 
-# A program outside the repository, built against kiln installed into a
-# prefix (cmake --install) with nothing but PKG_CONFIG_PATH, as the README
-# shows; the module comes from this checkout since no module proxy is used.
-go_installed() {
-  local tmp; tmp=$(mktemp -d) || return 1
-  local status=0 got=
-  cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 || { cat "$tmp/install.log" >&2; status=1; }
-  local pc; pc=$(dirname "$(find "$tmp/prefix" -name kiln.pc | head -n 1)")
-  mkdir -p "$tmp/app"
-  cat >"$tmp/app/go.mod" <<EOF
-module example.com/app
-
-go 1.19
-
-require github.com/kiln-ml/kiln/bindings/go v0.0.0
-
-replace github.com/kiln-ml/kiln/bindings/go => $here/go
-EOF
-  cat >"$tmp/app/main.go" <<'EOF'
-package main
-
-import (
-	"fmt"
-	"log"
-
-	kiln "github.com/kiln-ml/kiln/bindings/go"
-)
-
-func main() {
-	ctx, err := kiln.NewContext()
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer ctx.Close()
-	x, err := kiln.FromSlice(ctx, []float32{1, 2, 3, 4}, []int64{2, 2}, kiln.CPU)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer x.Close()
-	fmt.Println("kiln", kiln.Version(), x)
+# The newcomer's path, as each binding's README shows it: kiln installed into
+# a prefix in a fresh HOME outside the repository, the binding packaged next
+# to it (package.sh), and the README's complete program built and run by the
+# README's own commands, in a shell that has no variable but PATH and HOME
+# besides those the commands export.
+#   readme_program README LANG     the fenced LANG block of "## A complete program"
+#   readme_commands README         the last sh block of "## Install"
+readme_program() {
+  awk -v lang="$2" '/^## /{f = ($0 == "## A complete program")} f && $0 == "```" lang {g=1; next} g && /^```$/{exit} g' "$1"
 }
-EOF
-  [ $status = 0 ] && (cd "$tmp/app" && PKG_CONFIG_PATH="$pc" go build -o app .) &&
-    got=$(LD_LIBRARY_PATH="$(PKG_CONFIG_PATH="$pc" pkg-config --variable=libdir kiln)" "$tmp/app/app") || status=1
-  case $got in
-    *"Tensor(shape=[2 2], dtype=f32, device=cpu)") echo "go, installed kiln: $got" ;;
-    *) echo "go program against the installed kiln printed '$got'" >&2; status=1 ;;
-  esac
-  rm -rf "$tmp"
+readme_commands() {
+  awk '/^## /{f = ($0 == "## Install")} f && /^```sh$/{g=1; b=""; next} g && /^```$/{g=0; last=b; next} g{b = b $0 "\n"} END{printf "%s", last}' "$1"
+}
+# newcomer BINDING README PROGRAM_PATH: sets up HOME=$1's temp dir and runs;
+# prints the program's output; the caller checks it.
+newcomer() {
+  local binding=$1 readme=$2 program=$3 home status=0
+  home=$(mktemp -d) || return 1
+  { cmake --install "$build" --prefix "$home/kiln" >"$home/install.log" 2>&1 &&
+    "$here/package.sh" "$build" "$home/kiln" "$binding" >>"$home/install.log" 2>&1; } ||
+    { cat "$home/install.log" >&2; rm -rf "$home"; return 1; }
+  mkdir -p "$(dirname "$home/$program")"
+  readme_program "$readme" "$4" >"$home/$program"
+  local commands; commands=$(readme_commands "$readme")
+  [ -s "$home/$program" ] && [ -n "$commands" ] || { echo "$readme: no program or no install commands found" >&2; status=1; }
+  [ $status = 0 ] && { env -i PATH="$PATH" HOME="$home" bash -euc "cd; $commands" || status=1; }
+  rm -rf "$home"
   return $status
+}
+
+# check_newcomer NAME OUTPUT: the README program trained, stopped itself
+# after the epoch whose report asked it to, saved, loaded and predicted.
+check_newcomer() {
+  local name=$1 said=$2 epochs stopped right
+  printf '%s\n' "$said" | sed "s/^/  $name: /"
+  epochs=$(printf '%s\n' "$said" | grep -c '^epoch [0-9]*:')
+  stopped=$(printf '%s\n' "$said" | sed -n 's/^stopped: .*[^0-9]\([0-9][0-9]*\) epochs.*/\1/p')
+  right=$(printf '%s\n' "$said" | python3 -c '
+import re, sys
+m = re.search(r"predicted \[([0-9 ,]+)\] labels \[([0-9 ,]+)\]", sys.stdin.read())
+p, l = (re.findall(r"\d+", g) for g in m.groups()) if m else ([], [1])
+print(sum(a == b for a, b in zip(p, l)) if len(p) == len(l) == 8 else -1)')
+  if [ "$epochs" -lt 1 ] || [ "$epochs" -ge 10 ] || [ "$stopped" != "$epochs" ]; then
+    echo "$name: the callback did not stop training after the epoch that asked ($epochs reports, stopped at '$stopped')" >&2; return 1
+  fi
+  printf '%s\n' "$said" | grep -q '^loaded: ' || { echo "$name: no loaded model" >&2; return 1; }
+  [ "$right" -ge 5 ] || { echo "$name: the loaded model predicted $right of 8 test labels" >&2; return 1; }
+}
+
+rust_installed() {
+  local said
+  said=$(newcomer rust "$here/rust/kiln/README.md" hello-kiln/src/main.rs rust) || { printf '%s\n' "$said"; return 1; }
+  check_newcomer rust "$said"
+}
+
+go_installed() {
+  local said
+  said=$(newcomer go "$here/go/README.md" hello-kiln/main.go go) || { printf '%s\n' "$said"; return 1; }
+  check_newcomer go "$said"
 }
 
 rust_tests() {
@@ -130,12 +139,11 @@ rust_tests() {
   (cd "$here/rust" && cargo test --offline -q --test memory --test coverage -- --nocapture 2>&1 |
      grep -E 'RSS|C functions'; exit "${PIPESTATUS[0]}") &&
   (cd "$root/examples/rust" && cargo build --offline --release -q) &&
-  rust_linking
+  rust_linking && rust_installed
 }
 
-# kiln-sys's linking, as users meet it: failures that name what to set, the
-# opt-in rpath, and a program outside the repository built against an
-# installed kiln found through pkg-config alone.
+# kiln-sys's linking, as users meet it: failures that name what to set and
+# the opt-in rpath (rust_installed builds a program against an installed kiln).
 rust_linking() {
   local work status=0
   work=$(mktemp -d) || return 1
@@ -166,96 +174,35 @@ rust_linking_in() {
   (cd "$here/rust" && env -u LD_LIBRARY_PATH KILN_RPATH=1 CARGO_TARGET_DIR="$out/rust-rpath-target" \
      cargo test --offline -q) >"$log" 2>&1 ||
     { cat "$log" >&2; echo "rust: KILN_RPATH=1 tests did not run without LD_LIBRARY_PATH" >&2; return 1; }
-  # An installed kiln, and a program outside the repository that finds it
-  # through PKG_CONFIG_PATH alone (the README's recipe).
-  cmake --install "$build" --prefix "$work/prefix" >"$log" 2>&1 ||
-    { cat "$log" >&2; echo "rust: cmake --install failed" >&2; return 1; }
-  local pc; pc=$(dirname "$(find "$work/prefix" -name kiln.pc | head -n 1)")
-  mkdir -p "$work/hello/src"
-  cat >"$work/hello/Cargo.toml" <<TOML
-[package]
-name = "hello-kiln"
-version = "0.1.0"
-edition = "2021"
-
-[dependencies]
-kiln = { path = "$here/rust/kiln" }
-TOML
-  cat >"$work/hello/src/main.rs" <<'RUST'
-fn main() -> Result<(), kiln::Error> {
-    let ctx = kiln::Context::new()?;
-    let x = kiln::Tensor::from_slice(&ctx, &[1.0f32, 2.0, 3.0, 4.0], &[2, 2], kiln::Device::Cpu)?;
-    let y = (&x * &x)?;
-    println!("kiln {}: {y} = {:?}", kiln::version(), y.to_vec::<f32>()?);
-    Ok(())
-}
-RUST
-  local libdir; libdir=$(PKG_CONFIG_PATH=$pc pkg-config --variable=libdir kiln)
-  (cd "$work/hello" && env -u KILN_LIB_DIR -u CARGO_TARGET_DIR -u LD_LIBRARY_PATH PKG_CONFIG_PATH="$pc" \
-     RUSTFLAGS="-C link-arg=-Wl,-rpath,$libdir" cargo build --offline -q) >"$log" 2>&1 ||
-    { cat "$log" >&2; echo "rust: a program outside the repository does not build against the installed kiln" >&2; return 1; }
-  local said; said=$(env -u LD_LIBRARY_PATH "$work/hello/target/debug/hello-kiln") ||
-    { echo "rust: the installed-kiln program failed: $said" >&2; return 1; }
-  [ "$said" = "kiln $(PKG_CONFIG_PATH=$pc pkg-config --modversion kiln): tensor([2, 2], f32, cpu) = [1.0, 4.0, 9.0, 16.0]" ] ||
-    { echo "rust: the installed-kiln program printed '$said'" >&2; return 1; }
-  echo "rust: outside the repository, against kiln installed in a prefix: $said"
 }
 
-# C#: Kiln.dll and its NuGet layout (csharp/build.py, from csharp/src/Kiln.csproj);
-# the tests run from that layout alone: Kiln.dll from lib/netstandard2.0,
-# libkiln.so and its plugins from runtimes/linux-x64/native. Then a program
-# outside the repository is built and run against a `cmake --install`ed kiln.
+# C#: Kiln.dll and its NuGet layout (csharp/build.py, from csharp/src/Kiln.csproj).
+# The tests run as a Mono program does: Kiln.dll from the package's
+# lib/netstandard2.1 and its native libraries copied beside the runner, with
+# no LD_LIBRARY_PATH or MONO_PATH. Then the README's program is built from
+# the package a fresh HOME installs with nuget (csharp_installed).
 csharp_tests() {
-  local cs="$out/csharp" pkg="$out/csharp/package"
+  local cs="$out/csharp" pkg="$out/csharp/package" run="$out/csharp/tests"
   python3 "$here/csharp/build.py" "$build" "$cs" &&
-  mcs -langversion:7.2 -warnaserror -nologo -out:"$cs/KilnTests.exe" -r:"$cs/Kiln.dll" "$here"/csharp/tests/*.cs &&
-  mcs -warnaserror -nologo -out:"$cs/FashionMnist.exe" -r:"$cs/Kiln.dll" "$root/examples/csharp/FashionMnist.cs" &&
-  MONO_PATH="$pkg/lib/netstandard2.0" LD_LIBRARY_PATH="$pkg/runtimes/linux-x64/native" KILN_SOURCE_DIR="$root" \
-    mono "$cs/KilnTests.exe" &&
+  rm -rf "$run" && mkdir -p "$run" && cp "$pkg"/lib/netstandard2.1/* "$pkg"/runtimes/linux-x64/native/* "$run"/ &&
+  mcs -langversion:7.2 -warnaserror -nologo -out:"$run/KilnTests.exe" -r:"$run/Kiln.dll" -r:Facades/netstandard.dll \
+    "$here"/csharp/tests/*.cs &&
+  mcs -warnaserror -nologo -out:"$cs/FashionMnist.exe" -r:"$cs/Kiln.dll" -r:Facades/netstandard.dll \
+    "$root/examples/csharp/FashionMnist.cs" &&
+  env -u LD_LIBRARY_PATH -u MONO_PATH KILN_SOURCE_DIR="$root" mono "$run/KilnTests.exe" &&
   csharp_installed
 }
 
 csharp_installed() {
-  local tmp; tmp=$(mktemp -d) || return 1
-  csharp_installed_in "$tmp"
-  local status=$?
-  rm -rf "$tmp"
-  return $status
-}
-
-csharp_installed_in() {
-  local tmp=$1 pc libdir
-  cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 ||
-    { cat "$tmp/install.log" >&2; return 1; }
-  pc=$(find "$tmp/prefix" -name kiln.pc | head -n 1)
-  libdir=$(PKG_CONFIG_PATH=$(dirname "$pc") pkg-config --variable=libdir kiln) || return 1
-  python3 "$here/csharp/build.py" "$libdir" "$tmp/kiln-cs" >/dev/null || return 1
-  mkdir "$tmp/app" && cat >"$tmp/app/Program.cs" <<'CS'
-using System;
-using Kiln;
-static class Program
-{
-    static int Main()
-    {
-        using (var ctx = new Context(seed: 1))
-        using (var scope = new DisposeScope())
-        {
-            var x = Tensor.FromArray(ctx, new float[] { 1, 2, 3, 4 }, 2, 2);
-            var y = x.Matmul(x) + 1;
-            Console.WriteLine(y + " " + string.Join(",", y.ToArray<float>()) + " kiln " + Library.VersionString);
-            return string.Join(",", y.ToArray<float>()) == "8,11,16,23" ? 0 : 1;
-        }
-    }
-}
-CS
-  (cd "$tmp/app" && mcs -nologo -warnaserror -r:"$tmp/kiln-cs/package/lib/netstandard2.0/Kiln.dll" Program.cs &&
-   MONO_PATH="$tmp/kiln-cs/package/lib/netstandard2.0" LD_LIBRARY_PATH="$libdir" mono Program.exe)
+  local said
+  said=$(newcomer csharp "$here/csharp/README.md" hello-kiln/Program.cs csharp) || { printf '%s\n' "$said"; return 1; }
+  check_newcomer csharp "$said"
 }
 
 run_examples() {
   local cs="$out/csharp"
   "$out/go-example" && "$CARGO_TARGET_DIR/release/kiln-example" &&
-  MONO_PATH="$cs" mono "$cs/FashionMnist.exe"
+  mono "$cs/FashionMnist.exe"
 }
 
 step generated generated

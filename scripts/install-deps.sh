@@ -21,10 +21,12 @@ set -euo pipefail
 core=(cmake g++ ninja-build pkg-config libopenblas-dev libcmocka-dev zlib1g-dev
   dataset-fashion-mnist openmpi-bin libopenmpi-dev abigail-tools libonnx-dev libprotobuf-dev)
 # bindgen loads libclang at run time but does not depend on it in Debian.
-# python3 runs bindings/csharp/generate.py and build.py (mcs builds Kiln.dll).
+# python3 runs bindings/csharp/generate.py and build.py (mcs builds Kiln.dll;
+# mono-devel brings Mono.Cecil, which retargets it to netstandard2.1); nuget
+# installs the Kiln package the way bindings/csharp/README.md shows.
 # cargo is Debian's (rustc 1.63), even beside a rustup toolchain: the Rust
 # crates declare rust-version 1.63, and this keeps them honest about it.
-bindings=(swig golang-go cargo mono-mcs mono-devel python3 bindgen libclang1)
+bindings=(swig golang-go cargo mono-mcs mono-devel nuget python3 bindgen libclang1)
 
 case "${1:-}" in
   --core) wanted=("${core[@]}") ;;

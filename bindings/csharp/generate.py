@@ -266,7 +266,10 @@ class Generator:
         self.emit("    /// <summary>One P/Invoke declaration per KILN_API function, named as in C.</summary>")
         self.emit("    internal static unsafe partial class NativeMethods")
         self.emit("    {")
-        self.emit('        const string Lib = "kiln";')
+        abi = dict(self.h.defines)["KILN_ABI_VERSION"]
+        self.emit("        /// <summary>The soname of the ABI this file was generated for: a libkiln of")
+        self.emit("        /// another ABI is another file, never loaded in its place.</summary>")
+        self.emit('        internal const string Lib = "libkiln.so.%s";' % abi)
         for ret, name, params in self.h.functions:
             is_release = name.endswith("_release")
             args = [" ".join(self.param_type(name, p, is_release)) for p in params]

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode"
@@ -104,6 +105,14 @@ func TestCAPICoverage(t *testing.T) {
 		}
 	}
 	t.Logf("%d C functions: %d bound, %d deliberately unbound", len(names), bound, len(unbound))
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	said := regexp.MustCompile(`but\s+(\d+)\s+functions\s+deliberately\s+unbound`).FindSubmatch(readme)
+	if said == nil || string(said[1]) != strconv.Itoa(len(unbound)) {
+		t.Errorf("README.md should say \"but %d functions deliberately unbound\"", len(unbound))
+	}
 }
 
 // Every exported identifier of the package has a doc comment (a const or

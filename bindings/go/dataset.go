@@ -1,6 +1,7 @@
 package kiln
 
 import (
+	"fmt"
 	"path/filepath"
 	"runtime"
 
@@ -49,6 +50,15 @@ func (c *Context) LoadMNIST(dir, split string) (*Dataset, error) {
 	var h uintptr
 	err := capi.Dataset_load_mnist(c.h, dir, split, &h)
 	return c.dataset(&h, withPath(err, "open", filepath.Clean(dir)))
+}
+
+// String is "Dataset(60000 samples, 784 features, 10 classes)", or
+// "Dataset(closed)".
+func (d *Dataset) String() string {
+	n, err1 := d.Size()
+	features, err2 := d.NumFeatures()
+	classes, err3 := d.NumClasses()
+	return closedOr("Dataset", fmt.Sprintf("%d samples, %d features, %d classes", n, features, classes), err1, err2, err3)
 }
 
 // Close releases the dataset (its tensors live on while others use them).

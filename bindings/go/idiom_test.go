@@ -3,6 +3,7 @@ package kiln_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"math"
 	"os"
@@ -68,6 +69,42 @@ func TestCloseRace(t *testing.T) {
 	}
 }
 
+// Reads racing a Close on another goroutine either succeed or fail with
+// ErrClosed: never with another status made up from a half-read tensor (a
+// read that saw the element count before the Close and the dtype after it
+// answered DTYPE_MISMATCH "tensor is , not f32", 3-5 times in 20,000).
+func TestReadsRacingCloseAreErrClosed(t *testing.T) {
+	ctx := newContext(t)
+	rounds := 20000
+	if raceEnabled {
+		rounds = 2000
+	}
+	var closedSeen int
+	for i := 0; i < rounds; i++ {
+		x := must(ctx.Zeros([]int64{4}, kiln.F32, kiln.CPU))
+		done := make(chan struct{})
+		go func() { x.Close(); close(done) }()
+		reads := map[string]error{
+			"ToSlice": second(kiln.ToSlice[float32](x)),
+			"Shape":   second(x.Shape()),
+		}
+		if s := x.String(); s != "Tensor(closed)" && s != "Tensor(shape=[4], dtype=f32, device=cpu)" {
+			t.Fatalf("round %d: a tensor racing Close prints %q", i, s)
+		}
+		<-done
+		for name, err := range reads {
+			if err == nil {
+				continue
+			}
+			if !errors.Is(err, kiln.ErrClosed) {
+				t.Fatalf("round %d: %s racing Close: %v, want ErrClosed", i, name, err)
+			}
+			closedSeen++
+		}
+	}
+	t.Logf("%d rounds, %d reads answered ErrClosed", rounds, closedSeen)
+}
+
 func TestClosedIsSpecific(t *testing.T) {
 	ctx := newContext(t)
 	x := must(ctx.Ones([]int64{2, 2}, kiln.F32, kiln.CPU))
@@ -104,6 +141,46 @@ func TestTensorString(t *testing.T) {
 	}
 	if v := must(s.Item()); v != 2.5 {
 		t.Fatalf("item %v", v)
+	}
+}
+
+// Every object prints what it is, as the Tensor does, instead of its raw
+// struct fields; and "closed" once closed.
+func TestObjectStrings(t *testing.T) {
+	ctx := must(kiln.NewContext(kiln.WithSeed(1), kiln.WithCUDA(false)))
+	defer ctx.Close()
+	m := must(ctx.NewModelFromText("4-3-3", kiln.CPU))
+	x := must(kiln.FromSlice(ctx, make([]float32, 40), []int64{10, 4}, kiln.CPU))
+	y := must(kiln.FromSlice(ctx, []int64{0, 1, 2, 0, 1, 2, 0, 1, 2, 0}, []int64{10}, kiln.CPU))
+	ds := must(ctx.NewDataset(x, y))
+	tr := must(kiln.NewTrainer(m, kiln.WithLR(0.5), kiln.WithBatchSize(4)))
+	must(tr.Epoch(ds))
+	for _, c := range []struct {
+		got  fmt.Stringer
+		want string
+	}{
+		{ctx, "Context(default device cpu)"},
+		{m, "Model(4-3-3, 27 parameters, f32, cpu)"}, // 4*3+3 + 3*3+3
+		{ds, "Dataset(10 samples, 4 features, 3 classes)"},
+		{tr, "Trainer(1 epochs, 3 steps done, lr 0.5)"}, // 10 samples in batches of 4
+	} {
+		if s := fmt.Sprint(c.got); s != c.want {
+			t.Errorf("prints %q, want %q", s, c.want)
+		}
+	}
+	tr.Close()
+	ds.Close()
+	m.Close()
+	x.Close()
+	y.Close()
+	ctx.Close()
+	for _, c := range []struct {
+		got  fmt.Stringer
+		want string
+	}{{ctx, "Context(closed)"}, {m, "Model(closed)"}, {ds, "Dataset(closed)"}, {tr, "Trainer(closed)"}} {
+		if s := c.got.String(); s != c.want {
+			t.Errorf("closed prints %q, want %q", s, c.want)
+		}
 	}
 }
 

@@ -13,11 +13,12 @@
 // defer) to release the memory deterministically. Close may be called more
 // than once and from several goroutines at once; calls on a closed object
 // fail with ErrClosed. A finalizer releases objects that were never closed.
-// Tensors also tell the package how much native memory they hold, and once
-// the tensors allocated since the last collection pass both 32 MiB and half
-// of all the tensor memory outstanding, the allocating goroutine runs a
-// garbage collection, so that a loop that never closes its tensors stays
-// bounded (as GOGC=100 bounds the Go heap).
+// Tensors also tell the package how much native memory they hold until they
+// are closed or finalized, and once that grows past twice the least it came
+// down to since the last collection (and 32 MiB), the allocating goroutine
+// runs a garbage collection, so that a loop that never closes its tensors
+// stays bounded (as GOGC=100 bounds the Go heap); a program that closes its
+// tensors never triggers one.
 //
 // Errors are *Error values carrying the kiln Status and the library's
 // message; the Status constants (ErrShapeMismatch, ...) and ErrClosed are
@@ -29,6 +30,7 @@ package kiln
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -58,6 +60,29 @@ func Version() string { return capi.Version_string() }
 // LoadedABIVersion is the ABI version of the loaded library; it must equal
 // ABIVersion.
 func LoadedABIVersion() int { return capi.Abi_version() }
+
+// The package refuses to start with another kiln than the one its raw layer
+// was generated from: a changed signature or struct would otherwise be
+// called wrongly, without an error.
+func init() {
+	if err := checkABI(capi.KILN_ABI_VERSION, abiVersion, LoadedABIVersion()); err != nil {
+		panic(err)
+	}
+}
+
+// checkABI compares the ABI version internal/capi was generated for with
+// that of the kiln.h cgo compiled against and that of the loaded libkiln.
+func checkABI(generated, header, loaded int) error {
+	switch {
+	case header != generated:
+		return fmt.Errorf("kiln: this package was generated for kiln ABI %d, but cgo compiled it against a kiln.h "+
+			"of ABI %d (the kiln.pc pkg-config found): install the kiln whose version this module has", generated, header)
+	case loaded != generated:
+		return fmt.Errorf("kiln: this package was generated for kiln ABI %d, but the libkiln loaded at run time "+
+			"(version %s) has ABI %d: point the dynamic loader at the kiln it was built against", generated, Version(), loaded)
+	}
+	return nil
+}
 
 // withPath adds fs.ErrNotExist to an ErrIO failure about one of paths when
 // that path does not exist, so that callers can test for a missing file the
@@ -221,6 +246,13 @@ func NewContext(opts ...ContextOption) (*Context, error) {
 	return c, nil
 }
 
+// String is "Context(default device cpu)" (cuda:0 where CUDA is usable),
+// or "Context(closed)".
+func (c *Context) String() string {
+	dev, err := c.DefaultDevice()
+	return closedOr("Context", "default device "+dev.String(), err)
+}
+
 // Close releases the caller's reference; objects created from the context
 // keep it alive until they are closed too. Closing twice does nothing.
 func (c *Context) Close() { c.release(c, capi.Context_release) }
@@ -229,6 +261,17 @@ func (c *Context) Close() { c.release(c, capi.Context_release) }
 func (c *Context) SetSeed(seed uint64) error {
 	defer runtime.KeepAlive(c)
 	return capi.Context_set_seed(c.h, seed)
+}
+
+// closedOr is "kind(text)", or "kind(closed)" when one of the calls that made
+// text failed: the object was closed, perhaps by another goroutine meanwhile.
+func closedOr(kind, text string, errs ...error) string {
+	for _, err := range errs {
+		if err != nil {
+			return kind + "(closed)"
+		}
+	}
+	return kind + "(" + text + ")"
 }
 
 func boolInt(b bool) int {

@@ -48,6 +48,24 @@ func TestVersion(t *testing.T) {
 	}
 }
 
+// The init-time check: the package starts only when the header cgo read and
+// the loaded library have the ABI its raw layer was generated for (this
+// process got past init, so the real versions agree).
+func TestABICheck(t *testing.T) {
+	if kiln.LoadedABIVersion() != kiln.ABIVersion {
+		t.Fatalf("init let ABI %d through for %d", kiln.LoadedABIVersion(), kiln.ABIVersion)
+	}
+	if err := kiln.CheckABI(1, 1, 1); err != nil {
+		t.Fatalf("matching versions refused: %v", err)
+	}
+	if err := kiln.CheckABI(1, 2, 1); err == nil || !strings.Contains(err.Error(), "kiln.h of ABI 2") {
+		t.Fatalf("another header: %v", err)
+	}
+	if err := kiln.CheckABI(1, 1, 3); err == nil || !strings.Contains(err.Error(), "loaded at run time (version "+kiln.Version()+") has ABI 3") {
+		t.Fatalf("another library: %v", err)
+	}
+}
+
 func TestDevices(t *testing.T) {
 	ctx := newContext(t)
 	devs := must(ctx.Devices())

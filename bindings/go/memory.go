@@ -7,14 +7,19 @@ import (
 
 // The garbage collector sees a Tensor as a few words of Go memory, not the
 // native buffer behind it, so a loop that drops tensors without Close would
-// run for gigabytes before a collection ran their finalizers. Tensors count
-// the bytes they allocate here, and the goroutine whose allocation pushes
-// the bytes allocated since the last collection past both minGCBytes and
-// half of all outstanding tensor bytes runs one: garbage then stays within
-// about the live tensor memory plus minGCBytes, as GOGC=100 keeps the heap.
+// run for gigabytes before a collection ran their finalizers. Go has no
+// AddMemoryPressure, so the package keeps that count itself: the bytes
+// tensors hold now (added when one is made, taken off when it is closed or
+// finalized), and runs a collection when they grow past twice the least they
+// came down to since the last one, and at least minGCBytes: as GOGC=100 lets
+// the heap grow to twice what the last collection left. What the finalizers
+// free after a collection lowers that least value, so the next limit follows
+// the tensors really in use; and a program that closes its tensors never
+// grows the count, so it never pays for a collection.
 var native struct {
-	outstanding atomic.Int64 // bytes of counted tensors not yet released
-	sinceGC     atomic.Int64 // bytes allocated since the last forced collection
+	held        atomic.Int64 // bytes of counted tensors not yet released
+	least       atomic.Int64 // the smallest held has been since the last forced collection
+	collecting  atomic.Bool  // a goroutine is running the forced collection
 	collections atomic.Int64 // collections forced so far
 }
 
@@ -26,32 +31,47 @@ var native struct {
 // 32 MiB here, 280 MiB with 64 MiB).
 const minGCBytes = 32 << 20
 
+// gcLimit is the count of held bytes at which noteAlloc collects, given the
+// least count since the last collection.
+func gcLimit(least int64) int64 {
+	if limit := 2 * least; limit > minGCBytes {
+		return limit
+	}
+	return minGCBytes
+}
+
 func noteAlloc(n int64) {
 	if n <= 0 {
 		return
 	}
-	out := native.outstanding.Add(n)
-	since := native.sinceGC.Add(n)
-	limit := out / 2
-	if limit < minGCBytes {
-		limit = minGCBytes
+	held := native.held.Add(n)
+	// One goroutine collects; the others go on meanwhile.
+	if held < gcLimit(native.least.Load()) || !native.collecting.CompareAndSwap(false, true) {
+		return
 	}
-	// Only the goroutine that resets the counter collects; the others go on.
-	if since >= limit && native.sinceGC.CompareAndSwap(since, 0) {
-		native.collections.Add(1)
-		runtime.GC()
-	}
+	native.collections.Add(1)
+	runtime.GC()
+	// The finalizers the collection queued run later and lower least.
+	native.least.Store(native.held.Load())
+	native.collecting.Store(false)
 }
 
 func noteFree(n int64) {
-	if n > 0 {
-		native.outstanding.Add(-n)
+	if n <= 0 {
+		return
+	}
+	held := native.held.Add(-n)
+	for {
+		least := native.least.Load()
+		if held >= least || native.least.CompareAndSwap(least, held) {
+			return
+		}
 	}
 }
 
 // NativeMemory reports the bytes held by tensors not yet closed or
 // finalized (views count nothing: they share their source's storage) and
 // the number of garbage collections this package has run because of them.
-func NativeMemory() (outstanding int64, collections int64) {
-	return native.outstanding.Load(), native.collections.Load()
+func NativeMemory() (held int64, collections int64) {
+	return native.held.Load(), native.collections.Load()
 }

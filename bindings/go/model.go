@@ -1,6 +1,7 @@
 package kiln
 
 import (
+	"fmt"
 	"runtime"
 
 	"github.com/kiln-ml/kiln/bindings/go/internal/capi"
@@ -145,6 +146,22 @@ func (c *Context) ImportONNX(path string) (*Model, error) {
 func (m *Model) ExportONNX(path string) error {
 	defer runtime.KeepAlive(m)
 	return withWritePath(capi.Model_export_onnx(m.h, path), path)
+}
+
+// String is "Model(784-32-10, 25450 parameters, f32, cpu)", or
+// "Model(closed)".
+func (m *Model) String() string {
+	spec, err1 := m.Describe()
+	n, err2 := m.NumParameters()
+	dev, err3 := m.Device()
+	p, _, err4 := m.Parameter(0)
+	var dt DType
+	var err5 error
+	if err4 == nil {
+		dt, err5 = p.dtype()
+		p.Close()
+	}
+	return closedOr("Model", fmt.Sprintf("%s, %d parameters, %v, %v", spec, n, dt, dev), err1, err2, err3, err4, err5)
 }
 
 // Close releases the caller's reference (a trainer keeps its model alive).

@@ -97,15 +97,10 @@ func (t *Tensor) Close() {
 // String is "Tensor(shape=[2 3], dtype=f32, device=cpu)", or
 // "Tensor(closed)".
 func (t *Tensor) String() string {
-	shape, err := t.Shape()
-	if err != nil {
-		return "Tensor(closed)"
-	}
-	dev, err := t.Device()
-	if err != nil {
-		return "Tensor(closed)"
-	}
-	return fmt.Sprintf("Tensor(shape=%v, dtype=%v, device=%v)", shape, t.DType(), dev)
+	shape, err1 := t.Shape()
+	dt, err2 := t.dtype()
+	dev, err3 := t.Device()
+	return closedOr("Tensor", fmt.Sprintf("shape=%v, dtype=%v, device=%v", shape, dt, dev), err1, err2, err3)
 }
 
 // FromSlice copies data into a new tensor of the given shape on dev; its
@@ -122,7 +117,13 @@ func ToSlice[T Element](t *Tensor) ([]T, error) {
 	if err != nil {
 		return nil, err
 	}
-	if dt, want := t.DType(), DTypeOf[T](); dt != want {
+	// The dtype's own error, not a mismatch with -1, when a Close on
+	// another goroutine came between the two reads.
+	dt, err := t.dtype()
+	if err != nil {
+		return nil, err
+	}
+	if want := DTypeOf[T](); dt != want {
 		return nil, &Error{Status: ErrDTypeMismatch, Message: fmt.Sprintf("tensor is %v, not %v", dt, want)}
 	}
 	out := make([]T, n)
@@ -213,12 +214,18 @@ func (t *Tensor) NumEl() (int64, error) {
 
 // DType is the element type; -1 for a closed tensor.
 func (t *Tensor) DType() DType {
-	defer runtime.KeepAlive(t)
-	var dt int32
-	if capi.Tensor_dtype(t.h, &dt) != nil {
+	dt, err := t.dtype()
+	if err != nil {
 		return -1
 	}
-	return DType(dt)
+	return dt
+}
+
+func (t *Tensor) dtype() (DType, error) {
+	defer runtime.KeepAlive(t)
+	var dt int32
+	err := capi.Tensor_dtype(t.h, &dt)
+	return DType(dt), err
 }
 
 // Dim is the size of dimension dim; a negative dim counts from the end.

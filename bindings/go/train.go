@@ -3,6 +3,7 @@ package kiln
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"runtime/cgo"
 	"time"
@@ -165,6 +166,15 @@ func NewTrainer(m *Model, opts ...TrainerOption) (*Trainer, error) {
 	t := &Trainer{handle{h: h}, m.ctx}
 	runtime.SetFinalizer(t, (*Trainer).Close)
 	return t, nil
+}
+
+// String is "Trainer(2 epochs, 1876 steps done, lr 0.001)", or
+// "Trainer(closed)".
+func (t *Trainer) String() string {
+	epochs, err1 := t.EpochsDone()
+	steps, err2 := t.StepsDone()
+	lr, err3 := t.CurrentLR()
+	return closedOr("Trainer", fmt.Sprintf("%d epochs, %d steps done, lr %g", epochs, steps, lr), err1, err2, err3)
 }
 
 // Close releases the trainer. It may be called more than once, from any

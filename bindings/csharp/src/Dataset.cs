@@ -53,6 +53,11 @@ namespace Kiln
         /// <summary>Releases this reference (splits and trainers keep theirs).</summary>
         public void Dispose() => Handle.Dispose();
 
+        /// <summary>"Dataset(60000 samples, 784 features, 10 classes)", or
+        /// "Dataset(disposed)".</summary>
+        public override string ToString() =>
+            Handle.IsClosed ? "Dataset(disposed)" : $"Dataset({Count} samples, {NumFeatures} features, {NumClasses} classes)";
+
         /// <summary>The number of samples.</summary>
         public long Count { get { Native.Check(NativeMethods.kiln_dataset_size(Handle, out long n)); return n; } }
         /// <summary>Features per sample.</summary>

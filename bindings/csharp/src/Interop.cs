@@ -46,41 +46,58 @@ namespace Kiln
     }
 
     /// <summary>Tells the garbage collector about tensor storage, which it cannot
-    /// see: a 256 KiB tensor is a few dozen managed bytes. GC.AddMemoryPressure
-    /// does that on .NET; Mono accepts it but never collects because of it
-    /// (measured: 2 GB of pressure, no collection), so every Budget bytes of new
-    /// storage also forces a collection, and when the storage still alive is far
-    /// past the budget, waits for the finalizers that release it.</summary>
+    /// see: a 256 KiB tensor is a few dozen managed bytes. Counts the bytes
+    /// tensors hold (added when one is made, taken off when it is disposed or
+    /// finalized) and passes them on with GC.AddMemoryPressure, which .NET's
+    /// collector acts on. Mono accepts the pressure but never collects because of
+    /// it (measured: 2 GB of it, no collection), so there, and only there, a
+    /// collection is forced when the bytes held grow past twice the least they
+    /// came down to since the last forced one (and Budget), as a collector's heap
+    /// limit follows what the last collection left: finalizers freeing garbage
+    /// lower that least value, and a program that disposes its tensors never
+    /// grows the count, so it never pays for a collection.</summary>
     internal static class NativeMemory
     {
         internal const long Budget = 64L << 20;
-        static long live, sinceCollection;
-        static int collections;
+        static readonly bool pressureIgnored = Type.GetType("Mono.Runtime") != null;
+        static long held, least;
+        static int collecting, forced;
 
         /// <summary>Bytes of tensor storage whose handles are not released yet.</summary>
-        internal static long Live => Interlocked.Read(ref live);
+        internal static long Live => Interlocked.Read(ref held);
+
+        /// <summary>Collections forced so far (only where pressure is ignored).</summary>
+        internal static int Forced => Volatile.Read(ref forced);
 
         internal static void Add(long bytes)
         {
             if (bytes <= 0) return;
             GC.AddMemoryPressure(bytes);
-            Interlocked.Add(ref live, bytes);
-            int seen = GC.CollectionCount(0);
-            if (Interlocked.Exchange(ref collections, seen) != seen)
-                Interlocked.Exchange(ref sinceCollection, 0); // the runtime collected on its own
-            if (Interlocked.Add(ref sinceCollection, bytes) < Budget) return;
-            Interlocked.Exchange(ref sinceCollection, 0);
-            GC.Collect();
-            // Not inside a callback from kiln: a finalizer's release could wait for
-            // a lock the interrupted kiln call holds.
-            if (Live > 4 * Budget && Callbacks.Depth == 0) GC.WaitForPendingFinalizers();
+            long now = Interlocked.Add(ref held, bytes);
+            if (!pressureIgnored || now < Math.Max(Budget, 2 * Interlocked.Read(ref least))) return;
+            if (Interlocked.CompareExchange(ref collecting, 1, 0) != 0) return; // another thread collects
+            try
+            {
+                Interlocked.Increment(ref forced);
+                GC.Collect();
+                // Not inside a callback from kiln: a finalizer's release could wait for
+                // a lock the interrupted kiln call holds.
+                if (now > 4 * Budget && Callbacks.Depth == 0) GC.WaitForPendingFinalizers();
+                Interlocked.Exchange(ref least, Live);
+            }
+            finally
+            {
+                Volatile.Write(ref collecting, 0);
+            }
         }
 
         internal static void Remove(long bytes)
         {
             if (bytes <= 0) return;
-            Interlocked.Add(ref live, -bytes);
+            long now = Interlocked.Add(ref held, -bytes);
             GC.RemoveMemoryPressure(bytes);
+            for (long seen = Interlocked.Read(ref least); now < seen; seen = Interlocked.Read(ref least))
+                if (Interlocked.CompareExchange(ref least, now, seen) == seen) return;
         }
     }
 

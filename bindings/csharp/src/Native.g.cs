@@ -467,7 +467,9 @@ namespace Kiln
     /// <summary>One P/Invoke declaration per KILN_API function, named as in C.</summary>
     internal static unsafe partial class NativeMethods
     {
-        const string Lib = "kiln";
+        /// <summary>The soname of the ABI this file was generated for: a libkiln of
+        /// another ABI is another file, never loaded in its place.</summary>
+        internal const string Lib = "libkiln.so.1";
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern IntPtr kiln_version_string();
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]

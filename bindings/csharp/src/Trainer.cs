@@ -372,6 +372,13 @@ namespace Kiln
             return (loss, accuracy);
         }
 
+        /// <summary>"Trainer(2 epochs, 1876 steps done, lr 0.001)", or
+        /// "Trainer(disposed)".</summary>
+        public override string ToString() =>
+            handle.IsClosed ? "Trainer(disposed)"
+                            : "Trainer(" + EpochsDone + " epochs, " + StepsDone + " steps done, lr " +
+                              CurrentLr.ToString(System.Globalization.CultureInfo.InvariantCulture) + ")";
+
         /// <summary>Epochs done (checkpoints restore it).</summary>
         public long EpochsDone { get { Native.Check(NativeMethods.kiln_trainer_epochs_done(handle, out long n)); return n; } }
         /// <summary>Optimisation steps done (checkpoints restore it).</summary>

@@ -57,10 +57,29 @@ static partial class Tests
         Check(assembly.GetName().Version == new Version(want.Major, want.Minor, want.Build, 0), "assembly version " + assembly.GetName().Version);
         string docs = Path.ChangeExtension(assembly.Location, ".xml");
         Check(File.Exists(docs) && File.ReadAllText(docs).Contains("<member name=\"M:Kiln.Tensor.Matmul(Kiln.Tensor)\">"), "XML docs in " + docs);
+        // A .NET Standard 2.1 assembly, as its package folder says: netstandard is all it references.
+        var refs = assembly.GetReferencedAssemblies().Select(r => r.Name + " " + r.Version).ToList();
+        Check(refs.SequenceEqual(new[] { "netstandard 2.1.0.0" }), "Kiln.dll references " + string.Join(", ", refs));
         Check(Library.StatusName(Status.ShapeMismatch) == "KILN_ERROR_SHAPE_MISMATCH", "status name");
         Check(Library.StatusName((Status)99) == "KILN_ERROR_UNKNOWN", "unknown status name");
         Check(Library.DTypeName(DType.BF16) == "bf16" && Library.DTypeSize(DType.F64) == 8, "dtype name and size");
         Check(Library.DTypeName((DType)99) == null && Library.DTypeSize((DType)99) == 0, "unknown dtype");
+    }
+
+    /// The versioned soname is what is loaded (beside Kiln.dll, where the runner
+    /// runs from, as a Mono program does: no LD_LIBRARY_PATH), never the
+    /// unversioned libkiln.so, and a library of another ABI is refused, naming both.
+    public static void LoadsTheVersionedLibraryAndChecksItsAbi()
+    {
+        Check(Library.AbiVersion == HeaderConstants.AbiVersion, "ABI " + Library.AbiVersion);
+        var mapped = File.ReadAllLines("/proc/self/maps").Where(l => l.Contains("/libkiln")).Select(l => l.Split(' ').Last())
+                         .Distinct().ToList();
+        string beside = Path.Combine(Path.GetDirectoryName(typeof(Tensor).Assembly.Location), "libkiln.so." + HeaderConstants.AbiVersion);
+        Check(mapped.Contains(beside) && !mapped.Any(p => p.EndsWith("/libkiln.so")), "mapped: " + string.Join(", ", mapped));
+        AbiCheck.Check(HeaderConstants.AbiVersion);
+        var e = Throws<BadImageFormatException>(() => AbiCheck.Check(HeaderConstants.AbiVersion + 1));
+        Check(e.Message.Contains("generated for kiln ABI " + HeaderConstants.AbiVersion) &&
+              e.Message.Contains("libkiln.so." + HeaderConstants.AbiVersion + " loaded has ABI " + (HeaderConstants.AbiVersion + 1)), e.Message);
     }
 
     public static void Devices()

@@ -40,7 +40,7 @@ pub use error::{Error, Result, Status};
 pub use model::{LayerKind, Model, ModelSpec, PredictKind};
 pub use tensor::{BinaryOp, CompareOp, DType, Element, PinnedTensor, ReduceOp, Tensor, UnaryOp, View, ViewMut};
 pub use train::{loss, Batches, Dataset, EpochStats, Epochs, FastPath, LossKind, Optimizer, Precision, Progress,
-                ProgressPhase, Schedule, Trainer, TrainerOptions};
+                ProgressPhase, Schedule, Trainer, TrainerOptions, Validation};
 
 use std::ffi::{CStr, CString};
 use std::path::Path;

@@ -480,14 +480,23 @@ pub struct EpochStats {
     pub train_loss: f64,
     /// Classification only, else 0.
     pub train_accuracy: f64,
-    /// (loss, accuracy) on the validation data, when there was some.
-    pub validation: Option<(f64, f64)>,
+    /// Loss and accuracy on the validation data, when there was some.
+    pub validation: Option<Validation>,
     /// Wall time of the epoch.
     pub duration: Duration,
     /// Training throughput.
     pub samples_per_second: f64,
     /// The learning rate at the epoch's end.
     pub lr: f64,
+}
+
+/// An epoch's figures on the validation data (`EpochStats::validation`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Validation {
+    /// Mean loss over the validation samples.
+    pub loss: f64,
+    /// Classification only, else 0.
+    pub accuracy: f64,
 }
 
 impl fmt::Display for EpochStats {
@@ -502,8 +511,8 @@ impl fmt::Display for EpochStats {
 impl EpochStats {
     fn write_figures(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "loss {:.4}, accuracy {:.4}", self.train_loss, self.train_accuracy)?;
-        if let Some((loss, acc)) = self.validation {
-            write!(f, ", validation loss {loss:.4} accuracy {acc:.4}")?;
+        if let Some(v) = self.validation {
+            write!(f, ", validation loss {:.4} accuracy {:.4}", v.loss, v.accuracy)?;
         }
         write!(f, ", {:.2} s, {:.0} samples/s", self.duration.as_secs_f64(), self.samples_per_second)
     }
@@ -535,7 +544,7 @@ impl From<&sys::kiln_epoch_stats> for EpochStats {
             epoch: s.epoch,
             train_loss: s.train_loss,
             train_accuracy: s.train_accuracy,
-            validation: (s.has_validation != 0).then_some((s.val_loss, s.val_accuracy)),
+            validation: (s.has_validation != 0).then_some(Validation { loss: s.val_loss, accuracy: s.val_accuracy }),
             duration: seconds(s.seconds),
             samples_per_second: s.samples_per_second,
             lr: s.lr,
@@ -631,11 +640,12 @@ extern "C" fn progress_trampoline(user: *mut c_void, progress: *const sys::kiln_
 }
 
 /// Trains a model it borrows mutably, so nothing else runs or changes the
-/// model meanwhile. `Send`, not `Sync`: one thread at a time.
+/// model meanwhile; `Trainer::model` lends it back for reading (save,
+/// predict) between steps. `Send`, not `Sync`: one thread at a time.
 pub struct Trainer<'m> {
     raw: NonNull<sys::kiln_trainer>,
     communicator: Option<Communicator>,
-    _model: PhantomData<&'m mut Model>,
+    model: &'m mut Model,
 }
 
 // SAFETY: kiln.h: a trainer is used by one thread at a time (no Sync) and
@@ -674,7 +684,30 @@ impl<'m> Trainer<'m> {
     pub fn new(model: &'m mut Model, options: &TrainerOptions) -> Result<Trainer<'m>> {
         let o = options.to_raw()?;
         let raw = create(|p| unsafe { sys::kiln_trainer_create(model.ptr(), o.0.as_ptr(), p) })?;
-        Ok(Trainer { raw, communicator: None, _model: PhantomData })
+        Ok(Trainer { raw, communicator: None, model })
+    }
+
+    /// The model being trained, to save, evaluate or predict with between
+    /// steps and epochs (no step can run while this borrow lives):
+    ///
+    /// ```no_run
+    /// # use kiln::*;
+    /// # let ctx = Context::new()?;
+    /// # let (train, test) = (Dataset::load_mnist(&ctx, "data", "train")?, Dataset::load_mnist(&ctx, "data", "test")?);
+    /// let mut model = Model::from_text(&ctx, "784-32-10", Device::Cpu)?;
+    /// let mut trainer = Trainer::new(&mut model, &TrainerOptions::default())?;
+    /// for epoch in 1..=3 {
+    ///     let stats = trainer.epoch(&train)?;
+    ///     trainer.model().save(format!("epoch{epoch}.safetensors"))?;
+    ///     let (loss, accuracy) = trainer.evaluate(&test)?;
+    ///     println!("{stats}; test loss {loss:.4}, accuracy {accuracy:.4}");
+    /// }
+    /// drop(trainer);
+    /// model.save("final.safetensors")?; // the borrow ends with the trainer
+    /// # Ok::<(), kiln::Error>(())
+    /// ```
+    pub fn model(&self) -> &Model {
+        self.model
     }
 
     fn ptr(&self) -> *mut sys::kiln_trainer {

@@ -162,7 +162,7 @@ fn fit_blobs(precision: Precision) -> (f64, f64) {
     let mut trainer = Trainer::new(&mut model, &options).unwrap();
     let history = trainer.fit(&train, Some(&val), 5).unwrap();
     let last = history.last().unwrap();
-    (last.train_loss, last.validation.expect("validation stats").1)
+    (last.train_loss, last.validation.expect("validation stats").accuracy)
 }
 
 #[test]
@@ -660,4 +660,53 @@ fn batches_cover_the_dataset_in_order_for_step_wise_training() {
         trainer.epochs(&data, 10).map(Result::unwrap).take_while(|s| s.epoch < 3).collect();
     assert_eq!(stats.iter().map(|s| s.epoch).collect::<Vec<_>>(), vec![1, 2]);
     assert_eq!(trainer.epochs_done().unwrap(), 3);
+}
+
+/// The model stays reachable through its trainer, so that saving and
+/// predicting between epochs compiles; what was saved then is the model of
+/// that moment, and training goes on afterwards.
+#[test]
+fn trainer_lends_its_model_between_epochs() {
+    let ctx = common::context();
+    let dir = common::temp_dir("lend");
+    let (x, y) = common::tensors(&ctx, 256);
+    let data = Dataset::from_tensors(&ctx, &x, &y).unwrap();
+    let mut model = Model::from_text(&ctx, "16-8-4", Device::Cpu).unwrap();
+    let options = TrainerOptions::default().optimizer(Optimizer::Adam).lr(0.01).batch_size(32);
+    let mut trainer = Trainer::new(&mut model, &options).unwrap();
+    let mut saved = Vec::new();
+    for epoch in 1..=2 {
+        let stats = trainer.epoch(&data).unwrap();
+        assert_eq!(stats.epoch, epoch);
+        assert_eq!(stats.validation, None);
+        let path = dir.join(format!("epoch{epoch}.safetensors"));
+        trainer.model().save(&path).unwrap();
+        saved.push((path, common::logits(trainer.model(), &x)));
+    }
+    assert_eq!(trainer.steps_done().unwrap(), 16); // 2 epochs of 256 / 32 batches
+    drop(trainer);
+    assert_ne!(saved[0].1, saved[1].1, "the second epoch changed nothing");
+    for (path, logits) in &saved {
+        let loaded = Model::load(&ctx, path, Device::Cpu).unwrap();
+        assert_eq!(&common::logits(&loaded, &x), logits);
+    }
+    assert_eq!(common::logits(&model, &x), saved[1].1);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Validation figures are named fields.
+#[test]
+fn epoch_validation_has_named_fields() {
+    let ctx = common::context();
+    let (x, y) = common::tensors(&ctx, 256);
+    let data = Dataset::from_tensors(&ctx, &x, &y).unwrap();
+    let (train, test) = data.split(0.25, 3).unwrap();
+    let mut model = Model::from_text(&ctx, "16-8-4", Device::Cpu).unwrap();
+    let mut trainer = Trainer::new(&mut model, &TrainerOptions::default().batch_size(32)).unwrap();
+    let history = trainer.fit(&train, Some(&test), 1).unwrap();
+    let kiln::Validation { loss, accuracy } = history[0].validation.expect("validation figures");
+    let (eval_loss, eval_accuracy) = trainer.evaluate(&test).unwrap();
+    assert!((loss - eval_loss).abs() < 1e-9 && (accuracy - eval_accuracy).abs() < 1e-12,
+            "fit's validation {loss} {accuracy}, evaluate's {eval_loss} {eval_accuracy}");
+    assert!(history[0].to_string().contains(&format!("validation loss {loss:.4} accuracy {accuracy:.4}")));
 }

@@ -1,0 +1,6 @@
+//go:build !race
+
+package kiln_test
+
+// raceEnabled shortens the loops the race detector slows down.
+const raceEnabled = false
