@@ -124,6 +124,7 @@ Tensor Tensor::wrap(const std::shared_ptr<Context> &ctx, void *data, const Shape
   // hand foreign memory to a backend's free.
   t.storage_ = std::make_shared<Storage>(ctx, &backend, device, nullptr, bytes, pinned);
   t.storage_->release = std::move(release);
+  t.storage_->foreign_writers.store(1);  // its owner may write it at any time
   if (bytes > 0) t.storage_->data = data;
   t.shape_ = shape;
   t.dtype_ = dtype;
@@ -236,6 +237,7 @@ void Tensor::copy_from_host(const void *src, int64_t n) const {
   if (n == 0) return;
   check(src != nullptr, KILN_ERROR_INVALID_ARGUMENT, "host buffer is NULL");
   backend().copy_to_device(device().index, data(), src, n, false);
+  note_written();
 }
 
 void Tensor::copy_from(const Tensor &src) const {
@@ -262,6 +264,7 @@ void Tensor::copy_from(const Tensor &src) const {
     src.backend().copy_to_host(from.index, staging.get(), src.data(), n, false);
     backend().copy_to_device(to.index, data(), staging.get(), n, false);
   }
+  note_written();
 }
 
 Tensor Tensor::clone() const {
