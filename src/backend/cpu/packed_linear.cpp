@@ -103,17 +103,22 @@ bool linear_packed(ThreadPool &pool, const PackedLinearArgs &args) {
     kernels.product(job, 0, rows, 0, blocks);
     return true;
   }
-  // A few rows: each thread streams its own share of the weights' blocks.
-  // Many: each takes whole row tiles and reads all the weights (from L2 or
-  // L3), up to a few chunks per thread so a late one is covered by the rest.
-  const int64_t row_units = (rows + kernels.gemm_rows - 1) / kernels.gemm_rows;
-  if (blocks >= chunks && rows <= 4 * kernels.gemm_rows) {
-    pool.parallel_for(blocks, (blocks + chunks - 1) / chunks,
+  // Up to one row chunk (the kernels' pass over the weights): each thread
+  // streams its own share of the weights' blocks past all the rows, so the
+  // weights are read once in all. More rows, or a single block: each thread
+  // takes whole row chunks (row tiles when there are few), reading all the
+  // weights once per chunk as one thread would, a few pieces per thread so
+  // that a late one is covered by the rest.
+  if (rows <= kernels.row_chunk && blocks >= 2) {
+    const int64_t pieces = std::min(blocks, chunks);
+    pool.parallel_for(blocks, (blocks + pieces - 1) / pieces,
                       [&](int64_t b0, int64_t b1) { kernels.product(job, 0, rows, b0, b1); });
   } else {
-    const int64_t pieces = std::min(row_units, chunks * 4);
-    pool.parallel_for(row_units, (row_units + pieces - 1) / pieces, [&](int64_t u0, int64_t u1) {
-      kernels.product(job, u0 * kernels.gemm_rows, std::min(rows, u1 * kernels.gemm_rows), 0, blocks);
+    const int64_t unit = rows >= 2 * chunks * kernels.row_chunk ? kernels.row_chunk : kernels.gemm_rows;
+    const int64_t units = (rows + unit - 1) / unit;
+    const int64_t pieces = std::min(units, chunks * 4);
+    pool.parallel_for(units, (units + pieces - 1) / pieces, [&](int64_t u0, int64_t u1) {
+      kernels.product(job, u0 * unit, std::min(rows, u1 * unit), 0, blocks);
     });
   }
   return true;

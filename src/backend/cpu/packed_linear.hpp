@@ -41,6 +41,7 @@ struct PackedKernels {
   const char *name;      // "avx512", "avx2"
   int64_t block_cols;    // columns per packed block
   int64_t gemm_rows;     // rows of the tile for many rows
+  int64_t row_chunk;     // rows per pass over the weights (a multiple of gemm_rows)
   double fmas_per_ns;    // a conservative single-core rate, for the thread choice
   // W [out, in] into blocks; packed holds packed_floats(out, in) floats.
   void (*pack)(const float *w, int64_t out, int64_t in, float *packed);

@@ -75,8 +75,8 @@ KILN_ISA_TARGET inline V vleaky(V x, float alpha) {
 const PackedKernels *avx512_packed_kernels() {
   // A tile of 8 rows issues two FMAs per cycle on one core at ~2.5 GHz:
   // 80 multiply-adds per ns at best; 50 leaves room for clocks and loads.
-  static const PackedKernels kernels{"avx512", avx512::kBlockCols, avx512::kGemmRows, 50.0, avx512::pack,
-                                     avx512::product};
+  static const PackedKernels kernels{"avx512",        avx512::kBlockCols, avx512::kGemmRows, avx512::kRowChunk,
+                                     50.0,            avx512::pack,       avx512::product};
   static const bool usable = [] {
     __builtin_cpu_init();  // harmless if done, needed if we run before libgcc's constructor
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
@@ -86,7 +86,8 @@ const PackedKernels *avx512_packed_kernels() {
 }
 
 const PackedKernels *avx2_packed_kernels() {
-  static const PackedKernels kernels{"avx2", avx2::kBlockCols, avx2::kGemmRows, 25.0, avx2::pack, avx2::product};
+  static const PackedKernels kernels{"avx2", avx2::kBlockCols, avx2::kGemmRows, avx2::kRowChunk,
+                                     25.0,   avx2::pack,        avx2::product};
   static const bool usable = [] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
