@@ -1,13 +1,15 @@
 /* Shared helpers for kiln's CMocka tests; see support.h. */
-#define _XOPEN_SOURCE 700
+#define _GNU_SOURCE /* _XOPEN_SOURCE 700, and RTLD_DEFAULT */
 
 #include "support.h"
 
+#include <dlfcn.h>
 #include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- status assertions ------------------------------------------------ */
 
@@ -292,4 +294,21 @@ void kiln_test_file_fixture_destroy(kiln_test_file_fixture *f) {
   kiln_test_remove_tree(f->dir);
   kiln_context_release(f->ctx);
   free(f);
+}
+
+int kiln_test_preload(const char *library, const char *probe, char **argv) {
+  if (dlsym(RTLD_DEFAULT, probe)) return 0;
+  if (getenv("KILN_TEST_PRELOADED")) {
+    fprintf(stderr, "%s is preloaded but %s is not found in it\n", library, probe);
+    return -1;
+  }
+  const char *asan = getenv("ASAN_OPTIONS");
+  char asan_options[1024];
+  snprintf(asan_options, sizeof asan_options, "%s%sverify_asan_link_order=0", asan ? asan : "", asan && *asan ? ":" : "");
+  if (setenv("LD_PRELOAD", library, 1) != 0 || setenv("ASAN_OPTIONS", asan_options, 1) != 0 ||
+      setenv("KILN_TEST_PRELOADED", "1", 1) != 0)
+    return -1;
+  execv("/proc/self/exe", argv);
+  perror("execv /proc/self/exe");
+  return -1;
 }

@@ -156,6 +156,16 @@ kiln_test_file_fixture *kiln_test_file_fixture_create(const char *name);
 /* Removes the directory and everything in it, and releases the context. */
 void kiln_test_file_fixture_destroy(kiln_test_file_fixture *f);
 
+/* ---- a preloaded allocator ------------------------------------------------ */
+
+/* Makes sure `library` (tests/oom/failmalloc.cpp, which counts and can fail
+ * allocations) is preloaded: returns 0 when it is (its function `probe` is
+ * found), else re-executes this program (argv) with LD_PRELOAD set to it and
+ * returns only if that fails (-1, with a message on stderr). Under
+ * AddressSanitizer it comes before the sanitizer's runtime in the lookup
+ * order, which ASan allows only with verify_asan_link_order=0. */
+int kiln_test_preload(const char *library, const char *probe, char **argv);
+
 #ifdef __cplusplus
 }
 #endif
