@@ -13,6 +13,7 @@
 #include <dlfcn.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -312,6 +313,59 @@ static void packed_weights_follow_dlpack_writes(void **state) {
   cool_down(&w);
 }
 
+/* Several threads predicting with one model at once (a model used for
+ * inference may be shared): each gets its own buffers, and the first calls
+ * race to pack the weights. Every result must match the reference. */
+typedef struct {
+  kiln_model *model;
+  kiln_tensor *xt;
+  const double *want;
+  int64_t n;
+  int ok;
+} racer;
+
+static void *race(void *arg) {
+  racer *r = arg;
+  r->ok = 1;
+  for (int i = 0; i < 50 && r->ok; ++i) {
+    kiln_tensor *y = NULL;
+    float got[64 * 7];
+    r->ok = kiln_model_predict(r->model, r->xt, KILN_PREDICT_LOGITS, &y) == KILN_OK &&
+            kiln_tensor_copy_to_host(y, got, (int64_t)sizeof(float) * r->n) == KILN_OK;
+    for (int64_t j = 0; j < r->n && r->ok; ++j) r->ok = fabs(got[j] - r->want[j]) <= 1e-5 + 1e-5 * fabs(r->want[j]);
+    kiln_tensor_release(y);
+  }
+  return NULL;
+}
+
+static void predict_from_several_threads(void **state) {
+  (void)state;
+  kiln_context *ctx = context(2);
+  kiln_model *model = model_of(ctx, specs[0].text);
+  const int64_t batches[4] = {1, 8, 64, 13};
+  racer racers[4];
+  double *inputs[4];
+  pthread_t threads[4];
+  for (int t = 0; t < 4; ++t) {
+    inputs[t] = malloc(sizeof(double) * (size_t)(batches[t] * 20));
+    assert_non_null(inputs[t]);
+    racers[t].model = model;
+    racers[t].xt = input(ctx, inputs[t], batches[t], 20, 40 + (uint64_t)t);
+    racers[t].want = reference(model, &specs[0], inputs[t], batches[t]);
+    racers[t].n = batches[t] * 7;
+  }
+  for (int t = 0; t < 4; ++t) assert_int_equal(pthread_create(&threads[t], NULL, race, &racers[t]), 0);
+  for (int t = 0; t < 4; ++t) {
+    assert_int_equal(pthread_join(threads[t], NULL), 0);
+    assert_true(racers[t].ok);
+    kiln_tensor_release(racers[t].xt);
+    free((void *)racers[t].want);
+    free(inputs[t]);
+  }
+  kiln_model_release(model);
+  kiln_context_release(ctx);
+}
+
 /* Allocations of one call, counted by the preloaded allocator. */
 static long allocations_of_predict(kiln_model *model, kiln_tensor *xt, kiln_predict_kind kind) {
   kiln_tensor *y = NULL;
@@ -389,6 +443,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(packed_weights_follow_training),
       cmocka_unit_test(packed_weights_follow_load_weights),
       cmocka_unit_test(packed_weights_follow_dlpack_writes),
+      cmocka_unit_test(predict_from_several_threads),
       cmocka_unit_test(predict_allocates_only_its_result),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
