@@ -38,7 +38,9 @@ constexpr int kLanes = 16;
 constexpr int64_t kGemmRows = 8;
 // 2 * NB * MR accumulators of the 32 registers.
 constexpr int small_blocks(int rows) { return rows <= 3 ? 4 : rows <= 6 ? 2 : 1; }
+KILN_ISA_TARGET inline V vzero() { return _mm512_setzero_ps(); }
 KILN_ISA_TARGET inline V vset1(float x) { return _mm512_set1_ps(x); }
+KILN_ISA_TARGET inline V vadd(V a, V b) { return _mm512_add_ps(a, b); }
 KILN_ISA_TARGET inline V vload(const float *p) { return _mm512_loadu_ps(p); }
 KILN_ISA_TARGET inline void vstore(float *p, V v) { _mm512_storeu_ps(p, v); }
 KILN_ISA_TARGET inline V vfmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
@@ -59,7 +61,9 @@ constexpr int kLanes = 8;
 constexpr int64_t kGemmRows = 6;
 // 2 * NB * MR accumulators of the 16 registers.
 constexpr int small_blocks(int rows) { return rows == 1 ? 3 : rows <= 3 ? 2 : 1; }
+KILN_ISA_TARGET inline V vzero() { return _mm256_setzero_ps(); }
 KILN_ISA_TARGET inline V vset1(float x) { return _mm256_set1_ps(x); }
+KILN_ISA_TARGET inline V vadd(V a, V b) { return _mm256_add_ps(a, b); }
 KILN_ISA_TARGET inline V vload(const float *p) { return _mm256_loadu_ps(p); }
 KILN_ISA_TARGET inline void vstore(float *p, V v) { _mm256_storeu_ps(p, v); }
 KILN_ISA_TARGET inline V vfmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
