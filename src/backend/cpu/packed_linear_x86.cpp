@@ -43,6 +43,7 @@ KILN_ISA_TARGET inline V vset1(float x) { return _mm512_set1_ps(x); }
 KILN_ISA_TARGET inline V vadd(V a, V b) { return _mm512_add_ps(a, b); }
 KILN_ISA_TARGET inline V vload(const float *p) { return _mm512_loadu_ps(p); }
 KILN_ISA_TARGET inline void vstore(float *p, V v) { _mm512_storeu_ps(p, v); }
+KILN_ISA_TARGET inline void vstore_first(float *p, V v, int n) { _mm512_mask_storeu_ps(p, __mmask16((1u << n) - 1), v); }
 KILN_ISA_TARGET inline V vfmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
 // max(0, x) returns x when x is NaN, as x < 0 ? 0 : x does.
 KILN_ISA_TARGET inline V vrelu(V x) { return _mm512_max_ps(_mm512_setzero_ps(), x); }
@@ -66,6 +67,10 @@ KILN_ISA_TARGET inline V vset1(float x) { return _mm256_set1_ps(x); }
 KILN_ISA_TARGET inline V vadd(V a, V b) { return _mm256_add_ps(a, b); }
 KILN_ISA_TARGET inline V vload(const float *p) { return _mm256_loadu_ps(p); }
 KILN_ISA_TARGET inline void vstore(float *p, V v) { _mm256_storeu_ps(p, v); }
+KILN_ISA_TARGET inline void vstore_first(float *p, V v, int n) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane), v);
+}
 KILN_ISA_TARGET inline V vfmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
 KILN_ISA_TARGET inline V vrelu(V x) { return _mm256_max_ps(_mm256_setzero_ps(), x); }
 KILN_ISA_TARGET inline V vleaky(V x, float alpha) {
