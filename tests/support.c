@@ -41,6 +41,33 @@ kiln_context *kiln_test_context_create(uint64_t seed) {
   return ctx;
 }
 
+kiln_context *kiln_test_cpu_context(uint64_t seed, int64_t threads) {
+  kiln_context_options *options = NULL;
+  kiln_context *ctx = NULL;
+  assert_kiln_ok(kiln_context_options_create(&options));
+  assert_kiln_ok(kiln_context_options_set_seed(options, seed));
+  assert_kiln_ok(kiln_context_options_set_num_threads(options, threads));
+  assert_kiln_ok(kiln_context_options_set_log_level(options, KILN_LOG_ERROR));
+  assert_kiln_ok(kiln_context_options_set_enable_cuda(options, 0));
+  kiln_status status = kiln_context_create(options, &ctx);
+  kiln_context_options_release(options);
+  assert_kiln_ok(status);
+  return ctx;
+}
+
+kiln_model *kiln_test_eval_model(kiln_context *ctx, const char *text) {
+  const kiln_device cpu = {KILN_DEVICE_CPU, -1};
+  kiln_model_spec *spec = NULL;
+  kiln_model *model = NULL;
+  assert_kiln_ok(kiln_model_spec_create(&spec));
+  assert_kiln_ok(kiln_model_spec_parse(spec, text));
+  kiln_status status = kiln_model_create(ctx, spec, cpu, &model);
+  kiln_model_spec_release(spec);
+  assert_kiln_ok(status);
+  assert_kiln_ok(kiln_model_set_training(model, 0));
+  return model;
+}
+
 int kiln_test_context_setup(void **state) {
   *state = kiln_test_context_create(0);
   return 0;

@@ -4,14 +4,10 @@
  * sides of the kernels' tiles, every predict kind and input dtype, with 1
  * and 2 threads; the packed weights following every way the parameters
  * change (a parameter view's copy_from_host, a training step, load_weights,
- * writes through a DLPack export); and a call allocating nothing but its
- * result. The last needs the counting allocator of tests/oom (failmalloc),
- * so main re-executes the program with it preloaded. */
-#define _GNU_SOURCE /* RTLD_DEFAULT */
+ * writes through a DLPack export); and several threads predicting with one
+ * model. test_inference_alloc.c counts a call's allocations. */
 #include "support.h"
 
-#include <dlfcn.h>
-#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -19,9 +15,6 @@
 
 #include "kiln/dlpack.h"
 #include "kiln/kiln.h"
-
-static void (*count_from_here)(long n);
-static int (*count_until_here)(long *allocations);
 
 static const kiln_device cpu = {KILN_DEVICE_CPU, -1};
 
@@ -39,30 +32,6 @@ static const spec_case specs[] = {
     {"30-70-3:sigmoid", 2, "sigmoid", 0},
     {"9-50-4:leaky_relu=0.2", 2, "leaky_relu", 0.2},
 };
-
-static kiln_context *context(int64_t threads) {
-  kiln_context_options *o = NULL;
-  kiln_context *ctx = NULL;
-  assert_kiln_ok(kiln_context_options_create(&o));
-  assert_kiln_ok(kiln_context_options_set_num_threads(o, threads));
-  assert_kiln_ok(kiln_context_options_set_seed(o, 7));
-  assert_kiln_ok(kiln_context_options_set_log_level(o, KILN_LOG_ERROR));
-  assert_kiln_ok(kiln_context_options_set_enable_cuda(o, 0));
-  assert_kiln_ok(kiln_context_create(o, &ctx));
-  kiln_context_options_release(o);
-  return ctx;
-}
-
-static kiln_model *model_of(kiln_context *ctx, const char *text) {
-  kiln_model_spec *spec = NULL;
-  kiln_model *model = NULL;
-  assert_kiln_ok(kiln_model_spec_create(&spec));
-  assert_kiln_ok(kiln_model_spec_parse(spec, text));
-  assert_kiln_ok(kiln_model_create(ctx, spec, cpu, &model));
-  kiln_model_spec_release(spec);
-  assert_kiln_ok(kiln_model_set_training(model, 0));
-  return model;
-}
 
 static double activate(const spec_case *s, double v) {
   if (!strcmp(s->act, "relu")) return v < 0 ? 0 : v;
@@ -136,10 +105,10 @@ static void predict_matches_reference(void **state) {
   (void)state;
   const int64_t batches[] = {1, 3, 8, 9, 64, 130};
   for (int64_t threads = 1; threads <= 2; ++threads) {
-    kiln_context *ctx = context(threads);
+    kiln_context *ctx = kiln_test_cpu_context(7, threads);
     for (size_t c = 0; c < sizeof specs / sizeof specs[0]; ++c) {
       const spec_case *s = &specs[c];
-      kiln_model *model = model_of(ctx, s->text);
+      kiln_model *model = kiln_test_eval_model(ctx, s->text);
       int64_t in = 0, out = 0;
       assert_kiln_ok(kiln_model_input_size(model, &in));
       assert_kiln_ok(kiln_model_output_size(model, &out));
@@ -191,9 +160,9 @@ static void predict_matches_reference(void **state) {
 /* u8 and f64 inputs are converted to the model's f32 first, as before. */
 static void predict_converts_inputs(void **state) {
   (void)state;
-  kiln_context *ctx = context(1);
+  kiln_context *ctx = kiln_test_cpu_context(7, 1);
   const spec_case *s = &specs[0];
-  kiln_model *model = model_of(ctx, s->text);
+  kiln_model *model = kiln_test_eval_model(ctx, s->text);
   const int64_t rows = 5, in = 20, shape[2] = {5, 20};
   unsigned char u8[100];
   double x[100];
@@ -219,8 +188,8 @@ typedef struct {
 } warm_model;
 
 static void warm_up(warm_model *w, int64_t threads, int64_t rows) {
-  w->ctx = context(threads);
-  w->model = model_of(w->ctx, specs[0].text);
+  w->ctx = kiln_test_cpu_context(7, threads);
+  w->model = kiln_test_eval_model(w->ctx, specs[0].text);
   w->xt = input(w->ctx, w->x, rows, 20, 5);
   assert_predicts(w->model, &specs[0], w->xt, w->x, rows);
 }
@@ -282,7 +251,7 @@ static void packed_weights_follow_load_weights(void **state) {
   warm_model w;
   warm_up(&w, 1, 3);
   assert_kiln_ok(kiln_context_set_seed(w.ctx, 99));
-  kiln_model *other = model_of(w.ctx, specs[0].text);
+  kiln_model *other = kiln_test_eval_model(w.ctx, specs[0].text);
   assert_kiln_ok(kiln_model_save(other, f->path));
   assert_kiln_ok(kiln_model_load_weights(w.model, f->path));
   assert_predicts(w.model, &specs[0], w.xt, w.x, 3);
@@ -340,8 +309,8 @@ static void *race(void *arg) {
 
 static void predict_from_several_threads(void **state) {
   (void)state;
-  kiln_context *ctx = context(2);
-  kiln_model *model = model_of(ctx, specs[0].text);
+  kiln_context *ctx = kiln_test_cpu_context(7, 2);
+  kiln_model *model = kiln_test_eval_model(ctx, specs[0].text);
   const int64_t batches[4] = {1, 8, 64, 13};
   racer racers[4];
   double *inputs[4];
@@ -366,76 +335,7 @@ static void predict_from_several_threads(void **state) {
   kiln_context_release(ctx);
 }
 
-/* Allocations of one call, counted by the preloaded allocator. */
-static long allocations_of_predict(kiln_model *model, kiln_tensor *xt, kiln_predict_kind kind) {
-  kiln_tensor *y = NULL;
-  count_from_here(LONG_MAX);
-  const kiln_status status = kiln_model_predict(model, xt, kind, &y);
-  kiln_tensor_release(y);
-  long n = 0;
-  count_until_here(&n);
-  assert_int_equal(status, KILN_OK);
-  return n;
-}
-
-static long allocations_of_empty(kiln_context *ctx, const int64_t *shape, int64_t ndim, kiln_dtype dtype) {
-  kiln_tensor *y = NULL;
-  count_from_here(LONG_MAX);
-  const kiln_status status = kiln_tensor_empty(ctx, shape, ndim, dtype, cpu, &y);
-  kiln_tensor_release(y);
-  long n = 0;
-  count_until_here(&n);
-  assert_int_equal(status, KILN_OK);
-  return n;
-}
-
-/* After the first call at a batch size, a prediction allocates its result
- * (the handle, its storage, the data) and nothing more: no activations, no
- * packing, no thread hand-off. So every model, batch size and thread count
- * costs one kind the same number of allocations, and no more than a new empty
- * tensor through the API does (whose argument checks allocate too). */
-static void predict_allocates_only_its_result(void **state) {
-  (void)state;
-  const struct {
-    const char *spec;
-    int64_t rows, threads;
-  } cases[] = {{"784-32-10", 1, 1}, {"784-32-10", 64, 2}, {"784-1024-1024-10", 1, 2}, {"784-1024-1024-10", 64, 2},
-               {"12-40-17-5:tanh:dropout=0.3", 4096, 2}};
-  long first[3] = {-1, -1, -1}; /* per kind: classes are 1-D i64, the others 2-D f32 */
-  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
-    kiln_context *ctx = context(cases[c].threads);
-    kiln_model *model = model_of(ctx, cases[c].spec);
-    int64_t in = 0, out = 0;
-    assert_kiln_ok(kiln_model_input_size(model, &in));
-    assert_kiln_ok(kiln_model_output_size(model, &out));
-    double *x = malloc(sizeof(double) * (size_t)(cases[c].rows * in));
-    assert_non_null(x);
-    kiln_tensor *xt = input(ctx, x, cases[c].rows, in, 3);
-    const int64_t logits_shape[2] = {cases[c].rows, out}, classes_shape[1] = {cases[c].rows};
-    for (kiln_predict_kind kind = KILN_PREDICT_LOGITS; kind <= KILN_PREDICT_CLASSES; ++kind) {
-      (void)allocations_of_predict(model, xt, kind); /* the first call packs and sizes the buffers */
-      const long got = allocations_of_predict(model, xt, kind);
-      const long empty = kind == KILN_PREDICT_CLASSES ? allocations_of_empty(ctx, classes_shape, 1, KILN_I64)
-                                                      : allocations_of_empty(ctx, logits_shape, 2, KILN_F32);
-      if (first[kind] < 0) first[kind] = got;
-      if (got != first[kind] || got > empty)
-        fail_msg("%s batch %lld kind %d: %ld allocations per call (the first case: %ld; a new empty result through "
-                 "the API: %ld)",
-                 cases[c].spec, (long long)cases[c].rows, (int)kind, got, first[kind], empty);
-    }
-    free(x);
-    kiln_tensor_release(xt);
-    kiln_model_release(model);
-    kiln_context_release(ctx);
-  }
-}
-
-int main(int argc, char **argv) {
-  (void)argc;
-  if (kiln_test_preload(KILN_FAILMALLOC_PATH, "kiln_oom_arm", argv) != 0) return 1;
-  count_from_here = (void (*)(long))dlsym(RTLD_DEFAULT, "kiln_oom_arm");
-  count_until_here = (int (*)(long *))dlsym(RTLD_DEFAULT, "kiln_oom_disarm");
-  assert_true(count_from_here && count_until_here);
+int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(predict_matches_reference),
       cmocka_unit_test(predict_converts_inputs),
@@ -444,7 +344,6 @@ int main(int argc, char **argv) {
       cmocka_unit_test(packed_weights_follow_load_weights),
       cmocka_unit_test(packed_weights_follow_dlpack_writes),
       cmocka_unit_test(predict_from_several_threads),
-      cmocka_unit_test(predict_allocates_only_its_result),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
