@@ -7,8 +7,6 @@
 // the C API):
 //   ninja -C build bench/kiln_inference_kernels_bench
 //   build/bench/kiln_inference_kernels_bench [threads] [auto|avx2]
-#include <time.h>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -20,20 +18,14 @@
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/packed_linear.hpp"
 #include "core/rng.hpp"
+#include "thread_time.hpp"
 
 using namespace kiln;
 
 namespace {
 
-double thread_cpu_us() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return double(t.tv_sec) * 1e6 + double(t.tv_nsec) / 1e3;
-}
-
-struct Timing {
-  double wall_us, cpu_us;
-};
+using bench::Timing;
+using bench::thread_cpu_us;
 
 // The best of 7 rounds of at least 50 ms each.
 Timing best_of(const std::function<void()> &fn) {
