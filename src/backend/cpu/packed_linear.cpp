@@ -103,21 +103,20 @@ bool linear_packed(ThreadPool &pool, const PackedLinearArgs &args) {
     kernels.product(job, 0, rows, 0, blocks);
     return true;
   }
-  // Up to one row chunk (the kernels' pass over the weights): each thread
-  // streams its own share of the weights' blocks past all the rows, so the
-  // weights are read once in all. More rows, or a single block: each thread
-  // takes whole row chunks (row tiles when there are few), reading all the
-  // weights once per chunk as one thread would, a few pieces per thread so
-  // that a late one is covered by the rest.
+  // Up to one row chunk (the kernels' pass over the weights): the threads
+  // share out the weights' blocks, each streaming its own past all the rows,
+  // so the weights are read once in all. More rows, or a single block: they
+  // share out whole row chunks (row tiles when there are few), each reading
+  // all the weights once per chunk as one thread would. The pieces are
+  // small, a few per thread or one per row chunk, so that a thread the
+  // system deschedules holds back one small piece while the others take the
+  // rest.
   if (rows <= kernels.row_chunk && blocks >= 2) {
-    const int64_t pieces = std::min(blocks, chunks);
-    pool.parallel_for(blocks, (blocks + pieces - 1) / pieces,
-                      [&](int64_t b0, int64_t b1) { kernels.product(job, 0, rows, b0, b1); });
+    pool.parallel_ranges(blocks, 4 * chunks, [&](int64_t b0, int64_t b1) { kernels.product(job, 0, rows, b0, b1); });
   } else {
     const int64_t unit = rows >= 2 * chunks * kernels.row_chunk ? kernels.row_chunk : kernels.gemm_rows;
     const int64_t units = (rows + unit - 1) / unit;
-    const int64_t pieces = std::min(units, chunks * 4);
-    pool.parallel_for(units, (units + pieces - 1) / pieces, [&](int64_t u0, int64_t u1) {
+    pool.parallel_ranges(units, unit == kernels.row_chunk ? units : 4 * chunks, [&](int64_t u0, int64_t u1) {
       kernels.product(job, u0 * unit, std::min(rows, u1 * unit), 0, blocks);
     });
   }
