@@ -51,9 +51,7 @@ def cpu_facts():
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name") and not name.strip():
-                    name = line.split(":", 1)[1].strip()
-                elif line.startswith("model name"):
+                if line.startswith("model name"):
                     name = line.split(":", 1)[1].strip()
                 elif line.startswith("flags"):
                     flags = set(line.split(":", 1)[1].split())

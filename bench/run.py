@@ -305,7 +305,7 @@ def markdown_tables(report, json_path):
     if "results" in ort:
         lines += ["", f"ONNX Runtime {ort['onnxruntime']} (kiln's kernels: {ort['kiln_kernels']}; medians of "
                       f"{ort['runs']} interleaved runs; µs per call, each call returning a new output):", "",
-                  "| model | batch | threads | kiln µs | ORT µs | ORT time / kiln time | weights' read floor µs |",
+                  "| model | batch | threads | kiln µs | ORT µs | ORT time / kiln time | weights' read floor µs, 1 thread |",
                   "|---|---:|---:|---:|---:|---:|---:|"]
         for r in ort["results"]:
             floor = f"{1e6 * r['bandwidth_floor_seconds']:,.1f}" if "bandwidth_floor_seconds" in r else "-"
