@@ -20,7 +20,9 @@ few through ORT's binding: that favours kiln at the smallest products, and the
 table says so). Per cell the two loops alternate (kiln first in even runs,
 ORT first in odd ones), each long enough for --min-seconds; a cell's time is
 the median over --runs runs of the time per call, and the ratio is ORT's
-median over kiln's (above 1: kiln faster).
+median over kiln's (above 1: kiln faster). What a call through ORT's binding
+costs before any arithmetic is measured too, as the time of a session whose
+graph is one Identity (printed beside batches 1 and 8, in the JSON for all).
 
 Batches 1 and 8 read every weight once per call: next to them, the time to
 read the weights' bytes at the rate NumPy sums a buffer of that size (one
@@ -165,6 +167,32 @@ def bandwidth_floor(np, nbytes, repeats=20):
     return best
 
 
+def ort_call_floor(ort, np, threads, width, min_seconds, runs):
+    """Seconds per call of an ONNX Runtime session whose graph is one
+    Identity of a [1, width] input: what a call through this binding costs
+    before any arithmetic (None without the onnx package to write it)."""
+    try:
+        from onnx import TensorProto, helper
+    except ImportError:
+        return None
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "identity",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, width])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, width])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    feeds = {"x": ort.OrtValue.ortvalue_from_numpy(np.zeros((1, width), dtype=np.float32))}
+    run = sess.run_with_ort_values
+
+    def calls(n):
+        for _ in range(n):
+            run(["y"], feeds)
+
+    n = calls_for(calls, min_seconds)
+    return statistics.median(time_loop(calls, n) for _ in range(runs))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
@@ -214,6 +242,7 @@ def main():
             floor = bandwidth_floor(np, weight_bytes)
 
             for threads in threads_list:
+                call_floor = ort_call_floor(ort, np, threads, sizes[0], args.min_seconds, args.runs)
                 ctx = kiln.context(threads, 1)
                 model = kiln.model(ctx, spec)  # the same weights: same seed, same draws
                 so = ort.SessionOptions()
@@ -268,8 +297,12 @@ def main():
                     row["ort_over_kiln"] = row["ort_seconds"] / row["kiln_seconds"]
                     if batch <= 8:
                         row["bandwidth_floor_seconds"] = floor
+                    if call_floor is not None:
+                        row["ort_identity_call_seconds"] = call_floor
                     results.append(row)
                     extra = f"  (weights' floor {1e6 * floor:.1f} us)" if batch <= 8 else ""
+                    if call_floor is not None and batch <= 8:
+                        extra += f"  (ORT's call of an Identity graph: {1e6 * call_floor:.1f} us)"
                     print(f"  {m} batch {batch:5} threads {threads}: kiln {1e6 * row['kiln_seconds']:10.1f} us  "
                           f"ORT {1e6 * row['ort_seconds']:10.1f} us  ORT/kiln {row['ort_over_kiln']:.2f}{extra}",
                           flush=True)

@@ -305,12 +305,14 @@ def markdown_tables(report, json_path):
     if "results" in ort:
         lines += ["", f"ONNX Runtime {ort['onnxruntime']} (kiln's kernels: {ort['kiln_kernels']}; medians of "
                       f"{ort['runs']} interleaved runs; µs per call, each call returning a new output):", "",
-                  "| model | batch | threads | kiln µs | ORT µs | ORT time / kiln time | weights' read floor µs, 1 thread |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
+                  "| model | batch | threads | kiln µs | ORT µs | ORT time / kiln time | weights' read floor µs, 1 thread "
+                  "| ORT's Identity call µs |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for r in ort["results"]:
             floor = f"{1e6 * r['bandwidth_floor_seconds']:,.1f}" if "bandwidth_floor_seconds" in r else "-"
+            call = f"{1e6 * r['ort_identity_call_seconds']:,.1f}" if "ort_identity_call_seconds" in r else "-"
             lines.append(f"| {r['spec']} | {r['batch']} | {r['threads']} | {1e6 * r['kiln_seconds']:,.1f} | "
-                         f"{1e6 * r['ort_seconds']:,.1f} | {r['ort_over_kiln']:.2f} | {floor} |")
+                         f"{1e6 * r['ort_seconds']:,.1f} | {r['ort_over_kiln']:.2f} | {floor} | {call} |")
     elif ort:
         lines += ["", f"ONNX Runtime: {ort.get('error') or ort.get('skipped')}"]
     mem = res.get("M")
