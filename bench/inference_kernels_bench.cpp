@@ -3,7 +3,8 @@
 // fused path (Backend::linear_packed) against the plain one it replaced
 // (gemm on the unpacked weights, then bias_act), each as wall time and as
 // the calling thread's CPU time per call, which stays meaningful on a busy
-// machine for one thread. Linked with kiln_internal (libkiln exports only
+// machine for one thread; and the time to pack the layer's weights, which a
+// prediction pays once per version of the parameters. Linked with kiln_internal (libkiln exports only
 // the C API):
 //   ninja -C build bench/kiln_inference_kernels_bench
 //   build/bench/kiln_inference_kernels_bench [threads] [auto|avx2]
@@ -67,13 +68,14 @@ int main(int argc, char **argv) {
   };
   const Layer layers[] = {{784, 32}, {32, 10}, {784, 1024}, {1024, 1024}, {1024, 10}};
   std::printf("threads %lld; GFLOP/s counts 2 per multiply-add of the layer's own size\n", (long long)threads);
-  std::printf("%6s %5s %5s %12s %12s %12s %12s %9s\n", "batch", "in", "out", "packed us", "packed cpu", "plain us",
-              "plain cpu", "GFLOP/s");
+  std::printf("%6s %5s %5s %12s %12s %12s %12s %9s %9s\n", "batch", "in", "out", "packed us", "packed cpu",
+              "plain us", "plain cpu", "GFLOP/s", "pack us");
   for (int64_t batch : {1, 8, 64, 4096}) {
     for (const Layer &l : layers) {
       const std::vector<float> x = randoms(size_t(batch * l.in), 1), w = randoms(size_t(l.out * l.in), 2),
                                b = randoms(size_t(l.out), 3);
       std::vector<float> y(size_t(batch * l.out));
+      const Timing pack = best_of([&] { be.pack_linear(-1, DType::F32, w.data(), l.out, l.in); });
       std::unique_ptr<PackedLinear> packed = be.pack_linear(-1, DType::F32, w.data(), l.out, l.in);
       PackedLinearArgs args;
       args.rows = batch, args.x = x.data(), args.w = packed.get(), args.bias = b.data(), args.y = y.data();
@@ -88,9 +90,9 @@ int main(int argc, char **argv) {
         be.gemm(-1, g);
         be.bias_act(-1, ba);
       });
-      std::printf("%6lld %5lld %5lld %12.1f %12.1f %12.1f %12.1f %9.1f\n", (long long)batch, (long long)l.in,
+      std::printf("%6lld %5lld %5lld %12.1f %12.1f %12.1f %12.1f %9.1f %9.1f\n", (long long)batch, (long long)l.in,
                   (long long)l.out, fused.wall_us, fused.cpu_us, plain.wall_us, plain.cpu_us,
-                  2e-3 * double(batch * l.in * l.out) / fused.wall_us);
+                  2e-3 * double(batch * l.in * l.out) / fused.wall_us, pack.wall_us);
     }
   }
   return 0;

@@ -153,7 +153,8 @@ void cpu_cases(Context &) {
   // f64 weights keep the default path on every CPU.
   g_case = "f64 not packed";
   double w[6] = {1, 2, 3, 4, 5, 6};
-  CHECK(cpu::pack_linear(DType::F64, w, 2, 3) == nullptr);
+  ThreadPool pool(1);
+  CHECK(cpu::pack_linear(pool, DType::F64, w, 2, 3) == nullptr);
 }
 
 }  // namespace

@@ -190,7 +190,7 @@ class CpuBackend final : public Backend {
   // ---- inference ----
   std::unique_ptr<PackedLinear> pack_linear(int64_t index, DType t, const void *w, int64_t out,
                                             int64_t in) override {
-    std::unique_ptr<PackedLinear> packed = cpu::pack_linear(t, w, out, in);
+    std::unique_ptr<PackedLinear> packed = cpu::pack_linear(pool_, t, w, out, in);
     return packed ? std::move(packed) : Backend::pack_linear(index, t, w, out, in);
   }
   void linear_packed(int64_t index, const PackedLinearArgs &args) override {

@@ -15,10 +15,13 @@ namespace {
 
 std::atomic<InferenceKernels> g_which{InferenceKernels::Auto};
 
+// Floats of weights per chunk of the packing: tens of microseconds.
+constexpr int64_t kPackGrain = int64_t(1) << 16;
+
 // Weights copied into one ISA's blocks, 64-byte aligned.
 class CpuPackedLinear final : public PackedLinear {
  public:
-  CpuPackedLinear(const PackedKernels &kernels, const float *w, int64_t out, int64_t in)
+  CpuPackedLinear(ThreadPool &pool, const PackedKernels &kernels, const float *w, int64_t out, int64_t in)
       : PackedLinear(DType::F32, out, in, w), kernels_(kernels) {
     const int64_t blocks = (out + kernels.block_cols - 1) / kernels.block_cols;
     const int64_t floats = blocks * kernels.block_cols * in;
@@ -27,7 +30,10 @@ class CpuPackedLinear final : public PackedLinear {
     if (!packed_)
       fail(KILN_ERROR_OUT_OF_MEMORY, "out of host memory packing a [" + std::to_string(out) + ", " +
                                          std::to_string(in) + "] weight matrix for inference");
-    kernels.pack(w, out, in, packed_);
+    // A few hundred microseconds per MiB of weights on one thread, paid by
+    // the first prediction after every change: shared out by blocks.
+    const int64_t grain = std::max<int64_t>(1, kPackGrain / (kernels.block_cols * in));
+    pool.parallel_for(blocks, grain, [&](int64_t jb0, int64_t jb1) { kernels.pack(w, out, in, packed_, jb0, jb1); });
   }
   ~CpuPackedLinear() override { std::free(packed_); }
   CpuPackedLinear(const CpuPackedLinear &) = delete;
@@ -66,10 +72,10 @@ constexpr double kMinChunkNs = 8000;
 
 void set_inference_kernels(InferenceKernels which) { g_which.store(which, std::memory_order_relaxed); }
 
-std::unique_ptr<PackedLinear> pack_linear(DType t, const void *w, int64_t out, int64_t in) {
+std::unique_ptr<PackedLinear> pack_linear(ThreadPool &pool, DType t, const void *w, int64_t out, int64_t in) {
   const PackedKernels *kernels = t == DType::F32 ? chosen_kernels() : nullptr;
   if (!kernels) return nullptr;
-  return std::make_unique<CpuPackedLinear>(*kernels, static_cast<const float *>(w), out, in);
+  return std::make_unique<CpuPackedLinear>(pool, *kernels, static_cast<const float *>(w), out, in);
 }
 
 int64_t packed_chunks(const ThreadPool &pool, const PackedKernels &kernels, int64_t rows, int64_t n, int64_t k) {

@@ -43,8 +43,9 @@ struct PackedKernels {
   int64_t gemm_rows;     // rows of the tile for many rows
   int64_t row_chunk;     // rows per pass over the weights (a multiple of gemm_rows)
   double fmas_per_ns;    // a conservative single-core rate, for the thread choice
-  // W [out, in] into blocks; packed holds packed_floats(out, in) floats.
-  void (*pack)(const float *w, int64_t out, int64_t in, float *packed);
+  // Blocks [jb0, jb1) of W [out, in] into `packed`, which holds every block
+  // (ceil(out / block_cols) * block_cols * in floats).
+  void (*pack)(const float *w, int64_t out, int64_t in, float *packed, int64_t jb0, int64_t jb1);
   // Rows [i_begin, i_end) of C over column blocks [jb_begin, jb_end).
   void (*product)(const PackedJob &job, int64_t i_begin, int64_t i_end, int64_t jb_begin, int64_t jb_end);
 };
@@ -59,9 +60,9 @@ const PackedKernels *avx2_packed_kernels();
 enum class InferenceKernels { Auto, Avx2, Generic };
 void set_inference_kernels(InferenceKernels which);
 
-// Packed f32 weights, or null where the CPU keeps the default path (f64,
-// no AVX2, Generic). Throws OUT_OF_MEMORY.
-std::unique_ptr<PackedLinear> pack_linear(DType t, const void *w, int64_t out, int64_t in);
+// Packed f32 weights (packed on the pool), or null where the CPU keeps the
+// default path (f64, no AVX2, Generic). Throws OUT_OF_MEMORY.
+std::unique_ptr<PackedLinear> pack_linear(ThreadPool &pool, DType t, const void *w, int64_t out, int64_t in);
 // Runs args when args.w came from pack_linear above and returns true;
 // returns false (doing nothing) for any other PackedLinear.
 bool linear_packed(ThreadPool &pool, const PackedLinearArgs &args);

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "backend/cpu/activation_math.hpp"
+#include "backend/cpu/sgemm_avx512.hpp"
 
 #if defined(__x86_64__)
 // GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_ps, GCC bug
@@ -51,6 +52,10 @@ KILN_ISA_TARGET inline V vleaky(V x, float alpha) {
   const __mmask16 negative = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
   return _mm512_mask_mul_ps(x, negative, x, _mm512_set1_ps(alpha));
 }
+// dst[i * ldd + j] = src[j * lds + i] over 16 x 16.
+KILN_ISA_TARGET inline void transpose16(const float *src, int64_t lds, float *dst, int64_t ldd) {
+  sgemm_avx512_transpose_tile(src, lds, dst, ldd);
+}
 #include "backend/cpu/packed_linear_kernels.inc"
 #undef KILN_ISA_TARGET
 }  // namespace avx512
@@ -76,6 +81,36 @@ KILN_ISA_TARGET inline V vrelu(V x) { return _mm256_max_ps(_mm256_setzero_ps(), 
 KILN_ISA_TARGET inline V vleaky(V x, float alpha) {
   const V negative = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
   return _mm256_blendv_ps(x, _mm256_mul_ps(x, _mm256_set1_ps(alpha)), negative);
+}
+// dst[i * ldd + j] = src[j * lds + i] over 16 x 16, as four 8 x 8 tiles
+// (unpacks, then 128-bit lane permutes).
+KILN_ISA_TARGET inline void transpose8(const float *src, int64_t lds, float *dst, int64_t ldd) {
+  __m256 r[8], t[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
+#pragma GCC unroll 4
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+#pragma GCC unroll 2
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x20);
+    t[i + 4] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x31);
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + i * ldd, t[i]);
+}
+KILN_ISA_TARGET inline void transpose16(const float *src, int64_t lds, float *dst, int64_t ldd) {
+  for (int i = 0; i < 16; i += 8)
+    for (int j = 0; j < 16; j += 8) transpose8(src + j * lds + i, lds, dst + i * ldd + j, ldd);
 }
 #include "backend/cpu/packed_linear_kernels.inc"
 #undef KILN_ISA_TARGET
