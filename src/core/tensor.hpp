@@ -37,7 +37,8 @@ struct Storage {
   // weights) is valid while `version` is unchanged. Every write that kiln
   // makes after the contents were first filled bumps it: Tensor::copy_from,
   // copy_from_host, a step program that declares the storage in its
-  // `writes` (core/program.hpp), and the end of a writable DLPack export.
+  // `writes` (core/program.hpp), a collective's broadcast into it
+  // (Trainer::broadcast_parameters), and the end of a writable DLPack export.
   // Writes kiln cannot see (foreign memory, or a writable DLPack export
   // still held by another tool) make `foreign_writers` non-zero, and while it
   // is, nothing derived may be kept at all.
@@ -99,8 +100,6 @@ class Tensor {
   void *data() const { return static_cast<char *>(storage_->data) + offset_; }
   template <class T> T *data_as() const { return static_cast<T *>(data()); }
   bool shares_storage(const Tensor &o) const { return storage_ == o.storage_; }
-  // The storage itself, as an identity for caches keyed on it.
-  const Storage *storage() const { return storage_.get(); }
 
   // Write tracking (see Storage::version): the storage's version, a bump for
   // a write made through a raw pointer, and whether code outside kiln may
