@@ -4,8 +4,6 @@
 // (bench/CMakeLists.txt: target kiln_cpu_kernels_bench, linked with
 // kiln_internal since libkiln exports only the C API):
 //   ninja -C build bench/kiln_cpu_kernels_bench && build/bench/kiln_cpu_kernels_bench [threads] [batch]
-#include <time.h>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -14,27 +12,24 @@
 
 #include "backend/cpu/cpu_backend.hpp"
 #include "core/rng.hpp"
+#include "thread_time.hpp"
 
 using namespace kiln;
 
 namespace {
 
-double cpu_us() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return double(t.tv_sec) * 1e6 + double(t.tv_nsec) / 1e3;
-}
+using bench::Timing;
+using bench::thread_cpu_us;
 
 // Wall time per call, and the calling thread's CPU time per call (what a
 // single-threaded run costs when the machine is shared and busy).
-struct Timing { double wall_us, cpu_us; };
 Timing time_us(const std::function<void()> &fn, int reps) {
   fn();  // warm up
-  const double cpu0 = cpu_us();
+  const double cpu0 = thread_cpu_us();
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < reps; ++i) fn();
   const double wall = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
-  return {wall / reps, (cpu_us() - cpu0) / reps};
+  return {wall / reps, (thread_cpu_us() - cpu0) / reps};
 }
 
 }  // namespace

@@ -50,12 +50,27 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def torch_python():
-    """A Python that can import torch (Debian's python3-torch lives in /usr/bin/python3)."""
-    for exe in (sys.executable, "/usr/bin/python3"):
-        if exe and shutil.which(exe) and subprocess.run([exe, "-c", "import torch"], capture_output=True).returncode == 0:
-            return exe
-    return None
+def torch_python(preferred):
+    """The Python whose PyTorch is the reference, and how to name it: the first
+    of --torch-python, $KILN_BENCH_PYTHON, this interpreter and Debian's
+    /usr/bin/python3 that imports a PyTorch 2.x (from PyPI, in the venv the
+    README's command makes); failing that, the first that imports any PyTorch
+    (Debian's python3-torch 1.13), named as the fallback it is. (None, None)
+    when none does."""
+    found = []
+    for exe in (preferred, os.environ.get("KILN_BENCH_PYTHON"), sys.executable, "/usr/bin/python3"):
+        if not exe or not shutil.which(exe) or exe in (f[0] for f in found):
+            continue
+        out = subprocess.run([exe, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
+        if out.returncode == 0 and out.stdout.strip():
+            found.append((exe, out.stdout.strip()))
+    for exe, version in found:
+        if int(version.split(".")[0]) >= 2:
+            return exe, f"PyTorch {version} (PyPI)"
+    if found:
+        exe, version = found[0]
+        return exe, f"PyTorch {version} (FALLBACK: Debian's python3-torch; the reference is PyTorch 2.x from PyPI)"
+    return None, None
 
 
 def torch_version(py):
@@ -188,59 +203,150 @@ def alternate(impls, repeats, label, timeouts=None):
     return runs
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--warmup", type=int, default=1, help="untimed epochs before the timed ones")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=os.cpu_count())
-    p.add_argument("--workloads", default=None, help="default A,B,C (CPU) or A,B,W,C (GPU)")
-    p.add_argument("--precisions", default="fp32,tf32,bf16", help="B's precisions on a GPU")
-    p.add_argument("--loops", default=None,
-                   help="PyTorch loops (default resident,dataloader; on a GPU also graph,compile)")
-    p.add_argument("--compile-timeout", type=int, default=300, help="seconds for one torch.compile run")
-    p.add_argument("--timeout", type=int, default=1800, help="seconds for any other run")
-    p.add_argument("--time-budget", type=int, default=None,
-                   help="seconds for the whole benchmark: later runs are skipped, the JSON still written")
-    p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
-    p.add_argument("--out", default=None)
-    args = p.parse_args()
-    global DEADLINE
-    if args.time_budget:
-        DEADLINE = time.monotonic() + args.time_budget
-    gpu = args.device.startswith("cuda")
-    workloads = (args.workloads or ("A,B,W,C" if gpu else "A,B,C")).split(",")
-    loops = (args.loops or ("resident,dataloader,graph,compile" if gpu else "resident,dataloader")).split(",")
+def cpu_extensions():
+    """The vector extensions that decide kiln's kernels and the FMA peak."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next(l for l in f if l.startswith("flags")).split(":", 1)[1].split()
+    except (OSError, StopIteration):
+        return []
+    return [x for x in ("avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16") if x in flags]
 
-    kiln = os.path.join(args.build_dir, "bench", "kiln_bench")
-    if not os.path.exists(kiln):
-        sys.exit(f"bench: {kiln} not found; build first: cmake --build {args.build_dir} --target kiln_bench")
-    py = torch_python()
-    if not py:
-        print("bench: torch is not importable (apt-get install python3-torch); running kiln alone")
-    load_before = load_average()
 
+def ort_comparison(args, py, thread_counts):
+    """bench/ort_bench.py at every thread count, with the reference's Python
+    (the venv that has onnxruntime too); skipped with its message elsewhere."""
+    cmd = [py or sys.executable, os.path.join(HERE, "ort_bench.py"), "--build-dir", args.build_dir,
+           "--threads", ",".join(map(str, thread_counts)), "--runs", str(max(5, args.repeats))]
+    print("  ORT: " + " ".join(cmd[1:]), flush=True)
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    lines = out.stdout.strip().splitlines()
+    for line in lines[:-1]:
+        print("  " + line, flush=True)
+    if out.returncode != 0 or not lines:
+        return {"error": f"exit status {out.returncode}: " + " | ".join(out.stderr.strip().splitlines()[-3:])}
+    try:
+        return json.loads(lines[-1])["ort"]
+    except (json.JSONDecodeError, KeyError):
+        return {"skipped": lines[-1][:300]}
+
+
+def train_peak_memory(args):
+    """Peak RSS of the README's main job, a CPU-only `kiln train` (5 epochs of
+    784-32-10 with validation), as the kernel counts it for the child. Where
+    the CUDA plugin is built and the CUDA libraries are installed, this
+    includes whatever of them the plugin loads on a machine without a driver
+    (the GPU-readiness issue's driver probe is meant to keep them out)."""
+    cli = os.path.join(args.build_dir, "tools", "kiln")
+    if not os.path.exists(cli):
+        return {"error": f"{cli} not found"}
+    cmd = [cli, "train", "--data", args.data, "--device", "cpu", "--quiet"]
+    env = dict(os.environ, KILN_BACKEND_PATH=args.build_dir)
+    start = time.monotonic()
+    child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    _, status, usage = os.wait4(child.pid, 0)
+    err = child.stderr.read().decode(errors="replace").strip()
+    child.stderr.close()
+    res = {"command": " ".join(["kiln"] + cmd[1:]), "seconds": round(time.monotonic() - start, 2),
+           "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+           "cuda_plugin_built": os.path.exists(os.path.join(args.build_dir, "libkiln_cuda.so"))}
+    if os.waitstatus_to_exitcode(status) != 0:
+        res["error"] = f"exit status {os.waitstatus_to_exitcode(status)}: {err[-300:]}"
+    print(f"  kiln train peak RSS: {res['peak_rss_mib']} MiB (CUDA plugin built: {res['cuda_plugin_built']})",
+          flush=True)
+    return res
+
+
+def markdown_tables(report, json_path):
+    """The README's Performance tables from one report: PyTorch (training and
+    inference) and ONNX Runtime (inference), with what they were measured on."""
+    m = report["machine"]
+    lines = [f"Measured {report['date'][:10]} at commit {report['commit']} with `{report['command']}` on "
+             f"{m['cpu']} ({m['cores']} cores; {', '.join(report['cpu_extensions'])}), {m['memory_gib']} GiB; "
+             f"load average {report['load_average_before']} before, {report['load_average_after']} after; "
+             f"reference {report['reference']}; JSON: [`{json_path}`]({json_path}).", ""]
+    res = report["results"]
+    lines += ["| workload | threads | implementation | s / epoch | samples/s | peak MiB | test accuracy | GFLOP/s | "
+              "of FMA peak | PyTorch time / kiln time |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, rows in res.items():
+        if name.startswith("C-") or name in ("W", "ORT", "M"):
+            continue
+        wl = rows["_workload"]
+        kiln_t = rows["kiln"].get("median_epoch_seconds")
+        torch_t = [r["median_epoch_seconds"] for k, r in rows.items() if k.startswith("torch") and
+                   "median_epoch_seconds" in r]
+        for k, r in rows.items():
+            if k.startswith("_"):
+                continue
+            if "error" in r:
+                lines.append(f"| {wl['spec']}, batch {wl['batch']} | {wl.get('threads', '')} | {k} | FAILED | | | | | | |")
+                continue
+            frac = f"{100 * r['fraction_of_peak']:.1f}%" if "fraction_of_peak" in r else "-"
+            ratio = f"{min(torch_t) / kiln_t:.2f}" if k == "kiln" and torch_t and kiln_t else (
+                f"{r['time_over_kiln']:.2f}" if "time_over_kiln" in r else "-")
+            lines.append(f"| {wl['spec']}, batch {wl['batch']} | {wl.get('threads', '')} | {k} | "
+                         f"{r['median_epoch_seconds']:.3f} | {r['samples_per_second']:,.0f} | {r['peak_rss_mib']:.0f} | "
+                         f"{100 * r['test_accuracy']:.2f}% | {r['model_gflops_per_second']:.2f} | {frac} | {ratio} |")
+    lines += ["", "(kiln's row: the fastest PyTorch loop's time over kiln's.)", "",
+              "| model | threads | batch | kiln samples/s | PyTorch samples/s | kiln / PyTorch | kiln latency µs | "
+              "PyTorch latency µs |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, rows in res.items():
+        if not name.startswith("C-") or "samples_per_second" not in rows.get("kiln", {}):
+            continue
+        kr, tr = rows["kiln"], rows.get("torch", {})
+        for b, k_sps in kr["samples_per_second"].items():
+            t_sps = tr.get("samples_per_second", {}).get(b)
+            t_lat = tr.get("latency_seconds", {}).get(b)
+            cells = [rows["_workload"]["spec"], rows["_workload"].get("threads", ""), b, f"{k_sps:,.0f}",
+                     f"{t_sps:,.0f}" if t_sps else "-", f"{k_sps / t_sps:.2f}" if t_sps else "-",
+                     f"{1e6 * kr['latency_seconds'][b]:,.0f}", f"{1e6 * t_lat:,.0f}" if t_lat else "-"]
+            lines.append("| " + " | ".join(map(str, cells)) + " |")
+    ort = res.get("ORT", {})
+    if "results" in ort:
+        lines += ["", f"ONNX Runtime {ort['onnxruntime']} (kiln's kernels: {ort['kiln_kernels']}; medians of "
+                      f"{ort['runs']} interleaved runs; µs per call, each call returning a new output):", "",
+                  "| model | batch | threads | kiln µs | ORT µs | ORT time / kiln time | weights' read floor µs, 1 thread "
+                  "| ORT's Identity call µs |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in ort["results"]:
+            floor = f"{1e6 * r['bandwidth_floor_seconds']:,.1f}" if "bandwidth_floor_seconds" in r else "-"
+            call = f"{1e6 * r['ort_identity_call_seconds']:,.1f}" if "ort_identity_call_seconds" in r else "-"
+            lines.append(f"| {r['spec']} | {r['batch']} | {r['threads']} | {1e6 * r['kiln_seconds']:,.1f} | "
+                         f"{1e6 * r['ort_seconds']:,.1f} | {r['ort_over_kiln']:.2f} | {floor} | {call} |")
+    elif ort:
+        lines += ["", f"ONNX Runtime: {ort.get('error') or ort.get('skipped')}"]
+    mem = res.get("M")
+    if mem and "peak_rss_mib" in mem:
+        lines += ["", f"`{mem['command']}` peaked at {mem['peak_rss_mib']} MiB of RSS (CUDA plugin built: "
+                      f"{'yes' if mem['cuda_plugin_built'] else 'no'})."]
+    return "\n".join(lines) + "\n"
+
+
+def measure(args, gpu, workloads, loops, kiln, py, threads, suffixed, results, peaks):
+    """Runs the workloads with `threads` CPU threads on every side, into
+    results (names suffixed " x<threads>" when several counts are measured);
+    True when a kiln run failed."""
     peak = None
     if not gpu:
         fma = os.path.join(args.build_dir, "bench", "fma_peak")
         if os.path.exists(fma):
-            peak = run_json([fma, "--threads", str(args.threads)])
-            print(f"  CPU FMA peak: {peak.get('gflops', 'FAILED')} GFLOP/s ({peak.get('isa', peak.get('error'))})",
-                  flush=True)
+            peak = run_json([fma, "--threads", str(threads)])
+            print(f"  CPU FMA peak, {threads} thread(s): {peak.get('gflops', 'FAILED')} GFLOP/s "
+                  f"({peak.get('isa', peak.get('error'))})", flush=True)
             if "error" in peak:
                 peak = None
+            else:
+                peaks[threads] = peak
         else:
             print(f"bench: {fma} not found; no fraction_of_peak (build the fma_peak target)")
     peak_gflops = peak["gflops"] if peak else None
 
-    common = ["--device", args.device, "--threads", str(args.threads), "--data", args.data]
+    common = ["--device", args.device, "--threads", str(threads), "--data", args.data]
     torch_bench = [py, os.path.join(HERE, "torch_bench.py")] if py else None
     epochs = ["--epochs", str(args.epochs), "--warmup", str(args.warmup)]
     timeouts = {"torch-compile": args.compile_timeout}
-    results = {}
     failed = False
+    own = {}
 
     def training(name, w, batch, precision):
         nonlocal failed
@@ -263,7 +369,7 @@ def main():
                 r["time_over_kiln"] = r["median_epoch_seconds"] / base
         res["_workload"] = {"spec": "-".join(map(str, MODELS[w])), "batch": batch, "precision": precision,
                             "parameters": params_of(MODELS[w]), "flops_per_sample": flops}
-        results[name] = res
+        own[name] = res
 
     for w in workloads:
         if w == "A":
@@ -320,7 +426,7 @@ def main():
                                 "flop_count": "6 x parameters x batch per step (model); cublas: 2mnk summed over "
                                               "the step's forward, weight-gradient and input-gradient products "
                                               "(none for the first layer's input)"}
-            results["W"] = res
+            own["W"] = res
         elif w == "C":
             for m in ("A", "B"):
                 impls = {"kiln": [kiln, "--workload", "C", "--model", m] + common}
@@ -345,14 +451,69 @@ def main():
                 failed |= "error" in res["kiln"]
                 res["_workload"] = {"spec": "-".join(map(str, MODELS[m])), "parameters": params_of(MODELS[m]),
                                     "flops_per_sample": flops}
-                results[f"C-{m}"] = res
-        else:
+                own[f"C-{m}"] = res
+        elif w not in ("ORT", "M"):
             sys.exit(f"bench: unknown workload {w}")
+
+    for name, res in own.items():
+        if "_workload" in res:
+            res["_workload"]["threads"] = threads
+        results[f"{name} x{threads}" if suffixed else name] = res
+    return failed
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1, help="untimed epochs before the timed ones")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", default="1,2", help="CPU thread counts, each measured in turn (default 1,2)")
+    p.add_argument("--torch-python", default=None, help="a Python with PyTorch 2.x (default: see torch_python)")
+    p.add_argument("--markdown", default=None, help="also write the README's tables to this file")
+    p.add_argument("--workloads", default=None, help="default A,B,C (CPU) or A,B,W,C (GPU)")
+    p.add_argument("--precisions", default="fp32,tf32,bf16", help="B's precisions on a GPU")
+    p.add_argument("--loops", default=None,
+                   help="PyTorch loops (default resident,dataloader; on a GPU also graph,compile)")
+    p.add_argument("--compile-timeout", type=int, default=300, help="seconds for one torch.compile run")
+    p.add_argument("--timeout", type=int, default=1800, help="seconds for any other run")
+    p.add_argument("--time-budget", type=int, default=None,
+                   help="seconds for the whole benchmark: later runs are skipped, the JSON still written")
+    p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--out", default=None)
+    args = p.parse_args()
+    global DEADLINE
+    if args.time_budget:
+        DEADLINE = time.monotonic() + args.time_budget
+    gpu = args.device.startswith("cuda")
+    workloads = (args.workloads or ("A,B,W,C" if gpu else "A,B,C,ORT,M")).split(",")
+    loops = (args.loops or ("resident,dataloader,graph,compile" if gpu else "resident,dataloader")).split(",")
+
+    kiln = os.path.join(args.build_dir, "bench", "kiln_bench")
+    if not os.path.exists(kiln):
+        sys.exit(f"bench: {kiln} not found; build first: cmake --build {args.build_dir} --target kiln_bench")
+    py, reference = torch_python(args.torch_python)
+    if not py:
+        print("bench: torch is not importable (see the README: a venv with PyTorch 2.x); running kiln alone")
+    else:
+        print(f"bench: reference {reference} from {py}", flush=True)
+    load_before = load_average()
+    thread_counts = [int(t) for t in str(args.threads).split(",")]
+    results = {}
+    peaks = {}
+    failed = False
+    for threads in thread_counts:
+        failed |= measure(args, gpu, workloads, loops, kiln, py, threads, len(thread_counts) > 1, results, peaks)
+    if "ORT" in workloads and not gpu:
+        results["ORT"] = ort_comparison(args, py, thread_counts)
+    if "M" in workloads and not gpu:
+        results["M"] = train_peak_memory(args)
 
     print(f"\n{'workload':10} {'impl':18} {'s/epoch':>9} {'samples/s':>11} {'peak MiB':>9} {'test acc':>9} "
           f"{'GFLOP/s':>9} {'of peak':>8} {'time/kiln':>9}")
     for w, res in results.items():
-        if w.startswith("C-") or w == "W":
+        if w.startswith("C-") or w in ("W", "ORT", "M"):
             continue
         for k, r in res.items():
             if k.startswith("_"):
@@ -399,8 +560,9 @@ def main():
         "command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]),
         "machine": machine(),
         "device": args.device,
-        "reference": f"PyTorch {torch_version(py)} (version, BLAS_INFO[, CUDA, cuDNN])" if py else "none",
-        "threads": args.threads,
+        "reference": f"{reference}: {torch_version(py)} (version, BLAS_INFO[, CUDA, cuDNN])" if py else "none",
+        "threads": thread_counts,
+        "cpu_extensions": cpu_extensions(),
         "repeats": args.repeats,
         "epochs": args.epochs,
         "warmup_epochs": args.warmup,
@@ -411,11 +573,15 @@ def main():
     }
     if gpu:
         report["gpu"] = gpu_info(py)
-    if peak:
-        report["cpu_peak"] = peak
+    if peaks:
+        report["cpu_peak"] = {str(t): v for t, v in peaks.items()}
     out = args.out or os.path.join(HERE, "results", f"{args.device.replace(':', '')}-{report['date'][:10]}.json")
     with open(out, "w") as f:
         json.dump(report, f, indent=1)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(markdown_tables(report, os.path.relpath(out, ROOT)))
+        print(f"written {os.path.relpath(args.markdown, ROOT)}")
     print(f"\nload average before {load_before}, after {report['load_average_after']}")
     print(f"written {os.path.relpath(out, ROOT)}")
     if failed:

@@ -511,10 +511,11 @@ void test_reduce_softmax(Backend &be) {
 
 void test_gemm(Backend &be) {
   struct Size { int64_t m, n, k; };
-  // Shapes of the tutorial MLP, odd tails, a packed-B case (m >= 256, n a
-  // multiple of 256) and k = 0.
-  const Size sizes[] = {{1, 1, 1},     {3, 5, 7},      {128, 32, 784},  {32, 784, 128},
-                        {128, 10, 32}, {257, 129, 65}, {300, 256, 40}, {4, 3, 0}};
+  // Shapes of the tutorial MLP, odd tails, packed-B cases (m >= 256, n a
+  // multiple of 256; the last one big enough that the packing is split over
+  // the pool) and k = 0.
+  const Size sizes[] = {{1, 1, 1},     {3, 5, 7},      {128, 32, 784}, {32, 784, 128},   {128, 10, 32},
+                        {257, 129, 65}, {300, 256, 40}, {4, 3, 0},     {256, 512, 300}};
   for (DType t : kFloats) {
     for (const Size &s : sizes) {
       for (int trans = 0; trans < 4; ++trans) {

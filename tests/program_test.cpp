@@ -22,6 +22,7 @@
 #include "core/error.hpp"
 #include "core/program.hpp"
 #include "core/rng.hpp"
+#include "core/tensor.hpp"
 
 using namespace kiln;
 
@@ -317,6 +318,11 @@ void test_optimizer_ops(Backend &be) {
 // ---- a whole program ----------------------------------------------------------
 
 // A training step of Linear(kIn, kOut) + ReLU, cross-entropy and SGD, over
+// A tensor over memory the test owns, for a program's `writes`.
+Tensor over(Context &ctx, void *data, int64_t floats, Device device) {
+  return Tensor::wrap(ctx.shared_from_this(), data, Shape{floats}, DType::F32, device, false, [] {});
+}
+
 // samples gathered at the step's offset, with lr per step: built as a
 // program, and done kernel by kernel.
 struct Fixture {
@@ -334,8 +340,9 @@ struct Fixture {
   float *w() { return params.data(); }
   float *b() { return params.data() + kOut * kIn; }
 
-  StepProgram program(const std::vector<StepParams> &table) {
+  StepProgram program(Context &ctx, const std::vector<StepParams> &table) {
     StepProgram p;
+    p.writes.push_back(over(ctx, params.data(), int64_t(params.size()), Device::cpu()));
     p.rows = kRows, p.trains = true, p.table = table.data(), p.table_size = int64_t(table.size());
     p.label = "test";
     GatherOp g;
@@ -389,7 +396,8 @@ struct Fixture {
   }
 };
 
-void test_compile_default(Backend &be) {
+void test_compile_default(Context &ctx) {
+  Backend &be = ctx.cpu();
   std::vector<StepParams> table(4);
   for (size_t i = 0; i < table.size(); ++i) {
     table[i].lr = 0.5 / double(i + 1);
@@ -399,7 +407,7 @@ void test_compile_default(Backend &be) {
   for (int via_backend = 0; via_backend < 2; ++via_backend) {
     g_case = via_backend ? "Backend::compile" : "compile_default";
     Fixture a, k;
-    StepProgram p = a.program(table);
+    StepProgram p = a.program(ctx, table);
     std::unique_ptr<Executable> exe = via_backend ? be.compile(-1, p) : compile_default(be, -1, p);
     if (!via_backend) CHECK(exe->describe() == "kernels");
     exe->run(0, 3);
@@ -499,8 +507,9 @@ struct DeviceStep {
   float *gw2() const { return gb1() + kHid; }
   float *gb2() const { return gw2() + kOut * kHid; }
 
-  StepProgram program(uint32_t fast_path) const {
+  StepProgram program(Context &ctx, uint32_t fast_path) const {
     StepProgram p;
+    p.writes.push_back(over(ctx, params.ptr, np(), dev < 0 ? Device::cpu() : Device::cuda(dev)));
     p.rows = kR, p.trains = true, p.table = table.as<StepParams>(), p.table_size = kSteps;
     p.fast_path = fast_path, p.label = "program_test";
     GatherOp g;
@@ -550,6 +559,35 @@ struct DeviceStep {
   }
 };
 
+// A program's parameter update must write within its declared `writes`,
+// and every run bumps their versions (what packed inference weights are
+// keyed on), on both compilations.
+void test_program_writes(Context &ctx) {
+  Backend &be = ctx.cpu();
+  std::vector<StepParams> table(2);
+  table[0].lr = table[1].lr = 0.1;
+  for (int via_backend = 0; via_backend < 2; ++via_backend) {
+    g_case = via_backend ? "writes, Backend::compile" : "writes, compile_default";
+    Fixture a;
+    StepProgram p = a.program(ctx, table);
+    const Tensor params = p.writes[0];
+    std::unique_ptr<Executable> exe = via_backend ? be.compile(-1, p) : compile_default(be, -1, p);
+    const uint64_t before = params.version();
+    exe->run(0, 2);
+    CHECK(params.version() > before);
+    // Undeclared, or declared too short by one element: refused.
+    for (int64_t missing : {int64_t(a.params.size()), int64_t(1)}) {
+      StepProgram bad = a.program(ctx, table);
+      bad.writes.clear();
+      if (missing == 1) bad.writes.push_back(over(ctx, a.params.data(), int64_t(a.params.size()) - 1, Device::cpu()));
+      std::string message;
+      CHECK(status_of([&] { via_backend ? be.compile(-1, bad) : compile_default(be, -1, bad); }, &message) ==
+            KILN_ERROR_INTERNAL);
+      CHECK(message.find("not among its writes") != std::string::npos);
+    }
+  }
+}
+
 // On backend `be`: compile_default, and the backend's own compile with its
 // whole fast path and with none, from the same start over the same steps.
 // With no fast path a backend runs the plain kernel sequence: equal bit for
@@ -558,13 +596,13 @@ struct DeviceStep {
 // <= 0.02 on O(1) weights 1e-5 bounds that, while a fused op computing the
 // wrong thing is off by O(lr) = 1e-2 at the first step. The CPU has no fast
 // path: equal bit for bit there too.
-void test_compiled_program(Backend &be, int64_t dev, const char *name) {
+void test_compiled_program(Context &ctx, Backend &be, int64_t dev, const char *name) {
   g_case = std::string("compiled program on ") + name;
   std::vector<float> by_default, no_fast, fast;
   std::vector<double> stats_default, stats_fast;
   for (int run = 0; run < 3; ++run) {
     DeviceStep s(be, dev);
-    const StepProgram p = s.program(run == 2 ? uint32_t(kFastAll) : 0u);
+    const StepProgram p = s.program(ctx, run == 2 ? uint32_t(kFastAll) : 0u);
     std::unique_ptr<Executable> exe = run == 0 ? compile_default(be, dev, p) : be.compile(dev, p);
     std::printf("%s, %s: %s\n", name, run == 0 ? "compile_default" : run == 1 ? "fast path none" : "fast path all",
                 exe->describe().c_str());
@@ -657,8 +695,9 @@ int main() {
         test_linear(be);
         test_dropout_loss_clip(be);
         test_optimizer_ops(be);
-        test_compile_default(be);
-        test_compiled_program(be, -1, "cpu");
+        test_compile_default(ctx);
+        test_program_writes(ctx);
+        test_compiled_program(ctx, be, -1, "cpu");
       },
-      [](Context &ctx) { test_compiled_program(ctx.backend(Device::cuda(0)), 0, "cuda:0"); });
+      [](Context &ctx) { test_compiled_program(ctx, ctx.backend(Device::cuda(0)), 0, "cuda:0"); });
 }

@@ -1,13 +1,15 @@
 /* Shared helpers for kiln's CMocka tests; see support.h. */
-#define _XOPEN_SOURCE 700
+#define _GNU_SOURCE /* _XOPEN_SOURCE 700, and RTLD_DEFAULT */
 
 #include "support.h"
 
+#include <dlfcn.h>
 #include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- status assertions ------------------------------------------------ */
 
@@ -37,6 +39,33 @@ kiln_context *kiln_test_context_create(uint64_t seed) {
   kiln_context_options_release(options);
   assert_kiln_ok(status);
   return ctx;
+}
+
+kiln_context *kiln_test_cpu_context(uint64_t seed, int64_t threads) {
+  kiln_context_options *options = NULL;
+  kiln_context *ctx = NULL;
+  assert_kiln_ok(kiln_context_options_create(&options));
+  assert_kiln_ok(kiln_context_options_set_seed(options, seed));
+  assert_kiln_ok(kiln_context_options_set_num_threads(options, threads));
+  assert_kiln_ok(kiln_context_options_set_log_level(options, KILN_LOG_ERROR));
+  assert_kiln_ok(kiln_context_options_set_enable_cuda(options, 0));
+  kiln_status status = kiln_context_create(options, &ctx);
+  kiln_context_options_release(options);
+  assert_kiln_ok(status);
+  return ctx;
+}
+
+kiln_model *kiln_test_eval_model(kiln_context *ctx, const char *text) {
+  const kiln_device cpu = {KILN_DEVICE_CPU, -1};
+  kiln_model_spec *spec = NULL;
+  kiln_model *model = NULL;
+  assert_kiln_ok(kiln_model_spec_create(&spec));
+  assert_kiln_ok(kiln_model_spec_parse(spec, text));
+  kiln_status status = kiln_model_create(ctx, spec, cpu, &model);
+  kiln_model_spec_release(spec);
+  assert_kiln_ok(status);
+  assert_kiln_ok(kiln_model_set_training(model, 0));
+  return model;
 }
 
 int kiln_test_context_setup(void **state) {
@@ -292,4 +321,21 @@ void kiln_test_file_fixture_destroy(kiln_test_file_fixture *f) {
   kiln_test_remove_tree(f->dir);
   kiln_context_release(f->ctx);
   free(f);
+}
+
+int kiln_test_preload(const char *library, const char *probe, char **argv) {
+  if (dlsym(RTLD_DEFAULT, probe)) return 0;
+  if (getenv("KILN_TEST_PRELOADED")) {
+    fprintf(stderr, "%s is preloaded but %s is not found in it\n", library, probe);
+    return -1;
+  }
+  const char *asan = getenv("ASAN_OPTIONS");
+  char asan_options[1024];
+  snprintf(asan_options, sizeof asan_options, "%s%sverify_asan_link_order=0", asan ? asan : "", asan && *asan ? ":" : "");
+  if (setenv("LD_PRELOAD", library, 1) != 0 || setenv("ASAN_OPTIONS", asan_options, 1) != 0 ||
+      setenv("KILN_TEST_PRELOADED", "1", 1) != 0)
+    return -1;
+  execv("/proc/self/exe", argv);
+  perror("execv /proc/self/exe");
+  return -1;
 }

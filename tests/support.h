@@ -57,6 +57,13 @@ void kiln_test_check_last_error(const char *needle, const char *file, int line);
  * quiet) and the CUDA plugin enabled; fails the test if it cannot be made. */
 kiln_context *kiln_test_context_create(uint64_t seed);
 
+/* As kiln_test_context_create, with `threads` CPU threads and CUDA off. */
+kiln_context *kiln_test_cpu_context(uint64_t seed, int64_t threads);
+
+/* A model of spec text (kiln_model_spec_parse's form, e.g. "784-32-10") on
+ * the CPU, in evaluation mode; fails the test if it cannot be made. */
+kiln_model *kiln_test_eval_model(kiln_context *ctx, const char *text);
+
 /* CMocka fixtures: *state becomes a kiln_context * (seed 0), released in the
  * teardown. Use with cmocka_unit_test_setup_teardown or as group fixtures. */
 int kiln_test_context_setup(void **state);
@@ -155,6 +162,16 @@ typedef struct kiln_test_file_fixture {
 kiln_test_file_fixture *kiln_test_file_fixture_create(const char *name);
 /* Removes the directory and everything in it, and releases the context. */
 void kiln_test_file_fixture_destroy(kiln_test_file_fixture *f);
+
+/* ---- a preloaded allocator ------------------------------------------------ */
+
+/* Makes sure `library` (tests/oom/failmalloc.cpp, which counts and can fail
+ * allocations) is preloaded: returns 0 when it is (its function `probe` is
+ * found), else re-executes this program (argv) with LD_PRELOAD set to it and
+ * returns only if that fails (-1, with a message on stderr). Under
+ * AddressSanitizer it comes before the sanitizer's runtime in the lookup
+ * order, which ASan allows only with verify_asan_link_order=0. */
+int kiln_test_preload(const char *library, const char *probe, char **argv);
 
 #ifdef __cplusplus
 }

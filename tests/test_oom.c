@@ -324,27 +324,12 @@ static int teardown(void **state) {
 
 int main(int argc, char **argv) {
   (void)argc;
+  if (kiln_test_preload(KILN_FAILMALLOC_PATH, "kiln_oom_arm", argv) != 0) return 1;
   oom_arm = (void (*)(long))dlsym(RTLD_DEFAULT, "kiln_oom_arm");
   oom_disarm = (int (*)(long *))dlsym(RTLD_DEFAULT, "kiln_oom_disarm");
   oom_live = (long (*)(void))dlsym(RTLD_DEFAULT, "kiln_oom_live");
-  if (!oom_arm || !oom_disarm || !oom_live) {
-    if (getenv("KILN_OOM_REEXEC")) {
-      fprintf(stderr, "test_oom: %s is preloaded but its functions are not found\n", KILN_FAILMALLOC_PATH);
-      return 1;
-    }
-    /* Preload the failing allocator and start again. Under AddressSanitizer
-     * it comes before the sanitizer's runtime in the lookup order (it
-     * forwards to the sanitizer's malloc), which ASan allows only with
-     * verify_asan_link_order=0. */
-    const char *asan = getenv("ASAN_OPTIONS");
-    char asan_options[1024];
-    snprintf(asan_options, sizeof asan_options, "%s%sverify_asan_link_order=0", asan ? asan : "",
-             asan && *asan ? ":" : "");
-    if (setenv("LD_PRELOAD", KILN_FAILMALLOC_PATH, 1) != 0 || setenv("ASAN_OPTIONS", asan_options, 1) != 0 ||
-        setenv("KILN_OOM_REEXEC", "1", 1) != 0)
-      return 1;
-    execv("/proc/self/exe", argv);
-    perror("test_oom: execv /proc/self/exe");
+  if (!oom_disarm || !oom_live) {
+    fprintf(stderr, "test_oom: %s is preloaded but its functions are not found\n", KILN_FAILMALLOC_PATH);
     return 1;
   }
   const struct CMUnitTest tests[] = {

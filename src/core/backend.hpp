@@ -290,6 +290,34 @@ struct ClipArgs {
   double *scratch = nullptr;
 };
 
+// ---- inference with weights prepared once (Model::predict) ---------------
+
+// A Linear layer's weights W [out, in] prepared by Backend::pack_linear for
+// repeated inference products: a copy in the layout the backend's kernels
+// read fastest, or (the default) W itself. Owned by the caller; valid while
+// W's contents stay as they were, so the caller keys it on W's storage
+// version (core/tensor.hpp) and never keeps one while others may write W.
+class PackedLinear {
+ public:
+  PackedLinear(DType t, int64_t out, int64_t in, const void *w) : t(t), out(out), in(in), w(w) {}
+  virtual ~PackedLinear() = default;
+  const DType t;
+  const int64_t out, in;
+  const void *const w;  // the weights it was made from
+};
+
+// y [rows, out] = act(x W^T + b), x [rows, in] and b [out] (may be null) of
+// the packed weights' dtype; alpha is LeakyReLU's slope.
+struct PackedLinearArgs {
+  int64_t rows = 0;
+  const void *x = nullptr;
+  const PackedLinear *w = nullptr;
+  const void *bias = nullptr;
+  void *y = nullptr;
+  UnaryOp act = UnaryOp::Identity;
+  double alpha = 0;
+};
+
 // Device facts for kiln_device_get_info.
 struct DeviceInfo {
   std::string name;
@@ -366,6 +394,16 @@ class Backend {
   // backend gives the same permutation for the same seed. May allocate
   // scratch memory on the device.
   virtual void shuffle(int64_t index, int64_t n, uint64_t seed, int64_t *out) = 0;
+
+  // ---- inference with prepared weights (see PackedLinear) ----------------
+  // Prepares W [out, in] (float dtype t) for linear_packed. The default
+  // keeps W's pointer, so its products read W itself; the CPU copies f32
+  // weights into its kernels' column blocks. Throws OUT_OF_MEMORY.
+  virtual std::unique_ptr<PackedLinear> pack_linear(int64_t index, DType t, const void *w, int64_t out, int64_t in);
+  // See PackedLinearArgs. The default is gemm then bias_act on W itself;
+  // the CPU fuses them, picks a matrix-vector kernel for a few rows and its
+  // thread count per product, and allocates nothing.
+  virtual void linear_packed(int64_t index, const PackedLinearArgs &args);
 
   // ---- training programs (core/program.hpp) -------------------------------
   // Compiles a step program for device `index`. The default, in

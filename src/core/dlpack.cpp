@@ -70,6 +70,7 @@ std::string dl_device_name(DLDevice d) {
 struct Export {
   DLManagedTensorVersioned managed{};
   Tensor tensor;
+  bool writable = false;  // counted in the storage's foreign writers while held
   int64_t shape[KILN_MAX_DIMS] = {};
   int64_t strides[KILN_MAX_DIMS] = {};
 };
@@ -80,7 +81,9 @@ struct Export {
 void export_deleter(DLManagedTensorVersioned *self) noexcept {
   if (!self) return;
   try {
-    delete static_cast<Export *>(self->manager_ctx);
+    Export *holder = static_cast<Export *>(self->manager_ctx);
+    if (holder->writable) holder->tensor.end_foreign_writes();
+    delete holder;
   } catch (...) {
   }
 }
@@ -98,6 +101,10 @@ DLManagedTensorVersioned *to_dlpack(const Tensor &t, uint64_t flags) {
   m.manager_ctx = holder.get();
   m.deleter = export_deleter;
   m.flags = flags;
+  // Whoever holds a writable export may write the memory behind kiln's back
+  // until they give it back: nothing derived from it is kept meanwhile.
+  holder->writable = (flags & DLPACK_FLAG_BITMASK_READ_ONLY) == 0;
+  if (holder->writable) t.begin_foreign_writes();
   DLTensor &d = m.dl_tensor;
   const Device dev = t.device();
   if (dev.is_cpu())

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <type_traits>
+#include <utility>
 
 #include "core/error.hpp"
 
@@ -44,11 +45,26 @@ void loss(Backend &b, int64_t dev, const LossOp &op) {
   }
 }
 
+// Whether [p, p + bytes) lies inside t's memory.
+bool within(const Tensor &t, const void *p, int64_t bytes) {
+  const char *begin = static_cast<const char *>(t.data()), *q = static_cast<const char *>(p);
+  return q >= begin && bytes <= t.nbytes() && q - begin <= t.nbytes() - bytes;
+}
+
+// The parameters an op updates, as (pointer, bytes); null for other ops.
+std::pair<const void *, int64_t> updated_parameters(const StepOp &op) {
+  if (const auto *sgd = std::get_if<SgdOp>(&op)) return {sgd->args.params, sgd->args.n * dtype_size(sgd->args.t)};
+  if (const auto *adam = std::get_if<AdamOp>(&op)) return {adam->args.params, adam->args.n * dtype_size(adam->args.t)};
+  return {nullptr, 0};
+}
+
 class DefaultExecutable final : public Executable {
  public:
-  DefaultExecutable(Backend &b, int64_t index, const StepProgram &p) : backend_(b), index_(index), program_(p) {}
+  DefaultExecutable(Backend &b, int64_t index, const StepProgram &p)
+      : Executable(p), backend_(b), index_(index), program_(p) {}
 
-  void run(int64_t first, int64_t count) override {
+ protected:
+  void run_steps(int64_t first, int64_t count) override {
     for (int64_t s = first; s < first + count; ++s)
       for (const StepOp &op : program_.ops) run_op(backend_, index_, op, program_.table + s);
   }
@@ -176,6 +192,23 @@ void run_op(Backend &b, int64_t dev, const StepOp &op, const StepParams *step) {
           [&](const AdamOp &o) { b.adam_update(dev, o.args, step); },
       },
       op);
+}
+
+Executable::Executable(const StepProgram &program) : writes_(program.writes) {
+  for (const StepOp &op : program.ops) {
+    const auto [params, bytes] = updated_parameters(op);
+    if (!params || bytes == 0) continue;
+    bool declared = false;
+    for (const Tensor &t : writes_) declared = declared || within(t, params, bytes);
+    if (!declared)
+      fail(KILN_ERROR_INTERNAL, std::string("step program \"") + program.label + "\" updates parameters that are "
+                                "not among its writes, so what was derived from them would go stale");
+  }
+}
+
+void Executable::run(int64_t first, int64_t count) {
+  run_steps(first, count);
+  for (const Tensor &t : writes_) t.note_written();
 }
 
 std::unique_ptr<Executable> compile_default(Backend &b, int64_t index, const StepProgram &program) {

@@ -25,6 +25,7 @@
 
 #include "core/backend.hpp"
 #include "core/collective.hpp"
+#include "core/tensor.hpp"
 
 namespace kiln {
 
@@ -169,6 +170,12 @@ struct StepProgram {
   int64_t table_size = 0;
   uint32_t fast_path = kFastAll;  // FastPath bits the backend may use
   std::string label;              // e.g. "train 784-32-10 rows 128 fp32", for logs
+  // The tensors whose contents a run changes and that others may have
+  // derived something from (the model's parameters: its packed inference
+  // weights). Executable::run bumps their versions after the steps, and
+  // compiling a program whose parameter update (SgdOp, AdamOp) writes
+  // outside them is an INTERNAL error, so an update cannot go unnoticed.
+  std::vector<Tensor> writes;
 };
 
 // A compiled program. run() queues steps on the device's stream and returns
@@ -176,13 +183,24 @@ struct StepProgram {
 // a time; the buffers the program names must outlive it.
 class Executable {
  public:
+  // Keeps program.writes; throws INTERNAL when a parameter update of the
+  // program writes outside them.
+  explicit Executable(const StepProgram &program);
   virtual ~Executable() = default;
   // Runs steps first, first + 1, ..., first + count - 1: step i reads
   // table[i]. 0 <= first, first + count <= table_size (not checked here).
-  virtual void run(int64_t first, int64_t count) = 0;
+  // Then bumps the versions of the program's `writes`.
+  void run(int64_t first, int64_t count);
   // What the compilation chose, for logs and benchmarks (e.g.
   // "cublaslt-epilogues, graph"); "kernels" for the default.
   virtual std::string describe() const { return "kernels"; }
+
+ protected:
+  // The backend's part of run.
+  virtual void run_steps(int64_t first, int64_t count) = 0;
+
+ private:
+  std::vector<Tensor> writes_;
 };
 
 // The products of a Linear layer, as run_op computes them; a backend that

@@ -19,18 +19,20 @@ namespace {
 
 // Bytes of a shape of dtype, validating the shape on the way: internal
 // callers build shapes by hand, so this is the last line before an alloc.
+// Messages are built only on failure: a prediction allocates its result
+// through here and nothing else (nn/model_inference.cpp).
 int64_t byte_size(const Shape &shape, DType dtype) {
-  check(shape.ndim >= 0 && shape.ndim <= KILN_MAX_DIMS, KILN_ERROR_INVALID_ARGUMENT,
-        "ndim must be in [0, " + std::to_string(KILN_MAX_DIMS) + "], got " + std::to_string(shape.ndim));
+  if (shape.ndim < 0 || shape.ndim > KILN_MAX_DIMS)
+    fail(KILN_ERROR_INVALID_ARGUMENT,
+         "ndim must be in [0, " + std::to_string(KILN_MAX_DIMS) + "], got " + std::to_string(shape.ndim));
   int64_t bytes = dtype_size(dtype);
   bool empty = false;
   for (int i = 0; i < shape.ndim; ++i) {
-    check(shape[i] >= 0, KILN_ERROR_INVALID_ARGUMENT, "shape " + shape.str() + " has a negative size");
+    if (shape[i] < 0) fail(KILN_ERROR_INVALID_ARGUMENT, "shape " + shape.str() + " has a negative size");
     if (shape[i] == 0) empty = true;
-    else
-      check(!__builtin_mul_overflow(bytes, shape[i], &bytes), KILN_ERROR_INVALID_ARGUMENT,
-            "a " + std::string(dtype_name(dtype)) + " tensor of shape " + shape.str() +
-                " would need more bytes than fit in int64");
+    else if (__builtin_mul_overflow(bytes, shape[i], &bytes))
+      fail(KILN_ERROR_INVALID_ARGUMENT, "a " + std::string(dtype_name(dtype)) + " tensor of shape " + shape.str() +
+                                            " would need more bytes than fit in int64");
   }
   return empty ? 0 : bytes;
 }
@@ -83,7 +85,7 @@ Storage::~Storage() {
 }
 
 Tensor Tensor::empty(const std::shared_ptr<Context> &ctx, const Shape &shape, DType dtype, Device device) {
-  check(ctx != nullptr, KILN_ERROR_INTERNAL, "Tensor::empty without a context");
+  if (!ctx) fail(KILN_ERROR_INTERNAL, "Tensor::empty without a context");
   Backend &backend = ctx->backend(device);
   int64_t bytes = byte_size(shape, dtype);
   Tensor t;
@@ -124,6 +126,7 @@ Tensor Tensor::wrap(const std::shared_ptr<Context> &ctx, void *data, const Shape
   // hand foreign memory to a backend's free.
   t.storage_ = std::make_shared<Storage>(ctx, &backend, device, nullptr, bytes, pinned);
   t.storage_->release = std::move(release);
+  t.storage_->foreign_writers.store(1);  // its owner may write it at any time
   if (bytes > 0) t.storage_->data = data;
   t.shape_ = shape;
   t.dtype_ = dtype;
@@ -236,6 +239,7 @@ void Tensor::copy_from_host(const void *src, int64_t n) const {
   if (n == 0) return;
   check(src != nullptr, KILN_ERROR_INVALID_ARGUMENT, "host buffer is NULL");
   backend().copy_to_device(device().index, data(), src, n, false);
+  note_written();
 }
 
 void Tensor::copy_from(const Tensor &src) const {
@@ -262,6 +266,7 @@ void Tensor::copy_from(const Tensor &src) const {
     src.backend().copy_to_host(from.index, staging.get(), src.data(), n, false);
     backend().copy_to_device(to.index, data(), staging.get(), n, false);
   }
+  note_written();
 }
 
 Tensor Tensor::clone() const {

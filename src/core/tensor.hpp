@@ -3,6 +3,7 @@
 // storage. Storage is always contiguous and row-major.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 
@@ -32,6 +33,17 @@ struct Storage {
   // Set only for foreign memory: gives it back to its owner. Must not throw
   // (exceptions are caught and logged); may run on any thread.
   std::function<void()> release;
+  // What is derived from the contents and kept (a model's packed inference
+  // weights) is valid while `version` is unchanged. Every write that kiln
+  // makes after the contents were first filled bumps it: Tensor::copy_from,
+  // copy_from_host, a step program that declares the storage in its
+  // `writes` (core/program.hpp), a collective's broadcast into it
+  // (Trainer::broadcast_parameters), and the end of a writable DLPack export.
+  // Writes kiln cannot see (foreign memory, or a writable DLPack export
+  // still held by another tool) make `foreign_writers` non-zero, and while it
+  // is, nothing derived may be kept at all.
+  std::atomic<uint64_t> version{0};
+  std::atomic<int64_t> foreign_writers{0};
 
   Storage(std::shared_ptr<Context> c, Backend *b, Device dev, void *p, int64_t n, bool pin,
           Backend *alloc = nullptr)
@@ -89,13 +101,28 @@ class Tensor {
   template <class T> T *data_as() const { return static_cast<T *>(data()); }
   bool shares_storage(const Tensor &o) const { return storage_ == o.storage_; }
 
+  // Write tracking (see Storage::version): the storage's version, a bump for
+  // a write made through a raw pointer, and whether code outside kiln may
+  // be writing the memory now (no derived copy may be kept then).
+  uint64_t version() const { return storage_->version.load(std::memory_order_acquire); }
+  void note_written() const { storage_->version.fetch_add(1, std::memory_order_acq_rel); }
+  bool foreign_writes() const { return storage_->foreign_writers.load(std::memory_order_acquire) > 0; }
+  // Brackets a time when code outside kiln may write the memory (a writable
+  // DLPack export); the end counts as a write.
+  void begin_foreign_writes() const { storage_->foreign_writers.fetch_add(1, std::memory_order_acq_rel); }
+  void end_foreign_writes() const {
+    note_written();
+    storage_->foreign_writers.fetch_sub(1, std::memory_order_acq_rel);
+  }
+
   // Views. reshape: same numel, at most one -1 (SHAPE_MISMATCH otherwise);
   // rows: [start, end) of dim 0 (INVALID_ARGUMENT when out of range).
   Tensor reshape(const Shape &shape) const;
   Tensor rows(int64_t start, int64_t end) const;
 
   // Copies: to another device (the same tensor when already there), to the
-  // host, from the host, and a contiguous clone.
+  // host, from the host, and a contiguous clone. Copies into this tensor
+  // bump its storage's version.
   Tensor to(Device device) const;
   // nbytes must equal this->nbytes() (INVALID_ARGUMENT). Both wait for the
   // device, so the host buffer is free to reuse when they return.

@@ -18,6 +18,7 @@
 // No allocation happens after construction.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -52,6 +53,18 @@ class ThreadPool {
   template <class F>
   void parallel_for(int64_t n, int64_t grain, F &&fn) {
     parallel_chunks(n, grain, [&fn](int64_t, int64_t begin, int64_t end) { fn(begin, end); });
+  }
+
+  // As parallel_for, split into exactly `chunks` balanced ranges (clamped
+  // to [1, n]), for a caller that sizes its chunks itself: many short ones,
+  // so that a thread descheduled on a busy machine holds back at most one
+  // short chunk while the others take the rest.
+  template <class F>
+  void parallel_ranges(int64_t n, int64_t chunks, F &&fn) {
+    using Fn = std::remove_reference_t<F>;
+    run(n, std::max<int64_t>(1, std::min(chunks, n)),
+        [](void *ctx, int64_t, int64_t begin, int64_t end) { (*static_cast<Fn *>(ctx))(begin, end); },
+        const_cast<void *>(static_cast<const void *>(&fn)));
   }
 
   // As parallel_for, but fn(chunk, begin, end) also gets the chunk's index

@@ -111,6 +111,7 @@ Model::Model(std::shared_ptr<Context> ctx, const ModelSpec &spec)
       s.kind = Stage::kDropout;
       s.out = features;
       s.p = l.arg;
+      has_dropout_ = true;
     } else {
       s.kind = Stage::kActivation;
       s.out = features;
@@ -163,6 +164,10 @@ void Model::initialise(DType dtype, Device device) {
 void Model::to(Device device) {
   check_dtype_device(dtype(), device);
   params_ = params_.to(device);
+  std::lock_guard<std::mutex> lock(inference_.mutex);  // nothing kept for the old storage
+  inference_.packed.reset();
+  inference_.direct.reset();
+  inference_.idle.clear();
 }
 
 Tensor Model::parameter(size_t i) const {
@@ -170,21 +175,30 @@ Tensor Model::parameter(size_t i) const {
   return params_.rows(p.offset, p.offset + p.shape.numel()).reshape(p.shape);
 }
 
-Tensor Model::forward(const Tensor &x) const { return run(x, training()); }
+Tensor Model::forward(const Tensor &x) const {
+  return training() && has_dropout_ ? run_with_dropout(x) : infer(x, KILN_PREDICT_LOGITS);
+}
 
-Tensor Model::run(const Tensor &x_in, bool dropout) const {
+void Model::check_input(const Tensor &x, Device device) const {
+  // Messages are built only on failure: the inference path allocates
+  // nothing when x is fine.
+  if (x.device() != device)
+    fail(KILN_ERROR_INVALID_ARGUMENT, "x is on " + x.device().str() + " but the model is on " + device.str());
+  if (x.ndim() < 2 || x.numel() != x.dim(0) * input_size())
+    fail(KILN_ERROR_SHAPE_MISMATCH,
+         "x has shape " + x.shape().str() + " but the model takes [batch, " + std::to_string(input_size()) + "]");
+  if (!dtype_is_float(x.dtype()) && x.dtype() != DType::U8)
+    fail(KILN_ERROR_DTYPE_MISMATCH, std::string("x must be a float or u8 tensor, got ") + dtype_name(x.dtype()));
+}
+
+Tensor Model::run_with_dropout(const Tensor &x_in) const {
   const Tensor params = params_;  // one consistent snapshot for the whole call
-  check(x_in.device() == params.device(), KILN_ERROR_INVALID_ARGUMENT,
-        "x is on " + x_in.device().str() + " but the model is on " + params.device().str());
-  check(x_in.ndim() >= 2 && x_in.numel() == x_in.dim(0) * input_size(), KILN_ERROR_SHAPE_MISMATCH,
-        "x has shape " + x_in.shape().str() + " but the model takes [batch, " + std::to_string(input_size()) + "]");
-  check(dtype_is_float(x_in.dtype()) || x_in.dtype() == DType::U8, KILN_ERROR_DTYPE_MISMATCH,
-        std::string("x must be a float or u8 tensor, got ") + dtype_name(x_in.dtype()));
+  check_input(x_in, params.device());
   const int64_t rows = x_in.dim(0);
   Tensor x = x_in.reshape(Shape{rows, input_size()});
   if (x.dtype() != params.dtype()) x = cast(x, params.dtype());
 
-  const uint64_t seed = dropout ? ctx_->derive_seed() : 0;
+  const uint64_t seed = ctx_->derive_seed();
   Backend &b = params.backend();
   const int64_t dev = params.device().index;
   const DType t = params.dtype();
@@ -192,7 +206,6 @@ Tensor Model::run(const Tensor &x_in, bool dropout) const {
   const char *base = static_cast<const char *>(params.data());
   for (size_t si = 0; si < stages_.size(); ++si) {
     const Stage &s = stages_[si];
-    if (s.kind == Stage::kDropout && !dropout) continue;
     Tensor y = Tensor::empty(ctx_, Shape{rows, s.out}, t, params.device());
     Tensor mask;
     if (rows > 0) {
@@ -208,13 +221,10 @@ Tensor Model::run(const Tensor &x_in, bool dropout) const {
 }
 
 Tensor Model::predict(const Tensor &x, kiln_predict_kind kind) const {
-  check(kind >= KILN_PREDICT_LOGITS && kind <= KILN_PREDICT_CLASSES, KILN_ERROR_INVALID_ARGUMENT,
-        "unknown predict kind " + std::to_string(int(kind)));
+  if (kind < KILN_PREDICT_LOGITS || kind > KILN_PREDICT_CLASSES)
+    fail(KILN_ERROR_INVALID_ARGUMENT, "unknown predict kind " + std::to_string(int(kind)));
   // Evaluation mode without touching the flag other threads may read.
-  Tensor logits = run(x.to(device()), false);
-  if (kind == KILN_PREDICT_PROBABILITIES) return softmax(logits, 1, false);
-  if (kind == KILN_PREDICT_CLASSES) return reduce(ReduceOp::Argmax, logits, 1, false);
-  return logits;
+  return infer(x.device() == device() ? x : x.to(device()), kind);
 }
 
 Workspace Model::make_workspace(int64_t capacity, DType t) const {

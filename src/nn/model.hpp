@@ -9,9 +9,15 @@
 // and a Dropout are stages of their own; a Dropout with p = 0 is no stage.
 //
 // Two forward paths:
-//  - forward(): inference, const and safe from several threads, with buffers
-//    allocated per call; Dropout follows the model's training flag, as
-//    calling a PyTorch module does;
+//  - predict() and forward(): inference, const and safe from several
+//    threads (nn/model_inference.cpp): each Linear's weights packed once per
+//    version of the parameters (Backend::pack_linear), the products with
+//    bias and activation fused and their thread count chosen per product
+//    (Backend::linear_packed), intermediate buffers reused from call to
+//    call, so a call allocates its result and nothing else after the first
+//    at that batch size. forward() follows the training flag, as calling a
+//    PyTorch module does: in training mode a model with Dropout runs the
+//    plain path, with buffers allocated per call and its own masks;
 //  - append_forward()/append_backward(): the trainer's, which add the
 //    model's ops to a step program over a Workspace sized once per batch
 //    size, so a training step allocates nothing.
@@ -19,6 +25,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -76,6 +83,7 @@ class Model {
   int64_t output_size() const { return spec_.output_size(); }
   // Moves the parameters. Views taken before keep the old storage.
   void to(Device device);
+  ~Model();
 
   bool training() const { return training_.load(); }
   void set_training(bool training) { training_.store(training); }
@@ -111,10 +119,40 @@ class Model {
                        const void *params, void *grads, MathMode math, int64_t rows, bool training) const;
 
  private:
+  // What the inference path keeps between calls (nn/model_inference.cpp).
+  // Packed weights are valid for one storage of the parameters at one
+  // version (Storage::version); a storage that others may be writing now
+  // (foreign_writes) gets `direct` ones, which read the weights in place.
+  struct PackedWeights {
+    Tensor params;  // the storage they were made from (kept, so it is never another's)
+    uint64_t version = 0;
+    std::vector<std::unique_ptr<PackedLinear>> layers;  // per stage; null but for Linear
+  };
+  // Every stage's output for up to `capacity` rows, and the input in the
+  // model's dtype; one set per concurrent call.
+  struct InferenceBuffers {
+    int64_t capacity = 0;
+    std::vector<Tensor> out;
+    Tensor input;
+  };
+  struct InferenceCache {
+    std::mutex mutex;
+    std::shared_ptr<const PackedWeights> packed, direct;
+    std::vector<std::unique_ptr<InferenceBuffers>> idle;
+  };
+
   Model(std::shared_ptr<Context> ctx, const ModelSpec &spec);
   void initialise(DType dtype, Device device);
-  // The inference forward pass, with Dropout when `dropout`.
-  Tensor run(const Tensor &x, bool dropout) const;
+  // INVALID_ARGUMENT / SHAPE_MISMATCH / DTYPE_MISMATCH unless x is a float
+  // or u8 [batch, input_size] (or [batch, ...]) tensor on `device`.
+  void check_input(const Tensor &x, Device device) const;
+  // The inference path: x on the model's device, in evaluation mode.
+  Tensor infer(const Tensor &x, kiln_predict_kind kind) const;
+  std::shared_ptr<const PackedWeights> packed_weights(const Tensor &params) const;
+  std::unique_ptr<InferenceBuffers> take_buffers(int64_t rows, DType t, DType input_dtype) const;
+  void give_back(std::unique_ptr<InferenceBuffers> buffers) const;
+  // The plain forward pass with Dropout (training mode), allocating per call.
+  Tensor run_with_dropout(const Tensor &x) const;
 
   std::shared_ptr<Context> ctx_;
   ModelSpec spec_;
@@ -126,6 +164,8 @@ class Model {
   int64_t flat_size_ = 0;
   Tensor params_;
   std::atomic<bool> training_{true};
+  bool has_dropout_ = false;  // a Dropout stage (p > 0)
+  mutable InferenceCache inference_;
 };
 
 // Model files (nn/model_file.cpp): safetensors with the parameter names and

@@ -309,6 +309,7 @@ Executable &Trainer::program(bool trains, bool training, int64_t rows, const Dat
       p.ops.push_back(clip);
     }
     p.ops.push_back(optimizer_.update_op(m.flat(), grads_));
+    p.writes.push_back(m.flat());
   }
   Program compiled;
   compiled.trains = trains;
@@ -652,6 +653,7 @@ void Trainer::broadcast_parameters(Collective &comm) {
   const Tensor &params = model_->flat();
   if (!device_.is_cpu()) params.backend().synchronize(device_.index);
   comm.broadcast(device_, params.data(), params.numel() * dtype_size(params.dtype()), 0);
+  params.note_written();
 }
 
 double Trainer::current_lr() const {

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "backend/cpu/kernels.hpp"
+#include "backend/cpu/packed_linear.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "core/thread_pool.hpp"
@@ -185,6 +186,17 @@ class CpuBackend final : public Backend {
     cpu::gather(pool_, args, args.order + (step ? step->offset : 0));
   }
   void shuffle(int64_t, int64_t n, uint64_t seed, int64_t *out) override { cpu::shuffle(n, seed, out); }
+
+  // ---- inference ----
+  std::unique_ptr<PackedLinear> pack_linear(int64_t index, DType t, const void *w, int64_t out,
+                                            int64_t in) override {
+    std::unique_ptr<PackedLinear> packed = cpu::pack_linear(pool_, t, w, out, in);
+    return packed ? std::move(packed) : Backend::pack_linear(index, t, w, out, in);
+  }
+  void linear_packed(int64_t index, const PackedLinearArgs &args) override {
+    FlushDenormals guard;
+    if (!cpu::linear_packed(pool_, args)) Backend::linear_packed(index, args);
+  }
 
  private:
   static void copy(void *dst, const void *src, int64_t bytes) {

@@ -53,6 +53,8 @@ namespace {
 // Multiply-adds per panel below which a product runs on one thread: about
 // 5-10 microseconds of single-core work, enough to repay the hand-off.
 constexpr int64_t kGemmGrain = int64_t(1) << 18;
+// Floats of B per chunk of its packing: about 50 microseconds of copying.
+constexpr int64_t kPackGrain = int64_t(1) << 17;
 
 // The OpenBLAS entry points kiln calls, resolved by load_openblas. Written
 // once under init_blas's call_once (every CPU backend calls it before its
@@ -164,13 +166,14 @@ bool blas_uses_avx512() {
   return uses;
 }
 
-// Packs a row-major B ([k, n]) for the AVX-512 kernel: blocks of
+// Packs columns [j_begin, j_end) of a row-major B ([k, n]; j_begin a
+// multiple of kSgemmBlockCols) for the AVX-512 kernel: blocks of
 // kSgemmBlockCols columns one after another, each [k, 32] with contiguous
 // rows. Columns past n in the last block stay unwritten (the kernel masks
 // them). A transposed B is packed by sgemm_avx512_pack_transposed.
-void pack_b(const float *b, int64_t n, int64_t k, float *out) {
+void pack_b(const float *b, int64_t n, int64_t k, float *out, int64_t j_begin, int64_t j_end) {
   constexpr int64_t NR = kSgemmBlockCols;
-  for (int64_t j0 = 0; j0 < n; j0 += NR) {
+  for (int64_t j0 = j_begin; j0 < j_end; j0 += NR) {
     const int64_t w = std::min(NR, n - j0);
     float *block = out + (j0 / NR) * NR * k;
     for (int64_t p = 0; p < k; ++p) std::copy(b + p * n + j0, b + p * n + j0 + w, block + p * NR);
@@ -226,14 +229,21 @@ void split_gemm(ThreadPool &pool, bool trans_a, bool trans_b, int64_t m, int64_t
     own_kernel = use_own_kernel(trans_b, m, n, k);
     if (own_kernel && should_pack_b(trans_b, m, n)) {
       thread_local std::vector<float> scratch;  // grows to the largest B, then reused
-      const int64_t size = (n + NR - 1) / NR * NR * k;
+      const int64_t blocks = (n + NR - 1) / NR, size = blocks * NR * k;
       if (int64_t(scratch.size()) < size) scratch.resize(size_t(size));
-      if (trans_b) {
-        sgemm_avx512_pack_transposed(b, n, k, scratch.data());
-      } else {
-        pack_b(b, n, k, scratch.data());
-      }
-      b_packed = scratch.data();
+      float *out = scratch.data();  // the caller's buffer: `scratch` names each worker's own
+      // On the pool too: a training step of 784-1024-1024-10 packs 3 to 4
+      // MiB of weights before three of its products, which one thread
+      // alone would leave the others waiting for.
+      pool.parallel_for(blocks, std::max<int64_t>(1, kPackGrain / (NR * k)), [&](int64_t jb0, int64_t jb1) {
+        const int64_t j0 = jb0 * NR, j1 = std::min(n, jb1 * NR);
+        if (trans_b) {
+          sgemm_avx512_pack_transposed(b + j0 * k, j1 - j0, k, out + jb0 * NR * k);
+        } else {
+          pack_b(b, n, k, out, j0, j1);
+        }
+      });
+      b_packed = out;
       packed = true;
     }
   }

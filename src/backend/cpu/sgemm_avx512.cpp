@@ -83,11 +83,8 @@ KILN_AVX512 void sgemm_avx512_rows(int64_t m, int64_t n, int64_t k, float alpha,
   }
 }
 
-namespace {
-
-// dst[i * ldd + j] = src[j * lds + i] for a 16 x 16 tile: unpacks, then
-// 128-bit lane shuffles, the classic in-register transpose.
-KILN_AVX512 inline void transpose_tile(const float *src, int64_t lds, float *dst, int64_t ldd) {
+// Unpacks, then 128-bit lane shuffles: the classic in-register transpose.
+KILN_AVX512 void sgemm_avx512_transpose_tile(const float *src, int64_t lds, float *dst, int64_t ldd) {
   __m512 r[16], t[16];
 #pragma GCC unroll 16
   for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
@@ -122,7 +119,6 @@ KILN_AVX512 inline void transpose_tile(const float *src, int64_t lds, float *dst
   for (int i = 0; i < 16; ++i) _mm512_storeu_ps(dst + i * ldd, r[i]);
 }
 
-}  // namespace
 
 KILN_AVX512 void sgemm_avx512_pack_transposed(const float *bt, int64_t n, int64_t k, float *out) {
   constexpr int64_t NR = kSgemmBlockCols;
@@ -132,7 +128,7 @@ KILN_AVX512 void sgemm_avx512_pack_transposed(const float *bt, int64_t n, int64_
     int64_t p0 = 0;
     for (; p0 + 16 <= k; p0 += 16) {
       int64_t j = 0;
-      for (; j + 16 <= w; j += 16) transpose_tile(bt + (j0 + j) * k + p0, k, block + p0 * NR + j, NR);
+      for (; j + 16 <= w; j += 16) sgemm_avx512_transpose_tile(bt + (j0 + j) * k + p0, k, block + p0 * NR + j, NR);
       for (; j < w; ++j) {  // columns of a partial last block
         const float *row = bt + (j0 + j) * k;
         for (int64_t p = p0; p < p0 + 16; ++p) block[p * NR + j] = row[p];
@@ -151,6 +147,7 @@ bool avx512_available() { return false; }
 void sgemm_avx512_rows(int64_t, int64_t, int64_t, float, const float *, int64_t, int64_t, const float *, int64_t,
                        int64_t, float, float *, int64_t) {}
 void sgemm_avx512_pack_transposed(const float *, int64_t, int64_t, float *) {}
+void sgemm_avx512_transpose_tile(const float *, int64_t, float *, int64_t) {}
 
 #endif
 

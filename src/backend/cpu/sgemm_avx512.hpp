@@ -25,6 +25,10 @@ constexpr int64_t kSgemmBlockCols = 32;
 void sgemm_avx512_rows(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t a_row, int64_t a_col,
                        const float *b, int64_t ldb, int64_t b_block, float beta, float *c, int64_t ldc);
 
+// dst[i * ldd + j] = src[j * lds + i] for a 16 x 16 tile of floats (also
+// used to pack the inference weights, packed_linear_x86.cpp).
+void sgemm_avx512_transpose_tile(const float *src, int64_t lds, float *dst, int64_t ldd);
+
 // Packs op(B) = B^T, for B stored [n, k] (bt), into the blocked layout above
 // (ldb = 32, b_block = 32 * k): out holds ceil(n / 32) * 32 * k floats, and
 // columns past n in the last block are left unwritten (the kernel masks them).

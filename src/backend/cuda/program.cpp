@@ -73,8 +73,10 @@ class CudaExecutable final : public Executable {
  public:
   CudaExecutable(CudaBackend &backend, int64_t index, const StepProgram &program);
   ~CudaExecutable() override;
-  void run(int64_t first, int64_t count) override;
   std::string describe() const override;
+
+ protected:
+  void run_steps(int64_t first, int64_t count) override;
 
  private:
   using Action = std::function<void(const StepParams *step)>;
@@ -107,7 +109,7 @@ class CudaExecutable final : public Executable {
 };
 
 CudaExecutable::CudaExecutable(CudaBackend &backend, int64_t index, const StepProgram &program)
-    : backend_(backend), index_(index), program_(program) {
+    : Executable(program), backend_(backend), index_(index), program_(program) {
   try {
     plan_fused_ops();
     if (program_.fast_path & kFastGraphs) {
@@ -275,7 +277,7 @@ void CudaExecutable::run_step(const StepParams *step) {
   for (const Action &a : actions_) a(step);
 }
 
-void CudaExecutable::run(int64_t first, int64_t count) {
+void CudaExecutable::run_steps(int64_t first, int64_t count) {
   if (count <= 0) return;
   CudaBackend::Scope scope(backend_, index_);
   if (!(program_.fast_path & kFastGraphs)) {
