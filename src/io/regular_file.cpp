@@ -36,6 +36,8 @@ int open_regular_file(const std::string &path) {
   return fd;
 }
 
+FileDescriptor::~FileDescriptor() { ::close(fd_); }
+
 void read_exactly(int fd, const std::string &path, void *dst, int64_t n, int64_t offset) {
   char *p = static_cast<char *>(dst);
   while (n > 0) {

@@ -14,6 +14,20 @@ namespace kiln::io {
 // file" at once for FIFOs, sockets, directories and device nodes.
 int open_regular_file(const std::string &path);
 
+// A descriptor open_regular_file returned, closed when its owner goes; the
+// readers share one between copies of a file object through a shared_ptr.
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  ~FileDescriptor();
+  FileDescriptor(const FileDescriptor &) = delete;
+  FileDescriptor &operator=(const FileDescriptor &) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
 // Reads exactly n bytes at offset of fd (opened from path), retrying short
 // reads. The caller validated n and offset against the file's size, so an
 // early end means the file changed under it: KILN_ERROR_IO, like any read
