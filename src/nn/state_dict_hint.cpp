@@ -39,7 +39,7 @@ struct Reading {
   int64_t in = 0, out = 0;
   bool bias = false;
   std::string text;     // "Linear(784, 32) at 0"
-  std::string missing;  // "BatchNorm", "convolutions", ... kiln lacks; "" for a Linear
+  std::string missing;  // "BatchNorm", "convolutions", ...: what kiln lacks; "" for a Linear
 };
 
 std::string where(const Module &m) { return m.path.empty() ? " at the top level" : " at " + printable(m.path, 60) + ".*"; }
@@ -77,8 +77,8 @@ Reading read_module(const Module &m, bool convolutions) {
     for (size_t i = 0; i < m.tensors.size() && i < 3; ++i)
       names += (i ? ", " : "") + printable(m.tensors[i]->name.substr(m.path.empty() ? 0 : m.path.size() + 1), 40);
     if (m.tensors.size() > 3) names += ", ...";
-    r.text = "tensors of an unknown layer (" + names + ")" + where(m);
-    r.missing = "layer that holds these";
+    r.text = "tensors of a layer kiln does not know (" + names + ")" + where(m);
+    r.missing = "such layer";
   }
   return r;
 }
@@ -137,15 +137,14 @@ StateDictHint read_state_dict_hint(const std::vector<io::TensorFile::Entry> &ent
   }
 
   StateDictHint hint;
-  std::vector<std::string> missing;
+  bool complete = true;  // every layer one kiln has
   std::vector<std::pair<int64_t, Reading>> linears;
   bool sequential = true;
   std::string common_prefix;
   for (size_t i = 0; i < modules.size(); ++i) {
     Reading r = read_module(modules[i], convolutions);
-    if (i < kListed) hint.layers += (i ? ", " : "") + r.text;
-    if (!r.missing.empty() && std::find(missing.begin(), missing.end(), r.missing) == missing.end())
-      missing.push_back(r.missing);
+    if (i < kListed) hint.layers += (i ? "; " : "") + r.text + (r.missing.empty() ? "" : ": kiln has no " + r.missing);
+    complete = complete && r.missing.empty();
     std::string prefix;
     const int64_t at = sequential_index(modules[i].path, &prefix);
     sequential = sequential && at >= 0 && (i == 0 || prefix == common_prefix);
@@ -153,9 +152,7 @@ StateDictHint read_state_dict_hint(const std::vector<io::TensorFile::Entry> &ent
     if (r.linear) linears.emplace_back(at, std::move(r));
   }
   if (modules.size() > kListed) hint.layers += " and " + std::to_string(modules.size() - kListed) + " more";
-  for (size_t i = 0; i < missing.size(); ++i)
-    hint.missing += (i ? (i + 1 == missing.size() ? " or " : ", ") : "kiln has no ") + missing[i];
-  if (missing.empty() && sequential) {
+  if (complete && sequential) {
     std::stable_sort(linears.begin(), linears.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
     hint.spec = fitting_spec(linears);
     if (!hint.spec.empty()) hint.prefix = common_prefix;
@@ -165,7 +162,7 @@ StateDictHint read_state_dict_hint(const std::vector<io::TensorFile::Entry> &ent
 
 std::string StateDictHint::sentences() const {
   if (layers.empty()) return "";
-  std::string text = " It holds " + layers + (missing.empty() ? "." : ": " + missing + ".");
+  std::string text = " It holds " + layers + ".";
   if (spec.empty()) return text;
   text += " The spec that fits it is \"" + spec + "\"";
   if (!prefix.empty()) {

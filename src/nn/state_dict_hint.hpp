@@ -14,11 +14,10 @@
 namespace kiln {
 
 struct StateDictHint {
-  // "Linear(784, 32) at 0, BatchNorm1d running statistics at 1.*, ...", the
-  // list cut short after a few modules; "" for an empty state_dict.
+  // "Linear(784, 32) at 0; BatchNorm1d running statistics at 1.*: kiln has
+  // no BatchNorm; ...", the list cut short after a few modules; "" for an
+  // empty state_dict.
   std::string layers;
-  // "kiln has no BatchNorm", or "" when every layer is one kiln has.
-  std::string missing;
   // A spec whose parameters carry exactly these names and shapes (ReLU
   // between the Linears: a state_dict holds no activations), or "".
   std::string spec;
@@ -27,7 +26,7 @@ struct StateDictHint {
   std::string prefix;
 
   // All of it as sentences to append to a message, each starting with a
-  // space: " It holds Linear(4, 3) at 0, Linear(3, 2) at 2. The spec that
+  // space: " It holds Linear(4, 3) at 0; Linear(3, 2) at 2. The spec that
   // fits it is \"4-3-2\" (...)."; "" when there is nothing to say.
   std::string sentences() const;
 };
