@@ -1,7 +1,9 @@
 // Model files: safetensors holding each parameter under its nn.Sequential
 // name, so PyTorch's load_state_dict reads them, plus metadata
 // {"format": "kiln-model", "kiln.spec": describe(), "kiln.version"} from
-// which kiln_model_load rebuilds the architecture.
+// which kiln_model_load rebuilds the architecture. Weights are read through
+// io::open_tensor_file, so a PyTorch state_dict (safetensors or torch.save)
+// loads wherever a spec says what it holds.
 #include <algorithm>
 #include <map>
 
