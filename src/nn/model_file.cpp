@@ -77,11 +77,12 @@ std::shared_ptr<Model> load_model(const std::shared_ptr<Context> &ctx, const std
   auto format = meta.find("format"), spec_text = meta.find("kiln.spec");
   // A state_dict PyTorch saved (safetensors.torch.save_file, torch.save)
   // has everything but the spec: say so, and which spec fits it.
-  check(format != meta.end() && format->second == kFormat && spec_text != meta.end(), KILN_ERROR_FORMAT,
-        path + " is a " + file->format() +
-            " file: a state_dict as PyTorch saves it, without the spec that kiln's model files keep in their "
-            "metadata; load it with its spec: kiln eval FILE --spec SPEC, or kiln_model_load_with_spec." +
-            read_state_dict_hint(file->entries()).sentences());
+  if (format == meta.end() || format->second != kFormat || spec_text == meta.end())
+    fail(KILN_ERROR_FORMAT, path + " is a " + file->format() +
+                                " file: a state_dict as PyTorch saves it, without the spec that kiln's model files "
+                                "keep in their metadata; load it with its spec: kiln eval FILE --spec SPEC, or "
+                                "kiln_model_load_with_spec." +
+                                read_state_dict_hint(file->entries()).sentences());
   ModelSpec spec;
   try {
     spec.parse(spec_text->second);
