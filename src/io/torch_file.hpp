@@ -1,8 +1,8 @@
 // torch.save files: the zip archive PyTorch has written since 1.6,
 //   <archive>/data.pkl     the pickled state_dict (io/torch_pickle.hpp)
 //   <archive>/data/<key>   each storage's bytes, stored uncompressed
-//   <archive>/byteorder    "little" or "big" (absent before PyTorch 1.13:
-//                          little)
+//   <archive>/byteorder    "little" or "big" (older releases wrote none:
+//                          little, as PyTorch reads them)
 //   <archive>/version      the file format version (1 to 10, as PyTorch's
 //                          own reader accepts)
 // read as a state_dict of tensors: each a view (size, stride, storage

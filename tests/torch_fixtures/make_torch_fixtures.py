@@ -3,7 +3,7 @@ kiln's torch.save reader (src/io/torch_file.cpp) without PyTorch.
 
     /work/venv/bin/python tests/torch_fixtures/make_torch_fixtures.py
 
-Needs PyTorch (any 2.x). Run it again after changing it; the files are then
+Needs PyTorch 2.1 or later (it has been run with 2.15). Run it again after changing it; the files are then
 committed. torch.save stamps each file with a random serialization id, so
 the bytes change from run to run but not what the tests read.
 
@@ -24,7 +24,7 @@ Written by PyTorch itself (torch.save):
                         offsets 0, 12, 16 and 24; 2.weight is a transposed view
                         (stride (1, 2)), as the flat parameter buffers of some
                         optimizers and kiln itself keep them
-  mlp_no_byteorder.pt   mlp.pt without the byteorder record (as PyTorch < 2.1 wrote)
+  mlp_no_byteorder.pt   mlp.pt without the byteorder record (as older releases wrote it)
   dtypes.pt             f32 f64 f16 bf16 i32 i64: (arange(6) - 2).reshape(2, 3);
                         u8: arange(6) * 40 + 3; f16_t: f16's transpose (a view,
                         stride (1, 3)); i64_tail: i64.flatten()[3:] (offset 3);
