@@ -48,6 +48,8 @@ same tensors as its source (torch.load), so each is a file PyTorch reads:
   mlp_deflated.pt       mlp.pt repacked with every record deflated (method 8)
   mlp_zip64.pt          mlp.pt repacked with zip64 extra fields for every size and
                         offset, as a writer does for records beyond 4 GiB
+  mlp_bzip2.pt          mlp.pt repacked by Python's zipfile with bzip2 (method 12),
+                        which neither PyTorch nor kiln reads (refused by method)
 
 Hostile or broken (never loaded in PyTorch: kiln must refuse them by reading
 only): mlp.pt's records with data.pkl replaced by
@@ -301,6 +303,9 @@ def main():
     same_as("mlp_deflated.pt", "mlp.pt")
     write_zip("mlp_zip64.pt", records("mlp.pt"), zip64=True)
     same_as("mlp_zip64.pt", "mlp.pt")
+    with zipfile.ZipFile(path("mlp_bzip2.pt"), "w", zipfile.ZIP_BZIP2) as z:
+        for rec_name, data in records("mlp.pt"):
+            z.writestr(rec_name, data)
 
     with_pickle("hostile_posix_system.pt", pickle.dumps(Reduce(os.system, ("exit 0",)), protocol=2))
     with_pickle("hostile_os_system.pt", b"\x80\x02" + glob("os", "system") + s("exit 0") + b"\x85R.")
