@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace kiln::io {
@@ -15,7 +16,8 @@ namespace kiln::io {
 int open_regular_file(const std::string &path);
 
 // A descriptor open_regular_file returned, closed when its owner goes; the
-// readers share one between copies of a file object through a shared_ptr.
+// readers share one between copies of a file object through a shared_ptr
+// (open_shared_regular_file).
 class FileDescriptor {
  public:
   explicit FileDescriptor(int fd) : fd_(fd) {}
@@ -27,6 +29,10 @@ class FileDescriptor {
  private:
   int fd_;
 };
+
+// open_regular_file's descriptor, owned from the start: it is closed, not
+// leaked, when allocating its owner fails (OUT_OF_MEMORY).
+std::shared_ptr<FileDescriptor> open_shared_regular_file(const std::string &path);
 
 // Reads exactly n bytes at offset of fd (opened from path), retrying short
 // reads. The caller validated n and offset against the file's size, so an

@@ -153,10 +153,10 @@ class HeaderReader {
 }  // namespace
 
 SafetensorsFile SafetensorsFile::open(const std::string &path) {
-  int raw_fd = open_regular_file(path);
   SafetensorsFile file;
   file.path_ = path;
-  file.fd_ = std::make_shared<FileDescriptor>(raw_fd);
+  file.fd_ = open_shared_regular_file(path);
+  const int raw_fd = file.fd_->get();
 
   struct stat st;
   if (::fstat(raw_fd, &st) != 0) io_error("cannot stat", path, errno);

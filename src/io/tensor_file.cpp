@@ -61,7 +61,7 @@ size_t TensorFile::check_destination(const std::string &name, const Tensor &dst)
 }
 
 std::unique_ptr<TensorFile> open_tensor_file(const std::string &path) {
-  auto fd = std::make_shared<FileDescriptor>(open_regular_file(path));
+  std::shared_ptr<FileDescriptor> fd = open_shared_regular_file(path);
   struct stat st;
   if (::fstat(fd->get(), &st) != 0) io_error("cannot stat", path, errno);
   const int64_t size = st.st_size;
