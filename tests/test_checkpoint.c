@@ -178,6 +178,16 @@ static void test_mismatched_checkpoints(void **state) {
     fclose(f);
     assert_status(kiln_trainer_load_checkpoint(t, bad), KILN_ERROR_FORMAT);
   }
+  /* A zip archive (what torch.save writes) and an empty file are told as such. */
+  f = fopen(bad, "wb");
+  fwrite("PK\x03\x04\x14\x00\x00\x08\x00\x00", 1, 10, f);
+  fclose(f);
+  assert_status(kiln_trainer_load_checkpoint(t, bad), KILN_ERROR_FORMAT);
+  assert_last_error_contains("is a torch.save file (a zip archive), not safetensors");
+  f = fopen(bad, "wb");
+  fclose(f);
+  assert_status(kiln_trainer_load_checkpoint(t, bad), KILN_ERROR_FORMAT);
+  assert_last_error_contains("is empty (0 bytes)");
   /* Garbage metadata: a counter that is not a number. */
   char *meta = memmem(buf, size, "\"steps_done\":\"", 14);
   assert_non_null(meta);

@@ -2,7 +2,9 @@
 # The kiln program end to end, as a user runs it: help and version, usage
 # errors (exit 2, one line on stderr), runtime errors (exit 1, with the
 # reason), `kiln devices`, and a tiny train -> eval -> predict -> ONNX -> resume run
-# on a small generated MNIST-layout dataset (so no download is needed).
+# on a small generated MNIST-layout dataset (so no download is needed);
+# predict's CSV and JSON against a forward pass computed here, and the
+# torch.save files of tests/torch_fixtures read with --spec.
 #
 #   test_cli.sh PATH/TO/kiln        (CTest passes the built program)
 set -euo pipefail
@@ -107,6 +109,127 @@ expect 0 "^correct: [0-9]+ of 5$" "$kiln" predict "$model" --data "$data" --coun
 [[ $(grep -cE '^ +[0-9]+ +[0-9]' "$work/out") -eq 5 ]] || fail "kiln predict --count 5 did not print 5 predictions"
 expect 0 "^ +299 " "$kiln" predict "$model" --input "$data/t10k-images-idx3-ubyte.gz" --device cpu
 expect 1 "not an IDX file" "$kiln" predict "$model" --input "$model" --device cpu
+
+# ---- predict for scripts: --output logits|probabilities|classes, --format csv|json --
+usage_error "unknown --format 'xml'" predict "$model" --format xml
+usage_error "unknown --output 'scores'" predict "$model" --format csv --output scores
+usage_error "--output needs --format csv or json" predict "$model" --output logits
+for what in logits probabilities classes; do
+  for fmt in csv json; do
+    expect 0 "" "$kiln" predict "$model" --data "$data" --device cpu --count 7 --format "$fmt" --output "$what"
+    cp "$work/out" "$work/$what.$fmt"
+  done
+done
+expect 0 '^index,class$' "$kiln" predict "$model" --input "$data/t10k-images-idx3-ubyte.gz" --device cpu \
+  --count 3 --format csv
+[[ $(wc -l <"$work/out") -eq 4 ]] || fail "--format csv of 3 unlabelled images is not a header and 3 rows"
+expect 0 '"output": "classes", "count": 2, "width": 10, "values": \[[0-9], [0-9]\]}$' "$kiln" predict "$model" \
+  --input "$data/t10k-images-idx3-ubyte.gz" --device cpu --count 2 --format json
+# The same numbers computed another way: the model file's weights and the
+# test images read here (perl, core modules only), the forward pass in
+# double precision.
+perl - "$model" "$data/t10k-images-idx3-ubyte.gz" "$data/t10k-labels-idx1-ubyte.gz" "$work" >"$work/out" 2>"$work/err" <<'PERL' || fail "kiln predict --format csv|json disagrees with the reference"
+use strict; use warnings; use JSON::PP; use IO::Uncompress::Gunzip qw(gunzip $GunzipError);
+my ($model, $images, $labels, $work) = @ARGV;
+my $n = 7;
+open(my $fh, "<:raw", $model) or die $!; local $/; my $bytes = <$fh>; close $fh;
+my $len = unpack("Q<", substr($bytes, 0, 8));
+my $header = decode_json(substr($bytes, 8, $len));
+sub tensor { my $e = $header->{$_[0]}; my ($b, $e2) = @{$e->{data_offsets}};
+             return [unpack("f<*", substr($bytes, 8 + $len + $b, $e2 - $b))]; }
+my ($w0, $b0, $w2, $b2) = map { tensor($_) } qw(0.weight 0.bias 2.weight 2.bias);
+my ($img, $lab); gunzip($images => \$img) or die $GunzipError; gunzip($labels => \$lab) or die $GunzipError;
+my (@logits, @probs, @classes);
+for my $i (0 .. $n - 1) {
+  my @x = map { $_ / 255 } unpack("C64", substr($img, 16 + 64 * $i, 64));
+  my @h = map { my $o = $_; my $s = $b0->[$o]; $s += $w0->[$o * 64 + $_] * $x[$_] for 0 .. 63; $s > 0 ? $s : 0 } 0 .. 15;
+  my @z = map { my $o = $_; my $s = $b2->[$o]; $s += $w2->[$o * 16 + $_] * $h[$_] for 0 .. 15; $s } 0 .. 9;
+  my $max = $z[0]; $max = $_ > $max ? $_ : $max for @z;
+  my $sum = 0; $sum += exp($_ - $max) for @z;
+  push @logits, \@z; push @probs, [map { exp($_ - $max) / $sum } @z];
+  push @classes, (sort { $z[$b] <=> $z[$a] } 0 .. 9)[0];
+}
+my @truth = unpack("C$n", substr($lab, 8, $n));
+sub slurp { open(my $f, "<", "$work/$_[0]") or die "$_[0]: $!"; local $/; my $t = <$f>; return $t; }
+sub close_to { my ($got, $want, $what) = @_; abs($got - $want) <= 1e-5 + 1e-5 * abs($want) or die "$what: kiln $got, reference $want\n"; }
+for my $what (qw(logits probabilities classes)) {
+  my @csv = split /\n/, slurp("$what.csv");
+  my $json = decode_json(slurp("$what.json"));
+  my @head = split /,/, shift @csv;
+  my $want_head = $what eq "classes" ? "index,class,label" :
+      join(",", "index", (map { ($what eq "logits" ? "logit_" : "probability_") . $_ } 0 .. 9), "label");
+  join(",", @head) eq $want_head or die "$what.csv header: @head\n";
+  @csv == $n && @{$json->{values}} == $n && $json->{count} == $n && $json->{width} == 10 &&
+      $json->{output} eq $what or die "$what: not $n rows of 10 classes\n";
+  for my $i (0 .. $n - 1) {
+    my @row = split /,/, $csv[$i];
+    $row[0] == $i && $row[-1] == $truth[$i] && $json->{labels}[$i] == $truth[$i] or die "$what row $i: index or label\n";
+    if ($what eq "classes") {
+      # kiln's class has the largest logit (within rounding) of the reference's
+      abs($logits[$i][$row[1]] - $logits[$i][$classes[$i]]) <= 1e-5 or die "classes row $i: kiln $row[1], reference $classes[$i]\n";
+      $json->{values}[$i] == $row[1] or die "classes row $i: json differs from csv\n";
+      next;
+    }
+    my $ref = $what eq "logits" ? $logits[$i] : $probs[$i];
+    for my $c (0 .. 9) {
+      close_to($row[$c + 1], $ref->[$c], "$what.csv [$i][$c]");
+      $json->{values}[$i][$c] == $row[$c + 1] or die "$what [$i][$c]: json $json->{values}[$i][$c], csv $row[$c + 1]\n";
+    }
+  }
+}
+print "ok\n";
+PERL
+passed=$((passed + 1))
+
+# ---- torch.save files: PyTorch's state_dicts, read with --spec ------------------
+# tests/torch_fixtures/mlp.pt is PyTorch's nn.Sequential(Linear(4, 3), ReLU(),
+# Linear(3, 2)) whose tensor k holds (k + 1) * 0.1 * ((i % 7) - 3) at flat
+# index i (make_torch_fixtures.py): its logits for 2x2 images, by hand here.
+fixtures="$(cd "$(dirname "$0")" && pwd)/torch_fixtures"
+perl -e 'print pack("N4", 0x803, 3, 2, 2), pack("C*", 0, 64, 128, 255, 255, 0, 32, 16, 7, 200, 99, 1)' \
+  >"$work/small.idx"
+expect 0 '^index,logit_0,logit_1$' "$kiln" predict "$fixtures/mlp.pt" --spec 4-3-2 --input "$work/small.idx" \
+  --device cpu --format csv --output logits
+perl - "$work/out" >"$work/ref" 2>&1 <<'PERL' || { cat "$work/ref" >"$work/err"; fail "logits of mlp.pt differ from the closed form"; }
+use strict; use warnings;
+sub value { my ($k, $i) = @_; return unpack("f", pack("f", ($k + 1) * 0.1 * (($i % 7) - 3))); }
+my @px = (0, 64, 128, 255, 255, 0, 32, 16, 7, 200, 99, 1);
+open(my $f, "<", $ARGV[0]) or die $!; my @rows = <$f>; shift @rows;
+@rows == 3 or die "not 3 rows\n";
+for my $n (0 .. 2) {
+  my @x = map { $px[4 * $n + $_] / 255 } 0 .. 3;
+  my @h = map { my $o = $_; my $s = value(1, $o); $s += value(0, 4 * $o + $_) * $x[$_] for 0 .. 3; $s > 0 ? $s : 0 } 0 .. 2;
+  my @z = map { my $o = $_; my $s = value(3, $o); $s += value(2, 3 * $o + $_) * $h[$_] for 0 .. 2; $s } 0 .. 1;
+  chomp(my $line = $rows[$n]); my @got = split /,/, $line;
+  abs($got[$_ + 1] - $z[$_]) <= 1e-6 or die "row $n logit $_: kiln $got[$_ + 1], closed form $z[$_]\n" for 0 .. 1;
+}
+PERL
+passed=$((passed + 1))
+# The same model in every layout PyTorch writes gives the same logits.
+cp "$work/out" "$work/mlp_logits"
+for file in mlp_shared.pt mlp_big_endian.pt mlp_deflated.pt mlp_zip64.pt mlp_parameters_p5.pt; do
+  expect 0 '^index,logit_0' "$kiln" predict "$fixtures/$file" --spec 4-3-2 --input "$work/small.idx" \
+    --device cpu --format csv --output logits
+  cmp -s "$work/out" "$work/mlp_logits" || fail "$file gives other logits than mlp.pt"
+done
+expect 0 '^index,logit_0' "$kiln" predict "$fixtures/mlp_flatten.pt" --spec 4-3-2:dropout=0.5:flatten \
+  --input "$work/small.idx" --device cpu --format csv --output logits
+cmp -s "$work/out" "$work/mlp_logits" || fail "mlp_flatten.pt gives other logits than mlp.pt"
+# What the messages say: the spec that fits, a torch.save file without a
+# spec, layers kiln lacks, hostile pickles, legacy files, empty files.
+expect 1 'It holds Linear\(4, 3\) at 1; Linear\(3, 2\) at 4. The spec that fits it is "4-3-2:dropout=0.5:flatten"' \
+  "$kiln" predict "$fixtures/mlp_flatten.pt" --spec 4-3-2 --input "$work/small.idx" --device cpu
+expect 1 "is a torch.save file: a state_dict .*--spec SPEC.*The spec that fits it is \"4-3-2\"" \
+  "$kiln" eval "$fixtures/mlp.pt" --data "$data" --device cpu
+expect 1 "BatchNorm1d running statistics at 1.\*: kiln has no BatchNorm" \
+  "$kiln" eval "$fixtures/batchnorm.pt" --spec 4-3-2 --data "$data" --device cpu
+expect 1 "refused: its pickle calls posix.system" \
+  "$kiln" eval "$fixtures/hostile_posix_system.pt" --spec 4-3-2 --data "$data" --device cpu
+expect 1 "_use_new_zipfile_serialization=False" "$kiln" eval "$fixtures/legacy.pt" --spec 4-3-2 --data "$data" --device cpu
+: >"$work/empty.safetensors"
+expect 1 "is empty \(0 bytes\)" "$kiln" eval "$work/empty.safetensors" --data "$data" --device cpu
+expect 0 "layer list  LAYER\[;LAYER\]" "$kiln" --help
+expect 0 "flatten: an nn.Flatten\(\) first" "$kiln" eval --help
 
 # ---- ONNX: export, import back, the same evaluation ----------------------------
 usage_error "--onnx OUT is required" export "$model"

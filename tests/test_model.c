@@ -115,6 +115,65 @@ static void test_spec_parse_and_describe(void **state) {
   assert_describe(ctx, "linear(4,3,nobias);tanh;linear(3,2);sigmoid", "linear(4,3,nobias);tanh;linear(3,2);sigmoid");
   assert_describe(ctx, "relu ; linear(4, 3) ; dropout(0.25)", "relu;linear(4,3);dropout(0.25)");
   assert_describe(ctx, "linear(4,3);relu;linear(3,3);tanh;linear(3,2)", "linear(4,3);relu;linear(3,3);tanh;linear(3,2)");
+  /* flatten (nn.Flatten): compact when it comes first, else in the list. */
+  assert_describe(ctx, "784-32-10:flatten", "784-32-10:flatten");
+  assert_describe(ctx, "784-32-10:flatten:gelu:dropout=0.1", "784-32-10:gelu:dropout=0.1:flatten");
+  assert_describe(ctx, "flatten;linear(784,32);relu;linear(32,10)", "784-32-10:flatten");
+  assert_describe(ctx, "8-2:flatten", "8-2:flatten");
+  assert_describe(ctx, "linear(4,3);flatten;relu;linear(3,2)", "linear(4,3);flatten;relu;linear(3,2)");
+  assert_describe(ctx, "flatten;flatten;linear(4,3);relu;linear(3,2);flatten", "flatten;flatten;linear(4,3);relu;linear(3,2);flatten");
+}
+
+/* A Flatten takes an nn.Sequential index, so the parameters after it are
+ * named as PyTorch names them, and it computes nothing: the logits are those
+ * of the same model without it, for [N, 4] rows as for [N, 1, 2, 2] images. */
+static void test_spec_flatten(void **state) {
+  CPU_HALF_ONLY();
+  kiln_context *ctx = *state;
+  kiln_model *plain = model_from(ctx, "4-3-2", KILN_F32), *flat = model_from(ctx, "4-3-2:flatten", KILN_F32);
+  static const char *const names[] = {"1.weight", "1.bias", "3.weight", "3.bias"};
+  for (int64_t i = 0; i < 4; ++i) {
+    const char *name = NULL;
+    kiln_tensor *from = NULL, *to = NULL;
+    assert_kiln_ok(kiln_model_parameter_name(flat, i, &name));
+    assert_string_equal(name, names[i]);
+    assert_kiln_ok(kiln_model_parameter(plain, i, &from));
+    assert_kiln_ok(kiln_model_parameter(flat, i, &to));
+    float values[12];
+    int64_t bytes = 0;
+    assert_kiln_ok(kiln_tensor_numel(from, &bytes));
+    bytes *= (int64_t)sizeof(float);
+    assert_kiln_ok(kiln_tensor_copy_to_host(from, values, bytes));
+    assert_kiln_ok(kiln_tensor_copy_from_host(to, values, bytes));
+    kiln_tensor_release(to);
+    kiln_tensor_release(from);
+  }
+  const float xs[8] = {0.5f, -1, 2, 0.25f, -0.75f, 1.5f, 0.125f, -2};
+  const int64_t rows[2] = {2, 4}, images[4] = {2, 1, 2, 2};
+  kiln_tensor *x = kiln_test_tensor_f32(ctx, xs, rows, 2, cpu), *img = kiln_test_tensor_f32(ctx, xs, images, 4, cpu);
+  kiln_tensor *want = NULL, *got = NULL, *got_img = NULL;
+  assert_kiln_ok(kiln_model_predict(plain, x, KILN_PREDICT_LOGITS, &want));
+  assert_kiln_ok(kiln_model_predict(flat, x, KILN_PREDICT_LOGITS, &got));
+  assert_kiln_ok(kiln_model_predict(flat, img, KILN_PREDICT_LOGITS, &got_img));
+  double w[4];
+  kiln_test_read_f64(want, w, 4);
+  assert_tensor_close(got, w, 4, 0, 0);
+  assert_tensor_close(got_img, w, 4, 0, 0);
+  kiln_tensor_release(got_img);
+  kiln_tensor_release(got);
+  kiln_tensor_release(want);
+  kiln_tensor_release(img);
+  kiln_tensor_release(x);
+  /* A spec of flattens alone has no Linear. */
+  kiln_model_spec *only = NULL;
+  kiln_model *none = (kiln_model *)(uintptr_t)1;
+  assert_kiln_ok(kiln_model_spec_create(&only));
+  assert_kiln_ok(kiln_model_spec_parse(only, "flatten"));
+  assert_status(kiln_model_create(ctx, only, cpu, &none), KILN_ERROR_INVALID_ARGUMENT);
+  assert_null(none);
+  kiln_model_spec_release(only);
+  kiln_model_release(flat);
+  kiln_model_release(plain);
 }
 
 static void test_spec_builders(void **state) {
@@ -175,7 +234,8 @@ static void test_spec_errors(void **state) {
 
   static const char *bad[] = {"", "784", "784-x-10", "784--10", "784-0-10", "784-32-10:swish", "784-32-10:dropout=1",
                               "784-32-10:dropout=-0.5", "784-32-10:dropout", "784-32-10:relu:gelu",
-                              "linear(3)", "linear(3,2", "conv(3,3)", "relu(2)", "linear(3,2,bias)", "dropout(2)"};
+                              "linear(3)", "linear(3,2", "conv(3,3)", "relu(2)", "linear(3,2,bias)", "dropout(2)",
+                              "784-32-10:flatten=1", "784-32-10:flatten:flatten", "flatten(1);linear(3,2)"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
     kiln_model_spec *s = NULL;
     assert_kiln_ok(kiln_model_spec_create(&s));
@@ -595,6 +655,7 @@ static void test_handle_errors(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_spec_parse_and_describe),
+      cmocka_unit_test(test_spec_flatten),
       cmocka_unit_test(test_spec_builders),
       cmocka_unit_test(test_spec_errors),
       cmocka_unit_test(test_parameters_and_names),

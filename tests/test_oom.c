@@ -102,6 +102,24 @@ static kiln_status op_model_load(kiln_context *ctx) {
   return status;
 }
 
+/* A torch.save file (zip, pickle, strided views of one shared storage), and
+ * one whose records are deflated (zlib's own allocations). */
+static kiln_status op_torch_load(kiln_context *ctx) {
+  kiln_model_spec *spec = NULL;
+  kiln_model *model = NULL;
+  kiln_status status;
+  TRY(kiln_model_spec_create(&spec));
+  TRY(kiln_model_spec_parse(spec, "4-3-2"));
+  TRY(kiln_model_load_with_spec(ctx, KILN_TORCH_FIXTURES "/mlp_shared.pt", spec, cpu, &model));
+  kiln_model_release(model);
+  model = NULL;
+  status = kiln_model_load_with_spec(ctx, KILN_TORCH_FIXTURES "/mlp_deflated.pt", spec, cpu, &model);
+out:
+  kiln_model_release(model);
+  kiln_model_spec_release(spec);
+  return status;
+}
+
 static kiln_status op_dataset_load(kiln_context *ctx) {
   kiln_dataset *dataset = NULL;
   kiln_status status = kiln_dataset_load_idx(ctx, images_path, labels_path, &dataset);
@@ -266,6 +284,7 @@ static void context_creation(void **state) { (void)state; probe_all("context_cre
 static void tensor_creation(void **state) { (void)state; probe_all("tensor_create", op_tensor); }
 static void model_load(void **state) { (void)state; probe_all("model_load", op_model_load); }
 static void dataset_load(void **state) { (void)state; probe_all("dataset_load", op_dataset_load); }
+static void torch_load(void **state) { (void)state; probe_all("torch_load", op_torch_load); }
 static void fit(void **state) { (void)state; probe_all("fit", op_fit); }
 static void save(void **state) { (void)state; probe_all("save", op_save); }
 static void checkpoint_load(void **state) { (void)state; probe_all("checkpoint_load", op_checkpoint_load); }
@@ -334,8 +353,8 @@ int main(int argc, char **argv) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(context_creation), cmocka_unit_test(tensor_creation), cmocka_unit_test(model_load),
-      cmocka_unit_test(dataset_load),     cmocka_unit_test(fit),             cmocka_unit_test(save),
-      cmocka_unit_test(checkpoint_load),
+      cmocka_unit_test(torch_load),       cmocka_unit_test(dataset_load),    cmocka_unit_test(fit),
+      cmocka_unit_test(save),             cmocka_unit_test(checkpoint_load),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -176,10 +176,14 @@ static void test_hostile_headers(void **state) {
 /* Files whose trouble is in the length prefix or the raw bytes. */
 static void test_hostile_lengths(void **state) {
   fixture *f = *state;
+  /* An empty file is told as such (issue 23 item 4), not as a short header. */
   FILE *fp = fopen(f->path, "wb");
   assert_non_null(fp);
   fclose(fp);
-  expect_format_error(f, "the file is 0 bytes");
+  kiln_model *model = (kiln_model *)(uintptr_t)1;
+  assert_status(kiln_model_load(f->ctx, f->path, cpu, &model), KILN_ERROR_FORMAT);
+  assert_null(model);
+  assert_last_error_contains("is empty (0 bytes)");
 
   fp = fopen(f->path, "wb");
   assert_int_equal(fwrite("\x02\0\0\0\0\0\0", 1, 7, fp), 7);

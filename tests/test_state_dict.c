@@ -5,8 +5,17 @@
  * header, raw little-endian data), for a 4-3-2 MLP. Covers: the values and
  * the logits, f64 files, kiln's own files, every mismatch naming the
  * offending tensor, malformed and hostile files (FORMAT, never a crash),
- * argument and handle errors. tests/torch_state_dict.py checks the same
- * against real PyTorch when it is installed. */
+ * argument and handle errors.
+ *
+ * Then torch.save files of the same MLP through the same entry points
+ * (kiln_model_load_with_spec, kiln_model_load_weights, and kiln_model_load's
+ * message): the committed fixtures of tests/torch_fixtures/, written by
+ * PyTorch (plain, f64, shared and strided storages, big-endian, deflated,
+ * zip64, Parameters in protocol 5, with a Flatten), what the messages say
+ * about state_dicts that do not fit (the layers they hold, the spec that
+ * fits) and refusals as the C API reports them. torch_file_test.cpp covers
+ * the reader's dtypes and refusals in detail; tests/torch_state_dict.py
+ * checks both formats against real PyTorch when it is installed. */
 #include "support.h"
 
 #include <math.h>
@@ -355,6 +364,150 @@ static void malformed_files(void **state) {
   assert_status(load(f, "4-3-2", &model), KILN_ERROR_IO);
 }
 
+/* ---- torch.save files ---------------------------------------------------- */
+
+/* Loads the fixture `name` with spec text into *out; returns the status. */
+static kiln_status load_torch(fixture *f, const char *name, const char *spec_text, kiln_model **out) {
+  snprintf(f->path, sizeof f->path, "%s/%s", KILN_TORCH_FIXTURES, name);
+  return load(f, spec_text, out);
+}
+
+/* Each of these files holds the 4-3-2 MLP of value() as PyTorch saved it. */
+static void loads_torch_save_files(void **state) {
+  fixture *f = *state;
+  static const char *const files[] = {"mlp.pt",         "mlp_shared.pt",       "mlp_big_endian.pt",
+                                      "mlp_deflated.pt", "mlp_zip64.pt",       "mlp_parameters_p5.pt",
+                                      "mlp_no_byteorder.pt"};
+  for (size_t n = 0; n < sizeof files / sizeof files[0]; ++n) {
+    print_message("torch.save file %s\n", files[n]);
+    kiln_model *model = NULL;
+    assert_kiln_ok(load_torch(f, files[n], "4-3-2", &model));
+    for (int k = 0; k < 4; ++k) {
+      const char *name = NULL;
+      kiln_tensor *p = NULL;
+      assert_kiln_ok(kiln_model_parameter_name(model, k, &name));
+      assert_string_equal(name, MLP[k].name);
+      assert_kiln_ok(kiln_model_parameter(model, k, &p));
+      double want[12];
+      for (int64_t i = 0; i < numel(&MLP[k]); ++i) want[i] = (float)value(k, i);
+      assert_tensor_close(p, want, numel(&MLP[k]), 0, 0);
+      kiln_tensor_release(p);
+    }
+    check_logits(f, model, KILN_F32, 1e-6);
+    kiln_model_release(model);
+  }
+  kiln_model *model = NULL;
+  assert_kiln_ok(load_torch(f, "mlp_f64.pt", "4-3-2", &model));
+  check_logits(f, model, KILN_F64, 1e-12);
+  kiln_model_release(model);
+}
+
+/* nn.Sequential(Flatten(), Linear(4, 3), ReLU(), Dropout(), Linear(3, 2)):
+ * the spec's flatten shifts the names to 1.* and 4.*, and the model takes
+ * the [N, 1, 2, 2] images a Flatten is there for. */
+static void loads_flatten(void **state) {
+  fixture *f = *state;
+  kiln_model *model = NULL;
+  assert_kiln_ok(load_torch(f, "mlp_flatten.pt", "4-3-2:dropout=0.5:flatten", &model));
+  const char *name = NULL, *described = NULL;
+  assert_kiln_ok(kiln_model_parameter_name(model, 0, &name));
+  assert_string_equal(name, "1.weight");
+  assert_kiln_ok(kiln_model_parameter_name(model, 3, &name));
+  assert_string_equal(name, "4.bias");
+  assert_kiln_ok(kiln_model_describe(model, &described));
+  assert_string_equal(described, "4-3-2:dropout=0.5:flatten");
+  check_logits(f, model, KILN_F32, 1e-6);
+  float xf[8];
+  for (int i = 0; i < 8; ++i) xf[i] = (float)X[i];
+  const int64_t image[4] = {2, 1, 2, 2};
+  kiln_tensor *x = kiln_test_tensor_f32(f->ctx, xf, image, 4, cpu), *y = NULL;
+  assert_kiln_ok(kiln_model_forward(model, x, &y));
+  double want[4];
+  reference_logits(X, want);
+  assert_tensor_close(y, want, 4, 1e-6, 1e-6);
+  kiln_tensor_release(y);
+  kiln_tensor_release(x);
+  kiln_model_release(model);
+  /* The same layers in the list form load the same file. */
+  assert_kiln_ok(load_torch(f, "mlp_flatten.pt", "flatten;linear(4,3);relu;dropout(0.5);linear(3,2)", &model));
+  kiln_model_release(model);
+}
+
+/* kiln_model_load_weights reads a torch.save file into a model too, and a
+ * file of another architecture leaves the weights as they were. */
+static void load_weights_from_torch_save(void **state) {
+  fixture *f = *state;
+  kiln_model_spec *spec = spec_of("4-3-2");
+  kiln_model *model = NULL;
+  assert_kiln_ok(kiln_model_create(f->ctx, spec, cpu, &model));
+  snprintf(f->path, sizeof f->path, "%s/mlp_big_endian.pt", KILN_TORCH_FIXTURES);
+  assert_kiln_ok(kiln_model_load_weights(model, f->path));
+  check_logits(f, model, KILN_F32, 1e-6);
+  snprintf(f->path, sizeof f->path, "%s/batchnorm.pt", KILN_TORCH_FIXTURES);
+  assert_status(kiln_model_load_weights(model, f->path), KILN_ERROR_SHAPE_MISMATCH);
+  check_logits(f, model, KILN_F32, 1e-6);
+  kiln_model_release(model);
+  kiln_model_spec_release(spec);
+}
+
+/* What a file without kiln's spec, or one that does not fit the spec given,
+ * is told: the layers it holds, and the spec that fits it when one does. */
+static void messages_say_what_fits(void **state) {
+  fixture *f = *state;
+  kiln_model *model = (kiln_model *)(uintptr_t)1;
+  /* A torch.save file and a PyTorch safetensors file given without a spec. */
+  snprintf(f->path, sizeof f->path, "%s/mlp.pt", KILN_TORCH_FIXTURES);
+  assert_status(kiln_model_load(f->ctx, f->path, cpu, &model), KILN_ERROR_FORMAT);
+  assert_null(model);
+  assert_last_error_contains("is a torch.save file");
+  assert_last_error_contains("--spec");
+  assert_last_error_contains("It holds Linear(4, 3) at 0; Linear(3, 2) at 2. The spec that fits it is \"4-3-2\"");
+  snprintf(f->path, sizeof f->path, "%s/st.safetensors", f->dir);
+  write_state_dict(f->path, MLP, 4, 0);
+  assert_status(kiln_model_load(f->ctx, f->path, cpu, &model), KILN_ERROR_FORMAT);
+  assert_last_error_contains("is a safetensors file: a state_dict as PyTorch saves it");
+  assert_last_error_contains("kiln_model_load_with_spec");
+  assert_last_error_contains("The spec that fits it is \"4-3-2\"");
+  /* A spec of other sizes, a Flatten the spec lacks. */
+  assert_status(load_torch(f, "mlp.pt", "4-5-2", &model), KILN_ERROR_SHAPE_MISMATCH);
+  assert_last_error_contains("\"0.weight\" has shape [3, 4]");
+  assert_last_error_contains("The spec that fits it is \"4-3-2\"");
+  assert_status(load_torch(f, "mlp_flatten.pt", "4-3-2", &model), KILN_ERROR_SHAPE_MISMATCH);
+  assert_last_error_contains("Linear(4, 3) at 1; Linear(3, 2) at 4");
+  assert_last_error_contains("The spec that fits it is \"4-3-2:dropout=0.5:flatten\"");
+  /* Layers kiln does not have. */
+  assert_status(load_torch(f, "batchnorm.pt", "4-3-2", &model), KILN_ERROR_SHAPE_MISMATCH);
+  assert_last_error_contains("BatchNorm1d running statistics at 1.*: kiln has no BatchNorm");
+  assert_true(strstr(kiln_last_error(), "spec that fits") == NULL);
+  /* The quickstart tutorial's model: its Sequential under a name. */
+  assert_status(load_torch(f, "tutorial.pt", "4-8-8-2", &model), KILN_ERROR_SHAPE_MISMATCH);
+  assert_last_error_contains("Linear(4, 8) at linear_relu_stack.0");
+  assert_last_error_contains("\"4-8-8-2\" once its tensors are saved without their prefix \"linear_relu_stack.\"");
+  assert_last_error_contains("torch.save(model.linear_relu_stack.state_dict(), PATH)");
+  assert_null(model);
+}
+
+/* Refusals as the C API reports them (torch_file_test.cpp has every case). */
+static void torch_save_refusals(void **state) {
+  fixture *f = *state;
+  kiln_model *model = NULL;
+  assert_status(load_torch(f, "hostile_os_system.pt", "4-3-2", &model), KILN_ERROR_FORMAT);
+  assert_last_error_contains("refused: its pickle calls os.system");
+  assert_status(load_torch(f, "hostile_in_state_dict.pt", "4-3-2", &model), KILN_ERROR_FORMAT);
+  assert_last_error_contains("posix.system");
+  assert_status(load_torch(f, "whole_model.pt", "4-3-2", &model), KILN_ERROR_FORMAT);
+  assert_last_error_contains("model.state_dict()");
+  assert_status(load_torch(f, "checkpoint.pt", "4-3-2", &model), KILN_ERROR_FORMAT);
+  assert_last_error_contains("checkpoint[\"model_state_dict\"]");
+  assert_status(load_torch(f, "bool.pt", "4-3-2", &model), KILN_ERROR_DTYPE_MISMATCH);
+  assert_status(load_torch(f, "legacy.pt", "4-3-2", &model), KILN_ERROR_FORMAT);
+  assert_last_error_contains("_use_new_zipfile_serialization=False");
+  assert_status(load_torch(f, "dtypes.pt", "4-3-2", &model), KILN_ERROR_SHAPE_MISMATCH);
+  /* The context is still usable. */
+  assert_kiln_ok(load_torch(f, "mlp.pt", "4-3-2", &model));
+  kiln_model_release(model);
+}
+
 static void bad_arguments(void **state) {
   fixture *f = *state;
   write_state_dict(f->path, MLP, 4, 0);
@@ -389,6 +542,11 @@ int main(void) {
       cmocka_unit_test_setup_teardown(wrong_dtype, setup, teardown),
       cmocka_unit_test_setup_teardown(malformed_files, setup, teardown),
       cmocka_unit_test_setup_teardown(bad_arguments, setup, teardown),
+      cmocka_unit_test_setup_teardown(loads_torch_save_files, setup, teardown),
+      cmocka_unit_test_setup_teardown(loads_flatten, setup, teardown),
+      cmocka_unit_test_setup_teardown(load_weights_from_torch_save, setup, teardown),
+      cmocka_unit_test_setup_teardown(messages_say_what_fits, setup, teardown),
+      cmocka_unit_test_setup_teardown(torch_save_refusals, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,16 +10,27 @@
    kiln with a spec (kiln_model_load_with_spec) and gives PyTorch's logits;
    `kiln predict FILE --spec ...` classifies as PyTorch does, and a spec that
    does not fit names the offending tensor.
+3. PyTorch -> kiln through torch.save(model.state_dict(), path): f32 and
+   f64, GELU, Flatten and Dropout, pickle protocols 2 to 5, nn.Parameters
+   (keep_vars=True), a transposed (non-contiguous) weight; kiln's logits are
+   PyTorch's, `kiln predict --format json --output probabilities` gives
+   PyTorch's softmax, a half-precision state_dict is refused naming its
+   dtype, and a torch.save file whose pickle would run a command (it does,
+   under pickle.loads) is refused without running it.
 
 Exits 77 (skipped) when no Python at hand imports torch and safetensors: it
-tries this interpreter, /usr/bin/python3 and the python3 on PATH.
+tries this interpreter, $KILN_PYTHON, /usr/bin/python3 and the python3 on
+PATH.
 """
+import collections
 import os
+import pickle
 import shutil
 import struct
 import subprocess
 import sys
 import tempfile
+import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from python_reexec import reexec_or_skip  # noqa: E402
@@ -128,6 +139,87 @@ if run.returncode != 1 or '"0.weight"' not in run.stderr:
     sys.exit("FAIL: a spec that does not fit: exit %d, %s" % (run.returncode, run.stderr))
 checks += 1
 print("ok: kiln predict --spec with a spec that does not fit names \"0.weight\"")
+
+# ---- 3. PyTorch -> kiln through torch.save --------------------------------------
+def sequential(*layers):
+    return nn.Sequential(*layers).eval()
+
+
+transposed = sequential(nn.Linear(6, 10), nn.ReLU(), nn.Linear(10, 4))
+with torch.no_grad():
+    transposed[0].weight = nn.Parameter(torch.randn(6, 10).t())  # a [10, 6] view with strides (1, 10)
+assert not transposed[0].weight.is_contiguous()
+torch_cases = [
+    ("6-10-4", sequential(nn.Linear(6, 10), nn.ReLU(), nn.Linear(10, 4)), torch.float32, {}),
+    ("6-10-4", sequential(nn.Linear(6, 10), nn.ReLU(), nn.Linear(10, 4)), torch.float64, {}),
+    ("6-12-9-4:gelu", sequential(nn.Linear(6, 12), nn.GELU(), nn.Linear(12, 9), nn.GELU(), nn.Linear(9, 4)),
+     torch.float32, {"pickle_protocol": 4}),
+    ("6-10-4:dropout=0.2:flatten", sequential(nn.Flatten(), nn.Linear(6, 10), nn.ReLU(), nn.Dropout(0.2),
+                                              nn.Linear(10, 4)), torch.float32, {"pickle_protocol": 5}),
+    ("6-10-4", transposed, torch.float32, {}),
+]
+for spec, module, dtype, save_args in torch_cases:
+    module = module.to(dtype)
+    pt_path = os.path.join(work, "torch.pt")
+    for keep_vars in (False, True):  # tensors, or nn.Parameters (_rebuild_parameter)
+        torch.save(module.state_dict(keep_vars=keep_vars), pt_path, **save_args)
+        x = torch.randn(5, 6, dtype=dtype)
+        with torch.no_grad():
+            want = module(x)
+        check_close(kiln_logits(pt_path, spec, x), want,
+                    "torch.save %s %s%s%s -> kiln --spec" % (spec, dtype, " Parameters" if keep_vars else "",
+                                                            " " + str(save_args) if save_args else ""),
+                    TOL if dtype == torch.float32 else 1e-10)
+
+module = sequential(nn.Linear(6, 10), nn.ReLU(), nn.Linear(10, 4))
+torch.save(module.state_dict(), pt_path)
+run = subprocess.run([CLI, "predict", pt_path, "--spec", "6-10-4", "--input", idx, "--device", "cpu",
+                      "--format", "json", "--output", "probabilities"], capture_output=True, text=True, env=env)
+if run.returncode != 0:
+    sys.exit("FAIL: kiln predict --format json: %s%s" % (run.stdout, run.stderr))
+with torch.no_grad():
+    want = torch.softmax(module(torch.tensor(pixels, dtype=torch.float32) / 255), dim=1)
+got = torch.tensor(__import__("json").loads(run.stdout)["values"], dtype=torch.float64)
+check_close(got, want, "kiln predict torch.pt --format json --output probabilities = PyTorch's softmax")
+
+torch.save(module.half().state_dict(), pt_path)
+run = subprocess.run([CLI, "predict", pt_path, "--spec", "6-10-4", "--input", idx, "--device", "cpu"],
+                     capture_output=True, text=True, env=env)
+if run.returncode != 1 or "f16" not in run.stderr or ".float()" not in run.stderr:
+    sys.exit("FAIL: a float16 state_dict: exit %d, %s" % (run.returncode, run.stderr))
+checks += 1
+print("ok: a float16 torch.save state_dict is refused, saying to convert it with .float()")
+
+# A torch.save file whose data.pkl runs a command when unpickled: kiln must
+# refuse it by name without running it. The payload is real: pickle.loads
+# runs it (checked first, in this process).
+marker = os.path.join(work, "pickle-ran")
+
+
+class Payload:
+    def __reduce__(self):
+        return (os.system, ("touch '%s'" % marker,))
+
+
+payload = pickle.dumps(collections.OrderedDict([("0.weight", Payload())]), protocol=2)
+pickle.loads(payload)
+if not os.path.exists(marker):
+    sys.exit("FAIL: the hostile pickle does not run its command under pickle.loads")
+os.remove(marker)
+torch.save(sequential(nn.Linear(6, 10), nn.ReLU(), nn.Linear(10, 4)).state_dict(), pt_path)
+with zipfile.ZipFile(pt_path) as z:
+    records = [(i.filename, z.read(i.filename)) for i in z.infolist()]
+hostile = os.path.join(work, "hostile.pt")
+with zipfile.ZipFile(hostile, "w") as z:
+    for name, data in records:
+        z.writestr(name, payload if name.endswith("/data.pkl") else data)
+run = subprocess.run([CLI, "predict", hostile, "--spec", "6-10-4", "--input", idx, "--device", "cpu"],
+                     capture_output=True, text=True, env=env)
+if run.returncode != 1 or "refused: its pickle calls posix.system" not in run.stderr or os.path.exists(marker):
+    sys.exit("FAIL: a hostile torch.save file: exit %d, %s, command ran: %s"
+             % (run.returncode, run.stderr, os.path.exists(marker)))
+checks += 1
+print("ok: a torch.save file whose pickle runs a command is refused, and the command does not run")
 
 shutil.rmtree(work)
 print("%d checks passed (torch %s, %s)" % (checks, torch.__version__, sys.executable))

@@ -79,9 +79,11 @@
  *  - models: at most KILN_MAX_PARAMETERS parameters in all (INVALID_ARGUMENT,
  *    from a spec or a file), so layers and widths are bounded by that total;
  *  - files: a safetensors header of at most 100 MB and JSON nested at most
- *    16 deep (FORMAT); an IDX .gz file that claims more than 1032 times its
- *    size (deflate's limit) is FORMAT before it is inflated; a file is read
- *    in full, so its size is bounded by memory (OUT_OF_MEMORY);
+ *    16 deep (FORMAT); a torch.save pickle of at most 64 MiB building at
+ *    most 2^21 objects (FORMAT); an IDX .gz file or a deflated zip record
+ *    that claims more than 1032 times its size (deflate's limit) is FORMAT
+ *    before it is inflated; a file is read in full, so its size is bounded
+ *    by memory (OUT_OF_MEMORY);
  *  - counters: epochs and steps below 2^62 (fit: INVALID_ARGUMENT;
  *    checkpoints: FORMAT);
  *  - threads: at most 1024 per context (INVALID_ARGUMENT).
@@ -562,12 +564,33 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_spec_add(kiln_model_spec *spec, k
  * others and for n < 2). */
 KILN_NODISCARD KILN_API kiln_status kiln_model_spec_add_mlp(kiln_model_spec *spec, const int64_t *sizes, int64_t n,
                                                             kiln_layer_kind activation);
-/* Parses a compact spec such as "784-32-10" (ReLU between layers),
- * "784-1024-1024-10:gelu" or "784-256-10:relu:dropout=0.2" and appends its
- * layers after the spec's last layer, with no activation between (the first
- * size must equal the last Linear's out_features: KILN_ERROR_SHAPE_MISMATCH
- * otherwise); parse into a new spec to start over. INVALID_ARGUMENT for
- * malformed text, with the offending part quoted (cut short). */
+/* Parses a spec and appends its layers after the spec's last layer, with no
+ * activation between (the first Linear's in_features must equal the last
+ * Linear's out_features: KILN_ERROR_SHAPE_MISMATCH otherwise); parse into a
+ * new spec to start over. Two forms (spaces around the parts are ignored):
+ *
+ *   compact     SIZES[:OPTION]...    "784-32-10", "784-256-256-10:gelu:dropout=0.2"
+ *     SIZES     IN-HIDDEN-...-OUT, at least two: a Linear with bias between
+ *               each two sizes
+ *     OPTION    relu (the default), gelu, tanh, sigmoid, leaky_relu or
+ *               leaky_relu=SLOPE: the activation after each hidden Linear;
+ *               dropout=P: a Dropout(P) after each hidden activation;
+ *               flatten: an nn.Flatten() first; each at most once, any order
+ *   layer list  LAYER[;LAYER]...     "flatten;linear(784,32);relu;linear(32,10)"
+ *     LAYER     linear(IN,OUT), linear(IN,OUT,nobias), relu, gelu, tanh,
+ *               sigmoid, leaky_relu or leaky_relu(SLOPE) (default 0.01),
+ *               dropout or dropout(P) (default 0.5), flatten
+ *
+ * Every layer takes the next index of PyTorch's nn.Sequential, which names
+ * the parameters (kiln_model_parameter_name): 784-32-10 has 0.weight,
+ * 0.bias, 2.weight and 2.bias. flatten is nn.Flatten(): it holds nothing and
+ * computes nothing (every model takes [batch, ...] inputs of in_features
+ * values per sample, such as [N, 1, 28, 28] images), but it takes an index,
+ * so "784-32-10:flatten" has 1.weight, 1.bias, 3.weight, 3.bias, as
+ * nn.Sequential(nn.Flatten(), nn.Linear(784, 32), nn.ReLU(), nn.Linear(32,
+ * 10)). kiln_model_describe writes the compact form whenever it says the
+ * same. INVALID_ARGUMENT for malformed text, with the offending part quoted
+ * (cut short). */
 KILN_NODISCARD KILN_API kiln_status kiln_model_spec_parse(kiln_model_spec *spec, const char *text);
 
 /* Creates a model with f32 parameters on device, initialised from the
@@ -652,35 +675,57 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_predict(kiln_model *model, const 
 KILN_NODISCARD KILN_API kiln_status kiln_model_save(const kiln_model *model, const char *path);
 /* Creates a model from a file kiln_model_save wrote; the caller owns *out.
  * FORMAT for a malformed, truncated or hostile file (never read past its
- * end; limits above), IO for an unreadable one, DEVICE_UNAVAILABLE. Loading
- * is linear in the file's size. Any thread. */
+ * end; limits above), IO for an unreadable one, DEVICE_UNAVAILABLE. A
+ * state_dict PyTorch saved (safetensors or torch.save) holds no spec: FORMAT,
+ * saying so and which spec fits its tensors, for kiln_model_load_with_spec;
+ * an empty file is FORMAT saying it is empty. Loading is linear in the
+ * file's size. Any thread. */
 KILN_NODISCARD KILN_API kiln_status kiln_model_load(kiln_context *ctx, const char *path, kiln_device device,
                                                     kiln_model **out);
-/* Loads weights from a safetensors file into an existing model;
- * SHAPE_MISMATCH if the file holds another architecture, DTYPE_MISMATCH for
- * another dtype, FORMAT / IO as kiln_model_load. On failure the model's
- * weights are unchanged. Not while other threads use the model. */
+/* Loads weights into an existing model from a file of its parameters under
+ * their names (kiln_model_parameter_name): safetensors (a kiln model file or
+ * a PyTorch state_dict) or a torch.save state_dict, told apart by their
+ * content (PyTorch's model.load_state_dict); SHAPE_MISMATCH if the file
+ * holds another architecture, DTYPE_MISMATCH for another dtype, FORMAT / IO
+ * as kiln_model_load_with_spec. On failure the model's weights are
+ * unchanged. Not while other threads use the model. */
 KILN_NODISCARD KILN_API kiln_status kiln_model_load_weights(kiln_model *model, const char *path);
-/* Creates a model of spec on device from a safetensors file that holds its
+/* Creates a model of spec on device from a state_dict file that holds its
  * parameters under the names PyTorch's nn.Sequential of the same layers
- * gives them in its state_dict ("0.weight" [out, in], "0.bias" [out],
- * "2.weight", ...; parameterless layers such as ReLU and Dropout take an
- * index but hold nothing), e.g. one written by
- * safetensors.torch.save_file(model.state_dict(), path) or by
- * kiln_model_save. The file's metadata is ignored: spec alone decides the
- * layers (so "784-32-10" and "784-32-10:gelu" both load the same file). The
- * model's dtype is the file's: f32, or f64 (CPU only: NOT_SUPPORTED on
- * CUDA); it starts in training mode, as kiln_model_create. spec is copied;
- * the caller owns *out. The file is read once and not kept open.
+ * gives them ("0.weight" [out, in], "0.bias" [out], "2.weight", ...;
+ * parameterless layers such as ReLU, Dropout and Flatten take an index but
+ * hold nothing: see kiln_model_spec_parse). The format is told from the
+ * content, never the name:
+ *   - safetensors, e.g. safetensors.torch.save_file(model.state_dict(),
+ *     path) or kiln_model_save;
+ *   - torch.save(model.state_dict(), path): the zip archive PyTorch writes
+ *     since 1.6, little- or big-endian, its tensors views (sizes, strides,
+ *     offsets) of storages they may share, records stored or deflated,
+ *     zip64 or not. Its pickle is read by kiln's own restricted unpickler,
+ *     which never runs code: only the globals a state_dict of tensors needs
+ *     (collections.OrderedDict, torch._utils._rebuild_tensor_v2 and
+ *     _rebuild_parameter, the torch.*Storage types) are accepted, anything
+ *     else (os.system, a pickled model class) is FORMAT naming it. The
+ *     legacy formats (_use_new_zipfile_serialization=False, tar) are FORMAT
+ *     saying how to save the file again.
+ * The file's metadata is ignored: spec alone decides the layers (so
+ * "784-32-10" and "784-32-10:gelu" both load the same file). The model's
+ * dtype is the file's: f32, or f64 (CPU only: NOT_SUPPORTED on CUDA); it
+ * starts in training mode, as kiln_model_create. spec is copied; the caller
+ * owns *out. The file is read once and not kept open.
  * Errors, each message naming the offending tensor:
  *   SHAPE_MISMATCH  a parameter the spec needs is missing, has another
  *                   shape, or the file holds a tensor the spec has no
- *                   parameter for;
+ *                   parameter for; the message then says which layers the
+ *                   file's names and shapes show (a BatchNorm, a module
+ *                   prefix) and the spec that fits it when one does;
  *   DTYPE_MISMATCH  a parameter that is not f32/f64 (f16, bf16, integers:
  *                   convert with .float() first) or whose dtype differs
- *                   from the first parameter's;
- *   FORMAT          a malformed, truncated or hostile file (never read past
- *                   its end); IO an unreadable one;
+ *                   from the first parameter's; in a torch.save file, any
+ *                   tensor of a dtype kiln lacks (bool, int8, complex);
+ *   FORMAT          a malformed, truncated, damaged (a CRC) or hostile
+ *                   file (never read past its end), an empty one; IO an
+ *                   unreadable one;
  *   INVALID_ARGUMENT NULL ctx/path/spec/out or a spec without a Linear;
  *   INVALID_HANDLE  a released ctx or spec; DEVICE_UNAVAILABLE; OOM.
  * Thread: any (ctx may be shared; spec must not be changed meanwhile). */

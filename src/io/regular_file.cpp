@@ -36,6 +36,18 @@ int open_regular_file(const std::string &path) {
   return fd;
 }
 
+FileDescriptor::~FileDescriptor() { ::close(fd_); }
+
+std::shared_ptr<FileDescriptor> open_shared_regular_file(const std::string &path) {
+  const int fd = open_regular_file(path);
+  try {
+    return std::make_shared<FileDescriptor>(fd);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+}
+
 void read_exactly(int fd, const std::string &path, void *dst, int64_t n, int64_t offset) {
   char *p = static_cast<char *>(dst);
   while (n > 0) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace kiln::io {
@@ -13,6 +14,25 @@ namespace kiln::io {
 // KILN_ERROR_IO naming path: "cannot open" with strerror, or "not a regular
 // file" at once for FIFOs, sockets, directories and device nodes.
 int open_regular_file(const std::string &path);
+
+// A descriptor open_regular_file returned, closed when its owner goes; the
+// readers share one between copies of a file object through a shared_ptr
+// (open_shared_regular_file).
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  ~FileDescriptor();
+  FileDescriptor(const FileDescriptor &) = delete;
+  FileDescriptor &operator=(const FileDescriptor &) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// open_regular_file's descriptor, owned from the start: it is closed, not
+// leaked, when allocating its owner fails (OUT_OF_MEMORY).
+std::shared_ptr<FileDescriptor> open_shared_regular_file(const std::string &path);
 
 // Reads exactly n bytes at offset of fd (opened from path), retrying short
 // reads. The caller validated n and offset against the file's size, so an

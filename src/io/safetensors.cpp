@@ -12,8 +12,10 @@
 
 #include "core/context.hpp"
 #include "io/atomic_file.hpp"
+#include "io/file_kind.hpp"
 #include "io/io_error.hpp"
 #include "io/json.hpp"
+#include "io/tensor_file.hpp"
 #include "io/regular_file.hpp"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -39,14 +41,6 @@ const char *safetensors_name(DType d) {
 }
 
 }  // namespace
-
-struct SafetensorsFile::Fd {
-  int fd = -1;
-  explicit Fd(int f) : fd(f) {}
-  ~Fd() { ::close(fd); }
-  Fd(const Fd &) = delete;
-  Fd &operator=(const Fd &) = delete;
-};
 
 namespace {
 
@@ -159,10 +153,10 @@ class HeaderReader {
 }  // namespace
 
 SafetensorsFile SafetensorsFile::open(const std::string &path) {
-  int raw_fd = open_regular_file(path);
   SafetensorsFile file;
   file.path_ = path;
-  file.fd_ = std::make_shared<Fd>(raw_fd);
+  file.fd_ = open_shared_regular_file(path);
+  const int raw_fd = file.fd_->get();
 
   struct stat st;
   if (::fstat(raw_fd, &st) != 0) io_error("cannot stat", path, errno);
@@ -170,6 +164,10 @@ SafetensorsFile SafetensorsFile::open(const std::string &path) {
   auto error = [&](const std::string &problem) {
     fail(KILN_ERROR_FORMAT, "safetensors file '" + path + "': " + problem);
   };
+  // Another format (a torch.save zip, an empty file) gets a sentence saying
+  // what it is instead of a complaint about its "header length".
+  const FileKind kind = file_kind(raw_fd, path, file_size);
+  if (kind != FileKind::kOther) fail(KILN_ERROR_FORMAT, not_safetensors_reason(kind, path));
   if (file_size < 8)
     error("the file is " + std::to_string(file_size) + " bytes, too short for the 8-byte header length");
 
@@ -212,20 +210,14 @@ const SafetensorsFile::Entry *SafetensorsFile::find(const std::string &name) con
 
 void SafetensorsFile::read_into(const std::string &name, const Tensor &dst) const {
   const Entry *e = find(name);
-  check(e != nullptr, KILN_ERROR_INVALID_ARGUMENT,
-        "safetensors file '" + path_ + "' has no tensor named \"" + name + "\"");
-  check(dst.dtype() == e->dtype, KILN_ERROR_DTYPE_MISMATCH,
-        "tensor \"" + name + "\" in '" + path_ + "' is " + dtype_name(e->dtype) + ", the destination is " +
-            dtype_name(dst.dtype()));
-  check(dst.shape() == e->shape, KILN_ERROR_SHAPE_MISMATCH,
-        "tensor \"" + name + "\" in '" + path_ + "' has shape " + e->shape.str() + ", the destination " +
-            dst.shape().str());
+  check_read_destination("safetensors", path_, name, e != nullptr, e ? e->dtype : DType::F32,
+                         e ? e->shape : Shape(), dst);
   if (e->size == 0) return;
   if (dst.device().is_cpu()) {
-    read_exactly(fd_->fd, path_, dst.data(), e->size, e->offset);
+    read_exactly(fd_->get(), path_, dst.data(), e->size, e->offset);
   } else {
     std::vector<char> host(static_cast<size_t>(e->size));
-    read_exactly(fd_->fd, path_, host.data(), e->size, e->offset);
+    read_exactly(fd_->get(), path_, host.data(), e->size, e->offset);
     dst.copy_from_host(host.data(), e->size);
   }
 }

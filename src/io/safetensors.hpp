@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/tensor.hpp"
+#include "io/regular_file.hpp"
 
 namespace kiln::io {
 
@@ -60,9 +61,8 @@ class SafetensorsFile {
   Tensor read(const std::string &name, const std::shared_ptr<Context> &ctx, Device device) const;
 
  private:
-  struct Fd;  // closes the descriptor when the last copy goes
   std::string path_;
-  std::shared_ptr<Fd> fd_;
+  std::shared_ptr<FileDescriptor> fd_;  // closed when the last copy goes
   std::map<std::string, std::string> metadata_;
   std::vector<Entry> entries_;
   std::unordered_map<std::string, size_t> index_;  // name -> entries_ position: find() in O(1)

@@ -92,11 +92,12 @@ Model::Model(std::shared_ptr<Context> ctx, const ModelSpec &spec)
       s.kind = Stage::kLinear;
       s.out = l.out;
       s.weight = flat_size_;
-      parameters_.push_back(ParameterInfo{std::to_string(i) + ".weight", Shape{l.out, l.in}, flat_size_, l.in});
+      const std::string index = std::to_string(spec_.module_index(i));  // nn.Sequential's, Flattens counted
+      parameters_.push_back(ParameterInfo{index + ".weight", Shape{l.out, l.in}, flat_size_, l.in});
       flat_size_ = align_up(flat_size_ + l.out * l.in);
       if (l.bias) {
         s.bias = flat_size_;
-        parameters_.push_back(ParameterInfo{std::to_string(i) + ".bias", Shape{l.out}, flat_size_, l.in});
+        parameters_.push_back(ParameterInfo{index + ".bias", Shape{l.out}, flat_size_, l.in});
         flat_size_ = align_up(flat_size_ + l.out);
       }
       num_parameters_ += l.out * l.in + (l.bias ? l.out : 0);

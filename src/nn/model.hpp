@@ -169,18 +169,22 @@ class Model {
 };
 
 // Model files (nn/model_file.cpp): safetensors with the parameter names and
-// metadata {"format": "kiln-model", "kiln.spec", "kiln.version"}.
+// metadata {"format": "kiln-model", "kiln.spec", "kiln.version"}. A
+// state_dict without that metadata is FORMAT saying which spec fits it.
 void save_model(const Model &model, const std::string &path);
 std::shared_ptr<Model> load_model(const std::shared_ptr<Context> &ctx, const std::string &path, Device device);
-// A model of spec from any safetensors file holding exactly its parameters
-// under nn.Sequential's names (a PyTorch state_dict saved with safetensors,
-// or a kiln model file); metadata is ignored. SHAPE_MISMATCH for a missing,
-// extra or misshapen tensor and DTYPE_MISMATCH for a dtype other than f32 or
-// f64 or mixed dtypes, each naming the tensor; FORMAT / IO from the reader.
+// A model of spec from any file io::open_tensor_file reads (safetensors, a
+// torch.save zip) holding exactly its parameters under nn.Sequential's names
+// (a PyTorch state_dict, or a kiln model file); metadata is ignored.
+// SHAPE_MISMATCH for a missing, extra or misshapen tensor (the message then
+// describes the file's layers: nn/state_dict_hint.hpp) and DTYPE_MISMATCH
+// for a dtype other than f32 or f64 or mixed dtypes, each naming the tensor;
+// FORMAT / IO from the reader.
 std::shared_ptr<Model> load_model_with_spec(const std::shared_ptr<Context> &ctx, const std::string &path,
                                             const ModelSpec &spec, Device device);
-// Checks every name, dtype and shape of the file against the model before
-// changing anything (SHAPE_MISMATCH / DTYPE_MISMATCH naming the parameter).
+// Checks every name, dtype and shape of the file (any format
+// io::open_tensor_file reads) against the model before changing anything
+// (SHAPE_MISMATCH / DTYPE_MISMATCH naming the parameter).
 void load_weights(Model &model, const std::string &path);
 
 }  // namespace kiln

@@ -1,13 +1,17 @@
 // Model files: safetensors holding each parameter under its nn.Sequential
 // name, so PyTorch's load_state_dict reads them, plus metadata
 // {"format": "kiln-model", "kiln.spec": describe(), "kiln.version"} from
-// which kiln_model_load rebuilds the architecture.
+// which kiln_model_load rebuilds the architecture. Weights are read through
+// io::open_tensor_file, so a PyTorch state_dict (safetensors or torch.save)
+// loads wherever a spec says what it holds.
 #include <algorithm>
 #include <map>
 
 #include "core/version.hpp"
 #include "io/safetensors.hpp"
+#include "io/tensor_file.hpp"
 #include "nn/model.hpp"
+#include "nn/state_dict_hint.hpp"
 
 namespace kiln {
 
@@ -21,12 +25,12 @@ std::map<std::string, std::string> model_metadata(const Model &model) {
 
 // Names up to a few of the file's tensors that no parameter of `params` has
 // ("\"x\", \"y\" and 3 more"), or "" when there are none.
-std::string extra_names(const std::vector<ParameterInfo> &params, const io::SafetensorsFile &file) {
+std::string extra_names(const std::vector<ParameterInfo> &params, const io::TensorFile &file) {
   std::vector<std::string> wanted;
   for (const ParameterInfo &p : params) wanted.push_back(p.name);
   std::string names;
   size_t count = 0;
-  for (const io::SafetensorsFile::Entry &e : file.entries()) {
+  for (const io::TensorFile::Entry &e : file.entries()) {
     if (std::find(wanted.begin(), wanted.end(), e.name) != wanted.end()) continue;
     if (++count <= 3) names += (names.empty() ? "\"" : ", \"") + e.name + "\"";
   }
@@ -38,9 +42,9 @@ std::string extra_names(const std::vector<ParameterInfo> &params, const io::Safe
 // `description`) with their dtypes and shapes; nothing is read or changed
 // before this passes. Every message names the offending tensor.
 void check_matches(const std::vector<ParameterInfo> &params, DType dtype, const std::string &description,
-                   const io::SafetensorsFile &file) {
+                   const io::TensorFile &file) {
   for (const ParameterInfo &p : params) {
-    const io::SafetensorsFile::Entry *e = file.find(p.name);
+    const io::TensorFile::Entry *e = file.find(p.name);
     check(e != nullptr, KILN_ERROR_SHAPE_MISMATCH,
           file.path() + " has no parameter \"" + p.name + "\": it holds another architecture than the model's " +
               description);
@@ -68,37 +72,43 @@ void save_model(const Model &model, const std::string &path) {
 }
 
 std::shared_ptr<Model> load_model(const std::shared_ptr<Context> &ctx, const std::string &path, Device device) {
-  const io::SafetensorsFile file = io::SafetensorsFile::open(path);
-  const auto &meta = file.metadata();
+  const std::unique_ptr<io::TensorFile> file = io::open_tensor_file(path);
+  const auto &meta = file->metadata();
   auto format = meta.find("format"), spec_text = meta.find("kiln.spec");
-  check(format != meta.end() && format->second == kFormat && spec_text != meta.end(), KILN_ERROR_FORMAT,
-        path + " is not a kiln model file: its metadata lacks \"format\": \"kiln-model\" and \"kiln.spec\"");
+  // A state_dict PyTorch saved (safetensors.torch.save_file, torch.save)
+  // has everything but the spec: say so, and which spec fits it.
+  if (format == meta.end() || format->second != kFormat || spec_text == meta.end())
+    fail(KILN_ERROR_FORMAT, path + " is a " + file->format() +
+                                " file: a state_dict as PyTorch saves it, without the spec that kiln's model files "
+                                "keep in their metadata; load it with its spec: kiln eval FILE --spec SPEC, or "
+                                "kiln_model_load_with_spec." +
+                                read_state_dict_hint(file->entries()).sentences());
   ModelSpec spec;
   try {
     spec.parse(spec_text->second);
   } catch (const Error &e) {
     fail(KILN_ERROR_FORMAT, path + " has an invalid kiln.spec: " + e.what());
   }
-  check(!file.entries().empty(), KILN_ERROR_FORMAT, path + " holds no tensors");
-  const DType dtype = file.entries().front().dtype;
+  check(!file->entries().empty(), KILN_ERROR_FORMAT, path + " holds no tensors");
+  const DType dtype = file->entries().front().dtype;
   check(dtype == DType::F32 || dtype == DType::F64, KILN_ERROR_FORMAT,
         path + " holds " + dtype_name(dtype) + " parameters; kiln models are f32 or f64");
   // Check the spec against the tensors the file really holds before
   // allocating anything: a hostile spec must not make us allocate gigabytes.
   try {
-    check_matches(Model::parameters_of(ctx, spec), dtype, spec.describe(), file);
+    check_matches(Model::parameters_of(ctx, spec), dtype, spec.describe(), *file);
   } catch (const Error &e) {
     fail(KILN_ERROR_FORMAT, path + " does not match its own kiln.spec: " + e.what());
   }
   std::shared_ptr<Model> model = Model::create(ctx, spec, device, dtype);
-  for (size_t i = 0; i < model->parameters().size(); ++i) file.read_into(model->parameters()[i].name, model->parameter(i));
+  for (size_t i = 0; i < model->parameters().size(); ++i) file->read_into(model->parameters()[i].name, model->parameter(i));
   return model;
 }
 
 std::shared_ptr<Model> load_model_with_spec(const std::shared_ptr<Context> &ctx, const std::string &path,
                                             const ModelSpec &spec, Device device) {
   ctx->validate(device);
-  const io::SafetensorsFile file = io::SafetensorsFile::open(path);
+  const std::unique_ptr<io::TensorFile> file = io::open_tensor_file(path);
   // What the spec needs, worked out without allocating: the file is checked
   // against it before any of its sizes is trusted.
   const std::vector<ParameterInfo> params = Model::parameters_of(ctx, spec);
@@ -107,28 +117,35 @@ std::shared_ptr<Model> load_model_with_spec(const std::shared_ptr<Context> &ctx,
   // The parameters' dtype is the file's: f32, or f64 for an f64 model (as
   // PyTorch's model.double() saves it). The first parameter decides;
   // check_matches then names any tensor that differs.
-  const io::SafetensorsFile::Entry *first = file.find(params.front().name);
-  check(first != nullptr, KILN_ERROR_SHAPE_MISMATCH,
-        path + " has no tensor \"" + params.front().name + "\", which the spec " + description +
-            " needs (names as PyTorch's nn.Sequential state_dict: \"0.weight\", \"0.bias\", \"2.weight\", ...)");
-  check(first->dtype == DType::F32 || first->dtype == DType::F64, KILN_ERROR_DTYPE_MISMATCH,
-        "tensor \"" + first->name + "\" in " + path + " is " + dtype_name(first->dtype) +
-            "; kiln models are f32 or f64 (convert the state_dict with .float() before saving)");
-  check_matches(params, first->dtype, description, file);
+  const io::TensorFile::Entry *first = file->find(params.front().name);
+  try {
+    check(first != nullptr, KILN_ERROR_SHAPE_MISMATCH,
+          path + " has no tensor \"" + params.front().name + "\", which the spec " + description +
+              " needs (names as PyTorch's nn.Sequential state_dict: \"0.weight\", \"0.bias\", \"2.weight\", ...)");
+    check(first->dtype == DType::F32 || first->dtype == DType::F64, KILN_ERROR_DTYPE_MISMATCH,
+          "tensor \"" + first->name + "\" in " + path + " is " + dtype_name(first->dtype) +
+              "; kiln models are f32 or f64 (convert the state_dict with .float() before saving)");
+    check_matches(params, first->dtype, description, *file);
+  } catch (const Error &e) {
+    // Names or shapes that do not fit: say what the file holds instead.
+    if (e.status() != KILN_ERROR_SHAPE_MISMATCH) throw;
+    const std::string hint = read_state_dict_hint(file->entries()).sentences();
+    fail(e.status(), e.what() + std::string(hint.empty() ? "" : ".") + hint);
+  }
   std::shared_ptr<Model> model = Model::create(ctx, spec, device, first->dtype);
-  for (size_t i = 0; i < model->parameters().size(); ++i) file.read_into(model->parameters()[i].name, model->parameter(i));
+  for (size_t i = 0; i < model->parameters().size(); ++i) file->read_into(model->parameters()[i].name, model->parameter(i));
   return model;
 }
 
 void load_weights(Model &model, const std::string &path) {
-  const io::SafetensorsFile file = io::SafetensorsFile::open(path);
-  check_matches(model.parameters(), model.dtype(), model.description(), file);
+  const std::unique_ptr<io::TensorFile> file = io::open_tensor_file(path);
+  check_matches(model.parameters(), model.dtype(), model.description(), *file);
   // Read everything into a staging copy first: a read that fails half way
   // (a short file, a device error) must leave the model as it was.
   const Tensor staged = Tensor::full(model.context(), model.flat().shape(), model.dtype(), model.device(), 0.0);
   for (size_t i = 0; i < model.parameters().size(); ++i) {
     const ParameterInfo &p = model.parameters()[i];
-    file.read_into(p.name, staged.rows(p.offset, p.offset + p.shape.numel()).reshape(p.shape));
+    file->read_into(p.name, staged.rows(p.offset, p.offset + p.shape.numel()).reshape(p.shape));
   }
   model.flat().copy_from(staged);
 }

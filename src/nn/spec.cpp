@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "core/error.hpp"
+#include "core/text.hpp"
 
 namespace kiln {
 
@@ -41,14 +42,9 @@ std::string format_double(double v) {
   return buf;
 }
 
-// At most `limit` bytes of s for a message: a spec of a megabyte must not
-// make a message of a megabyte (issue 12 item 8; found again by fuzz_spec
-// through a 500-byte size token quoted next to the spec that held it).
-std::string excerpt(const std::string &s, size_t limit = 120) {
-  if (s.size() <= limit) return s;
-  return s.substr(0, limit) + "... (" + std::to_string(s.size()) + " bytes)";
-}
-
+// Messages quote at most excerpt()'s share of the text: a spec of a megabyte
+// must not make a message of a megabyte (issue 12 item 8; found again by
+// fuzz_spec through a 500-byte size token quoted next to the spec that held it).
 [[noreturn]] void bad_text(const std::string &text, const std::string &why) {
   fail(KILN_ERROR_INVALID_ARGUMENT, "cannot parse model spec \"" + excerpt(text) + "\": " + excerpt(why, 300));
 }
@@ -93,13 +89,17 @@ void parse_compact(const std::string &text, ModelSpec &spec) {
 
   kiln_layer_kind act = KILN_LAYER_RELU;
   double slope = kDefaultLeakySlope, dropout = 0;
-  bool have_act = false, have_dropout = false;
+  bool have_act = false, have_dropout = false, flatten = false;
   for (size_t i = 1; i < parts.size(); ++i) {
     size_t eq = parts[i].find('=');
     std::string name = trim(parts[i].substr(0, eq));
     std::string value = eq == std::string::npos ? std::string() : trim(parts[i].substr(eq + 1));
     kiln_layer_kind kind;
-    if (name == "dropout") {
+    if (name == "flatten") {
+      if (flatten) bad_text(text, "flatten is given twice");
+      if (eq != std::string::npos) bad_text(text, "flatten takes no value");
+      flatten = true;
+    } else if (name == "dropout") {
       if (have_dropout) bad_text(text, "dropout is given twice");
       if (eq == std::string::npos) bad_text(text, "dropout needs a probability, as in \"dropout=0.2\"");
       dropout = parse_number(text, value);
@@ -114,9 +114,10 @@ void parse_compact(const std::string &text, ModelSpec &spec) {
       have_act = true;
     } else {
       bad_text(text, "unknown option \"" + parts[i] +
-                         "\" (expected relu, gelu, tanh, sigmoid, leaky_relu[=slope] or dropout=p)");
+                         "\" (expected relu, gelu, tanh, sigmoid, leaky_relu[=slope], dropout=p or flatten)");
     }
   }
+  if (flatten) spec.add_flatten();
   for (size_t i = 0; i + 1 < sizes.size(); ++i) {
     if (i > 0) {
       spec.add(act, slope);
@@ -140,7 +141,10 @@ void parse_list(const std::string &text, ModelSpec &spec) {
     }
     std::vector<std::string> args = has_args ? split(args_text, ',') : std::vector<std::string>();
     kiln_layer_kind kind;
-    if (name == "linear") {
+    if (name == "flatten") {
+      if (has_args) bad_text(text, "flatten takes no value (kiln's Flatten is nn.Flatten(): all but the batch)");
+      spec.add_flatten();
+    } else if (name == "linear") {
       if (args.size() != 2 && !(args.size() == 3 && args[2] == "nobias"))
         bad_text(text, "\"" + item + "\" should be linear(in,out) or linear(in,out,nobias)");
       spec.add_linear(parse_size(text, args[0]), parse_size(text, args[1]), args.size() == 2);
@@ -195,7 +199,12 @@ void ModelSpec::add_linear(int64_t in, int64_t out, bool bias) {
   l.in = in;
   l.out = out;
   l.bias = bias;
-  layers_.push_back(l);
+  push(l);
+}
+
+void ModelSpec::push(const LayerSpec &layer) {
+  layers_.push_back(layer);
+  index_.push_back(modules_++);
 }
 
 void ModelSpec::add(kiln_layer_kind kind, double arg) {
@@ -219,7 +228,7 @@ void ModelSpec::add(kiln_layer_kind kind, double arg) {
   LayerSpec l;
   l.kind = kind;
   l.arg = arg;
-  layers_.push_back(l);
+  push(l);
 }
 
 void ModelSpec::add_mlp(const int64_t *sizes, int64_t n, kiln_layer_kind activation) {
@@ -283,9 +292,12 @@ void ModelSpec::validate() const {
 
 std::string ModelSpec::describe() const {
   // Compact form: Linear, then the same (activation[, dropout]) gap before
-  // each further Linear, all with biases, nothing before or after.
+  // each further Linear, all with biases, nothing before or after but one
+  // Flatten first.
+  const int64_t flattens = modules_ - int64_t(layers_.size());
   bool compact = !layers_.empty() && layers_.front().kind == KILN_LAYER_LINEAR &&
-                 layers_.back().kind == KILN_LAYER_LINEAR;
+                 layers_.back().kind == KILN_LAYER_LINEAR && (flattens == 0 || (flattens == 1 && index_.front() == 1));
+  const std::string flatten_option = flattens ? ":flatten" : "";
   std::vector<std::vector<LayerSpec>> gaps(1);
   for (size_t i = 1; compact && i < layers_.size(); ++i) {
     if (layers_[i].kind == KILN_LAYER_LINEAR) {
@@ -311,7 +323,7 @@ std::string ModelSpec::describe() const {
         compact = g[j].kind == first[j].kind && g[j].arg == first[j].arg;
     }
   }
-  if (compact && single) return sizes;
+  if (compact && single) return sizes + flatten_option;
   if (compact) {
     std::string text = sizes;
     const LayerSpec &act = first[0];
@@ -320,11 +332,17 @@ std::string ModelSpec::describe() const {
     else if (act.kind != KILN_LAYER_RELU)
       text += std::string(":") + layer_kind_name(act.kind);
     if (first.size() == 2) text += ":dropout=" + format_double(first[1].arg);
-    return text;
+    return text + flatten_option;
   }
   std::string text;
-  for (const LayerSpec &l : layers_) {
+  size_t next = 0;  // the next layer; the indices between layers are Flattens
+  for (int64_t m = 0; m < modules_; ++m) {
     if (!text.empty()) text += ";";
+    if (next == layers_.size() || index_[next] != m) {
+      text += "flatten";
+      continue;
+    }
+    const LayerSpec &l = layers_[next++];
     text += layer_kind_name(l.kind);
     if (l.kind == KILN_LAYER_LINEAR)
       text += "(" + std::to_string(l.in) + "," + std::to_string(l.out) + (l.bias ? ")" : ",nobias)");

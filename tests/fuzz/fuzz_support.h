@@ -77,6 +77,22 @@ static void kiln_fuzz_expect(const char *call, kiln_status status, const kiln_st
   abort();
 }
 
+/* A model a loader accepted must run: a forward pass of 3 rows of `in`
+ * features gives 3 rows of `out` logits. Releases the model. */
+static void kiln_fuzz_check_loaded_model(kiln_context *ctx, kiln_model *model, int64_t in, int64_t out) {
+  const kiln_device cpu = {KILN_DEVICE_CPU, -1};
+  const int64_t x_shape[2] = {3, in};
+  int64_t out_shape[2] = {0, 0};
+  kiln_tensor *x = NULL, *y = NULL;
+  if (kiln_tensor_zeros(ctx, x_shape, 2, KILN_F32, cpu, &x) != KILN_OK || kiln_model_forward(model, x, &y) != KILN_OK ||
+      kiln_tensor_shape(y, out_shape, 2) != KILN_OK)
+    kiln_fuzz_die(kiln_last_error());
+  if (out_shape[0] != 3 || out_shape[1] != out) kiln_fuzz_die("a loaded model has another output size");
+  kiln_tensor_release(y);
+  kiln_tensor_release(x);
+  kiln_model_release(model);
+}
+
 /* Copies an f32 model's parameters, in order, into out[capacity]; dies
  * unless the model has exactly capacity of them. */
 static void kiln_fuzz_read_parameters(kiln_model *model, float *out, int64_t capacity) {

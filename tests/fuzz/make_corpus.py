@@ -2,12 +2,14 @@
 """Writes the fuzz seed corpora tests/fuzz/corpus_NAME/, one per harness
 fuzz_NAME.c: a handful of tiny valid inputs (and near-valid ones that reach
 deeper checks), byte-for-byte reproducible. Run it from anywhere; it needs
-only the Python standard library. Files named regress_* are inputs the
+only the Python standard library (corpus_torch is taken from the committed
+torch.save files of tests/torch_fixtures/, which PyTorch wrote). Files named regress_* are inputs the
 fuzzer found; they are kept in the corpora by hand, not written here."""
 import gzip
 import json
 import pathlib
 import struct
+import zipfile
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -186,3 +188,45 @@ write("corpus_dlpack", {
     # byte_offset 2^64 - 1: data + byte_offset wrapped around (undefined).
     "overflow_byte_offset.bin": dlpack(layout=4, offset=bytes([0xf0] + [0xff] * 8)),
 })
+
+
+# fuzz_torch.c: a mode byte (bits 0-1 a spec of its SPECS, bit 2 byteorder
+# "big", bit 7 raw), then either the whole file (raw) or data.pkl with its
+# 2-byte length and each storage with its own, which the harness packs
+# into an archive.
+FIXTURES = HERE.parent / "torch_fixtures"
+
+
+def torch_parts(name):
+    """(data.pkl, [storage 0, storage 1, ...]) of a fixture."""
+    with zipfile.ZipFile(FIXTURES / name) as z:
+        names = z.namelist()
+        prefix = next(n for n in names if n.endswith("/data.pkl"))[: -len("data.pkl")]
+        storages = []
+        while prefix + "data/%d" % len(storages) in names:
+            storages.append(z.read(prefix + "data/%d" % len(storages)))
+        return z.read(prefix + "data.pkl"), storages
+
+
+def built(mode, name):
+    pickle, storages = torch_parts(name)
+    assert len(pickle) < 65536 and all(len(s) < 65536 for s in storages) and len(storages) <= 8, name
+    return bytes([mode]) + struct.pack("<H", len(pickle)) + pickle + \
+        b"".join(struct.pack("<H", len(s)) + s for s in storages)
+
+
+torch_seeds = {
+    "built_0_mlp.bin": built(0, "mlp.pt"),
+    "built_0_shared.bin": built(0, "mlp_shared.pt"),
+    "built_4_big_endian.bin": built(4, "mlp_big_endian.pt"),
+    "built_0_parameters_p5.bin": built(0, "mlp_parameters_p5.pt"),
+    "built_1_flatten.bin": built(1, "mlp_flatten.pt"),
+    "built_0_tutorial.bin": built(0, "tutorial.pt"),
+    "built_0_hostile_view.bin": built(0, "hostile_view.pt"),
+}
+for mode, name in [(0x80, "mlp.pt"), (0x80, "mlp_deflated.pt"), (0x80, "mlp_zip64.pt"),
+                   (0x80, "mlp_no_byteorder.pt"), (0x80, "mlp_f64.pt"), (0x80, "legacy.pt"), (0x80, "dtypes.pt"),
+                   (0x80, "batchnorm.pt"),
+                   (0x80, "hostile_os_system.pt")]:
+    torch_seeds["raw_%d_%s" % (mode & 3, name)] = bytes([mode]) + (FIXTURES / name).read_bytes()
+write("corpus_torch", torch_seeds)

@@ -3,6 +3,7 @@
 
 #include "commands.h"
 #include "common.h"
+#include "spec_help.h"
 
 int cmd_eval(int argc, char **argv) {
   const char *data = DEFAULT_DATA_DIR, *device = "auto", *spec = NULL;
@@ -10,13 +11,15 @@ int cmd_eval(int argc, char **argv) {
       {"data", CLI_STRING, &data, "DIR", "MNIST-layout dataset directory (default " DEFAULT_DATA_DIR ")"},
       {"device", CLI_STRING, &device, "DEV", "auto, cpu or cuda:N (default auto)"},
       {"spec", CLI_STRING, &spec, "SPEC",
-       "read MODEL as this MLP's PyTorch state_dict (e.g. 784-32-10)"},
+       "read MODEL as a PyTorch state_dict of this MLP (e.g. 784-32-10; specs above)"},
   };
   cli_command cmd = {
       .name = "eval",
       .synopsis = "MODEL",
       .summary = "Prints the test loss and accuracy of MODEL (a file written by 'kiln train --save',\n"
-                 "or with --spec a safetensors state_dict saved from PyTorch).",
+                 "or with --spec a state_dict saved from PyTorch: safetensors.torch.save_file or\n"
+                 "torch.save, told apart by their content).\n"
+                 "\n" KILN_SPEC_GRAMMAR_HELP,
       .options = options,
       .num_options = (int)(sizeof options / sizeof options[0]),
       .min_positionals = 1,

@@ -8,6 +8,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "spec_help.h"
 
 typedef struct command {
   const char *name;
@@ -33,6 +34,7 @@ static void print_usage(FILE *out) {
           "  --version  print kiln's version and exit\n"
           "  --help     show this help and exit\n"
           "\nexit codes: 0 success, 1 runtime error, 2 usage error\n");
+  fprintf(out, "\n%s\n", KILN_SPEC_GRAMMAR_HELP);
 }
 
 static const command *find_command(const char *name) {

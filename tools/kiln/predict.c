@@ -1,11 +1,15 @@
 /* kiln predict: a saved model's predicted classes, with their probabilities,
- * for the first test images of a dataset or for the images of an IDX file. */
+ * for the first test images of a dataset or for the images of an IDX file;
+ * or, for scripts, its logits, probabilities or classes as CSV or JSON
+ * (predict_output.c). */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "commands.h"
 #include "common.h"
 #include "idx.h"
+#include "predict_output.h"
+#include "spec_help.h"
 
 #define DEFAULT_COUNT 10
 
@@ -40,6 +44,41 @@ static void print_predictions(const float *probs, const int64_t *labels, int64_t
   if (labels) printf("correct: %lld of %lld\n", (long long)correct, (long long)count);
 }
 
+/* --output/--format: kind of x's rows written as format on stdout. */
+static int write_machine_readable(const cli_command *cmd, kiln_model *model, const kiln_tensor *x, int64_t count,
+                                  int64_t classes, const int64_t *labels, kiln_predict_kind kind,
+                                  predict_format format) {
+  kiln_device cpu = {KILN_DEVICE_CPU, -1};
+  kiln_tensor *out = NULL, *host = NULL, *f64 = NULL;
+  kiln_dtype dtype = KILN_F32;
+  predict_rows rows = {kind, count, classes, NULL, NULL, labels, 9};
+  const int64_t n = kind == KILN_PREDICT_CLASSES ? count : count * classes;
+  void *buffer = malloc((size_t)(n > 0 ? n : 1) * 8); /* doubles or i64 classes */
+  kiln_status st = buffer ? kiln_model_predict(model, x, kind, &out) : KILN_ERROR_OUT_OF_MEMORY;
+  if (st == KILN_OK) st = kiln_tensor_to(out, cpu, &host);
+  if (st == KILN_OK) st = kiln_tensor_dtype(host, &dtype);
+  if (st == KILN_OK && kind == KILN_PREDICT_CLASSES) {
+    st = kiln_tensor_copy_to_host(host, buffer, n * 8);
+    rows.classes = buffer;
+  } else if (st == KILN_OK) {
+    st = kiln_tensor_cast(host, KILN_F64, &f64);
+    if (st == KILN_OK) st = kiln_tensor_copy_to_host(f64, buffer, n * 8);
+    rows.values = buffer;
+    rows.digits = dtype == KILN_F64 ? 17 : 9; /* each value read back exactly */
+  }
+  kiln_tensor_release(f64);
+  kiln_tensor_release(host);
+  kiln_tensor_release(out);
+  if (st == KILN_OK) {
+    if (format == PREDICT_CSV)
+      predict_write_csv(stdout, &rows);
+    else
+      predict_write_json(stdout, &rows);
+  }
+  free(buffer);
+  return st == KILN_OK ? CLI_CONTINUE : report_error(cmd, "prediction failed");
+}
+
 /* x [count, features] (any device) -> probabilities as host floats. */
 static int predict(const cli_command *cmd, kiln_model *model, const kiln_tensor *x, int64_t count, int64_t classes,
                    float **out) {
@@ -60,7 +99,8 @@ static int predict(const cli_command *cmd, kiln_model *model, const kiln_tensor 
 }
 
 int cmd_predict(int argc, char **argv) {
-  const char *data = DEFAULT_DATA_DIR, *device = "auto", *spec = NULL, *input = NULL;
+  const char *data = DEFAULT_DATA_DIR, *device = "auto", *spec = NULL, *input = NULL, *output = NULL,
+             *format_name = "table";
   int64_t count = -1;
   const cli_option options[] = {
       {"data", CLI_STRING, &data, "DIR", "MNIST-layout dataset whose test images to classify (default " DEFAULT_DATA_DIR ")"},
@@ -68,13 +108,21 @@ int cmd_predict(int argc, char **argv) {
       {"count", CLI_INT, &count, "N", "how many images (default 10, or all of --input)"},
       {"device", CLI_STRING, &device, "DEV", "auto, cpu or cuda:N (default auto)"},
       {"spec", CLI_STRING, &spec, "SPEC",
-       "read MODEL as this MLP's PyTorch state_dict (e.g. 784-32-10)"},
+       "read MODEL as a PyTorch state_dict of this MLP (e.g. 784-32-10; specs above)"},
+      {"format", CLI_STRING, &format_name, "FMT",
+       "table (default: class, probability, true class), or csv or json for scripts"},
+      {"output", CLI_STRING, &output, "WHAT",
+       "with --format csv|json: logits, probabilities or classes (default classes)"},
   };
   cli_command cmd = {
       .name = "predict",
       .synopsis = "MODEL",
       .summary = "Prints MODEL's predicted class and its probability for each image (and the true\n"
-                 "class when the images come from a dataset's test split).",
+                 "class when the images come from a dataset's test split). MODEL is a file written by\n"
+                 "'kiln train --save', or with --spec a state_dict saved from PyTorch (safetensors or\n"
+                 "torch.save). With --format csv or json it prints --output for every image instead,\n"
+                 "a row each, with the true classes (\"label\") when they are known.\n"
+                 "\n" KILN_SPEC_GRAMMAR_HELP,
       .options = options,
       .num_options = (int)(sizeof options / sizeof options[0]),
       .min_positionals = 1,
@@ -83,6 +131,13 @@ int cmd_predict(int argc, char **argv) {
   int rc = cli_parse(&cmd, argc, argv);
   if (rc != CLI_CONTINUE) return rc;
   if (count == 0 || count < -1) return cli_usage_error(&cmd, "--count must be at least 1");
+  predict_format format = PREDICT_TABLE;
+  kiln_predict_kind kind = KILN_PREDICT_CLASSES;
+  if (!predict_format_from_name(format_name, &format))
+    return cli_usage_error(&cmd, "unknown --format '%s' (table, csv or json)", format_name);
+  if (output && !predict_kind_from_name(output, &kind))
+    return cli_usage_error(&cmd, "unknown --output '%s' (logits, probabilities or classes)", output);
+  if (output && format == PREDICT_TABLE) return cli_usage_error(&cmd, "--output needs --format csv or json");
   const char *path = cmd.positionals[0];
 
   kiln_context *ctx = NULL;
@@ -118,6 +173,10 @@ int cmd_predict(int argc, char **argv) {
           kiln_tensor_copy_to_host(y, labels, count * (int64_t)sizeof *labels) != KILN_OK)
         rc = report_error(&cmd, "cannot read the test images");
     }
+  }
+  if (rc == CLI_CONTINUE && format != PREDICT_TABLE) {
+    rc = write_machine_readable(&cmd, model, x, count, classes, labels, kind, format);
+    if (rc == CLI_CONTINUE) rc = 0;
   }
   if (rc == CLI_CONTINUE) rc = predict(&cmd, model, x, count, classes, &probs);
   if (rc == CLI_CONTINUE) {

@@ -1,0 +1,176 @@
+#include "nn/state_dict_hint.hpp"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "core/text.hpp"
+#include "nn/spec.hpp"
+
+namespace kiln {
+
+namespace {
+
+constexpr size_t kListed = 8;         // modules named before "and N more"
+constexpr size_t kMaxSpecText = 240;  // a longer suggestion is left out
+
+// A module of the state_dict: the tensors whose names share everything up
+// to their last dot ("1.running_mean" -> module "1", tensor "running_mean").
+struct Module {
+  std::string path;
+  std::vector<const io::TensorFile::Entry *> tensors;
+
+  const io::TensorFile::Entry *get(const std::string &tensor) const {
+    for (const io::TensorFile::Entry *e : tensors)
+      if (e->name.size() == path.size() + (path.empty() ? 0 : 1) + tensor.size() &&
+          e->name.compare(e->name.size() - tensor.size(), tensor.size(), tensor) == 0)
+        return e;
+    return nullptr;
+  }
+  bool has_prefix(const std::string &start) const {
+    for (const io::TensorFile::Entry *e : tensors)
+      if (e->name.compare(path.empty() ? 0 : path.size() + 1, start.size(), start) == 0) return true;
+    return false;
+  }
+};
+
+// What one module is, as PyTorch's layers name their tensors.
+struct Reading {
+  bool linear = false;
+  int64_t in = 0, out = 0;
+  bool bias = false;
+  std::string text;     // "Linear(784, 32) at 0"
+  std::string missing;  // "BatchNorm", "convolutions", ...: what kiln lacks; "" for a Linear
+};
+
+std::string where(const Module &m) { return m.path.empty() ? " at the top level" : " at " + printable(m.path, 60) + ".*"; }
+
+Reading read_module(const Module &m, bool convolutions) {
+  Reading r;
+  const io::TensorFile::Entry *weight = m.get("weight"), *bias = m.get("bias");
+  const bool only_weight_bias = weight && m.tensors.size() == (bias ? 2u : 1u);
+  if (m.get("running_mean") || m.get("running_var")) {
+    r.text = std::string(convolutions ? "BatchNorm2d" : "BatchNorm1d") + " running statistics" + where(m);
+    r.missing = "BatchNorm";
+  } else if (m.has_prefix("weight_ih") || m.has_prefix("weight_hh")) {
+    r.text = "a recurrent layer (RNN, LSTM or GRU)" + where(m);
+    r.missing = "recurrent layers";
+  } else if (m.get("in_proj_weight")) {
+    r.text = "MultiheadAttention" + where(m);
+    r.missing = "attention";
+  } else if (only_weight_bias && weight->shape.ndim == 2 &&
+             (!bias || (bias->shape.ndim == 1 && bias->shape[0] == weight->shape[0]))) {
+    r.linear = true;
+    r.in = weight->shape[1];
+    r.out = weight->shape[0];
+    r.bias = bias != nullptr;
+    r.text = "Linear(" + std::to_string(r.in) + ", " + std::to_string(r.out) + (r.bias ? "" : ", bias=False") + ")" +
+             (m.path.empty() ? " at the top level" : " at " + printable(m.path, 60));
+  } else if (only_weight_bias && weight->shape.ndim >= 3 && weight->shape.ndim <= 5) {
+    r.text = "Conv" + std::to_string(weight->shape.ndim - 2) + "d(" + std::to_string(weight->shape[1]) + ", " +
+             std::to_string(weight->shape[0]) + ")" + where(m);
+    r.missing = "convolutions";
+  } else if (only_weight_bias && weight->shape.ndim == 1) {
+    r.text = "a LayerNorm (or another normalisation's scale and shift)" + where(m);
+    r.missing = "LayerNorm";
+  } else {
+    std::string names;
+    for (size_t i = 0; i < m.tensors.size() && i < 3; ++i)
+      names += (i ? ", " : "") + printable(m.tensors[i]->name.substr(m.path.empty() ? 0 : m.path.size() + 1), 40);
+    if (m.tensors.size() > 3) names += ", ...";
+    r.text = "tensors of a layer kiln does not know (" + names + ")" + where(m);
+    r.missing = "such layer";
+  }
+  return r;
+}
+
+// "<prefix><index>": the index, or -1 for a path of another form.
+int64_t sequential_index(const std::string &path, std::string *prefix) {
+  const size_t dot = path.rfind('.');
+  const std::string last = dot == std::string::npos ? path : path.substr(dot + 1);
+  if (last.empty() || last.size() > 9 || !std::all_of(last.begin(), last.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return -1;
+  if (last.size() > 1 && last[0] == '0') return -1;  // nn.Sequential writes "10", never "010"
+  *prefix = dot == std::string::npos ? std::string() : path.substr(0, dot + 1);
+  return std::stoll(last);
+}
+
+// The spec of Linears at these nn.Sequential indices (sorted), with a
+// Flatten before an index-1 first Linear and ReLU (and Dropout) in the gaps
+// of one (two) indices between them; "" when the gaps or widths do not allow
+// one.
+std::string fitting_spec(const std::vector<std::pair<int64_t, Reading>> &linears) {
+  if (linears.empty() || linears.front().first > 1) return "";
+  ModelSpec spec;
+  if (linears.front().first == 1) spec.add_flatten();
+  for (size_t i = 0; i < linears.size(); ++i) {
+    const Reading &l = linears[i].second;
+    if (i > 0) {
+      const int64_t gap = linears[i].first - linears[i - 1].first - 1;
+      if (gap < 1 || gap > 2 || linears[i - 1].second.out != l.in) return "";
+      spec.add(KILN_LAYER_RELU, 0);
+      if (gap == 2) spec.add(KILN_LAYER_DROPOUT, 0.5);
+    }
+    try {
+      spec.add_linear(l.in, l.out, l.bias);
+    } catch (const Error &) {  // sizes beyond kiln's limits
+      return "";
+    }
+  }
+  const std::string text = spec.describe();
+  return text.size() <= kMaxSpecText ? text : "";
+}
+
+}  // namespace
+
+StateDictHint read_state_dict_hint(const std::vector<io::TensorFile::Entry> &entries) {
+  std::vector<Module> modules;
+  std::unordered_map<std::string, size_t> index;
+  bool convolutions = false;
+  for (const io::TensorFile::Entry &e : entries) {
+    const size_t dot = e.name.rfind('.');
+    const std::string path = dot == std::string::npos ? std::string() : e.name.substr(0, dot);
+    auto it = index.emplace(path, modules.size()).first;
+    if (it->second == modules.size()) modules.push_back(Module{path, {}});
+    modules[it->second].tensors.push_back(&e);
+    convolutions = convolutions || (e.name.size() > 7 && e.name.compare(e.name.size() - 7, 7, ".weight") == 0 &&
+                                    e.shape.ndim == 4);
+  }
+
+  StateDictHint hint;
+  bool complete = true;  // every layer one kiln has
+  std::vector<std::pair<int64_t, Reading>> linears;
+  bool sequential = true;
+  std::string common_prefix;
+  for (size_t i = 0; i < modules.size(); ++i) {
+    Reading r = read_module(modules[i], convolutions);
+    if (i < kListed) hint.layers += (i ? "; " : "") + r.text + (r.missing.empty() ? "" : ": kiln has no " + r.missing);
+    complete = complete && r.missing.empty();
+    std::string prefix;
+    const int64_t at = sequential_index(modules[i].path, &prefix);
+    sequential = sequential && at >= 0 && (i == 0 || prefix == common_prefix);
+    common_prefix = prefix;
+    if (r.linear) linears.emplace_back(at, std::move(r));
+  }
+  if (modules.size() > kListed) hint.layers += " and " + std::to_string(modules.size() - kListed) + " more";
+  if (complete && sequential) {
+    std::stable_sort(linears.begin(), linears.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
+    hint.spec = fitting_spec(linears);
+    if (!hint.spec.empty()) hint.prefix = common_prefix;
+  }
+  return hint;
+}
+
+std::string StateDictHint::sentences() const {
+  if (layers.empty()) return "";
+  std::string text = " It holds " + layers + ".";
+  if (spec.empty()) return text;
+  text += " The spec that fits it is \"" + spec + "\"";
+  if (!prefix.empty()) {
+    const std::string module = printable(prefix.substr(0, prefix.size() - 1), 60);
+    text += " once its tensors are saved without their prefix \"" + printable(prefix, 60) +
+            "\" (torch.save(model." + module + ".state_dict(), PATH))";
+  }
+  return text + " (ReLU assumed between the Linears: a state_dict holds no activations).";
+}
+
+}  // namespace kiln
