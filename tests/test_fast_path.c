@@ -1,9 +1,9 @@
 /* The fast path's switches through the public API
- * (kiln_trainer_options_set_fast_path and the KILN_DISABLE environment
- * variable): training with every part off equals the default run bit for bit
+ * (kiln_trainer_options_set_fast_path and the KILN_ENABLE and KILN_DISABLE environment
+ * variables): training with every part off equals the default run bit for bit
  * on the CPU (which has no fast path: the bits are ignored there), and within
  * float rounding on cuda:0 (test_fast_path_cuda, KILN_TEST_DEVICE=cuda);
- * KILN_DISABLE's names are checked when a trainer is created. */
+ * the names in KILN_ENABLE and KILN_DISABLE are checked when a trainer is created. */
 #include "support.h"
 
 #include <math.h>
@@ -142,11 +142,33 @@ static void test_kiln_disable(void **state) {
   unsetenv("KILN_DISABLE");
 }
 
+/* KILN_ENABLE adds parts (cuDNN is off by default) with the same checks. */
+static void test_kiln_enable(void **state) {
+  (void)state;
+  double def[NPARAM], got[NPARAM];
+  unsetenv("KILN_DISABLE");
+  unsetenv("KILN_ENABLE");
+  assert_kiln_ok(train(0, 0, def));
+  setenv("KILN_ENABLE", "cudnn,bogus", 1);
+  assert_status(train(0, 0, got), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("bogus");
+  assert_last_error_contains("KILN_ENABLE");
+  const char *good[] = {"cudnn", "all", "graphs,epilogues", ""};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; ++i) {
+    setenv("KILN_ENABLE", good[i], 1);
+    memset(got, 0, sizeof got);
+    assert_kiln_ok(train(0, 0, got));
+    assert_same_training(got, def);
+  }
+  unsetenv("KILN_ENABLE");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_all_off_equals_default),
       cmocka_unit_test(test_fast_path_option_errors),
       cmocka_unit_test(test_kiln_disable),
+      cmocka_unit_test(test_kiln_enable),
   };
   return cmocka_run_group_tests(tests, setup, kiln_test_context_teardown);
 }

@@ -122,7 +122,7 @@ Trainer::Trainer(std::shared_ptr<Model> model, const TrainerOptions &options)
     check(model_->dtype() == DType::F32, KILN_ERROR_NOT_SUPPORTED,
           std::string("precision ") + precision_name(options.precision) + " needs an f32 model, not " +
               dtype_name(model_->dtype()));
-  options_.fast_path &= fast_path_from_env();
+  options_.fast_path = fast_path_with_env(options_.fast_path);
   const Tensor &params = model_->flat();
   grads_ = Tensor::full(params.context(), params.shape(), params.dtype(), device_, 0.0);
   if (work_dtype_ != params.dtype()) {

@@ -84,10 +84,10 @@ void CudaBackend::Device::release() noexcept {
 CudaBackend::CudaBackend(int device_count) {
   for (int i = 0; i < device_count; ++i) devices_.push_back(std::make_unique<Device>());
   try {
-    cudnn_softmax_ = (fast_path_from_env() & kFastCudnn) != 0;
+    cudnn_softmax_ = (fast_path_with_env(kFastDefault) & kFastCudnn) != 0;
   } catch (const Error &) {
-    // A malformed KILN_DISABLE is reported where programs are made; softmax
-    // stays on kiln's kernel meanwhile.
+    // A malformed KILN_ENABLE or KILN_DISABLE is reported where programs are
+    // made; softmax stays on kiln's kernel meanwhile.
   }
 }
 

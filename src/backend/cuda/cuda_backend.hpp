@@ -136,8 +136,10 @@ class CudaBackend final : public Backend {
   int64_t pinned_device() const;  // see the header comment
 
   std::vector<std::unique_ptr<Device>> devices_;
-  // KILN_DISABLE=cudnn (core/program.hpp) also keeps softmax off cuDNN: the
-  // one switch for the engine outside step programs, read once.
+  // Softmax on cuDNN only where KILN_ENABLE=cudnn asks (and KILN_DISABLE
+  // does not forbid it, core/program.hpp): cuDNN is off by default, and
+  // these variables are the one switch for it outside step programs, read
+  // once.
   bool cudnn_softmax_ = false;
 };
 
