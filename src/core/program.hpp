@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <variant>
@@ -175,6 +176,10 @@ struct StepProgram {
   int64_t table_size = 0;
   uint32_t fast_path = kFastAll;  // FastPath bits the backend may use
   std::string label;              // e.g. "train 784-32-10 rows 128 fp32", for logs
+  // Where a backend reports what happens to the compiled program while it
+  // runs (a CUDA graph capture that failed, and the eager fallback); may be
+  // empty. The trainer passes its context's log.
+  std::function<void(kiln_log_level, const std::string &)> log;
 };
 
 // A compiled program. run() queues steps on the device's stream and returns

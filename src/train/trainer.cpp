@@ -255,6 +255,7 @@ Executable &Trainer::program(bool trains, bool training, int64_t rows, const Dat
   if (comm_ && trains) p.fast_path &= ~uint32_t(kFastGraphs);
   p.label = std::string(trains ? "train " : "evaluate ") + m.description() + " rows " + std::to_string(rows) + " " +
             precision_name(options_.precision);
+  p.log = [ctx = m.context()](kiln_log_level level, const std::string &message) { ctx->log(level, message); };
   const bool mixed = work_dtype_ != m.dtype();
   const void *params = m.flat().data();
   if (mixed) {

@@ -252,8 +252,17 @@ void *CudaBackend::alloc_pinned(int64_t bytes) {
   return p;
 }
 
-void CudaBackend::free_pinned(void *ptr) {  // never throws, as free
-  if (ptr && cudaFreeHost(ptr) != cudaSuccess) cudaGetLastError();
+// Never throws, as free. Inside the scope of the device the memory was
+// allocated through (alloc_pinned): cudaFreeHost on a thread whose current
+// device has no context yet would create one on device 0.
+void CudaBackend::free_pinned(void *ptr) {
+  if (!ptr) return;
+  try {
+    Scope scope(*this, pinned_device());
+    if (cudaFreeHost(ptr) != cudaSuccess) cudaGetLastError();
+  } catch (...) {
+    // A broken device: its page-locked memory goes with the process.
+  }
 }
 
 void CudaBackend::copy_to_device(int64_t index, void *dst, const void *host_src, int64_t bytes, bool pinned) {
