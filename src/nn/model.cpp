@@ -181,6 +181,7 @@ Tensor Model::run(const Tensor &x_in, bool dropout) const {
   check(dtype_is_float(x_in.dtype()) || x_in.dtype() == DType::U8, KILN_ERROR_DTYPE_MISMATCH,
         std::string("x must be a float or u8 tensor, got ") + dtype_name(x_in.dtype()));
   const int64_t rows = x_in.dim(0);
+  x_in.wait_host_access();  // a pinned x still filling from a GPU (the CPU kernels read it directly)
   Tensor x = x_in.reshape(Shape{rows, input_size()});
   if (x.dtype() != params.dtype()) x = cast(x, params.dtype());
 

@@ -170,6 +170,14 @@ void CudaBackend::synchronize(int64_t index) {
   KILN_CUDA_TRY(cudaStreamSynchronize(device(index).stream), "waiting for " + device_name(index));
 }
 
+// Every stream of the device, other libraries' too (a DLPack consumer's).
+void CudaBackend::synchronize_device(int64_t index) {
+  check_index(index);
+  if (!devices_[size_t(index)]->ready.load(std::memory_order_acquire)) return;  // kiln never used it
+  Scope scope(*this, index);
+  KILN_CUDA_TRY(cudaDeviceSynchronize(), "waiting for all work on " + device_name(index));
+}
+
 // This thread's stream for the device: a redirected one while a graph is
 // being captured (Redirect), else the device's.
 void *CudaBackend::queue(int64_t index) {

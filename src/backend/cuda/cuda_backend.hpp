@@ -48,6 +48,7 @@ class CudaBackend final : public Backend {
   int64_t device_count() const override { return int64_t(devices_.size()); }
   DeviceInfo info(int64_t index) const override;
   void synchronize(int64_t index) override;
+  void synchronize_device(int64_t index) override;
   void *queue(int64_t index) override;
 
   void *alloc(int64_t index, int64_t bytes) override;
