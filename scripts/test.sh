@@ -2,11 +2,20 @@
 # Every test: installs what is missing, builds everything (Release; with the
 # CUDA plugin when nvcc exists), runs the C tests with CTest (tests that need
 # a GPU report "skipped" without one), then the bindings' tests through
-# bindings/test.sh, then the two sanitizer lanes (below). Runs every suite
-# even after one fails, prints a summary and exits non-zero if any step
-# failed.
+# bindings/test.sh, then the rehearsal of the GPU machine's check flow
+# (below), then the two sanitizer lanes (below). Runs every suite even after
+# one fails, prints a summary and exits non-zero if any step failed.
 #
 #   scripts/test.sh
+#
+# The GPU rehearsal (scripts/gpu-rehearsal.sh, logs in $KILN_BUILD_DIR-rehearsal)
+# builds and tests kiln inside a minimal root that holds only what the GPU
+# machine's image surely holds, without network, so a dependency that image
+# lacks fails here rather than on a rare GPU session. It needs root, mount
+# and network namespaces and debootstrap; where any is missing it is reported
+# as "skipped: <why>", never as passed. KILN_SKIP_REHEARSAL=1 leaves it out.
+# The first run downloads about 700 MB (a Debian root, cuDNN's and NCCL's
+# wheels) into ~/.cache/kiln-rehearsal; later runs reuse them.
 #
 # The sanitizer lanes build the CPU library and the C tests once more, each
 # in a build directory of its own ($KILN_BUILD_DIR-asan, $KILN_BUILD_DIR-tsan;
@@ -82,6 +91,18 @@ else
   results+=("binding tests: FAILED")
   failed=1
 fi
+
+echo "== GPU rehearsal (scripts/gpu-rehearsal.sh)"
+rehearsal_log="$build-rehearsal.log"
+"$root/scripts/gpu-rehearsal.sh" "$build-rehearsal" 2>&1 | tee "$rehearsal_log"
+case ${PIPESTATUS[0]} in
+  0) results+=("GPU rehearsal: passed ($(grep -o 'passed in [0-9]* s' "$rehearsal_log" | tail -1))") ;;
+  77) results+=("GPU rehearsal: $(grep -o 'skipped: .*' "$rehearsal_log" | tail -1)") ;;
+  *)
+    results+=("GPU rehearsal: FAILED (logs in $build-rehearsal)")
+    failed=1
+    ;;
+esac
 
 # One sanitizer lane: configure the CPU library, the kiln program and the C
 # tests with KILN_SANITIZE=$2 in build dir $3 (without the MPI plugin: see

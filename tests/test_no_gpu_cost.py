@@ -61,10 +61,10 @@ def check(name, env, reason):
         failures += 1
 
 
-base = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "KILN_FAKE_CUDA_DEVICES",
-                                                          "CUDA_VISIBLE_DEVICES")}
+base = {k: v for k, v in os.environ.items() if k not in ("KILN_FAKE_CUDA_DEVICES", "CUDA_VISIBLE_DEVICES")}
 base["KILN_BACKEND_PATH"] = backend_dir
-no_device = dict(base, LD_LIBRARY_PATH=fake_dir)
+# The fake driver first; the rest of the search path stays (OpenBLAS may come from it).
+no_device = dict(base, LD_LIBRARY_PATH=":".join(p for p in (fake_dir, base.get("LD_LIBRARY_PATH")) if p))
 check("a driver without a device", no_device,
       "no CUDA device found: %s/libcuda.so.1 was found but cuInit failed with CUDA_ERROR_NO_DEVICE (100)" % fake_dir)
 
