@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.hpp"
+#include "backend_harness.hpp"
 #include "core/context.hpp"
 #include "core/dlpack.hpp"
 #include "core/error.hpp"
@@ -28,17 +29,11 @@
 #include "core/tensor.hpp"
 
 using namespace kiln;
+using kiln::test::g_case;
 
 namespace {
 
-int failures = 0;
-std::string current;
-
-void check(bool ok, const std::string &what) {
-  if (ok) return;
-  ++failures;
-  std::fprintf(stderr, "FAIL [%s] %s\n", current.c_str(), what.c_str());
-}
+void check(bool ok, const std::string &what) { kiln::test::expect(ok, what); }
 
 // One device, index 0: a queue of pending copies.
 class QueuedBackend final : public Backend {
@@ -139,7 +134,7 @@ std::vector<float> read(const Tensor &t) {
 }
 
 void pinned_copies(QueuedBackend &gpu, const std::shared_ptr<Context> &ctx) {
-  current = "a pinned source refilled while its copy to the GPU is queued";
+  g_case = "a pinned source refilled while its copy to the GPU is queued";
   {
     Tensor pinned = Tensor::empty_pinned(ctx, Shape{4}, DType::F32);
     const float first[4] = {1, 2, 3, 4}, second[4] = {5, 6, 7, 8};
@@ -151,7 +146,7 @@ void pinned_copies(QueuedBackend &gpu, const std::shared_ptr<Context> &ctx) {
     check(read(pinned) == std::vector<float>({5, 6, 7, 8}), "the pinned tensor holds the refill");
   }
 
-  current = "a pinned destination read while the copy into it is queued";
+  g_case = "a pinned destination read while the copy into it is queued";
   {
     Tensor on_gpu = floats(ctx, {9, 10, 11, 12}, kGpu);
     Tensor pinned = Tensor::empty_pinned(ctx, Shape{4}, DType::F32);
@@ -178,7 +173,7 @@ void pinned_copies(QueuedBackend &gpu, const std::shared_ptr<Context> &ctx) {
     exported->deleter(exported);
   }
 
-  current = "a pinned tensor freed with a copy still queued";
+  g_case = "a pinned tensor freed with a copy still queued";
   {
     Tensor sent;
     {
@@ -193,7 +188,7 @@ void pinned_copies(QueuedBackend &gpu, const std::shared_ptr<Context> &ctx) {
 }
 
 void dlpack_frees(QueuedBackend &gpu, const std::shared_ptr<Context> &ctx) {
-  current = "a DLPack import released while kiln's copy from it is queued";
+  g_case = "a DLPack import released while kiln's copy from it is queued";
   {
     float *producer_memory = static_cast<float *>(std::malloc(4 * sizeof(float)));
     for (int i = 0; i < 4; ++i) producer_memory[i] = float(20 + i);
@@ -231,7 +226,7 @@ void dlpack_frees(QueuedBackend &gpu, const std::shared_ptr<Context> &ctx) {
     std::free(producer_memory);
   }
 
-  current = "a DLPack export of GPU memory dropped by its consumer";
+  g_case = "a DLPack export of GPU memory dropped by its consumer";
   {
     gpu.calls.clear();
     DLManagedTensorVersioned *exported = nullptr;
@@ -264,13 +259,8 @@ int main() {
     pinned_copies(gpu, ctx);
     dlpack_frees(gpu, ctx);
   } catch (const Error &e) {
-    std::fprintf(stderr, "FAIL [%s] unexpected error: %s\n", current.c_str(), e.what());
+    std::fprintf(stderr, "FAIL [%s] unexpected error: %s\n", g_case.c_str(), e.what());
     return 1;
   }
-  if (failures) {
-    std::fprintf(stderr, "async_copies_test: %d checks failed\n", failures);
-    return 1;
-  }
-  std::printf("async_copies_test: all checks passed\n");
-  return 0;
+  return kiln::test::finish("async_copies_test");
 }

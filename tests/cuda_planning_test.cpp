@@ -22,21 +22,16 @@
 #include "backend/cuda/planning/epilogue_plan.hpp"
 #include "backend/cuda/planning/graph_runs.hpp"
 #include "backend/cuda/planning/lt_layout.hpp"
+#include "backend_harness.hpp"
 #include "core/error.hpp"
 
 using namespace kiln;
 using namespace kiln::cuda;
+using kiln::test::g_case;
 
 namespace {
 
-int failures = 0;
-std::string current;
-
-void check(bool ok, const std::string &what) {
-  if (ok) return;
-  ++failures;
-  std::fprintf(stderr, "FAIL [%s] %s\n", current.c_str(), what.c_str());
-}
+void check(bool ok, const std::string &what) { kiln::test::expect(ok, what); }
 
 // ---- graph runs ---------------------------------------------------------------
 
@@ -85,7 +80,7 @@ bool each_step_once(const std::vector<int64_t> &applied, int64_t n) {
 }
 
 void graph_runs() {
-  current = "graphs: a plain epoch";
+  g_case = "graphs: a plain epoch";
   {
     FakeLauncher f;
     std::vector<std::string> reports;
@@ -103,7 +98,7 @@ void graph_runs() {
     check(f.destroyed.size() == 2, "both graphs destroyed once");
   }
 
-  current = "graphs: the first capture fails";
+  g_case = "graphs: the first capture fails";
   {
     FakeLauncher f;
     f.fail_capture = 0;
@@ -120,7 +115,7 @@ void graph_runs() {
           "describe says graphs are off");
   }
 
-  current = "graphs: a later capture fails, earlier graphs go";
+  g_case = "graphs: a later capture fails, earlier graphs go";
   {
     FakeLauncher f;
     f.fail_capture = 1;  // the graph of 9 is made, the one of 4 fails
@@ -137,7 +132,7 @@ void graph_runs() {
     check(f.destroyed.size() == 1, "and not destroyed twice");
   }
 
-  current = "graphs: a launch fails midway through one-step graphs";
+  g_case = "graphs: a launch fails midway through one-step graphs";
   {
     FakeLauncher f;
     f.fail_launch = 3;  // long runs replay the one-step graph; its 4th launch fails
@@ -149,7 +144,7 @@ void graph_runs() {
     check(runs.fell_back(), "graphs are off");
   }
 
-  current = "graphs: at most kMaxGraphs lengths";
+  g_case = "graphs: at most kMaxGraphs lengths";
   {
     FakeLauncher f;
     GraphRuns runs(f, nullptr);
@@ -160,7 +155,7 @@ void graph_runs() {
     check(f.graphs_made() == GraphRuns::kMaxGraphs + 1, "kMaxGraphs lengths and the one-step graph");
   }
 
-  current = "graphs: the warm step alone";
+  g_case = "graphs: the warm step alone";
   {
     FakeLauncher f;
     f.fail_capture = 0;
@@ -219,7 +214,7 @@ EpiloguePlan plan_with(const std::vector<StepOp> &ops, uint32_t fast,
 void epilogue_planning() {
   const auto accept = [](const FusedProduct &) { return true; };
 
-  current = "epilogues: an MLP with a ReLU layer";
+  g_case = "epilogues: an MLP with a ReLU layer";
   {
     const auto ops = mlp();
     const auto pairs = find_relu_pairs(ops, kFastDefault);
@@ -233,7 +228,7 @@ void epilogue_planning() {
           "the lower layer's backward finds dy * relu' and db done");
   }
 
-  current = "epilogues: the heuristic refuses DRELU_BGRAD";
+  g_case = "epilogues: the heuristic refuses DRELU_BGRAD";
   {
     const EpiloguePlan p = plan_with(mlp(), kFastDefault, [](const FusedProduct &f) {
       return f.epilogue != EpilogueKind::DReluBgrad;
@@ -243,13 +238,13 @@ void epilogue_planning() {
     check(p.used == std::vector<bool>({false}) && !p.act_done[5], "nothing is left done for the lower layer");
   }
 
-  current = "epilogues: the heuristic refuses everything";
+  g_case = "epilogues: the heuristic refuses everything";
   {
     const EpiloguePlan p = plan_with(mlp(), kFastDefault, [](const FusedProduct &) { return false; });
     check(p.products.empty() && !p.act_done[5], "every product runs as plain cuBLAS and kernels");
   }
 
-  current = "epilogues: switched off, f64, GELU, a kept pre-activation";
+  g_case = "epilogues: switched off, f64, GELU, a kept pre-activation";
   {
     check(plan_with(mlp(), kFastGraphs, accept).products.empty(), "without kFastEpilogues nothing is fused");
     check(plan_with(mlp(UnaryOp::Relu, DType::F64), kFastDefault, accept).products.empty(), "f64: legacy cuBLAS");
@@ -262,7 +257,7 @@ void epilogue_planning() {
           "a kept pre-activation is not fused");
   }
 
-  current = "epilogues: what may stand between the two backward ops";
+  g_case = "epilogues: what may stand between the two backward ops";
   {
     auto ops = mlp();
     AllReduceStartOp start;
@@ -279,7 +274,7 @@ void epilogue_planning() {
     check(find_relu_pairs(with_dropout, kFastDefault).empty(), "dropout between: no pair");
   }
 
-  current = "epilogues: two ReLU layers, 300 features";
+  g_case = "epilogues: two ReLU layers, 300 features";
   {
     const LinearOp l0 = linear(64, 784, 300, 1, 2, 3, UnaryOp::Relu), l1 = linear(64, 300, 64, 2, 4, 5, UnaryOp::Relu),
                    l2 = linear(64, 64, 10, 4, 6, 7, UnaryOp::Identity);
@@ -317,7 +312,7 @@ void colmajor_gemm(bool transa, bool transb, int64_t m, int64_t n, int64_t k, co
 }
 
 void lt_layouts() {
-  current = "cuBLASLt layouts";
+  g_case = "cuBLASLt layouts";
   std::mt19937 rng(11);
   std::uniform_int_distribution<int> small(-8, 8);
   const int64_t sizes[][3] = {{1, 1, 1}, {3, 5, 7}, {127, 1, 3}, {4, 130, 33}, {1, 64, 784}};
@@ -362,10 +357,5 @@ int main() {
   graph_runs();
   epilogue_planning();
   lt_layouts();
-  if (failures) {
-    std::fprintf(stderr, "cuda_planning_test: %d checks failed\n", failures);
-    return 1;
-  }
-  std::printf("cuda_planning_test: all checks passed\n");
-  return 0;
+  return kiln::test::finish("cuda_planning_test");
 }

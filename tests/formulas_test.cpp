@@ -13,6 +13,7 @@
 #include <random>
 #include <string>
 
+#include "backend_harness.hpp"
 #include "core/dtype.hpp"
 #include "core/formulas/activations.hpp"
 #include "core/formulas/bf16.hpp"
@@ -20,16 +21,15 @@
 #include "core/formulas/optimizers.hpp"
 
 namespace f = kiln::formulas;
+using kiln::test::g_case;
 
 namespace {
 
-int failures = 0;
-std::string current;
-
 void check(bool ok, const char *what, double got = 0, double want = 0) {
   if (ok) return;
-  ++failures;
-  std::fprintf(stderr, "FAIL [%s] %s: got %.17g, want %.17g\n", current.c_str(), what, got, want);
+  char values[96];
+  std::snprintf(values, sizeof values, ": got %.17g, want %.17g", got, want);
+  kiln::test::expect(false, what + std::string(values));
 }
 
 // |got - want| <= tol * max(1, |want|)
@@ -40,7 +40,7 @@ void close(double got, double want, double tol, const char *what) {
 using LD = long double;
 
 void activations() {
-  current = "activations";
+  g_case = "activations";
   const double xs[] = {-30, -5.5, -1, -0.25, -1e-8, 0, 1e-8, 0.3, 1, 2.5, 7, 30};
   for (double x : xs) {
     const LD xl = x;
@@ -74,7 +74,7 @@ void activations() {
 }
 
 void losses() {
-  current = "cross entropy";
+  g_case = "cross entropy";
   const double row[] = {1.5, -0.5, 3.25, 0.0, -2.0};
   const int n = 5, label = 2;
   const double scale = 0.125;
@@ -95,14 +95,14 @@ void losses() {
   }
   close(grad_sum, 0, 1e-15, "row gradient sums to 0");
 
-  current = "mse";
+  g_case = "mse";
   for (double p : {-2.5, 0.0, 1.0, 3.75}) {
     const f::LossTerm<double> t = f::mse_term(p, 0.5, 2 * scale);
     close(t.loss, (p - 0.5) * (p - 0.5), 0, "loss");
     close(t.grad, scale * 2 * (p - 0.5), 0, "grad");
   }
 
-  current = "bce with logits";
+  g_case = "bce with logits";
   for (double x : {-40.0, -3.0, -0.5, 0.0, 0.5, 3.0, 40.0}) {
     for (double y : {0.0, 0.3, 1.0}) {
       const f::LossTerm<double> t = f::bce_with_logits_term(x, y, scale);
@@ -118,18 +118,18 @@ void losses() {
     }
   }
 
-  current = "dropout";
+  g_case = "dropout";
   close(f::dropout_keep_scale(0.0), 1, 0, "p = 0");
   close(f::dropout_keep_scale(0.25), 1 / 0.75, 0, "p = 0.25");
   close(f::dropout_keep_scale(1.0), 0, 0, "p = 1 keeps nothing");
 }
 
 void optimizers() {
-  current = "clip";
+  g_case = "clip";
   close(f::clip_factor(1.0, 4.0), 1.0 / (4.0 + 1e-6), 0, "max_norm / (norm + 1e-6)");
 
   // torch.optim.SGD's documented algorithm over several steps, per option.
-  current = "sgd";
+  g_case = "sgd";
   for (int option = 0; option < 4; ++option) {
     const double lr = 0.1, momentum = option >= 1 ? 0.9 : 0, wd = option >= 2 ? 0.01 : 0;
     const bool nesterov = option == 3;
@@ -151,7 +151,7 @@ void optimizers() {
   // Adam / AdamW as PyTorch documents them: bias-corrected moments m_hat,
   // v_hat and p -= lr m_hat / (sqrt(v_hat) + eps); kiln's form is the
   // algebraically equal one torch computes.
-  current = "adam";
+  g_case = "adam";
   for (int decoupled = 0; decoupled < 2; ++decoupled) {
     for (double beta1 : {0.9, 0.3}) {  // both branches of torch's lerp
       const double lr = 1e-2, beta2 = 0.999, eps = 1e-8, wd = 0.05;
@@ -208,7 +208,7 @@ uint16_t nearest_bf16(float x) {
 }
 
 void bf16() {
-  current = "bf16";
+  g_case = "bf16";
   std::mt19937 rng(7);
   std::uniform_int_distribution<uint32_t> any;
   int checked = 0;
@@ -246,10 +246,5 @@ int main() {
   losses();
   optimizers();
   bf16();
-  if (failures) {
-    std::fprintf(stderr, "formulas_test: %d checks failed\n", failures);
-    return 1;
-  }
-  std::printf("formulas_test: all checks passed\n");
-  return 0;
+  return kiln::test::finish("formulas_test");
 }
