@@ -97,7 +97,8 @@ else
 fi
 
 echo "== GPU rehearsal (scripts/gpu-rehearsal.sh)"
-rehearsal_log="$build-rehearsal.log"
+mkdir -p "$build-rehearsal"
+rehearsal_log="$build-rehearsal/rehearsal.log"
 "$root/scripts/gpu-rehearsal.sh" "$build-rehearsal" 2>&1 | tee "$rehearsal_log"
 case ${PIPESTATUS[0]} in
   0) results+=("GPU rehearsal: passed ($(grep -o 'passed in [0-9]* s' "$rehearsal_log" | tail -1))") ;;
