@@ -26,8 +26,8 @@
  * the model's parameter count, so the caller can count 6 x params x batch FLOPs.
  * --profile-steps N runs N more steps after the warm-up between cuProfilerStart
  * and cuProfilerStop (scripts/gpu-check.sh's ncu summary of one step).
- * --precision fp32|tf32|bf16 and --fast-path N (kiln_fast_path bits) go to the
- * trainer options. bench/run.py drives it next to PyTorch. */
+ * --precision fp32|tf32|bf16 and --fast-path N (kiln_fast_path bits; default
+ * the library's, epilogues and graphs without cuDNN) go to the trainer options. bench/run.py drives it next to PyTorch. */
 #include <kiln/kiln.h>
 
 #include <dlfcn.h>
@@ -298,7 +298,7 @@ static void infer(kiln_context *ctx, kiln_device dev, const struct options *o) {
 int main(int argc, char **argv) {
   struct options o = {.workload = 'A', .model = 'A', .epochs = 3, .warmup = 1, .steps = 20, .windows = 7,
                       .precision = KILN_PRECISION_FP32, .precision_name = "fp32",
-                      .fast_path = KILN_FAST_PATH_ALL, .data = "/usr/share/datasets/fashion-mnist"};
+                      .fast_path = KILN_FAST_PATH_EPILOGUES | KILN_FAST_PATH_GRAPHS, .data = "/usr/share/datasets/fashion-mnist"};
   int64_t threads = 0;
   uint64_t seed = 1;
   const char *device = "cpu";

@@ -1,38 +1,52 @@
 #!/usr/bin/env bash
-# Everything worth checking on a GPU machine, in one command and one time
-# budget, every log in OUTDIR and a pass/fail line per stage in
-# OUTDIR/summary.txt. Meant for a bare machine without network or apt that has
-# nvcc, CMake, ninja and PyTorch (pip), and perhaps compute-sanitizer and ncu:
+# Everything worth checking on a GPU machine, in staged commands that each
+# fit one call of the device tool (10 minutes), every log in OUTDIR and a
+# line per stage in OUTDIR/summary.txt. Meant for a bare machine without
+# network, apt or dpkg that has nvcc, CMake, ninja and Python, perhaps with
+# PyTorch's pip packages, compute-sanitizer and ncu; what else it lacks comes
+# from the carried directory (scripts/gpu-carry.sh). src/backend/cuda/README.md
+# gives the exact commands, in order, and what must travel with them.
 #
 #   scripts/gpu-check.sh OUTDIR [STAGES]
 #
 # STAGES (comma-separated, default all, in this order):
-#   env       versions of the driver, toolkit, tools and PyTorch
-#   build     finds cuDNN and NCCL inside PyTorch's pip packages (nvidia-cudnn-*,
-#             nvidia-nccl-*) and CMocka (system, $KILN_CMOCKA_ROOT, or the .debs in
-#             third_party/debs unpacked with dpkg -x), configures build-gpu/ with
-#             -DKILN_CUDA_ARCHITECTURES=90 and the CUDA compiler, and builds it
-#   test      the whole CTest suite (ctest --output-on-failure)
-#   sanitize  compute-sanitizer memcheck, racecheck, synccheck and initcheck over
-#             the test programs of the *_cuda tests, each run time-limited
-#   bench     python3 bench/run.py --device cuda, short (1 repeat, 1 epoch)
-#   ncu       ncu: kernels and time per kernel of one training step of A and of B
-# A stage whose tool is missing is recorded as SKIPPED and the rest go on; a
-# stage that fails is recorded as FAILED and the rest go on. The exit status is
-# 1 when any stage failed.
+#   env        versions of the driver, toolkit, tools and PyTorch, and every
+#              dependency: what was found, and what the flow falls back to
+#   build      configures build-gpu/ (-DKILN_CUDA_ARCHITECTURES=90, the CUDA
+#              compiler, cuDNN and NCCL from the toolkit or PyTorch's pip
+#              packages, the carried packages where the image has none) and
+#              builds it
+#   test-safe  the whole CTest suite with the fast path's riskiest parts off
+#              (KILN_DISABLE=all: no CUDA graphs, cuBLASLt epilogues or cuDNN)
+#   test       the GPU tests (*_cuda, *_cudnn) with every part on
+#              (KILN_ENABLE=cudnn: cuDNN is off by default)
+#   sanitize   first a planted bug per tool (tests/sanitizer_canary.cu), which
+#              must be reported, so a clean run below means clean code and not
+#              a sanitizer that cannot work here; then compute-sanitizer
+#              memcheck, racecheck, synccheck and initcheck over the test
+#              programs of the *_cuda tests, each run time-limited
+#   bench      python3 bench/run.py --device cuda, short (1 repeat, 1 epoch)
+#   ncu        ncu: kernels and time per kernel of one training step of A and of B
+# A stage whose tool is missing is SKIPPED, one that runs out of time TIMEOUT,
+# one that fails FAILED; the rest go on either way. Exit status: 1 when a
+# stage FAILED, else 3 when one timed out, else 0.
 #
 # Environment:
 #   KILN_CHECK_BUDGET   seconds for all stages together (default 540): each stage
 #                       gets at most what is left; later stages are then SKIPPED
+#   KILN_CHECK_PACK     a directory (the device tool's $OUT) that receives
+#                       summary.txt and logs.tar.gz of OUTDIR at the end: the
+#                       tool brings back at most 8 files
+#   KILN_CARRY          the carried directory (default .gpu-carry in this tree):
+#                       debs/ and fashion-mnist/ (scripts/gpu-carry.sh)
 #   CUDACXX / KILN_CUDA_COMPILER   the CUDA compiler (default: nvcc on PATH, then
 #                       /usr/local/cuda/bin/nvcc)
-#   KILN_CMOCKA_ROOT    a CMocka prefix (with lib/pkgconfig or usr/lib/*/pkgconfig)
-#   KILN_DATA           the Fashion-MNIST directory (default: /usr/share/datasets/
-#                       fashion-mnist, then data/fashion-mnist in this tree)
+#   KILN_DATA           the Fashion-MNIST directory (default: the carried copy,
+#                       /usr/share/datasets/fashion-mnist, data/fashion-mnist)
 #   KILN_BUILD_DIR      the build directory (default build-gpu; kept between runs,
-#                       so a second run rebuilds only what changed)
+#                       so a later stage's build only rebuilds what changed)
 #   KILN_SANITIZER_TIMEOUT  seconds per compute-sanitizer run (default 60)
-#   KILN_SANITIZE_BUDGET    seconds for the whole sanitize stage (default 150)
+#   KILN_SANITIZE_BUDGET    seconds for the whole sanitize stage (default 420)
 #   KILN_BENCH_ARGS     arguments for bench/run.py instead of the short defaults
 set -uo pipefail
 
@@ -43,18 +57,26 @@ fi
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 mkdir -p "$1"
 out="$(cd "$1" && pwd)"
-stages="${2:-env,build,test,sanitize,bench,ncu}"
+stages="${2:-env,build,test-safe,test,sanitize,bench,ncu}"
+for s in ${stages//,/ }; do
+  case $s in env | build | test-safe | test | sanitize | bench | ncu) ;;
+    *) echo "gpu-check: unknown stage '$s' (env, build, test-safe, test, sanitize, bench, ncu)" >&2; exit 2 ;;
+  esac
+done
 build="${KILN_BUILD_DIR:-$root/build-gpu}"
+carry="${KILN_CARRY:-$root/.gpu-carry}"
 budget="${KILN_CHECK_BUDGET:-540}"
 start=$SECONDS
 summary="$out/summary.txt"
 : >"$summary"
 failed=0
+timedout=0
 
 log() { echo "gpu-check: $*" | tee -a "$out/gpu-check.log"; }
 record() {  # STAGE STATUS DETAIL
-  printf '%-28s %-8s %s\n' "$1" "$2" "$3" | tee -a "$summary"
+  printf '%-32s %-8s %s\n' "$1" "$2" "$3" | tee -a "$summary"
   [[ $2 == FAILED ]] && failed=1
+  [[ $2 == TIMEOUT ]] && timedout=1
   return 0
 }
 left() { echo $((budget - (SECONDS - start))); }
@@ -65,8 +87,9 @@ limit() {  # SECS [END]: the seconds a step may take: SECS, or less when the
 }
 wanted() { [[ ",$stages," == *",$1,"* ]]; }
 have() { command -v "$1" >/dev/null 2>&1; }
-# Runs a command with a time limit, its output in a log; prints PASSED, FAILED,
-# TIMEOUT or SKIPPED (exit status 77: the test found no usable device).
+# Runs a command with a time limit, its output in a log; prints PASSED,
+# FAILED(rc=N), TIMEOUT, SKIPPED (exit status 77: no usable device) or
+# BUDGET (no time was left to start it).
 timed() {  # SECONDS LOG CMD...
   local secs=$1 logf=$2; shift 2
   if [[ $secs -le 5 ]]; then echo "BUDGET"; return; fi
@@ -77,13 +100,19 @@ timed() {  # SECONDS LOG CMD...
   elif [[ $rc -eq 77 ]]; then echo SKIPPED
   else echo "FAILED(rc=$rc)"; fi
 }
-status_of() {  # PASSED/FAILED(...)/TIMEOUT/BUDGET -> summary status
+status_of() {  # what timed printed -> the summary's status
   case $1 in
     PASSED) echo passed ;;
-    SKIPPED) echo SKIPPED ;;
-    BUDGET) echo SKIPPED ;;
+    SKIPPED | BUDGET) echo SKIPPED ;;
+    TIMEOUT) echo TIMEOUT ;;
     *) echo FAILED ;;
   esac
+}
+pack() {  # the logs for the device tool, which brings back at most 8 files
+  [[ -n ${KILN_CHECK_PACK:-} ]] || return 0
+  mkdir -p "$KILN_CHECK_PACK"
+  cp "$summary" "$KILN_CHECK_PACK/summary.txt"
+  tar czf "$KILN_CHECK_PACK/logs.tar.gz" -C "$(dirname "$out")" "$(basename "$out")" 2>/dev/null
 }
 
 # ---- where things are ---------------------------------------------------------
@@ -98,9 +127,10 @@ fi
 cuda_bin="$(dirname "${nvcc:-/usr/local/cuda/bin/nvcc}")"
 sanitizer="$(command -v compute-sanitizer || ls "$cuda_bin"/compute-sanitizer "$cuda_bin"/../compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)"
 ncu="$(command -v ncu || ls "$cuda_bin"/ncu 2>/dev/null | head -1)"
+cxx="${CXX:-$(command -v c++ || command -v g++)}"
 data="${KILN_DATA:-}"
 if [[ -z $data ]]; then
-  for d in /usr/share/datasets/fashion-mnist "$root/data/fashion-mnist"; do
+  for d in "$carry/fashion-mnist" /usr/share/datasets/fashion-mnist "$root/data/fashion-mnist"; do
     if [[ -e $d/train-images-idx3-ubyte.gz || -e $d/train-images-idx3-ubyte ]]; then data=$d; break; fi
   done
 fi
@@ -124,20 +154,78 @@ for d in dirs:
         break
 PY
 }
+header_found() { printf '#include <%s>\n' "$1" | "$cxx" -E -x c++ - >/dev/null 2>&1; }
+library_loads() { "$python" -c 'import ctypes, sys; ctypes.CDLL(sys.argv[1])' "$1" >/dev/null 2>&1; }
 
-# Prepends the folders of the dependencies to the search paths (also used by
-# the later stages, so that each stage can run alone).
+# Every dependency: found on the machine, or what the flow does instead
+# (unpack a carried package into $deps, build without it). One line each in
+# deps.txt, which the env stage prints. Also sets the search paths the later
+# stages use, so each stage can run alone.
 deps="$out/deps"
+report=()
+found() { report+=("$(printf '%-26s %s' "$1:" "$2")"); }
+unpack_carried() {  # WHAT PACKAGE...: unpacks the carried packages into $deps
+  local what=$1 debs=() p; shift
+  for p in "$@"; do
+    local f; f=$(compgen -G "$carry/debs/${p}_*.deb" | head -1)
+    if [[ -z $f ]]; then found "$what" "MISSING, and $p is not carried ($carry/debs): run scripts/gpu-carry.sh"; return 1; fi
+    debs+=("$f")
+  done
+  "$python" "$root/scripts/unpack-deb.py" "$deps" "${debs[@]}" >>"$out/unpack.log" 2>&1 ||
+    { found "$what" "MISSING: unpacking the carried $* failed (unpack.log)"; return 1; }
+  found "$what" "not on this machine: the carried $* (unpacked into deps/)"
+}
 setup_deps() {
   mkdir -p "$deps/lib"
-  cudnn_root="$(pip_lib_root libcudnn.so)"
-  nccl_root="$(pip_lib_root libnccl.so)"
-  cublas_root="$(pip_lib_root libcublas.so)"
-  extra_rpath=""
+  local arch_lib="$deps/usr/lib/x86_64-linux-gnu"
+  export LD_LIBRARY_PATH="$arch_lib:$arch_lib/openblas-pthread:$deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  prefix_path="$deps/usr"
+  found "C/C++ compiler" "${cxx:-MISSING} ($("${cxx:-false}" --version 2>/dev/null | head -1))"
+  found "CUDA compiler" "${nvcc:-MISSING}"
+  found "cmake" "$(command -v cmake || echo MISSING) ($(cmake --version 2>/dev/null | head -1))"
+  found "ninja" "$(command -v ninja || echo MISSING) ($(ninja --version 2>/dev/null))"
+  found "python3" "$(command -v "$python") ($("$python" --version 2>&1); torch: $("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none))"
+  if have pkg-config; then found "pkg-config" "$(command -v pkg-config)"
+  else found "pkg-config" "not on this machine: not needed (cmake/KilnDependencies.cmake finds everything without it)"; fi
+  if have dpkg; then found "dpkg" "$(command -v dpkg) (not used)"
+  else found "dpkg" "not on this machine: not needed (scripts/unpack-deb.py unpacks the carried packages)"; fi
+  if header_found zlib.h; then found "zlib headers" "on this machine"
+  else unpack_carried "zlib headers" zlib1g-dev; fi
+  if library_loads libz.so.1; then found "zlib library" "libz.so.1 on this machine"
+  else found "zlib library" "MISSING: libz.so.1 does not load"; fi
+  if header_found cmocka.h && library_loads libcmocka.so.0; then found "CMocka" "on this machine"
+  else unpack_carried "CMocka" libcmocka-dev libcmocka0; fi
+  if library_loads libopenblas.so.0; then found "OpenBLAS" "libopenblas.so.0 on this machine"
+  else
+    local runtime=(libopenblas0-pthread)
+    library_loads libgfortran.so.5 || runtime+=(libgfortran5)
+    library_loads libquadmath.so.0 || runtime+=(libquadmath0)
+    unpack_carried "OpenBLAS" "${runtime[@]}"
+  fi
+  if have mpicc || have mpirun; then found "MPI" "$(command -v mpirun || command -v mpicc)"
+  else found "MPI" "not on this machine: libkiln_dist.so is built with NCCL only and the mpirun tests are not registered"; fi
+  # cuDNN and NCCL: the toolkit's, else PyTorch's pip packages.
+  local toolkit_include; toolkit_include="$(dirname "$cuda_bin")/include"
+  cudnn_root="" nccl_root="" extra_rpath=""
+  if [[ -e $toolkit_include/cudnn_graph.h ]]; then found "cuDNN" "in the toolkit ($toolkit_include)"
+  else
+    cudnn_root="$(pip_lib_root libcudnn.so)"
+    if [[ -n $cudnn_root ]]; then found "cuDNN" "pip: $cudnn_root"
+    else found "cuDNN" "MISSING: neither the toolkit nor a pip nvidia-cudnn-* has it"; fi
+  fi
+  if [[ -e $toolkit_include/nccl.h ]]; then found "NCCL" "in the toolkit ($toolkit_include)"
+  else
+    nccl_root="$(pip_lib_root libnccl.so)"
+    if [[ -n $nccl_root ]]; then found "NCCL" "pip: $nccl_root"
+    else found "NCCL" "not found: libkiln_dist.so runs without NCCL (and without MPI is not built)"; fi
+  fi
+  local cublas_root; cublas_root="$(pip_lib_root libcublas.so)"
+  found "cuBLAS (pip)" "${cublas_root:-none: the one of the toolkit}"
   for r in "$cudnn_root" "$nccl_root" "$cublas_root"; do
     [[ -n $r && -d $r/lib ]] || continue
-    export LD_LIBRARY_PATH="$r/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export LD_LIBRARY_PATH="$r/lib:$LD_LIBRARY_PATH"
     extra_rpath="${extra_rpath:+$extra_rpath;}$r/lib"
+    prefix_path="$prefix_path;$r"
     # pip ships only versioned names (libcudnn.so.9): unversioned links to link against
     for f in "$r"/lib/lib*.so.*; do
       [[ -e $f ]] || continue
@@ -145,51 +233,25 @@ setup_deps() {
       [[ -e $deps/lib/$base ]] || ln -sf "$f" "$deps/lib/$base"
     done
   done
-  export LD_LIBRARY_PATH="$deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   if [[ -n $cudnn_root ]]; then
     # KILN_CUDNN_PATH: the folder holding libcudnn.so.9, which the plugin
     # dlopen()s; CUDNN_PATH: the tree whose include/ the build takes headers from.
     export KILN_CUDNN_PATH="$cudnn_root/lib" CUDNN_PATH="$cudnn_root" CUDNN_ROOT="$cudnn_root"
   fi
-  if [[ -n $nccl_root ]]; then
-    export NCCL_HOME="$nccl_root"  # where src/dist/plugin/CMakeLists.txt looks for nccl.h and libnccl
-  fi
-  # CMocka: the system's, KILN_CMOCKA_ROOT, or the carried .debs.
-  cmocka=""
-  if pkg-config --exists cmocka 2>/dev/null; then
-    cmocka="system"
-  else
-    local prefix="${KILN_CMOCKA_ROOT:-}"
-    if [[ -z $prefix ]] && ls "$root"/third_party/debs/*.deb >/dev/null 2>&1; then
-      prefix="$deps/debs"
-      mkdir -p "$prefix"
-      for deb in "$root"/third_party/debs/*.deb; do dpkg -x "$deb" "$prefix" || log "dpkg -x $deb failed"; done
-      # The .pc files name /usr: point them at the unpacked tree.
-      find "$prefix" -name '*.pc' -exec sed -i -E "s#(^[A-Za-z_]+=|-L|-I)/usr#\\1$prefix/usr#g" {} +
-    fi
-    if [[ -n $prefix ]]; then
-      for pc in "$prefix"/lib/pkgconfig "$prefix"/usr/lib/*/pkgconfig "$prefix"/usr/lib/pkgconfig "$prefix"/lib/*/pkgconfig; do
-        [[ -d $pc ]] && export PKG_CONFIG_PATH="$pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-      done
-      for lib in "$prefix"/lib "$prefix"/usr/lib/* "$prefix"/usr/lib; do
-        [[ -d $lib ]] && export LD_LIBRARY_PATH="$lib:$LD_LIBRARY_PATH"
-      done
-      pkg-config --exists cmocka 2>/dev/null && cmocka="$prefix"
-    fi
-  fi
+  [[ -n $nccl_root ]] && export NCCL_HOME="$nccl_root"  # src/dist/plugin/CMakeLists.txt looks there
+  found "Fashion-MNIST" "${data:-not found: bench runs workload W only}"
+  found "compute-sanitizer" "${sanitizer:-not found: the sanitize stage is skipped}"
+  found "ncu" "${ncu:-not found: the ncu stage is skipped}"
   export KILN_BACKEND_PATH="$build"
+  [[ -n $data ]] && export KILN_FASHION_MNIST="$data"
   {
-    echo "cudnn: ${cudnn_root:-not found}"
-    echo "nccl: ${nccl_root:-not found}"
-    echo "cublas (pip): ${cublas_root:-not found}"
-    echo "cmocka: ${cmocka:-not found}"
-    echo "data: ${data:-not found}"
+    printf '%s\n' "${report[@]}"
     echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-    echo "PKG_CONFIG_PATH=${PKG_CONFIG_PATH:-}"
+    echo "CMAKE_PREFIX_PATH=$prefix_path"
   } >"$out/deps.txt"
 }
 setup_deps
-log "output in $out; stages $stages; budget ${budget}s; build dir $build"
+log "output in $out; stages $stages; budget ${budget}s; build dir $build; carried: $carry"
 
 # ---- env ------------------------------------------------------------------------
 if wanted env; then
@@ -198,12 +260,16 @@ if wanted env; then
     uname -a; nproc; free -g 2>/dev/null | head -2
     have nvidia-smi && nvidia-smi
     echo "nvcc: ${nvcc:-none}"; [[ -n $nvcc ]] && "$nvcc" --version
-    have cmake && cmake --version | head -1; have ninja && echo "ninja $(ninja --version)"
-    echo "compute-sanitizer: ${sanitizer:-none}"; echo "ncu: ${ncu:-none}"
     "$python" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())'
+    echo "== dependencies: found, or what the flow does instead"
     cat "$out/deps.txt"
   } >"$out/env.log" 2>&1
-  record env passed "env.log (cuDNN: ${cudnn_root:-none}, NCCL: ${nccl_root:-none}, CMocka: ${cmocka:-none})"
+  sed -n '/^== dependencies/,$p' "$out/env.log"
+  if grep -q "MISSING" "$out/deps.txt"; then
+    record env FAILED "env.log: $(grep -c MISSING "$out/deps.txt") dependencies MISSING ($(grep MISSING "$out/deps.txt" | cut -d: -f1 | tr '\n' ' '))"
+  else
+    record env passed "env.log (every dependency found or carried)"
+  fi
 fi
 
 # ---- build ----------------------------------------------------------------------
@@ -211,54 +277,93 @@ if wanted build; then
   if [[ -z $nvcc ]]; then
     record build FAILED "no CUDA compiler (set CUDACXX)"
   else
-    tests=ON
-    [[ -n $cmocka ]] || { tests=OFF; log "no CMocka: configuring without tests"; }
-    r=$(timed "$(limit 90)" "$out/configure.log" cmake -S "$root" -B "$build" -G Ninja --no-warn-unused-cli \
+    r=$(timed "$(limit 300)" "$out/configure.log" cmake -S "$root" -B "$build" -G Ninja --no-warn-unused-cli \
       -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_CUDA=ON "-DCMAKE_CUDA_COMPILER=$nvcc" -DKILN_CUDA_ARCHITECTURES=90 \
-      -DKILN_BUILD_TESTS=$tests "-DKILN_CUDA_EXTRA_RPATH=$extra_rpath" \
-      "-DCMAKE_PREFIX_PATH=${cudnn_root:-};${nccl_root:-}" "-DCMAKE_LIBRARY_PATH=$deps/lib")
-    record configure "$(status_of "$r")" "$r configure.log (tests $tests)"
+      "-DKILN_CUDA_EXTRA_RPATH=$extra_rpath" "-DCMAKE_PREFIX_PATH=$prefix_path" "-DCMAKE_LIBRARY_PATH=$deps/lib")
+    record configure "$(status_of "$r")" "$r configure.log"
     if [[ $r == PASSED ]]; then
-      r=$(timed "$(limit 300)" "$out/build.log" cmake --build "$build" -j "$(nproc)")
+      r=$(timed "$(limit 3600)" "$out/build.log" cmake --build "$build" -j "$(nproc)")
       record build "$(status_of "$r")" "$r build.log"
     fi
   fi
 fi
 
-# ---- test -----------------------------------------------------------------------
-if wanted test; then
-  if [[ ! -f $build/CTestTestfile.cmake ]]; then
-    record ctest SKIPPED "no build in $build"
-  elif [[ -z $cmocka ]]; then
-    record ctest SKIPPED "no CMocka: tests not built"
-  else
-    r=$(timed "$(limit 180)" "$out/ctest.log" ctest --test-dir "$build" --output-on-failure -j "$(nproc)" --timeout 120)
-    detail="$(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)"
-    skipped="$(grep -c 'Not Run\|Skipped' "$out/ctest.log")"
-    record ctest "$(status_of "$r")" "$r ctest.log: ${detail:-?} ($skipped lines say skipped)"
-  fi
-fi
+# A CTest run of the build: ctest_stage NAME LOG ENV... -- CTEST_ARGS...
+ctest_stage() {
+  local name=$1 logf=$2; shift 2
+  local env=()
+  while [[ $1 != -- ]]; do env+=("$1"); shift; done
+  shift
+  if [[ ! -f $build/CTestTestfile.cmake ]]; then record "$name" SKIPPED "no build in $build"; return; fi
+  r=$(timed "$(limit 3600)" "$out/$logf" env "${env[@]}" ctest --test-dir "$build" --output-on-failure -j "$(nproc)" \
+    --timeout 300 "$@")
+  local detail skipped
+  detail="$(grep -E 'tests passed|tests failed' "$out/$logf" | tail -1)"
+  skipped="$(grep -cE '\(Skipped\)|Not Run' "$out/$logf")"
+  record "$name" "$(status_of "$r")" "$r $logf: ${detail:-?} ($skipped skipped)"
+}
+
+# ---- test-safe, test ---------------------------------------------------------------
+wanted test-safe && ctest_stage test-safe ctest-safe.log KILN_DISABLE=all --
+wanted test && ctest_stage test ctest.log KILN_ENABLE=cudnn -- -R '_cuda|_cudnn'
 
 # ---- sanitize -------------------------------------------------------------------
 if wanted sanitize; then
+  canary="$build/tests/sanitizer_canary"
   if [[ -z $sanitizer ]]; then
     record sanitize SKIPPED "compute-sanitizer not found"
-  elif [[ ! -f $build/CTestTestfile.cmake || -z $cmocka ]]; then
+  elif [[ ! -f $build/CTestTestfile.cmake || ! -x $canary ]]; then
     record sanitize SKIPPED "no test programs in $build"
   else
-    programs=$(ctest --test-dir "$build" -N -R '_cuda$' | sed -n -E 's/.*Test +#[0-9]+: (.*)_cuda$/\1/p')
+    stage_end=$((SECONDS + ${KILN_SANITIZE_BUDGET:-420}))  # the whole stage, so later stages keep their time
     per="${KILN_SANITIZER_TIMEOUT:-60}"
-    stage_end=$((SECONDS + ${KILN_SANITIZE_BUDGET:-150}))  # the whole stage, so bench keeps its time
+    # The canaries: each tool must report its planted bug.
+    for pair in memcheck:oob:"Invalid __global__ write" racecheck:race:"Race reported\|hazard" \
+      initcheck:uninit:"Uninitialized __global__ memory read"; do
+      tool=${pair%%:*} rest=${pair#*:}; mode=${rest%%:*} want=${rest#*:}
+      r=$(timed "$(limit "$per" "$stage_end")" "$out/sanitize-canary-$tool.log" \
+        "$sanitizer" --tool "$tool" --error-exitcode 1 "$canary" "$mode")
+      if [[ $r == "FAILED(rc=1)" ]] && grep -q "$want" "$out/sanitize-canary-$tool.log"; then
+        record "sanitize canary $tool" passed "the planted bug ($mode) was reported: $tool works here"
+      elif [[ $r == SKIPPED || $r == BUDGET || $r == TIMEOUT ]]; then
+        record "sanitize canary $tool" "$(status_of "$r")" "$r sanitize-canary-$tool.log"
+      else
+        record "sanitize canary $tool" FAILED "$r: the planted bug ($mode) was NOT reported: $tool cannot be trusted here"
+      fi
+    done
+    # The _cuda tests that are one program of this build (not mpirun jobs or
+    # scripts), each as CTest runs it: its arguments and environment, in a
+    # script of its own that runs it under the tool named by its argument.
+    mkdir -p "$out/sanitize"
+    ctest --test-dir "$build" --show-only=json-v1 2>/dev/null | "$python" -c '
+import json, os, shlex, sys
+build, where = sys.argv[1], sys.argv[2]
+for t in json.load(sys.stdin)["tests"]:
+    cmd = t.get("command") or []
+    if not t["name"].endswith("_cuda") or t["name"] == "sanitizer_canary_cuda" or not cmd:
+        continue
+    if not cmd[0].startswith(build + "/") or not os.access(cmd[0], os.X_OK):
+        continue
+    props = {p["name"]: p["value"] for p in t.get("properties", [])}
+    env = [e for e in props.get("ENVIRONMENT", [])]
+    with open(os.path.join(where, t["name"] + ".sh"), "w") as f:
+        f.write("cd %s && exec env %s \"$SANITIZER\" --tool \"$1\" --error-exitcode 1 %s\n" % (
+            shlex.quote(props.get("WORKING_DIRECTORY", build)), " ".join(shlex.quote(e) for e in env),
+            " ".join(shlex.quote(c) for c in cmd)))
+' "$build" "$out/sanitize"
     for tool in memcheck racecheck synccheck initcheck; do
-      for p in $programs; do
-        exe="$build/tests/$p"
-        [[ -x $exe ]] || { record "sanitize $tool $p" FAILED "no $exe"; continue; }
-        extra=()
-        [[ $tool == memcheck ]] && extra=(--leak-check full)
-        r=$(KILN_TEST_DEVICE=cuda timed "$(limit "$per" "$stage_end")" "$out/sanitize-$tool-$p.log" \
-          "$sanitizer" --tool "$tool" --error-exitcode 1 "${extra[@]}" "$exe")
-        errs="$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool-$p.log" 2>/dev/null | tail -1)"
-        record "sanitize $tool $p" "$(status_of "$r")" "$r ${errs}"
+      for script in "$out"/sanitize/*_cuda.sh; do
+        [[ -e $script ]] || continue
+        t="$(basename "$script" .sh)"
+        # memcheck without --leak-check: the CUDA backend is deliberately
+        # kept until exit (src/backend/registry.cpp), so its pools, handles
+        # and workspaces would be reported as leaks by design. (cuDNN's plan
+        # timing fills the buffers it reads first, so initcheck has nothing
+        # to report there: program.cpp's fill_step_inputs.)
+        r=$(SANITIZER="$sanitizer" timed "$(limit "$per" "$stage_end")" \
+          "$out/sanitize-$tool-$t.log" bash "$script" "$tool")
+        errs="$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool-$t.log" 2>/dev/null | tail -1)"
+        record "sanitize $tool $t" "$(status_of "$r")" "$r ${errs}"
       done
     done
   fi
@@ -306,4 +411,7 @@ fi
 
 log "done in $((SECONDS - start)) s; summary:"
 cat "$summary"
-exit $failed
+pack
+if [[ $failed -ne 0 ]]; then exit 1; fi
+if [[ $timedout -ne 0 ]]; then exit 3; fi
+exit 0

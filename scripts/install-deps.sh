@@ -18,8 +18,12 @@ set -euo pipefail
 # (it skips without abidiff, and then guards nothing).
 # libonnx-dev, libprotobuf-dev: libkiln_onnx.so (ONNX export and import).
 # ONNX Runtime is not a Debian package: tests/onnx_check.py skips without it.
+# debootstrap, python3-pip: scripts/gpu-rehearsal.sh (test.sh runs it) builds
+# its minimal root with debootstrap and fetches cuDNN's and NCCL's wheels
+# with pip.
 core=(cmake g++ ninja-build pkg-config libopenblas-dev libcmocka-dev zlib1g-dev
-  dataset-fashion-mnist openmpi-bin libopenmpi-dev abigail-tools libonnx-dev libprotobuf-dev)
+  dataset-fashion-mnist openmpi-bin libopenmpi-dev abigail-tools libonnx-dev libprotobuf-dev
+  debootstrap python3-pip)
 # bindgen loads libclang at run time but does not depend on it in Debian.
 # python3 runs bindings/csharp/generate.py and build.py (mcs builds Kiln.dll;
 # mono-devel brings Mono.Cecil, which retargets it to netstandard2.1); nuget

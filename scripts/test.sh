@@ -2,11 +2,20 @@
 # Every test: installs what is missing, builds everything (Release; with the
 # CUDA plugin when nvcc exists), runs the C tests with CTest (tests that need
 # a GPU report "skipped" without one), then the bindings' tests through
-# bindings/test.sh, then the two sanitizer lanes (below). Runs every suite
-# even after one fails, prints a summary and exits non-zero if any step
-# failed.
+# bindings/test.sh, then the rehearsal of the GPU machine's check flow
+# (below), then the two sanitizer lanes (below). Runs every suite even after
+# one fails, prints a summary and exits non-zero if any step failed.
 #
 #   scripts/test.sh
+#
+# The GPU rehearsal (scripts/gpu-rehearsal.sh, logs in $KILN_BUILD_DIR-rehearsal)
+# builds and tests kiln inside a minimal root that holds only what the GPU
+# machine's image surely holds, without network, so a dependency that image
+# lacks fails here rather than on a rare GPU session. It needs root, mount
+# and network namespaces and debootstrap; where any is missing it is reported
+# as "skipped: <why>", never as passed. KILN_SKIP_REHEARSAL=1 leaves it out.
+# The first run downloads about 700 MB (a Debian root, cuDNN's and NCCL's
+# wheels) into ~/.cache/kiln-rehearsal; later runs reuse them.
 #
 # The sanitizer lanes build the CPU library and the C tests once more, each
 # in a build directory of its own ($KILN_BUILD_DIR-asan, $KILN_BUILD_DIR-tsan;
@@ -35,6 +44,10 @@ build="${KILN_BUILD_DIR:-$root/build}"
 #   test_abi       compares the Release library with abi/libkiln.abi; an
 #                  instrumented library is another binary. The Release lane
 #                  runs it.
+#   test_no_gpu_cost
+#                  holds `kiln devices` to 50 ms and 40 MB, figures of the
+#                  Release build; an instrumented one is slower and bigger by
+#                  design. The Release lane runs it.
 #   dist_test*     (not even built: KILN_BUILD_DIST=OFF) Open MPI under
 #                  ASan: mpirun's and libmpi's own leaks would fill the
 #                  report, and they are Open MPI's; the Release lane runs
@@ -50,7 +63,7 @@ build="${KILN_BUILD_DIR:-$root/build}"
 #                  training is covered by test_trainer and
 #                  test_fashion_mnist's small runs.
 #   *_cuda, *_cudnn  no GPU in the lanes (CPU-only build): they would skip.
-ASAN_LEFT_OUT='^(test_install|test_abi|test_exit_low_memory|test_dlpack_python|dist_test.*|example_train_mnist|.*_cuda|.*_cudnn)$'
+ASAN_LEFT_OUT='^(test_install|test_abi|test_no_gpu_cost|test_exit_low_memory|test_dlpack_python|dist_test.*|example_train_mnist|.*_cuda|.*_cudnn)$'
 # The tests that call kiln from threads of their own (pthread_create in
 # the test) or check thread safety: test_context (concurrent contexts and
 # plugin loading), test_tensor (ops from many threads), test_dataset
@@ -83,6 +96,19 @@ else
   results+=("binding tests: FAILED")
   failed=1
 fi
+
+echo "== GPU rehearsal (scripts/gpu-rehearsal.sh)"
+mkdir -p "$build-rehearsal"
+rehearsal_log="$build-rehearsal/rehearsal.log"
+"$root/scripts/gpu-rehearsal.sh" "$build-rehearsal" 2>&1 | tee "$rehearsal_log"
+case ${PIPESTATUS[0]} in
+  0) results+=("GPU rehearsal: passed ($(grep -o 'passed in [0-9]* s' "$rehearsal_log" | tail -1))") ;;
+  77) results+=("GPU rehearsal: $(grep -o 'skipped: .*' "$rehearsal_log" | tail -1)") ;;
+  *)
+    results+=("GPU rehearsal: FAILED (logs in $build-rehearsal)")
+    failed=1
+    ;;
+esac
 
 # One sanitizer lane: configure the CPU library, the kiln program and the C
 # tests with KILN_SANITIZE=$2 in build dir $3 (without the MPI plugin: see

@@ -1,6 +1,8 @@
-// What the C++ tests over kiln_internal's backends share (backend_test.cpp,
-// program_test.cpp): a CHECK that counts failures and names the running
-// case, the status a throwing call ends with, and a main that runs a suite on
+// What the C++ tests over kiln_internal share (backend_test.cpp,
+// program_test.cpp, cuda_planning_test.cpp, async_copies_test.cpp,
+// formulas_test.cpp): CHECK and expect, which count failures and name the
+// running case, finish, which ends a main with their verdict, the status a
+// throwing call ends with, and a main that runs a suite on
 // the CPU and on CUDA when usable, honouring KILN_TEST_DEVICE (cpu: the CPU
 // half only; cuda: the CUDA half only, exit 77 without a usable device).
 #pragma once
@@ -28,6 +30,25 @@ inline std::string g_case;  // the case running, named in failure messages
       std::fprintf(stderr, "FAIL [%s] %s:%d: %s\n", kiln::test::g_case.c_str(), __FILE__, __LINE__, #cond); \
     }                                                                                            \
   } while (0)
+
+// A check whose message says what the expression alone cannot (the values,
+// the layout, the step).
+inline void expect(bool ok, const std::string &what) {
+  if (ok) return;
+  ++g_failures;
+  std::fprintf(stderr, "FAIL [%s] %s\n", g_case.c_str(), what.c_str());
+}
+
+// The end of a suite's main: "<suite>: all checks passed" and 0, or the
+// count of failed checks and 1.
+inline int finish(const char *suite) {
+  if (g_failures) {
+    std::fprintf(stderr, "%s: %d check(s) failed\n", suite, g_failures);
+    return 1;
+  }
+  std::printf("%s: all checks passed\n", suite);
+  return 0;
+}
 
 // KILN_OK, or the status of the kiln::Error fn throws (its message in
 // *message when asked).
@@ -65,12 +86,7 @@ inline int run_suite(const char *suite, int64_t threads, const std::function<voi
     std::fprintf(stderr, "FAIL [%s] unexpected exception: %s\n", g_case.c_str(), e.what());
     return 1;
   }
-  if (g_failures) {
-    std::fprintf(stderr, "%d check(s) failed\n", g_failures);
-    return 1;
-  }
-  std::printf("%s: all checks passed\n", suite);
-  return 0;
+  return finish(suite);
 }
 
 }  // namespace kiln::test

@@ -13,6 +13,17 @@
  *                         a bounded time and print "PASS dead-peer" (run with
  *                         `mpirun --enable-recovery`, so that Open MPI lets
  *                         rank 0 live on after rank 1 exits)
+ *   dist_test nccl-init-timeout
+ *                         rank 0 attaches a trainer on cuda:0, rank 1 one on
+ *                         the CPU: rank 0's first GPU collective creates the
+ *                         NCCL communicator, which rank 1 never joins. Rank 0
+ *                         must get KILN_ERROR_COMMUNICATION within a bounded
+ *                         time and print "PASS nccl-init-timeout" ("SKIP
+ *                         nccl-init-timeout" without a GPU)
+ *
+ * Where libkiln_dist.so was built without MPI (NCCL only), CTest runs
+ * `dist_test cuda` alone with KILN_TEST_DIST_LOCAL=1: the one rank's
+ * communicator is then kiln_communicator_create_local over cuda:0.
  */
 #include "support.h"
 
@@ -57,7 +68,11 @@ static kiln_context *make_context(void) {
 static int setup(void **state) {
   fixture *f = calloc(1, sizeof *f);
   f->ctx = make_context();
-  assert_kiln_ok(kiln_communicator_create_mpi(f->ctx, &f->comm));
+  kiln_device gpu;
+  if (getenv("KILN_TEST_DIST_LOCAL") && kiln_test_cuda_device(f->ctx, &gpu))
+    assert_kiln_ok(kiln_communicator_create_local(f->ctx, &gpu, 1, &f->comm));
+  else
+    assert_kiln_ok(kiln_communicator_create_mpi(f->ctx, &f->comm));
   assert_kiln_ok(kiln_communicator_rank(f->comm, &f->rank));
   assert_kiln_ok(kiln_communicator_size(f->comm, &f->size));
   /* Generous for this shared two-core machine, yet bounded. */
@@ -454,6 +469,40 @@ static int dead_peer(void) {
   _exit(ok ? 0 : 1);
 }
 
+static int nccl_init_timeout(void) {
+  kiln_context *ctx = make_context();
+  kiln_device gpu;
+  const int have_gpu = kiln_test_cuda_device(ctx, &gpu);
+  kiln_context_release(ctx);
+  void *state = NULL;
+  setup(&state);
+  fixture *f = state;
+  if (!have_gpu) {
+    if (f->rank == 0) printf("SKIP nccl-init-timeout: no usable CUDA device\n");
+    fflush(stdout);
+    _exit(0);
+  }
+  assert_kiln_ok(kiln_communicator_set_timeout(f->comm, 3));
+  kiln_model *model = NULL;
+  /* The same spec and options on both ranks, so the fingerprints agree and
+   * the ranks part only at the weight broadcast: NCCL on rank 0, MPI on 1. */
+  kiln_trainer *t = make_trainer_on(f, "784-32-10", 64, 0.1, 0, f->rank == 0 ? gpu : kCpu, &model);
+  const double start = now();
+  kiln_status st = kiln_trainer_attach_communicator(t, f->comm);
+  const double waited = now() - start;
+  if (f->rank == 0) {
+    printf("rank 0: %s after %.1f s: %s\n", kiln_status_name(st), waited, kiln_last_error());
+    const int ok = st == KILN_ERROR_COMMUNICATION && waited < 30 && strstr(kiln_last_error(), "NCCL") != NULL;
+    printf("%s nccl-init-timeout\n", ok ? "PASS" : "FAIL");
+    fflush(stdout);
+    _exit(ok ? 0 : 1);
+  }
+  /* Rank 1's MPI broadcast times out as well; it leaves without a verdict,
+   * after rank 0 has given its own. */
+  sleep(5);
+  _exit(0);
+}
+
 /* The GPU twin: a one-rank communicator whose collectives run through NCCL
  * (the weight broadcast at attach, the gradient mean every step). */
 static void test_cuda_one_rank(void **state) {
@@ -486,6 +535,7 @@ static void test_cuda_one_rank(void **state) {
 
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "dead-peer") == 0) return dead_peer();
+  if (argc > 1 && strcmp(argv[1], "nccl-init-timeout") == 0) return nccl_init_timeout();
   if (argc > 1 && strcmp(argv[1], "cuda") == 0) {
     kiln_context *ctx = make_context();
     kiln_device gpu;

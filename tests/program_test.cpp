@@ -3,7 +3,8 @@
 // default meaning of an op is exactly that sequence), a LinearOp and its
 // backward also against float64 loops; compile_default over a step table
 // (the per-step values read from StepParams) against the same steps done
-// kernel by kernel; op names; KILN_DISABLE's parsing (fast_path_from_env);
+// kernel by kernel; op names; KILN_ENABLE's and KILN_DISABLE's parsing and the
+// default fast path without cuDNN (fast_path_with_env);
 // and on every backend present (CUDA too when usable; CUDA alone in
 // program_test_cuda) a whole training program through the backend's own
 // compile, with and without its fast path, against compile_default. Linked
@@ -23,6 +24,7 @@
 #include "core/program.hpp"
 #include "core/rng.hpp"
 #include "core/tensor.hpp"
+#include "train/trainer.hpp"
 
 using namespace kiln;
 
@@ -644,38 +646,58 @@ void test_op_names() {
   CHECK(std::string(op_name(AdamOp{})) == "adam");
 }
 
-void test_fast_path_from_env() {
-  struct Case { const char *env; uint32_t want; };
+void test_fast_path_with_env() {
+  unsetenv("KILN_ENABLE");
+  unsetenv("KILN_DISABLE");
+  g_case = "cuDNN is off by default";
+  CHECK(TrainerOptions{}.fast_path == kFastDefault);
+  CHECK((kFastDefault & kFastCudnn) == 0);
+  CHECK(kFastDefault == (kFastEpilogues | kFastGraphs));
+  struct Case { const char *enable, *disable; uint32_t asked, want; };
   const Case cases[] = {
-      {nullptr, kFastAll},
-      {"", kFastAll},
-      {"graphs", kFastAll & ~uint32_t(kFastGraphs)},
-      {"graphs,cudnn", kFastAll & ~uint32_t(kFastGraphs | kFastCudnn)},
-      {"epilogues,cudnn", kFastAll & ~uint32_t(kFastEpilogues | kFastCudnn)},
-      {"all", 0},
-      {"cudnn,,graphs", kFastAll & ~uint32_t(kFastGraphs | kFastCudnn)},
+      {nullptr, nullptr, kFastDefault, kFastDefault},
+      {nullptr, nullptr, kFastAll, kFastAll},
+      {"", "", kFastDefault, kFastDefault},
+      {nullptr, "graphs", kFastAll, kFastAll & ~uint32_t(kFastGraphs)},
+      {nullptr, "graphs,cudnn", kFastAll, kFastAll & ~uint32_t(kFastGraphs | kFastCudnn)},
+      {nullptr, "epilogues,cudnn", kFastAll, kFastAll & ~uint32_t(kFastEpilogues | kFastCudnn)},
+      {nullptr, "all", kFastAll, 0},
+      {nullptr, "cudnn,,graphs", kFastAll, kFastAll & ~uint32_t(kFastGraphs | kFastCudnn)},
+      {"cudnn", nullptr, kFastDefault, kFastAll},
+      {"cudnn", nullptr, 0, kFastCudnn},
+      {"all", nullptr, 0, kFastAll},
+      {"cudnn", "cudnn", kFastDefault, kFastDefault},  // disabling wins
+      {"all", "graphs", 0, kFastAll & ~uint32_t(kFastGraphs)},
   };
   for (const Case &c : cases) {
-    g_case = std::string("KILN_DISABLE=") + (c.env ? c.env : "(unset)");
-    if (c.env) setenv("KILN_DISABLE", c.env, 1);
+    g_case = std::string("KILN_ENABLE=") + (c.enable ? c.enable : "(unset)") + " KILN_DISABLE=" +
+             (c.disable ? c.disable : "(unset)") + " asked " + std::to_string(c.asked);
+    if (c.enable) setenv("KILN_ENABLE", c.enable, 1);
+    else unsetenv("KILN_ENABLE");
+    if (c.disable) setenv("KILN_DISABLE", c.disable, 1);
     else unsetenv("KILN_DISABLE");
     uint32_t got = 0xffffffff;
-    CHECK(status_of([&] { got = fast_path_from_env(); }) == KILN_OK);
+    CHECK(status_of([&] { got = fast_path_with_env(c.asked); }) == KILN_OK);
     CHECK(got == c.want);
   }
-  for (const char *bad : {"bogus", "graphs,bogus", "Graphs", "graphs cudnn"}) {
-    g_case = std::string("KILN_DISABLE=") + bad;
-    setenv("KILN_DISABLE", bad, 1);
+  unsetenv("KILN_ENABLE");
+  for (const char *var : {"KILN_DISABLE", "KILN_ENABLE"}) {
+    const char *other = std::string(var) == "KILN_DISABLE" ? "KILN_ENABLE" : "KILN_DISABLE";
+    unsetenv(other);
+    for (const char *bad : {"bogus", "graphs,bogus", "Graphs", "graphs cudnn"}) {
+      g_case = std::string(var) + "=" + bad;
+      setenv(var, bad, 1);
+      std::string message;
+      CHECK(status_of([] { fast_path_with_env(kFastDefault); }, &message) == KILN_ERROR_INVALID_ARGUMENT);
+      CHECK(message.find(var) != std::string::npos);
+    }
+    g_case = std::string(var) + " names the bad entry";
+    setenv(var, "cudnn,bogus", 1);
     std::string message;
-    CHECK(status_of([] { fast_path_from_env(); }, &message) == KILN_ERROR_INVALID_ARGUMENT);
-    CHECK(message.find("KILN_DISABLE") != std::string::npos);
+    status_of([] { fast_path_with_env(kFastDefault); }, &message);
+    CHECK(message.find("\"bogus\"") != std::string::npos);
+    unsetenv(var);
   }
-  g_case = "KILN_DISABLE names the bad entry";
-  setenv("KILN_DISABLE", "cudnn,bogus", 1);
-  std::string message;
-  status_of([] { fast_path_from_env(); }, &message);
-  CHECK(message.find("\"bogus\"") != std::string::npos);
-  unsetenv("KILN_DISABLE");
 }
 
 }  // namespace
@@ -690,7 +712,7 @@ int main() {
       [](Context &ctx) {
         Backend &be = ctx.cpu();
         test_op_names();
-        test_fast_path_from_env();
+        test_fast_path_with_env();
         test_gather_cast_activation(be);
         test_linear(be);
         test_dropout_loss_clip(be);

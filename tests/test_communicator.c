@@ -7,7 +7,9 @@
  * next to libkiln), as test_communicator_no_plugin, with KILN_BACKEND_PATH at
  * a directory without it and KILN_TEST_NO_DIST_PLUGIN=1, and as
  * test_communicator_cuda, the GPU twin (skipped without a GPU): DDP inside one
- * process over a local NCCL communicator of cuda:0.
+ * process over a local NCCL communicator of cuda:0. Where the plugin was
+ * built with NCCL but without MPI, the plain run has
+ * KILN_TEST_DIST_WITHOUT_MPI=1 and checks create_mpi's refusal instead.
  */
 #include "support.h"
 
@@ -18,6 +20,8 @@
 static const kiln_device kCpu = {KILN_DEVICE_CPU, -1};
 
 static int no_plugin(void) { return getenv("KILN_TEST_NO_DIST_PLUGIN") != NULL; }
+/* A plugin built with NCCL but without MPI (tests/CMakeLists.txt). */
+static int no_mpi(void) { return getenv("KILN_TEST_DIST_WITHOUT_MPI") != NULL; }
 
 /* The CPU cases; the _cuda twin runs only the GPU one (support.h). */
 static int cpu_cases(void) { return !kiln_test_cuda_run(); }
@@ -43,6 +47,14 @@ static void test_missing_plugin_is_device_unavailable(void **state) {
   kiln_communicator *comm = NULL;
   assert_status(kiln_communicator_create_mpi(*state, &comm), KILN_ERROR_DEVICE_UNAVAILABLE);
   assert_last_error_contains("libkiln_dist.so");
+  assert_null(comm);
+}
+
+static void test_plugin_without_mpi_is_device_unavailable(void **state) {
+  if (!no_mpi() || !cpu_cases()) skip();
+  kiln_communicator *comm = NULL;
+  assert_status(kiln_communicator_create_mpi(*state, &comm), KILN_ERROR_DEVICE_UNAVAILABLE);
+  assert_last_error_contains("built without MPI");
   assert_null(comm);
 }
 
@@ -83,7 +95,7 @@ static kiln_trainer *make_trainer(kiln_context *ctx, kiln_model **model) {
 
 /* A job of one rank trains bit for bit like no communicator at all. */
 static void test_one_rank_job_trains_like_one_process(void **state) {
-  if (no_plugin() || !cpu_cases()) skip();
+  if (no_plugin() || no_mpi() || !cpu_cases()) skip();
   kiln_context *ctx = *state;
   kiln_communicator *comm = NULL;
   int64_t rank = -1, size = -1, local = -1;
@@ -318,6 +330,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_null_arguments),
       cmocka_unit_test(test_missing_plugin_is_device_unavailable),
+      cmocka_unit_test(test_plugin_without_mpi_is_device_unavailable),
       cmocka_unit_test(test_one_rank_job_trains_like_one_process),
       cmocka_unit_test(test_local_argument_checks),
       cmocka_unit_test(test_local_communicator_on_one_gpu),

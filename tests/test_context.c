@@ -374,20 +374,37 @@ static void test_cuda_disabled_by_options(void **state) {
  * CUDA, and KILN_BACKEND_PATH is read then. So every case about a particular
  * plugin directory runs in a child process of its own: run_in_child starts
  * this program again with that directory as KILN_BACKEND_PATH and the case's
- * name, and main runs just that case (one of child_cases) there. */
-static void run_in_child(const char *case_name, const char *backend_path) {
-  /* This process's environment, with KILN_BACKEND_PATH replaced. */
-  static const char kVar[] = "KILN_BACKEND_PATH=";
+ * name, and main runs just that case (one of child_cases) there.
+ *
+ * The registry asks the driver (libcuda.so.1) before it loads the plugin, so
+ * the child finds tests/fake_libcuda.c's driver first on LD_LIBRARY_PATH: with
+ * fake_devices (KILN_FAKE_CUDA_DEVICES) it reports that many devices and the
+ * plugin is loaded; with NULL its cuInit says CUDA_ERROR_NO_DEVICE. */
+static void run_in_child_with_driver(const char *case_name, const char *backend_path, const char *fake_devices) {
+  /* This process's environment, with the variables above replaced. */
+  static const char *const kReplaced[] = {"KILN_BACKEND_PATH=", "LD_LIBRARY_PATH=", "KILN_FAKE_CUDA_DEVICES="};
   size_t n = 0;
   while (environ[n]) ++n;
-  char **env = calloc(n + 2, sizeof *env);
+  char **env = calloc(n + 4, sizeof *env);
   assert_non_null(env);
   size_t kept = 0;
-  for (size_t i = 0; i < n; ++i)
-    if (strncmp(environ[i], kVar, sizeof kVar - 1) != 0) env[kept++] = environ[i];
-  char setting[600];
-  snprintf(setting, sizeof setting, "%s%s", kVar, backend_path);
+  for (size_t i = 0; i < n; ++i) {
+    int replaced = 0;
+    for (size_t r = 0; r < sizeof kReplaced / sizeof *kReplaced; ++r)
+      replaced |= strncmp(environ[i], kReplaced[r], strlen(kReplaced[r])) == 0;
+    if (!replaced) env[kept++] = environ[i];
+  }
+  const char *library_path = getenv("LD_LIBRARY_PATH");
+  char setting[600], loader[4200], devices[64];
+  snprintf(setting, sizeof setting, "KILN_BACKEND_PATH=%s", backend_path);
+  snprintf(loader, sizeof loader, "LD_LIBRARY_PATH=%s%s%s", KILN_FAKE_LIBCUDA_DIR,
+           library_path && *library_path ? ":" : "", library_path ? library_path : "");
   env[kept++] = setting;
+  env[kept++] = loader;
+  if (fake_devices) {
+    snprintf(devices, sizeof devices, "KILN_FAKE_CUDA_DEVICES=%s", fake_devices);
+    env[kept++] = devices;
+  }
   env[kept] = NULL;
 
   char *argv[] = {"/proc/self/exe", "--child", (char *)case_name, NULL};
@@ -404,6 +421,11 @@ static void run_in_child(const char *case_name, const char *backend_path) {
                 backend_path, status);
     fail();
   }
+}
+
+/* A child whose (fake) driver has a device, so the plugin is looked for. */
+static void run_in_child(const char *case_name, const char *backend_path) {
+  run_in_child_with_driver(case_name, backend_path, "1");
 }
 
 static const char *backend_path(void) {
@@ -520,6 +542,19 @@ static int plugin_is_loaded(const char *dir) {
   return handle != NULL;
 }
 
+/* Whether any file named libkiln_cuda.so is mapped into this process, as
+ * the kernel lists the mappings (/proc/self/maps). */
+static int any_cuda_plugin_mapped(void) {
+  FILE *maps = fopen("/proc/self/maps", "r");
+  assert_non_null(maps);
+  char line[4096];
+  int found = 0;
+  while (fgets(line, sizeof line, maps))
+    if (strstr(line, "/libkiln_cuda.so")) found = 1;
+  fclose(maps);
+  return found;
+}
+
 static void test_contexts_share_cuda(void **state) {
   (void)state;
   /* Whatever this machine has: the build's plugin, a GPU, or neither. */
@@ -598,7 +633,28 @@ static void child_fake_plugin_first_load_on_many_threads(void **state) {
   views_from_concurrent_contexts(&view);
 }
 
+/* A driver without a device: the reason is the driver's, exactly, and the
+ * plugin (which would map the CUDA runtime and cuBLAS) is never loaded. */
+static void child_no_device_plugin_not_loaded(void **state) {
+  (void)state;
+  assert_false(any_cuda_plugin_mapped());
+  kiln_context *ctx = create_with(quiet_options());
+  char want[700];
+  snprintf(want, sizeof want,
+           "no CUDA device found: %s/libcuda.so.1 was found but cuInit failed with CUDA_ERROR_NO_DEVICE (100)",
+           KILN_FAKE_LIBCUDA_DIR);
+  assert_string_equal(reason_of(ctx), want);
+  assert_cuda_refused_with(ctx, want);
+  kiln_device dev;
+  assert_kiln_ok(kiln_device_parse(ctx, "auto", &dev));
+  assert_int_equal(dev.kind, KILN_DEVICE_CPU);
+  kiln_context_release(ctx);
+  assert_false(plugin_is_loaded(backend_path()));
+  assert_false(any_cuda_plugin_mapped());
+}
+
 static const struct CMUnitTest child_cases[] = {
+    cmocka_unit_test(child_no_device_plugin_not_loaded),
     cmocka_unit_test(child_missing_plugin),
     cmocka_unit_test(child_not_a_library),
     cmocka_unit_test(child_wrong_interface_version),
@@ -645,6 +701,13 @@ static void test_plugin_reason_is_kept_and_plugin_stays_loaded(void **state) {
 static void test_plugin_first_load_on_many_threads(void **state) {
   (void)state;
   run_in_child("child_fake_plugin_first_load_on_many_threads", KILN_FAKE_PLUGIN_DIR);
+}
+
+/* The fake plugin stands where the real one would: a driver without a
+ * device must not make the registry load it. */
+static void test_no_device_plugin_not_loaded(void **state) {
+  (void)state;
+  run_in_child_with_driver("child_no_device_plugin_not_loaded", KILN_FAKE_PLUGIN_DIR, NULL);
 }
 
 /* ---- threads ------------------------------------------------------------ */
@@ -821,6 +884,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_plugin_interface_mismatch),
       cmocka_unit_test(test_plugin_reason_is_kept_and_plugin_stays_loaded),
       cmocka_unit_test(test_plugin_first_load_on_many_threads),
+      cmocka_unit_test(test_no_device_plugin_not_loaded),
       cmocka_unit_test(test_contexts_share_cuda),
       cmocka_unit_test(test_last_error_is_per_thread),
       cmocka_unit_test(test_context_shared_by_threads),

@@ -1,9 +1,9 @@
 /* The fast path's switches through the public API
- * (kiln_trainer_options_set_fast_path and the KILN_DISABLE environment
- * variable): training with every part off equals the default run bit for bit
+ * (kiln_trainer_options_set_fast_path and the KILN_ENABLE and KILN_DISABLE environment
+ * variables): training with every part off equals the default run bit for bit
  * on the CPU (which has no fast path: the bits are ignored there), and within
  * float rounding on cuda:0 (test_fast_path_cuda, KILN_TEST_DEVICE=cuda);
- * KILN_DISABLE's names are checked when a trainer is created. */
+ * the names in KILN_ENABLE and KILN_DISABLE are checked when a trainer is created. */
 #include "support.h"
 
 #include <math.h>
@@ -118,28 +118,43 @@ static void test_fast_path_option_errors(void **state) {
   kiln_trainer_options_release(o);
 }
 
-static void test_kiln_disable(void **state) {
-  (void)state;
+/* The environment variable var: each bad value is refused when a trainer is
+ * created, naming the bad entry and var; each good one is accepted, and
+ * training is the same as without it. */
+static void check_env_variable(const char *var, const char *const *bad, const char *const *bad_entry, size_t n_bad,
+                               const char *const *good, size_t n_good) {
   double def[NPARAM], got[NPARAM];
   unsetenv("KILN_DISABLE");
+  unsetenv("KILN_ENABLE");
   assert_kiln_ok(train(0, 0, def));
-  /* Unknown names are refused when the trainer is created, naming them. */
-  setenv("KILN_DISABLE", "bogus", 1);
-  assert_status(train(0, 0, got), KILN_ERROR_INVALID_ARGUMENT);
-  assert_last_error_contains("bogus");
-  assert_last_error_contains("KILN_DISABLE");
-  setenv("KILN_DISABLE", "graphs,nonsense", 1);
-  assert_status(train(0, 0, got), KILN_ERROR_INVALID_ARGUMENT);
-  assert_last_error_contains("nonsense");
-  /* Known names are accepted, and training is the same. */
-  const char *good[] = {"graphs,cudnn", "epilogues", "cudnn,graphs", "all", ""};
-  for (size_t i = 0; i < sizeof good / sizeof good[0]; ++i) {
-    setenv("KILN_DISABLE", good[i], 1);
+  for (size_t i = 0; i < n_bad; ++i) {
+    setenv(var, bad[i], 1);
+    assert_status(train(0, 0, got), KILN_ERROR_INVALID_ARGUMENT);
+    assert_last_error_contains(bad_entry[i]);
+    assert_last_error_contains(var);
+  }
+  for (size_t i = 0; i < n_good; ++i) {
+    setenv(var, good[i], 1);
     memset(got, 0, sizeof got);
     assert_kiln_ok(train(0, 0, got));
     assert_same_training(got, def);
   }
-  unsetenv("KILN_DISABLE");
+  unsetenv(var);
+}
+
+static void test_kiln_disable(void **state) {
+  (void)state;
+  const char *bad[] = {"bogus", "graphs,nonsense"}, *entry[] = {"bogus", "nonsense"};
+  const char *good[] = {"graphs,cudnn", "epilogues", "cudnn,graphs", "all", ""};
+  check_env_variable("KILN_DISABLE", bad, entry, 2, good, sizeof good / sizeof good[0]);
+}
+
+/* KILN_ENABLE adds parts (cuDNN is off by default) with the same checks. */
+static void test_kiln_enable(void **state) {
+  (void)state;
+  const char *bad[] = {"cudnn,bogus"}, *entry[] = {"bogus"};
+  const char *good[] = {"cudnn", "all", "graphs,epilogues", ""};
+  check_env_variable("KILN_ENABLE", bad, entry, 1, good, sizeof good / sizeof good[0]);
 }
 
 int main(void) {
@@ -147,6 +162,7 @@ int main(void) {
       cmocka_unit_test(test_all_off_equals_default),
       cmocka_unit_test(test_fast_path_option_errors),
       cmocka_unit_test(test_kiln_disable),
+      cmocka_unit_test(test_kiln_enable),
   };
   return cmocka_run_group_tests(tests, setup, kiln_test_context_teardown);
 }

@@ -132,10 +132,12 @@ func WithBucketBytes(n int64) TrainerOption {
 	return func(o uintptr) error { return capi.Trainer_options_set_bucket_bytes(o, n) }
 }
 
-// WithFastPath sets the fast-path parts the trainer may use; bits outside
-// FastPathAll are ErrInvalidArgument. The environment variable KILN_DISABLE
-// removes more when the trainer is created (a comma-separated list of
-// "epilogues", "graphs", "cudnn" or "all").
+// WithFastPath sets the fast-path parts the trainer may use (default
+// FastPathEpilogues|FastPathGraphs: cuDNN stays off until a GPU run shows it
+// correct and faster); bits outside FastPathAll are ErrInvalidArgument. When
+// the trainer is created the environment variable KILN_ENABLE adds parts and
+// KILN_DISABLE removes them (each a comma-separated list of "epilogues",
+// "graphs", "cudnn" or "all"; disabling wins).
 func WithFastPath(enabled FastPath) TrainerOption {
 	return func(o uintptr) error { return capi.Trainer_options_set_fast_path(o, uint32(enabled)) }
 }

@@ -1031,10 +1031,12 @@ typedef enum kiln_fast_path {
   KILN_FAST_PATH_CUDNN = 4,
   KILN_FAST_PATH_ALL = 7
 } kiln_fast_path;
-/* The kiln_fast_path bits a trainer may use (default KILN_FAST_PATH_ALL; 0
- * runs every step as the plain sequence of kernels). The environment
- * variable KILN_DISABLE, a comma-separated list of "epilogues", "graphs",
- * "cudnn" or "all", removes more when the trainer is created
+/* The kiln_fast_path bits a trainer may use (default KILN_FAST_PATH_EPILOGUES
+ * | KILN_FAST_PATH_GRAPHS: cuDNN stays off until a GPU run shows it correct
+ * and faster; 0 runs every step as the plain sequence of kernels). When the
+ * trainer is created, the environment variable KILN_ENABLE adds the parts it
+ * names and KILN_DISABLE removes those it names (disabling wins); each is a
+ * comma-separated list of "epilogues", "graphs", "cudnn" or "all"
  * (KILN_ERROR_INVALID_ARGUMENT there for an unknown name).
  * KILN_ERROR_INVALID_ARGUMENT for bits outside KILN_FAST_PATH_ALL. */
 KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_fast_path(kiln_trainer_options *options, uint32_t enabled);
@@ -1042,7 +1044,7 @@ KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_fast_path(kiln_trai
 /* A trainer for model on the model's device; it keeps the model alive and
  * copies options (NULL = defaults); the caller owns *out. NOT_SUPPORTED for
  * TF32 on the CPU and TF32/BF16 with an f64 model; INVALID_ARGUMENT for an
- * unknown name in KILN_DISABLE. Used by one thread at a time, and while it
+ * unknown name in KILN_ENABLE or KILN_DISABLE. Used by one thread at a time, and while it
  * trains, no other thread may change or run the model. */
 KILN_NODISCARD KILN_API kiln_status kiln_trainer_create(kiln_model *model, const kiln_trainer_options *options,
                                                         kiln_trainer **out);

@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "backend/cpu/cpu_backend.hpp"
+#include "backend/driver_probe.hpp"
 #include "backend/plugin.hpp"
 #include "core/context.hpp"
 
@@ -21,6 +22,7 @@ namespace kiln {
 namespace {
 
 constexpr const char *kPluginName = "libkiln_cuda.so";
+constexpr const char *kDriverName = "libcuda.so.1";
 
 // Any function of libkiln: dladdr on it names the file libkiln was loaded from.
 void locate_libkiln() {}
@@ -93,7 +95,8 @@ std::string one_line(const char *text) {
 
 namespace {
 
-// Looks for the plugin, checks it and asks it for the backend.
+// Probes the driver, then looks for the plugin, checks it and asks it for
+// the backend.
 //
 // The plugin is never dlclose()d, not even when it is refused or declines:
 // by then its initialisers, the static CUDA runtime's and cuBLAS's may have
@@ -107,6 +110,17 @@ CudaBackendLoad load_cuda_plugin() {
   const std::string dir = plugin_directory(&origin);
   std::string path = dir.empty() ? kPluginName : dir + "/" + kPluginName;
   load.searched = path + " (from " + origin + ")";
+
+  // The driver first: without a device the plugin has nothing to do, and
+  // loading it maps the CUDA runtime, cuBLAS and cuBLASLt and runs their
+  // initialisers (about 200 MB and a good part of a second), which every
+  // program asking for the default device on a machine without a GPU would
+  // pay. The reason is the driver's own, as the plugin would give it.
+  load.reason = cuda_driver_unavailable(kDriverName);
+  if (!load.reason.empty()) {
+    load.searched += ", not loaded: the CUDA driver has no usable device";
+    return load;
+  }
 
   struct stat st {};
   if (!dir.empty() && stat(path.c_str(), &st) != 0) {

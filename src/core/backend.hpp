@@ -333,6 +333,10 @@ class Backend {
   virtual int64_t device_count() const = 0;
   virtual DeviceInfo info(int64_t index) const = 0;
   virtual void synchronize(int64_t index) = 0;
+  // Waits for all work on device `index`, queued by anyone (another
+  // library's streams too: a DLPack consumer's kernels), not only kiln's:
+  // before memory such a consumer may still read is freed (core/dlpack.cpp).
+  virtual void synchronize_device(int64_t index) { synchronize(index); }
   // The native queue kernels of device `index` are queued on (a cudaStream_t
   // for CUDA), for an engine that must order its own work after them (a
   // collective's allreduce_start, core/collective.hpp); null where kernels run

@@ -94,6 +94,12 @@ DLManagedTensorVersioned *to_dlpack(const Tensor &t, uint64_t flags) {
   check(t.defined(), KILN_ERROR_INVALID_ARGUMENT, "an undefined tensor");
   check((flags & ~uint64_t(DLPACK_FLAG_BITMASK_READ_ONLY)) == 0, KILN_ERROR_INVALID_ARGUMENT,
         "DLPack export flags may only hold DLPACK_FLAG_BITMASK_READ_ONLY, got " + std::to_string(flags));
+  // The consumer reads the memory as soon as it has it: copies still filling
+  // a pinned tensor end first. A consumer's kernels may still read device
+  // memory after it drops the export, on streams kiln cannot see: freeing
+  // that storage waits for the whole device (Storage::exported).
+  t.wait_host_access();
+  t.mark_exported();
   auto holder = std::make_unique<Export>();
   holder->tensor = t;
   DLManagedTensorVersioned &m = holder->managed;

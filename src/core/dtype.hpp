@@ -1,11 +1,13 @@
 // Element types, their sizes and names, and the f16/bf16 <-> f32 conversions
-// that both backends use. Header-only, no CUDA: device code has its own.
+// of the host. Header-only, no CUDA; bf16 rounds by formulas/bf16.hpp, which
+// the CUDA kernels use too (f16 there is CUDA's own, also ties to even).
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <string>
 
+#include "core/formulas/bf16.hpp"
 #include "kiln/kiln.h"
 
 namespace kiln {
@@ -46,18 +48,16 @@ inline bool dtype_is_float(DType d) {
 
 // IEEE half and bfloat16 stored as raw 16-bit patterns on the host.
 inline float bf16_to_f32(uint16_t h) {
-  uint32_t u = uint32_t(h) << 16;
+  const uint32_t u = formulas::f32_bits_from_bf16_bits(h);
   float f;
   std::memcpy(&f, &u, 4);
   return f;
 }
 
-inline uint16_t f32_to_bf16(float f) {  // round to nearest even, NaN kept NaN
+inline uint16_t f32_to_bf16(float f) {  // formulas/bf16.hpp: the CUDA kernels' rounding too
   uint32_t u;
   std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
+  return formulas::bf16_bits_from_f32_bits(u);
 }
 
 inline float f16_to_f32(uint16_t h) {

@@ -62,6 +62,13 @@ void check_same_dtype(const Tensor &a, const Tensor &b, const char *op) {
             " (cast one first)");
 }
 
+// The CPU kernels read pinned inputs directly: copies from a GPU into them
+// that are still running end first.
+void wait_host_inputs(const Tensor &a, const Tensor &b) {
+  a.wait_host_access();
+  b.wait_host_access();
+}
+
 int64_t product(const Shape &s, int from, int to) {
   int64_t n = 1;
   for (int i = from; i < to; ++i) n *= s[i];
@@ -149,6 +156,7 @@ Broadcast broadcast(const Shape &a, const Shape &b, Shape *out) {
 }
 
 Tensor binary(BinaryOp op, const Tensor &a, const Tensor &b) {
+  wait_host_inputs(a, b);
   check_same_device(a, b);
   check_same_dtype(a, b, binary_name(op));
   if (op == BinaryOp::Pow) check_float(a.dtype(), "pow");
@@ -161,6 +169,7 @@ Tensor binary(BinaryOp op, const Tensor &a, const Tensor &b) {
 }
 
 Tensor scalar(BinaryOp op, const Tensor &a, double s) {
+  a.wait_host_access();
   check(!is_comparison(op), KILN_ERROR_INVALID_ARGUMENT,
         std::string("scalar ops are arithmetic; got the comparison ") + binary_name(op));
   if (op == BinaryOp::Pow) check_float(a.dtype(), "pow");
@@ -172,6 +181,7 @@ Tensor scalar(BinaryOp op, const Tensor &a, double s) {
 }
 
 Tensor unary(UnaryOp op, const Tensor &a, double alpha) {
+  a.wait_host_access();
   if (op != UnaryOp::Neg && op != UnaryOp::Abs && op != UnaryOp::Identity) check_float(a.dtype(), unary_name(op));
   Tensor out = Tensor::empty(a.context(), a.shape(), a.dtype(), a.device());
   if (out.numel() > 0)
@@ -180,6 +190,7 @@ Tensor unary(UnaryOp op, const Tensor &a, double alpha) {
 }
 
 Tensor softmax(const Tensor &a, int64_t dim, bool log) {
+  a.wait_host_access();
   check_float(a.dtype(), log ? "log_softmax" : "softmax");
   const int d = normalize_dim(dim, a.ndim());
   Tensor out = Tensor::empty(a.context(), a.shape(), a.dtype(), a.device());
@@ -191,6 +202,7 @@ Tensor softmax(const Tensor &a, int64_t dim, bool log) {
 }
 
 Tensor reduce(ReduceOp op, const Tensor &a, int64_t dim, bool keepdim) {
+  a.wait_host_access();
   if (op == ReduceOp::Mean) check_float(a.dtype(), "mean");
   const int d = normalize_dim(dim, a.ndim());
   const int64_t n = a.ndim() > 0 ? a.dim(d) : 1;
@@ -216,6 +228,7 @@ Tensor reduce(ReduceOp op, const Tensor &a, int64_t dim, bool keepdim) {
 }
 
 Tensor matmul(const Tensor &a, const Tensor &b) {
+  wait_host_inputs(a, b);
   check_same_device(a, b);
   check_same_dtype(a, b, "matmul");
   check_float(a.dtype(), "matmul");
@@ -246,6 +259,7 @@ Tensor matmul(const Tensor &a, const Tensor &b) {
 }
 
 Tensor cast(const Tensor &a, DType dtype) {
+  a.wait_host_access();
   if (dtype == a.dtype()) return a.clone();
   Tensor out = Tensor::empty(a.context(), a.shape(), dtype, a.device());
   if (out.numel() > 0) a.backend().cast(a.device().index, CastArgs{a.dtype(), dtype, a.numel(), a.data(), out.data()});

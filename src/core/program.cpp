@@ -3,6 +3,7 @@
 #include "core/program.hpp"
 
 #include <cstdlib>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -77,27 +78,38 @@ class DefaultExecutable final : public Executable {
 
 }  // namespace
 
-uint32_t fast_path_from_env() {
-  const char *env = std::getenv("KILN_DISABLE");
-  uint32_t enabled = kFastAll;
-  if (!env) return enabled;
-  std::string list = env;
+namespace {
+
+// The FastPath bits the comma-separated list in environment variable `var`
+// names (0 when it is unset or empty).
+uint32_t fast_path_names(const char *var) {
+  const char *env = std::getenv(var);
+  uint32_t bits = 0;
+  if (!env) return bits;
+  const std::string list = env;
   size_t start = 0;
   while (start <= list.size()) {
-    size_t comma = list.find(',', start);
-    std::string name = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (name == "epilogues") enabled &= ~uint32_t(kFastEpilogues);
-    else if (name == "graphs") enabled &= ~uint32_t(kFastGraphs);
-    else if (name == "cudnn") enabled &= ~uint32_t(kFastCudnn);
-    else if (name == "all") enabled = 0;
+    const size_t comma = list.find(',', start);
+    const std::string name = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (name == "epilogues") bits |= kFastEpilogues;
+    else if (name == "graphs") bits |= kFastGraphs;
+    else if (name == "cudnn") bits |= kFastCudnn;
+    else if (name == "all") bits |= kFastAll;
     else if (!name.empty())
-      fail(KILN_ERROR_INVALID_ARGUMENT, "KILN_DISABLE names \"" + name.substr(0, 32) +
-                                            "\"; expected a comma-separated list of epilogues, graphs, cudnn "
-                                            "or all");
+      fail(KILN_ERROR_INVALID_ARGUMENT, std::string(var) + " names \"" + name.substr(0, 32) +
+                                            "\"; expected a comma-separated list of epilogues, graphs, cudnn or all");
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
-  return enabled;
+  return bits;
+}
+
+}  // namespace
+
+uint32_t fast_path_with_env(uint32_t asked) {
+  const uint32_t enabled = fast_path_names("KILN_ENABLE");
+  const uint32_t disabled = fast_path_names("KILN_DISABLE");
+  return (asked | enabled) & ~disabled & kFastAll;
 }
 
 GemmArgs forward_product(const LinearOp &op) {

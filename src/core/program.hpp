@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <variant>
@@ -29,20 +30,26 @@
 
 namespace kiln {
 
-// Parts of a backend's fast path, each of which can be switched off at run
-// time (the trainer option and KILN_DISABLE, see fast_path_from_env) so that a
-// failure on a GPU can be bisected. Backends without them ignore the bits.
-// The bits are the C API's kiln_fast_path.
+// Parts of a backend's fast path, each of which can be switched on and off
+// at run time (the trainer option, KILN_ENABLE and KILN_DISABLE, see
+// fast_path_with_env) so that a failure on a GPU can be bisected. Backends
+// without them ignore the bits. The bits are the C API's kiln_fast_path.
 enum FastPath : uint32_t {
   kFastEpilogues = KILN_FAST_PATH_EPILOGUES,  // GEMM + bias + activation (and backward) fused
   kFastGraphs = KILN_FAST_PATH_GRAPHS,        // steps captured as CUDA graphs and replayed
   kFastCudnn = KILN_FAST_PATH_CUDNN,          // cuDNN's fused graphs where measured faster
   kFastAll = KILN_FAST_PATH_ALL,
+  // What a trainer uses unless told otherwise: cuDNN stays off until a GPU
+  // run has shown it correct and faster than the cuBLASLt path.
+  kFastDefault = kFastEpilogues | kFastGraphs,
 };
 
-// The set enabled by default, less what the KILN_DISABLE environment variable
-// names: a comma-separated list of "epilogues", "graphs", "cudnn" or "all". Unknown names throw INVALID_ARGUMENT naming them.
-uint32_t fast_path_from_env();
+// `asked` (a trainer's option, or kFastDefault), plus the parts the
+// KILN_ENABLE environment variable names, less those KILN_DISABLE names
+// (disabling wins). Each is a comma-separated list of "epilogues", "graphs",
+// "cudnn" or "all"; an unknown name throws INVALID_ARGUMENT naming it and
+// the variable.
+uint32_t fast_path_with_env(uint32_t asked);
 
 // ---- ops. All pointers are device pointers of the program's device. -------
 
@@ -176,6 +183,10 @@ struct StepProgram {
   // compiling a program whose parameter update (SgdOp, AdamOp) writes
   // outside them is an INTERNAL error, so an update cannot go unnoticed.
   std::vector<Tensor> writes;
+  // Where a backend reports what happens to the compiled program while it
+  // runs (a CUDA graph capture that failed, and the eager fallback); may be
+  // empty. The trainer passes its context's log.
+  std::function<void(kiln_log_level, const std::string &)> log;
 };
 
 // A compiled program. run() queues steps on the device's stream and returns

@@ -56,8 +56,56 @@ void check_value_fits(DType dtype, double value, const char *what) {
         std::string(what) + " " + std::to_string(value) + " does not fit in " + dtype_name(dtype));
 }
 
+void Storage::note_async(Backend *b, int64_t index) {
+  if (index < 0 || index >= 64) {  // more devices than bits: wait now instead
+    b->synchronize(index);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(async_mutex_);
+  if (async_backend_ && async_backend_ != b) {  // one backend tracked at a time
+    for (int64_t i = 0; i < 64; ++i)
+      if (async_devices_ >> i & 1) async_backend_->synchronize(i);
+    async_devices_ = 0;
+  }
+  async_backend_ = b;
+  async_devices_ |= uint64_t(1) << index;
+}
+
+void Storage::wait_async() {
+  std::lock_guard<std::mutex> lock(async_mutex_);
+  for (int64_t i = 0; async_devices_ != 0 && i < 64; ++i)
+    if (async_devices_ >> i & 1) {
+      async_backend_->synchronize(i);
+      async_devices_ &= ~(uint64_t(1) << i);
+    }
+}
+
 Storage::~Storage() {
+  // Copies still queued to or from this memory (pinned host memory) end
+  // before it goes back to the allocator or to its foreign owner.
+  try {
+    wait_async();
+  } catch (...) {
+    // A broken device: its queued copies will never run; the free below is
+    // all there is left to do.
+  }
   if (release) {
+    // kiln's kernels queued on this foreign device memory end before its
+    // owner (a DLPack producer's deleter) may free and reuse it; a broken
+    // device runs nothing more, and the memory is given back all the same.
+    if (device.kind != KILN_DEVICE_CPU && data) {
+      try {
+        if (exported.load(std::memory_order_acquire)) backend->synchronize_device(device.index);
+        else backend->synchronize(device.index);
+      } catch (const std::exception &e) {
+        try {
+          ctx->log(KILN_LOG_ERROR, std::string("waiting for ") + device.str() +
+                                       " before releasing foreign tensor memory failed: " + e.what());
+        } catch (...) {
+        }
+      } catch (...) {
+      }
+    }
     try {
       release();
     } catch (const std::exception &e) {
@@ -73,8 +121,14 @@ Storage::~Storage() {
   // A destructor must not throw; a failing free leaves a leak, which the
   // backend has no better way to report than the log.
   try {
-    if (pinned) allocator->free_pinned(data);
-    else allocator->free(device.index, data);
+    if (pinned) {
+      allocator->free_pinned(data);
+    } else {
+      // Exported through DLPack: the consumer's kernels may still read it on
+      // its own streams, which kiln's stream-ordered free does not wait for.
+      if (exported.load(std::memory_order_acquire)) allocator->synchronize_device(device.index);
+      allocator->free(device.index, data);
+    }
   } catch (const std::exception &e) {
     try {
       ctx->log(KILN_LOG_ERROR, std::string("freeing tensor memory on ") + device.str() + " failed: " + e.what());
@@ -229,6 +283,7 @@ void Tensor::copy_to_host(void *dst, int64_t n) const {
             std::to_string(nbytes()) + " bytes");
   if (n == 0) return;
   check(dst != nullptr, KILN_ERROR_INVALID_ARGUMENT, "host buffer is NULL");
+  wait_host_access();
   backend().copy_to_host(device().index, dst, data(), n, false);
 }
 
@@ -238,8 +293,14 @@ void Tensor::copy_from_host(const void *src, int64_t n) const {
             std::to_string(nbytes()) + " bytes");
   if (n == 0) return;
   check(src != nullptr, KILN_ERROR_INVALID_ARGUMENT, "host buffer is NULL");
+  // A copy still reading this pinned memory (to a GPU) must not see the new bytes.
+  wait_host_access();
   backend().copy_to_device(device().index, data(), src, n, false);
   note_written();
+}
+
+void Tensor::wait_host_access() const {
+  if (storage_ && storage_->pinned) storage_->wait_async();
 }
 
 void Tensor::copy_from(const Tensor &src) const {
@@ -251,11 +312,19 @@ void Tensor::copy_from(const Tensor &src) const {
   if (n == 0) return;
   const Device from = src.device(), to = device();
   if (from == to) {
+    if (to.is_cpu()) {  // memcpy on the host: wait for copies still using either side
+      src.wait_host_access();
+      wait_host_access();
+    }
     backend().copy_on_device(to.index, data(), src.data(), n);
   } else if (from.is_cpu()) {
+    src.wait_host_access();  // a pinned src may still be filling from a device (an earlier copy)
     backend().copy_to_device(to.index, data(), src.data(), n, src.pinned());
+    if (src.pinned()) src.storage_->note_async(&backend(), to.index);
   } else if (to.is_cpu()) {
+    wait_host_access();  // this pinned memory may still be read by an earlier copy to a device
     src.backend().copy_to_host(from.index, data(), src.data(), n, pinned());
+    if (pinned()) storage_->note_async(&src.backend(), from.index);
   } else {
     // Between two GPUs through the host: peer access is not guaranteed, and
     // such copies are rare (moving a model once), so simplicity wins.
@@ -270,6 +339,7 @@ void Tensor::copy_from(const Tensor &src) const {
 }
 
 Tensor Tensor::clone() const {
+  wait_host_access();
   Tensor out = empty(context(), shape_, dtype_, device());
   if (nbytes() > 0) backend().copy_on_device(device().index, out.data(), data(), nbytes());
   return out;

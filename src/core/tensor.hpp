@@ -4,8 +4,10 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 
 #include "core/backend.hpp"
 #include "core/shape.hpp"
@@ -44,6 +46,16 @@ struct Storage {
   // is, nothing derived may be kept at all.
   std::atomic<uint64_t> version{0};
   std::atomic<int64_t> foreign_writers{0};
+  // Exported through DLPack: another library may have queued kernels that
+  // read it on streams of its own, so freeing it waits for the whole device
+  // first (Backend::synchronize_device).
+  std::atomic<bool> exported{false};
+
+  // Host memory with asynchronous copies queued that read or write it (a
+  // pinned buffer copied to or from a GPU): bit i of async_devices is device
+  // i of async_backend. Host access waits for them (Tensor::wait_host_access).
+  void note_async(Backend *b, int64_t index);
+  void wait_async();
 
   Storage(std::shared_ptr<Context> c, Backend *b, Device dev, void *p, int64_t n, bool pin,
           Backend *alloc = nullptr)
@@ -51,6 +63,11 @@ struct Storage {
   ~Storage();
   Storage(const Storage &) = delete;
   Storage &operator=(const Storage &) = delete;
+
+ private:
+  std::mutex async_mutex_;
+  Backend *async_backend_ = nullptr;
+  uint64_t async_devices_ = 0;
 };
 
 // Throws INVALID_ARGUMENT unless value converts to dtype without undefined
@@ -128,10 +145,18 @@ class Tensor {
   // device, so the host buffer is free to reuse when they return.
   void copy_to_host(void *dst, int64_t nbytes) const;
   void copy_from_host(const void *src, int64_t nbytes) const;
-  // Copies src (same shape and dtype, any device) into this tensor. Into
-  // pinned host memory from a device the copy may still be running on
-  // return: synchronize the device before reading it.
+  // Copies src (same shape and dtype, any device) into this tensor. To or
+  // from pinned host memory the copy may still be running on return; every
+  // host access of that memory through kiln (copies, item, the CPU ops,
+  // DLPack export) waits for it first (wait_host_access).
   void copy_from(const Tensor &src) const;
+  // Waits for the asynchronous copies queued to or from this tensor's host
+  // memory; returns at once when there are none (a pinned tensor's only
+  // cost). Call before the host reads or writes a pinned tensor's bytes.
+  void wait_host_access() const;
+  // The storage has been handed to another library (DLPack export): see
+  // Storage::exported.
+  void mark_exported() const { storage_->exported.store(true, std::memory_order_release); }
   Tensor clone() const;
   // The value of a one-element tensor (SHAPE_MISMATCH otherwise), exactly
   // as a double for every dtype but i64 beyond 2^53.

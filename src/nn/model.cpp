@@ -196,6 +196,7 @@ Tensor Model::run_with_dropout(const Tensor &x_in) const {
   const Tensor params = params_;  // one consistent snapshot for the whole call
   check_input(x_in, params.device());
   const int64_t rows = x_in.dim(0);
+  x_in.wait_host_access();  // a pinned x still filling from a GPU (the CPU kernels read it directly)
   Tensor x = x_in.reshape(Shape{rows, input_size()});
   if (x.dtype() != params.dtype()) x = cast(x, params.dtype());
 

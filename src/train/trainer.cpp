@@ -122,7 +122,7 @@ Trainer::Trainer(std::shared_ptr<Model> model, const TrainerOptions &options)
     check(model_->dtype() == DType::F32, KILN_ERROR_NOT_SUPPORTED,
           std::string("precision ") + precision_name(options.precision) + " needs an f32 model, not " +
               dtype_name(model_->dtype()));
-  options_.fast_path &= fast_path_from_env();
+  options_.fast_path = fast_path_with_env(options_.fast_path);
   const Tensor &params = model_->flat();
   grads_ = Tensor::full(params.context(), params.shape(), params.dtype(), device_, 0.0);
   if (work_dtype_ != params.dtype()) {
@@ -255,6 +255,7 @@ Executable &Trainer::program(bool trains, bool training, int64_t rows, const Dat
   if (comm_ && trains) p.fast_path &= ~uint32_t(kFastGraphs);
   p.label = std::string(trains ? "train " : "evaluate ") + m.description() + " rows " + std::to_string(rows) + " " +
             precision_name(options_.precision);
+  p.log = [ctx = m.context()](kiln_log_level level, const std::string &message) { ctx->log(level, message); };
   const bool mixed = work_dtype_ != m.dtype();
   const void *params = m.flat().data();
   if (mixed) {

@@ -70,7 +70,7 @@ struct TrainerOptions {
   uint64_t shuffle_seed = 0;
   int64_t progress_interval = 0;  // batches; 0 = end of epoch only
   kiln_precision precision = KILN_PRECISION_FP32;
-  uint32_t fast_path = kFastAll;  // FastPath bits; KILN_DISABLE removes more
+  uint32_t fast_path = kFastDefault;  // FastPath bits; KILN_ENABLE adds, KILN_DISABLE removes
   std::vector<Device> devices;     // DataParallel's (train/data_parallel.hpp); empty: the model's device
   int64_t bucket_bytes = 0;        // data parallel gradient buckets (train/gradient_reduce.hpp); 0: one allreduce
 

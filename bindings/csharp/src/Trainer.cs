@@ -70,8 +70,10 @@ namespace Kiln
         /// <summary>The precision of the steps. TF32 (CUDA only) and BF16 need an f32
         /// model (NotSupportedException otherwise).</summary>
         public Precision? Precision { get; set; }
-        /// <summary>The fast-path parts the trainer may use (bits outside All:
-        /// ArgumentException). KILN_DISABLE in the environment removes more.</summary>
+        /// <summary>The fast-path parts the trainer may use (default Epilogues | Graphs:
+        /// cuDNN stays off until a GPU run shows it correct and faster; bits outside All:
+        /// ArgumentException). KILN_ENABLE in the environment adds parts, KILN_DISABLE
+        /// removes them.</summary>
         public FastPath? FastPath { get; set; }
         /// <summary>DataParallel, as PyTorch's nn.DataParallel: train over these GPUs of this
         /// process, a replica per device, the batch split evenly over them (BatchSize must be a

@@ -1,6 +1,8 @@
 // Scalar math of the float unary ops and of the activations' derivatives,
 // shared by the elementwise kernels and the fused nn kernels so both give
-// the same bits. Each op is a type so that loops are specialised per op.
+// the same bits. Each op is a type so that loops are specialised per op. The
+// activations are core/formulas/activations.hpp's, the CUDA kernels' own
+// formulas, so the CPU tests check the GPU's arithmetic too.
 // NaN inputs give NaN outputs, as in PyTorch (hence `x < 0 ? ... : x`).
 #pragma once
 
@@ -9,6 +11,7 @@
 
 #include "core/backend.hpp"
 #include "core/error.hpp"
+#include "core/formulas/activations.hpp"
 
 namespace kiln::cpu::act {
 
@@ -18,18 +21,13 @@ struct Exp { template <class C> C operator()(C x) const { return std::exp(x); } 
 struct Log { template <class C> C operator()(C x) const { return std::log(x); } };
 struct Sqrt { template <class C> C operator()(C x) const { return std::sqrt(x); } };
 struct Identity { template <class C> C operator()(C x) const { return x; } };
-struct Relu { template <class C> C operator()(C x) const { return x < C(0) ? C(0) : x; } };
-struct Tanh { template <class C> C operator()(C x) const { return std::tanh(x); } };
-// 1 / (1 + e^-x) overflows harmlessly to 0 for very negative x.
-struct Sigmoid { template <class C> C operator()(C x) const { return C(1) / (C(1) + std::exp(-x)); } };
-// The exact (erf) GELU, PyTorch's default.
-struct Gelu {
-  template <class C>
-  C operator()(C x) const { return C(0.5) * x * (C(1) + std::erf(x * C(0.70710678118654752440))); }
-};
+struct Relu { template <class C> C operator()(C x) const { return formulas::relu(x); } };
+struct Tanh { template <class C> C operator()(C x) const { return formulas::tanh_act(x); } };
+struct Sigmoid { template <class C> C operator()(C x) const { return formulas::sigmoid(x); } };
+struct Gelu { template <class C> C operator()(C x) const { return formulas::gelu(x); } };
 struct LeakyRelu {
   double alpha;
-  template <class C> C operator()(C x) const { return x < C(0) ? C(alpha) * x : x; }
+  template <class C> C operator()(C x) const { return formulas::leaky_relu(x, C(alpha)); }
 };
 
 // Calls f(Op{}) for op.
@@ -54,21 +52,14 @@ void with_unary(UnaryOp op, double alpha, F &&f) {
 // Derivatives, as the gradient dy * act'(.) computed from what the
 // activation's backward reads: the output y (ReLU, LeakyReLU, Tanh, Sigmoid,
 // as PyTorch does) or the pre-activation x (GELU).
-struct ReluGrad { template <class C> C operator()(C dy, C, C y) const { return y > C(0) ? dy : C(0); } };
+struct ReluGrad { template <class C> C operator()(C dy, C, C y) const { return formulas::relu_grad(dy, y); } };
 struct LeakyReluGrad {
   double alpha;
-  template <class C> C operator()(C dy, C, C y) const { return y > C(0) ? dy : dy * C(alpha); }
+  template <class C> C operator()(C dy, C, C y) const { return formulas::leaky_relu_grad(dy, y, C(alpha)); }
 };
-struct TanhGrad { template <class C> C operator()(C dy, C, C y) const { return dy * (C(1) - y * y); } };
-struct SigmoidGrad { template <class C> C operator()(C dy, C, C y) const { return dy * y * (C(1) - y); } };
+struct TanhGrad { template <class C> C operator()(C dy, C, C y) const { return formulas::tanh_grad(dy, y); } };
+struct SigmoidGrad { template <class C> C operator()(C dy, C, C y) const { return formulas::sigmoid_grad(dy, y); } };
 struct IdentityGrad { template <class C> C operator()(C dy, C, C) const { return dy; } };
-struct GeluGrad {
-  template <class C>
-  C operator()(C dy, C x, C) const {
-    C cdf = C(0.5) * (C(1) + std::erf(x * C(0.70710678118654752440)));
-    C pdf = C(0.39894228040143267794) * std::exp(C(-0.5) * x * x);
-    return dy * (cdf + x * pdf);
-  }
-};
+struct GeluGrad { template <class C> C operator()(C dy, C x, C) const { return formulas::gelu_grad(dy, x); } };
 
 }  // namespace kiln::cpu::act

@@ -26,7 +26,6 @@
 // training allocates nothing here; bf16 runs on kiln's AVX-512 BF16 kernel
 // (bf16_gemm_avx512.hpp) instead where the CPU has it, with B packed into
 // pairs in such a buffer.
-#include <cblas.h>
 #include <dlfcn.h>
 #include <strings.h>
 #include <sys/mman.h>
@@ -42,6 +41,7 @@
 #include <vector>
 
 #include "backend/cpu/bf16_gemm_avx512.hpp"
+#include "backend/cpu/cblas_api.hpp"
 #include "backend/cpu/dtype_traits.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "backend/cpu/sgemm_avx512.hpp"
@@ -60,10 +60,10 @@ constexpr int64_t kPackGrain = int64_t(1) << 17;
 // once under init_blas's call_once (every CPU backend calls it before its
 // first product), read-only after.
 struct OpenBlas {
-  decltype(&cblas_sgemm) sgemm = nullptr;
-  decltype(&cblas_dgemm) dgemm = nullptr;
-  decltype(&openblas_get_corename) corename = nullptr;
-  decltype(&openblas_set_num_threads) set_num_threads = nullptr;
+  cblas_sgemm_fn sgemm = nullptr;
+  cblas_dgemm_fn dgemm = nullptr;
+  openblas_get_corename_fn corename = nullptr;
+  openblas_set_num_threads_fn set_num_threads = nullptr;
 };
 OpenBlas blas;
 

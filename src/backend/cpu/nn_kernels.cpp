@@ -12,6 +12,7 @@
 #include "backend/cpu/dtype_traits.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "backend/cpu/vectorize.hpp"
+#include "core/formulas/losses.hpp"
 #include "core/rng.hpp"
 
 namespace kiln::cpu {
@@ -228,16 +229,15 @@ void cross_entropy(ThreadPool &pool, const LossArgs &args) {
         } else {
           for (int64_t j = 0; j < cols; ++j) sum += std::exp(T::load(x[j]) - mx);
         }
-        loss += double(std::log(sum)) - double(T::load(x[label]) - mx);
+        loss += formulas::cross_entropy_row_loss(sum, C(T::load(x[label])), mx);
         correct += arg == label ? 1.0 : 0.0;
         if (pd) {
           S *d = pd + r * cols;
           const C factor = scale / sum;
           for (int64_t j = 0; j < cols; ++j) {
             const C e = T::kIdentity ? T::load(d[j]) : C(std::exp(T::load(x[j]) - mx));
-            d[j] = T::store(e * factor);
+            d[j] = T::store(formulas::cross_entropy_grad(e, factor, j == label, scale));
           }
-          d[label] = T::store(T::load(d[label]) - scale);
         }
       }
       return std::pair<double, double>(loss, correct);
@@ -264,9 +264,9 @@ void mse(ThreadPool &pool, const LossArgs &args) {
     accumulate_stats(pool, n, kElementwiseGrain, stats, [&](int64_t begin, int64_t end) {
       double sum = 0;
       for (int64_t i = begin; i < end; ++i) {
-        const C diff = T::load(p[i]) - T::load(y[i]);
-        sum += double(diff) * double(diff);
-        if (d) d[i] = T::store(diff * scale);
+        const formulas::LossTerm<C> term = formulas::mse_term(C(T::load(p[i])), C(T::load(y[i])), scale);
+        sum += term.loss;
+        if (d) d[i] = T::store(term.grad);
       }
       return std::pair<double, double>(sum, 0.0);
     });
@@ -292,13 +292,9 @@ void bce_with_logits(ThreadPool &pool, const LossArgs &args) {
     accumulate_stats(pool, n, kElementwiseGrain / 16, stats, [&](int64_t begin, int64_t end) {
       double sum = 0;
       for (int64_t i = begin; i < end; ++i) {
-        const C x = T::load(px[i]), y = T::load(py[i]);
-        const C e = std::exp(-std::fabs(x));  // in (0, 1]: never overflows
-        sum += double(std::max(x, C(0)) - x * y + std::log1p(e));
-        if (d) {
-          const C sigmoid = x >= C(0) ? C(1) / (C(1) + e) : e / (C(1) + e);
-          d[i] = T::store((sigmoid - y) * scale);
-        }
+        const formulas::LossTerm<C> term = formulas::bce_with_logits_term(C(T::load(px[i])), C(T::load(py[i])), scale);
+        sum += term.loss;
+        if (d) d[i] = T::store(term.grad);
       }
       return std::pair<double, double>(sum, 0.0);
     });
@@ -320,8 +316,7 @@ void dropout(ThreadPool &pool, const DropoutArgs &args, uint64_t seed) {
     using C = typename T::Compute;
     const S *px = static_cast<const S *>(x);
     S *py = static_cast<S *>(y);
-    // p = 1 keeps nothing: the scale is then never used (no 0 * inf).
-    const C scale = keep_probability > 0 ? C(1.0 / keep_probability) : C(0);
+    const C scale = C(formulas::dropout_keep_scale(p));
     pool.parallel_for(n, kElementwiseGrain / 4, [&](int64_t begin, int64_t end) {
       vectorized([&] {
         for (int64_t i = begin; i < end; ++i) {
@@ -342,14 +337,13 @@ void dropout_backward(ThreadPool &pool, const DropoutBackwardArgs &args) {
   const double p = args.p;
   void *dx = args.dx;
   if (n <= 0) return;
-  const double keep_probability = 1.0 - p;
   dispatch_float(t, [&](auto traits) {
     using T = decltype(traits);
     using S = typename T::Storage;
     using C = typename T::Compute;
     const S *pdy = static_cast<const S *>(dy);
     S *pdx = static_cast<S *>(dx);
-    const C scale = keep_probability > 0 ? C(1.0 / keep_probability) : C(0);
+    const C scale = C(formulas::dropout_keep_scale(p));
     pool.parallel_for(n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
       vectorized([&] {
         for (int64_t i = begin; i < end; ++i) pdx[i] = mask[i] ? T::store(T::load(pdy[i]) * scale) : T::store(C(0));

@@ -8,6 +8,7 @@
 #include "backend/cpu/dtype_traits.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "backend/cpu/vectorize.hpp"
+#include "core/formulas/optimizers.hpp"
 
 namespace kiln::cpu {
 
@@ -59,18 +60,14 @@ void clip_grad_norm(ThreadPool &pool, const ClipArgs &args) {
     const double norm = std::sqrt(sum);
     if (scratch) scratch[0] = norm;
     if (!(norm > max_norm)) return;
-    const C factor = C(max_norm / (norm + 1e-6));
+    const C factor = C(formulas::clip_factor(max_norm, norm));
     pool.parallel_for(n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) g[i] = T::store(T::load(g[i]) * factor);
     });
   });
 }
 
-// torch.optim.SGD, dampening 0:
-//   g = grad + weight_decay * p
-//   v = g on the first step, else momentum * v + g
-//   g = g + momentum * v (nesterov) or v
-//   p = p - lr * g
+// torch.optim.SGD, dampening 0 (formulas::sgd_step).
 void sgd_update(ThreadPool &pool, const SgdArgs &args, const StepParams &step) {
   const DType t = args.t;
   const int64_t n = args.n;
@@ -96,16 +93,11 @@ void sgd_update(ThreadPool &pool, const SgdArgs &args, const StepParams &step) {
             pool.parallel_for(n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
               vectorized([&] {
                 for (int64_t i = begin; i < end; ++i) {
-                  const C param = T::load(p[i]);
-                  C g = T::load(gr[i]);
-                  if constexpr (use_wd) g += wd * param;
-                  if constexpr (use_momentum) {
-                    C v;
-                    if constexpr (is_first) v = g; else v = mom * T::load(vel[i]) + g;
-                    vel[i] = T::store(v);
-                    if constexpr (use_nesterov) g = g + mom * v; else g = v;
-                  }
-                  p[i] = T::store(param - lr_c * g);
+                  C v = C(0);  // the velocity is read only where the update uses it
+                  if constexpr (use_momentum && !is_first) v = T::load(vel[i]);
+                  p[i] = T::store(formulas::sgd_step(T::load(p[i]), T::load(gr[i]), &v, lr_c, mom, wd, use_wd,
+                                                     use_momentum, use_nesterov, is_first));
+                  if constexpr (use_momentum) vel[i] = T::store(v);
                 }
               });
             });
@@ -120,6 +112,7 @@ void sgd_update(ThreadPool &pool, const SgdArgs &args, const StepParams &step) {
 // p *= 1 - lr * weight_decay first), then
 //   m = lerp(m, g, 1 - beta1);  v = beta2 * v + (1 - beta2) * g^2
 //   p -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
+// (formulas::adam_update_step).
 void adam_update(ThreadPool &pool, const AdamArgs &args, const StepParams &params_of_step) {
   const DType t = args.t;
   const int64_t n = args.n;
@@ -128,10 +121,8 @@ void adam_update(ThreadPool &pool, const AdamArgs &args, const StepParams &param
   const double beta1 = args.beta1, beta2 = args.beta2, eps = args.eps, weight_decay = args.weight_decay;
   const bool decoupled = args.decoupled;
   const double lr = params_of_step.lr;
-  const int64_t step = std::max<int64_t>(params_of_step.step + 1, 1);
+  const int64_t step = params_of_step.step + 1;
   if (n <= 0) return;
-  const double bias_correction1 = 1 - std::pow(beta1, double(step));
-  const double bias_correction2 = 1 - std::pow(beta2, double(step));
   dispatch_float(t, [&](auto traits) {
     using T = decltype(traits);
     using S = typename T::Storage;
@@ -140,26 +131,16 @@ void adam_update(ThreadPool &pool, const AdamArgs &args, const StepParams &param
     const S *gr = static_cast<const S *>(grads);
     S *pm = static_cast<S *>(m);
     S *pv = static_cast<S *>(v);
-    const C step_size = C(lr / bias_correction1), bc2_sqrt = C(std::sqrt(bias_correction2));
-    const C weight1 = C(1 - beta1), b2 = C(beta2), weight2 = C(1 - beta2), eps_c = C(eps);
-    const C wd = C(weight_decay), decay = C(1 - lr * weight_decay);
-    // torch's lerp: exact at both ends, switching formula at weight 0.5.
-    const bool small_weight = weight1 < C(0.5);
+    const formulas::AdamStep<C> k = formulas::adam_step_constants<C>(lr, step, beta1, beta2, eps, weight_decay);
     with_flag(weight_decay != 0 && !decoupled, [&](auto l2) {
       with_flag(weight_decay != 0 && decoupled, [&](auto shrink) {
         pool.parallel_for(n, kElementwiseGrain / 4, [&](int64_t begin, int64_t end) {
           vectorized([&] {
             for (int64_t i = begin; i < end; ++i) {
-              C param = T::load(p[i]);
-              C g = T::load(gr[i]);
-              if constexpr (shrink) param *= decay;
-              if constexpr (l2) g += wd * param;
-              const C m_old = T::load(pm[i]);
-              const C m_new = small_weight ? m_old + weight1 * (g - m_old) : g - (g - m_old) * (C(1) - weight1);
-              const C v_new = b2 * T::load(pv[i]) + weight2 * g * g;
-              pm[i] = T::store(m_new);
-              pv[i] = T::store(v_new);
-              p[i] = T::store(param - step_size * (m_new / (std::sqrt(v_new) / bc2_sqrt + eps_c)));
+              C m_i = T::load(pm[i]), v_i = T::load(pv[i]);
+              p[i] = T::store(formulas::adam_update_step(T::load(p[i]), T::load(gr[i]), &m_i, &v_i, k, l2, shrink));
+              pm[i] = T::store(m_i);
+              pv[i] = T::store(v_i);
             }
           });
         });

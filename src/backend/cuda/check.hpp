@@ -30,7 +30,12 @@ inline std::string call_name(const char *call) {
   return s.substr(0, s.find('('));
 }
 
-// Errors after which the context is lost (CUDA's "sticky" errors).
+// Errors after which the context is lost (CUDA's "sticky" errors): every one
+// driver_types.h documents as leaving "the process in an inconsistent state"
+// or asking for the process to be "terminated and relaunched"
+// (tests/cuda_sticky_errors_test.cpp reads the header of the toolkit built
+// with and checks that none is missing), and the uncorrectable memory and
+// NVLink errors.
 inline bool is_sticky(cudaError_t e) {
   switch (e) {
     case cudaErrorIllegalAddress:
@@ -43,7 +48,12 @@ inline bool is_sticky(cudaError_t e) {
     case cudaErrorAssert:
     case cudaErrorLaunchTimeout:
     case cudaErrorECCUncorrectable:
+    case cudaErrorNvlinkUncorrectable:
     case cudaErrorContextIsDestroyed:
+    case cudaErrorContained:
+    case cudaErrorTensorMemoryLeak:
+    case cudaErrorMpsClientTerminated:
+    case cudaErrorExternalDevice:
       return true;
     default:
       return false;

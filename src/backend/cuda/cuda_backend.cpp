@@ -84,10 +84,10 @@ void CudaBackend::Device::release() noexcept {
 CudaBackend::CudaBackend(int device_count) {
   for (int i = 0; i < device_count; ++i) devices_.push_back(std::make_unique<Device>());
   try {
-    cudnn_softmax_ = (fast_path_from_env() & kFastCudnn) != 0;
+    cudnn_softmax_ = (fast_path_with_env(kFastDefault) & kFastCudnn) != 0;
   } catch (const Error &) {
-    // A malformed KILN_DISABLE is reported where programs are made; softmax
-    // stays on kiln's kernel meanwhile.
+    // A malformed KILN_ENABLE or KILN_DISABLE is reported where programs are
+    // made; softmax stays on kiln's kernel meanwhile.
   }
 }
 
@@ -168,6 +168,14 @@ void CudaBackend::synchronize(int64_t index) {
   if (!devices_[size_t(index)]->ready.load(std::memory_order_acquire)) return;  // nothing was ever queued
   Scope scope(*this, index);
   KILN_CUDA_TRY(cudaStreamSynchronize(device(index).stream), "waiting for " + device_name(index));
+}
+
+// Every stream of the device, other libraries' too (a DLPack consumer's).
+void CudaBackend::synchronize_device(int64_t index) {
+  check_index(index);
+  if (!devices_[size_t(index)]->ready.load(std::memory_order_acquire)) return;  // kiln never used it
+  Scope scope(*this, index);
+  KILN_CUDA_TRY(cudaDeviceSynchronize(), "waiting for all work on " + device_name(index));
 }
 
 // This thread's stream for the device: a redirected one while a graph is
@@ -252,8 +260,17 @@ void *CudaBackend::alloc_pinned(int64_t bytes) {
   return p;
 }
 
-void CudaBackend::free_pinned(void *ptr) {  // never throws, as free
-  if (ptr && cudaFreeHost(ptr) != cudaSuccess) cudaGetLastError();
+// Never throws, as free. Inside the scope of the device the memory was
+// allocated through (alloc_pinned): cudaFreeHost on a thread whose current
+// device has no context yet would create one on device 0.
+void CudaBackend::free_pinned(void *ptr) {
+  if (!ptr) return;
+  try {
+    Scope scope(*this, pinned_device());
+    if (cudaFreeHost(ptr) != cudaSuccess) cudaGetLastError();
+  } catch (...) {
+    // A broken device: its page-locked memory goes with the process.
+  }
 }
 
 void CudaBackend::copy_to_device(int64_t index, void *dst, const void *host_src, int64_t bytes, bool pinned) {

@@ -48,6 +48,7 @@ class CudaBackend final : public Backend {
   int64_t device_count() const override { return int64_t(devices_.size()); }
   DeviceInfo info(int64_t index) const override;
   void synchronize(int64_t index) override;
+  void synchronize_device(int64_t index) override;
   void *queue(int64_t index) override;
 
   void *alloc(int64_t index, int64_t bytes) override;
@@ -136,8 +137,10 @@ class CudaBackend final : public Backend {
   int64_t pinned_device() const;  // see the header comment
 
   std::vector<std::unique_ptr<Device>> devices_;
-  // KILN_DISABLE=cudnn (core/program.hpp) also keeps softmax off cuDNN: the
-  // one switch for the engine outside step programs, read once.
+  // Softmax on cuDNN only where KILN_ENABLE=cudnn asks (and KILN_DISABLE
+  // does not forbid it, core/program.hpp): cuDNN is off by default, and
+  // these variables are the one switch for it outside step programs, read
+  // once.
   bool cudnn_softmax_ = false;
 };
 

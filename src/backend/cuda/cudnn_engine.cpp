@@ -382,7 +382,7 @@ class BoundPlan {
   void execute(const CudnnApi &api, cudnnHandle_t handle, const std::string &what, const char *part) const {
     const cudnnStatus_t s = api.Execute(handle, plan_->plan->get(), pack_.get());
     if (s != CUDNN_STATUS_SUCCESS)
-      fail(KILN_ERROR_BACKEND, "cudnnBackendExecute failed: " + status_text(api, s) + " (" + what + part +
+      fail(status_of(s), "cudnnBackendExecute failed: " + status_text(api, s) + " (" + what + part +
                                    ", engine " + std::to_string(plan_->engine_index) + ")");
   }
 
@@ -451,11 +451,15 @@ std::unique_ptr<CudnnEngine> CudnnEngine::create(const Launch &launch, cudaMemPo
   cudnnStatus_t s = l.api.Create(&e->handle_);
   if (s != CUDNN_STATUS_SUCCESS) {
     e->handle_ = nullptr;
+    // Out of memory is the device's state, not cuDNN's: say so (the next
+    // use tries again) rather than run without cuDNN for good.
+    if (status_of(s) == KILN_ERROR_OUT_OF_MEMORY) fail(status_of(s), "cudnnCreate failed: " + status_text(l.api, s));
     *reason = "cudnnCreate failed: " + status_text(l.api, s);
     return nullptr;
   }
   s = l.api.SetStream(e->handle_, launch.stream);
   if (s != CUDNN_STATUS_SUCCESS) {
+    if (status_of(s) == KILN_ERROR_OUT_OF_MEMORY) fail(status_of(s), "cudnnSetStream failed: " + status_text(l.api, s));
     *reason = "cudnnSetStream failed: " + status_text(l.api, s);
     return nullptr;
   }
@@ -466,7 +470,7 @@ std::unique_ptr<CudnnEngine> CudnnEngine::create(const Launch &launch, cudaMemPo
 void CudnnEngine::use_stream(cudaStream_t stream) {
   if (stream == handle_stream_) return;
   const cudnnStatus_t s = api_.SetStream(handle_, stream);
-  if (s != CUDNN_STATUS_SUCCESS) fail(KILN_ERROR_BACKEND, "cudnnSetStream failed: " + status_text(api_, s));
+  if (s != CUDNN_STATUS_SUCCESS) fail(status_of(s), "cudnnSetStream failed: " + status_text(api_, s));
   handle_stream_ = stream;
 }
 
@@ -781,7 +785,7 @@ void CudnnEngine::run_softmax(cudaStream_t stream, const SoftmaxArgs &args) {
   } desc{api_};
   auto check = [&](cudnnStatus_t s, const char *call) {
     if (s != CUDNN_STATUS_SUCCESS)
-      fail(KILN_ERROR_BACKEND, std::string(call) + " failed: " + status_text(api_, s) + " (softmax of " +
+      fail(status_of(s), std::string(call) + " failed: " + status_text(api_, s) + " (softmax of " +
                                    std::to_string(outer) + " rows of " + std::to_string(n) + " " + dtype_name(t) + ")");
   };
   check(api_.CreateTensorDescriptor(&desc.d), "cudnnCreateTensorDescriptor");

@@ -81,4 +81,14 @@ std::string status_text(const CudnnApi &api, cudnnStatus_t s) {
   return std::string(api.GetErrorString(s)) + " (" + std::to_string(int(s)) + ")";
 }
 
+kiln_status status_of(cudnnStatus_t s) {
+  switch (s) {
+    case CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED:  // also the deprecated CUDNN_STATUS_ALLOC_FAILED
+    case CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED:
+      return KILN_ERROR_OUT_OF_MEMORY;
+    default:
+      return KILN_ERROR_BACKEND;
+  }
+}
+
 }  // namespace kiln::cuda

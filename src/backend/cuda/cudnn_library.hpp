@@ -14,6 +14,8 @@
 #include <cstddef>
 #include <string>
 
+#include "kiln/kiln.h"
+
 namespace kiln::cuda {
 
 // The functions of libcudnn.so.9 kiln uses (null where unusable).
@@ -48,5 +50,10 @@ const CudnnLibrary &cudnn_library();
 
 // "CUDNN_STATUS_BAD_PARAM (2000)"; the library must be usable.
 std::string status_text(const CudnnApi &api, cudnnStatus_t s);
+
+// The kiln_status a failed cuDNN call becomes: OUT_OF_MEMORY for its host
+// and device allocation failures (so the caller sees what it can act on, as
+// for CUDA and cuBLAS), BACKEND for everything else.
+kiln_status status_of(cudnnStatus_t s);
 
 }  // namespace kiln::cuda

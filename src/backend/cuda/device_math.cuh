@@ -1,6 +1,8 @@
 // What every kernel file shares: the dtype dispatch, load/store with f16/bf16
 // computed in f32, the activations (so unary, bias_act and act_backward agree
 // exactly), warp/block reductions and the grid size of grid-stride loops.
+// The activations and the bf16 rounding are core/formulas' (the CPU
+// backend's too), so the CPU tests exercise the same arithmetic.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -12,6 +14,8 @@
 
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/kernels.hpp"
+#include "core/formulas/activations.hpp"
+#include "core/formulas/bf16.hpp"
 
 namespace kiln::cuda {
 
@@ -46,11 +50,16 @@ template <class T> __device__ __forceinline__ T saturate_cast(double v) {
   return T(v);
 }
 
-// Into the stored type: f16/bf16 round to nearest even, floats to integers
+// Into the stored type: f16/bf16 round to nearest even (bf16 with the host's
+// formula, formulas/bf16.hpp, NaN payloads included), floats to integers
 // saturate, integers to narrower integers wrap.
 template <class T, class V> __device__ __forceinline__ T store(V v) {
   if constexpr (std::is_same_v<T, __half>) return __float2half_rn(float(v));
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(float(v));
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat16_raw raw;
+    raw.x = formulas::bf16_bits_from_f32_bits(__float_as_uint(float(v)));
+    return __nv_bfloat16(raw);
+  }
   else if constexpr (std::is_integral_v<T> && std::is_floating_point_v<V>) return saturate_cast<T>(double(v));
   else return T(v);
 }
@@ -108,19 +117,7 @@ __device__ __forceinline__ int64_t global_warp() { return global_thread() / kWar
 __device__ __forceinline__ int64_t grid_warps() { return grid_threads() / kWarp; }
 __device__ __forceinline__ int lane() { return threadIdx.x % kWarp; }
 
-// ---- activations ----------------------------------------------------------------
-
-// 1 / (1 + e^-x) overflows harmlessly to 0 for very negative x.
-template <class C> __device__ __forceinline__ C sigmoid(C x) { return C(1) / (C(1) + exp(-x)); }
-
-// GELU as torch.nn.GELU() (exact, with erf).
-template <class C> __device__ __forceinline__ C gelu(C x) { return C(0.5) * x * (C(1) + erf(x * C(0.70710678118654752440))); }
-
-// d gelu / dx = Phi(x) + x phi(x)
-template <class C> __device__ __forceinline__ C gelu_grad(C x) {
-  C cdf = C(0.5) * (C(1) + erf(x * C(0.70710678118654752440)));
-  return cdf + x * exp(C(-0.5) * x * x) * C(0.39894228040143267794);
-}
+// ---- activations (core/formulas/activations.hpp) ------------------------------------
 
 // One unary op on a value of stored type T, in its compute type C. NaN stays
 // NaN (hence x < 0 ? ... : x). Integers wrap for Neg/Abs and take the other
@@ -141,11 +138,11 @@ template <class T, class C = Acc<T>> __device__ C unary_op(UnaryOp op, C x, doub
       case UnaryOp::Exp: return exp(x);
       case UnaryOp::Log: return log(x);
       case UnaryOp::Sqrt: return sqrt(x);
-      case UnaryOp::Relu: return x < C(0) ? C(0) : x;
-      case UnaryOp::Gelu: return gelu(x);
-      case UnaryOp::Tanh: return tanh(x);
-      case UnaryOp::Sigmoid: return sigmoid(x);
-      case UnaryOp::LeakyRelu: return x < C(0) ? C(alpha) * x : x;
+      case UnaryOp::Relu: return formulas::relu(x);
+      case UnaryOp::Gelu: return formulas::gelu(x);
+      case UnaryOp::Tanh: return formulas::tanh_act(x);
+      case UnaryOp::Sigmoid: return formulas::sigmoid(x);
+      case UnaryOp::LeakyRelu: return formulas::leaky_relu(x, C(alpha));
       case UnaryOp::Identity: return x;
     }
     return x;
@@ -155,11 +152,11 @@ template <class T, class C = Acc<T>> __device__ C unary_op(UnaryOp op, C x, doub
 // act'(.) * dy from the pre-activation (GELU) or the output y (the others).
 template <class C> __device__ __forceinline__ C act_grad(UnaryOp act, C dy, C pre, C y, double alpha) {
   switch (act) {
-    case UnaryOp::Relu: return y > C(0) ? dy : C(0);
-    case UnaryOp::LeakyRelu: return y > C(0) ? dy : C(alpha) * dy;
-    case UnaryOp::Tanh: return dy * (C(1) - y * y);
-    case UnaryOp::Sigmoid: return dy * y * (C(1) - y);
-    case UnaryOp::Gelu: return dy * gelu_grad(pre);
+    case UnaryOp::Relu: return formulas::relu_grad(dy, y);
+    case UnaryOp::LeakyRelu: return formulas::leaky_relu_grad(dy, y, C(alpha));
+    case UnaryOp::Tanh: return formulas::tanh_grad(dy, y);
+    case UnaryOp::Sigmoid: return formulas::sigmoid_grad(dy, y);
+    case UnaryOp::Gelu: return formulas::gelu_grad(dy, pre);
     default: return dy;
   }
 }

@@ -1,13 +1,16 @@
 // cuBLASLt / cuBLAS matrix products; see gemm.hpp. kiln is row-major and
 // cuBLAS column-major: a row-major C[m,n] is a column-major C^T[n,m], and
 // C^T = op(B)^T op(A)^T, so every call passes B as the first operand and A as
-// the second, with m and n swapped. An epilogue's "rows of D" are therefore
-// the row-major output's columns (n), and its "columns of D" the rows (m).
+// the second, with m and n swapped (planning/lt_layout.hpp derives every
+// layout, and the CPU tests check it). An epilogue's "rows of D" are
+// therefore the row-major output's columns (n), and its "columns of D" the
+// rows (m).
 #include "backend/cuda/gemm.hpp"
 
 #include <string>
 
 #include "backend/cuda/check.hpp"
+#include "backend/cuda/planning/lt_layout.hpp"
 
 namespace kiln::cuda {
 namespace {
@@ -71,8 +74,9 @@ struct Gemm::Plan {
   bool build(cublasLtHandle_t lt, const GemmArgs &g, uint32_t align, const Epilogue *epilogue) {
     auto what = [&] { return gemm_text(g.t, g.m, g.n, g.k); };
     const cudaDataType_t type = cuda_type(g.t);
-    const cublasOperation_t op_first = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasOperation_t op_second = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const LtProduct p = lt_product(g);
+    const cublasOperation_t op_first = p.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_second = p.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N;
     KILN_CUBLAS_TRY(cublasLtMatmulDescCreate(&desc, compute_type(g.t, g.math), CUDA_R_32F), what());
     set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSA, op_first, what());
     set_desc(desc, CUBLASLT_MATMUL_DESC_TRANSB, op_second, what());
@@ -85,12 +89,9 @@ struct Gemm::Plan {
       }
     }
     // Stored shapes (column-major rows, cols, leading dimension) before op.
-    const int64_t m = g.m, n = g.n, k = g.k;
-    KILN_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&a, type, g.trans_b ? k : n, g.trans_b ? n : k, g.trans_b ? k : n),
-                    what());
-    KILN_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&b, type, g.trans_a ? m : k, g.trans_a ? k : m, g.trans_a ? m : k),
-                    what());
-    KILN_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&c, type, n, m, n), what());
+    KILN_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&a, type, p.first.rows, p.first.cols, p.first.ld), what());
+    KILN_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&b, type, p.second.rows, p.second.cols, p.second.ld), what());
+    KILN_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&c, type, p.out.rows, p.out.cols, p.out.ld), what());
 
     cublasLtMatmulPreference_t pref = nullptr;
     KILN_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref), what());
@@ -109,10 +110,13 @@ struct Gemm::Plan {
     if (s == CUBLAS_STATUS_SUCCESS)
       s = cublasLtMatmulAlgoGetHeuristic(lt, desc, a, b, c, c, pref, 1, &result, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    // NOT_SUPPORTED (and INVALID_VALUE for an epilogue this shape or type
-    // cannot take) mean "no algorithm": the caller has a fallback.
-    if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED && s != CUBLAS_STATUS_INVALID_VALUE)
-      fail_cublas(s, "cublasLtMatmulAlgoGetHeuristic", what());
+    // No algorithm (NOT_SUPPORTED, or none found) means the caller's
+    // fallback: plain cuBLAS and kernels. Anything else, INVALID_VALUE
+    // included, says kiln described the product wrongly (a layout, a
+    // pointer, an attribute): an error to report, not a reason to fall back
+    // quietly.
+    if (s != CUBLAS_STATUS_SUCCESS && s != CUBLAS_STATUS_NOT_SUPPORTED)
+      fail_cublas(s, "cublasLtMatmulAlgoGetHeuristic", what() + (epilogue ? " with an epilogue" : ""));
     algo = result.algo;
     return s == CUBLAS_STATUS_SUCCESS && found > 0;
   }
@@ -191,13 +195,18 @@ void Gemm::run(const Launch &L, const GemmArgs &g) {
   }
   // The legacy handle is bound to one stream; L.stream differs from the
   // device's while a graph is being captured, so set it for this call.
+  // cublasSetStream also drops the handle's workspace (back to cuBLAS's own
+  // pool), so the shared one is set again after it, every time.
   std::lock_guard<std::mutex> lock(blas_mutex_);
   KILN_CUBLAS_TRY(cublasSetStream(blas_, L.stream), what());
+  KILN_CUBLAS_TRY(cublasSetWorkspace(blas_, workspace_, kWorkspaceBytes), what());
   const cudaDataType_t type = cuda_type(g.t);
   const cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F : compute_type(g.t, math);
-  KILN_CUBLAS_TRY(cublasGemmEx_64(blas_, g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                  g.n, g.m, g.k, alpha_p, g.b, type, g.trans_b ? g.k : g.n, g.a, type,
-                                  g.trans_a ? g.m : g.k, beta_p, g.c, type, g.n, compute, CUBLAS_GEMM_DEFAULT),
+  const LtProduct lp = lt_product(g);
+  KILN_CUBLAS_TRY(cublasGemmEx_64(blas_, lp.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                  lp.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N, lp.m, lp.n, lp.k, alpha_p, g.b, type,
+                                  lp.first.ld, g.a, type, lp.second.ld, beta_p, g.c, type, lp.out.ld, compute,
+                                  CUBLAS_GEMM_DEFAULT),
                   what());
 }
 

@@ -3,6 +3,7 @@
 // dropout and batch assembly. Losses add into double `stats` with one atomic
 // per block, so a training step never waits for the device.
 #include "backend/cuda/device_math.cuh"
+#include "core/formulas/losses.hpp"
 #include "core/rng.hpp"
 
 namespace kiln::cuda {
@@ -85,7 +86,7 @@ __global__ void cross_entropy_kernel(int64_t rows, int64_t cols, const T *logits
     s = warp_sum(s);
     if (lane() == 0) {
       if (valid) {
-        loss += double(log(s)) - double(x_label - best);
+        loss += formulas::cross_entropy_row_loss(s, x_label, best);
         correct += best_i == label;
       } else {
         invalid += 1;
@@ -95,7 +96,8 @@ __global__ void cross_entropy_kernel(int64_t rows, int64_t cols, const T *logits
       const C scale = C(grad_scale), factor = scale / s;
       T *d = dlogits + r * cols;
       for (int64_t k = lane(); k < cols; k += kWarp)
-        d[k] = store<T>(valid ? exp(load(x, k) - best) * factor - (k == label ? scale : C(0)) : C(0));
+        d[k] = store<T>(valid ? formulas::cross_entropy_grad(C(exp(load(x, k) - best)), factor, k == label, scale)
+                              : C(0));
     }
   }
   block_atomic_add(loss, stats + 0);
@@ -109,31 +111,26 @@ __global__ void mse_kernel(int64_t n, const T *pred, const T *target, double gra
   const C scale = C(2 * grad_scale);
   double sum = 0;
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
-    C d = load(pred, i) - load(target, i);
-    sum += double(d) * double(d);
-    if (dpred) dpred[i] = store<T>(d * scale);
+    const formulas::LossTerm<C> term = formulas::mse_term(C(load(pred, i)), C(load(target, i)), scale);
+    sum += term.loss;
+    if (dpred) dpred[i] = store<T>(term.grad);
   }
   block_atomic_add(sum, stats);
 }
 
-// loss = max(x, 0) - x y + log1p(exp(-|x|)), and sigmoid from the same
-// e = exp(-|x|) in (0, 1]: stable for any x.
+// formulas::bce_with_logits_term: stable for any x.
 template <class T>
 __global__ void bce_kernel(int64_t n, const T *logits, const T *target, double grad_scale, T *dlogits, double *stats) {
   using C = Acc<T>;
   const C scale = C(grad_scale);
   double sum = 0;
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
-    C x = load(logits, i), y = load(target, i);
-    const C e = exp(-fabs(x));
-    sum += double(fmax(x, C(0)) - x * y + log1p(e));
-    if (dlogits) dlogits[i] = store<T>(((x >= C(0) ? C(1) : e) / (C(1) + e) - y) * scale);
+    const formulas::LossTerm<C> term = formulas::bce_with_logits_term(C(load(logits, i)), C(load(target, i)), scale);
+    sum += term.loss;
+    if (dlogits) dlogits[i] = store<T>(term.grad);
   }
   block_atomic_add(sum, stats);
 }
-
-// 1 / (1 - p), or 0 when nothing is kept (p = 1 drops everything).
-inline double keep_scale(double p) { return p < 1.0 ? 1.0 / (1.0 - p) : 0.0; }
 
 // Inverted dropout with the mask a pure function of (seed, i): the same bits
 // as the CPU backend, whatever the launch geometry. Inside a training step the
@@ -334,7 +331,7 @@ void dropout(const Launch &L, const DropoutArgs &a, const StepParams *step) {
     using T = typename decltype(tag)::type;
     dropout_kernel<T><<<blocks_for(L, a.n), kThreads, 0, L.stream>>>(a.n, static_cast<const T *>(a.x),
                                                                      static_cast<T *>(a.y), a.mask, 1.0 - a.p,
-                                                                     keep_scale(a.p), step, a.stream);
+                                                                     formulas::dropout_keep_scale(a.p), step, a.stream);
   });
   KILN_CUDA_LAUNCHED("dropout");
 }
@@ -350,7 +347,7 @@ void dropout_backward(const Launch &L, const DropoutBackwardArgs &args) {
   dispatch_float(t, "dropout_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     dropout_backward_kernel<T><<<blocks_for(L, n), kThreads, 0, L.stream>>>(n, static_cast<const T *>(dy), mask,
-                                                                            keep_scale(p), static_cast<T *>(dx));
+                                                                            formulas::dropout_keep_scale(p), static_cast<T *>(dx));
   });
   KILN_CUDA_LAUNCHED("dropout_backward");
 }

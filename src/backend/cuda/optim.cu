@@ -4,6 +4,7 @@
 // are read from the step's StepParams block in device memory, so a captured
 // CUDA graph applies each step's own values when it is replayed.
 #include "backend/cuda/device_math.cuh"
+#include "core/formulas/optimizers.hpp"
 
 namespace kiln::cuda {
 namespace {
@@ -26,26 +27,24 @@ __global__ void sqrt_kernel(double *x) { *x = sqrt(*x); }
 template <class T> __global__ void clip_scale_kernel(int64_t n, T *g, double max_norm, const double *norm_p) {
   const double norm = *norm_p;
   if (!(norm > max_norm)) return;
-  const Acc<T> f = Acc<T>(max_norm / (norm + 1e-6));
+  const Acc<T> f = Acc<T>(formulas::clip_factor(max_norm, norm));
   for (int64_t i = global_thread(); i < n; i += grid_threads()) g[i] = store<T>(load(g, i) * f);
 }
 
-// torch.optim.SGD with dampening 0; step->step == 0 is the first update,
-// which initialises the velocity with the gradient.
+// torch.optim.SGD with dampening 0 (formulas::sgd_step); step->step == 0 is
+// the first update, which initialises the velocity with the gradient (and
+// so never reads it).
 template <class T, class C = Acc<T>>
 __global__ void sgd_kernel(int64_t n, T *params, const T *grads, T *velocity, C momentum, C weight_decay,
                            bool nesterov, const StepParams *step) {
   const C lr = C(step->lr);
   const bool first_step = step->step == 0;
+  const bool use_momentum = momentum != C(0), use_weight_decay = weight_decay != C(0);
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
-    C w = load(params, i), g = load(grads, i);
-    if (weight_decay != C(0)) g += weight_decay * w;
-    if (momentum != C(0)) {
-      C b = first_step ? g : momentum * load(velocity, i) + g;
-      velocity[i] = store<T>(b);
-      g = nesterov ? g + momentum * b : b;
-    }
-    params[i] = store<T>(w - lr * g);
+    C v = use_momentum && !first_step ? C(load(velocity, i)) : C(0);
+    params[i] = store<T>(formulas::sgd_step(C(load(params, i)), C(load(grads, i)), &v, lr, momentum, weight_decay,
+                                            use_weight_decay, use_momentum, nesterov, first_step));
+    if (use_momentum) velocity[i] = store<T>(v);
   }
 }
 
@@ -55,42 +54,24 @@ struct AdamConfig {
   bool l2, shrink;  // which of the two weight decays applies (Adam's L2, AdamW's decay)
 };
 
-// The constants of update number step->step + 1, in double as the CPU backend
-// computes them, then rounded to the compute type. Every thread derives them
-// once, before its loop: a few double operations instead of a host round
-// trip. Device pow may differ from the host's by an ulp of the double, which
-// the rounding to f32 hides (f64 models may see that ulp).
-template <class C> struct AdamStep {
-  C step_size;  // lr / (1 - beta1^t)
-  C bc2_sqrt;   // sqrt(1 - beta2^t)
-  C weight1, beta2, weight2, eps;  // 1 - beta1, beta2, 1 - beta2, eps
-  C weight_decay, decay;           // L2 coefficient; AdamW's factor 1 - lr * wd
-
-  __device__ AdamStep(const AdamConfig &k, const StepParams &s) {
-    const double t = double(s.step + 1 > 1 ? s.step + 1 : 1);  // 1-based; the CPU clamps too
-    step_size = C(s.lr / (1 - pow(k.beta1, t)));
-    bc2_sqrt = C(sqrt(1 - pow(k.beta2, t)));
-    weight1 = C(1 - k.beta1), beta2 = C(k.beta2), weight2 = C(1 - k.beta2), eps = C(k.eps);
-    weight_decay = C(k.weight_decay), decay = C(1 - s.lr * k.weight_decay);
-  }
-};
-
 // torch.optim.Adam (L2 weight decay into the gradient) or AdamW (decoupled
-// decay of the weight), with torch's lerp for the first moment.
+// decay of the weight), formulas::adam_update_step. The constants of update
+// number step->step + 1 (formulas::adam_step_constants, in double as the CPU
+// computes them) are derived by every thread before its loop: a few double
+// operations instead of a host round trip. Device pow may differ from the
+// host's by an ulp of the double, which the rounding to f32 hides (f64 models
+// may see that ulp).
 template <class T, class C = Acc<T>>
 __global__ void adam_kernel(int64_t n, T *params, const T *grads, T *m, T *v, AdamConfig config,
                             const StepParams *step) {
-  const AdamStep<C> k(config, *step);
+  const formulas::AdamStep<C> k = formulas::adam_step_constants<C>(step->lr, step->step + 1, config.beta1,
+                                                                   config.beta2, config.eps, config.weight_decay);
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
-    C w = load(params, i), g = load(grads, i);
-    if (config.shrink) w *= k.decay;
-    if (config.l2) g += k.weight_decay * w;
-    const C m_old = load(m, i);
-    const C m_new = k.weight1 < C(0.5) ? m_old + k.weight1 * (g - m_old) : g - (g - m_old) * (C(1) - k.weight1);
-    const C v_new = k.beta2 * load(v, i) + k.weight2 * g * g;
-    m[i] = store<T>(m_new);
-    v[i] = store<T>(v_new);
-    params[i] = store<T>(w - k.step_size * (m_new / (sqrt(v_new) / k.bc2_sqrt + k.eps)));
+    C m_i = load(m, i), v_i = load(v, i);
+    params[i] = store<T>(formulas::adam_update_step(C(load(params, i)), C(load(grads, i)), &m_i, &v_i, k, config.l2,
+                                                    config.shrink));
+    m[i] = store<T>(m_i);
+    v[i] = store<T>(v_i);
   }
 }
 

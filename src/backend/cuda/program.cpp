@@ -1,42 +1,33 @@
 // CudaExecutable: the CUDA fast path of step programs; see program.hpp.
 #include "backend/cuda/program.hpp"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/check.hpp"
 #include "backend/cuda/cuda_backend.hpp"
+#include "backend/cuda/planning/epilogue_plan.hpp"
+#include "backend/cuda/planning/graph_runs.hpp"
 
 namespace kiln::cuda {
 namespace {
 
-constexpr int64_t kMaxGraphSteps = 1024;  // longer runs replay the one-step graph (bounded capture time and memory)
-constexpr size_t kMaxGraphs = 4;          // distinct run lengths cached, besides the one-step graph
-
-// Who runs a Linear layer (forward or backward) without cuDNN. With
-// kFastCudnn, plan_fused_ops times cuDNN against that choice per shape
-// (CudnnEngine::choose_linear) and keeps the faster.
-enum class LinearEngine { Kernels, CublasLt };
-
-// cuBLASLt fuses a bias and ReLU, nothing kiln needs besides: its GELU is the
-// tanh approximation, not torch's exact GELU that kiln computes, and it has
-// no tanh, sigmoid or leaky ReLU. f64 products go through legacy cuBLAS,
-// which has no epilogues; no epilogue writes a kept pre-activation; and a
-// product without bias or activation has nothing to fuse.
-LinearEngine choose_linear_engine(const LinearOp &op, uint32_t fast_path) {
-  if (!(fast_path & kFastEpilogues) || op.t == DType::F64 || op.pre) return LinearEngine::Kernels;
-  if (op.act == UnaryOp::Relu || (op.act == UnaryOp::Identity && op.b)) return LinearEngine::CublasLt;
-  return LinearEngine::Kernels;
-}
-
-// The backward's products take bias gradients and the ReLU gradient of the
-// layer below whatever this layer's activation is (its own gradient, if not
-// fused into the layer above, runs as a kernel first).
-LinearEngine choose_linear_backward_engine(const LinearBackwardOp &op, uint32_t fast_path) {
-  if (!(fast_path & kFastEpilogues) || op.t == DType::F64) return LinearEngine::Kernels;
-  return LinearEngine::CublasLt;
+cublasLtEpilogue_t lt_epilogue(EpilogueKind kind) {
+  switch (kind) {
+    case EpilogueKind::Bias: return CUBLASLT_EPILOGUE_BIAS;
+    case EpilogueKind::Relu: return CUBLASLT_EPILOGUE_RELU;
+    case EpilogueKind::ReluBias: return CUBLASLT_EPILOGUE_RELU_BIAS;
+    case EpilogueKind::ReluAux: return CUBLASLT_EPILOGUE_RELU_AUX;
+    case EpilogueKind::ReluAuxBias: return CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
+    case EpilogueKind::DRelu: return CUBLASLT_EPILOGUE_DRELU;
+    case EpilogueKind::DReluBgrad: return CUBLASLT_EPILOGUE_DRELU_BGRAD;
+    case EpilogueKind::BgradB: return CUBLASLT_EPILOGUE_BGRADB;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
 }
 
 // A LinearBackwardOp on cuBLASLt. Any part left null runs as plain kernels.
@@ -69,7 +60,7 @@ std::string engine_note(const char *kind, const Op &op, const EngineChoice &c) {
          (c.use_cudnn ? "cudnn" : "other") + " (" + c.note + ")";
 }
 
-class CudaExecutable final : public Executable {
+class CudaExecutable final : public Executable, private StepLauncher {
  public:
   CudaExecutable(CudaBackend &backend, int64_t index, const StepProgram &program);
   ~CudaExecutable() override;
@@ -82,11 +73,20 @@ class CudaExecutable final : public Executable {
   using Action = std::function<void(const StepParams *step)>;
 
   void plan_fused_ops();
+  void fill_step_inputs(const LinearOp &op);
+  void fill_step_inputs(const LinearBackwardOp &op);
+  void fill_bytes(const void *p, int64_t bytes);
   void *alloc_owned(int64_t bytes);
   void run_step(const StepParams *step);
   void run_backward(const LinearBackwardOp &op, const BackwardPlan &plan);
-  cudaGraphExec_t graph(int64_t steps);
-  cudaGraphExec_t capture(int64_t steps);
+
+  // StepLauncher: what GraphRuns (planning/graph_runs.hpp) runs steps with.
+  void set_cursor(int64_t first) override;
+  void run_cursor_step() override;
+  Graph capture(int64_t steps) override;
+  void launch(Graph g) override;
+  void destroy(Graph g) noexcept override;
+  void run_table_steps(int64_t first, int64_t count) override;
 
   // The device-resident step state of the graphs (steps.cu).
   struct Cursor {
@@ -104,8 +104,7 @@ class CudaExecutable final : public Executable {
   std::string cudnn_;  // describe()'s cuDNN part: the per-op choices, or why cuDNN is unavailable
   Cursor *cursor_ = nullptr;
   cudaStream_t capture_stream_ = nullptr;
-  std::map<int64_t, cudaGraphExec_t> graphs_;  // by steps
-  bool warm_ = false;                          // an eager step has run
+  std::unique_ptr<GraphRuns> graphs_;  // with kFastGraphs
 };
 
 CudaExecutable::CudaExecutable(CudaBackend &backend, int64_t index, const StepProgram &program)
@@ -116,8 +115,14 @@ CudaExecutable::CudaExecutable(CudaBackend &backend, int64_t index, const StepPr
       cursor_ = static_cast<Cursor *>(alloc_owned(sizeof(Cursor)));
       KILN_CUDA_TRY(cudaStreamCreateWithFlags(&capture_stream_, cudaStreamNonBlocking),
                     "the capture stream of " + program_.label);
+      graphs_ = std::make_unique<GraphRuns>(static_cast<StepLauncher &>(*this), [this](const std::string &why) {
+        if (program_.log)
+          program_.log(KILN_LOG_WARNING, "CUDA graphs of " + program_.label +
+                                             " are off from now on, its steps run without them: " + why);
+      });
     }
   } catch (...) {
+    if (capture_stream_) cudaStreamDestroy(capture_stream_);
     for (void *p : owned_) backend_.free(index_, p);
     throw;
   }
@@ -129,7 +134,7 @@ CudaExecutable::CudaExecutable(CudaBackend &backend, int64_t index, const StepPr
 CudaExecutable::~CudaExecutable() {
   try {
     CudaBackend::Scope scope(backend_, index_);
-    for (auto &g : graphs_) cudaGraphExecDestroy(g.second);
+    graphs_.reset();
     if (capture_stream_) cudaStreamDestroy(capture_stream_);
   } catch (...) {
   }
@@ -142,61 +147,52 @@ void *CudaExecutable::alloc_owned(int64_t bytes) {
   return p;
 }
 
-// Pairs each ReLU layer's backward with the backward before it (the layer
-// above), whose dx product is the ReLU's incoming gradient: that product takes
-// DRELU[_BGRAD] from the bit-mask the layer's forward writes with
-// RELU_AUX[_BIAS]. Both products must find an algorithm, or neither is
-// fused. Every other fusable op gets its plain epilogue.
+// The epilogues planning/epilogue_plan.hpp chooses, each product planned
+// with cuBLASLt's heuristic as the planner asks (a refused one runs as
+// kernels); then cuDNN for the Linear ops outside a ReLU pair, where it is
+// enabled and timed faster.
 void CudaExecutable::plan_fused_ops() {
   const std::vector<StepOp> &ops = program_.ops;
   const uint32_t fast = program_.fast_path;
   Gemm &gemm = backend_.matmuls(index_);
-  std::map<const void *, size_t> forward_by_y;  // LinearOp index by output
-  for (size_t i = 0; i < ops.size(); ++i)
-    if (auto *f = std::get_if<LinearOp>(&ops[i])) forward_by_y[f->y] = i;
 
-  std::map<size_t, std::shared_ptr<const Gemm::Fused>> forward;
-  std::map<size_t, BackwardPlan> backward;
-  for (size_t i = 1; i < ops.size(); ++i) {
-    const auto *below = std::get_if<LinearBackwardOp>(&ops[i]);
-    // A gradient bucket's cast and allreduce start may sit between the two:
-    // they read only gradients written before them (core/program.hpp).
-    size_t j = i - 1;
-    while (j > 0 && (std::holds_alternative<AllReduceStartOp>(ops[j]) || std::holds_alternative<CastOp>(ops[j]))) --j;
-    const auto *above = std::get_if<LinearBackwardOp>(&ops[j]);
-    if (!below || !above || below->act != UnaryOp::Relu || !above->dx || above->dx != below->dy ||
-        above->rows != below->rows || above->in != below->out)
-      continue;
-    auto f = forward_by_y.find(below->y);
-    if (f == forward_by_y.end()) continue;
-    const LinearOp &fwd = std::get<LinearOp>(ops[f->second]);
-    if (fwd.act != UnaryOp::Relu || fwd.rows != below->rows || fwd.out != below->out ||
-        choose_linear_engine(fwd, fast) != LinearEngine::CublasLt ||
-        choose_linear_backward_engine(*above, fast) != LinearEngine::CublasLt)
-      continue;
-    // The bit-mask has the shape of cuBLAS's D, [out, rows] column-major,
-    // one bit per element, its leading dimension a multiple of 128 bits.
-    const int64_t ld = (fwd.out + 127) / 128 * 128;
-    void *mask = alloc_owned(ld / 8 * fwd.rows);
-    Epilogue keep{fwd.b ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_AUX, const_cast<void *>(fwd.b),
-                  mask, ld};
-    Epilogue grad{below->db ? CUBLASLT_EPILOGUE_DRELU_BGRAD : CUBLASLT_EPILOGUE_DRELU, below->db, mask, ld};
-    auto fused_forward = gemm.fuse(forward_product(fwd), keep);
-    auto fused_dx = gemm.fuse(input_grad_product(*above), grad);
-    if (!fused_forward || !fused_dx) {
-      backend_.free(index_, mask);
-      owned_.pop_back();
-      continue;
+  // The bit-mask of every candidate pair; those of pairs the heuristic
+  // refuses are freed again below.
+  const std::vector<ReluPair> candidates = find_relu_pairs(ops, fast);
+  std::vector<void *> masks;
+  for (const ReluPair &pr : candidates) masks.push_back(alloc_owned(pr.mask_bytes));
+  std::map<std::pair<size_t, ProductKind>, std::shared_ptr<const Gemm::Fused>> fused;
+  const EpiloguePlan plan = plan_epilogues(ops, fast, candidates, [&](const FusedProduct &p) {
+    GemmArgs args;
+    Epilogue e{lt_epilogue(p.epilogue), nullptr, nullptr, 0};
+    if (p.product == ProductKind::Forward) {
+      const auto &f = std::get<LinearOp>(ops[p.op]);
+      args = forward_product(f);
+      e.bias = const_cast<void *>(f.b);
+    } else {
+      const auto &b = std::get<LinearBackwardOp>(ops[p.op]);
+      args = p.product == ProductKind::WeightGrad ? weight_grad_product(b) : input_grad_product(b);
+      // BGRADB writes this op's db; DRELU_BGRAD the db of the op below.
+      e.bias = p.product == ProductKind::WeightGrad ? b.db
+                                                    : std::get<LinearBackwardOp>(ops[candidates[size_t(p.pair)].below]).db;
     }
-    forward[f->second] = fused_forward;
-    backward[j].dx = fused_dx;
-    backward[i].act_done = true;
+    if (p.pair >= 0) e.aux = masks[size_t(p.pair)], e.aux_ld = candidates[size_t(p.pair)].mask_ld;
+    auto planned = gemm.fuse(args, e);
+    if (planned) fused[{p.op, p.product}] = planned;
+    return planned != nullptr;
+  });
+  for (size_t k = candidates.size(); k-- > 0;) {
+    if (plan.used[k]) continue;
+    backend_.free(index_, masks[k]);
+    owned_.erase(std::find(owned_.begin(), owned_.end(), masks[k]));
   }
+  auto fused_of = [&](size_t op, ProductKind kind) -> std::shared_ptr<const Gemm::Fused> {
+    return plan.find(op, kind) ? fused.at({op, kind}) : nullptr;
+  };
 
   // cuDNN may take any Linear op that is not half of a ReLU pair above (the
   // pair shares a bit-mask only cuBLASLt writes and reads). Its timing runs
-  // the op on the program's own buffers, which the step rewrites before it
-  // reads them (CudnnEngine::choose_linear).
+  // the op on the program's own buffers (fill_step_inputs).
   CudnnEngine *cudnn = nullptr;
   if (fast & kFastCudnn) {
     std::string why_not;
@@ -206,6 +202,7 @@ void CudaExecutable::plan_fused_ops() {
   // The op as cuDNN when it is timed faster than `action`, else `action`.
   auto cudnn_or = [&](const auto &o, const char *kind, int *count, Action action) -> Action {
     if (!cudnn) return action;
+    fill_step_inputs(o);
     std::unique_ptr<CudnnCall> call;
     const EngineChoice c = cudnn->choose_linear(o, [&] { action(nullptr); }, &call);
     cudnn_ += (cudnn_.empty() ? "" : "; ") + engine_note(kind, o, c);
@@ -221,40 +218,60 @@ void CudaExecutable::plan_fused_ops() {
     Action kernels = [this, o = op](const StepParams *step) { run_op(backend_, index_, o, step); };
     if (auto *f = std::get_if<LinearOp>(&op)) {
       ++linear_;
-      const bool paired = forward.count(i) > 0;
-      if (!paired && choose_linear_engine(*f, fast) == LinearEngine::CublasLt) {
-        const cublasLtEpilogue_t kind = f->act == UnaryOp::Relu
-                                            ? (f->b ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU)
-                                            : CUBLASLT_EPILOGUE_BIAS;
-        if (auto fused = gemm.fuse(forward_product(*f), Epilogue{kind, const_cast<void *>(f->b), nullptr, 0}))
-          forward[i] = fused;
-      }
+      const FusedProduct *forward = plan.find(i, ProductKind::Forward);
+      const bool paired = forward && forward->pair >= 0;
       Action action = kernels;
-      if (forward.count(i))
-        action = [this, fused = forward[i]](const StepParams *) {
-          backend_.matmuls(index_).run(backend_.launch(index_), *fused);
+      if (forward)
+        action = [this, product = fused_of(i, ProductKind::Forward)](const StepParams *) {
+          backend_.matmuls(index_).run(backend_.launch(index_), *product);
         };
       const int before = cudnn_linear_;
       if (!paired) action = cudnn_or(*f, "linear", &cudnn_linear_, action);
-      if (cudnn_linear_ == before && forward.count(i)) ++fused_linear_;
+      if (cudnn_linear_ == before && forward) ++fused_linear_;
       actions_.push_back(action);
     } else if (auto *b = std::get_if<LinearBackwardOp>(&op)) {
       ++backward_;
-      BackwardPlan &plan = backward[i];
-      const bool paired = plan.act_done || plan.dx;
-      if (b->db && !plan.act_done && choose_linear_backward_engine(*b, fast) == LinearEngine::CublasLt)
-        plan.dw = gemm.fuse(weight_grad_product(*b), Epilogue{CUBLASLT_EPILOGUE_BGRADB, b->db, nullptr, 0});
-      const bool fused = plan.act_done || plan.dw || plan.dx;
+      BackwardPlan bp;
+      bp.act_done = plan.act_done[i];
+      bp.dw = fused_of(i, ProductKind::WeightGrad);
+      bp.dx = fused_of(i, ProductKind::InputGrad);
+      const bool paired = bp.act_done || bp.dx;
+      const bool any = bp.act_done || bp.dw || bp.dx;
       Action action = kernels;
-      if (fused) action = [this, o = *b, plan](const StepParams *) { run_backward(o, plan); };
+      if (any) action = [this, o = *b, bp](const StepParams *) { run_backward(o, bp); };
       const int before = cudnn_backward_;
       if (!paired) action = cudnn_or(*b, "linear_backward", &cudnn_backward_, action);
-      if (cudnn_backward_ == before && fused) ++fused_backward_;
+      if (cudnn_backward_ == before && any) ++fused_backward_;
       actions_.push_back(action);
     } else {
       actions_.push_back(kernels);
     }
   }
+}
+
+// The timing of a Linear op (CudnnEngine::choose_linear) runs it on the
+// program's own buffers before any step has written them. The inputs a step
+// writes before the op reads them (activations, gradients; never weights)
+// get a fixed non-zero byte first, so the timing reads defined values: no
+// uninitialised reads for compute-sanitizer's initcheck to report, and no
+// NaN or denormal patterns (or all zeros) to skew the times.
+void CudaExecutable::fill_step_inputs(const LinearOp &op) {
+  const int64_t e = dtype_size(op.t);
+  fill_bytes(op.x, op.rows * op.in * e);
+}
+
+void CudaExecutable::fill_step_inputs(const LinearBackwardOp &op) {
+  const int64_t e = dtype_size(op.t);
+  fill_bytes(op.dy, op.rows * op.out * e);
+  fill_bytes(op.x, op.rows * op.in * e);
+  fill_bytes(op.y, op.rows * op.out * e);
+  fill_bytes(op.pre, op.rows * op.out * e);
+}
+
+void CudaExecutable::fill_bytes(const void *p, int64_t bytes) {
+  if (!p || bytes <= 0) return;
+  KILN_CUDA_TRY(cudaMemsetAsync(const_cast<void *>(p), 0x3c, size_t(bytes), backend_.launch(index_).stream),
+                "filling a step buffer before timing cuDNN in " + program_.label);
 }
 
 // core's linear_backward, with whichever parts `plan` fused.
@@ -280,45 +297,33 @@ void CudaExecutable::run_step(const StepParams *step) {
 void CudaExecutable::run_steps(int64_t first, int64_t count) {
   if (count <= 0) return;
   CudaBackend::Scope scope(backend_, index_);
-  if (!(program_.fast_path & kFastGraphs)) {
-    for (int64_t s = first; s < first + count; ++s) run_step(program_.table + s);
-    return;
-  }
-  const Launch L = backend_.launch(index_);
-  set_cursor(L, &cursor_->next, first);
-  if (!warm_) {
-    advance_step(L, program_.table, &cursor_->next, &cursor_->current);
-    run_step(&cursor_->current);
-    warm_ = true;
-    if (--count == 0) return;
-  }
-  const std::string what = "launching the CUDA graph of " + program_.label;
-  if (cudaGraphExec_t whole = graph(count)) {
-    KILN_CUDA_TRY(cudaGraphLaunch(whole, L.stream), what);
-    return;
-  }
-  cudaGraphExec_t one = graph(1);
-  for (int64_t s = 0; s < count; ++s) KILN_CUDA_TRY(cudaGraphLaunch(one, L.stream), what);
+  if (graphs_) graphs_->run(first, count);
+  else run_table_steps(first, count);
 }
 
-// The graph of `steps` steps: cached, captured now, or null when that length
-// is not worth a graph of its own (the caller then replays the one-step graph).
-cudaGraphExec_t CudaExecutable::graph(int64_t steps) {
-  auto found = graphs_.find(steps);
-  if (found != graphs_.end()) return found->second;
-  const size_t multi_step = graphs_.size() - graphs_.count(1);
-  if (steps != 1 && (steps > kMaxGraphSteps || multi_step >= kMaxGraphs)) return nullptr;
-  cudaGraphExec_t exec = capture(steps);
-  graphs_[steps] = exec;
-  return exec;
+void CudaExecutable::run_table_steps(int64_t first, int64_t count) {
+  for (int64_t s = first; s < first + count; ++s) run_step(program_.table + s);
 }
+
+void CudaExecutable::set_cursor(int64_t first) { cuda::set_cursor(backend_.launch(index_), &cursor_->next, first); }
+
+void CudaExecutable::run_cursor_step() {
+  advance_step(backend_.launch(index_), program_.table, &cursor_->next, &cursor_->current);
+  run_step(&cursor_->current);
+}
+
+void CudaExecutable::launch(Graph g) {
+  KILN_CUDA_TRY(cudaGraphLaunch(static_cast<cudaGraphExec_t>(g), backend_.launch(index_).stream),
+                "launching the CUDA graph of " + program_.label);
+}
+
+void CudaExecutable::destroy(Graph g) noexcept { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g)); }
 
 // Captures `steps` steps on the executable's own stream. ThreadLocal mode: a
 // call this thread must not make during capture fails instead of being
 // silently captured or run, and other threads are not disturbed.
-cudaGraphExec_t CudaExecutable::capture(int64_t steps) {
-  const std::string what = "capturing " + std::to_string(steps) + " steps of " + program_.label +
-                           " as a CUDA graph (KILN_DISABLE=graphs runs without)";
+StepLauncher::Graph CudaExecutable::capture(int64_t steps) {
+  const std::string what = "capturing " + std::to_string(steps) + " steps of " + program_.label + " as a CUDA graph";
   cudaGraph_t graph = nullptr;
   {
     CudaBackend::Redirect redirect(index_, capture_stream_);
@@ -329,11 +334,7 @@ cudaGraphExec_t CudaExecutable::capture(int64_t steps) {
       cudaGetLastError();
     };
     try {
-      const Launch L = backend_.launch(index_);
-      for (int64_t s = 0; s < steps; ++s) {
-        advance_step(L, program_.table, &cursor_->next, &cursor_->current);
-        run_step(&cursor_->current);
-      }
+      for (int64_t s = 0; s < steps; ++s) run_cursor_step();
     } catch (const Error &e) {
       abandon();
       fail(e.status(), std::string(e.what()) + ", while " + what);
@@ -361,12 +362,8 @@ std::string CudaExecutable::describe() const {
     s += ", cudnn (" + std::to_string(cudnn_linear_) + " of " + std::to_string(linear_) + " linear, " +
          std::to_string(cudnn_backward_) + " of " + std::to_string(backward_) + " linear_backward)";
   if (!cudnn_.empty()) s += " [" + cudnn_ + "]";
-  if (!(program_.fast_path & kFastGraphs)) return s;
-  s += ", CUDA graphs";
-  if (graphs_.empty()) return s + " (captured at the second step)";
-  std::string lengths;
-  for (const auto &g : graphs_) lengths += (lengths.empty() ? "" : ", ") + std::to_string(g.first);
-  return s + " of " + lengths + " steps";
+  if (graphs_) s += ", " + graphs_->describe();
+  return s;
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // What the plugin's communicators share (src/dist/plugin): the failure that
-// breaks a communicator for good, the timeout, and with NCCL one GPU
-// communicator with the stream its collectives run on, polled against the
-// timeout. MpiCollective (mpi_collective.cpp) and LocalCollective
+// breaks a communicator for good, the timeout, and with NCCL one nonblocking
+// GPU communicator with the stream its collectives run on, its creation and
+// its collectives polled against the timeout and abort(). MpiCollective (mpi_collective.cpp) and LocalCollective
 // (local_collective.cpp) build on it.
 #pragma once
 
@@ -41,12 +41,54 @@ inline double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+#ifdef KILN_DIST_NCCL
+// Every NCCL communicator of the plugin is nonblocking: its creation (which
+// waits for every rank to connect), its enqueues and its finalization return
+// ncclInProgress at once and are polled (nccl_poll) against the timeout and
+// abort(), so a peer that never comes cannot hang the host thread.
+inline ncclConfig_t nonblocking_config() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
+}
+
+// Waits while comm's state is ncclInProgress and returns the state it
+// settles in (ncclSuccess or the error), or ncclInProgress when give_up()
+// returned true first (the deadline passed or abort() was called: the caller
+// then aborts the communicator). Spins briefly, then yields, then sleeps.
+template <class GiveUp>
+ncclResult_t nccl_poll(ncclComm_t comm, GiveUp give_up) {
+  const Clock::time_point start = Clock::now();
+  for (;;) {
+    ncclResult_t state = ncclInProgress;
+    const ncclResult_t rc = ncclCommGetAsyncError(comm, &state);
+    if (rc != ncclSuccess) return rc;
+    if (state != ncclInProgress) return state;
+    if (give_up()) return ncclInProgress;
+    const double waited = seconds_since(start);
+    if (waited < 0.001) continue;
+    if (waited < 1) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// Finalizes comm (flushing what it queued) within timeout seconds, then
+// frees it; aborts it instead when that does not settle in time.
+inline void nccl_close(ncclComm_t comm, double timeout) {
+  const Clock::time_point start = Clock::now();
+  ncclResult_t rc = ncclCommFinalize(comm);
+  if (rc == ncclInProgress) rc = nccl_poll(comm, [&] { return seconds_since(start) > timeout; });
+  if (rc == ncclSuccess) ncclCommDestroy(comm);
+  else ncclCommAbort(comm);
+}
+#endif
+
 class PluginCollective : public Collective {
  public:
   ~PluginCollective() override {
 #ifdef KILN_DIST_NCCL
     if (nccl_) {
-      if (broken_.empty()) ncclCommDestroy(nccl_);
+      if (broken_.empty()) nccl_close(nccl_, timeout_);
       else ncclCommAbort(nccl_);  // a collective may still be pending
     }
     if (ready_) cudaEventDestroy(ready_);
@@ -115,7 +157,24 @@ class PluginCollective : public Collective {
   void cuda_call(cudaError_t rc, const char *what) {
     if (rc != cudaSuccess) break_with(std::string(what) + " failed: " + cudaGetErrorString(rc));
   }
+  // A call on nccl_: on a nonblocking communicator it may return
+  // ncclInProgress (creation always does), and is then polled until it
+  // settles, the timeout passes or abort() is called; those two abort the
+  // communicator and break this one.
   void nccl_call(ncclResult_t rc, const char *what) {
+    if (rc == ncclInProgress) {
+      const Clock::time_point start = Clock::now();
+      rc = nccl_poll(nccl_, [&] { return aborted() || seconds_since(start) > timeout_; });
+      if (rc == ncclInProgress) {
+        const bool late = !aborted();
+        ncclCommAbort(nccl_);
+        nccl_ = nullptr;
+        if (!late) break_with(std::string(what) + " " + abort_message());
+        break_with(std::string(what) + " did not complete within " + std::to_string(timeout_) +
+                   " s: a peer rank died, hangs or is not making the same calls (timeout: "
+                   "kiln_communicator_set_timeout or KILN_DIST_TIMEOUT)");
+      }
+    }
     if (rc != ncclSuccess) break_with(std::string(what) + " failed: " + ncclGetErrorString(rc));
   }
 

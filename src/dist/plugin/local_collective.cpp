@@ -1,5 +1,6 @@
 // libkiln_dist.so: communicators over the GPUs of one process, one per GPU,
-// from NCCL alone (ncclCommInitAll; no MPI). Each is a rank: its own thread
+// from NCCL alone (one group of nonblocking ncclCommInitRankConfig, polled
+// against KILN_DIST_TIMEOUT; no MPI). Each is a rank: its own thread
 // drives a trainer on its GPU, and the ranks meet in every collective, as
 // processes do under mpirun. Host buffers (the few numbers a trainer
 // exchanges: metrics, counters, a configuration hash) are staged through a
@@ -19,7 +20,7 @@ namespace {
 
 class LocalCollective final : public PluginCollective {
  public:
-  // Takes over comm, a rank of ncclCommInitAll over `size` GPUs.
+  // Takes over comm, rank `rank` of init_local's communicators over `size` GPUs.
   LocalCollective(ncclComm_t comm, int64_t device, int64_t rank, int64_t size) {
     nccl_ = comm;
     nccl_device_ = device;
@@ -109,6 +110,49 @@ class LocalCollective final : public PluginCollective {
   int64_t scratch_bytes_ = 0;
 };
 
+// One nonblocking communicator per device, rank i on devices[i], created as
+// one NCCL group and polled until every rank is up or `timeout` seconds
+// pass (ncclCommInitAll would block with no bound). On failure every
+// communicator made so far is aborted and the reason is in *why.
+kiln_status init_local(const int64_t *devices, int64_t count, double timeout, std::vector<ncclComm_t> &comms,
+                       std::string *why) {
+  auto nccl_failed = [&](const char *what, ncclResult_t rc) {
+    *why = std::string(what) + " failed: " + ncclGetErrorString(rc);
+    return KILN_ERROR_DEVICE_UNAVAILABLE;
+  };
+  ncclUniqueId id{};
+  ncclResult_t rc = ncclGetUniqueId(&id);
+  if (rc != ncclSuccess) return nccl_failed("ncclGetUniqueId", rc);
+  int previous = 0;
+  if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+  rc = ncclGroupStart();
+  for (int64_t i = 0; i < count && rc == ncclSuccess; ++i) {
+    if (cudaSetDevice(int(devices[i])) != cudaSuccess) {
+      *why = "cudaSetDevice(" + std::to_string(devices[i]) + ") failed: " + cudaGetErrorString(cudaGetLastError());
+      ncclGroupEnd();
+      for (ncclComm_t c : comms) if (c) ncclCommAbort(c);
+      if (previous >= 0) cudaSetDevice(previous);
+      return KILN_ERROR_DEVICE_UNAVAILABLE;
+    }
+    ncclConfig_t config = nonblocking_config();
+    rc = ncclCommInitRankConfig(&comms[size_t(i)], int(count), id, int(i), &config);
+    if (rc == ncclInProgress) rc = ncclSuccess;
+  }
+  const ncclResult_t group = ncclGroupEnd();
+  if (previous >= 0) cudaSetDevice(previous);
+  if (rc == ncclSuccess && group != ncclInProgress) rc = group;
+  const Clock::time_point start = Clock::now();
+  for (size_t i = 0; i < comms.size() && rc == ncclSuccess; ++i)
+    if (comms[i]) rc = nccl_poll(comms[i], [&] { return seconds_since(start) > timeout; });
+  if (rc == ncclSuccess) return KILN_OK;
+  for (ncclComm_t c : comms) if (c) ncclCommAbort(c);
+  if (rc == ncclInProgress) {
+    *why = "the NCCL communicators did not come up within " + std::to_string(timeout) + " s (KILN_DIST_TIMEOUT)";
+    return KILN_ERROR_COMMUNICATION;
+  }
+  return nccl_failed("ncclCommInitRankConfig", rc);
+}
+
 }  // namespace
 }  // namespace kiln::dist
 
@@ -120,23 +164,30 @@ __attribute__((visibility("default"))) kiln_status kiln_dist_create_local(const 
                                                                           kiln::Collective **out, char *reason,
                                                                           int64_t reason_size) {
 #ifdef KILN_DIST_NCCL
-  std::vector<int> list(devices, devices + count);
   std::vector<ncclComm_t> comms(size_t(count), nullptr);
-  ncclResult_t rc = ncclCommInitAll(comms.data(), int(count), list.data());
-  if (rc != ncclSuccess) {
-    std::snprintf(reason, size_t(reason_size), "ncclCommInitAll failed: %s", ncclGetErrorString(rc));
-    return KILN_ERROR_DEVICE_UNAVAILABLE;
-  }
   int64_t made = 0;
   try {
+    std::string why;
+    const kiln_status status = kiln::dist::init_local(devices, count, kiln::dist::timeout_from_env(), comms, &why);
+    if (status != KILN_OK) {
+      std::snprintf(reason, size_t(reason_size), "%s", why.c_str());
+      return status;
+    }
     for (; made < count; ++made)
       out[made] = new kiln::dist::LocalCollective(comms[size_t(made)], devices[made], made, count);
     return KILN_OK;
   } catch (const kiln::Error &e) {
     std::snprintf(reason, size_t(reason_size), "%s", e.what());
-    for (int64_t i = 0; i < made; ++i) delete out[i];  // each destroys its NCCL communicator
-    for (int64_t i = made; i < count; ++i) ncclCommAbort(comms[size_t(i)]);
+    for (int64_t i = 0; i < made; ++i) delete out[i];  // each closes its NCCL communicator
+    for (int64_t i = made; i < count; ++i)
+      if (comms[size_t(i)]) ncclCommAbort(comms[size_t(i)]);
     return e.status();
+  } catch (const std::exception &e) {
+    std::snprintf(reason, size_t(reason_size), "%s", e.what());
+    for (int64_t i = 0; i < made; ++i) delete out[i];
+    for (int64_t i = made; i < count; ++i)
+      if (comms[size_t(i)]) ncclCommAbort(comms[size_t(i)]);
+    return KILN_ERROR_INTERNAL;
   }
 #else
   std::snprintf(reason, size_t(reason_size),

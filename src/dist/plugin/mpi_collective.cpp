@@ -220,15 +220,19 @@ class MpiCollective final : public PluginCollective {
 #ifdef KILN_DIST_NCCL
   // The NCCL communicator of this rank's GPU, created on first use: every
   // rank reaches its first GPU collective together, so the unique id of rank
-  // 0 can be broadcast over MPI then.
+  // 0 can be broadcast over MPI then. Nonblocking and polled (engine.hpp): a
+  // rank that died before its first GPU collective makes this one fail
+  // within the timeout instead of waiting in NCCL's bootstrap forever.
   void nccl_for(Device device) {
     if (nccl_) return check_nccl_device(device);
     ncclUniqueId id{};
     if (rank_ == 0) nccl_call(ncclGetUniqueId(&id), "ncclGetUniqueId");
     broadcast(Device::cpu(), &id, sizeof id, 0);
     cuda_call(cudaSetDevice(int(device.index)), "cudaSetDevice");
-    cuda_call(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    nccl_call(ncclCommInitRank(&nccl_, int(size_), id, int(rank_)), "ncclCommInitRank");
+    if (!stream_) cuda_call(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    ncclConfig_t config = nonblocking_config();
+    nccl_call(ncclCommInitRankConfig(&nccl_, int(size_), id, int(rank_), &config),
+              "creating the NCCL communicator (ncclCommInitRankConfig, at every rank's first GPU collective)");
     nccl_device_ = device.index;
   }
 
@@ -265,8 +269,6 @@ class MpiCollective final : public PluginCollective {
 }  // namespace kiln::dist
 
 extern "C" {
-
-__attribute__((visibility("default"))) int kiln_dist_interface_version(void) { return kiln::kDistInterfaceVersion; }
 
 __attribute__((visibility("default"))) kiln::Collective *kiln_dist_create_mpi(kiln_status *status, char *reason,
                                                                               int64_t reason_size) {

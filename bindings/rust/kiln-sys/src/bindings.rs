@@ -1805,10 +1805,12 @@ pub const kiln_fast_path_KILN_FAST_PATH_ALL: kiln_fast_path = 7;
 #[doc = " with every part off within float rounding."]
 pub type kiln_fast_path = ::std::os::raw::c_uint;
 extern "C" {
-    #[doc = " The kiln_fast_path bits a trainer may use (default KILN_FAST_PATH_ALL; 0"]
-    #[doc = " runs every step as the plain sequence of kernels). The environment"]
-    #[doc = " variable KILN_DISABLE, a comma-separated list of \"epilogues\", \"graphs\","]
-    #[doc = " \"cudnn\" or \"all\", removes more when the trainer is created"]
+    #[doc = " The kiln_fast_path bits a trainer may use (default KILN_FAST_PATH_EPILOGUES"]
+    #[doc = " | KILN_FAST_PATH_GRAPHS: cuDNN stays off until a GPU run shows it correct"]
+    #[doc = " and faster; 0 runs every step as the plain sequence of kernels). When the"]
+    #[doc = " trainer is created, the environment variable KILN_ENABLE adds the parts it"]
+    #[doc = " names and KILN_DISABLE removes those it names (disabling wins); each is a"]
+    #[doc = " comma-separated list of \"epilogues\", \"graphs\", \"cudnn\" or \"all\""]
     #[doc = " (KILN_ERROR_INVALID_ARGUMENT there for an unknown name)."]
     #[doc = " KILN_ERROR_INVALID_ARGUMENT for bits outside KILN_FAST_PATH_ALL."]
     pub fn kiln_trainer_options_set_fast_path(
@@ -1820,7 +1822,7 @@ extern "C" {
     #[doc = " A trainer for model on the model's device; it keeps the model alive and"]
     #[doc = " copies options (NULL = defaults); the caller owns *out. NOT_SUPPORTED for"]
     #[doc = " TF32 on the CPU and TF32/BF16 with an f64 model; INVALID_ARGUMENT for an"]
-    #[doc = " unknown name in KILN_DISABLE. Used by one thread at a time, and while it"]
+    #[doc = " unknown name in KILN_ENABLE or KILN_DISABLE. Used by one thread at a time, and while it"]
     #[doc = " trains, no other thread may change or run the model."]
     pub fn kiln_trainer_create(
         model: *mut kiln_model,

@@ -259,7 +259,8 @@ impl FastPath {
     pub const GRAPHS: FastPath = FastPath(sys::kiln_fast_path_KILN_FAST_PATH_GRAPHS);
     /// cuDNN's fused graphs.
     pub const CUDNN: FastPath = FastPath(sys::kiln_fast_path_KILN_FAST_PATH_CUDNN);
-    /// Every part: kiln's default.
+    /// Every part (kiln's default is `EPILOGUES | GRAPHS`: cuDNN stays off
+    /// until a GPU run shows it correct and faster).
     pub const ALL: FastPath = FastPath(sys::kiln_fast_path_KILN_FAST_PATH_ALL);
 
     /// The kiln_fast_path bits.
@@ -356,10 +357,10 @@ pub struct TrainerOptions {
     pub shuffle_seed: Option<u64>,
     /// Fp32 by default; Tf32 and Bf16 need an F32 model.
     pub precision: Option<Precision>,
-    /// The fast-path parts the trainer may use (default `FastPath::ALL`). The
-    /// environment variable KILN_DISABLE (a comma-separated list of
-    /// "epilogues", "graphs", "cudnn" or "all") removes more when the trainer
-    /// is made.
+    /// The fast-path parts the trainer may use (default `EPILOGUES | GRAPHS`).
+    /// When the trainer is made the environment variable KILN_ENABLE adds
+    /// parts and KILN_DISABLE removes them (each a comma-separated list of
+    /// "epilogues", "graphs", "cudnn" or "all"; disabling wins).
     pub fast_path: Option<FastPath>,
     /// `Trainer::fit_with`'s callback runs every this many batches (default
     /// 0: once per epoch only).

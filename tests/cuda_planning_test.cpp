@@ -1,0 +1,361 @@
+// The CUDA plugin's host-side planning, which is plain C++ (no CUDA) in
+// kiln_internal, so it runs here without a GPU:
+//  - GraphRuns (planning/graph_runs.hpp) against a step launcher that can
+//    fail a capture or a launch: every step runs exactly once, in order,
+//    whatever fails, graphs go off for good after a failure with one report,
+//    the cache limits hold, and every captured graph is destroyed once;
+//  - plan_epilogues (planning/epilogue_plan.hpp) on step programs built op
+//    by op: which products pair into which cuBLASLt epilogues, and what
+//    happens when the heuristic refuses one half of a pair;
+//  - lt_product (planning/lt_layout.hpp): the column-major layouts and
+//    leading dimensions handed to cuBLASLt, run through a naive strided
+//    column-major product with cuBLAS's semantics and compared with the
+//    row-major product computed directly.
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/planning/epilogue_plan.hpp"
+#include "backend/cuda/planning/graph_runs.hpp"
+#include "backend/cuda/planning/lt_layout.hpp"
+#include "backend_harness.hpp"
+#include "core/error.hpp"
+
+using namespace kiln;
+using namespace kiln::cuda;
+using kiln::test::g_case;
+
+namespace {
+
+void check(bool ok, const std::string &what) { kiln::test::expect(ok, what); }
+
+// ---- graph runs ---------------------------------------------------------------
+
+// Applies steps as a device would: through the cursor, through captured
+// graphs (each `steps` steps from the cursor), or from the table.
+class FakeLauncher final : public StepLauncher {
+ public:
+  std::vector<int64_t> applied;      // steps in the order they ran
+  std::vector<int64_t> captured;     // lengths, in capture order
+  std::multiset<Graph> destroyed;
+  int captures = 0, launches = 0;    // calls so far
+  int fail_capture = -1;             // the capture call (0-based) that fails; -1: none
+  int fail_launch = -1;              // the launch call (0-based) that fails
+  int64_t cursor = -1;
+
+  void set_cursor(int64_t first) override { cursor = first; }
+  void run_cursor_step() override { applied.push_back(cursor++); }
+  Graph capture(int64_t steps) override {
+    if (captures++ == fail_capture)
+      fail(KILN_ERROR_BACKEND, "cudaStreamEndCapture failed: cudaErrorStreamCaptureUnsupported (planted)");
+    captured.push_back(steps);
+    lengths_[graph_id(captured.size())] = steps;
+    return graph_id(captured.size());
+  }
+  void launch(Graph g) override {
+    if (launches++ == fail_launch) fail(KILN_ERROR_BACKEND, "cudaGraphLaunch failed (planted)");
+    for (int64_t s = 0; s < lengths_.at(g); ++s) applied.push_back(cursor++);
+  }
+  void destroy(Graph g) noexcept override { destroyed.insert(g); }
+  void run_table_steps(int64_t first, int64_t count) override {
+    for (int64_t s = first; s < first + count; ++s) applied.push_back(s);
+  }
+  size_t graphs_made() const { return captured.size(); }
+
+ private:
+  static Graph graph_id(size_t n) { return reinterpret_cast<Graph>(uintptr_t(n)); }
+  std::map<Graph, int64_t> lengths_;
+};
+
+// Steps 0 .. n - 1, each once, in order.
+bool each_step_once(const std::vector<int64_t> &applied, int64_t n) {
+  if (int64_t(applied.size()) != n) return false;
+  for (int64_t i = 0; i < n; ++i)
+    if (applied[size_t(i)] != i) return false;
+  return true;
+}
+
+void graph_runs() {
+  g_case = "graphs: a plain epoch";
+  {
+    FakeLauncher f;
+    std::vector<std::string> reports;
+    {
+      GraphRuns runs(f, [&](const std::string &why) { reports.push_back(why); });
+      runs.run(0, 10);    // the first step eager, then a graph of 9
+      runs.run(10, 9);    // the same length: the cached graph
+      runs.run(19, 1);    // the one-step graph
+      runs.run(20, 0);    // nothing
+      check(each_step_once(f.applied, 20), "steps 0..19 ran once each, in order");
+      check(f.captured == std::vector<int64_t>({9, 1}), "graphs of 9 and 1 steps, each captured once");
+      check(reports.empty() && !runs.fell_back(), "no fallback");
+      check(runs.describe() == "CUDA graphs of 1, 9 steps", "describe: " + runs.describe());
+    }
+    check(f.destroyed.size() == 2, "both graphs destroyed once");
+  }
+
+  g_case = "graphs: the first capture fails";
+  {
+    FakeLauncher f;
+    f.fail_capture = 0;
+    std::vector<std::string> reports;
+    GraphRuns runs(f, [&](const std::string &why) { reports.push_back(why); });
+    runs.run(0, 10);  // warm step, capture(9) fails: 1..9 eagerly
+    runs.run(10, 5);  // eager from now on, no capture tried
+    runs.run(15, 1);
+    check(each_step_once(f.applied, 16), "steps 0..15 ran once each, in order (the warm step counted)");
+    check(f.captures == 1, "no capture is tried again after one failed");
+    check(reports.size() == 1 && reports[0].find("cudaErrorStreamCaptureUnsupported") != std::string::npos,
+          "the reason is reported once");
+    check(runs.fell_back() && runs.describe().find("off after a failed capture") != std::string::npos,
+          "describe says graphs are off");
+  }
+
+  g_case = "graphs: a later capture fails, earlier graphs go";
+  {
+    FakeLauncher f;
+    f.fail_capture = 1;  // the graph of 9 is made, the one of 4 fails
+    int reports = 0;
+    {
+      GraphRuns runs(f, [&](const std::string &) { ++reports; });
+      runs.run(0, 10);
+      runs.run(10, 4);
+      runs.run(14, 9);  // the graph of 9 is gone too: eager
+      check(each_step_once(f.applied, 23), "steps 0..22 ran once each, in order");
+      check(reports == 1, "one report");
+      check(f.destroyed.size() == 1, "the graph made before the failure was destroyed at the fallback");
+    }
+    check(f.destroyed.size() == 1, "and not destroyed twice");
+  }
+
+  g_case = "graphs: a launch fails midway through one-step graphs";
+  {
+    FakeLauncher f;
+    f.fail_launch = 3;  // long runs replay the one-step graph; its 4th launch fails
+    GraphRuns runs(f, nullptr);
+    runs.run(0, 1 + GraphRuns::kMaxGraphSteps + 6);
+    check(each_step_once(f.applied, 1 + GraphRuns::kMaxGraphSteps + 6),
+          "every step ran once: three by graph, the rest eagerly");
+    check(f.captured == std::vector<int64_t>({1}), "only the one-step graph: longer runs are not captured");
+    check(runs.fell_back(), "graphs are off");
+  }
+
+  g_case = "graphs: at most kMaxGraphs lengths";
+  {
+    FakeLauncher f;
+    GraphRuns runs(f, nullptr);
+    int64_t next = 0;
+    runs.run(next, 1), next += 1;  // the warm step
+    for (int64_t len = 2; len < 2 + int64_t(GraphRuns::kMaxGraphs) + 3; ++len) runs.run(next, len), next += len;
+    check(each_step_once(f.applied, next), "every step ran once, in order");
+    check(f.graphs_made() == GraphRuns::kMaxGraphs + 1, "kMaxGraphs lengths and the one-step graph");
+  }
+
+  g_case = "graphs: the warm step alone";
+  {
+    FakeLauncher f;
+    f.fail_capture = 0;
+    int reports = 0;
+    GraphRuns runs(f, [&](const std::string &) { ++reports; });
+    runs.run(5, 1);
+    check(f.applied == std::vector<int64_t>({5}) && f.captures == 0 && reports == 0,
+          "one step: eager, nothing captured");
+    runs.run(6, 2);
+    check(f.applied == std::vector<int64_t>({5, 6, 7}) && reports == 1, "then the failed capture falls back");
+  }
+}
+
+// ---- epilogue planning --------------------------------------------------------
+
+// Distinct fake addresses for the buffers of a program (never dereferenced).
+void *buf(int n) { return reinterpret_cast<void *>(uintptr_t(0x1000 * n)); }
+
+LinearOp linear(int64_t rows, int64_t in, int64_t out, int x, int y, int b, UnaryOp act, DType t = DType::F32) {
+  LinearOp op;
+  op.t = t, op.rows = rows, op.in = in, op.out = out;
+  op.x = buf(x), op.w = buf(100 + y), op.b = b ? buf(b) : nullptr, op.y = buf(y);
+  op.act = act;
+  return op;
+}
+
+LinearBackwardOp backward(const LinearOp &f, int dy, int dx, int db) {
+  LinearBackwardOp op;
+  op.t = f.t, op.rows = f.rows, op.in = f.in, op.out = f.out;
+  op.dy = buf(dy), op.x = f.x, op.w = f.w, op.y = f.y, op.pre = f.pre, op.act = f.act;
+  op.dw = buf(200 + dy), op.db = db ? buf(db) : nullptr, op.dx = dx ? buf(dx) : nullptr;
+  return op;
+}
+
+// 784-32-10 with ReLU: [gather, linear0, linear1, loss, backward1, backward0, sgd].
+std::vector<StepOp> mlp(UnaryOp hidden = UnaryOp::Relu, DType t = DType::F32) {
+  const LinearOp l0 = linear(128, 784, 32, 1, 2, 3, hidden, t), l1 = linear(128, 32, 10, 2, 4, 5, UnaryOp::Identity, t);
+  return {GatherOp{}, l0, l1, LossOp{}, backward(l1, 10, 11, 12), backward(l0, 11, 0, 13), SgdOp{}};
+}
+
+std::string describe(const EpiloguePlan &p) {
+  std::string s;
+  for (const FusedProduct &f : p.products) {
+    s += (s.empty() ? "" : " ") + std::to_string(f.op) + ":" +
+         (f.product == ProductKind::Forward ? "fwd" : f.product == ProductKind::WeightGrad ? "dw" : "dx") + "=" +
+         epilogue_name(f.epilogue) + (f.pair >= 0 ? "#" + std::to_string(f.pair) : "");
+  }
+  return s;
+}
+
+EpiloguePlan plan_with(const std::vector<StepOp> &ops, uint32_t fast,
+                       const std::function<bool(const FusedProduct &)> &try_fuse) {
+  return plan_epilogues(ops, fast, find_relu_pairs(ops, fast), try_fuse);
+}
+
+void epilogue_planning() {
+  const auto accept = [](const FusedProduct &) { return true; };
+
+  g_case = "epilogues: an MLP with a ReLU layer";
+  {
+    const auto ops = mlp();
+    const auto pairs = find_relu_pairs(ops, kFastDefault);
+    check(pairs.size() == 1 && pairs[0].forward == 1 && pairs[0].above == 4 && pairs[0].below == 5,
+          "one ReLU pair: forward 1, above 4, below 5");
+    check(pairs[0].mask_ld == 128 && pairs[0].mask_bytes == 128 / 8 * 128, "the mask: 128 bits per row, 128 rows");
+    const EpiloguePlan p = plan_with(ops, kFastDefault, accept);
+    check(describe(p) == "1:fwd=RELU_AUX_BIAS#0 2:fwd=BIAS 4:dw=BGRADB 4:dx=DRELU_BGRAD#0",
+          "products: " + describe(p));
+    check(p.used == std::vector<bool>({true}) && p.act_done[5] && !p.act_done[4],
+          "the lower layer's backward finds dy * relu' and db done");
+  }
+
+  g_case = "epilogues: the heuristic refuses DRELU_BGRAD";
+  {
+    const EpiloguePlan p = plan_with(mlp(), kFastDefault, [](const FusedProduct &f) {
+      return f.epilogue != EpilogueKind::DReluBgrad;
+    });
+    check(describe(p) == "1:fwd=RELU_BIAS 2:fwd=BIAS 4:dw=BGRADB 5:dw=BGRADB",
+          "the pair goes, each layer keeps its plain epilogues: " + describe(p));
+    check(p.used == std::vector<bool>({false}) && !p.act_done[5], "nothing is left done for the lower layer");
+  }
+
+  g_case = "epilogues: the heuristic refuses everything";
+  {
+    const EpiloguePlan p = plan_with(mlp(), kFastDefault, [](const FusedProduct &) { return false; });
+    check(p.products.empty() && !p.act_done[5], "every product runs as plain cuBLAS and kernels");
+  }
+
+  g_case = "epilogues: switched off, f64, GELU, a kept pre-activation";
+  {
+    check(plan_with(mlp(), kFastGraphs, accept).products.empty(), "without kFastEpilogues nothing is fused");
+    check(plan_with(mlp(UnaryOp::Relu, DType::F64), kFastDefault, accept).products.empty(), "f64: legacy cuBLAS");
+    const EpiloguePlan gelu = plan_with(mlp(UnaryOp::Gelu), kFastDefault, accept);
+    check(describe(gelu) == "2:fwd=BIAS 4:dw=BGRADB 5:dw=BGRADB", "GELU stays on kernels: " + describe(gelu));
+    auto ops = mlp();
+    std::get<LinearOp>(ops[1]).pre = buf(50);
+    std::get<LinearBackwardOp>(ops[5]).pre = buf(50);
+    check(describe(plan_with(ops, kFastDefault, accept)) == "2:fwd=BIAS 4:dw=BGRADB 5:dw=BGRADB",
+          "a kept pre-activation is not fused");
+  }
+
+  g_case = "epilogues: what may stand between the two backward ops";
+  {
+    auto ops = mlp();
+    AllReduceStartOp start;
+    ops.insert(ops.begin() + 5, CastOp{});
+    ops.insert(ops.begin() + 5, start);  // a gradient bucket after backward1: [.., 4 bw1, 5 start, 6 cast, 7 bw0, ..]
+    const EpiloguePlan p = plan_with(ops, kFastDefault, accept);
+    check(describe(p) == "1:fwd=RELU_AUX_BIAS#0 2:fwd=BIAS 4:dw=BGRADB 4:dx=DRELU_BGRAD#0",
+          "a bucket's start and cast keep the pair: " + describe(p));
+    auto with_dropout = mlp();
+    DropoutBackwardOp drop;
+    with_dropout.insert(with_dropout.begin() + 5, drop);
+    auto &below = std::get<LinearBackwardOp>(with_dropout[6]);
+    below.dy = buf(30);  // dropout's backward writes the dy the ReLU layer reads
+    check(find_relu_pairs(with_dropout, kFastDefault).empty(), "dropout between: no pair");
+  }
+
+  g_case = "epilogues: two ReLU layers, 300 features";
+  {
+    const LinearOp l0 = linear(64, 784, 300, 1, 2, 3, UnaryOp::Relu), l1 = linear(64, 300, 64, 2, 4, 5, UnaryOp::Relu),
+                   l2 = linear(64, 64, 10, 4, 6, 7, UnaryOp::Identity);
+    const std::vector<StepOp> ops = {l0, l1, l2, LossOp{}, backward(l2, 10, 11, 12), backward(l1, 11, 13, 14),
+                                     backward(l0, 13, 0, 15), AdamOp{}};
+    const auto pairs = find_relu_pairs(ops, kFastAll);
+    check(pairs.size() == 2 && pairs[0].mask_ld == 128 && pairs[1].mask_ld == 384,
+          "two pairs; 300 features round up to 384 bits");
+    const EpiloguePlan p = plan_with(ops, kFastAll, accept);
+    // Layer 1's db comes from layer 2's DRELU_BGRAD, so its dW product takes none.
+    check(describe(p) == "0:fwd=RELU_AUX_BIAS#1 1:fwd=RELU_AUX_BIAS#0 2:fwd=BIAS 4:dw=BGRADB 4:dx=DRELU_BGRAD#0 "
+                         "5:dx=DRELU_BGRAD#1",
+          "products: " + describe(p));
+    check(p.act_done[5] && p.act_done[6] && !p.act_done[4], "both lower layers' ReLU gradients done above them");
+  }
+  check(relu_mask_ld(1) == 128 && relu_mask_ld(128) == 128 && relu_mask_ld(129) == 256, "mask ld rounds to 128");
+}
+
+// ---- cuBLASLt layouts -----------------------------------------------------------
+
+// C = op(A) op(B) with cuBLAS's column-major semantics and leading
+// dimensions (the naive triple loop, strided).
+void colmajor_gemm(bool transa, bool transb, int64_t m, int64_t n, int64_t k, const double *a, int64_t lda,
+                   const double *b, int64_t ldb, double *c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t l = 0; l < k; ++l) {
+        const double av = transa ? a[l + i * lda] : a[i + l * lda];
+        const double bv = transb ? b[j + l * ldb] : b[l + j * ldb];
+        s += av * bv;
+      }
+      c[i + j * ldc] = s;
+    }
+}
+
+void lt_layouts() {
+  g_case = "cuBLASLt layouts";
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> small(-8, 8);
+  const int64_t sizes[][3] = {{1, 1, 1}, {3, 5, 7}, {127, 1, 3}, {4, 130, 33}, {1, 64, 784}};
+  for (const auto &size : sizes)
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) {
+        GemmArgs g;
+        g.m = size[0], g.n = size[1], g.k = size[2], g.trans_a = ta, g.trans_b = tb;
+        const int64_t m = g.m, n = g.n, k = g.k;
+        // Row-major storage: A [m, k] (or [k, m] when trans_a), B [k, n] (or [n, k]).
+        std::vector<double> a(size_t(m * k)), b(size_t(k * n)), want(size_t(m * n)), got(size_t(m * n), -1);
+        for (double &v : a) v = small(rng);
+        for (double &v : b) v = small(rng);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double s = 0;
+            for (int64_t l = 0; l < k; ++l)
+              s += (ta ? a[size_t(l * m + i)] : a[size_t(i * k + l)]) * (tb ? b[size_t(j * k + l)] : b[size_t(l * n + j)]);
+            want[size_t(i * n + j)] = s;
+          }
+        const LtProduct p = lt_product(g);
+        const std::string where = "m n k " + std::to_string(m) + " " + std::to_string(n) + " " + std::to_string(k) +
+                                  (ta ? " A^T" : "") + (tb ? " B^T" : "");
+        // Each layout is a valid column-major description of the stored matrix.
+        for (const LtMatrix &mat : {p.first, p.second, p.out})
+          check(mat.ld >= mat.rows && mat.rows * mat.cols > 0, where + ": ld >= rows");
+        check(p.first.rows * p.first.cols == k * n && p.second.rows * p.second.cols == m * k &&
+                  p.out.rows == n && p.out.cols == m,
+              where + ": stored shapes");
+        // op(first) is [p.m, p.k] and op(second) [p.k, p.n] as cuBLAS reads them.
+        check((p.trans_first ? p.first.cols : p.first.rows) == p.m && (p.trans_second ? p.second.rows : p.second.cols) == p.n,
+              where + ": operand shapes agree with m, n, k");
+        colmajor_gemm(p.trans_first, p.trans_second, p.m, p.n, p.k, b.data(), p.first.ld, a.data(), p.second.ld,
+                      got.data(), p.out.ld);
+        check(got == want, where + ": the column-major product is the row-major one");
+      }
+}
+
+}  // namespace
+
+int main() {
+  graph_runs();
+  epilogue_planning();
+  lt_layouts();
+  return kiln::test::finish("cuda_planning_test");
+}
