@@ -152,7 +152,7 @@ setup_deps() {
     export KILN_CUDNN_PATH="$cudnn_root/lib" CUDNN_PATH="$cudnn_root" CUDNN_ROOT="$cudnn_root"
   fi
   if [[ -n $nccl_root ]]; then
-    export NCCL_HOME="$nccl_root"  # where src/dist/plugin/CMakeLists.txt looks for nccl.h and libnccl
+    export NCCL_HOME="$nccl_root"  # where src/distributed/plugin/CMakeLists.txt looks for nccl.h and libnccl
   fi
   # CMocka: the system's, KILN_CMOCKA_ROOT, or the carried .debs.
   cmocka=""

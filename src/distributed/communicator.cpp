@@ -1,10 +1,10 @@
-#include "dist/communicator.hpp"
+#include "distributed/communicator.hpp"
 
 #include <mutex>
 
 #include "backend/registry.hpp"
 #include "core/error.hpp"
-#include "dist/plugin.hpp"
+#include "distributed/plugin.hpp"
 
 namespace kiln {
 

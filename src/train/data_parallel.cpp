@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "core/error.hpp"
-#include "dist/communicator.hpp"
+#include "distributed/communicator.hpp"
 
 namespace kiln {
 
