@@ -2,15 +2,13 @@
 
 #include <mutex>
 
-#include "backend/registry.hpp"
 #include "core/error.hpp"
 #include "distributed/plugin.hpp"
+#include "plugin/loader.hpp"
 
 namespace kiln {
 
 namespace {
-
-constexpr const char *kPluginName = "libkiln_dist.so";
 
 struct Plugin {
   kiln_dist_create_mpi_fn create_mpi = nullptr;
@@ -26,10 +24,12 @@ const Plugin &plugin(const Context &ctx) {
   static Plugin p;
   std::call_once(once, [&] {
     const PluginLibrary library =
-        open_plugin(ctx, kPluginName, "distributed",
-                    "it needs Open MPI's libmpi (install openmpi-bin, or build kiln where MPI was found)",
-                    "kiln_dist_interface_version", kDistInterfaceVersion,
-                    {"kiln_dist_create_mpi", "kiln_dist_create_local"});
+        open_plugin({"libkiln_dist.so", "distributed",
+                     "it needs Open MPI's libmpi (install openmpi-bin, or build kiln where MPI was found)",
+                     {"kiln_dist_create_mpi", "kiln_dist_create_local"}, "kiln_dist_interface_version",
+                     kDistInterfaceVersion});
+    ctx.log(KILN_LOG_DEBUG, "the distributed plugin " + library.searched + ": " +
+                                (library.handle ? std::string("loaded") : library.error));
     p.error = library.error;
     if (!library.handle) return;
     p.create_mpi = reinterpret_cast<kiln_dist_create_mpi_fn>(library.symbol("kiln_dist_create_mpi"));

@@ -5,17 +5,15 @@
 
 #include <mutex>
 
-#include "backend/registry.hpp"
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
 #include "io/regular_file.hpp"
 #include "onnx/plugin.hpp"
+#include "plugin/loader.hpp"
 
 namespace kiln {
 
 namespace {
-
-constexpr const char *kPluginName = "libkiln_onnx.so";
 
 struct Plugin {
   kiln_onnx_export_fn export_graph = nullptr;
@@ -32,8 +30,10 @@ const Plugin &plugin(const Context &ctx) {
               "(scripts/install-deps.sh installs it; then rebuild to get libkiln_onnx.so)";
 #else
     const PluginLibrary library =
-        open_plugin(ctx, kPluginName, "ONNX", "it needs libonnx_proto and libprotobuf (Debian's libonnx1)",
-                    "kiln_onnx_interface_version", kOnnxInterfaceVersion, {"kiln_onnx_export", "kiln_onnx_import"});
+        open_plugin({"libkiln_onnx.so", "ONNX", "it needs libonnx_proto and libprotobuf (Debian's libonnx1)",
+                     {"kiln_onnx_export", "kiln_onnx_import"}, "kiln_onnx_interface_version", kOnnxInterfaceVersion});
+    ctx.log(KILN_LOG_DEBUG, "the ONNX plugin " + library.searched + ": " +
+                                (library.handle ? std::string("loaded") : library.error));
     p.error = library.error;
     if (!library.handle) return;
     p.export_graph = reinterpret_cast<kiln_onnx_export_fn>(library.symbol("kiln_onnx_export"));
