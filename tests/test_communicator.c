@@ -15,9 +15,14 @@
 #include <math.h>
 #include <string.h>
 
+#include "kiln/build_id.hpp" /* KILN_BUILD_ID, which the loader names when it refuses another build */
+
 static const kiln_device kCpu = {KILN_DEVICE_CPU, -1};
 
-static int no_plugin(void) { return getenv("KILN_TEST_NO_DIST_PLUGIN") != NULL; }
+/* KILN_BACKEND_PATH holds a libkiln_dist.so of another build
+ * (test_communicator_other_build), which the loader refuses. */
+static int other_build_plugin(void) { return getenv("KILN_TEST_OTHER_BUILD_DIST_PLUGIN") != NULL; }
+static int no_plugin(void) { return getenv("KILN_TEST_NO_DIST_PLUGIN") != NULL || other_build_plugin(); }
 
 /* The CPU cases; the _cuda twin runs only the GPU one (support.h). */
 static int cpu_cases(void) { return !kiln_test_cuda_run(); }
@@ -39,11 +44,28 @@ static void test_null_arguments(void **state) {
 }
 
 static void test_missing_plugin_is_device_unavailable(void **state) {
-  if (!no_plugin() || !cpu_cases()) skip();
+  if (!no_plugin() || other_build_plugin() || !cpu_cases()) skip();
   kiln_communicator *comm = NULL;
   assert_status(kiln_communicator_create_mpi(*state, &comm), KILN_ERROR_DEVICE_UNAVAILABLE);
   assert_last_error_contains("libkiln_dist.so");
   assert_null(comm);
+}
+
+/* A plugin linked against another build's libkiln needs that build's private
+ * version node: refused before any of its code runs, naming this libkiln's
+ * build ID. */
+static void test_plugin_of_another_build(void **state) {
+  if (!other_build_plugin() || !cpu_cases()) skip();
+  kiln_communicator *comm = NULL;
+  assert_status(kiln_communicator_create_mpi(*state, &comm), KILN_ERROR_DEVICE_UNAVAILABLE);
+  assert_last_error_contains("libkiln_dist.so");
+  assert_last_error_contains("KILN_PRIVATE_0123456789abcdef"); /* the node the plugin needs: its build */
+  assert_last_error_contains("it is from another build of kiln, this libkiln's build ID is " KILN_BUILD_ID);
+  assert_null(comm);
+  kiln_device gpu = {KILN_DEVICE_CUDA, 0};
+  kiln_communicator *local = NULL;
+  assert_int_not_equal(kiln_communicator_create_local(*state, &gpu, 1, &local), KILN_OK);
+  assert_null(local);
 }
 
 /* n samples (n <= kMaxSamples) for make_trainer's 6-8-3 model on dev, drawn
@@ -318,6 +340,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_null_arguments),
       cmocka_unit_test(test_missing_plugin_is_device_unavailable),
+      cmocka_unit_test(test_plugin_of_another_build),
       cmocka_unit_test(test_one_rank_job_trains_like_one_process),
       cmocka_unit_test(test_local_argument_checks),
       cmocka_unit_test(test_local_communicator_on_one_gpu),

@@ -19,8 +19,7 @@ namespace {
 // have started threads that run its code) and asks it for the backend.
 CudaBackendLoad load_cuda_plugin() {
   CudaBackendLoad load;
-  const PluginLibrary library = open_plugin({"libkiln_cuda.so", "CUDA", "", {"kiln_backend_cuda_create"},
-                                             "kiln_backend_interface_version", kBackendInterfaceVersion});
+  const PluginLibrary library = open_plugin({"libkiln_cuda.so", "CUDA", "", {"kiln_backend_cuda_create"}});
   load.searched = library.searched;
   if (!library.handle) {
     load.reason = library.error;

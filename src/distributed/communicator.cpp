@@ -26,8 +26,7 @@ const Plugin &plugin(const Context &ctx) {
     const PluginLibrary library =
         open_plugin({"libkiln_dist.so", "distributed",
                      "it needs Open MPI's libmpi (install openmpi-bin, or build kiln where MPI was found)",
-                     {"kiln_dist_create_mpi", "kiln_dist_create_local"}, "kiln_dist_interface_version",
-                     kDistInterfaceVersion});
+                     {"kiln_dist_create_mpi", "kiln_dist_create_local"}});
     ctx.log(KILN_LOG_DEBUG, "the distributed plugin " + library.searched + ": " +
                                 (library.handle ? std::string("loaded") : library.error));
     p.error = library.error;

@@ -31,7 +31,7 @@ const Plugin &plugin(const Context &ctx) {
 #else
     const PluginLibrary library =
         open_plugin({"libkiln_onnx.so", "ONNX", "it needs libonnx_proto and libprotobuf (Debian's libonnx1)",
-                     {"kiln_onnx_export", "kiln_onnx_import"}, "kiln_onnx_interface_version", kOnnxInterfaceVersion});
+                     {"kiln_onnx_export", "kiln_onnx_import"}});
     ctx.log(KILN_LOG_DEBUG, "the ONNX plugin " + library.searched + ": " +
                                 (library.handle ? std::string("loaded") : library.error));
     p.error = library.error;

@@ -7,12 +7,23 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kiln/build_id.hpp"
+
 namespace kiln {
 
 namespace {
 
 // Any function of libkiln: dladdr on it names the file libkiln was loaded from.
 void locate_libkiln() {}
+
+// A plugin's build ID for a message: at most 64 printable characters (a
+// foreign library may return anything).
+std::string quoted_id(const char *id) {
+  if (!id) return "(null)";
+  std::string s;
+  for (const char *c = id; *c && s.size() < 64; ++c) s += (*c >= 0x20 && *c < 0x7f) ? *c : '?';
+  return s;
+}
 
 }  // namespace
 
@@ -62,7 +73,17 @@ PluginLibrary open_plugin(const PluginRequest &request) {
   }
   void *library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (!library) {
-    p.error = std::string("cannot load ") + name + " (from " + origin + "): " + one_line(dlerror()) + needs;
+    const std::string why = one_line(dlerror());
+    p.error = std::string("cannot load ") + name + " (from " + origin + "): " + why;
+    // A plugin linked against another build's private symbols needs a
+    // version node this libkiln does not have (src/api/kiln.map.in).
+    if (why.find("KILN_PRIVATE_") != std::string::npos) {
+      p.error += "; it is from another build of kiln, this libkiln's build ID is " KILN_BUILD_ID
+                 ": install libkiln and its plugins from the same build";
+      p.refused = true;
+    } else {
+      p.error += needs;
+    }
     return p;
   }
   for (const char *symbol : request.symbols)
@@ -71,17 +92,16 @@ PluginLibrary open_plugin(const PluginRequest &request) {
       p.refused = true;
       return p;
     }
-  auto version_fn = reinterpret_cast<int (*)(void)>(dlsym(library, request.version_symbol));
-  if (!version_fn) {
-    p.error = name + " is not kiln's: it lacks " + request.version_symbol;
+  auto build_id_fn = reinterpret_cast<const char *(*)(void)>(dlsym(library, "kiln_plugin_build_id"));
+  if (!build_id_fn) {
+    p.error = name + " is not kiln's: it lacks kiln_plugin_build_id";
     p.refused = true;
     return p;
   }
-  if (version_fn() != request.version) {
-    std::string stem = request.file;
-    stem = stem.substr(0, stem.rfind(".so"));
-    p.error = name + " was built for interface " + std::to_string(version_fn()) + ", this library expects " +
-              std::to_string(request.version) + " (install libkiln and " + stem + " from the same build)";
+  const std::string id = quoted_id(build_id_fn());
+  if (id != KILN_BUILD_ID) {
+    p.error = name + " is from another build of kiln: its build ID is " + id + ", this libkiln's is " KILN_BUILD_ID
+              "; install libkiln and its plugins from the same build";
     p.refused = true;
     return p;
   }

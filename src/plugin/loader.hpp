@@ -3,9 +3,19 @@
 // (distributed/plugin.hpp) and libkiln_onnx.so (onnx/plugin.hpp), are found,
 // opened and checked here, the same way: from one directory, once per
 // process, never unloaded, and refused unless they export every entry point
-// asked for and come from the same build as libkiln (plugin/identity.hpp).
-// Each plugin's own file knows only its entry points and what to say when
-// its libraries are missing.
+// asked for and come from the same build as libkiln.
+//
+// The identity rule: a build ID, computed at build time over every header of
+// kiln and the compiler (cmake/build_id.cmake), is compiled into libkiln and
+// into each plugin, which exports it as
+//     extern "C" const char *kiln_plugin_build_id(void);
+// (plugin/identity.cpp, a source of every plugin). A plugin whose ID differs
+// is refused with both IDs in the message. The plugins use libkiln's own
+// internal symbols (one copy in a process), exported under a version node
+// named after the same ID, so the dynamic loader already refuses a plugin of
+// another build that links them; see docs/plugins.md. Each plugin's own file
+// knows only its entry points and what to say when its libraries are
+// missing.
 #pragma once
 
 #include <initializer_list>
@@ -26,12 +36,8 @@ struct PluginRequest {
   // What the plugin's own libraries are and where they come from, added to
   // a loader failure ("" for nothing to add).
   const char *needs;
-  // The entry points it must export besides the version.
+  // The entry points it must export besides kiln_plugin_build_id.
   std::initializer_list<const char *> symbols;
-  // An int (*)(void) it exports, which must return `version`: the
-  // interface libkiln was built with.
-  const char *version_symbol;
-  int version;
 };
 
 struct PluginLibrary {

@@ -266,8 +266,6 @@ class MpiCollective final : public PluginCollective {
 
 extern "C" {
 
-__attribute__((visibility("default"))) int kiln_dist_interface_version(void) { return kiln::kDistInterfaceVersion; }
-
 __attribute__((visibility("default"))) kiln::Collective *kiln_dist_create_mpi(kiln_status *status, char *reason,
                                                                               int64_t reason_size) {
   try {
