@@ -190,8 +190,7 @@ TrainerOptions options_for(int64_t batch) {
   o.optimizer.kind = KILN_OPTIM_SGD;
   o.optimizer.momentum = 0.9;
   o.batch_size = batch;
-  o.shuffle_seed_set = true;
-  o.shuffle_seed = 7;
+  set_option(o, Option::shuffle_seed, uint64_t(7));
   return o;
 }
 

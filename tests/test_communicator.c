@@ -237,7 +237,7 @@ static void test_data_parallel_device_list(void **state) {
   /* Gradient buckets: bytes >= 0 (their effect: dist_test, data_parallel_test). */
   assert_status(kiln_trainer_options_set_bucket_bytes(NULL, 1024), KILN_ERROR_INVALID_ARGUMENT);
   assert_status(kiln_trainer_options_set_bucket_bytes(o, -1), KILN_ERROR_INVALID_ARGUMENT);
-  assert_last_error_contains("bucket size must be >= 0 bytes");
+  assert_last_error_contains("bucket_bytes must be >= 0, got -1");
   assert_kiln_ok(kiln_trainer_options_set_bucket_bytes(o, INT64_MAX));
   assert_kiln_ok(kiln_trainer_options_set_bucket_bytes(o, 0));
 

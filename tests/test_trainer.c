@@ -284,7 +284,9 @@ static void test_schedules(void **state) {
 
   /* Bad schedule values. */
   assert_status(kiln_trainer_options_set_schedule(o, KILN_LR_STEP, 0, 0.1, 0, 0), KILN_ERROR_INVALID_ARGUMENT);
-  assert_last_error_contains("step_size");
+  assert_last_error_contains("step_size must be >= 1, got 0 (with the step schedule)");
+  /* The step schedule's values are ignored by the others, and not checked. */
+  assert_kiln_ok(kiln_trainer_options_set_schedule(o, KILN_LR_COSINE, 0, -1, 10, 0));
   assert_status(kiln_trainer_options_set_schedule(o, KILN_LR_STEP, 1, -1, 0, 0), KILN_ERROR_INVALID_ARGUMENT);
   assert_status(kiln_trainer_options_set_schedule(o, KILN_LR_COSINE, 1, 0.1, -5, 0), KILN_ERROR_INVALID_ARGUMENT);
   assert_status(kiln_trainer_options_set_schedule(o, (kiln_lr_schedule)9, 1, 0.1, 0, 0), KILN_ERROR_INVALID_ARGUMENT);
@@ -582,9 +584,16 @@ static void test_step_errors(void **state) {
   assert_status(kiln_trainer_options_set_lr(o, -1), KILN_ERROR_INVALID_ARGUMENT);
   assert_status(kiln_trainer_options_set_lr(o, NAN), KILN_ERROR_INVALID_ARGUMENT);
   assert_status(kiln_trainer_options_set_batch_size(o, 0), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("batch_size must be >= 1, got 0"); /* the range of options_table.h */
   assert_status(kiln_trainer_options_set_betas(o, 0.9, 1.0), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("beta2 must be in [0, 1), got 1");
   assert_status(kiln_trainer_options_set_eps(o, 0), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("eps must be > 0, got 0");
   assert_status(kiln_trainer_options_set_optimizer(o, (kiln_optimizer_kind)3), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("optimizer must be one of sgd, adam, adamw, got 3");
+  assert_status(kiln_trainer_options_set_fast_path(o, 8), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_options_set_bucket_bytes(o, -1), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_options_set_precision(o, (kiln_precision)3), KILN_ERROR_INVALID_ARGUMENT);
   assert_status(kiln_trainer_options_set_loss(o, (kiln_loss_kind)3), KILN_ERROR_INVALID_ARGUMENT);
   assert_status(kiln_trainer_options_set_grad_clip(o, -1), KILN_ERROR_INVALID_ARGUMENT);
   assert_status(kiln_trainer_options_set_progress_interval(o, -1), KILN_ERROR_INVALID_ARGUMENT);

@@ -1193,9 +1193,9 @@ KILN_NODISCARD KILN_API kiln_status kiln_communicator_set_timeout(kiln_communica
 
 /* Makes trainer one rank of DDP training over comm (see above); the trainer
  * keeps comm alive. Collective: every rank calls it. KILN_ERROR_INVALID_ARGUMENT
- * on every rank when the model spec, dtype or options (loss, lr, optimizer,
- * batch size, clipping, schedule, shuffle seed, precision, bucket bytes) differ between
- * ranks, naming the ranks; KILN_ERROR_NOT_SUPPORTED when comm cannot reduce
+ * on every rank when the model spec, dtype or options that shape a step
+ * (every option but the progress interval, fast path and devices) differ
+ * between ranks, naming the ranks and what differs; KILN_ERROR_NOT_SUPPORTED when comm cannot reduce
  * buffers of the trainer's device (a CUDA model with a plugin built without
  * NCCL); KILN_ERROR_COMMUNICATION when the exchange fails. From then on
  * kiln_trainer_step also averages gradients (every rank must call it, each

@@ -7,20 +7,6 @@
 
 namespace kiln {
 
-void check_schedule_config(const ScheduleConfig &c) {
-  check(c.kind >= KILN_LR_CONSTANT && c.kind <= KILN_LR_COSINE, KILN_ERROR_INVALID_ARGUMENT,
-        "unknown lr schedule " + std::to_string(int(c.kind)));
-  check(c.kind != KILN_LR_STEP || c.step_size >= 1, KILN_ERROR_INVALID_ARGUMENT,
-        "the step schedule's step_size must be >= 1, got " + std::to_string(c.step_size));
-  check(c.kind != KILN_LR_STEP || (std::isfinite(c.gamma) && c.gamma > 0), KILN_ERROR_INVALID_ARGUMENT,
-        "the step schedule's gamma must be > 0, got " + std::to_string(c.gamma));
-  check(c.total_steps >= 0, KILN_ERROR_INVALID_ARGUMENT,
-        "the cosine schedule's total_steps must be >= 0, got " + std::to_string(c.total_steps));
-  check(std::isfinite(c.min_lr) && c.min_lr >= 0, KILN_ERROR_INVALID_ARGUMENT,
-        "the cosine schedule's min_lr must be >= 0, got " + std::to_string(c.min_lr));
-  check(c.warmup >= 0, KILN_ERROR_INVALID_ARGUMENT, "warmup steps must be >= 0, got " + std::to_string(c.warmup));
-}
-
 double scheduled_lr(const ScheduleConfig &c, double lr, int64_t t, int64_t fit_total) {
   double value = lr;
   switch (c.kind) {

@@ -55,72 +55,43 @@ void check_host_labels(const Tensor &y, int64_t classes) {
 
 namespace {
 
-const char *precision_name(kiln_precision p) {
-  switch (p) {
-    case KILN_PRECISION_FP32: return "fp32";
-    case KILN_PRECISION_TF32: return "tf32";
-    case KILN_PRECISION_BF16: return "bf16";
-  }
-  return "?";
+// options, after check_options: the members initialised from them need them
+// valid.
+const TrainerOptions &checked(const TrainerOptions &options) {
+  check_options(options);
+  return options;
 }
 
-// FNV-1a, 64 bits: enough to tell two configurations apart, not a security
-// measure.
+// FNV-1a, 64 bits: enough to tell two settings apart, not a security measure.
 uint64_t fnv1a(const std::string &text) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
   return h;
 }
 
-// Everything that must be equal on every rank of a distributed run for the
-// ranks to compute the same update: the model and the options that shape a
-// step. Doubles as %a, exactly.
-std::string training_fingerprint(const Model &m, const TrainerOptions &o, kiln_precision precision) {
-  const OptimizerConfig c = o.resolved_optimizer();
-  const ScheduleConfig &sc = o.schedule;
-  char text[512];
-  std::snprintf(text, sizeof text,
-                "loss %d lr %a optim %d %a %d %a %a %a %a batch %lld clip %a schedule %d %lld %a %lld %a %lld "
-                "seed %d %llu precision %d buckets %lld",
-                int(o.loss), o.lr, int(c.kind), c.momentum, int(c.nesterov), c.weight_decay, c.beta1, c.beta2, c.eps,
-                static_cast<long long>(o.batch_size), o.grad_clip, int(sc.kind), static_cast<long long>(sc.step_size),
-                sc.gamma, static_cast<long long>(sc.total_steps), sc.min_lr, static_cast<long long>(sc.warmup),
-                int(o.shuffle_seed_set), static_cast<unsigned long long>(o.shuffle_seed), int(precision),
-                static_cast<long long>(o.bucket_bytes));
-  return m.description() + " " + dtype_name(m.dtype()) + " " + text;
+// Everything every rank of a data-parallel run must agree on to compute the
+// same update: the model and the options that shape a step, each as exact text.
+std::vector<std::pair<std::string, std::string>> agreement(const Model &m, const TrainerOptions &o) {
+  std::vector<std::pair<std::string, std::string>> items{{"model", m.description() + " " + dtype_name(m.dtype())}};
+  for (auto &item : agreed_options(o)) items.push_back(std::move(item));
+  return items;
 }
 
 }  // namespace
 
-OptimizerConfig TrainerOptions::resolved_optimizer() const {
-  OptimizerConfig c = optimizer;
-  if (!weight_decay_set) c.weight_decay = c.kind == KILN_OPTIM_ADAMW ? 0.01 : 0.0;  // torch.optim's defaults
-  return c;
-}
-
 Trainer::Trainer(std::shared_ptr<Model> model, const TrainerOptions &options)
     : model_(std::move(model)),
-      options_(options),
+      options_(checked(options)),
       device_(model_->device()),
       work_dtype_(options.precision == KILN_PRECISION_BF16 ? DType::BF16 : model_->dtype()),
       math_(options.precision == KILN_PRECISION_TF32 ? MathMode::Tf32 : MathMode::Exact),
-      optimizer_(options.resolved_optimizer(), model_->flat()) {
-  check_loss_kind(options.loss);
-  check(std::isfinite(options.lr) && options.lr >= 0, KILN_ERROR_INVALID_ARGUMENT,
-        "lr must be >= 0, got " + std::to_string(options.lr));
-  check(options.batch_size >= 1, KILN_ERROR_INVALID_ARGUMENT,
-        "batch size must be >= 1, got " + std::to_string(options.batch_size));
-  check(std::isfinite(options.grad_clip) && options.grad_clip >= 0, KILN_ERROR_INVALID_ARGUMENT,
-        "the gradient clipping norm must be >= 0 (0 = off), got " + std::to_string(options.grad_clip));
-  check(options.progress_interval >= 0, KILN_ERROR_INVALID_ARGUMENT,
-        "the progress interval must be >= 0, got " + std::to_string(options.progress_interval));
-  check_schedule_config(options.schedule);
+      optimizer_(options.resolved().optimizer, model_->flat()) {
   if (options.precision == KILN_PRECISION_TF32 && device_.is_cpu())
     fail(KILN_ERROR_NOT_SUPPORTED, "precision tf32 is a CUDA mode (TF32 tensor cores), not available on the CPU; "
                                    "use fp32 or bf16 there");
   if (options.precision != KILN_PRECISION_FP32)
     check(model_->dtype() == DType::F32, KILN_ERROR_NOT_SUPPORTED,
-          std::string("precision ") + precision_name(options.precision) + " needs an f32 model, not " +
+          "precision " + option_text(options, Option::precision) + " needs an f32 model, not " +
               dtype_name(model_->dtype()));
   options_.fast_path &= fast_path_from_env();
   const Tensor &params = model_->flat();
@@ -130,7 +101,7 @@ Trainer::Trainer(std::shared_ptr<Model> model, const TrainerOptions &options)
     lp_grads_ = Tensor::full(params.context(), params.shape(), work_dtype_, device_, 0.0);
   }
   stats_ = Tensor::full(params.context(), Shape{kStatsSize}, DType::F64, device_, 0.0);
-  rng_seed_ = options.shuffle_seed_set ? options.shuffle_seed : model_->context()->derive_seed();
+  rng_seed_ = options.is_set(Option::shuffle_seed) ? options.shuffle_seed : model_->context()->derive_seed();
 }
 
 BusyScope::BusyScope(bool &busy, const char *what) : busy_(busy) {
@@ -254,7 +225,7 @@ Executable &Trainer::program(bool trains, bool training, int64_t rows, const Dat
   // host: it must not be captured in a CUDA graph (core/program.hpp).
   if (comm_ && trains) p.fast_path &= ~uint32_t(kFastGraphs);
   p.label = std::string(trains ? "train " : "evaluate ") + m.description() + " rows " + std::to_string(rows) + " " +
-            precision_name(options_.precision);
+            option_text(options_, Option::precision);
   const bool mixed = work_dtype_ != m.dtype();
   const void *params = m.flat().data();
   if (mixed) {
@@ -619,17 +590,29 @@ void Trainer::attach(std::shared_ptr<Collective> comm) {
   check(comm->supports(device_), KILN_ERROR_NOT_SUPPORTED,
         "the communicator (" + comm->describe() + ") cannot reduce buffers on " + device_.str());
   // Compare before exchanging anything else, so a mismatch is reported as
-  // such and not as a broadcast of the wrong size.
-  const uint64_t mine = fnv1a(training_fingerprint(*model_, options_, options_.precision));
-  std::vector<uint64_t> all(size_t(comm->size()));
-  comm->allgather(&mine, sizeof mine, all.data());
-  std::string differ;
-  for (size_t r = 1; r < all.size(); ++r)
-    if (all[r] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
-  check(differ.empty(), KILN_ERROR_INVALID_ARGUMENT,
-        "the model or trainer options of rank(s) " + differ + " differ from rank 0's (spec, dtype, loss, lr, "
-        "optimizer, batch size, clipping, schedule, shuffle seed, precision or allreduce bucket size); this rank has " +
-            training_fingerprint(*model_, options_, options_.precision));
+  // such and not as a broadcast of the wrong size. One hash per item, so the
+  // message can name what differs.
+  const auto items = agreement(*model_, options_);
+  std::vector<uint64_t> mine;
+  for (const auto &item : items) mine.push_back(fnv1a(item.second));
+  const size_t n = mine.size();
+  std::vector<uint64_t> all(size_t(comm->size()) * n);
+  comm->allgather(mine.data(), int64_t(n * sizeof(uint64_t)), all.data());
+  const size_t ranks = size_t(comm->size());
+  std::string differing_ranks, what, here;
+  for (size_t r = 1; r < ranks; ++r)
+    if (!std::equal(all.begin() + long(r * n), all.begin() + long((r + 1) * n), all.begin()))
+      differing_ranks += (differing_ranks.empty() ? "" : ", ") + std::to_string(r);
+  for (size_t i = 0; i < n; ++i) {
+    bool differs = false;
+    for (size_t r = 1; r < ranks; ++r) differs = differs || all[r * n + i] != all[i];
+    if (!differs) continue;
+    what += (what.empty() ? "" : ", ") + items[i].first;
+    here += (here.empty() ? "" : ", ") + items[i].first + " " + items[i].second;
+  }
+  check(what.empty(), KILN_ERROR_INVALID_ARGUMENT,
+        "the model or trainer options of rank(s) " + differing_ranks + " differ from rank 0's in: " + what +
+            " (this rank has " + here + ")");
 
   // Rank 0's weights, optimizer state and counters, so every rank starts
   // from the same point (a rank that resumed a checkpoint, or seeded its

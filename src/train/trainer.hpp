@@ -55,28 +55,9 @@
 #include "nn/schedule.hpp"
 #include "train/dataset.hpp"
 #include "train/history.hpp"
+#include "train/options.hpp"
 
 namespace kiln {
-
-struct TrainerOptions {
-  kiln_loss_kind loss = KILN_LOSS_CROSS_ENTROPY;
-  double lr = 0.01;
-  OptimizerConfig optimizer;
-  bool weight_decay_set = false;  // unset: 0, or AdamW's default 0.01
-  int64_t batch_size = 64;
-  double grad_clip = 0;  // max global norm; 0 = off
-  ScheduleConfig schedule;
-  bool shuffle_seed_set = false;
-  uint64_t shuffle_seed = 0;
-  int64_t progress_interval = 0;  // batches; 0 = end of epoch only
-  kiln_precision precision = KILN_PRECISION_FP32;
-  uint32_t fast_path = kFastAll;  // FastPath bits; KILN_DISABLE removes more
-  std::vector<Device> devices;     // DataParallel's (train/data_parallel.hpp); empty: the model's device
-  int64_t bucket_bytes = 0;        // data parallel gradient buckets (train/gradient_reduce.hpp); 0: one allreduce
-
-  // The optimizer settings with the defaults that depend on the kind filled in.
-  OptimizerConfig resolved_optimizer() const;
-};
 
 // Marks a trainer busy for one public call (busy is its flag): calls into
 // it from inside (its progress callback) get KILN_ERROR_BUSY instead of
@@ -98,7 +79,7 @@ void check_host_labels(const Tensor &y, int64_t classes);
 
 class Trainer {
  public:
-  // Validates options (INVALID_ARGUMENT naming the value).
+  // Validates options (check_options: INVALID_ARGUMENT naming the value).
   Trainer(std::shared_ptr<Model> model, const TrainerOptions &options);
 
   // One step on x [B, in] and y (labels [B] or targets [B, K]) from any
