@@ -2426,9 +2426,9 @@ extern "C" {
 extern "C" {
     #[doc = " Makes trainer one rank of DDP training over comm (see above); the trainer"]
     #[doc = " keeps comm alive. Collective: every rank calls it. KILN_ERROR_INVALID_ARGUMENT"]
-    #[doc = " on every rank when the model spec, dtype or options (loss, lr, optimizer,"]
-    #[doc = " batch size, clipping, schedule, shuffle seed, precision, bucket bytes) differ between"]
-    #[doc = " ranks, naming the ranks; KILN_ERROR_NOT_SUPPORTED when comm cannot reduce"]
+    #[doc = " on every rank when the model spec, dtype or options that shape a step"]
+    #[doc = " (every option but the progress interval, fast path and devices) differ"]
+    #[doc = " between ranks, naming the ranks and what differs; KILN_ERROR_NOT_SUPPORTED when comm cannot reduce"]
     #[doc = " buffers of the trainer's device (a CUDA model with a plugin built without"]
     #[doc = " NCCL); KILN_ERROR_COMMUNICATION when the exchange fails. From then on"]
     #[doc = " kiln_trainer_step also averages gradients (every rank must call it, each"]
