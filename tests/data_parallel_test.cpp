@@ -187,8 +187,8 @@ void make_data(const std::shared_ptr<Context> &ctx, int64_t rows, uint32_t seed,
 TrainerOptions options_for(int64_t batch) {
   TrainerOptions o;
   o.lr = 0.05;
-  o.optimizer.kind = KILN_OPTIM_SGD;
-  o.optimizer.momentum = 0.9;
+  o.optimizer = KILN_OPTIM_SGD;
+  o.momentum = 0.9;
   o.batch_size = batch;
   set_option(o, Option::shuffle_seed, uint64_t(7));
   return o;

@@ -22,7 +22,7 @@ BINDINGS = {
     "Rust (bindings/rust/kiln/src/train.rs)": ("bindings/rust/kiln/src/train.rs", "sys::kiln_trainer_options_set_{}("),
     "C# (bindings/csharp/src/Trainer.cs)": ("bindings/csharp/src/Trainer.cs", "NativeMethods.kiln_trainer_options_set_{}("),
 }
-COLUMNS = ["id", "setter", "kind", "ctype", "field", "dflt", "lo", "hi", "flags", "names", "flag", "meta", "unit",
+COLUMNS = ["id", "setter", "kind", "ctype", "dflt", "lo", "hi", "flags", "names", "flag", "meta", "unit",
            "help"]
 
 

@@ -89,7 +89,7 @@ KILN_API kiln_status kiln_trainer_options_set_devices(kiln_trainer_options *opti
                                                       int64_t count) {
   return guard([&] {
     kiln::TrainerOptions &o = options_of(options);
-    kiln::check_option(kiln::Option::devices, double(count), o.schedule.kind);
+    kiln::check_option(kiln::Option::devices, double(count), o.schedule);
     if (count > 0) require(devices, "devices");
     std::vector<kiln::Device> list;
     for (int64_t i = 0; i < count; ++i) list.push_back(kiln::api::device(devices[i]));

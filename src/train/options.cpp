@@ -13,7 +13,7 @@ namespace kiln {
 namespace {
 
 constexpr OptionInfo kInfo[] = {
-#define KILN_OPTION(id, setter, kind, ctype, field, dflt, lo, hi, flags, names, ...) \
+#define KILN_OPTION(id, setter, kind, ctype, dflt, lo, hi, flags, names, ...) \
   {#id, OptionKind::kind, double(lo), double(hi), flags, names},
 #include "train/options_table.h"
 };
@@ -86,11 +86,11 @@ template <class F, class T> void store(F &field, T value) {
 }
 
 template <class T> void set_number(TrainerOptions &o, Option id, T value) {
-  check_option(id, double(value), o.schedule.kind);
+  check_option(id, double(value), o.schedule);
   switch (id) {
-#define KILN_OPTION(id, setter, kind, ctype, field, ...) \
-  case Option::id:                                       \
-    store(o.field, value);                               \
+#define KILN_OPTION(id, ...) \
+  case Option::id:           \
+    store(o.id, value);      \
     break;
 #include "train/options_table.h"
   }
@@ -130,19 +130,40 @@ template <class T> std::string value_text(const OptionInfo &info, const T &v) {
 const OptionInfo &option_info(Option id) { return kInfo[int(id)]; }
 
 TrainerOptions::TrainerOptions() {
-#define KILN_OPTION(id, setter, kind, ctype, field, dflt, ...) store(field, dflt);
-#define KILN_OPTION_CUSTOM(id, setter, kind, ctype, field, dflt, ...) \
-  if constexpr (OptionKind::kind != OptionKind::DEVICES) store(field, dflt);
+#define KILN_OPTION(id, setter, kind, ctype, dflt, ...) \
+  if constexpr (OptionKind::kind != OptionKind::DEVICES) store(id, dflt);
 #include "train/options_table.h"
 }
 
 TrainerOptions TrainerOptions::resolved() const {
   TrainerOptions r = *this;
   if (!is_set(Option::weight_decay)) {
-    r.optimizer.weight_decay = optimizer.kind == KILN_OPTIM_ADAMW ? 0.01 : 0.0;  // torch.optim's defaults
+    r.weight_decay = optimizer == KILN_OPTIM_ADAMW ? 0.01 : 0.0;  // torch.optim's defaults
     r.given.set(size_t(Option::weight_decay));
   }
   return r;
+}
+
+OptimizerConfig TrainerOptions::optimizer_config() const {
+  const TrainerOptions r = resolved();
+  OptimizerConfig c;
+  c.kind = r.optimizer;
+  c.momentum = r.momentum;
+  c.nesterov = r.nesterov;
+  c.weight_decay = r.weight_decay;
+  c.beta1 = r.beta1, c.beta2 = r.beta2, c.eps = r.eps;
+  return c;
+}
+
+ScheduleConfig TrainerOptions::schedule_config() const {
+  ScheduleConfig c;
+  c.kind = schedule;
+  c.step_size = step_size;
+  c.gamma = gamma;
+  c.total_steps = total_steps;
+  c.min_lr = min_lr;
+  c.warmup = warmup;
+  return c;
 }
 
 void set_option(TrainerOptions &o, Option id, double value) { set_number(o, id, value); }
@@ -155,8 +176,8 @@ void set_option(TrainerOptions &o, Option id, kiln_optimizer_kind value) { set_n
 void set_option(TrainerOptions &o, Option id, kiln_precision value) { set_number(o, id, int(value)); }
 
 void set_betas(TrainerOptions &o, double beta1, double beta2) {
-  check_option(Option::beta1, beta1, o.schedule.kind);
-  check_option(Option::beta2, beta2, o.schedule.kind);
+  check_option(Option::beta1, beta1, o.schedule);
+  check_option(Option::beta2, beta2, o.schedule);
   set_option(o, Option::beta1, beta1);
   set_option(o, Option::beta2, beta2);
 }
@@ -168,17 +189,17 @@ void set_schedule(TrainerOptions &o, kiln_lr_schedule kind, int64_t step_size, d
   check_option(Option::gamma, gamma, kind);
   check_option(Option::total_steps, double(total_steps), kind);
   check_option(Option::min_lr, min_lr, kind);
-  o.schedule.kind = kind;
-  o.schedule.step_size = step_size;
-  o.schedule.gamma = gamma;
-  o.schedule.total_steps = total_steps;
-  o.schedule.min_lr = min_lr;
+  o.schedule = kind;
+  o.step_size = step_size;
+  o.gamma = gamma;
+  o.total_steps = total_steps;
+  o.min_lr = min_lr;
   for (Option id : {Option::schedule, Option::step_size, Option::gamma, Option::total_steps, Option::min_lr})
     o.given.set(size_t(id));
 }
 
 void set_devices(TrainerOptions &o, std::vector<Device> devices) {
-  check_option(Option::devices, double(devices.size()), o.schedule.kind);
+  check_option(Option::devices, double(devices.size()), o.schedule);
   for (size_t i = 0; i < devices.size(); ++i) {
     check(devices.size() == 1 || !devices[i].is_cpu(), KILN_ERROR_INVALID_ARGUMENT,
           "DataParallel replicas run on CUDA devices; cpu can only be listed alone");
@@ -190,8 +211,7 @@ void set_devices(TrainerOptions &o, std::vector<Device> devices) {
 }
 
 void check_options(const TrainerOptions &o) {
-#define KILN_OPTION(id, setter, option_kind, ctype, field, ...) \
-  check_option(Option::id, as_number(o.field), o.schedule.kind);
+#define KILN_OPTION(id, ...) check_option(Option::id, as_number(o.id), o.schedule);
 #include "train/options_table.h"
 }
 
@@ -199,9 +219,9 @@ std::string option_text(const TrainerOptions &o, Option id) {
   const OptionInfo &info = option_info(id);
   if ((info.flags & KILN_OPTION_DEFAULT_VARIES) && !o.is_set(id)) return "default";
   switch (id) {
-#define KILN_OPTION(id, setter, kind, ctype, field, ...) \
-  case Option::id:                                       \
-    return value_text(info, o.field);
+#define KILN_OPTION(id, ...) \
+  case Option::id:           \
+    return value_text(info, o.id);
 #include "train/options_table.h"
   }
   return "?";

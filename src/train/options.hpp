@@ -41,22 +41,39 @@ struct OptionInfo {
 };
 const OptionInfo &option_info(Option id);
 
+// How TrainerOptions keeps an option of a kind (the ctype for ENUM).
+template <OptionKind K, class CType> struct OptionStorage {
+  using type = CType;
+};
+template <class CType> struct OptionStorage<OptionKind::DOUBLE, CType> {
+  using type = double;
+};
+template <class CType> struct OptionStorage<OptionKind::INT, CType> {
+  using type = int64_t;
+};
+template <class CType> struct OptionStorage<OptionKind::UINT, CType> {
+  using type = uint64_t;
+};
+template <class CType> struct OptionStorage<OptionKind::BOOL, CType> {
+  using type = bool;
+};
+template <class CType> struct OptionStorage<OptionKind::BITS, CType> {
+  using type = uint32_t;
+};
+template <class CType> struct OptionStorage<OptionKind::DEVICES, CType> {
+  using type = std::vector<Device>;
+};
+
+// One member per row of the table, named by its id: loss, optimizer, lr,
+// momentum, ..., batch_size (per device: the rows each replica or rank
+// computes per step), devices (DataParallel's; empty: the model's device),
+// bucket_bytes (train/gradient_reduce.hpp).
 struct TrainerOptions {
   // Every option at the table's default, none set.
   TrainerOptions();
 
-  kiln_loss_kind loss;
-  double lr;
-  OptimizerConfig optimizer;
-  int64_t batch_size;  // per device: each replica or rank computes this many rows per step
-  double grad_clip;    // max global norm; 0 = off
-  ScheduleConfig schedule;
-  uint64_t shuffle_seed;
-  int64_t progress_interval;  // batches; 0 = end of epoch only
-  kiln_precision precision;
-  uint32_t fast_path;           // FastPath bits; KILN_DISABLE removes more
-  std::vector<Device> devices;  // DataParallel's (train/data_parallel.hpp); empty: the model's device
-  int64_t bucket_bytes;         // data parallel gradient buckets (train/gradient_reduce.hpp); 0: one allreduce
+#define KILN_OPTION(id, setter, kind, ctype, ...) typename OptionStorage<OptionKind::kind, ctype>::type id;
+#include "train/options_table.h"
 
   // The options a setter was called for: an unset KILN_OPTION_DEFAULT_VARIES
   // option takes its value from elsewhere (weight decay from the optimizer,
@@ -67,6 +84,10 @@ struct TrainerOptions {
   // These options with the values that depend on others filled in: weight
   // decay from the optimizer kind (torch.optim's defaults) when unset.
   TrainerOptions resolved() const;
+  // The optimizer's and the schedule's options, as nn/ takes them (the
+  // optimizer's resolved).
+  OptimizerConfig optimizer_config() const;
+  ScheduleConfig schedule_config() const;
 };
 
 // INVALID_ARGUMENT, naming the option, its range and v, unless v is in option

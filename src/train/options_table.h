@@ -29,8 +29,10 @@
  *            value: non-zero is on), ENUM (an enumerator in [lo, hi], named
  *            by `names`), BITS (uint32_t, a mask within hi), DEVICES (a list,
  *            the setter's own)
- *   ctype    the setter's parameter type
- *   field    where TrainerOptions keeps it (C++ only)
+ *   ctype    the setter's parameter type (TrainerOptions keeps the value as
+ *            a member named id: ENUM as ctype, DOUBLE as double, INT as
+ *            int64_t, UINT as uint64_t, BOOL as bool, BITS as uint32_t,
+ *            DEVICES as a vector of devices)
  *   dflt     the default (a number; ENUM: the enumerator)
  *   lo, hi   the range; each bound is closed unless KILN_OPTION_LO_OPEN /
  *            KILN_OPTION_HI_OPEN; +-INFINITY for none
@@ -58,74 +60,74 @@
 #define KILN_OPTION_STEP_SCHEDULE 32  /* the range holds only with the step schedule (ignored otherwise) */
 #endif
 
-/* id, setter, kind, ctype, field, dflt, lo, hi, flags, names, flag, meta, unit, help */
-KILN_OPTION(loss, loss, ENUM, kiln_loss_kind, loss, KILN_LOSS_CROSS_ENTROPY, 0, 2,
+/* id, setter, kind, ctype, dflt, lo, hi, flags, names, flag, meta, unit, help */
+KILN_OPTION(loss, loss, ENUM, kiln_loss_kind, KILN_LOSS_CROSS_ENTROPY, 0, 2,
             KILN_OPTION_RANKS_AGREE, "cross_entropy|mse|bce_with_logits", "", "", 1,
             "the loss")
-KILN_OPTION(optimizer, optimizer, ENUM, kiln_optimizer_kind, optimizer.kind, KILN_OPTIM_SGD, 0, 2,
+KILN_OPTION(optimizer, optimizer, ENUM, kiln_optimizer_kind, KILN_OPTIM_SGD, 0, 2,
             KILN_OPTION_RANKS_AGREE | KILN_OPTION_CHECKPOINT, "sgd|adam|adamw", "optimizer", "NAME", 1,
             "sgd, adam or adamw")
-KILN_OPTION(lr, lr, DOUBLE, double, lr, 0.01, 0, INFINITY,
+KILN_OPTION(lr, lr, DOUBLE, double, 0.01, 0, INFINITY,
             KILN_OPTION_RANKS_AGREE | KILN_OPTION_CHECKPOINT, "", "lr", "X", 1,
             "learning rate")
-KILN_OPTION(momentum, momentum, DOUBLE, double, optimizer.momentum, 0, 0, INFINITY,
+KILN_OPTION(momentum, momentum, DOUBLE, double, 0, 0, INFINITY,
             KILN_OPTION_RANKS_AGREE | KILN_OPTION_CHECKPOINT, "", "momentum", "X", 1,
             "SGD momentum")
-KILN_OPTION(nesterov, nesterov, BOOL, int, optimizer.nesterov, 0, -INFINITY, INFINITY,
+KILN_OPTION(nesterov, nesterov, BOOL, int, 0, -INFINITY, INFINITY,
             KILN_OPTION_RANKS_AGREE | KILN_OPTION_CHECKPOINT, "", "", "", 1,
             "SGD's Nesterov momentum")
-KILN_OPTION(weight_decay, weight_decay, DOUBLE, double, optimizer.weight_decay, 0, 0, INFINITY,
+KILN_OPTION(weight_decay, weight_decay, DOUBLE, double, 0, 0, INFINITY,
             KILN_OPTION_RANKS_AGREE | KILN_OPTION_CHECKPOINT | KILN_OPTION_DEFAULT_VARIES, "", "weight-decay", "X", 1,
             "weight decay (unset: 0, and 0.01 for adamw)")
-KILN_OPTION_CUSTOM(beta1, betas, DOUBLE, double, optimizer.beta1, 0.9, 0, 1,
+KILN_OPTION_CUSTOM(beta1, betas, DOUBLE, double, 0.9, 0, 1,
                    KILN_OPTION_HI_OPEN | KILN_OPTION_RANKS_AGREE | KILN_OPTION_CHECKPOINT, "", "", "", 1,
                    "Adam's first moment decay")
-KILN_OPTION_CUSTOM(beta2, betas, DOUBLE, double, optimizer.beta2, 0.999, 0, 1,
+KILN_OPTION_CUSTOM(beta2, betas, DOUBLE, double, 0.999, 0, 1,
                    KILN_OPTION_HI_OPEN | KILN_OPTION_RANKS_AGREE | KILN_OPTION_CHECKPOINT, "", "", "", 1,
                    "Adam's second moment decay")
-KILN_OPTION(eps, eps, DOUBLE, double, optimizer.eps, 1e-8, 0, INFINITY,
+KILN_OPTION(eps, eps, DOUBLE, double, 1e-8, 0, INFINITY,
             KILN_OPTION_LO_OPEN | KILN_OPTION_RANKS_AGREE | KILN_OPTION_CHECKPOINT, "", "", "", 1,
             "Adam's denominator term")
-KILN_OPTION(batch_size, batch_size, INT, int64_t, batch_size, 64, 1, INFINITY,
+KILN_OPTION(batch_size, batch_size, INT, int64_t, 64, 1, INFINITY,
             KILN_OPTION_RANKS_AGREE, "", "batch", "N", 1,
             "samples per step on each device (per rank with --distributed, per GPU with several)")
-KILN_OPTION(grad_clip, grad_clip, DOUBLE, double, grad_clip, 0, 0, INFINITY,
+KILN_OPTION(grad_clip, grad_clip, DOUBLE, double, 0, 0, INFINITY,
             KILN_OPTION_RANKS_AGREE, "", "", "", 1,
             "the global gradient norm's limit (0: off)")
-KILN_OPTION_CUSTOM(schedule, schedule, ENUM, kiln_lr_schedule, schedule.kind, KILN_LR_CONSTANT, 0, 2,
+KILN_OPTION_CUSTOM(schedule, schedule, ENUM, kiln_lr_schedule, KILN_LR_CONSTANT, 0, 2,
                    KILN_OPTION_RANKS_AGREE, "constant|step|cosine", "", "", 1,
                    "the learning-rate schedule")
-KILN_OPTION_CUSTOM(step_size, schedule, INT, int64_t, schedule.step_size, 1, 1, INFINITY,
+KILN_OPTION_CUSTOM(step_size, schedule, INT, int64_t, 1, 1, INFINITY,
                    KILN_OPTION_RANKS_AGREE | KILN_OPTION_STEP_SCHEDULE, "", "", "", 1,
                    "the step schedule's period in steps")
-KILN_OPTION_CUSTOM(gamma, schedule, DOUBLE, double, schedule.gamma, 0.1, 0, INFINITY,
+KILN_OPTION_CUSTOM(gamma, schedule, DOUBLE, double, 0.1, 0, INFINITY,
                    KILN_OPTION_LO_OPEN | KILN_OPTION_RANKS_AGREE | KILN_OPTION_STEP_SCHEDULE, "", "", "", 1,
                    "the step schedule's factor")
-KILN_OPTION_CUSTOM(total_steps, schedule, INT, int64_t, schedule.total_steps, 0, 0, INFINITY,
+KILN_OPTION_CUSTOM(total_steps, schedule, INT, int64_t, 0, 0, INFINITY,
                    KILN_OPTION_RANKS_AGREE, "", "", "", 1,
                    "the cosine schedule's length in steps (0: the fit's)")
-KILN_OPTION_CUSTOM(min_lr, schedule, DOUBLE, double, schedule.min_lr, 0, 0, INFINITY,
+KILN_OPTION_CUSTOM(min_lr, schedule, DOUBLE, double, 0, 0, INFINITY,
                    KILN_OPTION_RANKS_AGREE, "", "", "", 1,
                    "the cosine schedule's floor")
-KILN_OPTION(warmup, warmup, INT, int64_t, schedule.warmup, 0, 0, INFINITY,
+KILN_OPTION(warmup, warmup, INT, int64_t, 0, 0, INFINITY,
             KILN_OPTION_RANKS_AGREE, "", "", "", 1,
             "linear warmup steps")
-KILN_OPTION(shuffle_seed, shuffle_seed, UINT, uint64_t, shuffle_seed, 0, 0, INFINITY,
+KILN_OPTION(shuffle_seed, shuffle_seed, UINT, uint64_t, 0, 0, INFINITY,
             KILN_OPTION_RANKS_AGREE | KILN_OPTION_DEFAULT_VARIES, "", "", "", 1,
             "the seed of each epoch's order (unset: drawn from the context)")
-KILN_OPTION(progress_interval, progress_interval, INT, int64_t, progress_interval, 0, 0, INFINITY,
+KILN_OPTION(progress_interval, progress_interval, INT, int64_t, 0, 0, INFINITY,
             0, "", "", "", 1,
             "batches between progress reports (0: once per epoch)")
-KILN_OPTION(precision, precision, ENUM, kiln_precision, precision, KILN_PRECISION_FP32, 0, 2,
+KILN_OPTION(precision, precision, ENUM, kiln_precision, KILN_PRECISION_FP32, 0, 2,
             KILN_OPTION_RANKS_AGREE, "fp32|tf32|bf16", "precision", "P", 1,
             "fp32, tf32 (CUDA only: TF32 tensor cores) or bf16 (mixed precision)")
-KILN_OPTION(fast_path, fast_path, BITS, uint32_t, fast_path, KILN_FAST_PATH_ALL, 0, KILN_FAST_PATH_ALL,
+KILN_OPTION(fast_path, fast_path, BITS, uint32_t, KILN_FAST_PATH_ALL, 0, KILN_FAST_PATH_ALL,
             0, "", "", "", 1,
             "the kiln_fast_path parts a trainer may use")
-KILN_OPTION_CUSTOM(devices, devices, DEVICES, const kiln_device *, devices, 0, 0, KILN_MAX_DATA_PARALLEL_DEVICES,
+KILN_OPTION_CUSTOM(devices, devices, DEVICES, const kiln_device *, 0, 0, KILN_MAX_DATA_PARALLEL_DEVICES,
                    0, "", "", "", 1,
                    "DataParallel's devices (none: the model's)")
-KILN_OPTION(bucket_bytes, bucket_bytes, INT, int64_t, bucket_bytes, 0, 0, INFINITY,
+KILN_OPTION(bucket_bytes, bucket_bytes, INT, int64_t, 0, 0, INFINITY,
             KILN_OPTION_RANKS_AGREE, "", "bucket-mb", "X", 1048576,
             "data parallel: average gradients in buckets of X MiB during the backward, overlapped with it on GPUs "
             "(0: one allreduce after the backward; PyTorch DDP uses 25)")

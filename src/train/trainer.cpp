@@ -85,7 +85,8 @@ Trainer::Trainer(std::shared_ptr<Model> model, const TrainerOptions &options)
       device_(model_->device()),
       work_dtype_(options.precision == KILN_PRECISION_BF16 ? DType::BF16 : model_->dtype()),
       math_(options.precision == KILN_PRECISION_TF32 ? MathMode::Tf32 : MathMode::Exact),
-      optimizer_(options.resolved().optimizer, model_->flat()) {
+      optimizer_(options.optimizer_config(), model_->flat()),
+      schedule_(options.schedule_config()) {
   if (options.precision == KILN_PRECISION_TF32 && device_.is_cpu())
     fail(KILN_ERROR_NOT_SUPPORTED, "precision tf32 is a CUDA mode (TF32 tensor cores), not available on the CPU; "
                                    "use fp32 or bf16 there");
@@ -297,7 +298,7 @@ void Trainer::write_table(int64_t count, int64_t batch) {
   const int64_t first_opt = optimizer_.steps();
   for (int64_t i = 0; i < count; ++i) {
     StepParams &e = table_host_[size_t(i)];
-    e.lr = scheduled_lr(options_.schedule, options_.lr, steps_done_ + i, fit_end_);
+    e.lr = scheduled_lr(schedule_, options_.lr, steps_done_ + i, fit_end_);
     e.step = first_opt + i;
     e.dropout_seed = rng_bits(rng_seed_ ^ kDropoutStream, uint64_t(steps_done_ + i));
     e.offset = i * batch;
@@ -638,7 +639,7 @@ void Trainer::broadcast_parameters(Collective &comm) {
 }
 
 double Trainer::current_lr() const {
-  return scheduled_lr(options_.schedule, options_.lr, steps_done_, fit_end_);
+  return scheduled_lr(schedule_, options_.lr, steps_done_, fit_end_);
 }
 
 }  // namespace kiln

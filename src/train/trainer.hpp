@@ -182,6 +182,7 @@ class Trainer {
   DType work_dtype_;  // the step's activations and products: the model's dtype, or bf16
   MathMode math_;
   Optimizer optimizer_;
+  ScheduleConfig schedule_;
   Tensor grads_;  // flat, the model's layout and dtype; gaps stay zero
   Tensor lp_params_, lp_grads_;  // bf16 copies of the flat buffers (mixed precision only)
   Tensor stats_;  // F64 device accumulators (see kStats* in trainer.cpp)

@@ -16,7 +16,7 @@ typedef struct row {
 } row;
 
 static const row kRows[TRAINER_OPTION_COUNT] = {
-#define KILN_OPTION(id, setter, kind, ctype, field, dflt, lo, hi, flags, names, flag, meta, unit, help) \
+#define KILN_OPTION(id, setter, kind, ctype, dflt, lo, hi, flags, names, flag, meta, unit, help) \
   {#id, flag, meta, help, names, ROW_##kind, (double)(dflt), (double)(unit), flags},
 #include "train/options_table.h"
 };
