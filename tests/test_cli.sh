@@ -65,6 +65,7 @@ usage_error "--weight-decay: weight_decay must be >= 0, got -0.5" train --weight
 usage_error "unknown --optimizer 'rmsprop' \(sgd/adam/adamw\)" train --optimizer rmsprop
 usage_error "unknown --precision 'fp16' \(fp32/tf32/bf16\)" train --precision fp16
 usage_error "--momentum applies to --optimizer sgd only" train --optimizer adam --momentum 0.9
+usage_error "--label-smoothing: label_smoothing must be in \[0, 1\], got 1.5" train --label-smoothing 1.5
 expect 0 "--lr X +learning rate \(default 0.1\)" "$kiln" train --help
 usage_error "--epochs needs a value" train --epochs
 usage_error "--epochs must be at least 1" train --epochs 0
@@ -97,6 +98,9 @@ expect 0 "test accuracy: [0-9.]+%" "$kiln" train "${common[@]}" --epochs 1 --sav
 grep -qE "^epoch 1/1 .*val accuracy" "$work/out" || fail "no plain per-epoch line when stdout is not a terminal"
 [[ -s "$model" && -s "$work/epoch1.ckpt" ]] || fail "--save or --checkpoint wrote no file"
 trained="$(grep '^test accuracy:' "$work/out")"
+
+# A flag of the options table that no code of the program names.
+expect 0 "test loss: [0-9.]+" "$kiln" train "${common[@]}" --epochs 1 --label-smoothing 0.1 --quiet
 
 expect 0 "^test accuracy:" "$kiln" eval "$model" --data "$data" --device cpu
 [[ "$(grep '^test accuracy:' "$work/out")" == "$trained" ]] ||

@@ -69,6 +69,14 @@ func WithBatchSize(n int) TrainerOption {
 	return func(o uintptr) error { return capi.Trainer_options_set_batch_size(o, int64(n)) }
 }
 
+// WithLabelSmoothing sets cross-entropy's label smoothing in [0, 1], as
+// PyTorch's CrossEntropyLoss(label_smoothing=): each target mixes the label
+// with the uniform distribution over the classes (0, the default: none).
+// Another loss with a non-zero value makes NewTrainer fail.
+func WithLabelSmoothing(s float64) TrainerOption {
+	return func(o uintptr) error { return capi.Trainer_options_set_label_smoothing(o, s) }
+}
+
 // WithGradClip clips the global gradient norm to maxNorm (0: off).
 func WithGradClip(maxNorm float64) TrainerOption {
 	return func(o uintptr) error { return capi.Trainer_options_set_grad_clip(o, maxNorm) }

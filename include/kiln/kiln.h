@@ -848,8 +848,9 @@ KILN_NODISCARD KILN_API kiln_status kiln_loss(kiln_loss_kind kind, const kiln_te
 
 /* Trainer options, with PyTorch's defaults: cross-entropy, SGD, lr 0.01,
  * momentum 0, dampening 0, nesterov off, weight decay 0 (AdamW 0.01), betas
- * (0.9, 0.999), eps 1e-8, batch 64, no clipping, constant lr, no warmup,
- * shuffle seed from the context, progress every 0 batches (end of epoch only).
+ * (0.9, 0.999), eps 1e-8, batch 64, no label smoothing, no clipping, constant
+ * lr, no warmup, shuffle seed from the context, progress every 0 batches (end
+ * of epoch only).
  * The caller owns *out. The setters change only the options object (one
  * thread at a time; trainers made from it before keep their copy), and each
  * refuses a value outside the range written at it with INVALID_ARGUMENT,
@@ -882,6 +883,17 @@ KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_eps(kiln_trainer_op
  * batch per epoch). */
 KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_batch_size(kiln_trainer_options *options,
                                                                         int64_t batch_size);
+/* Cross-entropy's label smoothing, as PyTorch's CrossEntropyLoss
+ * (label_smoothing=): in [0, 1] (default 0, none). The target of a sample
+ * with label y becomes (1 - smoothing) on y plus smoothing / C on each of the
+ * C classes, so its loss is (1 - smoothing) * -log p_y + smoothing * the mean
+ * over the classes of -log p_c; losses reported (steps, epochs, evaluation)
+ * are this smoothed loss. kiln_trainer_create returns
+ * KILN_ERROR_INVALID_ARGUMENT for a non-zero value with another loss.
+ * KILN_ERROR_INVALID_ARGUMENT here for a value outside [0, 1] or not finite.
+ * Every data-parallel rank must use the same value. */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_label_smoothing(kiln_trainer_options *options,
+                                                                             double label_smoothing);
 /* Clip the global gradient norm to max_norm before each update (0 = off);
  * max_norm >= 0 and finite. */
 KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_grad_clip(kiln_trainer_options *options, double max_norm);

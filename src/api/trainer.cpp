@@ -66,10 +66,11 @@ KILN_API kiln_status kiln_trainer_options_create(kiln_trainer_options **out) {
 KILN_API void kiln_trainer_options_release(kiln_trainer_options *options) { kiln::api::release_handle(options); }
 
 // The setters of one value, one per KILN_OPTION row of the table: the value
-// is checked against its row (train/options.cpp) and stored.
-#define KILN_OPTION(id, setter, kind, ctype, ...)                                            \
-  KILN_API kiln_status kiln_trainer_options_set_##id(kiln_trainer_options *options, ctype value) { \
-    return guard([&] { kiln::set_option(options_of(options), kiln::Option::id, value); });    \
+// (a parameter named as the option) is checked against its row
+// (train/options.cpp) and stored.
+#define KILN_OPTION(id, setter, kind, ctype, ...)                                         \
+  KILN_API kiln_status kiln_trainer_options_set_##id(kiln_trainer_options *options, ctype id) { \
+    return guard([&] { kiln::set_option(options_of(options), kiln::Option::id, id); });    \
   }
 #define KILN_OPTION_CUSTOM(...)
 #include "train/options_table.h"

@@ -41,13 +41,14 @@ void check_target(kiln_loss_kind kind, int64_t rows, int64_t cols, const Tensor 
 }
 
 LossOp loss_op(kiln_loss_kind kind, DType t, int64_t rows, int64_t cols, const void *pred, const void *target,
-               void *dpred, double *stats) {
+               void *dpred, double *stats, double label_smoothing) {
   LossOp op;
   op.kind = kind;
   op.args.t = t;
   op.args.rows = rows, op.args.cols = cols;
   op.args.grad_scale = 1.0 / loss_count(kind, rows, cols);
   op.args.pred = pred, op.args.target = target, op.args.dpred = dpred, op.args.stats = stats;
+  op.args.label_smoothing = label_smoothing;
   return op;
 }
 
@@ -65,7 +66,7 @@ double compute_loss(kiln_loss_kind kind, const Tensor &pred, const Tensor &targe
   const Tensor converted = target.dtype() == want ? target : cast(target, want);
   Tensor stats = Tensor::full(pred.context(), Shape{3}, DType::F64, pred.device(), 0.0);
   run_op(pred.backend(), pred.device().index,
-         loss_op(kind, pred.dtype(), rows, cols, pred.data(), converted.data(), nullptr, stats.data_as<double>()),
+         loss_op(kind, pred.dtype(), rows, cols, pred.data(), converted.data(), nullptr, stats.data_as<double>(), 0),
          nullptr);
   double host[3];
   stats.copy_to_host(host, sizeof host);

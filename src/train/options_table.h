@@ -91,6 +91,9 @@ KILN_OPTION(eps, eps, DOUBLE, double, 1e-8, 0, INFINITY,
 KILN_OPTION(batch_size, batch_size, INT, int64_t, 64, 1, INFINITY,
             KILN_OPTION_RANKS_AGREE, "", "batch", "N", 1,
             "samples per step on each device (per rank with --distributed, per GPU with several)")
+KILN_OPTION(label_smoothing, label_smoothing, DOUBLE, double, 0, 0, 1,
+            KILN_OPTION_RANKS_AGREE | KILN_OPTION_CHECKPOINT, "", "label-smoothing", "X", 1,
+            "cross-entropy's label smoothing: the target mixes the label with the uniform distribution")
 KILN_OPTION(grad_clip, grad_clip, DOUBLE, double, 0, 0, INFINITY,
             KILN_OPTION_RANKS_AGREE, "", "", "", 1,
             "the global gradient norm's limit (0: off)")

@@ -87,6 +87,8 @@ Trainer::Trainer(std::shared_ptr<Model> model, const TrainerOptions &options)
       math_(options.precision == KILN_PRECISION_TF32 ? MathMode::Tf32 : MathMode::Exact),
       optimizer_(options.optimizer_config(), model_->flat()),
       schedule_(options.schedule_config()) {
+  check(options.label_smoothing == 0 || options.loss == KILN_LOSS_CROSS_ENTROPY, KILN_ERROR_INVALID_ARGUMENT,
+        std::string("label smoothing applies to the cross-entropy loss, not ") + loss_name(options.loss));
   if (options.precision == KILN_PRECISION_TF32 && device_.is_cpu())
     fail(KILN_ERROR_NOT_SUPPORTED, "precision tf32 is a CUDA mode (TF32 tensor cores), not available on the CPU; "
                                    "use fp32 or bf16 there");
@@ -251,7 +253,7 @@ Executable &Trainer::program(bool trains, bool training, int64_t rows, const Dat
     up.args.in = logits, up.args.out = logits32_.data();
     p.ops.push_back(up);
     p.ops.push_back(loss_op(options_.loss, m.dtype(), rows, out, logits32_.data(), batch_y_.data(),
-                            trains ? dlogits32_.data() : nullptr, stats));
+                            trains ? dlogits32_.data() : nullptr, stats, options_.label_smoothing));
     if (trains) {
       CastOp down;
       down.args.from = m.dtype(), down.args.to = work_dtype_;
@@ -260,7 +262,8 @@ Executable &Trainer::program(bool trains, bool training, int64_t rows, const Dat
       p.ops.push_back(down);
     }
   } else {
-    p.ops.push_back(loss_op(options_.loss, m.dtype(), rows, out, logits, batch_y_.data(), dlogits, stats));
+    p.ops.push_back(
+        loss_op(options_.loss, m.dtype(), rows, out, logits, batch_y_.data(), dlogits, stats, options_.label_smoothing));
   }
   if (trains) {
     const size_t backward_begin = p.ops.size();

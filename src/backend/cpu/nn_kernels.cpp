@@ -190,6 +190,7 @@ void cross_entropy(ThreadPool &pool, const LossArgs &args) {
   const double grad_scale = args.grad_scale;
   void *dlogits = args.dpred;
   double *stats = args.stats;
+  const double smoothing = args.label_smoothing;
   if (rows <= 0) return;
   for (int64_t r = 0; r < rows; ++r) {
     if (labels[r] < 0 || labels[r] >= cols) {
@@ -205,6 +206,8 @@ void cross_entropy(ThreadPool &pool, const LossArgs &args) {
     const S *px = static_cast<const S *>(logits);
     S *pd = static_cast<S *>(dlogits);
     const C scale = C(grad_scale);
+    // The smoothed target's mass on every class and the label's share.
+    const C uniform = C(grad_scale * smoothing / double(cols)), label_part = C(grad_scale * (1 - smoothing));
     const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / (8 * cols));
     accumulate_stats(pool, rows, grain, stats, [&](int64_t begin, int64_t end) {
       double loss = 0, correct = 0;
@@ -228,16 +231,23 @@ void cross_entropy(ThreadPool &pool, const LossArgs &args) {
         } else {
           for (int64_t j = 0; j < cols; ++j) sum += std::exp(T::load(x[j]) - mx);
         }
-        loss += double(std::log(sum)) - double(T::load(x[label]) - mx);
+        // -sum_c q_c log p_c = log(sum) - (1 - e)(x_label - mx) - e mean_c(x_c - mx).
+        double row_loss = double(std::log(sum)) - (1 - smoothing) * double(T::load(x[label]) - mx);
+        if (smoothing != 0) {
+          double shifted = 0;
+          for (int64_t j = 0; j < cols; ++j) shifted += double(T::load(x[j]) - mx);
+          row_loss -= smoothing * shifted / double(cols);
+        }
+        loss += row_loss;
         correct += arg == label ? 1.0 : 0.0;
         if (pd) {
           S *d = pd + r * cols;
           const C factor = scale / sum;
           for (int64_t j = 0; j < cols; ++j) {
             const C e = T::kIdentity ? T::load(d[j]) : C(std::exp(T::load(x[j]) - mx));
-            d[j] = T::store(e * factor);
+            d[j] = T::store(e * factor - uniform);
           }
-          d[label] = T::store(T::load(d[label]) - scale);
+          d[label] = T::store(T::load(d[label]) - label_part);
         }
       }
       return std::pair<double, double>(loss, correct);

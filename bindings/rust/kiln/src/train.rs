@@ -342,6 +342,11 @@ pub struct TrainerOptions {
     pub weight_decay: Option<f64>,
     /// Adam's and AdamW's (beta1, beta2).
     pub betas: Option<(f64, f64)>,
+    /// Cross-entropy's label smoothing in [0, 1], as PyTorch's
+    /// `CrossEntropyLoss(label_smoothing=)`: each target mixes the label with
+    /// the uniform distribution over the classes (`None` or 0: none).
+    /// Another loss with a non-zero value makes the trainer fail.
+    pub label_smoothing: Option<f64>,
     /// Adam's and AdamW's epsilon.
     pub eps: Option<f64>,
     /// Samples per step.
@@ -395,6 +400,8 @@ crate::setters! {
         weight_decay: f64;
         /// Sets `betas`.
         betas: (f64, f64);
+        /// Sets `label_smoothing`.
+        label_smoothing: f64;
         /// Sets `eps`.
         eps: f64;
         /// Sets `batch_size`.
@@ -443,6 +450,7 @@ impl TrainerOptions {
             set(self.nesterov, |v| sys::kiln_trainer_options_set_nesterov(p, v as c_int))?;
             set(self.weight_decay, |v| sys::kiln_trainer_options_set_weight_decay(p, v))?;
             set(self.betas, |(b1, b2)| sys::kiln_trainer_options_set_betas(p, b1, b2))?;
+            set(self.label_smoothing, |v| sys::kiln_trainer_options_set_label_smoothing(p, v))?;
             set(self.eps, |v| sys::kiln_trainer_options_set_eps(p, v))?;
             set(self.batch_size, |v| sys::kiln_trainer_options_set_batch_size(p, v))?;
             set(self.grad_clip, |v| sys::kiln_trainer_options_set_grad_clip(p, v))?;
