@@ -75,7 +75,6 @@ usage_error "--hidden wants" train --hidden 32,x
 usage_error "bad --device 'gpu'" train --device gpu
 usage_error "'cpu' is not a GPU" train --device cuda:0,cpu
 usage_error "cuda:1 is listed twice" train --device cuda:1,cuda:1
-usage_error "batch 63 does not split evenly over 2 devices" train --device cuda:0,cuda:1 --batch 63
 usage_error "distributed runs one device per rank" train --device cuda:0,cuda:1 --distributed
 usage_error "--bucket-mb: bucket_bytes must be >= 0, got -1048576" train --distributed --bucket-mb -1
 usage_error "--bucket-mb applies to data parallel training" train --bucket-mb 25

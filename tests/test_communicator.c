@@ -285,7 +285,8 @@ static void test_data_parallel_device_list(void **state) {
 }
 
 /* The GPU twin: DataParallel over [cuda:0] is plain training there, and over
- * [cuda:0, cuda:1] (with two GPUs) batch 32 trains like batch 32 on one GPU. */
+ * [cuda:0, cuda:1] (with two GPUs) batch 32 (per device) trains like batch 64
+ * on one GPU. */
 static void test_data_parallel_on_gpus(void **state) {
   kiln_context *ctx = *state;
   kiln_device gpu;
@@ -306,9 +307,10 @@ static void test_data_parallel_on_gpus(void **state) {
     assert_kiln_ok(kiln_model_to(model, gpu));
     kiln_trainer_options *o = NULL;
     assert_kiln_ok(kiln_trainer_options_create(&o));
-    assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 32));
+    assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 32 * n));
     assert_kiln_ok(kiln_trainer_options_set_shuffle_seed(o, 3));
     assert_kiln_ok(kiln_trainer_create(plain_model, o, &plain));
+    assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 32));
     assert_kiln_ok(kiln_trainer_options_set_devices(o, list, n));
     /* With two GPUs, a bucket per layer: NCCL after each layer's backward. */
     assert_kiln_ok(kiln_trainer_options_set_bucket_bytes(o, 1));

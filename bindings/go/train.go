@@ -118,8 +118,8 @@ func WithPrecision(p Precision) TrainerOption {
 
 // WithDevices makes the trainer DataParallel over these GPUs of this
 // process, as PyTorch's nn.DataParallel: a replica of the model per device,
-// each batch split evenly over them (the batch size must be a multiple of
-// their count). The model must be on the first device when NewTrainer runs
+// each computing the batch size of samples per step (per device, as per rank
+// in DDP). The model must be on the first device when NewTrainer runs
 // (ErrInvalidArgument otherwise). One device is plain training there; none
 // clears the list.
 func WithDevices(devices ...Device) TrainerOption {

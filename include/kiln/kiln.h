@@ -879,8 +879,12 @@ KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_betas(kiln_trainer_
                                                                    double beta2);
 /* Adam's and AdamW's eps: > 0 and finite. */
 KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_eps(kiln_trainer_options *options, double eps);
-/* Samples per batch: >= 1 (a batch larger than the dataset is one partial
- * batch per epoch). */
+/* Samples per step on each device: >= 1 (a batch larger than the dataset is
+ * one partial batch per epoch). The same for data parallel training over N
+ * devices (kiln_trainer_options_set_devices) or N ranks
+ * (kiln_trainer_attach_communicator): each device or rank computes
+ * batch_size samples per step, so a step trains on N * batch_size samples,
+ * as one device with batch N * batch_size. */
 KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_batch_size(kiln_trainer_options *options,
                                                                         int64_t batch_size);
 /* Cross-entropy's label smoothing, as PyTorch's CrossEntropyLoss
@@ -919,11 +923,11 @@ KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_progress_interval(k
 /* DataParallel, as PyTorch's nn.DataParallel: one trainer over several GPUs
  * of this process. devices[0..count) are CUDA devices, distinct; the model
  * must be on devices[0] when the trainer is created. The trainer then holds
- * a replica of the model on each other device and splits every batch over
- * the replicas: batch size B gives each B / count rows (B must be a multiple
- * of count), replica r training on positions r, r + count, ... of each
- * epoch's shuffled order, so the result is that of batch B on one device up
- * to the order of floating-point sums. Gradients are averaged every step with
+ * a replica of the model on each other device, each computing the batch size
+ * B of samples per step (per device, as per rank in DDP), replica r training
+ * on positions r, r + count, ... of each epoch's shuffled order, so the
+ * result is that of batch count * B on one device up to the order of
+ * floating-point sums. Gradients are averaged every step with
  * NCCL (kiln_communicator_create_local's communicators, one thread per
  * replica); loss, accuracy and evaluation are over the whole batch or
  * dataset. kiln_trainer_step splits its x and y into count contiguous chunks
@@ -937,8 +941,8 @@ KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_progress_interval(k
  * KILN_ERROR_INVALID_ARGUMENT here for count outside
  * [0, KILN_MAX_DATA_PARALLEL_DEVICES], a bad device, a device listed twice,
  * or the CPU with other devices; kiln_trainer_create returns
- * KILN_ERROR_INVALID_ARGUMENT when the model is not on devices[0] or the
- * batch size is not a multiple of count, KILN_ERROR_DEVICE_UNAVAILABLE for a
+ * KILN_ERROR_INVALID_ARGUMENT when the model is not on devices[0],
+ * KILN_ERROR_DEVICE_UNAVAILABLE for a
  * GPU that does not exist or a missing libkiln_dist.so, and
  * KILN_ERROR_NOT_SUPPORTED when that plugin was built without NCCL. A
  * replica that fails alone (out of memory on its GPU) makes the call fail on

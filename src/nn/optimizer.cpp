@@ -20,14 +20,14 @@ Optimizer::Optimizer(const OptimizerConfig &config, const Tensor &params) : conf
   }
 }
 
-StepOp Optimizer::update_op(const Tensor &params, const Tensor &grads) const {
+StepOp Optimizer::update_op(const Tensor &params, void *grads) const {
   const OptimizerConfig &c = config_;
   if (c.kind == KILN_OPTIM_SGD) {
     SgdOp op;
     op.args.t = params.dtype();
     op.args.n = params.numel();
     op.args.params = params.data();
-    op.args.grads = grads.data();
+    op.args.grads = grads;
     op.args.velocity = first_.defined() ? first_.data() : nullptr;
     op.args.momentum = c.momentum;
     op.args.weight_decay = c.weight_decay;
@@ -38,7 +38,7 @@ StepOp Optimizer::update_op(const Tensor &params, const Tensor &grads) const {
   op.args.t = params.dtype();
   op.args.n = params.numel();
   op.args.params = params.data();
-  op.args.grads = grads.data();
+  op.args.grads = grads;
   op.args.m = first_.data();
   op.args.v = second_.data();
   op.args.beta1 = c.beta1, op.args.beta2 = c.beta2, op.args.eps = c.eps;

@@ -34,7 +34,7 @@ class Optimizer {
   // The update op of params from grads (flat buffers of the state's layout
   // and dtype, on its device): its lr and step number come from the step's
   // StepParams, so the trainer counts the update with set_steps.
-  StepOp update_op(const Tensor &params, const Tensor &grads) const;
+  StepOp update_op(const Tensor &params, void *grads) const;
   // Updates done (Adam's bias correction and SGD's first-step buffer use it).
   int64_t steps() const { return steps_; }
   void set_steps(int64_t steps) { steps_ = steps; }

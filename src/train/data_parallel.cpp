@@ -156,10 +156,6 @@ DataParallel::DataParallel(std::shared_ptr<Model> model, TrainerOptions options,
   check(model->device() == devices[0], KILN_ERROR_INVALID_ARGUMENT,
         "DataParallel keeps the model on the first listed device, " + devices[0].str() + ", but it is on " +
             model->device().str() + "; move it there first (kiln_model_to)");
-  check(options.batch_size % n == 0, KILN_ERROR_INVALID_ARGUMENT,
-        "batch size " + std::to_string(options.batch_size) + " does not split evenly over " + std::to_string(n) +
-            " devices; use a multiple of " + std::to_string(n));
-  options.batch_size /= n;
   const std::shared_ptr<Context> &ctx = model->context();
   comms_ = make_communicators ? make_communicators(*ctx, devices) : create_local_communicators(*ctx, devices);
   check(int64_t(comms_.size()) == n, KILN_ERROR_INTERNAL, "communicator factory made the wrong number of ranks");

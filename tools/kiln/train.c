@@ -29,7 +29,7 @@ typedef struct train_args {
   int num_hidden;
   kiln_layer_kind activation_kind;
   kiln_trainer_options *trainer_options; /* the caller releases it */
-  int64_t batch;
+  int64_t batch; /* per device, per rank with --distributed */
   /* --device cuda:0,cuda:1: DataParallel over these; first_device is the
    * model's (num_devices 0: one device, --device as given). */
   kiln_device devices[KILN_MAX_DATA_PARALLEL_DEVICES];
@@ -128,9 +128,6 @@ static int check_args(const cli_command *cmd, train_args *a) {
   int rc = trainer_flags_options(cmd, &a->options, &a->trainer_options);
   if (rc != CLI_CONTINUE) return rc;
   a->batch = (int64_t)trainer_flag_number(&a->options, "batch");
-  if (a->num_devices > 1 && a->batch % a->num_devices != 0)
-    return cli_usage_error(cmd, "--batch %lld does not split evenly over %lld devices", (long long)a->batch,
-                           (long long)a->num_devices);
   if (trainer_flag_number(&a->options, "momentum") > 0 && strcmp(trainer_flag_name(&a->options, "optimizer"), "sgd"))
     return cli_usage_error(cmd, "--momentum applies to --optimizer sgd only");
   if (trainer_flag_number(&a->options, "bucket-mb") > 0 && !a->distributed && a->num_devices < 2)
@@ -246,8 +243,8 @@ static void print_header(const train_args *a, const train_run *r) {
          trainer_flag_number(&a->options, "lr"), (long long)a->batch, (long long)a->epochs,
          trainer_flag_name(&a->options, "precision"));
   if (a->num_devices > 1)
-    printf("data parallel: %lld GPUs (%s), batch %lld split %lld per GPU\n", (long long)a->num_devices,
-           a->device_list, (long long)a->batch, (long long)(a->batch / a->num_devices));
+    printf("data parallel: %lld GPUs (%s), batch %lld per GPU (%lld per step in all)\n", (long long)a->num_devices,
+           a->device_list, (long long)a->batch, (long long)(a->batch * a->num_devices));
   if (r->comm)
     printf("distributed: %lld ranks, batch %lld per rank (%lld per step in all); rank 0 reports\n",
            (long long)r->ranks, (long long)a->batch, (long long)(a->batch * r->ranks));

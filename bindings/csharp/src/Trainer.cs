@@ -79,8 +79,8 @@ namespace Kiln
         /// ArgumentException). KILN_DISABLE in the environment removes more.</summary>
         public FastPath? FastPath { get; set; }
         /// <summary>DataParallel, as PyTorch's nn.DataParallel: train over these GPUs of this
-        /// process, a replica per device, the batch split evenly over them (BatchSize must be a
-        /// multiple of their count). The model must be on the first one. One device is plain
+        /// process, a replica per device, each computing BatchSize samples per step (per device,
+        /// as per rank in DDP). The model must be on the first one. One device is plain
         /// training there; null or empty: the model's device.</summary>
         public Device[] Devices { get; set; }
         /// <summary>Data parallel training (Devices, or DDP over a Communicator): start

@@ -1649,8 +1649,12 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
-    #[doc = " Samples per batch: >= 1 (a batch larger than the dataset is one partial"]
-    #[doc = " batch per epoch)."]
+    #[doc = " Samples per step on each device: >= 1 (a batch larger than the dataset is"]
+    #[doc = " one partial batch per epoch). The same for data parallel training over N"]
+    #[doc = " devices (kiln_trainer_options_set_devices) or N ranks"]
+    #[doc = " (kiln_trainer_attach_communicator): each device or rank computes"]
+    #[doc = " batch_size samples per step, so a step trains on N * batch_size samples,"]
+    #[doc = " as one device with batch N * batch_size."]
     pub fn kiln_trainer_options_set_batch_size(
         options: *mut kiln_trainer_options,
         batch_size: i64,

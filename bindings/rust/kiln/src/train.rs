@@ -370,8 +370,8 @@ pub struct TrainerOptions {
     /// 0: once per epoch only).
     pub progress_interval: Option<i64>,
     /// DataParallel, as PyTorch's nn.DataParallel: train over these GPUs of
-    /// this process, a replica of the model per device, each batch split
-    /// evenly over them (`batch_size` must be a multiple of their count). The
+    /// this process, a replica of the model per device, each computing
+    /// `batch_size` samples per step (per device, as per rank in DDP). The
     /// model must be on the first one when the trainer is made. One device is
     /// plain training there; `None` or empty: the model's device.
     pub devices: Option<Vec<Device>>,
