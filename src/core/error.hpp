@@ -25,9 +25,19 @@ class Error : public std::runtime_error {
 
 [[noreturn]] inline void fail(kiln_status status, const std::string &message) { throw Error(status, message); }
 
-// Throws Error(status, message) unless cond holds.
+// Throws Error(status, message) unless cond holds. The message is built
+// before the call, whether cond holds or not: for setup and per-call checks.
 inline void check(bool cond, kiln_status status, const std::string &message) {
   if (!cond) fail(status, message);
 }
+
+// check() for hot paths (every training step, every replica's step): the
+// message expression (the arguments after status, which may hold commas)
+// is evaluated only when cond fails, so a check that passes formats nothing
+// and allocates nothing.
+#define KILN_CHECK(cond, status, ...)                  \
+  do {                                                 \
+    if (!(cond)) ::kiln::fail((status), (__VA_ARGS__)); \
+  } while (0)
 
 }  // namespace kiln

@@ -20,24 +20,24 @@ void check_loss_kind(kiln_loss_kind kind) {
         "unknown loss kind " + std::to_string(int(kind)));
 }
 
-// Written as `if (!ok) fail(...)` rather than check(): this runs on every
-// training step, and check() would build its message even on success.
+// On every training step: KILN_CHECK formats nothing when the target fits.
 void check_target(kiln_loss_kind kind, int64_t rows, int64_t cols, const Tensor &target) {
   if (kind == KILN_LOSS_CROSS_ENTROPY) {
-    if (target.dtype() != DType::I64 && target.dtype() != DType::I32 && target.dtype() != DType::U8)
-      fail(KILN_ERROR_DTYPE_MISMATCH,
-           std::string("cross-entropy takes integer class labels (i32, i64 or u8), got ") + dtype_name(target.dtype()));
-    if (target.ndim() != 1 || target.dim(0) != rows)
-      fail(KILN_ERROR_SHAPE_MISMATCH, "cross-entropy labels must have shape [" + std::to_string(rows) +
-                                          "] for logits " + Shape{rows, cols}.str() + ", got " + target.shape().str());
+    KILN_CHECK(target.dtype() == DType::I64 || target.dtype() == DType::I32 || target.dtype() == DType::U8,
+               KILN_ERROR_DTYPE_MISMATCH,
+               std::string("cross-entropy takes integer class labels (i32, i64 or u8), got ") +
+                   dtype_name(target.dtype()));
+    KILN_CHECK(target.ndim() == 1 && target.dim(0) == rows, KILN_ERROR_SHAPE_MISMATCH,
+               "cross-entropy labels must have shape [" + std::to_string(rows) + "] for logits " +
+                   Shape{rows, cols}.str() + ", got " + target.shape().str());
     return;
   }
-  if (!dtype_is_float(target.dtype()))
-    fail(KILN_ERROR_DTYPE_MISMATCH,
-         std::string(loss_name(kind)) + " takes float targets, got " + dtype_name(target.dtype()));
-  if (target.shape() != Shape{rows, cols} && !(cols == 1 && target.shape() == Shape{rows}))
-    fail(KILN_ERROR_SHAPE_MISMATCH, std::string(loss_name(kind)) + " targets must have the predictions' shape " +
-                                        Shape{rows, cols}.str() + ", got " + target.shape().str());
+  KILN_CHECK(dtype_is_float(target.dtype()), KILN_ERROR_DTYPE_MISMATCH,
+             std::string(loss_name(kind)) + " takes float targets, got " + dtype_name(target.dtype()));
+  KILN_CHECK(target.shape() == (Shape{rows, cols}) || (cols == 1 && target.shape() == Shape{rows}),
+             KILN_ERROR_SHAPE_MISMATCH,
+             std::string(loss_name(kind)) + " targets must have the predictions' shape " + Shape{rows, cols}.str() +
+                 ", got " + target.shape().str());
 }
 
 LossOp loss_op(kiln_loss_kind kind, DType t, int64_t rows, int64_t cols, const void *pred, const void *target,

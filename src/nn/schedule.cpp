@@ -17,10 +17,9 @@ double scheduled_lr(const ScheduleConfig &c, double lr, int64_t t, int64_t fit_t
       break;
     case KILN_LR_COSINE: {
       const int64_t total = c.total_steps > 0 ? c.total_steps : fit_total;
-      if (total <= 0)  // not check(): this runs every step and must not build a message
-        fail(KILN_ERROR_INVALID_ARGUMENT,
-             "the cosine schedule has total_steps 0, which only kiln_trainer_fit fills in (with its own length); "
-             "set total_steps to use it with kiln_trainer_step or kiln_trainer_epoch");
+      KILN_CHECK(total > 0, KILN_ERROR_INVALID_ARGUMENT,  // every step
+                 "the cosine schedule has total_steps 0, which only kiln_trainer_fit fills in (with its own length); "
+                 "set total_steps to use it with kiln_trainer_step or kiln_trainer_epoch");
       const double pi = 3.14159265358979323846;
       value = t >= total ? c.min_lr : c.min_lr + (lr - c.min_lr) * (1 + std::cos(pi * double(t) / double(total))) / 2;
       break;

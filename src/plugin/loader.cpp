@@ -100,8 +100,8 @@ PluginLibrary open_plugin(const PluginRequest &request) {
   }
   const std::string id = quoted_id(build_id_fn());
   if (id != KILN_BUILD_ID) {
-    p.error = name + " is from another build of kiln: its build ID is " + id + ", this libkiln's is " KILN_BUILD_ID
-              "; install libkiln and its plugins from the same build";
+    p.error = name + " is from another build of kiln: its build ID is " + id +
+              ", this libkiln's is " KILN_BUILD_ID "; install libkiln and its plugins from the same build";
     p.refused = true;
     return p;
   }

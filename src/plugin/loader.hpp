@@ -31,8 +31,8 @@ std::string plugin_directory(std::string *origin);
 std::string one_line(const char *text);
 
 struct PluginRequest {
-  const char *file;   // "libkiln_dist.so"
-  const char *what;   // "distributed", for messages
+  const char *file;  // "libkiln_dist.so"
+  const char *what;  // "distributed", for messages
   // What the plugin's own libraries are and where they come from, added to
   // a loader failure ("" for nothing to add).
   const char *needs;

@@ -37,8 +37,7 @@ std::string bound_text(double v) {
 std::string range_text(const OptionInfo &info) {
   if (info.kind == OptionKind::ENUM) {
     std::string names = info.names;
-    for (size_t bar = names.find('|'); bar != std::string::npos; bar = names.find('|'))
-      names.replace(bar, 1, ", ");
+    for (size_t bar = names.find('|'); bar != std::string::npos; bar = names.find('|')) names.replace(bar, 1, ", ");
     return "one of " + names;
   }
   if (info.kind == OptionKind::BITS) return "a mask within " + bound_text(info.hi);

@@ -42,27 +42,13 @@ struct OptionInfo {
 const OptionInfo &option_info(Option id);
 
 // How TrainerOptions keeps an option of a kind (the ctype for ENUM).
-template <OptionKind K, class CType> struct OptionStorage {
-  using type = CType;
-};
-template <class CType> struct OptionStorage<OptionKind::DOUBLE, CType> {
-  using type = double;
-};
-template <class CType> struct OptionStorage<OptionKind::INT, CType> {
-  using type = int64_t;
-};
-template <class CType> struct OptionStorage<OptionKind::UINT, CType> {
-  using type = uint64_t;
-};
-template <class CType> struct OptionStorage<OptionKind::BOOL, CType> {
-  using type = bool;
-};
-template <class CType> struct OptionStorage<OptionKind::BITS, CType> {
-  using type = uint32_t;
-};
-template <class CType> struct OptionStorage<OptionKind::DEVICES, CType> {
-  using type = std::vector<Device>;
-};
+template <OptionKind K, class CType> struct OptionStorage { using type = CType; };
+template <class CType> struct OptionStorage<OptionKind::DOUBLE, CType> { using type = double; };
+template <class CType> struct OptionStorage<OptionKind::INT, CType> { using type = int64_t; };
+template <class CType> struct OptionStorage<OptionKind::UINT, CType> { using type = uint64_t; };
+template <class CType> struct OptionStorage<OptionKind::BOOL, CType> { using type = bool; };
+template <class CType> struct OptionStorage<OptionKind::BITS, CType> { using type = uint32_t; };
+template <class CType> struct OptionStorage<OptionKind::DEVICES, CType> { using type = std::vector<Device>; };
 
 // One member per row of the table, named by its id: loss, optimizer, lr,
 // momentum, ..., batch_size (per device: the rows each replica or rank

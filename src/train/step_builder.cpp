@@ -63,8 +63,8 @@ StepProgram build_step_program(const StepBuild &b) {
   double *stats = stats_field(buf.stats, b.source ? offsetof(StepStats, pass) : offsetof(StepStats, step));
   if (mixed) {  // the loss in f32, from and to the bf16 activations
     p.ops.push_back(cast_op(c.work, m.dtype(), rows * out, logits, buf.logits32));
-    p.ops.push_back(loss_op(c.loss, m.dtype(), rows, out, buf.logits32, buf.batch_y,
-                            b.trains ? buf.dlogits32 : nullptr, stats, c.label_smoothing));
+    p.ops.push_back(loss_op(c.loss, m.dtype(), rows, out, buf.logits32, buf.batch_y, b.trains ? buf.dlogits32 : nullptr,
+                            stats, c.label_smoothing));
     if (b.trains) p.ops.push_back(cast_op(m.dtype(), c.work, rows * out, buf.dlogits32, dlogits));
   } else {
     p.ops.push_back(loss_op(c.loss, m.dtype(), rows, out, logits, buf.batch_y, dlogits, stats, c.label_smoothing));

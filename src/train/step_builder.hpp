@@ -30,8 +30,8 @@ struct PassStats {
 // the trainer reads back. On the device as doubles; stats_field gives a
 // member's address from the block's.
 struct StepStats {
-  PassStats pass;         // the running epoch or evaluation
-  PassStats step;         // one kiln_trainer_step
+  PassStats pass;           // the running epoch or evaluation
+  PassStats step;           // one kiln_trainer_step
   double clip_scratch = 0;  // ClipOp's
 };
 static_assert(sizeof(StepStats) % sizeof(double) == 0, "StepStats is a whole number of doubles");
@@ -100,8 +100,8 @@ struct StepKey {
   int64_t rows = 0;
   bool has_source = false;
   SourceView source;
-  uint64_t buffers = 0;           // StepBuffers::generation
-  const void *params = nullptr;   // the model's flat buffer (it moves with the model)
+  uint64_t buffers = 0;          // StepBuffers::generation
+  const void *params = nullptr;  // the model's flat buffer (it moves with the model)
   const Collective *comm = nullptr;
   bool operator==(const StepKey &other) const;
 };

@@ -63,10 +63,9 @@ void check_host_labels(const Tensor &y, int64_t classes) {
     int64_t label = y.dtype() == DType::I64   ? y.data_as<int64_t>()[i]
                     : y.dtype() == DType::I32 ? y.data_as<int32_t>()[i]
                                               : y.data_as<uint8_t>()[i];
-    if (label < 0 || label >= classes)
-      fail(KILN_ERROR_INVALID_ARGUMENT, "label " + std::to_string(label) + " of sample " + std::to_string(i) +
-                                            " is outside [0, " + std::to_string(classes) + "): the model has " +
-                                            std::to_string(classes) + " outputs");
+    KILN_CHECK(label >= 0 && label < classes, KILN_ERROR_INVALID_ARGUMENT,
+               "label " + std::to_string(label) + " of sample " + std::to_string(i) + " is outside [0, " +
+                   std::to_string(classes) + "): the model has " + std::to_string(classes) + " outputs");
   }
 }
 
@@ -114,12 +113,11 @@ void Trainer::check_finite(const kiln_epoch_stats &s) const {
                                "); lower the learning rate or momentum, or clip gradients");
 }
 
-// The checks on the step path are `if (!ok) fail(...)`: check() would build
-// its message on every step, and a step must not allocate.
+// The checks on the step path are KILN_CHECKs: a step must not allocate.
 void Trainer::check_model_device() const {
-  if (model_->device() != device_)
-    fail(KILN_ERROR_INVALID_ARGUMENT, "model moved to " + model_->device().str() + " after the trainer was created on " +
-                                          device_.str() + "; create a new trainer");
+  KILN_CHECK(model_->device() == device_, KILN_ERROR_INVALID_ARGUMENT,
+             "model moved to " + model_->device().str() + " after the trainer was created on " + device_.str() +
+                 "; create a new trainer");
 }
 
 void Trainer::check_dataset(const Dataset &ds, const char *what) const {
@@ -208,11 +206,10 @@ double Trainer::step(const Tensor &x, const Tensor &y, bool want_loss) {
   BusyScope busy(busy_, "kiln_trainer_step");
   check_model_device();
   const int64_t in = model_->input_size(), out = model_->output_size();
-  if (!dtype_is_float(x.dtype()) && x.dtype() != DType::U8)
-    fail(KILN_ERROR_DTYPE_MISMATCH, std::string("x must be a float or u8 tensor, got ") + dtype_name(x.dtype()));
-  if (x.ndim() < 2 || x.dim(0) < 1 || x.numel() != x.dim(0) * in)
-    fail(KILN_ERROR_SHAPE_MISMATCH,
-         "x has shape " + x.shape().str() + " but the model takes [batch >= 1, " + std::to_string(in) + "]");
+  KILN_CHECK(dtype_is_float(x.dtype()) || x.dtype() == DType::U8, KILN_ERROR_DTYPE_MISMATCH,
+             std::string("x must be a float or u8 tensor, got ") + dtype_name(x.dtype()));
+  KILN_CHECK(x.ndim() >= 2 && x.dim(0) >= 1 && x.numel() == x.dim(0) * in, KILN_ERROR_SHAPE_MISMATCH,
+             "x has shape " + x.shape().str() + " but the model takes [batch >= 1, " + std::to_string(in) + "]");
   const int64_t rows = x.dim(0);
   check_target(options_.loss, rows, out, y);
   if (options_.loss == KILN_LOSS_CROSS_ENTROPY && y.device().is_cpu()) check_host_labels(y, out);
@@ -239,10 +236,9 @@ double Trainer::step(const Tensor &x, const Tensor &y, bool want_loss) {
   optimizer_.set_steps(optimizer_.steps() + 1);
   if (!want_loss) return 0;
   const PassStats stats = read_stats(kStepStats);
-  if (stats.bad_labels != 0)
-    fail(KILN_ERROR_INVALID_ARGUMENT, "labels outside [0, " + std::to_string(out) + ") in the batch (the model has " +
-                                          std::to_string(out) +
-                                          " outputs); the update was applied with them counted as loss 0");
+  KILN_CHECK(stats.bad_labels == 0, KILN_ERROR_INVALID_ARGUMENT,
+             "labels outside [0, " + std::to_string(out) + ") in the batch (the model has " + std::to_string(out) +
+                 " outputs); the update was applied with them counted as loss 0");
   return stats.loss_sum / loss_count(options_.loss, rows, out);
 }
 
