@@ -49,16 +49,19 @@ static kiln_model *make_model(kiln_context *ctx, const char *text, kiln_dtype dt
   return model;
 }
 
-/* Linear(3, 2) parameters as [W (6), b (2)]. */
-static void read_linear(kiln_model *model, double *p) {
+/* A Linear(in, out) model's parameters as [W (out * in), b (out)]. */
+static void read_params(kiln_model *model, int64_t in, int64_t out, double *p) {
   kiln_tensor *w = NULL, *b = NULL;
   assert_kiln_ok(kiln_model_parameter(model, 0, &w));
   assert_kiln_ok(kiln_model_parameter(model, 1, &b));
-  kiln_test_read_f64(w, p, OUT * IN);
-  kiln_test_read_f64(b, p + OUT * IN, OUT);
+  kiln_test_read_f64(w, p, out * in);
+  kiln_test_read_f64(b, p + out * in, out);
   kiln_tensor_release(w);
   kiln_tensor_release(b);
 }
+
+/* Linear(3, 2) parameters as [W (6), b (2)]. */
+static void read_linear(kiln_model *model, double *p) { read_params(model, IN, OUT, p); }
 
 static void mse_grad(const double *p, const double *x, const double *t, double *g) {
   memset(g, 0, NP * sizeof *g);
@@ -209,16 +212,6 @@ static double ls_target_loss(const double *p, const double *x, const int64_t *y,
   return loss;
 }
 
-static void read_params(kiln_model *model, double *p) {
-  kiln_tensor *w = NULL, *b = NULL;
-  assert_kiln_ok(kiln_model_parameter(model, 0, &w));
-  assert_kiln_ok(kiln_model_parameter(model, 1, &b));
-  kiln_test_read_f64(w, p, LS_C * LS_IN);
-  kiln_test_read_f64(b, p + LS_C * LS_IN, LS_C);
-  kiln_tensor_release(w);
-  kiln_tensor_release(b);
-}
-
 static void test_label_smoothing(void **state) {
   kiln_context *ctx = *state;
   kiln_test_rng rng = kiln_test_rng_make(23);
@@ -241,7 +234,7 @@ static void test_label_smoothing(void **state) {
     kiln_trainer_options_release(o);
 
     double p[LS_NP], g[LS_NP], fd[LS_NP], got[LS_NP];
-    read_params(model, p);
+    read_params(model, LS_IN, LS_C, p);
     const double want = ls_target_loss(p, x, y, e, g);
     const double torch = ls_torch_loss(p, x, y, e);
     assert_allclose(&torch, &want, 1, 1e-13, 0); /* the two definitions agree */
@@ -259,7 +252,7 @@ static void test_label_smoothing(void **state) {
     assert_kiln_ok(kiln_trainer_step(trainer, xt, yt, &loss));
     assert_allclose(&loss, &want, 1, upd_rtol(1e-12), upd_atol(1e-14));
     for (int i = 0; i < LS_NP; ++i) p[i] -= lr * g[i];
-    read_params(model, got);
+    read_params(model, LS_IN, LS_C, got);
     assert_allclose(got, p, LS_NP, upd_rtol(1e-11), upd_atol(1e-13));
     /* Evaluation reports the smoothed loss too (of the updated weights). */
     kiln_dataset *ds = NULL;

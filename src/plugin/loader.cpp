@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "kiln/build_id.hpp"
 
@@ -55,6 +57,18 @@ std::string one_line(const char *text) {
 }
 
 void *PluginLibrary::symbol(const char *name) const { return dlsym(handle, name); }
+
+const PluginLibrary &plugin_once(const PluginRequest &request, bool *first) {
+  static std::mutex mutex;
+  // Never destroyed: a context alive while static objects are destroyed at
+  // exit (a binding's finalizer) may still ask.
+  static auto *opened = new std::map<std::string, PluginLibrary>;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = opened->find(request.file);
+  if (first) *first = found == opened->end();
+  if (found == opened->end()) found = opened->emplace(request.file, open_plugin(request)).first;
+  return found->second;
+}
 
 PluginLibrary open_plugin(const PluginRequest &request) {
   PluginLibrary p;

@@ -58,5 +58,10 @@ struct PluginLibrary {
 // second load would pay their start-up again. Callers load each plugin at
 // most once per process. Never throws but std::bad_alloc.
 PluginLibrary open_plugin(const PluginRequest &request);
+// open_plugin once per process for each request.file: every later call,
+// from any thread, gets the first one's outcome, loaded or refused. *first
+// (may be null) says whether this call opened it. The outcomes live until
+// the process exits.
+const PluginLibrary &plugin_once(const PluginRequest &request, bool *first);
 
 }  // namespace kiln
