@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "api/handles.hpp"
 #include "nn/loss.hpp"
@@ -18,6 +19,21 @@ using kiln::api::require;
 using kiln::api::value;
 
 kiln::TrainerOptions &options_of(kiln_trainer_options *options) { return *lookup(options, "options")->value; }
+
+// A caller's setter argument as the options take it: an enum as the int its
+// bytes hold (a C caller may pass any int, and loading an out-of-range value
+// as the C++ enum type would be undefined behaviour: see checked_enum), any
+// other type as it is.
+template <class T> auto raw_argument(const T &value) {
+  if constexpr (std::is_enum_v<T>) {
+    static_assert(sizeof(T) == sizeof(int), "C enums are int-sized here");
+    int raw;
+    std::memcpy(&raw, &value, sizeof raw);
+    return raw;
+  } else {
+    return value;
+  }
+}
 
 // The caller's kiln_epoch_stats may be an older, smaller struct: checks its
 // struct_size and copies what fits, keeping the caller's struct_size.
@@ -70,7 +86,7 @@ KILN_API void kiln_trainer_options_release(kiln_trainer_options *options) { kiln
 // (train/options.cpp) and stored.
 #define KILN_OPTION(id, setter, kind, ctype, ...)                                         \
   KILN_API kiln_status kiln_trainer_options_set_##id(kiln_trainer_options *options, ctype id) { \
-    return guard([&] { kiln::set_option(options_of(options), kiln::Option::id, id); });    \
+    return guard([&] { kiln::set_option(options_of(options), kiln::Option::id, raw_argument(id)); }); \
   }
 #define KILN_OPTION_CUSTOM(...)
 #include "train/options_table.h"
@@ -83,7 +99,9 @@ KILN_API kiln_status kiln_trainer_options_set_betas(kiln_trainer_options *option
 KILN_API kiln_status kiln_trainer_options_set_schedule(kiln_trainer_options *options, kiln_lr_schedule schedule,
                                                        int64_t step_size, double gamma, int64_t total_steps,
                                                        double min_lr) {
-  return guard([&] { kiln::set_schedule(options_of(options), schedule, step_size, gamma, total_steps, min_lr); });
+  return guard([&] {
+    kiln::set_schedule(options_of(options), raw_argument(schedule), step_size, gamma, total_steps, min_lr);
+  });
 }
 
 KILN_API kiln_status kiln_trainer_options_set_devices(kiln_trainer_options *options, const kiln_device *devices,

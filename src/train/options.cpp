@@ -1,6 +1,5 @@
 #include "train/options.hpp"
 
-#include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -170,9 +169,6 @@ void set_option(TrainerOptions &o, Option id, int64_t value) { set_number(o, id,
 void set_option(TrainerOptions &o, Option id, uint64_t value) { set_number(o, id, value); }
 void set_option(TrainerOptions &o, Option id, int value) { set_number(o, id, value); }
 void set_option(TrainerOptions &o, Option id, uint32_t value) { set_number(o, id, value); }
-void set_option(TrainerOptions &o, Option id, kiln_loss_kind value) { set_number(o, id, int(value)); }
-void set_option(TrainerOptions &o, Option id, kiln_optimizer_kind value) { set_number(o, id, int(value)); }
-void set_option(TrainerOptions &o, Option id, kiln_precision value) { set_number(o, id, int(value)); }
 
 void set_betas(TrainerOptions &o, double beta1, double beta2) {
   check_option(Option::beta1, beta1, o.schedule);
@@ -181,9 +177,10 @@ void set_betas(TrainerOptions &o, double beta1, double beta2) {
   set_option(o, Option::beta2, beta2);
 }
 
-void set_schedule(TrainerOptions &o, kiln_lr_schedule kind, int64_t step_size, double gamma, int64_t total_steps,
+void set_schedule(TrainerOptions &o, int kind_value, int64_t step_size, double gamma, int64_t total_steps,
                   double min_lr) {
-  check_option(Option::schedule, double(kind), kind);
+  check_option(Option::schedule, double(kind_value), KILN_LR_CONSTANT);
+  const auto kind = static_cast<kiln_lr_schedule>(kind_value);  // an enumerator now
   check_option(Option::step_size, double(step_size), kind);
   check_option(Option::gamma, gamma, kind);
   check_option(Option::total_steps, double(total_steps), kind);

@@ -83,20 +83,17 @@ void check_option(Option id, double v, kiln_lr_schedule schedule);
 
 // Sets option id to value after checking it against its row (INVALID_ARGUMENT
 // naming the option, its range and the value; o unchanged then), and marks it
-// set. value has the setter's parameter type (the row's ctype).
+// set. value has the setter's parameter type (the row's ctype), an enum as
+// its int.
 void set_option(TrainerOptions &o, Option id, double value);
 void set_option(TrainerOptions &o, Option id, int64_t value);
 void set_option(TrainerOptions &o, Option id, uint64_t value);
 void set_option(TrainerOptions &o, Option id, int value);
 void set_option(TrainerOptions &o, Option id, uint32_t value);
-void set_option(TrainerOptions &o, Option id, kiln_loss_kind value);
-void set_option(TrainerOptions &o, Option id, kiln_optimizer_kind value);
-void set_option(TrainerOptions &o, Option id, kiln_precision value);
 // The setters of several rows at once: every value is checked before any is
 // stored.
 void set_betas(TrainerOptions &o, double beta1, double beta2);
-void set_schedule(TrainerOptions &o, kiln_lr_schedule kind, int64_t step_size, double gamma, int64_t total_steps,
-                  double min_lr);
+void set_schedule(TrainerOptions &o, int kind, int64_t step_size, double gamma, int64_t total_steps, double min_lr);
 void set_devices(TrainerOptions &o, std::vector<Device> devices);
 
 // Checks every option of o against the table, as the setters do: for
