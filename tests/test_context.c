@@ -567,6 +567,15 @@ static void child_other_build(void **state) {
   }
 }
 
+/* A plugin without a build ID (an older kiln's) is refused as such. */
+static void child_plugin_without_build_id(void **state) {
+  (void)state;
+  kiln_context *ctx = create_with(quiet_options());
+  assert_cuda_refused_with(ctx, "is not a plugin of this kiln: it lacks kiln_plugin_build_id");
+  assert_cuda_refused_with(ctx, backend_path());
+  kiln_context_release(ctx);
+}
+
 static void child_fake_plugin_kept_and_shared(void **state) {
   (void)state;
   const char *dir = backend_path();
@@ -602,6 +611,7 @@ static const struct CMUnitTest child_cases[] = {
     cmocka_unit_test(child_missing_plugin),
     cmocka_unit_test(child_not_a_library),
     cmocka_unit_test(child_other_build),
+    cmocka_unit_test(child_plugin_without_build_id),
     cmocka_unit_test(child_fake_plugin_kept_and_shared),
     cmocka_unit_test(child_fake_plugin_first_load_on_many_threads),
 };
@@ -635,6 +645,11 @@ static void test_plugin_of_another_build(void **state) {
   (void)state;
   assert_string_not_equal(KILN_BUILD_ID, KILN_OTHER_BUILD_ID);
   run_in_child("child_other_build", KILN_OTHER_BUILD_PLUGIN_DIR);
+}
+
+static void test_plugin_without_build_id(void **state) {
+  (void)state;
+  run_in_child("child_plugin_without_build_id", KILN_NO_BUILD_ID_PLUGIN_DIR);
 }
 
 static void test_plugin_reason_is_kept_and_plugin_stays_loaded(void **state) {
@@ -819,6 +834,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_backend_path_empty_dir),
       cmocka_unit_test(test_backend_path_not_a_library),
       cmocka_unit_test(test_plugin_of_another_build),
+      cmocka_unit_test(test_plugin_without_build_id),
       cmocka_unit_test(test_plugin_reason_is_kept_and_plugin_stays_loaded),
       cmocka_unit_test(test_plugin_first_load_on_many_threads),
       cmocka_unit_test(test_contexts_share_cuda),

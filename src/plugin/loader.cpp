@@ -100,15 +100,12 @@ PluginLibrary open_plugin(const PluginRequest &request) {
     }
     return p;
   }
-  for (const char *symbol : request.symbols)
-    if (!dlsym(library, symbol)) {
-      p.error = name + " is not kiln's: it lacks " + symbol;
-      p.refused = true;
-      return p;
-    }
+  // The identity first: another build's plugin may lack or rename entry
+  // points, and that is not what is wrong with it.
   auto build_id_fn = reinterpret_cast<const char *(*)(void)>(dlsym(library, "kiln_plugin_build_id"));
   if (!build_id_fn) {
-    p.error = name + " is not kiln's: it lacks kiln_plugin_build_id";
+    p.error = name + " is not a plugin of this kiln: it lacks kiln_plugin_build_id (an older kiln's, or not " +
+              "kiln's); install libkiln and its plugins from the same build";
     p.refused = true;
     return p;
   }
@@ -119,6 +116,12 @@ PluginLibrary open_plugin(const PluginRequest &request) {
     p.refused = true;
     return p;
   }
+  for (const char *symbol : request.symbols)
+    if (!dlsym(library, symbol)) {
+      p.error = name + " is not kiln's: it lacks " + symbol;
+      p.refused = true;
+      return p;
+    }
   p.handle = library;
   return p;
 }
