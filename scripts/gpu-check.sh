@@ -238,7 +238,7 @@ setup_deps() {
     # dlopen()s; CUDNN_PATH: the tree whose include/ the build takes headers from.
     export KILN_CUDNN_PATH="$cudnn_root/lib" CUDNN_PATH="$cudnn_root" CUDNN_ROOT="$cudnn_root"
   fi
-  [[ -n $nccl_root ]] && export NCCL_HOME="$nccl_root"  # src/dist/plugin/CMakeLists.txt looks there
+  [[ -n $nccl_root ]] && export NCCL_HOME="$nccl_root"  # src/distributed/plugin/CMakeLists.txt looks there
   found "Fashion-MNIST" "${data:-not found: bench runs workload W only}"
   found "compute-sanitizer" "${sanitizer:-not found: the sanitize stage is skipped}"
   found "ncu" "${ncu:-not found: the ncu stage is skipped}"

@@ -9,7 +9,9 @@
 # function, a field appended to a struct_size struct) and commit the new
 # baseline with the header. Only the public API counts: abidw keeps the
 # exported kiln_* functions and the types under include/kiln they reach
-# (the handles stay opaque). Build paths, source locations and DT_NEEDED
+# (the handles stay opaque), and the symbols of libkiln's private version
+# node (kiln's internals, exported for its plugins: src/api/kiln.map.in) are
+# dropped. Build paths, source locations and DT_NEEDED
 # entries are left out, so the file depends only on the API: two runs, or
 # two checkouts, give identical files.
 set -euo pipefail
@@ -46,6 +48,17 @@ abidw --headers-dir "$root/include/kiln" --drop-private-types --exported-interfa
   --out-file "$tmp" "$lib"
 # Each translation unit is named by its absolute source path: keep it from src/ on.
 sed -i -E "s|^(  <abi-instr [^>]*path=')[^']*/(src/[^']*')|\1\2|" "$tmp"
+# The private node KILN_PRIVATE_<build ID>: not the public ABI, and named
+# after the build, so it would change the file with every build. Its symbols
+# have no debug info (only src/api is compiled with -g, with hidden
+# visibility), so they appear only in the ELF symbol lists.
+sed -i "/<elf-symbol [^>]*version='KILN_PRIVATE_/d" "$tmp"
+sed -i '/^  <elf-variable-symbols>$/{N;/^  <elf-variable-symbols>\n  <\/elf-variable-symbols>$/d}' "$tmp"
+if grep -q "KILN_PRIVATE_" "$tmp"; then
+  echo "error: the ABI file names libkiln's private version node:" >&2
+  grep "KILN_PRIVATE_" "$tmp" | head -n 5 >&2
+  exit 1
+fi
 if grep -q "path='/" "$tmp"; then
   echo "error: an absolute path is left in the ABI file:" >&2
   grep "path='/" "$tmp" >&2

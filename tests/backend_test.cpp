@@ -662,13 +662,20 @@ void test_bias_grad(Backend &be) {
   }
 }
 
-double ce_loss_ref(const std::vector<double> &x, const std::vector<int64_t> &labels, int64_t rows, int64_t cols) {
+// The summed cross-entropy with label smoothing `eps`, as PyTorch's
+// CrossEntropyLoss(label_smoothing=eps) defines it per row:
+// (1 - eps) * -log p_label + eps * mean_c(-log p_c).
+double ce_loss_ref(const std::vector<double> &x, const std::vector<int64_t> &labels, int64_t rows, int64_t cols,
+                   double eps) {
   double total = 0;
   for (int64_t r = 0; r < rows; ++r) {
     double mx = -INFINITY, sum = 0;
     for (int64_t j = 0; j < cols; ++j) mx = std::max(mx, x[size_t(r * cols + j)]);
     for (int64_t j = 0; j < cols; ++j) sum += std::exp(x[size_t(r * cols + j)] - mx);
-    total += mx + std::log(sum) - x[size_t(r * cols + labels[size_t(r)])];
+    const double log_z = mx + std::log(sum);
+    double mean_nll = 0;
+    for (int64_t j = 0; j < cols; ++j) mean_nll += (log_z - x[size_t(r * cols + j)]) / double(cols);
+    total += (1 - eps) * (log_z - x[size_t(r * cols + labels[size_t(r)])]) + eps * mean_nll;
   }
   return total;
 }
@@ -678,18 +685,19 @@ void test_losses(Backend &be) {
   std::vector<int64_t> labels(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) labels[size_t(r)] = (r * 7) % cols;
   Buf blabels(DType::I64, std::vector<double>(labels.begin(), labels.end()));
+  for (double eps : {0.0, 0.15, 1.0})
   for (DType t : {DType::F64, DType::F32, DType::F16, DType::BF16}) {
-    g_case = std::string("cross_entropy ") + dtype_name(t);
+    g_case = std::string("cross_entropy ") + dtype_name(t) + " label smoothing " + std::to_string(eps);
     std::vector<double> x = rounded(t, randoms(size_t(rows * cols), 91, -4, 4));
     for (int64_t r = 0; r < rows; r += 3) x[size_t(r * cols + labels[size_t(r)])] = 5;  // a third correct
     Buf bx(t, x), dl(t, x.size());
     Buf bstats(DType::F64, {1, 2, 0});
     const double scale = 1.0 / double(rows);
     be.cross_entropy(D, LossArgs{t, rows, cols, bx.data(), blabels.as<int64_t>(), scale, dl.data(),
-                                 bstats.as<double>()});
+                                 bstats.as<double>(), eps});
     const std::vector<double> stats = bstats.values();
     check_close("bad labels", {stats[2]}, {0}, 0, 0);
-    check_close("loss", {stats[0] - 1}, {ce_loss_ref(x, labels, rows, cols)}, rtol_of(t) * 4, 0);
+    check_close("loss", {stats[0] - 1}, {ce_loss_ref(x, labels, rows, cols, eps)}, rtol_of(t) * 4, 0);
     int64_t correct = 0;
     for (int64_t r = 0; r < rows; ++r) {
       int64_t arg = 0;
@@ -703,7 +711,7 @@ void test_losses(Backend &be) {
         std::vector<double> xp = x, xm = x;
         xp[k] += 1e-6;
         xm[k] -= 1e-6;
-        fd[k] = (ce_loss_ref(xp, labels, rows, cols) - ce_loss_ref(xm, labels, rows, cols)) / 2e-6 * scale;
+        fd[k] = (ce_loss_ref(xp, labels, rows, cols, eps) - ce_loss_ref(xm, labels, rows, cols, eps)) / 2e-6 * scale;
       }
       check_close("dlogits", dl.values(), fd, 1e-5, 1e-9);
     } else {
@@ -713,12 +721,15 @@ void test_losses(Backend &be) {
         for (int64_t j = 0; j < cols; ++j) mx = std::max(mx, x[size_t(r * cols + j)]);
         for (int64_t j = 0; j < cols; ++j) sum += std::exp(x[size_t(r * cols + j)] - mx);
         for (int64_t j = 0; j < cols; ++j)
-          want[size_t(r * cols + j)] = (std::exp(x[size_t(r * cols + j)] - mx) / sum - (j == labels[size_t(r)])) * scale;
+          want[size_t(r * cols + j)] = (std::exp(x[size_t(r * cols + j)] - mx) / sum -
+                                        (1 - eps) * (j == labels[size_t(r)]) - eps / double(cols)) *
+                                       scale;
       }
       check_close("dlogits", dl.values(), want, rtol_of(t) * 8, rtol_of(t) * scale);
     }
     Buf plain(DType::F64, {0, 0, 0});  // no gradient wanted
-    be.cross_entropy(D, LossArgs{t, rows, cols, bx.data(), blabels.as<int64_t>(), scale, nullptr, plain.as<double>()});
+    be.cross_entropy(D, LossArgs{t, rows, cols, bx.data(), blabels.as<int64_t>(), scale, nullptr, plain.as<double>(),
+                                 eps});
     check_close("loss without gradient", {plain.values()[0]}, {stats[0] - 1}, 1e-12, 0);
   }
   g_case = "cross_entropy bad label";

@@ -187,11 +187,10 @@ void make_data(const std::shared_ptr<Context> &ctx, int64_t rows, uint32_t seed,
 TrainerOptions options_for(int64_t batch) {
   TrainerOptions o;
   o.lr = 0.05;
-  o.optimizer.kind = KILN_OPTIM_SGD;
-  o.optimizer.momentum = 0.9;
+  o.optimizer = KILN_OPTIM_SGD;
+  o.momentum = 0.9;
   o.batch_size = batch;
-  o.shuffle_seed_set = true;
-  o.shuffle_seed = 7;
+  set_option(o, Option::shuffle_seed, uint64_t(7));
   return o;
 }
 
@@ -201,12 +200,13 @@ TrainerOptions dp_options(int64_t batch, int64_t replicas) {
   return o;
 }
 
-// N replicas with batch B train as one trainer with batch B: caller steps,
-// epochs, evaluation and fit with validation.
+// N replicas with batch B / N each (the batch size is per device, as per rank
+// in DDP) train as one trainer with batch B: caller steps, epochs,
+// evaluation and fit with validation.
 void same_as_one_trainer(const std::shared_ptr<Context> &ctx, int64_t replicas) {
   test::g_case = "same as one trainer, " + std::to_string(replicas) + " replicas";
   std::shared_ptr<Model> dp_model = make_model(ctx), ref_model = twin(dp_model);
-  DataParallel dp(dp_model, dp_options(24, replicas), threads_factory());
+  DataParallel dp(dp_model, dp_options(24 / replicas, replicas), threads_factory());
   Trainer ref(ref_model, options_for(24));
   CHECK(dp.devices() == replicas);
 
@@ -281,7 +281,7 @@ int on_progress(void *user, const kiln_progress *) {
 void progress_and_cancel(const std::shared_ptr<Context> &ctx) {
   test::g_case = "progress and cancel";
   std::shared_ptr<Model> dp_model = make_model(ctx), ref_model = twin(dp_model);
-  TrainerOptions o = dp_options(16, 2), r = options_for(16);
+  TrainerOptions o = dp_options(8, 2), r = options_for(16);
   o.progress_interval = r.progress_interval = 2;
   DataParallel dp(dp_model, o, threads_factory());
   Trainer ref(ref_model, r);
@@ -309,8 +309,9 @@ void progress_and_cancel(const std::shared_ptr<Context> &ctx) {
 void bad_input(const std::shared_ptr<Context> &ctx) {
   test::g_case = "bad input";
   std::shared_ptr<Model> m = make_model(ctx);
-  // The batch must split evenly; the model must be on the first device.
-  CHECK(status_of([&] { DataParallel(m, dp_options(9, 2), threads_factory()); }) == KILN_ERROR_INVALID_ARGUMENT);
+  // Any batch size is one: it is per device (9 each, 18 per step). The model
+  // must be on the first device.
+  CHECK(status_of([&] { DataParallel(m, dp_options(9, 2), threads_factory()); }) == KILN_OK);
   TrainerOptions gpus = options_for(8);
   gpus.devices = {Device::cuda(0), Device::cuda(1)};
   std::string message;
@@ -387,7 +388,7 @@ void buckets_change_nothing(const std::shared_ptr<Context> &ctx, kiln_precision 
   for (const auto &c : cases) {
     std::shared_ptr<Model> m = make_model(ctx, "12-16-16-4");
     m->flat().copy_from(first->flat());
-    TrainerOptions o = dp_options(24, 2);
+    TrainerOptions o = dp_options(12, 2);
     o.precision = precision;
     o.bucket_bytes = c.bytes;
     std::shared_ptr<Hub> hub;

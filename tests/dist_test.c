@@ -245,7 +245,7 @@ static void test_buckets_match_one_allreduce(void **state) {
   kiln_model *model = NULL;
   kiln_trainer *t = make_trainer_on(f, "784-64-32-10", 64, 0.1, f->rank == 1 ? 4096 : 0, kCpu, &model);
   assert_status(kiln_trainer_attach_communicator(t, f->comm), KILN_ERROR_INVALID_ARGUMENT);
-  assert_last_error_contains("allreduce bucket size");
+  assert_last_error_contains("rank(s) 1 differ from rank 0's in: bucket_bytes (this rank has bucket_bytes ");
   kiln_trainer_release(t);
   kiln_model_release(model);
   kiln_trainer_release(ref);
@@ -326,7 +326,7 @@ static void test_mismatched_options_fail_on_every_rank(void **state) {
   kiln_model *model = NULL;
   kiln_trainer *t = make_trainer(f, "784-32-10", 64, f->rank == 1 ? 0.2 : 0.1, &model);
   assert_status(kiln_trainer_attach_communicator(t, f->comm), KILN_ERROR_INVALID_ARGUMENT);
-  assert_last_error_contains("rank(s) 1 differ from rank 0");
+  assert_last_error_contains("rank(s) 1 differ from rank 0's in: lr (this rank has lr ");
   kiln_trainer_release(t);
   kiln_model_release(model);
   /* Datasets of different sizes, found before any step. */
@@ -344,6 +344,7 @@ static void test_mismatched_options_fail_on_every_rank(void **state) {
   /* A different architecture too. */
   t = make_trainer(f, f->rank == 1 ? "784-16-10" : "784-32-10", 64, 0.1, &model);
   assert_status(kiln_trainer_attach_communicator(t, f->comm), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("differ from rank 0's in: model (this rank has model 784-");
   kiln_trainer_release(t);
   kiln_model_release(model);
 }

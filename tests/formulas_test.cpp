@@ -84,16 +84,42 @@ void losses() {
   for (double v : row) s += std::exp(v - mx);
   LD sum_l = 0;
   for (double v : row) sum_l += std::exp(LD(v));
-  close(f::cross_entropy_row_loss(s, row[label], mx), double(std::log(sum_l) - LD(row[label])), 1e-14,
+  close(f::cross_entropy_row_loss(s, row[label], mx, 0.0, 0.0), double(std::log(sum_l) - LD(row[label])), 1e-14,
         "loss = -log softmax[label]");
   double grad_sum = 0;
+  const auto onehot = f::smoothed_target<double>(scale, 0.0, n);
   for (int j = 0; j < n; ++j) {
-    const double g = f::cross_entropy_grad(std::exp(row[j] - mx), scale / s, j == label, scale);
+    const double g = f::cross_entropy_grad(std::exp(row[j] - mx), scale / s, j == label, onehot);
     const double softmax = double(std::exp(LD(row[j])) / sum_l);
     close(g, scale * (softmax - (j == label ? 1 : 0)), 1e-14, "grad = scale (softmax - onehot)");
     grad_sum += g;
   }
   close(grad_sum, 0, 1e-15, "row gradient sums to 0");
+
+  // Label smoothing e: the target q = (1 - e) onehot + e / n, the loss
+  // -sum_j q_j log softmax_j summed in long double from its definition.
+  g_case = "cross entropy, label smoothing";
+  for (double e : {0.1, 0.5, 1.0}) {
+    double mean_shift = 0;
+    for (double v : row) mean_shift += v - mx;
+    mean_shift /= n;
+    LD want = 0;
+    for (int j = 0; j < n; ++j) {
+      const LD q = (1 - LD(e)) * (j == label ? 1 : 0) + LD(e) / n;
+      want -= q * (LD(row[j]) - std::log(sum_l));
+    }
+    close(f::cross_entropy_row_loss(s, row[label], mx, e, mean_shift), double(want), 1e-14,
+          "loss = -sum q log softmax");
+    const auto target = f::smoothed_target<double>(scale, e, n);
+    grad_sum = 0;
+    for (int j = 0; j < n; ++j) {
+      const double g = f::cross_entropy_grad(std::exp(row[j] - mx), scale / s, j == label, target);
+      const LD q = (1 - LD(e)) * (j == label ? 1 : 0) + LD(e) / n;
+      close(g, double(scale * (std::exp(LD(row[j])) / sum_l - q)), 1e-14, "grad = scale (softmax - q)");
+      grad_sum += g;
+    }
+    close(grad_sum, 0, 1e-15, "smoothed row gradient sums to 0");
+  }
 
   g_case = "mse";
   for (double p : {-2.5, 0.0, 1.0, 3.75}) {

@@ -7,8 +7,10 @@
 // default fast path without cuDNN (fast_path_with_env);
 // and on every backend present (CUDA too when usable; CUDA alone in
 // program_test_cuda) a whole training program through the backend's own
-// compile, with and without its fast path, against compile_default. Linked
-// with kiln_internal (libkiln exports only the C API); the trainer-level
+// compile, with and without its fast path, against compile_default; and the
+// step builder (train/step_builder.hpp), called directly: the ops of the
+// programs it builds and the keys the program cache takes from its inputs.
+// Linked with libkiln's internal symbols (kiln_private); the trainer-level
 // checks through the C API are in test_fast_path.c.
 #include <cmath>
 #include <cstdio>
@@ -24,6 +26,7 @@
 #include "core/program.hpp"
 #include "core/rng.hpp"
 #include "core/tensor.hpp"
+#include "train/step_builder.hpp"
 #include "train/trainer.hpp"
 
 using namespace kiln;
@@ -630,6 +633,105 @@ void test_compiled_program(Context &ctx, Backend &be, int64_t dev, const char *n
   CHECK(stats_fast[1] == stats_default[1]);
 }
 
+// ---- the step builder ----------------------------------------------------------
+
+// The ops' names in order.
+std::vector<std::string> names_of(const StepProgram &p) {
+  std::vector<std::string> names;
+  for (const StepOp &op : p.ops) names.push_back(op_name(op));
+  return names;
+}
+
+void test_step_builder(Context &c) {
+  std::shared_ptr<Context> ctx = c.shared_from_this();
+  ModelSpec spec;
+  spec.parse("6-8-3");
+  std::shared_ptr<Model> model = Model::create(ctx, spec, Device::cpu(), DType::F32);
+  std::shared_ptr<Model> twin = Model::create(ctx, spec, Device::cpu(), DType::F32);
+  const Optimizer optimizer(OptimizerConfig{}, model->flat());
+  const Workspace ws = model->make_workspace(16, DType::F32);
+  Tensor grads = Tensor::full(ctx, model->flat().shape(), DType::F32, Device::cpu(), 0.0);
+  Tensor stats = Tensor::full(ctx, Shape{int64_t(sizeof(StepStats) / sizeof(double))}, DType::F64, Device::cpu(), 0.0);
+  Tensor batch_x = Tensor::empty(ctx, Shape{16, 6}, DType::F32, Device::cpu());
+  Tensor batch_y = Tensor::empty(ctx, Shape{16}, DType::I64, Device::cpu());
+  Tensor rows = Tensor::empty(ctx, Shape{64}, DType::I64, Device::cpu());
+  StepBuffers buffers;
+  buffers.generation = 1;
+  buffers.ws = &ws;
+  buffers.batch_x = batch_x.data(), buffers.batch_y = batch_y.data();
+  buffers.grads = grads.data();
+  buffers.stats = stats.data();
+  buffers.rows = rows.data_as<int64_t>();
+  StepConfig config;
+  config.label_smoothing = 0.1;
+  config.precision = "fp32";
+  Tensor data_x = Tensor::full(ctx, Shape{64, 6}, DType::U8, Device::cpu(), 3.0);
+  Tensor data_y = Tensor::full(ctx, Shape{64}, DType::I64, Device::cpu(), 1.0);
+  SourceView source;
+  source.data = 7;
+  source.x = data_x.data(), source.y = data_y.data();
+  source.x_type = DType::U8, source.y_type = DType::I64;
+  source.scale = 1.0 / 255, source.cols = 6;
+  StepBuild b;
+  b.model = model.get(), b.optimizer = &optimizer, b.config = &config, b.buffers = &buffers;
+  b.trains = true, b.training = true, b.rows = 16, b.source = &source;
+
+  g_case = "step builder: a training step over a dataset";
+  StepProgram p = build_step_program(b);
+  CHECK(p.rows == 16 && p.trains && p.fast_path == config.fast_path);
+  CHECK(names_of(p) == std::vector<std::string>({"gather", "linear", "linear", "loss", "linear_backward",
+                                                 "linear_backward", "sgd"}));
+  const GatherOp *gather = std::get_if<GatherOp>(&p.ops[0]);
+  CHECK(gather && gather->args.x == data_x.data() && gather->args.scale == 1.0 / 255 &&
+        gather->args.order == buffers.rows && gather->args.out_x == batch_x.data() && gather->args.count == 16);
+  const LossOp *loss = std::get_if<LossOp>(&p.ops[3]);
+  CHECK(loss && loss->args.label_smoothing == 0.1 && loss->args.target == batch_y.data() &&
+        loss->args.stats == stats_field(stats.data(), offsetof(StepStats, pass)) && loss->args.rows == 16);
+
+  g_case = "step builder: evaluation of a caller's batch";
+  b.trains = false, b.training = false, b.source = nullptr;
+  p = build_step_program(b);
+  CHECK(names_of(p) == std::vector<std::string>({"linear", "linear", "loss"}));
+  loss = std::get_if<LossOp>(&p.ops.back());
+  CHECK(loss && loss->args.dpred == nullptr && loss->args.stats == stats_field(stats.data(), offsetof(StepStats, step)));
+
+  g_case = "step builder: clipping";
+  config.grad_clip = 1.5;
+  b.trains = b.training = true;
+  p = build_step_program(b);
+  CHECK(p.ops.size() >= 2 && names_of(p)[p.ops.size() - 2] == "clip");
+  const ClipOp *clip = p.ops.size() >= 2 ? std::get_if<ClipOp>(&p.ops[p.ops.size() - 2]) : nullptr;
+  CHECK(clip && clip->args.max_norm == 1.5 &&
+        clip->args.scratch == stats_field(stats.data(), offsetof(StepStats, clip_scratch)));
+
+  // Everything a program depends on that can change is in its key: the same
+  // inputs give equal keys, and each change another.
+  g_case = "step builder: keys";
+  b.source = &source;
+  const StepKey key = step_key(b);
+  CHECK(step_key(b) == key);
+  SourceView other = source;
+  const auto differs = [&](const char *what, const std::function<void()> &change, const std::function<void()> &undo) {
+    g_case = std::string("step builder: the key changes with ") + what;
+    change();
+    CHECK(!(step_key(b) == key));
+    undo();
+    CHECK(step_key(b) == key);
+  };
+  differs("the normalisation's scale", [&] { source.scale = 2; }, [&] { source.scale = 1.0 / 255; });
+  differs("the normalisation's shift", [&] { source.shift = -0.5; }, [&] { source.shift = 0; });
+  differs("the data's identity (memory reused)", [&] { source.data = 8; }, [&] { source.data = 7; });
+  differs("the labels", [&] { source.y = grads.data(); }, [&] { source.y = data_y.data(); });
+  differs("the features' dtype", [&] { source.x_type = DType::F32; }, [&] { source.x_type = DType::U8; });
+  differs("no source", [&] { b.source = nullptr; }, [&] { b.source = &source; });
+  differs("another source", [&] { other.x = grads.data(), b.source = &other; }, [&] { b.source = &source; });
+  differs("the rows", [&] { b.rows = 8; }, [&] { b.rows = 16; });
+  differs("the training mode", [&] { b.training = false; }, [&] { b.training = true; });
+  differs("training or evaluating", [&] { b.trains = false; }, [&] { b.trains = true; });
+  differs("the buffers' generation", [&] { buffers.generation = 2; }, [&] { buffers.generation = 1; });
+  differs("the parameters' memory", [&] { b.model = twin.get(); }, [&] { b.model = model.get(); });
+}
+
 void test_op_names() {
   g_case = "op names";
   CHECK(std::string(op_name(GatherOp{})) == "gather");
@@ -720,6 +822,7 @@ int main() {
         test_compile_default(ctx);
         test_program_writes(ctx);
         test_compiled_program(ctx, be, -1, "cpu");
+        test_step_builder(ctx);
       },
       [](Context &ctx) { test_compiled_program(ctx, ctx.backend(Device::cuda(0)), 0, "cuda:0"); });
 }

@@ -58,6 +58,17 @@ expect 2 "usage: kiln COMMAND" "$kiln"
 usage_error "unknown command 'frobnicate'" frobnicate
 usage_error "unknown option '--bogus'" train --bogus
 usage_error "--lr needs a number, got 'abc'" train --lr abc
+# The trainer options' flags come from the library's table and their values
+# go through its setters: one range, the library's.
+usage_error "--lr: lr must be >= 0, got -1" train --lr -1
+usage_error "--batch: batch_size must be >= 1, got 0" train --batch 0
+usage_error "--batch needs a whole number, got 1.5" train --batch 1.5
+usage_error "--weight-decay: weight_decay must be >= 0, got -0.5" train --weight-decay -0.5
+usage_error "unknown --optimizer 'rmsprop' \(sgd/adam/adamw\)" train --optimizer rmsprop
+usage_error "unknown --precision 'fp16' \(fp32/tf32/bf16\)" train --precision fp16
+usage_error "--momentum applies to --optimizer sgd only" train --optimizer adam --momentum 0.9
+usage_error "--label-smoothing: label_smoothing must be in \[0, 1\], got 1.5" train --label-smoothing 1.5
+expect 0 "--lr X +learning rate \(default 0.1\)" "$kiln" train --help
 usage_error "--epochs needs a value" train --epochs
 usage_error "--epochs must be at least 1" train --epochs 0
 usage_error "--save needs a value" train --save --epochs 1
@@ -66,9 +77,8 @@ usage_error "--hidden wants" train --hidden 32,x
 usage_error "bad --device 'gpu'" train --device gpu
 usage_error "'cpu' is not a GPU" train --device cuda:0,cpu
 usage_error "cuda:1 is listed twice" train --device cuda:1,cuda:1
-usage_error "batch 63 does not split evenly over 2 devices" train --device cuda:0,cuda:1 --batch 63
 usage_error "distributed runs one device per rank" train --device cuda:0,cuda:1 --distributed
-usage_error "--bucket-mb must be in \[0, 1048576\] MiB, got -1" train --distributed --bucket-mb -1
+usage_error "--bucket-mb: bucket_bytes must be >= 0, got -1048576" train --distributed --bucket-mb -1
 usage_error "--bucket-mb applies to data parallel training" train --bucket-mb 25
 usage_error "missing argument MODEL" eval
 usage_error "unexpected argument 'extra'" eval model extra
@@ -89,6 +99,9 @@ expect 0 "test accuracy: [0-9.]+%" "$kiln" train "${common[@]}" --epochs 1 --sav
 grep -qE "^epoch 1/1 .*val accuracy" "$work/out" || fail "no plain per-epoch line when stdout is not a terminal"
 [[ -s "$model" && -s "$work/epoch1.ckpt" ]] || fail "--save or --checkpoint wrote no file"
 trained="$(grep '^test accuracy:' "$work/out")"
+
+# A flag of the options table that no code of the program names.
+expect 0 "test loss: [0-9.]+" "$kiln" train "${common[@]}" --epochs 1 --label-smoothing 0.1 --quiet
 
 expect 0 "^test accuracy:" "$kiln" eval "$model" --data "$data" --device cpu
 [[ "$(grep '^test accuracy:' "$work/out")" == "$trained" ]] ||

@@ -17,9 +17,14 @@
 #include <math.h>
 #include <string.h>
 
+#include "kiln/build_id.hpp" /* KILN_BUILD_ID, which the loader names when it refuses another build */
+
 static const kiln_device kCpu = {KILN_DEVICE_CPU, -1};
 
-static int no_plugin(void) { return getenv("KILN_TEST_NO_DIST_PLUGIN") != NULL; }
+/* KILN_BACKEND_PATH holds a libkiln_dist.so of another build
+ * (test_communicator_other_build), which the loader refuses. */
+static int other_build_plugin(void) { return getenv("KILN_TEST_OTHER_BUILD_DIST_PLUGIN") != NULL; }
+static int no_plugin(void) { return getenv("KILN_TEST_NO_DIST_PLUGIN") != NULL || other_build_plugin(); }
 /* A plugin built with NCCL but without MPI (tests/CMakeLists.txt). */
 static int no_mpi(void) { return getenv("KILN_TEST_DIST_WITHOUT_MPI") != NULL; }
 
@@ -43,7 +48,7 @@ static void test_null_arguments(void **state) {
 }
 
 static void test_missing_plugin_is_device_unavailable(void **state) {
-  if (!no_plugin() || !cpu_cases()) skip();
+  if (!no_plugin() || other_build_plugin() || !cpu_cases()) skip();
   kiln_communicator *comm = NULL;
   assert_status(kiln_communicator_create_mpi(*state, &comm), KILN_ERROR_DEVICE_UNAVAILABLE);
   assert_last_error_contains("libkiln_dist.so");
@@ -56,6 +61,23 @@ static void test_plugin_without_mpi_is_device_unavailable(void **state) {
   assert_status(kiln_communicator_create_mpi(*state, &comm), KILN_ERROR_DEVICE_UNAVAILABLE);
   assert_last_error_contains("built without MPI");
   assert_null(comm);
+}
+
+/* A plugin linked against another build's libkiln needs that build's private
+ * version node: refused before any of its code runs, naming this libkiln's
+ * build ID. */
+static void test_plugin_of_another_build(void **state) {
+  if (!other_build_plugin() || !cpu_cases()) skip();
+  kiln_communicator *comm = NULL;
+  assert_status(kiln_communicator_create_mpi(*state, &comm), KILN_ERROR_DEVICE_UNAVAILABLE);
+  assert_last_error_contains("libkiln_dist.so");
+  assert_last_error_contains("KILN_PRIVATE_0123456789abcdef"); /* the node the plugin needs: its build */
+  assert_last_error_contains("it is from another build of kiln, this libkiln's build ID is " KILN_BUILD_ID);
+  assert_null(comm);
+  kiln_device gpu = {KILN_DEVICE_CUDA, 0};
+  kiln_communicator *local = NULL;
+  assert_int_not_equal(kiln_communicator_create_local(*state, &gpu, 1, &local), KILN_OK);
+  assert_null(local);
 }
 
 /* n samples (n <= kMaxSamples) for make_trainer's 6-8-3 model on dev, drawn
@@ -227,7 +249,7 @@ static void test_data_parallel_device_list(void **state) {
   /* Gradient buckets: bytes >= 0 (their effect: dist_test, data_parallel_test). */
   assert_status(kiln_trainer_options_set_bucket_bytes(NULL, 1024), KILN_ERROR_INVALID_ARGUMENT);
   assert_status(kiln_trainer_options_set_bucket_bytes(o, -1), KILN_ERROR_INVALID_ARGUMENT);
-  assert_last_error_contains("bucket size must be >= 0 bytes");
+  assert_last_error_contains("bucket_bytes must be >= 0, got -1");
   assert_kiln_ok(kiln_trainer_options_set_bucket_bytes(o, INT64_MAX));
   assert_kiln_ok(kiln_trainer_options_set_bucket_bytes(o, 0));
 
@@ -275,7 +297,8 @@ static void test_data_parallel_device_list(void **state) {
 }
 
 /* The GPU twin: DataParallel over [cuda:0] is plain training there, and over
- * [cuda:0, cuda:1] (with two GPUs) batch 32 trains like batch 32 on one GPU. */
+ * [cuda:0, cuda:1] (with two GPUs) batch 32 (per device) trains like batch 64
+ * on one GPU. */
 static void test_data_parallel_on_gpus(void **state) {
   kiln_context *ctx = *state;
   kiln_device gpu;
@@ -296,9 +319,10 @@ static void test_data_parallel_on_gpus(void **state) {
     assert_kiln_ok(kiln_model_to(model, gpu));
     kiln_trainer_options *o = NULL;
     assert_kiln_ok(kiln_trainer_options_create(&o));
-    assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 32));
+    assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 32 * n));
     assert_kiln_ok(kiln_trainer_options_set_shuffle_seed(o, 3));
     assert_kiln_ok(kiln_trainer_create(plain_model, o, &plain));
+    assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 32));
     assert_kiln_ok(kiln_trainer_options_set_devices(o, list, n));
     /* With two GPUs, a bucket per layer: NCCL after each layer's backward. */
     assert_kiln_ok(kiln_trainer_options_set_bucket_bytes(o, 1));
@@ -331,6 +355,7 @@ int main(void) {
       cmocka_unit_test(test_null_arguments),
       cmocka_unit_test(test_missing_plugin_is_device_unavailable),
       cmocka_unit_test(test_plugin_without_mpi_is_device_unavailable),
+      cmocka_unit_test(test_plugin_of_another_build),
       cmocka_unit_test(test_one_rank_job_trains_like_one_process),
       cmocka_unit_test(test_local_argument_checks),
       cmocka_unit_test(test_local_communicator_on_one_gpu),

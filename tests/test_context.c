@@ -15,6 +15,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "kiln/build_id.hpp" /* KILN_BUILD_ID: the plugin loader names it when it refuses another build */
+
 extern char **environ;
 
 static const kiln_device cpu = {KILN_DEVICE_CPU, -1};
@@ -580,10 +582,7 @@ static void child_not_a_library(void **state) {
   kiln_context_release(ctx);
 }
 
-#define STRINGIFY(x) #x
-#define TEXT_OF(x) STRINGIFY(x)
-
-static void child_wrong_interface_version(void **state) {
+static void child_other_build(void **state) {
   (void)state;
   for (int i = 0; i < 2; ++i) { /* the refusal is kept for later contexts */
     log_capture capture = {0};
@@ -594,12 +593,22 @@ static void child_wrong_interface_version(void **state) {
     capture.min_level = KILN_LOG_WARNING;
     expected_user = &capture;
     kiln_context *ctx = create_with(options);
-    assert_cuda_refused_with(ctx, "built for interface " TEXT_OF(KILN_OTHER_INTERFACE_VERSION) ",");
-    assert_cuda_refused_with(ctx, "this library expects " TEXT_OF(KILN_INTERFACE_VERSION) " ");
+    assert_cuda_refused_with(ctx, "is from another build of kiln");
+    assert_cuda_refused_with(ctx, "its build ID is " KILN_OTHER_BUILD_ID ",");
+    assert_cuda_refused_with(ctx, "this libkiln's is " KILN_BUILD_ID ";");
     /* A broken installation is worth a warning even at the default level. */
     assert_int_equal(capture.calls, 1);
     kiln_context_release(ctx);
   }
+}
+
+/* A plugin without a build ID (an older kiln's) is refused as such. */
+static void child_plugin_without_build_id(void **state) {
+  (void)state;
+  kiln_context *ctx = create_with(quiet_options());
+  assert_cuda_refused_with(ctx, "is not a plugin of this kiln: it lacks kiln_plugin_build_id");
+  assert_cuda_refused_with(ctx, backend_path());
+  kiln_context_release(ctx);
 }
 
 static void child_fake_plugin_kept_and_shared(void **state) {
@@ -615,11 +624,11 @@ static void child_fake_plugin_kept_and_shared(void **state) {
   assert_true(plugin_is_loaded(dir));
 
   /* KILN_BACKEND_PATH was read once: pointing it elsewhere changes nothing. */
-  setenv("KILN_BACKEND_PATH", KILN_WRONG_VERSION_PLUGIN_DIR, 1);
+  setenv("KILN_BACKEND_PATH", KILN_OTHER_BUILD_PLUGIN_DIR, 1);
   ctx = create_with(quiet_options());
   assert_cuda_refused_with(ctx, "fake plugin: no CUDA driver on this test machine");
   kiln_context_release(ctx);
-  assert_false(plugin_is_loaded(KILN_WRONG_VERSION_PLUGIN_DIR));
+  assert_false(plugin_is_loaded(KILN_OTHER_BUILD_PLUGIN_DIR));
 }
 
 /* The first contexts of the process are made on several threads at once:
@@ -657,7 +666,8 @@ static const struct CMUnitTest child_cases[] = {
     cmocka_unit_test(child_no_device_plugin_not_loaded),
     cmocka_unit_test(child_missing_plugin),
     cmocka_unit_test(child_not_a_library),
-    cmocka_unit_test(child_wrong_interface_version),
+    cmocka_unit_test(child_other_build),
+    cmocka_unit_test(child_plugin_without_build_id),
     cmocka_unit_test(child_fake_plugin_kept_and_shared),
     cmocka_unit_test(child_fake_plugin_first_load_on_many_threads),
 };
@@ -685,12 +695,17 @@ static void test_backend_path_not_a_library(void **state) {
   kiln_test_remove_tree(dir);
 }
 
-/* A plugin of another build (another interface version) is refused, and the
- * message names both versions. */
-static void test_plugin_interface_mismatch(void **state) {
+/* A plugin of another build (another build ID) is refused, and the message
+ * names both IDs. */
+static void test_plugin_of_another_build(void **state) {
   (void)state;
-  assert_int_not_equal(KILN_INTERFACE_VERSION, KILN_OTHER_INTERFACE_VERSION);
-  run_in_child("child_wrong_interface_version", KILN_WRONG_VERSION_PLUGIN_DIR);
+  assert_string_not_equal(KILN_BUILD_ID, KILN_OTHER_BUILD_ID);
+  run_in_child("child_other_build", KILN_OTHER_BUILD_PLUGIN_DIR);
+}
+
+static void test_plugin_without_build_id(void **state) {
+  (void)state;
+  run_in_child("child_plugin_without_build_id", KILN_NO_BUILD_ID_PLUGIN_DIR);
 }
 
 static void test_plugin_reason_is_kept_and_plugin_stays_loaded(void **state) {
@@ -881,7 +896,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_cuda_disabled_by_options),
       cmocka_unit_test(test_backend_path_empty_dir),
       cmocka_unit_test(test_backend_path_not_a_library),
-      cmocka_unit_test(test_plugin_interface_mismatch),
+      cmocka_unit_test(test_plugin_of_another_build),
+      cmocka_unit_test(test_plugin_without_build_id),
       cmocka_unit_test(test_plugin_reason_is_kept_and_plugin_stays_loaded),
       cmocka_unit_test(test_plugin_first_load_on_many_threads),
       cmocka_unit_test(test_no_device_plugin_not_loaded),

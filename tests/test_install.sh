@@ -2,7 +2,8 @@
 # Installs the build tree into a temporary prefix and checks it as a user
 # would meet it: a program built through find_package(kiln) and one built
 # through pkg-config both run, and so does one built through the build
-# tree's own kiln.pc; libkiln.so exports only kiln_* symbols, has
+# tree's own kiln.pc; libkiln.so exports only kiln_* symbols (and kiln's
+# internal C++ symbols under its private version node, for its plugins), has
 # the SONAME libkiln.so.1 and needs no CUDA library.
 #
 # Usage: test_install.sh CMAKE BUILD_DIR CONSUMER_SOURCE_DIR C_COMPILER
@@ -14,7 +15,7 @@ build_dir=$2
 consumer_dir=$3
 cc=$4
 
-for tool in "$cmake" "$cc" nm readelf pkg-config; do
+for tool in "$cmake" "$cc" nm c++filt readelf pkg-config; do
   if ! command -v "$tool" >/dev/null 2>&1; then
     echo "test_install: skipped, $tool is not installed"
     exit 77
@@ -53,8 +54,17 @@ cuda_needed=$(readelf -d "$lib" | sed -n 's/.*(NEEDED).*\[\(.*\)\].*/\1/p' |
   grep -E '^lib(cuda|cudart|cublas|cublasLt|cudnn|nvrtc|nvidia)' || true)
 [ -z "$cuda_needed" ] || die "libkiln.so needs CUDA libraries: $cuda_needed"
 
-foreign=$(nm -D --defined-only "$lib" | awk '{ print $3 }' | grep -v '^kiln_' || true)
-[ -z "$foreign" ] || die "libkiln.so exports symbols outside kiln_*: $(echo "$foreign" | head -n 20 | tr '\n' ' ')"
+# The public API unversioned; kiln's internals (namespace kiln) under the
+# private node KILN_PRIVATE_<build ID> only (src/api/kiln.map.in,
+# docs/plugins.md), with that node's own symbol; nothing else.
+exports=$(nm -D --defined-only "$lib" | awk '{ print $3 }')
+foreign=$(echo "$exports" | grep -Ev '^kiln_[A-Za-z0-9_]*$|@@KILN_PRIVATE_[0-9a-f]{16}$|^KILN_PRIVATE_[0-9a-f]{16}$' || true)
+[ -z "$foreign" ] || die "libkiln.so exports symbols outside kiln_* and its private node: $(echo "$foreign" | head -n 20 | tr '\n' ' ')"
+outside=$(echo "$exports" | sed -n 's/@@KILN_PRIVATE_[0-9a-f]*$//p' | c++filt |
+  grep -Ev '^(kiln::|typeinfo for kiln::|typeinfo name for kiln::|vtable for kiln::)' || true)
+[ -z "$outside" ] || die "libkiln.so's private node holds symbols outside namespace kiln: $(echo "$outside" | head -n 20 | tr '\n' ' ')"
+nodes=$(echo "$exports" | grep -c '^KILN_PRIVATE_' || true)
+[ "$nodes" = 1 ] || die "libkiln.so defines $nodes private version nodes, expected 1"
 nm -D --defined-only "$lib" | grep -Eq ' T kiln_context_create(@|$)' || die "kiln_context_create is not exported"
 
 # ---- a consumer through the CMake package --------------------------------

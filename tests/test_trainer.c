@@ -49,16 +49,19 @@ static kiln_model *make_model(kiln_context *ctx, const char *text, kiln_dtype dt
   return model;
 }
 
-/* Linear(3, 2) parameters as [W (6), b (2)]. */
-static void read_linear(kiln_model *model, double *p) {
+/* A Linear(in, out) model's parameters as [W (out * in), b (out)]. */
+static void read_params(kiln_model *model, int64_t in, int64_t out, double *p) {
   kiln_tensor *w = NULL, *b = NULL;
   assert_kiln_ok(kiln_model_parameter(model, 0, &w));
   assert_kiln_ok(kiln_model_parameter(model, 1, &b));
-  kiln_test_read_f64(w, p, OUT * IN);
-  kiln_test_read_f64(b, p + OUT * IN, OUT);
+  kiln_test_read_f64(w, p, out * in);
+  kiln_test_read_f64(b, p + out * in, out);
   kiln_tensor_release(w);
   kiln_tensor_release(b);
 }
+
+/* Linear(3, 2) parameters as [W (6), b (2)]. */
+static void read_linear(kiln_model *model, double *p) { read_params(model, IN, OUT, p); }
 
 static void mse_grad(const double *p, const double *x, const double *t, double *g) {
   memset(g, 0, NP * sizeof *g);
@@ -159,6 +162,131 @@ static void test_optimizers_match_torch(void **state) {
 }
 
 /* Global-norm clipping: with SGD at lr 1, the update is g * max / (|g| + 1e-6). */
+/* ---- cross-entropy with label smoothing ---------------------------------
+ * Two float64 references for a Linear(LS_IN, LS_C) model on one batch:
+ * the smoothed target distribution q (q_c = (1 - e) [c = y] + e / C, loss
+ * -sum_c q_c log p_c, gradient softmax - q), and PyTorch's definition of
+ * CrossEntropyLoss(label_smoothing=e) with mean reduction,
+ * (1 - e) * mean_i(-log p_{i,y_i}) + e * mean_i(mean_c(-log p_{i,c})),
+ * differentiated by central differences. */
+enum { LS_B = 5, LS_IN = 3, LS_C = 4, LS_NP = LS_C * LS_IN + LS_C };
+
+static void ls_log_softmax(const double *p, const double *x, double *logp) {
+  for (int c = 0; c < LS_C; ++c) {
+    logp[c] = p[LS_C * LS_IN + c];
+    for (int i = 0; i < LS_IN; ++i) logp[c] += x[i] * p[c * LS_IN + i];
+  }
+  double mx = logp[0], sum = 0;
+  for (int c = 1; c < LS_C; ++c) mx = fmax(mx, logp[c]);
+  for (int c = 0; c < LS_C; ++c) sum += exp(logp[c] - mx);
+  for (int c = 0; c < LS_C; ++c) logp[c] -= mx + log(sum);
+}
+
+/* PyTorch's formula. */
+static double ls_torch_loss(const double *p, const double *x, const int64_t *y, double e) {
+  double nll = 0, smooth = 0;
+  for (int r = 0; r < LS_B; ++r) {
+    double logp[LS_C];
+    ls_log_softmax(p, x + r * LS_IN, logp);
+    nll += -logp[y[r]] / LS_B;
+    for (int c = 0; c < LS_C; ++c) smooth += -logp[c] / (LS_C * LS_B);
+  }
+  return (1 - e) * nll + e * smooth;
+}
+
+/* The smoothed-target form: the loss, and the gradient into g. */
+static double ls_target_loss(const double *p, const double *x, const int64_t *y, double e, double *g) {
+  double loss = 0;
+  memset(g, 0, LS_NP * sizeof *g);
+  for (int r = 0; r < LS_B; ++r) {
+    double logp[LS_C];
+    ls_log_softmax(p, x + r * LS_IN, logp);
+    for (int c = 0; c < LS_C; ++c) {
+      const double q = (1 - e) * (c == y[r]) + e / LS_C;
+      loss -= q * logp[c] / LS_B;
+      const double dz = (exp(logp[c]) - q) / LS_B;
+      for (int i = 0; i < LS_IN; ++i) g[c * LS_IN + i] += dz * x[r * LS_IN + i];
+      g[LS_C * LS_IN + c] += dz;
+    }
+  }
+  return loss;
+}
+
+static void test_label_smoothing(void **state) {
+  kiln_context *ctx = *state;
+  kiln_test_rng rng = kiln_test_rng_make(23);
+  double x[LS_B * LS_IN];
+  kiln_test_fill_uniform_f64(&rng, x, LS_B * LS_IN, -2, 2);
+  const int64_t y[LS_B] = {0, 3, 1, 3, 2};
+  const int64_t xs[] = {LS_B, LS_IN}, ys[] = {LS_B};
+  kiln_tensor *xt = kiln_test_tensor_f64(ctx, x, xs, 2, dev), *yt = NULL;
+  assert_kiln_ok(kiln_tensor_from_host(ctx, y, sizeof y, ys, 1, KILN_I64, dev, &yt));
+  const double lr = 0.5;
+  for (int k = 0; k < 3; ++k) {
+    const double e = (double[]){0.0, 0.25, 1.0}[k];
+    kiln_model *model = make_model(ctx, "linear(3,4)", KILN_F64);
+    kiln_trainer_options *o = NULL;
+    kiln_trainer *trainer = NULL;
+    assert_kiln_ok(kiln_trainer_options_create(&o));
+    assert_kiln_ok(kiln_trainer_options_set_lr(o, lr));
+    assert_kiln_ok(kiln_trainer_options_set_label_smoothing(o, e));
+    assert_kiln_ok(kiln_trainer_create(model, o, &trainer));
+    kiln_trainer_options_release(o);
+
+    double p[LS_NP], g[LS_NP], fd[LS_NP], got[LS_NP];
+    read_params(model, LS_IN, LS_C, p);
+    const double want = ls_target_loss(p, x, y, e, g);
+    const double torch = ls_torch_loss(p, x, y, e);
+    assert_allclose(&torch, &want, 1, 1e-13, 0); /* the two definitions agree */
+    for (int i = 0; i < LS_NP; ++i) {
+      double pp[LS_NP], pm[LS_NP];
+      memcpy(pp, p, sizeof pp);
+      memcpy(pm, p, sizeof pm);
+      pp[i] += 1e-6;
+      pm[i] -= 1e-6;
+      fd[i] = (ls_torch_loss(pp, x, y, e) - ls_torch_loss(pm, x, y, e)) / 2e-6;
+    }
+    assert_allclose(g, fd, LS_NP, 1e-6, 1e-9);
+
+    double loss = 0;
+    assert_kiln_ok(kiln_trainer_step(trainer, xt, yt, &loss));
+    assert_allclose(&loss, &want, 1, upd_rtol(1e-12), upd_atol(1e-14));
+    for (int i = 0; i < LS_NP; ++i) p[i] -= lr * g[i];
+    read_params(model, LS_IN, LS_C, got);
+    assert_allclose(got, p, LS_NP, upd_rtol(1e-11), upd_atol(1e-13));
+    /* Evaluation reports the smoothed loss too (of the updated weights). */
+    kiln_dataset *ds = NULL;
+    assert_kiln_ok(kiln_dataset_from_tensors(ctx, xt, yt, &ds));
+    double eval_loss = 0, accuracy = 0;
+    assert_kiln_ok(kiln_trainer_evaluate(trainer, ds, &eval_loss, &accuracy));
+    const double eval_want = ls_torch_loss(got, x, y, e);
+    assert_allclose(&eval_loss, &eval_want, 1, upd_rtol(1e-12), upd_atol(1e-14));
+    kiln_dataset_release(ds);
+    kiln_trainer_release(trainer);
+    kiln_model_release(model);
+  }
+
+  /* Its range, and the losses it applies to. */
+  kiln_trainer_options *o = NULL;
+  assert_kiln_ok(kiln_trainer_options_create(&o));
+  assert_status(kiln_trainer_options_set_label_smoothing(o, -0.1), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("label_smoothing must be in [0, 1], got -0.1");
+  assert_status(kiln_trainer_options_set_label_smoothing(o, 1.5), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_options_set_label_smoothing(o, NAN), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_options_set_label_smoothing(NULL, 0.1), KILN_ERROR_INVALID_ARGUMENT);
+  assert_kiln_ok(kiln_trainer_options_set_label_smoothing(o, 0.1));
+  assert_kiln_ok(kiln_trainer_options_set_loss(o, KILN_LOSS_MSE));
+  kiln_model *model = make_model(ctx, "linear(3,4)", KILN_F64);
+  kiln_trainer *trainer = (kiln_trainer *)(uintptr_t)1;
+  assert_status(kiln_trainer_create(model, o, &trainer), KILN_ERROR_INVALID_ARGUMENT);
+  assert_null(trainer);
+  assert_last_error_contains("label smoothing applies to the cross-entropy loss, not MSE");
+  kiln_trainer_options_release(o);
+  kiln_model_release(model);
+  kiln_tensor_release(xt);
+  kiln_tensor_release(yt);
+}
+
 static void test_grad_clipping(void **state) {
   kiln_context *ctx = *state;
   kiln_model *model = make_model(ctx, "linear(3,2)", KILN_F64);
@@ -284,7 +412,9 @@ static void test_schedules(void **state) {
 
   /* Bad schedule values. */
   assert_status(kiln_trainer_options_set_schedule(o, KILN_LR_STEP, 0, 0.1, 0, 0), KILN_ERROR_INVALID_ARGUMENT);
-  assert_last_error_contains("step_size");
+  assert_last_error_contains("step_size must be >= 1, got 0 (with the step schedule)");
+  /* The step schedule's values are ignored by the others, and not checked. */
+  assert_kiln_ok(kiln_trainer_options_set_schedule(o, KILN_LR_COSINE, 0, -1, 10, 0));
   assert_status(kiln_trainer_options_set_schedule(o, KILN_LR_STEP, 1, -1, 0, 0), KILN_ERROR_INVALID_ARGUMENT);
   assert_status(kiln_trainer_options_set_schedule(o, KILN_LR_COSINE, 1, 0.1, -5, 0), KILN_ERROR_INVALID_ARGUMENT);
   assert_status(kiln_trainer_options_set_schedule(o, (kiln_lr_schedule)9, 1, 0.1, 0, 0), KILN_ERROR_INVALID_ARGUMENT);
@@ -582,9 +712,16 @@ static void test_step_errors(void **state) {
   assert_status(kiln_trainer_options_set_lr(o, -1), KILN_ERROR_INVALID_ARGUMENT);
   assert_status(kiln_trainer_options_set_lr(o, NAN), KILN_ERROR_INVALID_ARGUMENT);
   assert_status(kiln_trainer_options_set_batch_size(o, 0), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("batch_size must be >= 1, got 0"); /* the range of options_table.h */
   assert_status(kiln_trainer_options_set_betas(o, 0.9, 1.0), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("beta2 must be in [0, 1), got 1");
   assert_status(kiln_trainer_options_set_eps(o, 0), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("eps must be > 0, got 0");
   assert_status(kiln_trainer_options_set_optimizer(o, (kiln_optimizer_kind)3), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("optimizer must be one of sgd, adam, adamw, got 3");
+  assert_status(kiln_trainer_options_set_fast_path(o, 8), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_options_set_bucket_bytes(o, -1), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_options_set_precision(o, (kiln_precision)3), KILN_ERROR_INVALID_ARGUMENT);
   assert_status(kiln_trainer_options_set_loss(o, (kiln_loss_kind)3), KILN_ERROR_INVALID_ARGUMENT);
   assert_status(kiln_trainer_options_set_grad_clip(o, -1), KILN_ERROR_INVALID_ARGUMENT);
   assert_status(kiln_trainer_options_set_progress_interval(o, -1), KILN_ERROR_INVALID_ARGUMENT);
@@ -654,6 +791,7 @@ static void test_loss_values(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_optimizers_match_torch),
+      cmocka_unit_test(test_label_smoothing),
       cmocka_unit_test(test_grad_clipping),
       cmocka_unit_test(test_schedules),
       cmocka_unit_test(test_convergence_and_history),

@@ -70,6 +70,14 @@ func WithBatchSize(n int) TrainerOption {
 	return func(o uintptr) error { return capi.Trainer_options_set_batch_size(o, int64(n)) }
 }
 
+// WithLabelSmoothing sets cross-entropy's label smoothing in [0, 1], as
+// PyTorch's CrossEntropyLoss(label_smoothing=): each target mixes the label
+// with the uniform distribution over the classes (0, the default: none).
+// Another loss with a non-zero value makes NewTrainer fail.
+func WithLabelSmoothing(s float64) TrainerOption {
+	return func(o uintptr) error { return capi.Trainer_options_set_label_smoothing(o, s) }
+}
+
 // WithGradClip clips the global gradient norm to maxNorm (0: off).
 func WithGradClip(maxNorm float64) TrainerOption {
 	return func(o uintptr) error { return capi.Trainer_options_set_grad_clip(o, maxNorm) }
@@ -111,8 +119,8 @@ func WithPrecision(p Precision) TrainerOption {
 
 // WithDevices makes the trainer DataParallel over these GPUs of this
 // process, as PyTorch's nn.DataParallel: a replica of the model per device,
-// each batch split evenly over them (the batch size must be a multiple of
-// their count). The model must be on the first device when NewTrainer runs
+// each computing the batch size of samples per step (per device, as per rank
+// in DDP). The model must be on the first device when NewTrainer runs
 // (ErrInvalidArgument otherwise). One device is plain training there; none
 // clears the list.
 func WithDevices(devices ...Device) TrainerOption {

@@ -893,8 +893,9 @@ KILN_NODISCARD KILN_API kiln_status kiln_loss(kiln_loss_kind kind, const kiln_te
 
 /* Trainer options, with PyTorch's defaults: cross-entropy, SGD, lr 0.01,
  * momentum 0, dampening 0, nesterov off, weight decay 0 (AdamW 0.01), betas
- * (0.9, 0.999), eps 1e-8, batch 64, no clipping, constant lr, no warmup,
- * shuffle seed from the context, progress every 0 batches (end of epoch only).
+ * (0.9, 0.999), eps 1e-8, batch 64, no label smoothing, no clipping, constant
+ * lr, no warmup, shuffle seed from the context, progress every 0 batches (end
+ * of epoch only).
  * The caller owns *out. The setters change only the options object (one
  * thread at a time; trainers made from it before keep their copy), and each
  * refuses a value outside the range written at it with INVALID_ARGUMENT,
@@ -923,10 +924,25 @@ KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_betas(kiln_trainer_
                                                                    double beta2);
 /* Adam's and AdamW's eps: > 0 and finite. */
 KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_eps(kiln_trainer_options *options, double eps);
-/* Samples per batch: >= 1 (a batch larger than the dataset is one partial
- * batch per epoch). */
+/* Samples per step on each device: >= 1 (a batch larger than the dataset is
+ * one partial batch per epoch). The same for data parallel training over N
+ * devices (kiln_trainer_options_set_devices) or N ranks
+ * (kiln_trainer_attach_communicator): each device or rank computes
+ * batch_size samples per step, so a step trains on N * batch_size samples,
+ * as one device with batch N * batch_size. */
 KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_batch_size(kiln_trainer_options *options,
                                                                         int64_t batch_size);
+/* Cross-entropy's label smoothing, as PyTorch's CrossEntropyLoss
+ * (label_smoothing=): in [0, 1] (default 0, none). The target of a sample
+ * with label y becomes (1 - smoothing) on y plus smoothing / C on each of the
+ * C classes, so its loss is (1 - smoothing) * -log p_y + smoothing * the mean
+ * over the classes of -log p_c; losses reported (steps, epochs, evaluation)
+ * are this smoothed loss. kiln_trainer_create returns
+ * KILN_ERROR_INVALID_ARGUMENT for a non-zero value with another loss.
+ * KILN_ERROR_INVALID_ARGUMENT here for a value outside [0, 1] or not finite.
+ * Every data-parallel rank must use the same value. */
+KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_label_smoothing(kiln_trainer_options *options,
+                                                                             double label_smoothing);
 /* Clip the global gradient norm to max_norm before each update (0 = off);
  * max_norm >= 0 and finite. */
 KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_grad_clip(kiln_trainer_options *options, double max_norm);
@@ -952,11 +968,11 @@ KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_progress_interval(k
 /* DataParallel, as PyTorch's nn.DataParallel: one trainer over several GPUs
  * of this process. devices[0..count) are CUDA devices, distinct; the model
  * must be on devices[0] when the trainer is created. The trainer then holds
- * a replica of the model on each other device and splits every batch over
- * the replicas: batch size B gives each B / count rows (B must be a multiple
- * of count), replica r training on positions r, r + count, ... of each
- * epoch's shuffled order, so the result is that of batch B on one device up
- * to the order of floating-point sums. Gradients are averaged every step with
+ * a replica of the model on each other device, each computing the batch size
+ * B of samples per step (per device, as per rank in DDP), replica r training
+ * on positions r, r + count, ... of each epoch's shuffled order, so the
+ * result is that of batch count * B on one device up to the order of
+ * floating-point sums. Gradients are averaged every step with
  * NCCL (kiln_communicator_create_local's communicators, one thread per
  * replica); loss, accuracy and evaluation are over the whole batch or
  * dataset. kiln_trainer_step splits its x and y into count contiguous chunks
@@ -970,8 +986,8 @@ KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_progress_interval(k
  * KILN_ERROR_INVALID_ARGUMENT here for count outside
  * [0, KILN_MAX_DATA_PARALLEL_DEVICES], a bad device, a device listed twice,
  * or the CPU with other devices; kiln_trainer_create returns
- * KILN_ERROR_INVALID_ARGUMENT when the model is not on devices[0] or the
- * batch size is not a multiple of count, KILN_ERROR_DEVICE_UNAVAILABLE for a
+ * KILN_ERROR_INVALID_ARGUMENT when the model is not on devices[0],
+ * KILN_ERROR_DEVICE_UNAVAILABLE for a
  * GPU that does not exist or a missing libkiln_dist.so, and
  * KILN_ERROR_NOT_SUPPORTED when that plugin was built without NCCL. A
  * replica that fails alone (out of memory on its GPU) makes the call fail on
@@ -1240,9 +1256,9 @@ KILN_NODISCARD KILN_API kiln_status kiln_communicator_set_timeout(kiln_communica
 
 /* Makes trainer one rank of DDP training over comm (see above); the trainer
  * keeps comm alive. Collective: every rank calls it. KILN_ERROR_INVALID_ARGUMENT
- * on every rank when the model spec, dtype or options (loss, lr, optimizer,
- * batch size, clipping, schedule, shuffle seed, precision, bucket bytes) differ between
- * ranks, naming the ranks; KILN_ERROR_NOT_SUPPORTED when comm cannot reduce
+ * on every rank when the model spec, dtype or options that shape a step
+ * (every option but the progress interval, fast path and devices) differ
+ * between ranks, naming the ranks and what differs; KILN_ERROR_NOT_SUPPORTED when comm cannot reduce
  * buffers of the trainer's device (a CUDA model with a plugin built without
  * NCCL); KILN_ERROR_COMMUNICATION when the exchange fails. From then on
  * kiln_trainer_step also averages gradients (every rank must call it, each

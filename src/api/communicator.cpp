@@ -1,10 +1,10 @@
-// Communicators and DDP: argument checks here, the logic in src/dist and
+// Communicators and DDP: argument checks here, the logic in src/distributed and
 // src/train.
 #include <cmath>
 #include <vector>
 
 #include "api/handles.hpp"
-#include "dist/communicator.hpp"
+#include "distributed/communicator.hpp"
 #include "train/data_parallel.hpp"
 
 using kiln::api::guard;

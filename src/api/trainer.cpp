@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "api/handles.hpp"
 #include "nn/loss.hpp"
@@ -18,6 +19,21 @@ using kiln::api::require;
 using kiln::api::value;
 
 kiln::TrainerOptions &options_of(kiln_trainer_options *options) { return *lookup(options, "options")->value; }
+
+// A caller's setter argument as the options take it: an enum as the int its
+// bytes hold (a C caller may pass any int, and loading an out-of-range value
+// as the C++ enum type would be undefined behaviour: see checked_enum), any
+// other type as it is.
+template <class T> auto raw_argument(const T &value) {
+  if constexpr (std::is_enum_v<T>) {
+    static_assert(sizeof(T) == sizeof(int), "C enums are int-sized here");
+    int raw;
+    std::memcpy(&raw, &value, sizeof raw);
+    return raw;
+  } else {
+    return value;
+  }
+}
 
 // The caller's kiln_epoch_stats may be an older, smaller struct: checks its
 // struct_size and copies what fits, keeping the caller's struct_size.
@@ -65,142 +81,26 @@ KILN_API kiln_status kiln_trainer_options_create(kiln_trainer_options **out) {
 
 KILN_API void kiln_trainer_options_release(kiln_trainer_options *options) { kiln::api::release_handle(options); }
 
-KILN_API kiln_status kiln_trainer_options_set_loss(kiln_trainer_options *options, kiln_loss_kind loss) {
-  return guard([&] {
-    kiln::TrainerOptions &o = options_of(options);
-    o.loss = checked_enum(loss, KILN_LOSS_CROSS_ENTROPY, KILN_LOSS_BCE_WITH_LOGITS, "loss kind");
-  });
-}
+// The setters of one value, one per KILN_OPTION row of the table: the value
+// (a parameter named as the option) is checked against its row
+// (train/options.cpp) and stored.
+#define KILN_OPTION(id, setter, kind, ctype, ...)                                         \
+  KILN_API kiln_status kiln_trainer_options_set_##id(kiln_trainer_options *options, ctype id) { \
+    return guard([&] { kiln::set_option(options_of(options), kiln::Option::id, raw_argument(id)); }); \
+  }
+#define KILN_OPTION_CUSTOM(...)
+#include "train/options_table.h"
 
-KILN_API kiln_status kiln_trainer_options_set_optimizer(kiln_trainer_options *options, kiln_optimizer_kind kind) {
-  return guard([&] {
-    kiln::TrainerOptions &o = options_of(options);
-    o.optimizer.kind = checked_enum(kind, KILN_OPTIM_SGD, KILN_OPTIM_ADAMW, "optimizer kind");
-  });
-}
-
-KILN_API kiln_status kiln_trainer_options_set_lr(kiln_trainer_options *options, double lr) {
-  return guard([&] {
-    kiln::TrainerOptions &o = options_of(options);
-    kiln::check(std::isfinite(lr) && lr >= 0, KILN_ERROR_INVALID_ARGUMENT, "lr must be >= 0, got " + std::to_string(lr));
-    o.lr = lr;
-  });
-}
-
-KILN_API kiln_status kiln_trainer_options_set_momentum(kiln_trainer_options *options, double momentum) {
-  return guard([&] {
-    kiln::TrainerOptions &o = options_of(options);
-    kiln::check(std::isfinite(momentum) && momentum >= 0, KILN_ERROR_INVALID_ARGUMENT,
-                "momentum must be >= 0, got " + std::to_string(momentum));
-    o.optimizer.momentum = momentum;
-  });
-}
-
-KILN_API kiln_status kiln_trainer_options_set_nesterov(kiln_trainer_options *options, int nesterov) {
-  return guard([&] { options_of(options).optimizer.nesterov = nesterov != 0; });
-}
-
-KILN_API kiln_status kiln_trainer_options_set_weight_decay(kiln_trainer_options *options, double weight_decay) {
-  return guard([&] {
-    kiln::TrainerOptions &o = options_of(options);
-    kiln::check(std::isfinite(weight_decay) && weight_decay >= 0, KILN_ERROR_INVALID_ARGUMENT,
-                "weight decay must be >= 0, got " + std::to_string(weight_decay));
-    o.optimizer.weight_decay = weight_decay;
-    o.weight_decay_set = true;
-  });
-}
-
+// The setters of several rows at once.
 KILN_API kiln_status kiln_trainer_options_set_betas(kiln_trainer_options *options, double beta1, double beta2) {
-  return guard([&] {
-    kiln::TrainerOptions &o = options_of(options);
-    kiln::check(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, KILN_ERROR_INVALID_ARGUMENT,
-                "betas must be in [0, 1), got (" + std::to_string(beta1) + ", " + std::to_string(beta2) + ")");
-    o.optimizer.beta1 = beta1;
-    o.optimizer.beta2 = beta2;
-  });
-}
-
-KILN_API kiln_status kiln_trainer_options_set_eps(kiln_trainer_options *options, double eps) {
-  return guard([&] {
-    kiln::TrainerOptions &o = options_of(options);
-    kiln::check(std::isfinite(eps) && eps > 0, KILN_ERROR_INVALID_ARGUMENT, "eps must be > 0, got " + std::to_string(eps));
-    o.optimizer.eps = eps;
-  });
-}
-
-KILN_API kiln_status kiln_trainer_options_set_batch_size(kiln_trainer_options *options, int64_t batch_size) {
-  return guard([&] {
-    kiln::TrainerOptions &o = options_of(options);
-    kiln::check(batch_size >= 1, KILN_ERROR_INVALID_ARGUMENT,
-                "batch size must be >= 1, got " + std::to_string(batch_size));
-    o.batch_size = batch_size;
-  });
-}
-
-KILN_API kiln_status kiln_trainer_options_set_grad_clip(kiln_trainer_options *options, double max_norm) {
-  return guard([&] {
-    kiln::TrainerOptions &o = options_of(options);
-    kiln::check(std::isfinite(max_norm) && max_norm >= 0, KILN_ERROR_INVALID_ARGUMENT,
-                "max_norm must be >= 0 (0 = off), got " + std::to_string(max_norm));
-    o.grad_clip = max_norm;
-  });
+  return guard([&] { kiln::set_betas(options_of(options), beta1, beta2); });
 }
 
 KILN_API kiln_status kiln_trainer_options_set_schedule(kiln_trainer_options *options, kiln_lr_schedule schedule,
                                                        int64_t step_size, double gamma, int64_t total_steps,
                                                        double min_lr) {
   return guard([&] {
-    kiln::TrainerOptions &o = options_of(options);
-    kiln::ScheduleConfig c = o.schedule;
-    c.kind = checked_enum(schedule, KILN_LR_CONSTANT, KILN_LR_COSINE, "lr schedule");
-    c.step_size = step_size;
-    c.gamma = gamma;
-    c.total_steps = total_steps;
-    c.min_lr = min_lr;
-    kiln::check_schedule_config(c);
-    o.schedule = c;
-  });
-}
-
-KILN_API kiln_status kiln_trainer_options_set_warmup(kiln_trainer_options *options, int64_t steps) {
-  return guard([&] {
-    kiln::TrainerOptions &o = options_of(options);
-    kiln::check(steps >= 0, KILN_ERROR_INVALID_ARGUMENT, "warmup steps must be >= 0, got " + std::to_string(steps));
-    o.schedule.warmup = steps;
-  });
-}
-
-KILN_API kiln_status kiln_trainer_options_set_shuffle_seed(kiln_trainer_options *options, uint64_t seed) {
-  return guard([&] {
-    kiln::TrainerOptions &o = options_of(options);
-    o.shuffle_seed = seed;
-    o.shuffle_seed_set = true;
-  });
-}
-
-KILN_API kiln_status kiln_trainer_options_set_progress_interval(kiln_trainer_options *options, int64_t batches) {
-  return guard([&] {
-    kiln::TrainerOptions &o = options_of(options);
-    kiln::check(batches >= 0, KILN_ERROR_INVALID_ARGUMENT,
-                "the progress interval must be >= 0 batches, got " + std::to_string(batches));
-    o.progress_interval = batches;
-  });
-}
-
-KILN_API kiln_status kiln_trainer_options_set_precision(kiln_trainer_options *options, kiln_precision precision) {
-  return guard([&] {
-    kiln::TrainerOptions &o = options_of(options);
-    o.precision = checked_enum(precision, KILN_PRECISION_FP32, KILN_PRECISION_BF16, "precision");
-  });
-}
-
-KILN_API kiln_status kiln_trainer_options_set_fast_path(kiln_trainer_options *options, uint32_t enabled) {
-  return guard([&] {
-    kiln::TrainerOptions &o = options_of(options);
-    kiln::check((enabled & ~uint32_t(KILN_FAST_PATH_ALL)) == 0, KILN_ERROR_INVALID_ARGUMENT,
-                "fast path bits " + std::to_string(enabled) + " name parts that do not exist (KILN_FAST_PATH_ALL is " +
-                    std::to_string(int(KILN_FAST_PATH_ALL)) + ")");
-    o.fast_path = enabled;
+    kiln::set_schedule(options_of(options), raw_argument(schedule), step_size, gamma, total_steps, min_lr);
   });
 }
 
@@ -208,29 +108,11 @@ KILN_API kiln_status kiln_trainer_options_set_devices(kiln_trainer_options *opti
                                                       int64_t count) {
   return guard([&] {
     kiln::TrainerOptions &o = options_of(options);
-    kiln::check(count >= 0 && count <= KILN_MAX_DATA_PARALLEL_DEVICES, KILN_ERROR_INVALID_ARGUMENT,
-                "the device count must be in [0, " + std::to_string(KILN_MAX_DATA_PARALLEL_DEVICES) + "], got " +
-                    std::to_string(count));
+    kiln::check_option(kiln::Option::devices, double(count), o.schedule);
     if (count > 0) require(devices, "devices");
     std::vector<kiln::Device> list;
-    for (int64_t i = 0; i < count; ++i) {
-      const kiln::Device d = kiln::api::device(devices[i]);
-      kiln::check(count == 1 || !d.is_cpu(), KILN_ERROR_INVALID_ARGUMENT,
-                  "DataParallel replicas run on CUDA devices; cpu can only be listed alone");
-      for (const kiln::Device &seen : list)
-        kiln::check(seen != d, KILN_ERROR_INVALID_ARGUMENT, d.str() + " is listed twice");
-      list.push_back(d);
-    }
-    o.devices = std::move(list);
-  });
-}
-
-KILN_API kiln_status kiln_trainer_options_set_bucket_bytes(kiln_trainer_options *options, int64_t bytes) {
-  return guard([&] {
-    kiln::TrainerOptions &o = options_of(options);
-    kiln::check(bytes >= 0, KILN_ERROR_INVALID_ARGUMENT,
-                "the allreduce bucket size must be >= 0 bytes (0: one allreduce), got " + std::to_string(bytes));
-    o.bucket_bytes = bytes;
+    for (int64_t i = 0; i < count; ++i) list.push_back(kiln::api::device(devices[i]));
+    kiln::set_devices(o, std::move(list));
   });
 }
 

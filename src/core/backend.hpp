@@ -259,7 +259,10 @@ struct BiasGradArgs {
 // A loss over pred [rows, cols] (logits for cross-entropy and BCE) against
 // `target`: I64 labels [rows] for cross-entropy, else [rows, cols] of t.
 // stats[0] += the sum of the losses; when dpred is non-null it receives
-// the loss's gradient times grad_scale (see each kernel).
+// the loss's gradient times grad_scale (see each kernel). Cross-entropy only:
+// label_smoothing e in [0, 1] makes the target distribution of a row with
+// label y q_c = (1 - e) [c = y] + e / cols (PyTorch's label_smoothing), so
+// its loss is -sum_c q_c log softmax(x)_c and its gradient softmax(x) - q.
 struct LossArgs {
   DType t = DType::F32;
   int64_t rows = 0, cols = 0;
@@ -267,6 +270,7 @@ struct LossArgs {
   double grad_scale = 1;
   void *dpred = nullptr;
   double *stats = nullptr;
+  double label_smoothing = 0;
 };
 
 // dx = dy * mask / (1 - p) over n elements.

@@ -1,7 +1,7 @@
 // Collective: what training across ranks asks of a communication engine.
 // Declared here, with core's types, so the step program (core/program.hpp)
 // and the trainer can name it; implemented by the distributed plugin
-// libkiln_dist.so (src/dist/plugin: Open MPI for processes and CPU buffers,
+// libkiln_dist.so (src/distributed/plugin: Open MPI for processes and CPU buffers,
 // NCCL for GPU buffers), which libkiln dlopen()s on demand so that libkiln.so
 // itself links neither engine.
 //

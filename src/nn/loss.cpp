@@ -20,34 +20,35 @@ void check_loss_kind(kiln_loss_kind kind) {
         "unknown loss kind " + std::to_string(int(kind)));
 }
 
-// Written as `if (!ok) fail(...)` rather than check(): this runs on every
-// training step, and check() would build its message even on success.
+// On every training step: KILN_CHECK formats nothing when the target fits.
 void check_target(kiln_loss_kind kind, int64_t rows, int64_t cols, const Tensor &target) {
   if (kind == KILN_LOSS_CROSS_ENTROPY) {
-    if (target.dtype() != DType::I64 && target.dtype() != DType::I32 && target.dtype() != DType::U8)
-      fail(KILN_ERROR_DTYPE_MISMATCH,
-           std::string("cross-entropy takes integer class labels (i32, i64 or u8), got ") + dtype_name(target.dtype()));
-    if (target.ndim() != 1 || target.dim(0) != rows)
-      fail(KILN_ERROR_SHAPE_MISMATCH, "cross-entropy labels must have shape [" + std::to_string(rows) +
-                                          "] for logits " + Shape{rows, cols}.str() + ", got " + target.shape().str());
+    KILN_CHECK(target.dtype() == DType::I64 || target.dtype() == DType::I32 || target.dtype() == DType::U8,
+               KILN_ERROR_DTYPE_MISMATCH,
+               std::string("cross-entropy takes integer class labels (i32, i64 or u8), got ") +
+                   dtype_name(target.dtype()));
+    KILN_CHECK(target.ndim() == 1 && target.dim(0) == rows, KILN_ERROR_SHAPE_MISMATCH,
+               "cross-entropy labels must have shape [" + std::to_string(rows) + "] for logits " +
+                   Shape{rows, cols}.str() + ", got " + target.shape().str());
     return;
   }
-  if (!dtype_is_float(target.dtype()))
-    fail(KILN_ERROR_DTYPE_MISMATCH,
-         std::string(loss_name(kind)) + " takes float targets, got " + dtype_name(target.dtype()));
-  if (target.shape() != Shape{rows, cols} && !(cols == 1 && target.shape() == Shape{rows}))
-    fail(KILN_ERROR_SHAPE_MISMATCH, std::string(loss_name(kind)) + " targets must have the predictions' shape " +
-                                        Shape{rows, cols}.str() + ", got " + target.shape().str());
+  KILN_CHECK(dtype_is_float(target.dtype()), KILN_ERROR_DTYPE_MISMATCH,
+             std::string(loss_name(kind)) + " takes float targets, got " + dtype_name(target.dtype()));
+  KILN_CHECK(target.shape() == (Shape{rows, cols}) || (cols == 1 && target.shape() == Shape{rows}),
+             KILN_ERROR_SHAPE_MISMATCH,
+             std::string(loss_name(kind)) + " targets must have the predictions' shape " + Shape{rows, cols}.str() +
+                 ", got " + target.shape().str());
 }
 
 LossOp loss_op(kiln_loss_kind kind, DType t, int64_t rows, int64_t cols, const void *pred, const void *target,
-               void *dpred, double *stats) {
+               void *dpred, double *stats, double label_smoothing) {
   LossOp op;
   op.kind = kind;
   op.args.t = t;
   op.args.rows = rows, op.args.cols = cols;
   op.args.grad_scale = 1.0 / loss_count(kind, rows, cols);
   op.args.pred = pred, op.args.target = target, op.args.dpred = dpred, op.args.stats = stats;
+  op.args.label_smoothing = label_smoothing;
   return op;
 }
 
@@ -65,7 +66,7 @@ double compute_loss(kiln_loss_kind kind, const Tensor &pred, const Tensor &targe
   const Tensor converted = target.dtype() == want ? target : cast(target, want);
   Tensor stats = Tensor::full(pred.context(), Shape{3}, DType::F64, pred.device(), 0.0);
   run_op(pred.backend(), pred.device().index,
-         loss_op(kind, pred.dtype(), rows, cols, pred.data(), converted.data(), nullptr, stats.data_as<double>()),
+         loss_op(kind, pred.dtype(), rows, cols, pred.data(), converted.data(), nullptr, stats.data_as<double>(), 0),
          nullptr);
   double host[3];
   stats.copy_to_host(host, sizeof host);

@@ -28,9 +28,10 @@ void check_target(kiln_loss_kind kind, int64_t rows, int64_t cols, const Tensor 
 // The loss op of pred [rows, cols] of dtype t against target (I64 labels for
 // cross-entropy, else dtype t): stats[0] += summed loss, stats[1] += correct
 // (cross-entropy), stats[2] += labels out of range (CUDA only; the CPU
-// throws). dpred (may be null) gets d mean loss / d pred.
+// throws). dpred (may be null) gets d mean loss / d pred. label_smoothing:
+// cross-entropy's (LossArgs; 0 for the other kinds).
 LossOp loss_op(kiln_loss_kind kind, DType t, int64_t rows, int64_t cols, const void *pred, const void *target,
-               void *dpred, double *stats);
+               void *dpred, double *stats, double label_smoothing);
 
 // kiln_loss: the mean loss of pred against target (converted as needed), on
 // pred's device.

@@ -13,29 +13,28 @@
 
 namespace kiln {
 
+// The defaults and ranges are the trainer options table's
+// (train/options_table.h), which TrainerOptions applies.
 struct OptimizerConfig {
   kiln_optimizer_kind kind = KILN_OPTIM_SGD;
   double momentum = 0;
   bool nesterov = false;
   double weight_decay = 0;
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double beta1 = 0, beta2 = 0, eps = 0;
 };
 
-const char *optimizer_name(kiln_optimizer_kind kind);
-// INVALID_ARGUMENT naming the value: unknown kind, negative momentum or weight
-// decay, nesterov without momentum, betas outside [0, 1), eps <= 0.
-void check_optimizer_config(const OptimizerConfig &config);
 
 class Optimizer {
  public:
   // State buffers shaped as `params` (the model's flat buffer), zeroed.
+  // INVALID_ARGUMENT for nesterov without momentum.
   Optimizer(const OptimizerConfig &config, const Tensor &params);
 
   const OptimizerConfig &config() const { return config_; }
   // The update op of params from grads (flat buffers of the state's layout
   // and dtype, on its device): its lr and step number come from the step's
   // StepParams, so the trainer counts the update with set_steps.
-  StepOp update_op(const Tensor &params, const Tensor &grads) const;
+  StepOp update_op(const Tensor &params, void *grads) const;
   // Updates done (Adam's bias correction and SGD's first-step buffer use it).
   int64_t steps() const { return steps_; }
   void set_steps(int64_t steps) { steps_ = steps; }

@@ -12,18 +12,16 @@
 
 namespace kiln {
 
+// The defaults and ranges are the trainer options table's
+// (train/options_table.h), which TrainerOptions applies.
 struct ScheduleConfig {
   kiln_lr_schedule kind = KILN_LR_CONSTANT;
-  int64_t step_size = 1;
-  double gamma = 0.1;
+  int64_t step_size = 0;
+  double gamma = 0;
   int64_t total_steps = 0;
   double min_lr = 0;
   int64_t warmup = 0;
 };
-
-// INVALID_ARGUMENT naming the value: unknown kind, step_size < 1 for STEP,
-// gamma <= 0 or not finite, negative total_steps, min_lr or warmup.
-void check_schedule_config(const ScheduleConfig &config);
 
 // The lr of step t. fit_total is the step count at which a running fit
 // ends (0 outside fit); COSINE with total_steps 0 needs it (INVALID_ARGUMENT

@@ -3,44 +3,33 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <mutex>
-
-#include "backend/registry.hpp"
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
 #include "io/regular_file.hpp"
 #include "onnx/plugin.hpp"
+#include "plugin/loader.hpp"
 
 namespace kiln {
 
 namespace {
 
-constexpr const char *kPluginName = "libkiln_onnx.so";
-
-struct Plugin {
-  kiln_onnx_export_fn export_graph = nullptr;
-  kiln_onnx_import_fn import_graph = nullptr;
-  std::string error;  // why it could not be loaded; empty when it was
-};
-
-const Plugin &plugin(const Context &ctx) {
-  static std::once_flag once;
-  static Plugin p;
-  std::call_once(once, [&] {
+// The plugin's entry point `name` (loaded once per process), or
+// NOT_SUPPORTED, after `what`, saying why there is none.
+template <class Fn> Fn entry(const Context &ctx, const char *name, const std::string &what) {
 #ifndef KILN_HAVE_ONNX
-    p.error = "this kiln was built without ONNX support: libonnx-dev was not found when it was configured "
-              "(scripts/install-deps.sh installs it; then rebuild to get libkiln_onnx.so)";
+  fail(KILN_ERROR_NOT_SUPPORTED, what + ": this kiln was built without ONNX support: libonnx-dev was not found when "
+                                        "it was configured (scripts/install-deps.sh installs it; then rebuild to get "
+                                        "libkiln_onnx.so)");
 #else
-    const PluginLibrary library =
-        open_plugin(ctx, kPluginName, "ONNX", "it needs libonnx_proto and libprotobuf (Debian's libonnx1)",
-                    "kiln_onnx_interface_version", kOnnxInterfaceVersion, {"kiln_onnx_export", "kiln_onnx_import"});
-    p.error = library.error;
-    if (!library.handle) return;
-    p.export_graph = reinterpret_cast<kiln_onnx_export_fn>(library.symbol("kiln_onnx_export"));
-    p.import_graph = reinterpret_cast<kiln_onnx_import_fn>(library.symbol("kiln_onnx_import"));
+  bool first = false;
+  const PluginLibrary &p =
+      plugin_once({"libkiln_onnx.so", "ONNX", "it needs libonnx_proto and libprotobuf (Debian's libonnx1)",
+                   {"kiln_onnx_export", "kiln_onnx_import"}},
+                  &first);
+  if (first) ctx.log(KILN_LOG_DEBUG, "the ONNX plugin " + p.searched + ": " + (p.handle ? "loaded" : p.error));
+  if (!p.handle) fail(KILN_ERROR_NOT_SUPPORTED, what + ": " + p.error);
+  return reinterpret_cast<Fn>(p.symbol(name));
 #endif
-  });
-  return p;
 }
 
 // The whole file, after checking it is a regular file within the limit.
@@ -69,8 +58,8 @@ std::string host_bytes(const Tensor &t) {
 }  // namespace
 
 void export_onnx(const Model &model, const std::string &path) {
-  const Plugin &p = plugin(*model.context());
-  if (!p.export_graph) fail(KILN_ERROR_NOT_SUPPORTED, "cannot export '" + path + "' as ONNX: " + p.error);
+  const auto export_graph =
+      entry<kiln_onnx_export_fn>(*model.context(), "kiln_onnx_export", "cannot export '" + path + "' as ONNX");
   OnnxGraph graph;
   graph.dtype = model.dtype() == DType::F64 ? KILN_F64 : KILN_F32;
   size_t next = 0;  // the model's parameters come in layer order: weight, then bias
@@ -89,18 +78,17 @@ void export_onnx(const Model &model, const std::string &path) {
   }
   std::string bytes;
   char reason[512] = {};
-  const kiln_status status = p.export_graph(&graph, kiln_version_string(), &bytes, reason, sizeof reason);
+  const kiln_status status = export_graph(&graph, kiln_version_string(), &bytes, reason, sizeof reason);
   if (status != KILN_OK) fail(status, "cannot export '" + path + "' as ONNX: " + one_line(reason));
   io::write_file_atomically(path, [&](std::FILE *f) { std::fwrite(bytes.data(), 1, bytes.size(), f); });
 }
 
 std::shared_ptr<Model> import_onnx(const std::shared_ptr<Context> &ctx, const std::string &path) {
-  const Plugin &p = plugin(*ctx);
-  if (!p.import_graph) fail(KILN_ERROR_NOT_SUPPORTED, "cannot import '" + path + "': " + p.error);
+  const auto import_graph = entry<kiln_onnx_import_fn>(*ctx, "kiln_onnx_import", "cannot import '" + path + "'");
   const std::string bytes = read_file(path);
   OnnxGraph graph;
   char reason[512] = {};
-  const kiln_status status = p.import_graph(bytes.data(), int64_t(bytes.size()), &graph, reason, sizeof reason);
+  const kiln_status status = import_graph(bytes.data(), int64_t(bytes.size()), &graph, reason, sizeof reason);
   if (status != KILN_OK) fail(status, "cannot import '" + path + "': " + one_line(reason));
 
   // The plugin checked the chain's widths; ModelSpec checks them again with

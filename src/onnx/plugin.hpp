@@ -2,9 +2,9 @@
 // holds everything that touches protobuf (Debian's libonnx_proto and
 // libprotobuf) so that libkiln.so links neither: a host program that brings
 // its own protobuf never meets a second one unless it asks for ONNX.
-// libkiln dlopen()s the plugin on the first ONNX call (from libkiln's
-// directory or KILN_BACKEND_PATH, like libkiln_dist.so) and refuses one built
-// against another version of this file.
+// libkiln loads the plugin on the first ONNX call (from libkiln's directory
+// or KILN_BACKEND_PATH, like libkiln_dist.so, through plugin/loader.hpp,
+// which refuses a plugin of another build).
 //
 // Across the boundary a model is an OnnxGraph: the kiln layer list with each
 // Linear's parameters as host bytes in kiln's layout. The plugin maps it to
@@ -18,9 +18,6 @@
 #include "kiln/kiln.h"
 
 namespace kiln {
-
-// Bump whenever the types or functions below change in any way.
-constexpr int kOnnxInterfaceVersion = 1;
 
 struct OnnxLayer {
   kiln_layer_kind kind = KILN_LAYER_LINEAR;
@@ -45,8 +42,6 @@ struct OnnxGraph {
 }  // namespace kiln
 
 extern "C" {
-// Returns kiln::kOnnxInterfaceVersion as the plugin was built.
-typedef int (*kiln_onnx_interface_version_fn)(void);
 // Serializes graph (a valid kiln model: libkiln checked it) as an ONNX
 // ModelProto into *bytes. producer_version is kiln's version string. On
 // failure returns the status and writes why into reason[0..reason_size).

@@ -1,8 +1,9 @@
 // Training checkpoints: one safetensors file with the model's parameters
 // (under their nn.Sequential names, as in a model file), the
 // optimizer state per parameter ("optimizer.exp_avg.0.weight", ...) and
-// metadata: the counters, the shuffle generator's position, the optimizer
-// kind and hyper-parameters, and the spec. Loading checks everything against
+// metadata: the counters, the shuffle generator's position, the spec, and
+// the options the table marks KILN_OPTION_CHECKPOINT (train/options_table.h:
+// the optimizer kind and hyper-parameters, by the table's names and texts). Loading checks everything against
 // the trainer, reads into staging buffers, and only then commits, so a bad
 // file leaves the trainer unchanged.
 #include <cerrno>
@@ -19,12 +20,6 @@ namespace kiln {
 namespace {
 
 constexpr const char *kFormat = "kiln-checkpoint";
-
-std::string exact_text(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
 
 // A named tensor the checkpoint holds, and where it goes in the trainer.
 struct Slot {
@@ -69,27 +64,22 @@ int64_t parse_counter(const std::map<std::string, std::string> &meta, const std:
 
 void Trainer::write_checkpoint(const std::string &path) const {
   check_model_device();
-  const OptimizerConfig &c = optimizer_.config();
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const Slot &s : slots(*model_, optimizer_.state(), model_->flat())) tensors.emplace_back(s.name, s.target);
-  const std::map<std::string, std::string> meta = {
+  std::map<std::string, std::string> meta = {
       {"format", kFormat},
       {"kiln.version", kVersionText},
       {"kiln.spec", model_->description()},
       {"epochs_done", std::to_string(epochs_done_)},
       {"steps_done", std::to_string(steps_done_)},
       {"optimizer_steps", std::to_string(optimizer_.steps())},
-      {"shuffle_seed", std::to_string(rng_seed_)},
+      {"shuffle_seed", std::to_string(rng_seed_)},  // the generator's seed in use, set or drawn
       {"shuffle_counter", std::to_string(rng_counter_)},
-      {"optimizer", optimizer_name(c.kind)},
-      {"lr", exact_text(options_.lr)},
-      {"momentum", exact_text(c.momentum)},
-      {"nesterov", c.nesterov ? "1" : "0"},
-      {"weight_decay", exact_text(c.weight_decay)},
-      {"beta1", exact_text(c.beta1)},
-      {"beta2", exact_text(c.beta2)},
-      {"eps", exact_text(c.eps)},
   };
+  const TrainerOptions resolved = options_.resolved();
+  for (int i = 0; i < kOptionCount; ++i)
+    if (option_info(Option(i)).flags & KILN_OPTION_CHECKPOINT)
+      meta.emplace(option_info(Option(i)).name, option_text(resolved, Option(i)));
   io::write_safetensors(path, tensors, meta);
 }
 
@@ -127,7 +117,7 @@ void Trainer::load_checkpoint(const std::string &path) {
         path + " is not a kiln checkpoint: its metadata lacks \"format\": \"kiln-checkpoint\"");
   auto kind = meta.find("optimizer");
   check(kind != meta.end(), KILN_ERROR_FORMAT, path + " is not a complete kiln checkpoint: metadata lacks \"optimizer\"");
-  const char *mine = optimizer_name(optimizer_.config().kind);
+  const std::string mine = option_text(options_, Option::optimizer);
   check(kind->second == mine, KILN_ERROR_INVALID_ARGUMENT,
         path + " holds the state of the " + kind->second + " optimizer but this trainer uses " + mine);
   const int64_t epochs = parse_counter(meta, "epochs_done", path), steps = parse_counter(meta, "steps_done", path);

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "core/error.hpp"
-#include "dist/communicator.hpp"
+#include "distributed/communicator.hpp"
 
 namespace kiln {
 
@@ -156,10 +156,6 @@ DataParallel::DataParallel(std::shared_ptr<Model> model, TrainerOptions options,
   check(model->device() == devices[0], KILN_ERROR_INVALID_ARGUMENT,
         "DataParallel keeps the model on the first listed device, " + devices[0].str() + ", but it is on " +
             model->device().str() + "; move it there first (kiln_model_to)");
-  check(options.batch_size % n == 0, KILN_ERROR_INVALID_ARGUMENT,
-        "batch size " + std::to_string(options.batch_size) + " does not split evenly over " + std::to_string(n) +
-            " devices; use a multiple of " + std::to_string(n));
-  options.batch_size /= n;
   const std::shared_ptr<Context> &ctx = model->context();
   comms_ = make_communicators ? make_communicators(*ctx, devices) : create_local_communicators(*ctx, devices);
   check(int64_t(comms_.size()) == n, KILN_ERROR_INTERNAL, "communicator factory made the wrong number of ranks");
@@ -179,12 +175,10 @@ DataParallel::~DataParallel() = default;
 void DataParallel::run_all(ReplicaTask task, bool sync_parameters) {
   const size_t n = replicas_.size();
   // What replica 0 alone could fail on is checked here, before the others
-  // start: abort() below breaks the group for good. (No check(): its message
-  // would be built on every step.)
-  if (models_[0]->device() != devices_[0])
-    fail(KILN_ERROR_INVALID_ARGUMENT, "model moved to " + models_[0]->device().str() +
-                                          " after the trainer was created on " + devices_[0].str() +
-                                          "; create a new trainer");
+  // start: abort() below breaks the group for good.
+  KILN_CHECK(models_[0]->device() == devices_[0], KILN_ERROR_INVALID_ARGUMENT,
+             "model moved to " + models_[0]->device().str() + " after the trainer was created on " +
+                 devices_[0].str() + "; create a new trainer");
   for (size_t r = 1; r < n; ++r) models_[r]->set_training(models_[0]->training());
   std::fill(errors_.begin(), errors_.end(), nullptr);
   std::fill(done_.begin(), done_.end(), char(0));
@@ -231,16 +225,15 @@ double DataParallel::step(const Tensor &x, const Tensor &y, bool want_loss) {
   BusyScope busy(busy_, "kiln_trainer_step");
   const int64_t n = devices();
   if (n == 1) return replicas_[0]->step(x, y, want_loss);
-  // `if (!ok) fail(...)`, not check(): a step must not build messages (or
-  // allocate anything) when the batch is fine.
-  if (!x.defined() || !y.defined()) fail(KILN_ERROR_INVALID_ARGUMENT, "x and y must be defined");
+  // KILN_CHECK: a step builds no message (and allocates nothing) when the
+  // batch is fine.
+  KILN_CHECK(x.defined() && y.defined(), KILN_ERROR_INVALID_ARGUMENT, "x and y must be defined");
   const int64_t rows = x.ndim() >= 1 ? x.dim(0) : 0;
-  if (y.ndim() < 1 || y.dim(0) != rows)
-    fail(KILN_ERROR_SHAPE_MISMATCH, "y has shape " + y.shape().str() + " but x has " + std::to_string(rows) + " rows");
-  if (rows < n || rows % n != 0)
-    fail(KILN_ERROR_INVALID_ARGUMENT, "a step's batch of " + std::to_string(rows) + " rows does not split evenly over " +
-                                          std::to_string(n) + " devices; pass a multiple of " + std::to_string(n) +
-                                          " rows");
+  KILN_CHECK(y.ndim() >= 1 && y.dim(0) == rows, KILN_ERROR_SHAPE_MISMATCH,
+             "y has shape " + y.shape().str() + " but x has " + std::to_string(rows) + " rows");
+  KILN_CHECK(rows >= n && rows % n == 0, KILN_ERROR_INVALID_ARGUMENT,
+             "a step's batch of " + std::to_string(rows) + " rows does not split evenly over " + std::to_string(n) +
+                 " devices; pass a multiple of " + std::to_string(n) + " rows");
   // Each replica checks host labels of its own chunk only: check them all
   // first, so bad labels fail every replica or none.
   const bool labels = y.dtype() == DType::I64 || y.dtype() == DType::I32 || y.dtype() == DType::U8;

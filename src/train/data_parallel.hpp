@@ -5,14 +5,15 @@
 // With one device it is a Trainer and nothing more: every call goes straight
 // to it. With N devices it holds N replicas, replica r a model on devices[r]
 // (replica 0 the caller's model, which must already be there) and a Trainer
-// with batch B / N attached as rank r to a communicator over the N devices
-// (NCCL alone: create_local_communicators). Each replica is driven by a
-// thread of its own (replica 0 by the calling thread), so the ranks meet in
+// with the same options attached as rank r to a communicator over the N
+// devices (NCCL alone: create_local_communicators). Each replica is driven by
+// a thread of its own (replica 0 by the calling thread), so the ranks meet in
 // every collective as the processes of DDP do. Everything DDP guarantees then
-// holds: replica r trains on positions r, r + N, ... of each epoch's shuffled
-// order, gradients are averaged every step, metrics reduced, and batch B over
-// N GPUs trains like batch B on one. A caller's step splits its batch into N
-// contiguous chunks of B / N rows.
+// holds, the meaning of the batch size included: replica r trains on
+// positions r, r + N, ... of each epoch's shuffled order with batch B (the
+// options' batch size, per device as per rank), gradients are averaged every
+// step, metrics reduced, and batch B on each of N GPUs trains like batch N*B
+// on one. A caller's step splits its batch into N contiguous chunks.
 //
 // The replicas take the model's parameters (and training flag) at the start
 // of every call, so changes made to the model between calls reach them, as
@@ -44,10 +45,10 @@ class DataParallel {
  public:
   // options.devices empty or one device: a plain trainer on the model's
   // device (INVALID_ARGUMENT when the one listed is not the model's). More:
-  // INVALID_ARGUMENT unless the model is on devices[0] and the batch size
-  // splits evenly over them; then whatever make_communicators throws (the
-  // default, create_local_communicators: INVALID_ARGUMENT for a CPU or a
-  // repeated device, DEVICE_UNAVAILABLE, NOT_SUPPORTED without NCCL).
+  // INVALID_ARGUMENT unless the model is on devices[0]; then whatever
+  // make_communicators throws (the default, create_local_communicators:
+  // INVALID_ARGUMENT for a CPU or a repeated device, DEVICE_UNAVAILABLE,
+  // NOT_SUPPORTED without NCCL).
   DataParallel(std::shared_ptr<Model> model, TrainerOptions options,
                const CommunicatorFactory &make_communicators = nullptr);
   ~DataParallel();

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -46,6 +47,13 @@ bool is_regular_file(const std::string &path) {
 
 // The samples, shared by a dataset and all splits made from it.
 struct Dataset::Data {
+  // Numbered from 1 in creation order: 2^64 datasets outlast any process.
+  static uint64_t next_id() {
+    static std::atomic<uint64_t> next{1};
+    return next.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  const uint64_t id = next_id();
   std::shared_ptr<Context> ctx;
   Tensor x;                 // [N, features], float or U8
   Tensor y;                 // [N] labels or [N, k] float targets
@@ -240,6 +248,7 @@ Dataset::GatherSource Dataset::gather_source(Device d) const {
   const Data::Resident r = data_->on(d);
   const Normalization norm = normalization();
   GatherSource s;
+  s.data = data_->id;
   s.x = r.x, s.y = r.y;
   if (!rows_.empty()) s.map = device_map(d);
   s.scale = norm.scale, s.shift = norm.shift;

@@ -81,6 +81,11 @@ class Dataset {
   // undefined for a whole dataset). The tensors stay valid while the dataset
   // lives; later calls neither wait nor allocate.
   struct GatherSource {
+    // The identity of the samples: shared by a dataset's splits (which read
+    // the same data), never given to other data in the process's life, so
+    // a program built for one dataset is never taken for another that
+    // reuses its memory (train/program_cache.hpp).
+    uint64_t data = 0;
     Tensor x, y, map;
     double scale = 1, shift = 0;
     int64_t cols = 0;    // features per sample

@@ -1,20 +1,25 @@
 // Trainer: runs optimisation steps, epochs and fits of one model on the
-// device the model had when the trainer was created.
+// device the model had when the trainer was created. The loop lives here;
+// its parts have rooms of their own:
 //
-// The trainer drives step programs (core/program.hpp), not kernels. It
-// builds, once per (batch rows, data source, training or evaluation), a
-// program: gather the batch, (cast the weights for mixed precision), the
-// model's forward ops, the loss (which writes the gradient of the mean loss
-// w.r.t. the logits in the same pass), the backward ops into one flat
-// gradient buffer, optional clipping, one optimizer update. The model's
-// device compiles it (Backend::compile) and the trainer runs it for a whole
-// epoch, or a progress interval, at a time. The per-step values (learning
-// rate, optimizer step, dropout seed, batch offset) go into a StepParams
-// table on the device, written once per epoch (or once per 256 caller steps)
-// ahead of the steps that read it. Every buffer is allocated once per batch
-// size or dataset size and reused, so steps allocate nothing, and nothing is
-// read back from the device except where a caller asks for it (a step's
-// loss, progress reports, an epoch's end).
+//  - train/options.hpp: the settings, declared once in options_table.h;
+//  - train/step_builder.hpp: the step program of a batch shape (gather,
+//    forward, loss, backward, gradient reduction, clipping, update), built
+//    from the model, the settings and this trainer's buffers;
+//  - train/program_cache.hpp: the compiled programs, keyed on everything a
+//    program depends on (the data source by value and identity, so no
+//    program runs for data it was not built for);
+//  - train/shard_plan.hpp: which samples of a pass this rank takes.
+//
+// The trainer drives programs, not kernels: the model's device compiles each
+// (Backend::compile) and the trainer runs it for a whole epoch, or a
+// progress interval, at a time. The per-step values (learning rate,
+// optimizer step, dropout seed, batch offset) go into a StepParams table on
+// the device, written once per epoch (or once per 256 caller steps) ahead of
+// the steps that read it. Every buffer is allocated once per batch size or
+// dataset size and reused, so steps allocate nothing, and nothing is read
+// back from the device except where a caller asks for it (a step's loss,
+// progress reports, an epoch's end).
 //
 // Determinism: each epoch's order is Backend::shuffle's permutation for a
 // seed drawn from the trainer's counter-based generator (seed from the
@@ -29,17 +34,13 @@
 // optimizer state and loss (PyTorch's autocast semantics: the weight
 // gradients are the bf16 products', accumulated into f32).
 //
-// Distributed data parallel (attach): every rank runs its own trainer on
-// its own copy of the model and the whole dataset; each epoch, rank r of N
-// trains on positions r, r + N, r + 2N, ... of the shared shuffled order
-// (PyTorch's DistributedSampler; the order is padded by wrapping around to a
-// multiple of N, so every rank runs the same number of steps), and every
-// step averages the gradients over the ranks (one allreduce over the flat
-// gradient buffer, or one per bucket of bucket_bytes started during the
-// backward: train/gradient_reduce.hpp) before clipping and the update.
-// Batch b on N ranks hence trains like batch N*b in one process. Evaluation
-// shards the same way without padding, and every metric is reduced over the
-// ranks.
+// Distributed data parallel (attach): every rank runs its own trainer on its
+// own copy of the model and the whole dataset, takes its shard of each
+// pass's shared shuffled order (ShardPlan), and every step averages the
+// gradients over the ranks before clipping and the update. The batch size is
+// per rank, as it is per device in DataParallel: N ranks with batch b train
+// like batch N*b in one process. Evaluation shards without padding, and
+// every metric is reduced over the ranks.
 //
 // Used by one thread at a time.
 #pragma once
@@ -55,28 +56,12 @@
 #include "nn/schedule.hpp"
 #include "train/dataset.hpp"
 #include "train/history.hpp"
+#include "train/options.hpp"
+#include "train/program_cache.hpp"
+#include "train/shard_plan.hpp"
+#include "train/step_builder.hpp"
 
 namespace kiln {
-
-struct TrainerOptions {
-  kiln_loss_kind loss = KILN_LOSS_CROSS_ENTROPY;
-  double lr = 0.01;
-  OptimizerConfig optimizer;
-  bool weight_decay_set = false;  // unset: 0, or AdamW's default 0.01
-  int64_t batch_size = 64;
-  double grad_clip = 0;  // max global norm; 0 = off
-  ScheduleConfig schedule;
-  bool shuffle_seed_set = false;
-  uint64_t shuffle_seed = 0;
-  int64_t progress_interval = 0;  // batches; 0 = end of epoch only
-  kiln_precision precision = KILN_PRECISION_FP32;
-  uint32_t fast_path = kFastDefault;  // FastPath bits; KILN_ENABLE adds, KILN_DISABLE removes
-  std::vector<Device> devices;     // DataParallel's (train/data_parallel.hpp); empty: the model's device
-  int64_t bucket_bytes = 0;        // data parallel gradient buckets (train/gradient_reduce.hpp); 0: one allreduce
-
-  // The optimizer settings with the defaults that depend on the kind filled in.
-  OptimizerConfig resolved_optimizer() const;
-};
 
 // Marks a trainer busy for one public call (busy is its flag): calls into
 // it from inside (its progress callback) get KILN_ERROR_BUSY instead of
@@ -98,7 +83,7 @@ void check_host_labels(const Tensor &y, int64_t classes);
 
 class Trainer {
  public:
-  // Validates options (INVALID_ARGUMENT naming the value).
+  // Validates options (check_options: INVALID_ARGUMENT naming the value).
   Trainer(std::shared_ptr<Model> model, const TrainerOptions &options);
 
   // One step on x [B, in] and y (labels [B] or targets [B, K]) from any
@@ -140,56 +125,49 @@ class Trainer {
   void load_checkpoint(const std::string &path);
 
  private:
-  // A compiled program and what it was built for.
-  struct Program {
-    bool trains = false, training = false;
-    int64_t rows = 0;
-    const void *source = nullptr;  // the dataset's resident x; null: the staged caller batch
-    std::unique_ptr<Executable> exe;
-  };
+  // Caller steps written into the step table at once.
+  static constexpr int64_t kStepWindow = 256;
 
   // Throws INVALID_ARGUMENT when the model left the trainer's device.
   void check_model_device() const;
   // Checks the dataset against the model and the loss.
   void check_dataset(const Dataset &dataset, const char *what) const;
-  // (Re)allocates the workspace and batch buffers for batches of up to rows
-  // (forgetting the programs that used the old ones).
+  // (Re)allocates the workspace and batch buffers for batches of up to rows.
   void ensure_capacity(int64_t rows);
   // Grows the order buffers to n samples and the step table to n entries.
   void ensure_order(int64_t n);
+  // After a buffer was allocated anew: the next buffer generation, whose
+  // programs are built over the new buffers (the old ones' are forgotten).
+  void buffers_changed();
   // Copies src (x or y, any device and dtype) into buf's first rows.
   void stage(const Tensor &src, const Tensor &buf, int64_t rows);
   // The program for (trains, training, rows, source): from the cache, else
   // built and compiled. source null: the caller's batch staged in batch_x_.
-  Executable &program(bool trains, bool training, int64_t rows, const Dataset::GatherSource *source);
+  Executable &program(bool trains, bool training, int64_t rows, const SourceView *source);
   // Writes table entries [0, count) for steps steps_done_ + i, batch offsets
   // i * batch, and copies them to the device.
   void write_table(int64_t count, int64_t batch);
-  // The samples of a pass over n samples this rank takes: all of them
-  // without a communicator; else its share of positions r, r + N, ...,
-  // padded to ceil(n / N) by wrapping around when pad (training: every rank
-  // must run the same steps), not padded otherwise (evaluation).
-  int64_t local_count(int64_t n, bool pad) const;
   // The device order of this rank's share of one pass over ds (shuffled or
-  // in sample order; local_count(ds.size(), pad) samples), mapped to rows of
-  // the data for a split; returns its first element.
-  const int64_t *pass_order(const Dataset &ds, const Dataset::GatherSource &source, bool shuffle, bool pad);
+  // in sample order; shards_.count(ds.size(), pad) samples), mapped to rows
+  // of the data for a split.
+  void pass_order(const Dataset &ds, const Dataset::GatherSource &source, bool shuffle, bool pad);
   // Sums the pass statistics over the ranks (no-op without a communicator).
-  void reduce_stats(double stats[3]) const;
+  void reduce_stats(PassStats &stats) const;
   // INVALID_ARGUMENT on every rank unless every rank passed a dataset of the
   // same size (no-op without a communicator). Collective.
   void check_same_size(const Dataset &ds, const char *what) const;
   // Runs steps [first, first + count) of a pass of `batches` batches of
   // `batch` rows over n samples (the last one may be smaller).
-  void run_pass_steps(bool trains, int64_t first, int64_t count, int64_t n, int64_t batch,
-                      const Dataset::GatherSource &source);
+  void run_pass_steps(bool trains, int64_t first, int64_t count, int64_t n, int64_t batch, const SourceView &source);
   // One pass; epoch_index (1-based) and epochs only label progress reports.
   kiln_epoch_stats run_epoch(const Dataset &dataset, int64_t epoch_index, int64_t epochs, kiln_progress_fn callback,
                              void *user);
   // evaluate without the busy check (fit's validation).
   void evaluate_pass(const Dataset &dataset, double *loss, double *accuracy);
-  // Reads the three pass statistics (loss sum, correct, bad labels) at offset.
-  void read_stats(int64_t offset, double out[3]) const;
+  // Zeroes, or reads back, the statistics at offset (offsetof(StepStats, pass)
+  // or step).
+  void clear_stats(size_t offset);
+  PassStats read_stats(size_t offset) const;
 
   // Throws NUMERIC when an epoch's mean loss is not finite.
   void check_finite(const kiln_epoch_stats &s) const;
@@ -198,29 +176,36 @@ class Trainer {
   TrainerOptions options_;
   bool busy_ = false;
   Device device_;
-  DType work_dtype_;  // the step's activations and products: the model's dtype, or bf16
-  MathMode math_;
+  StepConfig config_;
   Optimizer optimizer_;
-  Tensor grads_;  // flat, the model's layout and dtype; gaps stay zero
+  ScheduleConfig schedule_;
+
+  // The buffers programs read and write (step_buffers_ names them for the
+  // step builder).
+  Tensor grads_;                 // flat, the model's layout and dtype; gaps stay zero
   Tensor lp_params_, lp_grads_;  // bf16 copies of the flat buffers (mixed precision only)
-  Tensor stats_;  // F64 device accumulators (see kStats* in trainer.cpp)
+  Tensor stats_;                 // a StepStats block of F64 on the device
   Workspace ws_;
-  Tensor batch_x_, batch_y_;  // [capacity, in] work dtype; labels i64 [capacity] or targets [capacity, K]
+  Tensor batch_x_, batch_y_;     // [capacity, in] work dtype; labels i64 [capacity] or targets [capacity, K]
   Tensor logits32_, dlogits32_;  // f32 logits and their gradient for the loss (mixed precision only)
   int64_t capacity_ = 0;
   Tensor order_device_, rows_device_;  // I64 [n]: the pass's sample order, and it mapped to data rows
-  std::shared_ptr<Collective> comm_;   // null: one process
-  Tensor shard_positions_;             // I64: this rank's positions in the pass order (distributed only)
-  int64_t shard_n_ = -1;               // the pass size and padding shard_positions_ was built for
-  bool shard_pad_ = false;
-  Tensor table_;  // StepParams [table_entries_] on the device (stored as bytes)
+  Tensor table_;                       // StepParams [table_entries_] on the device (stored as bytes)
   int64_t table_entries_ = 0;
   std::vector<StepParams> table_host_;
+  StepBuffers step_buffers_;
+  ProgramCache programs_;
+
+  std::shared_ptr<Collective> comm_;  // null: one process
+  ShardPlan shards_;                  // rank 0 of 1 without a communicator
+  Tensor shard_positions_;            // I64: this rank's positions in the pass order (distributed only)
+  int64_t shard_n_ = -1;              // the pass size and padding shard_positions_ was built for
+  bool shard_pad_ = false;
+
   // The caller-step window: table entries [0, kStepWindow) hold steps
   // window_first_.. under these counters; any other use of the table clears it.
   bool window_valid_ = false;
   int64_t window_first_ = 0, window_opt_steps_ = 0, window_fit_end_ = 0;
-  std::vector<Program> programs_;  // most recently used last
   uint64_t rng_seed_ = 0, rng_counter_ = 0;  // rng_counter_: shuffles drawn
   int64_t steps_done_ = 0, epochs_done_ = 0;
   int64_t fit_end_ = 0;  // steps_done at the end of the running fit; 0 outside fit

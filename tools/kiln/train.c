@@ -12,21 +12,24 @@
 #include "commands.h"
 #include "common.h"
 #include "progress.h"
+#include "trainer_flags.h"
 
 #define MAX_HIDDEN_LAYERS 16
 #define EXIT_INTERRUPTED 130 /* 128 + SIGINT, as shells report it */
 
 typedef struct train_args {
-  const char *data, *device, *hidden, *activation, *optimizer, *precision, *save, *checkpoint, *resume;
-  int64_t epochs, batch, seed, threads;
-  double lr, momentum, weight_decay, val_split, bucket_mb;
+  const char *data, *device, *hidden, *activation, *save, *checkpoint, *resume;
+  int64_t epochs, seed, threads;
+  double val_split;
   int quiet, distributed;
-  /* Derived from the strings above by check_args. */
+  /* --lr, --batch, --optimizer, ...: the trainer options table's flags. */
+  trainer_flags options;
+  /* Derived from the above by check_args. */
   int64_t hidden_sizes[MAX_HIDDEN_LAYERS];
   int num_hidden;
   kiln_layer_kind activation_kind;
-  kiln_optimizer_kind optimizer_kind;
-  kiln_precision precision_kind;
+  kiln_trainer_options *trainer_options; /* the caller releases it */
+  int64_t batch; /* per device, per rank with --distributed */
   /* --device cuda:0,cuda:1: DataParallel over these; first_device is the
    * model's (num_devices 0: one device, --device as given). */
   kiln_device devices[KILN_MAX_DATA_PARALLEL_DEVICES];
@@ -95,9 +98,6 @@ static int parse_device_list(const cli_command *cmd, train_args *a) {
     a->devices[a->num_devices++] = d;
     p = end ? end + 1 : p + len;
   }
-  if (a->batch % a->num_devices != 0)
-    return cli_usage_error(cmd, "--batch %lld does not split evenly over %lld devices", (long long)a->batch,
-                           (long long)a->num_devices);
   a->device_list = a->device;
   a->device = a->first_device;
   return CLI_CONTINUE;
@@ -107,10 +107,6 @@ static int check_args(const cli_command *cmd, train_args *a) {
   static const struct { const char *name; kiln_layer_kind kind; } activations[] = {
       {"relu", KILN_LAYER_RELU}, {"gelu", KILN_LAYER_GELU}, {"tanh", KILN_LAYER_TANH},
       {"sigmoid", KILN_LAYER_SIGMOID}, {"leaky_relu", KILN_LAYER_LEAKY_RELU}};
-  static const struct { const char *name; kiln_optimizer_kind kind; } optimizers[] = {
-      {"sgd", KILN_OPTIM_SGD}, {"adam", KILN_OPTIM_ADAM}, {"adamw", KILN_OPTIM_ADAMW}};
-  static const struct { const char *name; kiln_precision kind; } precisions[] = {
-      {"fp32", KILN_PRECISION_FP32}, {"tf32", KILN_PRECISION_TF32}, {"bf16", KILN_PRECISION_BF16}};
 
   int found = 0;
   for (size_t i = 0; i < sizeof activations / sizeof activations[0]; i++)
@@ -120,37 +116,21 @@ static int check_args(const cli_command *cmd, train_args *a) {
     }
   if (!found)
     return cli_usage_error(cmd, "unknown --activation '%s' (relu, gelu, tanh, sigmoid or leaky_relu)", a->activation);
-  found = 0;
-  for (size_t i = 0; i < sizeof optimizers / sizeof optimizers[0]; i++)
-    if (strcmp(a->optimizer, optimizers[i].name) == 0) {
-      a->optimizer_kind = optimizers[i].kind;
-      found = 1;
-    }
-  if (!found) return cli_usage_error(cmd, "unknown --optimizer '%s' (sgd, adam or adamw)", a->optimizer);
-  found = 0;
-  for (size_t i = 0; i < sizeof precisions / sizeof precisions[0]; i++)
-    if (strcmp(a->precision, precisions[i].name) == 0) {
-      a->precision_kind = precisions[i].kind;
-      found = 1;
-    }
-  if (!found) return cli_usage_error(cmd, "unknown --precision '%s' (fp32, tf32 or bf16)", a->precision);
 
   if (strchr(a->device, ',')) {
     int rc = parse_device_list(cmd, a);
     if (rc != CLI_CONTINUE) return rc;
   }
   if (a->epochs < 1) return cli_usage_error(cmd, "--epochs must be at least 1, got %lld", (long long)a->epochs);
-  if (a->batch < 1) return cli_usage_error(cmd, "--batch must be at least 1, got %lld", (long long)a->batch);
   if (a->threads < 0) return cli_usage_error(cmd, "--threads must be 0 (one per core) or more");
   if (a->seed < 0) return cli_usage_error(cmd, "--seed must not be negative");
-  if (!(a->lr > 0)) return cli_usage_error(cmd, "--lr must be positive, got %g", a->lr);
-  if (a->momentum < 0 || a->momentum >= 1) return cli_usage_error(cmd, "--momentum must be in [0, 1)");
-  if (a->momentum > 0 && a->optimizer_kind != KILN_OPTIM_SGD)
+  /* Every value's range is the library's: each goes through its setter. */
+  int rc = trainer_flags_options(cmd, &a->options, &a->trainer_options);
+  if (rc != CLI_CONTINUE) return rc;
+  a->batch = (int64_t)trainer_flag_number(&a->options, "batch");
+  if (trainer_flag_number(&a->options, "momentum") > 0 && strcmp(trainer_flag_name(&a->options, "optimizer"), "sgd"))
     return cli_usage_error(cmd, "--momentum applies to --optimizer sgd only");
-  if (!isnan(a->weight_decay) && a->weight_decay < 0) return cli_usage_error(cmd, "--weight-decay must be >= 0");
-  if (!(a->bucket_mb >= 0 && a->bucket_mb <= 1024 * 1024))
-    return cli_usage_error(cmd, "--bucket-mb must be in [0, 1048576] MiB, got %g", a->bucket_mb);
-  if (a->bucket_mb > 0 && !a->distributed && a->num_devices < 2)
+  if (trainer_flag_number(&a->options, "bucket-mb") > 0 && !a->distributed && a->num_devices < 2)
     return cli_usage_error(cmd, "--bucket-mb applies to data parallel training (--distributed, or --device "
                                 "cuda:0,cuda:1,...)");
   if (a->val_split < 0 || a->val_split >= 1) return cli_usage_error(cmd, "--val-split must be in [0, 1)");
@@ -189,21 +169,11 @@ static int build_model(const cli_command *cmd, const train_args *a, train_run *r
 }
 
 static int make_trainer(const cli_command *cmd, const train_args *a, train_run *r, int64_t progress_interval) {
-  kiln_trainer_options *o = NULL;
-  kiln_status st = kiln_trainer_options_create(&o);
-  if (st == KILN_OK) st = kiln_trainer_options_set_optimizer(o, a->optimizer_kind);
-  if (st == KILN_OK) st = kiln_trainer_options_set_lr(o, a->lr);
-  if (st == KILN_OK) st = kiln_trainer_options_set_batch_size(o, a->batch);
-  if (st == KILN_OK) st = kiln_trainer_options_set_precision(o, a->precision_kind);
-  if (st == KILN_OK) st = kiln_trainer_options_set_shuffle_seed(o, (uint64_t)a->seed);
+  kiln_trainer_options *o = a->trainer_options; /* the table's flags, set by check_args */
+  kiln_status st = kiln_trainer_options_set_shuffle_seed(o, (uint64_t)a->seed);
   if (st == KILN_OK) st = kiln_trainer_options_set_progress_interval(o, progress_interval);
-  if (st == KILN_OK && a->momentum > 0) st = kiln_trainer_options_set_momentum(o, a->momentum);
-  /* Unset keeps the optimizer's own default (AdamW's is 0.01, the others' 0). */
-  if (st == KILN_OK && !isnan(a->weight_decay)) st = kiln_trainer_options_set_weight_decay(o, a->weight_decay);
   if (st == KILN_OK && a->num_devices > 1) st = kiln_trainer_options_set_devices(o, a->devices, a->num_devices);
-  if (st == KILN_OK) st = kiln_trainer_options_set_bucket_bytes(o, (int64_t)(a->bucket_mb * 1024 * 1024));
   if (st == KILN_OK) st = kiln_trainer_create(r->model, o, &r->trainer);
-  kiln_trainer_options_release(o);
   if (st != KILN_OK) return report_error(cmd, "cannot create the trainer");
   /* Every rank resumes the same checkpoint, then attaching checks that the
    * ranks agree and starts them all from rank 0's state. */
@@ -269,11 +239,12 @@ static void print_header(const train_args *a, const train_run *r) {
   printf("model: %s (%lld parameters)\n", spec, (long long)params);
   printf("data: %s: %lld training, %lld validation, %lld test samples\n", a->data, (long long)n_train,
          (long long)n_val, (long long)n_test);
-  printf("training: %s, lr %g, batch %lld, epochs %lld, precision %s\n", a->optimizer, a->lr, (long long)a->batch,
-         (long long)a->epochs, a->precision);
+  printf("training: %s, lr %g, batch %lld, epochs %lld, precision %s\n", trainer_flag_name(&a->options, "optimizer"),
+         trainer_flag_number(&a->options, "lr"), (long long)a->batch, (long long)a->epochs,
+         trainer_flag_name(&a->options, "precision"));
   if (a->num_devices > 1)
-    printf("data parallel: %lld GPUs (%s), batch %lld split %lld per GPU\n", (long long)a->num_devices,
-           a->device_list, (long long)a->batch, (long long)(a->batch / a->num_devices));
+    printf("data parallel: %lld GPUs (%s), batch %lld per GPU (%lld per step in all)\n", (long long)a->num_devices,
+           a->device_list, (long long)a->batch, (long long)(a->batch * a->num_devices));
   if (r->comm)
     printf("distributed: %lld ranks, batch %lld per rank (%lld per step in all); rank 0 reports\n",
            (long long)r->ranks, (long long)a->batch, (long long)(a->batch * r->ranks));
@@ -327,10 +298,13 @@ static int finish(const cli_command *cmd, const train_args *a, train_run *r, dou
 }
 
 int cmd_train(int argc, char **argv) {
-  train_args a = {.data = DEFAULT_DATA_DIR, .device = "auto", .hidden = "32", .activation = "relu",
-                  .optimizer = "sgd", .precision = "fp32", .epochs = 5, .batch = 128, .lr = 0.1, .weight_decay = NAN,
+  train_args a = {.data = DEFAULT_DATA_DIR, .device = "auto", .hidden = "32", .activation = "relu", .epochs = 5,
                   .val_split = 0.1};
-  const cli_option options[] = {
+  trainer_flags_init(&a.options);
+  trainer_flags_preset(&a.options, "lr", 0.1); /* the tutorial's */
+  trainer_flags_preset(&a.options, "batch", 128);
+  enum { MAX_OPTIONS = 48 };
+  cli_option options[MAX_OPTIONS] = {
       {"data", CLI_STRING, &a.data, "DIR", "MNIST-layout dataset directory (default " DEFAULT_DATA_DIR ")"},
       {"device", CLI_STRING, &a.device, "DEV",
        "auto, cpu, cuda:N, or cuda:0,cuda:1,... for DataParallel over those GPUs (default auto: the first GPU, "
@@ -338,13 +312,6 @@ int cmd_train(int argc, char **argv) {
       {"hidden", CLI_STRING, &a.hidden, "N[,N...]", "hidden layer sizes (default 32)"},
       {"activation", CLI_STRING, &a.activation, "NAME", "relu, gelu, tanh, sigmoid or leaky_relu (default relu)"},
       {"epochs", CLI_INT, &a.epochs, "N", "total epochs, counting those of a resumed checkpoint (default 5)"},
-      {"batch", CLI_INT, &a.batch, "N", "batch size (default 128)"},
-      {"lr", CLI_DOUBLE, &a.lr, "X", "learning rate (default 0.1)"},
-      {"optimizer", CLI_STRING, &a.optimizer, "NAME", "sgd, adam or adamw (default sgd)"},
-      {"precision", CLI_STRING, &a.precision, "P",
-       "fp32, tf32 (CUDA only: TF32 tensor cores) or bf16 (mixed precision) (default fp32)"},
-      {"momentum", CLI_DOUBLE, &a.momentum, "X", "SGD momentum (default 0)"},
-      {"weight-decay", CLI_DOUBLE, &a.weight_decay, "X", "weight decay (default 0; 0.01 for adamw)"},
       {"seed", CLI_INT, &a.seed, "N", "seed of initialisation, split and shuffling (default 0)"},
       {"val-split", CLI_DOUBLE, &a.val_split, "X", "fraction held out for validation (default 0.1; 0 = none)"},
       {"save", CLI_STRING, &a.save, "FILE", "save the trained model's weights (safetensors)"},
@@ -353,23 +320,25 @@ int cmd_train(int argc, char **argv) {
       {"threads", CLI_INT, &a.threads, "N", "CPU threads (default 0: one per core)"},
       {"quiet", CLI_FLAG, &a.quiet, NULL, "print only the results, no per-epoch output"},
       {"distributed", CLI_FLAG, &a.distributed, NULL,
-       "one rank of data parallel training under mpirun (batch is per rank; rank 0 prints and saves; "
-       "--device cuda takes cuda:<local rank>)"},
-      {"bucket-mb", CLI_DOUBLE, &a.bucket_mb, "X",
-       "data parallel: start averaging gradients in buckets of X MiB during the backward, overlapped with it "
-       "on GPUs (default 0: one allreduce after the backward; PyTorch DDP uses 25)"},
+       "one rank of data parallel training under mpirun (rank 0 prints and saves; --device cuda takes "
+       "cuda:<local rank>)"},
   };
+  int num_options = 13;
+  trainer_flags_add_options(&a.options, options, &num_options, MAX_OPTIONS);
   cli_command cmd = {
       .name = "train",
       .synopsis = "",
       .summary = "Trains an MLP (input-hidden...-classes) with cross-entropy over shuffled batches,\n"
                  "validates it after each epoch and prints its test-set accuracy.",
       .options = options,
-      .num_options = (int)(sizeof options / sizeof options[0]),
+      .num_options = num_options,
   };
   int rc = cli_parse(&cmd, argc, argv);
   if (rc == CLI_CONTINUE) rc = check_args(&cmd, &a);
-  if (rc != CLI_CONTINUE) return rc;
+  if (rc != CLI_CONTINUE) {
+    kiln_trainer_options_release(a.trainer_options);
+    return rc;
+  }
 
   double started = now_seconds();
   train_run r = {0};
@@ -399,6 +368,7 @@ int cmd_train(int argc, char **argv) {
   }
   if (rc == CLI_CONTINUE) rc = finish(&cmd, &a, &r, started, train_seconds);
 
+  kiln_trainer_options_release(a.trainer_options);
   kiln_trainer_release(r.trainer);
   kiln_communicator_release(r.comm);
   kiln_model_release(r.model);

@@ -697,6 +697,8 @@ namespace Kiln
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_trainer_options_set_batch_size(TrainerOptionsHandle options, long batch_size);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        internal static extern Status kiln_trainer_options_set_label_smoothing(TrainerOptionsHandle options, double label_smoothing);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_trainer_options_set_grad_clip(TrainerOptionsHandle options, double max_norm);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_trainer_options_set_schedule(TrainerOptionsHandle options, LrSchedule schedule, long step_size, double gamma, long total_steps, double min_lr);

@@ -53,6 +53,11 @@ namespace Kiln
         public (double Beta1, double Beta2)? Betas { get; set; }
         /// <summary>Adam's epsilon.</summary>
         public double? Eps { get; set; }
+        /// <summary>Cross-entropy's label smoothing in [0, 1], as PyTorch's
+        /// CrossEntropyLoss(label_smoothing=): each target mixes the label with the
+        /// uniform distribution over the classes (null or 0: none). Another loss with a
+        /// non-zero value makes the trainer's constructor throw.</summary>
+        public double? LabelSmoothing { get; set; }
         /// <summary>Samples per step of Epoch and Fit.</summary>
         public long? BatchSize { get; set; }
         /// <summary>Max global gradient norm (0: off).</summary>
@@ -76,8 +81,8 @@ namespace Kiln
         /// removes them.</summary>
         public FastPath? FastPath { get; set; }
         /// <summary>DataParallel, as PyTorch's nn.DataParallel: train over these GPUs of this
-        /// process, a replica per device, the batch split evenly over them (BatchSize must be a
-        /// multiple of their count). The model must be on the first one. One device is plain
+        /// process, a replica per device, each computing BatchSize samples per step (per device,
+        /// as per rank in DDP). The model must be on the first one. One device is plain
         /// training there; null or empty: the model's device.</summary>
         public Device[] Devices { get; set; }
         /// <summary>Data parallel training (Devices, or DDP over a Communicator): start
@@ -100,6 +105,8 @@ namespace Kiln
                 if (Betas.HasValue)
                     Native.Check(NativeMethods.kiln_trainer_options_set_betas(h, Betas.Value.Beta1, Betas.Value.Beta2));
                 if (Eps.HasValue) Native.Check(NativeMethods.kiln_trainer_options_set_eps(h, Eps.Value));
+                if (LabelSmoothing.HasValue)
+                    Native.Check(NativeMethods.kiln_trainer_options_set_label_smoothing(h, LabelSmoothing.Value));
                 if (BatchSize.HasValue) Native.Check(NativeMethods.kiln_trainer_options_set_batch_size(h, BatchSize.Value));
                 if (GradClip.HasValue) Native.Check(NativeMethods.kiln_trainer_options_set_grad_clip(h, GradClip.Value));
                 if (Schedule.HasValue)

@@ -191,6 +191,7 @@ void cross_entropy(ThreadPool &pool, const LossArgs &args) {
   const double grad_scale = args.grad_scale;
   void *dlogits = args.dpred;
   double *stats = args.stats;
+  const double smoothing = args.label_smoothing;
   if (rows <= 0) return;
   for (int64_t r = 0; r < rows; ++r) {
     if (labels[r] < 0 || labels[r] >= cols) {
@@ -206,6 +207,7 @@ void cross_entropy(ThreadPool &pool, const LossArgs &args) {
     const S *px = static_cast<const S *>(logits);
     S *pd = static_cast<S *>(dlogits);
     const C scale = C(grad_scale);
+    const auto target = formulas::smoothed_target<C>(grad_scale, smoothing, cols);
     const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / (8 * cols));
     accumulate_stats(pool, rows, grain, stats, [&](int64_t begin, int64_t end) {
       double loss = 0, correct = 0;
@@ -229,14 +231,19 @@ void cross_entropy(ThreadPool &pool, const LossArgs &args) {
         } else {
           for (int64_t j = 0; j < cols; ++j) sum += std::exp(T::load(x[j]) - mx);
         }
-        loss += formulas::cross_entropy_row_loss(sum, C(T::load(x[label])), mx);
+        double mean_shift = 0;  // read only with label smoothing
+        if (smoothing != 0) {
+          for (int64_t j = 0; j < cols; ++j) mean_shift += double(T::load(x[j]) - mx);
+          mean_shift /= double(cols);
+        }
+        loss += formulas::cross_entropy_row_loss(sum, C(T::load(x[label])), mx, smoothing, mean_shift);
         correct += arg == label ? 1.0 : 0.0;
         if (pd) {
           S *d = pd + r * cols;
           const C factor = scale / sum;
           for (int64_t j = 0; j < cols; ++j) {
             const C e = T::kIdentity ? T::load(d[j]) : C(std::exp(T::load(x[j]) - mx));
-            d[j] = T::store(formulas::cross_entropy_grad(e, factor, j == label, scale));
+            d[j] = T::store(formulas::cross_entropy_grad(e, factor, j == label, target));
           }
         }
       }

@@ -459,10 +459,6 @@ std::string unavailable_reason(int *count) {
 }  // namespace
 }  // namespace kiln::cuda
 
-extern "C" __attribute__((visibility("default"))) int kiln_backend_interface_version(void) {
-  return kiln::kBackendInterfaceVersion;
-}
-
 extern "C" __attribute__((visibility("default"))) kiln::Backend *kiln_backend_cuda_create(char *reason,
                                                                                          int64_t reason_size) noexcept {
   std::string why;

@@ -57,13 +57,15 @@ template <class T> __global__ void bias_grad_kernel(int64_t rows, int64_t cols, 
 }
 
 // Fused softmax cross-entropy, one warp per row: max and argmax, log-sum-exp,
-// then the gradient (softmax - onehot) * scale. All reads of a row finish at
-// the warp reductions before any write, so dlogits may alias logits. The
-// argmax is the CPU's: the first maximum, NaN never wins.
+// then the gradient (softmax - q) * scale, q the label's one-hot mixed with
+// the uniform distribution by `smoothing` (LossArgs). All reads of a row
+// finish at the warp reductions before any write, so dlogits may alias
+// logits. The argmax is the CPU's: the first maximum, NaN never wins.
 template <class T>
 __global__ void cross_entropy_kernel(int64_t rows, int64_t cols, const T *logits, const int64_t *labels,
-                                     double grad_scale, T *dlogits, double *stats) {
+                                     double grad_scale, double smoothing, T *dlogits, double *stats) {
   using C = Acc<T>;
+  const auto target = formulas::smoothed_target<C>(grad_scale, smoothing, cols);
   double loss = 0, correct = 0, invalid = 0;
   for (int64_t r = global_warp(); r < rows; r += grid_warps()) {
     const T *x = logits + r * cols;
@@ -82,21 +84,26 @@ __global__ void cross_entropy_kernel(int64_t rows, int64_t cols, const T *logits
       if (v > best || (v == best && i < best_i)) best = v, best_i = i;
     }
     C s = 0;
-    for (int64_t k = lane(); k < cols; k += kWarp) s += exp(load(x, k) - best);
+    double shifted = 0;  // sum_k (x_k - best), for the smoothed loss
+    for (int64_t k = lane(); k < cols; k += kWarp) {
+      s += exp(load(x, k) - best);
+      if (smoothing != 0) shifted += double(load(x, k) - best);
+    }
     s = warp_sum(s);
+    if (smoothing != 0) shifted = warp_sum(shifted);
     if (lane() == 0) {
       if (valid) {
-        loss += formulas::cross_entropy_row_loss(s, x_label, best);
+        loss += formulas::cross_entropy_row_loss(s, x_label, best, smoothing, shifted / double(cols));
         correct += best_i == label;
       } else {
         invalid += 1;
       }
     }
     if (dlogits) {
-      const C scale = C(grad_scale), factor = scale / s;
+      const C factor = C(grad_scale) / s;
       T *d = dlogits + r * cols;
       for (int64_t k = lane(); k < cols; k += kWarp)
-        d[k] = store<T>(valid ? formulas::cross_entropy_grad(C(exp(load(x, k) - best)), factor, k == label, scale)
+        d[k] = store<T>(valid ? formulas::cross_entropy_grad(C(exp(load(x, k) - best)), factor, k == label, target)
                               : C(0));
     }
   }
@@ -286,7 +293,8 @@ void cross_entropy(const Launch &L, const LossArgs &args) {
   dispatch_float(t, "cross_entropy", [&](auto tag) {
     using T = typename decltype(tag)::type;
     cross_entropy_kernel<T><<<blocks_for(L, rows, kThreads / kWarp), kThreads, 0, L.stream>>>(
-        rows, cols, static_cast<const T *>(logits), labels, grad_scale, static_cast<T *>(dlogits), stats);
+        rows, cols, static_cast<const T *>(logits), labels, grad_scale, args.label_smoothing,
+        static_cast<T *>(dlogits), stats);
   });
   KILN_CUDA_LAUNCHED("cross_entropy");
 }

@@ -14,15 +14,28 @@ template <class C> struct LossTerm {
   C grad;       // d loss / d pred, times the caller's scale
 };
 
-// Cross-entropy of one row of logits, from its maximum mx, the sum s of
-// exp(x_j - mx) over the row and the label's logit: log(s) - (x_label - mx).
-template <class C> KILN_HD double cross_entropy_row_loss(C s, C x_label, C mx) {
-  return double(fm::log(s)) - double(x_label - mx);
+// Cross-entropy of one row of logits against the target (1 - e) one-hot +
+// e / cols uniform (label smoothing e, PyTorch's
+// CrossEntropyLoss(label_smoothing=e)), from the row's maximum mx, the sum s
+// of exp(x_j - mx), the label's logit and mean_shift = mean_j(x_j - mx) (only
+// read when e != 0): log(s) - (1 - e)(x_label - mx) - e mean_shift. With
+// e = 0 it is log(s) - (x_label - mx) to the bit.
+template <class C> KILN_HD double cross_entropy_row_loss(C s, C x_label, C mx, double smoothing, double mean_shift) {
+  return double(fm::log(s)) - (1 - smoothing) * double(x_label - mx) - smoothing * mean_shift;
+}
+// The smoothed target times the gradient's scale: `uniform` on every column,
+// `label_part` more at the label.
+template <class C> struct SmoothedTarget {
+  C uniform, label_part;
+};
+template <class C> KILN_HD SmoothedTarget<C> smoothed_target(double scale, double smoothing, int64_t cols) {
+  return {C(scale * smoothing / double(cols)), C(scale * (1 - smoothing))};
 }
 // The gradient at column j of the row from e = exp(x_j - mx) and factor =
-// scale / s: softmax_j * scale, less scale at the label.
-template <class C> KILN_HD C cross_entropy_grad(C e, C factor, bool is_label, C scale) {
-  return e * factor - (is_label ? scale : C(0));
+// scale / s: softmax_j * scale less the smoothed target (to the bit
+// softmax_j * scale, less scale at the label, when e = 0).
+template <class C> KILN_HD C cross_entropy_grad(C e, C factor, bool is_label, SmoothedTarget<C> target) {
+  return e * factor - target.uniform - (is_label ? target.label_part : C(0));
 }
 
 // (pred - target)^2, and its gradient 2 (pred - target) times scale

@@ -150,8 +150,6 @@ void build(const OnnxGraph &g, const char *producer_version, onnx::ModelProto *m
 
 extern "C" {
 
-__attribute__((visibility("default"))) int kiln_onnx_interface_version(void) { return kiln::kOnnxInterfaceVersion; }
-
 __attribute__((visibility("default"))) kiln_status kiln_onnx_export(const kiln::OnnxGraph *graph,
                                                                     const char *producer_version, std::string *bytes,
                                                                     char *reason, int64_t reason_size) {

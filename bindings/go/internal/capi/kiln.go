@@ -195,27 +195,27 @@ typedef _gostring_ swig_type_162;
 typedef long long swig_type_163;
 typedef _gostring_ swig_type_164;
 typedef _gostring_ swig_type_165;
-typedef long long swig_type_166;
+typedef _gostring_ swig_type_166;
 typedef long long swig_type_167;
-typedef _gostring_ swig_type_168;
-typedef long long swig_type_169;
-typedef _gostring_ swig_type_170;
-typedef long long swig_type_171;
-typedef _gostring_ swig_type_172;
-typedef long long swig_type_173;
-typedef _gostring_ swig_type_174;
-typedef _goslice_ swig_type_175;
-typedef _gostring_ swig_type_176;
-typedef long long swig_type_177;
-typedef _gostring_ swig_type_178;
+typedef long long swig_type_168;
+typedef _gostring_ swig_type_169;
+typedef long long swig_type_170;
+typedef _gostring_ swig_type_171;
+typedef long long swig_type_172;
+typedef _gostring_ swig_type_173;
+typedef long long swig_type_174;
+typedef _gostring_ swig_type_175;
+typedef _goslice_ swig_type_176;
+typedef _gostring_ swig_type_177;
+typedef long long swig_type_178;
 typedef _gostring_ swig_type_179;
 typedef _gostring_ swig_type_180;
 typedef _gostring_ swig_type_181;
 typedef _gostring_ swig_type_182;
 typedef _gostring_ swig_type_183;
 typedef _gostring_ swig_type_184;
-typedef long long swig_type_185;
-typedef _gostring_ swig_type_186;
+typedef _gostring_ swig_type_185;
+typedef long long swig_type_186;
 typedef _gostring_ swig_type_187;
 typedef _gostring_ swig_type_188;
 typedef _gostring_ swig_type_189;
@@ -226,16 +226,17 @@ typedef _gostring_ swig_type_193;
 typedef _gostring_ swig_type_194;
 typedef _gostring_ swig_type_195;
 typedef _gostring_ swig_type_196;
-typedef long long swig_type_197;
-typedef _gostring_ swig_type_198;
+typedef _gostring_ swig_type_197;
+typedef long long swig_type_198;
 typedef _gostring_ swig_type_199;
-typedef _goslice_ swig_type_200;
-typedef _gostring_ swig_type_201;
+typedef _gostring_ swig_type_200;
+typedef _goslice_ swig_type_201;
 typedef _gostring_ swig_type_202;
 typedef _gostring_ swig_type_203;
 typedef _gostring_ swig_type_204;
 typedef _gostring_ swig_type_205;
 typedef _gostring_ swig_type_206;
+typedef _gostring_ swig_type_207;
 extern void _wrap_Swig_free_capi_3ee356cb97fe4fba(uintptr_t arg1);
 extern uintptr_t _wrap_Swig_malloc_capi_3ee356cb97fe4fba(swig_intgo arg1);
 extern swig_type_1 _wrap_version_string_capi_3ee356cb97fe4fba(void);
@@ -349,40 +350,41 @@ extern swig_type_159 _wrap_trainer_options_set_weight_decay_capi_3ee356cb97fe4fb
 extern swig_type_160 _wrap_trainer_options_set_betas_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2, double arg3);
 extern swig_type_161 _wrap_trainer_options_set_eps_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
 extern swig_type_162 _wrap_trainer_options_set_batch_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_163 arg2);
-extern swig_type_164 _wrap_trainer_options_set_grad_clip_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_165 _wrap_trainer_options_set_schedule_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2, swig_type_166 arg3, double arg4, swig_type_167 arg5, double arg6);
-extern swig_type_168 _wrap_trainer_options_set_warmup_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_169 arg2);
-extern swig_type_170 _wrap_trainer_options_set_shuffle_seed_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_171 arg2);
-extern swig_type_172 _wrap_trainer_options_set_progress_interval_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_173 arg2);
-extern swig_type_174 _wrap_trainer_options_set_devices_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_175 arg2);
-extern swig_type_176 _wrap_trainer_options_set_bucket_bytes_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_177 arg2);
-extern swig_type_178 _wrap_trainer_options_set_precision_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_179 _wrap_trainer_options_set_fast_path_capi_3ee356cb97fe4fba(uintptr_t arg1, int arg2);
-extern swig_type_180 _wrap_trainer_create_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_164 _wrap_trainer_options_set_label_smoothing_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
+extern swig_type_165 _wrap_trainer_options_set_grad_clip_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
+extern swig_type_166 _wrap_trainer_options_set_schedule_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2, swig_type_167 arg3, double arg4, swig_type_168 arg5, double arg6);
+extern swig_type_169 _wrap_trainer_options_set_warmup_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_170 arg2);
+extern swig_type_171 _wrap_trainer_options_set_shuffle_seed_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_172 arg2);
+extern swig_type_173 _wrap_trainer_options_set_progress_interval_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_174 arg2);
+extern swig_type_175 _wrap_trainer_options_set_devices_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_176 arg2);
+extern swig_type_177 _wrap_trainer_options_set_bucket_bytes_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_178 arg2);
+extern swig_type_179 _wrap_trainer_options_set_precision_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_180 _wrap_trainer_options_set_fast_path_capi_3ee356cb97fe4fba(uintptr_t arg1, int arg2);
+extern swig_type_181 _wrap_trainer_create_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
 extern void _wrap_trainer_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_181 _wrap_trainer_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_182 _wrap_trainer_step_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_183 _wrap_trainer_epoch_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_184 _wrap_trainer_fit_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_type_185 arg4, uintptr_t arg5, uintptr_t arg6, swig_voidp arg7);
-extern swig_type_186 _wrap_trainer_evaluate_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_187 _wrap_trainer_epochs_done_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_188 _wrap_trainer_steps_done_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_189 _wrap_trainer_current_lr_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_190 _wrap_trainer_save_checkpoint_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_191 arg2);
-extern swig_type_192 _wrap_trainer_load_checkpoint_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_193 arg2);
+extern swig_type_182 _wrap_trainer_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_183 _wrap_trainer_step_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_184 _wrap_trainer_epoch_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_185 _wrap_trainer_fit_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_type_186 arg4, uintptr_t arg5, uintptr_t arg6, swig_voidp arg7);
+extern swig_type_187 _wrap_trainer_evaluate_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_188 _wrap_trainer_epochs_done_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_189 _wrap_trainer_steps_done_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_190 _wrap_trainer_current_lr_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_191 _wrap_trainer_save_checkpoint_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_192 arg2);
+extern swig_type_193 _wrap_trainer_load_checkpoint_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_194 arg2);
 extern void _wrap_history_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_194 _wrap_history_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_195 _wrap_history_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_196 _wrap_history_get_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_197 arg2, swig_voidp arg3);
-extern swig_type_198 _wrap_communicator_create_mpi_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_199 _wrap_communicator_create_local_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_200 arg2, swig_voidp arg3);
+extern swig_type_195 _wrap_history_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_196 _wrap_history_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_197 _wrap_history_get_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_198 arg2, swig_voidp arg3);
+extern swig_type_199 _wrap_communicator_create_mpi_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_200 _wrap_communicator_create_local_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_201 arg2, swig_voidp arg3);
 extern void _wrap_communicator_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_201 _wrap_communicator_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_202 _wrap_communicator_rank_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_203 _wrap_communicator_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_204 _wrap_communicator_local_rank_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_205 _wrap_communicator_set_timeout_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_206 _wrap_trainer_attach_communicator_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_202 _wrap_communicator_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_203 _wrap_communicator_rank_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_204 _wrap_communicator_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_205 _wrap_communicator_local_rank_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_206 _wrap_communicator_set_timeout_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
+extern swig_type_207 _wrap_trainer_attach_communicator_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2);
 #undef intgo
 */
 import "C"
@@ -2810,6 +2812,26 @@ func Trainer_options_set_batch_size(arg1 uintptr, arg2 int64) (_swig_ret error) 
 	return swig_r_1
 }
 
+func Trainer_options_set_label_smoothing(arg1 uintptr, arg2 float64) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r_p := C._wrap_trainer_options_set_label_smoothing_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+
+	if len(swig_r) == 0 {
+		swig_r_1 = nil
+	} else if len(swig_r) == 1 {
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
+	} else {
+		swig_s := swigCopyString(swig_r)
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
+	}
+
+	return swig_r_1
+}
+
 func Trainer_options_set_grad_clip(arg1 uintptr, arg2 float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
@@ -2838,7 +2860,7 @@ func Trainer_options_set_schedule(arg1 uintptr, arg2 int, arg3 int64, arg4 float
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_trainer_options_set_schedule_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_166(_swig_i_2), C.double(_swig_i_3), C.swig_type_167(_swig_i_4), C.double(_swig_i_5))
+	swig_r_p := C._wrap_trainer_options_set_schedule_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_167(_swig_i_2), C.double(_swig_i_3), C.swig_type_168(_swig_i_4), C.double(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2858,7 +2880,7 @@ func Trainer_options_set_warmup(arg1 uintptr, arg2 int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_warmup_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_169(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_warmup_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_170(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2878,7 +2900,7 @@ func Trainer_options_set_shuffle_seed(arg1 uintptr, arg2 uint64) (_swig_ret erro
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_shuffle_seed_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_171(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_shuffle_seed_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_172(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2898,7 +2920,7 @@ func Trainer_options_set_progress_interval(arg1 uintptr, arg2 int64) (_swig_ret 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_progress_interval_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_173(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_progress_interval_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_174(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2919,7 +2941,7 @@ func Trainer_options_set_devices(arg1 uintptr, arg2 []Device) (_swig_ret error) 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_devices_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_175)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_trainer_options_set_devices_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_176)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2942,7 +2964,7 @@ func Trainer_options_set_bucket_bytes(arg1 uintptr, arg2 int64) (_swig_ret error
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_bucket_bytes_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_177(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_bucket_bytes_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_178(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3096,7 +3118,7 @@ func Trainer_fit(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 int64, arg5 uint
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r_p := C._wrap_trainer_fit_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_type_185(_swig_i_3), C.uintptr_t(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6))
+	swig_r_p := C._wrap_trainer_fit_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_type_186(_swig_i_3), C.uintptr_t(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3198,7 +3220,7 @@ func Trainer_save_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_save_checkpoint_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_191)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_trainer_save_checkpoint_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_192)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -3221,7 +3243,7 @@ func Trainer_load_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_load_checkpoint_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_193)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_trainer_load_checkpoint_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_194)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -3290,7 +3312,7 @@ func History_get(arg1 uintptr, arg2 int64, arg3 *EpochStats) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_history_get_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_197(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_history_get_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_198(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3331,7 +3353,7 @@ func Communicator_create_local(arg1 uintptr, arg2 []Device, arg3 *uintptr) (_swi
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_communicator_create_local_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_200)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_communicator_create_local_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_201)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2

@@ -4125,6 +4125,41 @@ _gostring_ _wrap_trainer_options_set_batch_size_capi_3ee356cb97fe4fba(kiln_train
 }
 
 
+_gostring_ _wrap_trainer_options_set_label_smoothing_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
+  kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
+  double arg2 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_trainer_options *)_swig_go_0; 
+  arg2 = (double)_swig_go_1; 
+  
+  result = (kiln_status)kiln_trainer_options_set_label_smoothing(arg1,arg2);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  return _swig_go_result;
+}
+
+
 _gostring_ _wrap_trainer_options_set_grad_clip_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   double arg2 ;

@@ -1622,8 +1622,9 @@ extern "C" {
 extern "C" {
     #[doc = " Trainer options, with PyTorch's defaults: cross-entropy, SGD, lr 0.01,"]
     #[doc = " momentum 0, dampening 0, nesterov off, weight decay 0 (AdamW 0.01), betas"]
-    #[doc = " (0.9, 0.999), eps 1e-8, batch 64, no clipping, constant lr, no warmup,"]
-    #[doc = " shuffle seed from the context, progress every 0 batches (end of epoch only)."]
+    #[doc = " (0.9, 0.999), eps 1e-8, batch 64, no label smoothing, no clipping, constant"]
+    #[doc = " lr, no warmup, shuffle seed from the context, progress every 0 batches (end"]
+    #[doc = " of epoch only)."]
     #[doc = " The caller owns *out. The setters change only the options object (one"]
     #[doc = " thread at a time; trainers made from it before keep their copy), and each"]
     #[doc = " refuses a value outside the range written at it with INVALID_ARGUMENT,"]
@@ -1691,11 +1692,30 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
-    #[doc = " Samples per batch: >= 1 (a batch larger than the dataset is one partial"]
-    #[doc = " batch per epoch)."]
+    #[doc = " Samples per step on each device: >= 1 (a batch larger than the dataset is"]
+    #[doc = " one partial batch per epoch). The same for data parallel training over N"]
+    #[doc = " devices (kiln_trainer_options_set_devices) or N ranks"]
+    #[doc = " (kiln_trainer_attach_communicator): each device or rank computes"]
+    #[doc = " batch_size samples per step, so a step trains on N * batch_size samples,"]
+    #[doc = " as one device with batch N * batch_size."]
     pub fn kiln_trainer_options_set_batch_size(
         options: *mut kiln_trainer_options,
         batch_size: i64,
+    ) -> kiln_status;
+}
+extern "C" {
+    #[doc = " Cross-entropy's label smoothing, as PyTorch's CrossEntropyLoss"]
+    #[doc = " (label_smoothing=): in [0, 1] (default 0, none). The target of a sample"]
+    #[doc = " with label y becomes (1 - smoothing) on y plus smoothing / C on each of the"]
+    #[doc = " C classes, so its loss is (1 - smoothing) * -log p_y + smoothing * the mean"]
+    #[doc = " over the classes of -log p_c; losses reported (steps, epochs, evaluation)"]
+    #[doc = " are this smoothed loss. kiln_trainer_create returns"]
+    #[doc = " KILN_ERROR_INVALID_ARGUMENT for a non-zero value with another loss."]
+    #[doc = " KILN_ERROR_INVALID_ARGUMENT here for a value outside [0, 1] or not finite."]
+    #[doc = " Every data-parallel rank must use the same value."]
+    pub fn kiln_trainer_options_set_label_smoothing(
+        options: *mut kiln_trainer_options,
+        label_smoothing: f64,
     ) -> kiln_status;
 }
 extern "C" {
@@ -2471,9 +2491,9 @@ extern "C" {
 extern "C" {
     #[doc = " Makes trainer one rank of DDP training over comm (see above); the trainer"]
     #[doc = " keeps comm alive. Collective: every rank calls it. KILN_ERROR_INVALID_ARGUMENT"]
-    #[doc = " on every rank when the model spec, dtype or options (loss, lr, optimizer,"]
-    #[doc = " batch size, clipping, schedule, shuffle seed, precision, bucket bytes) differ between"]
-    #[doc = " ranks, naming the ranks; KILN_ERROR_NOT_SUPPORTED when comm cannot reduce"]
+    #[doc = " on every rank when the model spec, dtype or options that shape a step"]
+    #[doc = " (every option but the progress interval, fast path and devices) differ"]
+    #[doc = " between ranks, naming the ranks and what differs; KILN_ERROR_NOT_SUPPORTED when comm cannot reduce"]
     #[doc = " buffers of the trainer's device (a CUDA model with a plugin built without"]
     #[doc = " NCCL); KILN_ERROR_COMMUNICATION when the exchange fails. From then on"]
     #[doc = " kiln_trainer_step also averages gradients (every rank must call it, each"]

@@ -343,6 +343,11 @@ pub struct TrainerOptions {
     pub weight_decay: Option<f64>,
     /// Adam's and AdamW's (beta1, beta2).
     pub betas: Option<(f64, f64)>,
+    /// Cross-entropy's label smoothing in [0, 1], as PyTorch's
+    /// `CrossEntropyLoss(label_smoothing=)`: each target mixes the label with
+    /// the uniform distribution over the classes (`None` or 0: none).
+    /// Another loss with a non-zero value makes the trainer fail.
+    pub label_smoothing: Option<f64>,
     /// Adam's and AdamW's epsilon.
     pub eps: Option<f64>,
     /// Samples per step.
@@ -366,8 +371,8 @@ pub struct TrainerOptions {
     /// 0: once per epoch only).
     pub progress_interval: Option<i64>,
     /// DataParallel, as PyTorch's nn.DataParallel: train over these GPUs of
-    /// this process, a replica of the model per device, each batch split
-    /// evenly over them (`batch_size` must be a multiple of their count). The
+    /// this process, a replica of the model per device, each computing
+    /// `batch_size` samples per step (per device, as per rank in DDP). The
     /// model must be on the first one when the trainer is made. One device is
     /// plain training there; `None` or empty: the model's device.
     pub devices: Option<Vec<Device>>,
@@ -396,6 +401,8 @@ crate::setters! {
         weight_decay: f64;
         /// Sets `betas`.
         betas: (f64, f64);
+        /// Sets `label_smoothing`.
+        label_smoothing: f64;
         /// Sets `eps`.
         eps: f64;
         /// Sets `batch_size`.
@@ -444,6 +451,7 @@ impl TrainerOptions {
             set(self.nesterov, |v| sys::kiln_trainer_options_set_nesterov(p, v as c_int))?;
             set(self.weight_decay, |v| sys::kiln_trainer_options_set_weight_decay(p, v))?;
             set(self.betas, |(b1, b2)| sys::kiln_trainer_options_set_betas(p, b1, b2))?;
+            set(self.label_smoothing, |v| sys::kiln_trainer_options_set_label_smoothing(p, v))?;
             set(self.eps, |v| sys::kiln_trainer_options_set_eps(p, v))?;
             set(self.batch_size, |v| sys::kiln_trainer_options_set_batch_size(p, v))?;
             set(self.grad_clip, |v| sys::kiln_trainer_options_set_grad_clip(p, v))?;

@@ -1,5 +1,5 @@
 // The front end of distributed training inside libkiln: loads the
-// distributed plugin libkiln_dist.so on first use (see dist/plugin.hpp) and
+// distributed plugin libkiln_dist.so on first use (see distributed/plugin.hpp) and
 // creates communicators through it. libkiln.so links no communication
 // engine; a machine without the plugin or without Open MPI gets
 // DEVICE_UNAVAILABLE with the loader's reason.

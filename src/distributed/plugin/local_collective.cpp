@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "dist/plugin.hpp"
-#include "dist/plugin/engine.hpp"
+#include "distributed/plugin.hpp"
+#include "distributed/plugin/engine.hpp"
 
 #ifdef KILN_DIST_NCCL
 

@@ -3,7 +3,7 @@
 // libmpi would give.
 #include <cstdio>
 
-#include "dist/plugin.hpp"
+#include "distributed/plugin.hpp"
 
 extern "C" __attribute__((visibility("default"))) kiln::Collective *kiln_dist_create_mpi(kiln_status *status,
                                                                                          char *reason,

@@ -1,51 +1,36 @@
-#include "dist/communicator.hpp"
+#include "distributed/communicator.hpp"
 
-#include <mutex>
-
-#include "backend/registry.hpp"
 #include "core/error.hpp"
-#include "dist/plugin.hpp"
+#include "distributed/plugin.hpp"
+#include "plugin/loader.hpp"
 
 namespace kiln {
 
 namespace {
 
-constexpr const char *kPluginName = "libkiln_dist.so";
-
-struct Plugin {
-  kiln_dist_create_mpi_fn create_mpi = nullptr;
-  kiln_dist_create_local_fn create_local = nullptr;
-  std::string error;  // why it could not be loaded; empty when it was
-};
-
 // Loaded once per process and never unloaded: MPI can be initialized only
 // once per process, and the plugin registers the atexit handler that
-// finalizes it.
-const Plugin &plugin(const Context &ctx) {
-  static std::once_flag once;
-  static Plugin p;
-  std::call_once(once, [&] {
-    const PluginLibrary library =
-        open_plugin(ctx, kPluginName, "distributed",
-                    "it needs Open MPI's libmpi (install openmpi-bin, or build kiln where MPI was found)",
-                    "kiln_dist_interface_version", kDistInterfaceVersion,
-                    {"kiln_dist_create_mpi", "kiln_dist_create_local"});
-    p.error = library.error;
-    if (!library.handle) return;
-    p.create_mpi = reinterpret_cast<kiln_dist_create_mpi_fn>(library.symbol("kiln_dist_create_mpi"));
-    p.create_local = reinterpret_cast<kiln_dist_create_local_fn>(library.symbol("kiln_dist_create_local"));
-  });
-  return p;
+// finalizes it. DEVICE_UNAVAILABLE with the loader's reason when it cannot
+// be used.
+template <class Fn> Fn entry(const Context &ctx, const char *name) {
+  bool first = false;
+  const PluginLibrary &p =
+      plugin_once({"libkiln_dist.so", "distributed",
+                   "it needs Open MPI's libmpi (install openmpi-bin, or build kiln where MPI was found)",
+                   {"kiln_dist_create_mpi", "kiln_dist_create_local"}},
+                  &first);
+  if (first) ctx.log(KILN_LOG_DEBUG, "the distributed plugin " + p.searched + ": " + (p.handle ? "loaded" : p.error));
+  if (!p.handle) fail(KILN_ERROR_DEVICE_UNAVAILABLE, p.error);
+  return reinterpret_cast<Fn>(p.symbol(name));
 }
 
 }  // namespace
 
 std::shared_ptr<Collective> create_mpi_communicator(const Context &ctx) {
-  const Plugin &p = plugin(ctx);
-  if (!p.create_mpi) fail(KILN_ERROR_DEVICE_UNAVAILABLE, p.error);
+  const auto create_mpi = entry<kiln_dist_create_mpi_fn>(ctx, "kiln_dist_create_mpi");
   kiln_status status = KILN_ERROR_INTERNAL;
   char reason[512] = {};
-  Collective *c = p.create_mpi(&status, reason, sizeof reason);
+  Collective *c = create_mpi(&status, reason, sizeof reason);
   if (!c) fail(status, "cannot create an MPI communicator: " + one_line(reason));
   std::shared_ptr<Collective> comm(c);
   ctx.log(KILN_LOG_INFO, "communicator: " + comm->describe() + ", this is rank " + std::to_string(comm->rank()));
@@ -64,11 +49,10 @@ std::vector<std::shared_ptr<Collective>> create_local_communicators(const Contex
       check(seen != d.index, KILN_ERROR_INVALID_ARGUMENT, d.str() + " is listed twice");
     indices.push_back(d.index);
   }
-  const Plugin &p = plugin(ctx);
-  if (!p.create_local) fail(KILN_ERROR_DEVICE_UNAVAILABLE, p.error);
+  const auto create_local = entry<kiln_dist_create_local_fn>(ctx, "kiln_dist_create_local");
   std::vector<Collective *> raw(devices.size(), nullptr);
   char reason[512] = {};
-  kiln_status status = p.create_local(indices.data(), int64_t(indices.size()), raw.data(), reason, sizeof reason);
+  kiln_status status = create_local(indices.data(), int64_t(indices.size()), raw.data(), reason, sizeof reason);
   if (status != KILN_OK) fail(status, "cannot create communicators over local GPUs: " + one_line(reason));
   std::vector<std::shared_ptr<Collective>> comms;
   for (Collective *c : raw) comms.emplace_back(c);

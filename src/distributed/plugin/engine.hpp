@@ -1,4 +1,4 @@
-// What the plugin's communicators share (src/dist/plugin): the failure that
+// What the plugin's communicators share (src/distributed/plugin): the failure that
 // breaks a communicator for good, the timeout, and with NCCL one nonblocking
 // GPU communicator with the stream its collectives run on, its creation and
 // its collectives polled against the timeout and abort(). MpiCollective (mpi_collective.cpp) and LocalCollective

@@ -3,21 +3,15 @@
 // built with CUDA) so that libkiln.so links neither and loads on machines
 // without them. libkiln dlopen()s the plugin the first time a communicator is
 // created (from libkiln's directory or KILN_BACKEND_PATH, like
-// libkiln_cuda.so) and refuses one built against another collective.hpp.
+// libkiln_cuda.so, through plugin/loader.hpp, which refuses a plugin of
+// another build).
 #pragma once
 
 #include <cstdint>
 
 #include "core/collective.hpp"
 
-namespace kiln {
-// Bump whenever collective.hpp or the functions below change in any way.
-constexpr int kDistInterfaceVersion = 3;
-}  // namespace kiln
-
 extern "C" {
-// Returns kiln::kDistInterfaceVersion as the plugin was built.
-typedef int (*kiln_dist_interface_version_fn)(void);
 // A communicator over every process of the MPI job (a duplicate of
 // MPI_COMM_WORLD), initializing MPI first when the host program has not.
 // Collective over all processes. On failure returns null, writes the status

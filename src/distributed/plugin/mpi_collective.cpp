@@ -1,5 +1,5 @@
 // libkiln_dist.so: kiln::Collective over Open MPI, and over NCCL for CUDA
-// buffers when built with KILN_DIST_NCCL (see src/dist/plugin.hpp).
+// buffers when built with KILN_DIST_NCCL (see src/distributed/plugin.hpp).
 //
 // Why nonblocking collectives polled against a deadline, and not MPI's
 // blocking calls: a blocking collective whose peer died or hangs may never
@@ -17,8 +17,8 @@
 #include <mutex>
 #include <string>
 
-#include "dist/plugin.hpp"
-#include "dist/plugin/engine.hpp"
+#include "distributed/plugin.hpp"
+#include "distributed/plugin/engine.hpp"
 
 namespace kiln::dist {
 namespace {
