@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "core/error.hpp"
+#include "core/excerpt.hpp"
 
 namespace kiln {
 
@@ -75,7 +76,7 @@ uint32_t fast_path_from_env() {
     else if (name == "cudnn") enabled &= ~uint32_t(kFastCudnn);
     else if (name == "all") enabled = 0;
     else if (!name.empty())
-      fail(KILN_ERROR_INVALID_ARGUMENT, "KILN_DISABLE names \"" + name.substr(0, 32) +
+      fail(KILN_ERROR_INVALID_ARGUMENT, "KILN_DISABLE names \"" + excerpt(name, 32) +
                                             "\"; expected a comma-separated list of epilogues, graphs, cudnn "
                                             "or all");
     if (comma == std::string::npos) break;

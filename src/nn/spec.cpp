@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "core/error.hpp"
+#include "core/excerpt.hpp"
 
 namespace kiln {
 
@@ -39,14 +40,6 @@ std::string format_double(double v) {
     if (std::strtod(buf, nullptr) == v) break;
   }
   return buf;
-}
-
-// At most `limit` bytes of s for a message: a spec of a megabyte must not
-// make a message of a megabyte (issue 12 item 8; found again by fuzz_spec
-// through a 500-byte size token quoted next to the spec that held it).
-std::string excerpt(const std::string &s, size_t limit = 120) {
-  if (s.size() <= limit) return s;
-  return s.substr(0, limit) + "... (" + std::to_string(s.size()) + " bytes)";
 }
 
 [[noreturn]] void bad_text(const std::string &text, const std::string &why) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <numeric>
 
+#include "core/excerpt.hpp"
 #include "core/rng.hpp"
 #include "nn/loss.hpp"
 #include "nn/optimizer.hpp"
@@ -629,7 +630,7 @@ void Trainer::attach(std::shared_ptr<Collective> comm) {
   check(differ.empty(), KILN_ERROR_INVALID_ARGUMENT,
         "the model or trainer options of rank(s) " + differ + " differ from rank 0's (spec, dtype, loss, lr, "
         "optimizer, batch size, clipping, schedule, shuffle seed, precision or allreduce bucket size); this rank has " +
-            training_fingerprint(*model_, options_, options_.precision));
+            excerpt(training_fingerprint(*model_, options_, options_.precision), 300));
 
   // Rank 0's weights, optimizer state and counters, so every rank starts
   // from the same point (a rank that resumed a checkpoint, or seeded its
