@@ -21,6 +21,11 @@ Registry &registry() {
   return *r;
 }
 
+CallPins &call_pins() {
+  thread_local CallPins pins;
+  return pins;
+}
+
 kiln_status set_error(kiln_status status, const char *message) noexcept {
   try {
     // Every message quotes its input in excerpts already; this bounds what
