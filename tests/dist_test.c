@@ -112,6 +112,22 @@ static kiln_trainer *make_trainer(fixture *f, const char *spec_text, int64_t bat
   return make_trainer_on(f, spec_text, batch, lr, 0, kCpu, model);
 }
 
+/* make_trainer's trainer with batch 32 and lr 0.1, reporting progress every
+ * `interval` batches. */
+static kiln_trainer *make_reporting_trainer(fixture *f, const char *spec_text, int64_t interval, kiln_model **model) {
+  kiln_trainer_options *o = NULL;
+  kiln_trainer *t = make_trainer(f, spec_text, 32, 0.1, model);
+  kiln_trainer_release(t);
+  assert_kiln_ok(kiln_trainer_options_create(&o));
+  assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 32));
+  assert_kiln_ok(kiln_trainer_options_set_lr(o, 0.1));
+  assert_kiln_ok(kiln_trainer_options_set_shuffle_seed(o, 7));
+  assert_kiln_ok(kiln_trainer_options_set_progress_interval(o, interval));
+  assert_kiln_ok(kiln_trainer_create(*model, o, &t));
+  kiln_trainer_options_release(o);
+  return t;
+}
+
 /* All weights of a model as doubles; *n receives the count. */
 static double *read_weights(kiln_model *m, int64_t *n) {
   assert_kiln_ok(kiln_model_num_parameters(m, n));
@@ -412,16 +428,7 @@ static void test_progress_on_rank_0_only(void **state) {
   fixture *f = *state;
   kiln_dataset *ds = small_dataset(f, 640);
   kiln_model *model = NULL;
-  kiln_trainer_options *o = NULL;
-  kiln_trainer *t = make_trainer(f, "784-16-10", 32, 0.1, &model);
-  kiln_trainer_release(t);
-  assert_kiln_ok(kiln_trainer_options_create(&o));
-  assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 32));
-  assert_kiln_ok(kiln_trainer_options_set_lr(o, 0.1));
-  assert_kiln_ok(kiln_trainer_options_set_shuffle_seed(o, 7));
-  assert_kiln_ok(kiln_trainer_options_set_progress_interval(o, 3));
-  assert_kiln_ok(kiln_trainer_create(model, o, &t));
-  kiln_trainer_options_release(o);
+  kiln_trainer *t = make_reporting_trainer(f, "784-16-10", 3, &model);
   assert_kiln_ok(kiln_trainer_attach_communicator(t, f->comm));
   int reports = 0;
   kiln_history *h = NULL;
@@ -540,7 +547,8 @@ static int netns(const char *mode, const char *dir, double timeout) {
   int64_t local = -1;
   assert_kiln_ok(kiln_communicator_local_rank(f->comm, &local));
   /* One rank on each machine: each is rank 0 of its host. */
-  if (f->size != 2 || local != 0) return !verdict(&run, 0, "size %lld, local rank %lld", (long long)f->size, (long long)local);
+  if (f->size != 2 || local != 0)
+    return !verdict(&run, 0, "size %lld, local rank %lld", (long long)f->size, (long long)local);
   kiln_dataset *ds = small_dataset(f, 640);
   char checkpoint[600];
   snprintf(checkpoint, sizeof checkpoint, "%s/checkpoint.safetensors", dir);
@@ -580,16 +588,7 @@ static int netns(const char *mode, const char *dir, double timeout) {
   /* kill, link: an epoch and a checkpoint, then an epoch that breaks. */
   assert_kiln_ok(kiln_communicator_set_timeout(f->comm, timeout));
   kiln_model *model = NULL;
-  kiln_trainer_options *o = NULL;
-  kiln_trainer *t = make_trainer(f, "784-32-10", 32, 0.1, &model);
-  kiln_trainer_release(t);
-  assert_kiln_ok(kiln_trainer_options_create(&o));
-  assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 32));
-  assert_kiln_ok(kiln_trainer_options_set_lr(o, 0.1));
-  assert_kiln_ok(kiln_trainer_options_set_shuffle_seed(o, 7));
-  assert_kiln_ok(kiln_trainer_options_set_progress_interval(o, 1));
-  assert_kiln_ok(kiln_trainer_create(model, o, &t));
-  kiln_trainer_options_release(o);
+  kiln_trainer *t = make_reporting_trainer(f, "784-32-10", 1, &model);
   assert_kiln_ok(kiln_trainer_attach_communicator(t, f->comm));
   kiln_epoch_stats s = {sizeof s};
   assert_kiln_ok(kiln_trainer_epoch(t, ds, &s));

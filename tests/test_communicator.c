@@ -81,6 +81,20 @@ static kiln_trainer *make_trainer(kiln_context *ctx, kiln_model **model) {
   return t;
 }
 
+/* Fails unless the first weight matrices [8, 6] of make_trainer's models a
+ * and b are equal bit for bit. */
+static void assert_first_weights_equal(kiln_model *a, kiln_model *b) {
+  kiln_tensor *wa = NULL, *wb = NULL;
+  double va[6 * 8], vb[6 * 8];
+  assert_kiln_ok(kiln_model_parameter(a, 0, &wa));
+  assert_kiln_ok(kiln_model_parameter(b, 0, &wb));
+  kiln_test_read_f64(wa, va, 48);
+  kiln_test_read_f64(wb, vb, 48);
+  assert_memory_equal(va, vb, sizeof va);
+  kiln_tensor_release(wa);
+  kiln_tensor_release(wb);
+}
+
 /* A job of one rank trains bit for bit like no communicator at all. */
 static void test_one_rank_job_trains_like_one_process(void **state) {
   if (no_plugin() || !cpu_cases()) skip();
@@ -111,15 +125,7 @@ static void test_one_rank_job_trains_like_one_process(void **state) {
     assert_kiln_ok(kiln_trainer_epoch(ddp, ds, &b));
   }
   assert_true(a.train_loss == b.train_loss);
-  kiln_tensor *wa = NULL, *wb = NULL;
-  double va[6 * 8], vb[6 * 8];
-  assert_kiln_ok(kiln_model_parameter(plain_model, 0, &wa));
-  assert_kiln_ok(kiln_model_parameter(model, 0, &wb));
-  kiln_test_read_f64(wa, va, 48);
-  kiln_test_read_f64(wb, vb, 48);
-  assert_memory_equal(va, vb, sizeof va);
-  kiln_tensor_release(wa);
-  kiln_tensor_release(wb);
+  assert_first_weights_equal(plain_model, model);
   kiln_trainer_release(plain);
   kiln_trainer_release(ddp);
   kiln_model_release(plain_model);
@@ -189,16 +195,7 @@ static void test_attach_from_progress_callback_is_busy(void **state) {
   kiln_history_release(h);
   assert_kiln_ok(kiln_trainer_fit(plain, ds, NULL, 1, NULL, NULL, &h));
   kiln_history_release(h);
-  /* The fit ran as without the callback. */
-  double va[48], vb[48];
-  kiln_tensor *wa = NULL, *wb = NULL;
-  assert_kiln_ok(kiln_model_parameter(plain_model, 0, &wa));
-  assert_kiln_ok(kiln_model_parameter(model, 0, &wb));
-  kiln_test_read_f64(wa, va, 48);
-  kiln_test_read_f64(wb, vb, 48);
-  assert_memory_equal(va, vb, sizeof va);
-  kiln_tensor_release(wa);
-  kiln_tensor_release(wb);
+  assert_first_weights_equal(plain_model, model); /* the fit ran as without the callback */
   /* Outside the callback, it attaches. */
   assert_kiln_ok(kiln_trainer_attach_communicator(t, comm));
   kiln_trainer_release(t);

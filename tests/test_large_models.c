@@ -48,17 +48,11 @@ static kiln_model_spec *deep_spec(int64_t layers) {
   return spec;
 }
 
-static kiln_trainer *make_trainer(kiln_model *model) {
-  kiln_trainer *t = NULL;
-  assert_kiln_ok(kiln_trainer_create(model, NULL, &t));
-  return t;
-}
-
 /* A model and a trainer of spec, saved to model_path and checkpoint_path. */
 static void make_files(fixture *f, kiln_model_spec *spec, const char *model_path, const char *checkpoint_path,
                        kiln_model **model, kiln_trainer **trainer) {
   assert_kiln_ok(kiln_model_create(f->ctx, spec, kCpu, model));
-  *trainer = make_trainer(*model);
+  assert_kiln_ok(kiln_trainer_create(*model, NULL, trainer));
   assert_kiln_ok(kiln_model_save(*model, model_path));
   assert_kiln_ok(kiln_trainer_save_checkpoint(*trainer, checkpoint_path));
 }

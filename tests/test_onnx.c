@@ -280,7 +280,8 @@ static void refusals(void **state) {
        * decoded 64 times. */
       {"zero_by_huge_weight.onnx", KILN_ERROR_FORMAT,
        "\"endless_gemm\" (\"Gemm\"): constant \"w\" has a dimension of 4611686018427387904"},
-      {"empty_matmul_weight.onnx", KILN_ERROR_FORMAT, "\"empty_matmul\" (\"MatMul\")'s weight is empty ([1073741824, 0]"},
+      {"empty_matmul_weight.onnx", KILN_ERROR_FORMAT,
+       "\"empty_matmul\" (\"MatMul\")'s weight is empty ([1073741824, 0]"},
       {"gemm_empty_input.onnx", KILN_ERROR_FORMAT, "\"nameless_gemm\" (\"Gemm\") leaves an input it needs empty"},
       {"matmul_empty_input.onnx", KILN_ERROR_FORMAT, "\"nameless_matmul\" (\"MatMul\") leaves an input it needs empty"},
       {"tied_weights.onnx", KILN_ERROR_NOT_SUPPORTED, "\"tied"},
@@ -398,7 +399,8 @@ static void many_empty_messages(void **state) {
   /* ModelProto {ir_version 8, opset_import {version 13}, graph {...}}. */
   const unsigned char head[] = {0x08, 0x08, 0x42, 0x02, 0x10, 0x0d};
   size_t size = 0;
-  unsigned char *bytes = empty_messages(head, sizeof head, 0x3a, 0x0a, (size_t)4 << 20, &size); /* graph {node {} ...} */
+  /* graph {node {} x 4 Mi} */
+  unsigned char *bytes = empty_messages(head, sizeof head, 0x3a, 0x0a, (size_t)4 << 20, &size);
   write_bytes(f->path, bytes, size);
   free(bytes);
   refused_small(f, size, "4194304 nodes, more than KILN_ONNX_MAX_NODES");

@@ -15,7 +15,8 @@
  * kiln.h and kiln/dlpack.h that takes a handle, so a new one cannot be left
  * out. KILN_RACE_ROUNDS sets the rounds per function and handle (default
  * 6; the communicator's rows, whose race the issue found, take 20 times as
- * many); KILN_RACE_ONLY=TEXT races only the functions whose name holds TEXT. Rows that need a communicator are skipped, saying why, where
+ * many); KILN_RACE_ONLY=TEXT races only the functions whose name holds TEXT.
+ * Rows that need a communicator are skipped, saying why, where
  * libkiln_dist.so is missing (the sanitizer lanes build without it). */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -61,16 +62,6 @@ static kiln_context *new_context(void) {
   return ctx;
 }
 
-static kiln_model *new_model(kiln_context *ctx) {
-  kiln_model_spec *spec = NULL;
-  kiln_model *model = NULL;
-  assert_kiln_ok(kiln_model_spec_create(&spec));
-  assert_kiln_ok(kiln_model_spec_parse(spec, "4-3-2"));
-  assert_kiln_ok(kiln_model_create(ctx, spec, kCpu, &model));
-  kiln_model_spec_release(spec);
-  return model;
-}
-
 static kiln_trainer *new_trainer(kiln_model *model) {
   kiln_trainer_options *o = NULL;
   kiln_trainer *t = NULL;
@@ -100,7 +91,8 @@ static void need(world *w, int k) {
       break;
     case TY:
       need(w, CTX);
-      assert_kiln_ok(kiln_tensor_from_host(w->h[CTX], ys, sizeof ys, yshape, 1, KILN_I64, kCpu, (kiln_tensor **)&w->h[k]));
+      assert_kiln_ok(
+          kiln_tensor_from_host(w->h[CTX], ys, sizeof ys, yshape, 1, KILN_I64, kCpu, (kiln_tensor **)&w->h[k]));
       break;
     case TP:
       need(w, CTX);
@@ -112,7 +104,7 @@ static void need(world *w, int k) {
       break;
     case MODEL:
       need(w, CTX);
-      w->h[k] = new_model(w->h[CTX]);
+      w->h[k] = kiln_test_model(w->h[CTX], "4-3-2");
       break;
     case DATASET:
       need(w, TX);
@@ -162,6 +154,16 @@ static void release(int k, void *h) {
     if ((status) == KILN_OK) fn(obj);  \
   } while (0)
 
+/* A call that makes an object of `type` in t: released when it was made. */
+#define MAKER(name, type, release_fn, expr) \
+  static kiln_status name(world *w) {       \
+    type *t = NULL;                          \
+    kiln_status s = (expr);                  \
+    RELEASE_IF_OK(s, release_fn, t);         \
+    return s;                                \
+  }
+#define TENSOR_MAKER(name, expr) MAKER(name, kiln_tensor, kiln_tensor_release, expr)
+
 /* A getter of one int64_t. */
 #define I64_GETTER(name, fn, k)     \
   static kiln_status name(world *w) { \
@@ -171,26 +173,20 @@ static void release(int k, void *h) {
 
 /* Contexts and options. */
 static kiln_status c_ctx_options_set_seed(world *w) { return kiln_context_options_set_seed(W(CTX_OPTIONS), 3); }
-static kiln_status c_ctx_options_set_num_threads(world *w) { return kiln_context_options_set_num_threads(W(CTX_OPTIONS), 1); }
+static kiln_status c_ctx_options_set_num_threads(world *w) {
+  return kiln_context_options_set_num_threads(W(CTX_OPTIONS), 1);
+}
 static kiln_status c_ctx_options_set_log_level(world *w) {
   return kiln_context_options_set_log_level(W(CTX_OPTIONS), KILN_LOG_OFF);
 }
 static kiln_status c_ctx_options_set_log_callback(world *w) {
   return kiln_context_options_set_log_callback(W(CTX_OPTIONS), NULL, NULL);
 }
-static kiln_status c_ctx_options_set_enable_cuda(world *w) { return kiln_context_options_set_enable_cuda(W(CTX_OPTIONS), 0); }
-static kiln_status c_context_create(world *w) {
-  kiln_context *c = NULL;
-  kiln_status s = kiln_context_create(W(CTX_OPTIONS), &c);
-  RELEASE_IF_OK(s, kiln_context_release, c);
-  return s;
+static kiln_status c_ctx_options_set_enable_cuda(world *w) {
+  return kiln_context_options_set_enable_cuda(W(CTX_OPTIONS), 0);
 }
-static kiln_status c_context_retain(world *w) {
-  kiln_context *c = NULL;
-  kiln_status s = kiln_context_retain(W(CTX), &c);
-  RELEASE_IF_OK(s, kiln_context_release, c);
-  return s;
-}
+MAKER(c_context_create, kiln_context, kiln_context_release, kiln_context_create(W(CTX_OPTIONS), &t))
+MAKER(c_context_retain, kiln_context, kiln_context_release, kiln_context_retain(W(CTX), &t))
 static kiln_status c_context_set_seed(world *w) { return kiln_context_set_seed(W(CTX), 5); }
 static kiln_status c_device_parse(world *w) {
   kiln_device d;
@@ -220,13 +216,6 @@ static kiln_status c_device_synchronize(world *w) { return kiln_device_synchroni
 
 /* Tensors. */
 static const int64_t kShape[2] = {3, 5};
-#define TENSOR_MAKER(name, expr)                     \
-  static kiln_status name(world *w) {                \
-    kiln_tensor *t = NULL;                           \
-    kiln_status s = (expr);                          \
-    RELEASE_IF_OK(s, kiln_tensor_release, t);        \
-    return s;                                        \
-  }
 TENSOR_MAKER(c_tensor_empty, kiln_tensor_empty(W(CTX), kShape, 2, KILN_F32, kCpu, &t))
 TENSOR_MAKER(c_tensor_zeros, kiln_tensor_zeros(W(CTX), kShape, 2, KILN_F32, kCpu, &t))
 TENSOR_MAKER(c_tensor_ones, kiln_tensor_ones(W(CTX), kShape, 2, KILN_F32, kCpu, &t))
@@ -235,7 +224,8 @@ TENSOR_MAKER(c_tensor_arange, kiln_tensor_arange(W(CTX), 0, 10, 1, KILN_F32, kCp
 TENSOR_MAKER(c_tensor_rand, kiln_tensor_rand(W(CTX), kShape, 2, KILN_F32, kCpu, &t))
 TENSOR_MAKER(c_tensor_randn, kiln_tensor_randn(W(CTX), kShape, 2, KILN_F32, kCpu, &t))
 static const float kFifteen[15] = {0};
-TENSOR_MAKER(c_tensor_from_host, kiln_tensor_from_host(W(CTX), kFifteen, sizeof kFifteen, kShape, 2, KILN_F32, kCpu, &t))
+TENSOR_MAKER(c_tensor_from_host,
+             kiln_tensor_from_host(W(CTX), kFifteen, sizeof kFifteen, kShape, 2, KILN_F32, kCpu, &t))
 TENSOR_MAKER(c_tensor_empty_pinned, kiln_tensor_empty_pinned(W(CTX), kShape, 2, KILN_F32, &t))
 TENSOR_MAKER(c_tensor_retain, kiln_tensor_retain(W(TX), &t))
 TENSOR_MAKER(c_tensor_to, kiln_tensor_to(W(TX), kCpu, &t))
@@ -315,24 +305,10 @@ static kiln_status c_spec_add_mlp(world *w) {
   return kiln_model_spec_add_mlp(W(SPEC), sizes, 2, KILN_LAYER_RELU);
 }
 static kiln_status c_spec_parse(world *w) { return kiln_model_spec_parse(W(SPEC), "2-2"); }
-static kiln_status c_model_create(world *w) {
-  kiln_model *m = NULL;
-  kiln_status s = kiln_model_create(W(CTX), W(SPEC), kCpu, &m);
-  RELEASE_IF_OK(s, kiln_model_release, m);
-  return s;
-}
-static kiln_status c_model_create_dtype(world *w) {
-  kiln_model *m = NULL;
-  kiln_status s = kiln_model_create_dtype(W(CTX), W(SPEC), kCpu, KILN_F64, &m);
-  RELEASE_IF_OK(s, kiln_model_release, m);
-  return s;
-}
-static kiln_status c_model_retain(world *w) {
-  kiln_model *m = NULL;
-  kiln_status s = kiln_model_retain(W(MODEL), &m);
-  RELEASE_IF_OK(s, kiln_model_release, m);
-  return s;
-}
+MAKER(c_model_create, kiln_model, kiln_model_release, kiln_model_create(W(CTX), W(SPEC), kCpu, &t))
+MAKER(c_model_create_dtype, kiln_model, kiln_model_release,
+      kiln_model_create_dtype(W(CTX), W(SPEC), kCpu, KILN_F64, &t))
+MAKER(c_model_retain, kiln_model, kiln_model_release, kiln_model_retain(W(MODEL), &t))
 static kiln_status c_model_to(world *w) { return kiln_model_to(W(MODEL), kCpu); }
 static kiln_status c_model_device(world *w) {
   kiln_device d;
@@ -359,34 +335,15 @@ static kiln_status c_model_parameter_name(world *w) {
 TENSOR_MAKER(c_model_forward, kiln_model_forward(W(MODEL), W(TX), &t))
 TENSOR_MAKER(c_model_predict, kiln_model_predict(W(MODEL), W(TX), KILN_PREDICT_CLASSES, &t))
 static kiln_status c_model_save(world *w) { return kiln_model_save(W(MODEL), g_out); }
-static kiln_status c_model_load(world *w) {
-  kiln_model *m = NULL;
-  kiln_status s = kiln_model_load(W(CTX), g_model, kCpu, &m);
-  RELEASE_IF_OK(s, kiln_model_release, m);
-  return s;
-}
+MAKER(c_model_load, kiln_model, kiln_model_release, kiln_model_load(W(CTX), g_model, kCpu, &t))
 static kiln_status c_model_load_weights(world *w) { return kiln_model_load_weights(W(MODEL), g_model); }
-static kiln_status c_model_load_with_spec(world *w) {
-  kiln_model *m = NULL;
-  kiln_status s = kiln_model_load_with_spec(W(CTX), g_model, W(SPEC), kCpu, &m);
-  RELEASE_IF_OK(s, kiln_model_release, m);
-  return s;
-}
+MAKER(c_model_load_with_spec, kiln_model, kiln_model_release,
+      kiln_model_load_with_spec(W(CTX), g_model, W(SPEC), kCpu, &t))
 static kiln_status c_model_export_onnx(world *w) { return kiln_model_export_onnx(W(MODEL), g_out); }
-static kiln_status c_model_import_onnx(world *w) {
-  kiln_model *m = NULL;
-  kiln_status s = kiln_model_import_onnx(W(CTX), g_onnx, &m);
-  RELEASE_IF_OK(s, kiln_model_release, m);
-  return s;
-}
+MAKER(c_model_import_onnx, kiln_model, kiln_model_release, kiln_model_import_onnx(W(CTX), g_onnx, &t))
 
 /* Datasets and losses. */
-static kiln_status c_dataset_from_tensors(world *w) {
-  kiln_dataset *d = NULL;
-  kiln_status s = kiln_dataset_from_tensors(W(CTX), W(TX), W(TY), &d);
-  RELEASE_IF_OK(s, kiln_dataset_release, d);
-  return s;
-}
+MAKER(c_dataset_from_tensors, kiln_dataset, kiln_dataset_release, kiln_dataset_from_tensors(W(CTX), W(TX), W(TY), &t))
 static kiln_status c_dataset_load_idx(world *w) {
   kiln_dataset *d = NULL;
   return kiln_dataset_load_idx(W(CTX), "/nonexistent/images", "/nonexistent/labels", &d); /* IO */
@@ -395,12 +352,7 @@ static kiln_status c_dataset_load_mnist(world *w) {
   kiln_dataset *d = NULL;
   return kiln_dataset_load_mnist(W(CTX), "/nonexistent", "train", &d); /* IO */
 }
-static kiln_status c_dataset_retain(world *w) {
-  kiln_dataset *d = NULL;
-  kiln_status s = kiln_dataset_retain(W(DATASET), &d);
-  RELEASE_IF_OK(s, kiln_dataset_release, d);
-  return s;
-}
+MAKER(c_dataset_retain, kiln_dataset, kiln_dataset_release, kiln_dataset_retain(W(DATASET), &t))
 I64_GETTER(c_dataset_size, kiln_dataset_size, DATASET)
 I64_GETTER(c_dataset_num_features, kiln_dataset_num_features, DATASET)
 I64_GETTER(c_dataset_num_classes, kiln_dataset_num_classes, DATASET)
@@ -426,7 +378,9 @@ static kiln_status c_loss(world *w) {
 
 /* Trainer options, trainers, histories. */
 static kiln_status c_opt_set_loss(world *w) { return kiln_trainer_options_set_loss(W(OPTIONS), KILN_LOSS_MSE); }
-static kiln_status c_opt_set_optimizer(world *w) { return kiln_trainer_options_set_optimizer(W(OPTIONS), KILN_OPTIM_ADAM); }
+static kiln_status c_opt_set_optimizer(world *w) {
+  return kiln_trainer_options_set_optimizer(W(OPTIONS), KILN_OPTIM_ADAM);
+}
 static kiln_status c_opt_set_lr(world *w) { return kiln_trainer_options_set_lr(W(OPTIONS), 0.01); }
 static kiln_status c_opt_set_momentum(world *w) { return kiln_trainer_options_set_momentum(W(OPTIONS), 0.9); }
 static kiln_status c_opt_set_nesterov(world *w) { return kiln_trainer_options_set_nesterov(W(OPTIONS), 1); }
@@ -449,18 +403,8 @@ static kiln_status c_opt_set_precision(world *w) {
   return kiln_trainer_options_set_precision(W(OPTIONS), KILN_PRECISION_BF16);
 }
 static kiln_status c_opt_set_fast_path(world *w) { return kiln_trainer_options_set_fast_path(W(OPTIONS), 0); }
-static kiln_status c_trainer_create(world *w) {
-  kiln_trainer *t = NULL;
-  kiln_status s = kiln_trainer_create(W(MODEL), W(OPTIONS), &t);
-  RELEASE_IF_OK(s, kiln_trainer_release, t);
-  return s;
-}
-static kiln_status c_trainer_retain(world *w) {
-  kiln_trainer *t = NULL;
-  kiln_status s = kiln_trainer_retain(W(TRAINER), &t);
-  RELEASE_IF_OK(s, kiln_trainer_release, t);
-  return s;
-}
+MAKER(c_trainer_create, kiln_trainer, kiln_trainer_release, kiln_trainer_create(W(MODEL), W(OPTIONS), &t))
+MAKER(c_trainer_retain, kiln_trainer, kiln_trainer_release, kiln_trainer_retain(W(TRAINER), &t))
 static kiln_status c_trainer_step(world *w) {
   double loss;
   return kiln_trainer_step(W(TRAINER), W(TX), W(TY), &loss);
@@ -469,12 +413,8 @@ static kiln_status c_trainer_epoch(world *w) {
   kiln_epoch_stats s = {sizeof s};
   return kiln_trainer_epoch(W(TRAINER), W(DATASET), &s);
 }
-static kiln_status c_trainer_fit(world *w) {
-  kiln_history *h = NULL;
-  kiln_status s = kiln_trainer_fit(W(TRAINER), W(DATASET), W(DATASET), 1, NULL, NULL, &h);
-  RELEASE_IF_OK(s, kiln_history_release, h);
-  return s;
-}
+MAKER(c_trainer_fit, kiln_history, kiln_history_release,
+      kiln_trainer_fit(W(TRAINER), W(DATASET), W(DATASET), 1, NULL, NULL, &t))
 static kiln_status c_trainer_evaluate(world *w) {
   double loss, accuracy;
   return kiln_trainer_evaluate(W(TRAINER), W(DATASET), &loss, &accuracy);
@@ -486,13 +426,10 @@ static kiln_status c_trainer_current_lr(world *w) {
   return kiln_trainer_current_lr(W(TRAINER), &v);
 }
 static kiln_status c_trainer_save_checkpoint(world *w) { return kiln_trainer_save_checkpoint(W(TRAINER), g_out); }
-static kiln_status c_trainer_load_checkpoint(world *w) { return kiln_trainer_load_checkpoint(W(TRAINER), g_checkpoint); }
-static kiln_status c_history_retain(world *w) {
-  kiln_history *h = NULL;
-  kiln_status s = kiln_history_retain(W(HISTORY), &h);
-  RELEASE_IF_OK(s, kiln_history_release, h);
-  return s;
+static kiln_status c_trainer_load_checkpoint(world *w) {
+  return kiln_trainer_load_checkpoint(W(TRAINER), g_checkpoint);
 }
+MAKER(c_history_retain, kiln_history, kiln_history_release, kiln_history_retain(W(HISTORY), &t))
 I64_GETTER(c_history_size, kiln_history_size, HISTORY)
 static kiln_status c_history_get(world *w) {
   kiln_epoch_stats s = {sizeof s};
@@ -500,12 +437,7 @@ static kiln_status c_history_get(world *w) {
 }
 
 /* Communicators. */
-static kiln_status c_comm_create_mpi(world *w) {
-  kiln_communicator *c = NULL;
-  kiln_status s = kiln_communicator_create_mpi(W(CTX), &c);
-  RELEASE_IF_OK(s, kiln_communicator_release, c);
-  return s;
-}
+MAKER(c_comm_create_mpi, kiln_communicator, kiln_communicator_release, kiln_communicator_create_mpi(W(CTX), &t))
 static kiln_status c_comm_create_local(world *w) {
   const kiln_device gpu = {KILN_DEVICE_CUDA, 0};
   kiln_communicator *c[1] = {NULL};
@@ -513,12 +445,7 @@ static kiln_status c_comm_create_local(world *w) {
   RELEASE_IF_OK(s, kiln_communicator_release, c[0]);
   return s;
 }
-static kiln_status c_comm_retain(world *w) {
-  kiln_communicator *c = NULL;
-  kiln_status s = kiln_communicator_retain(W(COMM), &c);
-  RELEASE_IF_OK(s, kiln_communicator_release, c);
-  return s;
-}
+MAKER(c_comm_retain, kiln_communicator, kiln_communicator_release, kiln_communicator_retain(W(COMM), &t))
 I64_GETTER(c_comm_rank, kiln_communicator_rank, COMM)
 I64_GETTER(c_comm_size, kiln_communicator_size, COMM)
 I64_GETTER(c_comm_local_rank, kiln_communicator_local_rank, COMM)
@@ -782,7 +709,7 @@ static int setup(void **state) {
   snprintf(g_onnx, sizeof g_onnx, "%s/model.onnx", g_dir);
   snprintf(g_out, sizeof g_out, "%s/out", g_dir);
   kiln_context *ctx = new_context();
-  kiln_model *model = new_model(ctx);
+  kiln_model *model = kiln_test_model(ctx, "4-3-2");
   kiln_trainer *trainer = new_trainer(model);
   assert_kiln_ok(kiln_model_save(model, g_model));
   assert_kiln_ok(kiln_trainer_save_checkpoint(trainer, g_checkpoint));

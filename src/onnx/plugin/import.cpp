@@ -706,7 +706,8 @@ __attribute__((visibility("default"))) kiln_status kiln_onnx_import(const char *
   try {
     if (size < 0 || size > kiln::onnx_plugin::kMaxFileBytes)
       return refuse(KILN_ERROR_NOT_SUPPORTED, "the file is larger than KILN_ONNX_MAX_FILE_BYTES", reason, reason_size);
-    constexpr const char *kUnparsable = "the file is not an ONNX model: protobuf cannot parse it (truncated or corrupt)";
+    constexpr const char *kUnparsable =
+        "the file is not an ONNX model: protobuf cannot parse it (truncated or corrupt)";
     // Counted before protobuf allocates an object for each of its messages.
     const kiln::onnx_plugin::WireCensus census = kiln::onnx_plugin::take_census(bytes, size);
     if (!census.well_formed) return refuse(KILN_ERROR_FORMAT, kUnparsable, reason, reason_size);

@@ -109,7 +109,8 @@ class Census {
     }
     if (field && field->is_packable() && field->is_repeated() && !known) return packed(in, field, length);
     // A string, bytes, or a field protobuf keeps unknown: a string each.
-    out_.parsed_bytes += kString + int64_t(length) + (known ? (field->is_repeated() ? kRepeatedSlot : 0) : kUnknownField);
+    out_.parsed_bytes +=
+        kString + int64_t(length) + (known ? (field->is_repeated() ? kRepeatedSlot : 0) : kUnknownField);
     return in.Skip(int(length));
   }
 
