@@ -20,6 +20,14 @@
  *                         must get KILN_ERROR_COMMUNICATION within a bounded
  *                         time and print "PASS nccl-init-timeout" ("SKIP
  *                         nccl-init-timeout" without a GPU)
+ *   dist_test netns-MODE DIR TIMEOUT
+ *                         the ranks of tests/dist_netns_test.sh, one per network
+ *                         namespace ("machine"), over TCP: MODE train (match one
+ *                         process, resume a checkpoint on both), kill (rank 1
+ *                         kills itself mid-epoch) or link (both ranks stop
+ *                         mid-epoch until the script has taken the link down).
+ *                         Each rank writes its verdict to DIR/verdict-RANK, since
+ *                         mpirun cannot forward output over a dead link.
  *
  * Where libkiln_dist.so was built without MPI (NCCL only), CTest runs
  * `dist_test cuda` alone with KILN_TEST_DIST_LOCAL=1: the one rank's
@@ -28,6 +36,8 @@
 #include "support.h"
 
 #include <math.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +125,22 @@ static kiln_trainer *make_trainer_on(fixture *f, const char *spec_text, int64_t 
 
 static kiln_trainer *make_trainer(fixture *f, const char *spec_text, int64_t batch, double lr, kiln_model **model) {
   return make_trainer_on(f, spec_text, batch, lr, 0, kCpu, model);
+}
+
+/* make_trainer's trainer with batch 32 and lr 0.1, reporting progress every
+ * `interval` batches. */
+static kiln_trainer *make_reporting_trainer(fixture *f, const char *spec_text, int64_t interval, kiln_model **model) {
+  kiln_trainer_options *o = NULL;
+  kiln_trainer *t = make_trainer(f, spec_text, 32, 0.1, model);
+  kiln_trainer_release(t);
+  assert_kiln_ok(kiln_trainer_options_create(&o));
+  assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 32));
+  assert_kiln_ok(kiln_trainer_options_set_lr(o, 0.1));
+  assert_kiln_ok(kiln_trainer_options_set_shuffle_seed(o, 7));
+  assert_kiln_ok(kiln_trainer_options_set_progress_interval(o, interval));
+  assert_kiln_ok(kiln_trainer_create(*model, o, &t));
+  kiln_trainer_options_release(o);
+  return t;
 }
 
 /* All weights of a model as doubles; *n receives the count. */
@@ -418,16 +444,7 @@ static void test_progress_on_rank_0_only(void **state) {
   fixture *f = *state;
   kiln_dataset *ds = small_dataset(f, 640);
   kiln_model *model = NULL;
-  kiln_trainer_options *o = NULL;
-  kiln_trainer *t = make_trainer(f, "784-16-10", 32, 0.1, &model);
-  kiln_trainer_release(t);
-  assert_kiln_ok(kiln_trainer_options_create(&o));
-  assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 32));
-  assert_kiln_ok(kiln_trainer_options_set_lr(o, 0.1));
-  assert_kiln_ok(kiln_trainer_options_set_shuffle_seed(o, 7));
-  assert_kiln_ok(kiln_trainer_options_set_progress_interval(o, 3));
-  assert_kiln_ok(kiln_trainer_create(model, o, &t));
-  kiln_trainer_options_release(o);
+  kiln_trainer *t = make_reporting_trainer(f, "784-16-10", 3, &model);
   assert_kiln_ok(kiln_trainer_attach_communicator(t, f->comm));
   int reports = 0;
   kiln_history *h = NULL;
@@ -504,6 +521,150 @@ static int nccl_init_timeout(void) {
   _exit(0);
 }
 
+/* ---- two machines: network namespaces (tests/dist_netns_test.sh) -------- */
+
+typedef struct netns_run {
+  const char *mode, *dir;
+  int64_t rank;
+} netns_run;
+
+/* Writes this rank's verdict file, "PASS netns-MODE: ..." or "FAIL ...",
+ * and returns ok. */
+static int verdict(const netns_run *run, int ok, const char *fmt, ...) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/verdict-%lld", run->dir, (long long)run->rank);
+  FILE *out = fopen(path, "w");
+  if (!out) return 0;
+  fprintf(out, "%s netns-%s rank %lld: ", ok ? "PASS" : "FAIL", run->mode, (long long)run->rank);
+  va_list args;
+  va_start(args, fmt);
+  vfprintf(out, fmt, args);
+  va_end(args);
+  fprintf(out, "\n");
+  fclose(out);
+  return ok;
+}
+
+static int file_exists(const char *dir, const char *name) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return access(path, F_OK) == 0;
+}
+
+/* Mid-epoch (after batch 3): kill makes rank 1 die at once; link makes both
+ * ranks say where they are and wait until the script has taken the link
+ * down, so that the next allreduce meets a dead link. */
+static int mid_epoch(void *user, const kiln_progress *p) {
+  netns_run *run = user;
+  if (p->phase != KILN_PROGRESS_BATCH || p->batch != 3) return 0;
+  if (strcmp(run->mode, "kill") == 0 && run->rank == 1) kill(getpid(), SIGKILL);
+  if (strcmp(run->mode, "link") == 0) {
+    char name[64];
+    snprintf(name, sizeof name, "at-batch-%lld", (long long)run->rank);
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", run->dir, name);
+    FILE *mark = fopen(path, "w");
+    if (mark) fclose(mark);
+    for (int i = 0; i < 6000 && !file_exists(run->dir, "link-down"); ++i) usleep(10000);
+  }
+  return 0;
+}
+
+/* Whether path loads into a fresh trainer of model_text whose weights then
+ * equal model's exactly. */
+static int checkpoint_holds(fixture *f, const char *path, kiln_model *model) {
+  kiln_model *fresh_model = NULL;
+  kiln_trainer *fresh = make_trainer(f, "784-32-10", 32, 0.1, &fresh_model);
+  const int loaded = kiln_trainer_load_checkpoint(fresh, path) == KILN_OK;
+  int same = 0;
+  if (loaded) {
+    int64_t n = 0, m = 0;
+    double *a = read_weights(fresh_model, &n), *b = read_weights(model, &m);
+    same = n == m && memcmp(a, b, (size_t)n * sizeof *a) == 0;
+    free(a);
+    free(b);
+  }
+  kiln_trainer_release(fresh);
+  kiln_model_release(fresh_model);
+  return loaded && same;
+}
+
+static int netns(const char *mode, const char *dir, double timeout) {
+  void *state = NULL;
+  setup(&state);
+  fixture *f = state;
+  netns_run run = {mode, dir, f->rank};
+  int64_t local = -1;
+  assert_kiln_ok(kiln_communicator_local_rank(f->comm, &local));
+  /* One rank on each machine: each is rank 0 of its host. */
+  if (f->size != 2 || local != 0)
+    return !verdict(&run, 0, "size %lld, local rank %lld", (long long)f->size, (long long)local);
+  kiln_dataset *ds = small_dataset(f, 640);
+  char checkpoint[600];
+  snprintf(checkpoint, sizeof checkpoint, "%s/checkpoint.safetensors", dir);
+
+  if (strcmp(mode, "train") == 0) {
+    /* 2 ranks x batch 32 = one process with batch 64, over TCP between machines. */
+    kiln_model *ref_model = NULL, *model = NULL, *resumed_model = NULL;
+    kiln_trainer *ref = make_trainer(f, "784-32-10", 64, 0.1, &ref_model);
+    kiln_trainer *ddp = make_trainer(f, "784-32-10", 32, 0.1, &model);
+    assert_kiln_ok(kiln_trainer_attach_communicator(ddp, f->comm));
+    kiln_epoch_stats s = {sizeof s};
+    for (int e = 0; e < 2; ++e) {
+      assert_kiln_ok(kiln_trainer_epoch(ref, ds, &s));
+      assert_kiln_ok(kiln_trainer_epoch(ddp, ds, &s));
+    }
+    assert_weights_match(model, ref_model, 1e-5);
+    /* Rank 0 writes on its machine; the directory is shared, as an NFS one would be. */
+    assert_kiln_ok(kiln_trainer_save_checkpoint(ddp, checkpoint));
+    kiln_trainer *resumed = make_trainer(f, "784-32-10", 32, 0.1, &resumed_model);
+    assert_kiln_ok(kiln_trainer_load_checkpoint(resumed, checkpoint));
+    assert_kiln_ok(kiln_trainer_attach_communicator(resumed, f->comm));
+    assert_kiln_ok(kiln_trainer_epoch(ddp, ds, &s));
+    assert_kiln_ok(kiln_trainer_epoch(resumed, ds, &s));
+    assert_weights_match(resumed_model, model, 0);
+    verdict(&run, 1, "2 epochs match one process with the whole batch (1e-5); the resumed run matches exactly");
+    kiln_trainer_release(ref);
+    kiln_trainer_release(ddp);
+    kiln_trainer_release(resumed);
+    kiln_model_release(ref_model);
+    kiln_model_release(model);
+    kiln_model_release(resumed_model);
+    kiln_dataset_release(ds);
+    teardown(&state);
+    return 0;
+  }
+
+  /* kill, link: an epoch and a checkpoint, then an epoch that breaks. */
+  assert_kiln_ok(kiln_communicator_set_timeout(f->comm, timeout));
+  kiln_model *model = NULL;
+  kiln_trainer *t = make_reporting_trainer(f, "784-32-10", 1, &model);
+  assert_kiln_ok(kiln_trainer_attach_communicator(t, f->comm));
+  kiln_epoch_stats s = {sizeof s};
+  assert_kiln_ok(kiln_trainer_epoch(t, ds, &s));
+  assert_kiln_ok(kiln_trainer_save_checkpoint(t, checkpoint));
+  /* What the checkpoint holds: this rank's weights now (every rank's are the same). */
+  kiln_model *saved = NULL;
+  kiln_trainer *copy = make_trainer(f, "784-32-10", 32, 0.1, &saved);
+  assert_kiln_ok(kiln_trainer_load_checkpoint(copy, checkpoint));
+  kiln_trainer_release(copy);
+
+  kiln_history *h = NULL;
+  const double start = now();
+  const kiln_status st = kiln_trainer_fit(t, ds, NULL, 1, mid_epoch, &run, &h);
+  const double waited = now() - start;
+  const kiln_status again = kiln_trainer_epoch(t, ds, &s); /* the communicator stays failed */
+  const int intact = checkpoint_holds(f, checkpoint, saved);
+  /* Bounded: the timeout, and the 3 batches before the fault, with room for a loaded machine. */
+  const int ok = st == KILN_ERROR_COMMUNICATION && again == KILN_ERROR_COMMUNICATION && waited < timeout + 20 &&
+                 intact;
+  verdict(&run, ok, "%s after %.1f s (timeout %.0f s), then %s; the checkpoint %s: %s", kiln_status_name(st), waited,
+          timeout, kiln_status_name(again), intact ? "loads and holds the saved weights" : "is DAMAGED",
+          kiln_last_error());
+  /* Exit without releasing: a collective is still pending on this rank. */
+  _exit(ok ? 0 : 1);
+}
+
 /* The GPU twin: a one-rank communicator whose collectives run through NCCL
  * (the weight broadcast at attach, the gradient mean every step). */
 static void test_cuda_one_rank(void **state) {
@@ -537,6 +698,7 @@ static void test_cuda_one_rank(void **state) {
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "dead-peer") == 0) return dead_peer();
   if (argc > 1 && strcmp(argv[1], "nccl-init-timeout") == 0) return nccl_init_timeout();
+  if (argc == 4 && strncmp(argv[1], "netns-", 6) == 0) return netns(argv[1] + 6, argv[2], atof(argv[3]));
   if (argc > 1 && strcmp(argv[1], "cuda") == 0) {
     kiln_context *ctx = make_context();
     kiln_device gpu;

@@ -291,6 +291,44 @@ int main(int argc, char **argv) {
     b.node("Reshape", "late_reshape", {"h", "shape"}, "y");
     b.write(dir, "late_reshape.onnx");
   }
+  // ---- hostile graphs (issue 21): each refused before a loop or an
+  // allocation that follows what it claims -------------------------------
+  {  // A weight [0, 2^62]: no values, but transB = 0 made it 2^62 rows of nothing (it hung).
+    Builder b(13, F32, {4}, 2);
+    onnx::TensorProto *w = b.g->add_initializer();
+    w->set_name("w");
+    w->set_data_type(F32);
+    w->add_dims(0);
+    w->add_dims(int64_t(1) << 62);
+    b.node("Gemm", "endless_gemm", {"x", "w"}, "y");
+    b.write(dir, "zero_by_huge_weight.onnx");
+  }
+  {  // A MatMul weight [0, 2^30]: within the dimension limit, empty, 2^30 columns.
+    Builder b(13, F32, {4}, 2);
+    onnx::TensorProto *w = b.g->add_initializer();
+    w->set_name("w");
+    w->set_data_type(F32);
+    w->add_dims(0);
+    w->add_dims(int64_t(1) << 30);
+    b.node("MatMul", "empty_matmul", {"x", "w"}, "y");
+    b.write(dir, "empty_matmul_weight.onnx");
+  }
+  {  // Gemm and MatMul whose weight input is named "" (omitted): found by the fuzzer.
+    Builder b(13, F32, {4}, 2);
+    b.node("Gemm", "nameless_gemm", {"x", ""}, "y");
+    b.write(dir, "gemm_empty_input.onnx");
+    Builder m(13, F32, {4}, 2);
+    m.node("MatMul", "nameless_matmul", {"x", ""}, "y");
+    m.write(dir, "matmul_empty_input.onnx");
+  }
+  {  // 64 Gemms reading one [256, 256] weight: 64 times the values the file holds.
+    Builder b(13, F32, {256}, 256);
+    b.param("tied", {256, 256});
+    for (int i = 0; i < 64; ++i)
+      b.node("Gemm", "tied" + std::to_string(i), {i ? "h" + std::to_string(i - 1) : "x", "tied"},
+             i == 63 ? "y" : "h" + std::to_string(i));
+    b.write(dir, "tied_weights.onnx");
+  }
   {  // A node off the chain (reading only constants).
     Builder b(13, F32, {4}, 2);
     b.gemm("fc1", "x", "y", 2, 4);

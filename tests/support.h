@@ -101,6 +101,8 @@ kiln_tensor *kiln_test_tensor_f32(kiln_context *ctx, const float *values, const 
  * (f32) and labels y [n] (i64), both copied. */
 kiln_dataset *kiln_test_dataset(kiln_context *ctx, const float *x, const int64_t *y, int64_t n, int64_t features,
                                 kiln_device device);
+/* A new f32 model of spec_text ("4-3-2") on the CPU, initialised from ctx's seed. */
+kiln_model *kiln_test_model(kiln_context *ctx, const char *spec_text);
 kiln_tensor *kiln_test_tensor_f64(kiln_context *ctx, const double *values, const int64_t *shape, int64_t ndim,
                                   kiln_device device);
 /* Reads any tensor (any dtype, any device) as n doubles: it is cast to f64

@@ -214,10 +214,73 @@ static void test_mismatched_checkpoints(void **state) {
   kiln_test_remove_tree(dir);
 }
 
+/* Copies the checkpoint `from` to `to` with metadata `key` set to `value`
+ * (the header rebuilt around it, padded to 8 bytes again). */
+static void set_metadata(const char *from, const char *to, const char *key, const char *value) {
+  FILE *in = fopen(from, "rb");
+  assert_non_null(in);
+  static char file[1 << 16], header[1 << 16];
+  const size_t size = fread(file, 1, sizeof file, in);
+  fclose(in);
+  assert_true(size > 8 && size < sizeof file);
+  uint64_t len = 0;
+  for (int i = 7; i >= 0; --i) len = (len << 8) | (unsigned char)file[i];
+  char field[64];
+  snprintf(field, sizeof field, "\"%s\":\"", key);
+  char *at = memmem(file + 8, len, field, strlen(field));
+  assert_non_null(at);
+  char *start = at + strlen(field), *end = memchr(start, '"', (size_t)(file + 8 + len - start));
+  assert_non_null(end);
+  int n = snprintf(header, sizeof header, "%.*s%s%.*s", (int)(start - (file + 8)), file + 8, value,
+                   (int)(file + 8 + len - end), end);
+  while (n > 0 && header[n - 1] == ' ') --n; /* the old padding */
+  while (n % 8) header[n++] = ' ';
+  FILE *out = fopen(to, "wb");
+  assert_non_null(out);
+  unsigned char new_len[8];
+  for (int i = 0; i < 8; ++i) new_len[i] = (unsigned char)((uint64_t)n >> (8 * i));
+  fwrite(new_len, 1, 8, out);
+  fwrite(header, 1, (size_t)n, out);
+  fwrite(file + 8 + len, 1, size - 8 - len, out);
+  assert_int_equal(fclose(out), 0);
+}
+
+/* Counters are below 2^62 (kiln.h), so that training can go on counting in
+ * int64: 2^62 - 1 resumes, 2^62 itself is FORMAT (it used to be taken). */
+static void test_counter_limits(void **state) {
+  kiln_context *ctx = *state;
+  char dir[512], path[700], edited[700];
+  kiln_test_make_temp_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/ckpt.safetensors", dir);
+  snprintf(edited, sizeof edited, "%s/edited.safetensors", dir);
+  kiln_model *model = make_model(ctx, "6-12-3");
+  kiln_trainer *t = make_trainer(model, KILN_OPTIM_SGD);
+  assert_kiln_ok(kiln_trainer_save_checkpoint(t, path));
+  const char *keys[] = {"epochs_done", "steps_done", "optimizer_steps"};
+  for (size_t k = 0; k < 3; ++k) {
+    set_metadata(path, edited, keys[k], "4611686018427387904"); /* 2^62 */
+    assert_status(kiln_trainer_load_checkpoint(t, edited), KILN_ERROR_FORMAT);
+    assert_last_error_contains(keys[k]);
+    assert_last_error_contains("not below 2^62");
+    int64_t steps = -1;
+    assert_kiln_ok(kiln_trainer_steps_done(t, &steps));
+    assert_int_equal(steps, 0); /* unchanged */
+  }
+  set_metadata(path, edited, "steps_done", "4611686018427387903"); /* 2^62 - 1 */
+  assert_kiln_ok(kiln_trainer_load_checkpoint(t, edited));
+  int64_t steps = 0;
+  assert_kiln_ok(kiln_trainer_steps_done(t, &steps));
+  assert_int_equal(steps, ((int64_t)1 << 62) - 1);
+  kiln_trainer_release(t);
+  kiln_model_release(model);
+  kiln_test_remove_tree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_resume_is_exact),
       cmocka_unit_test(test_mismatched_checkpoints),
+      cmocka_unit_test(test_counter_limits),
   };
   return cmocka_run_group_tests(tests, setup, kiln_test_context_teardown);
 }

@@ -115,6 +115,20 @@ static kiln_trainer *make_trainer(kiln_context *ctx, kiln_model **model) {
   return t;
 }
 
+/* Fails unless the first weight matrices [8, 6] of make_trainer's models a
+ * and b are equal bit for bit. */
+static void assert_first_weights_equal(kiln_model *a, kiln_model *b) {
+  kiln_tensor *wa = NULL, *wb = NULL;
+  double va[6 * 8], vb[6 * 8];
+  assert_kiln_ok(kiln_model_parameter(a, 0, &wa));
+  assert_kiln_ok(kiln_model_parameter(b, 0, &wb));
+  kiln_test_read_f64(wa, va, 48);
+  kiln_test_read_f64(wb, vb, 48);
+  assert_memory_equal(va, vb, sizeof va);
+  kiln_tensor_release(wa);
+  kiln_tensor_release(wb);
+}
+
 /* A job of one rank trains bit for bit like no communicator at all. */
 static void test_one_rank_job_trains_like_one_process(void **state) {
   if (no_plugin() || no_mpi() || !cpu_cases()) skip();
@@ -145,15 +159,7 @@ static void test_one_rank_job_trains_like_one_process(void **state) {
     assert_kiln_ok(kiln_trainer_epoch(ddp, ds, &b));
   }
   assert_true(a.train_loss == b.train_loss);
-  kiln_tensor *wa = NULL, *wb = NULL;
-  double va[6 * 8], vb[6 * 8];
-  assert_kiln_ok(kiln_model_parameter(plain_model, 0, &wa));
-  assert_kiln_ok(kiln_model_parameter(model, 0, &wb));
-  kiln_test_read_f64(wa, va, 48);
-  kiln_test_read_f64(wb, vb, 48);
-  assert_memory_equal(va, vb, sizeof va);
-  kiln_tensor_release(wa);
-  kiln_tensor_release(wb);
+  assert_first_weights_equal(plain_model, model);
   kiln_trainer_release(plain);
   kiln_trainer_release(ddp);
   kiln_model_release(plain_model);
@@ -175,6 +181,65 @@ static void test_local_argument_checks(void **state) {
   assert_last_error_contains("cpu is not one");
   assert_status(kiln_communicator_create_local(ctx, missing, 1, out), KILN_ERROR_DEVICE_UNAVAILABLE);
   assert_null(out[0]); /* the failed call's outputs are NULL */
+  /* A count that cannot be right says nothing about out[]: it is left as it
+   * is (it used to be cleared first, 2^40 pointers of it). */
+  const int64_t bad_counts[] = {(int64_t)1 << 40, KILN_MAX_DATA_PARALLEL_DEVICES + 1, -1};
+  for (size_t i = 0; i < sizeof bad_counts / sizeof bad_counts[0]; ++i) {
+    out[0] = out[1] = (kiln_communicator *)ctx;
+    assert_status(kiln_communicator_create_local(ctx, missing, bad_counts[i], out), KILN_ERROR_INVALID_ARGUMENT);
+    assert_last_error_contains("count must be in [1, 64]");
+    assert_ptr_equal(out[0], ctx);
+    assert_ptr_equal(out[1], ctx);
+  }
+}
+
+typedef struct attach_from_callback {
+  kiln_trainer *trainer;
+  kiln_communicator *comm;
+  kiln_status status;
+  int calls;
+} attach_from_callback;
+
+static int attach_inside(void *user, const kiln_progress *p) {
+  (void)p;
+  attach_from_callback *a = user;
+  if (a->calls++ == 0) a->status = kiln_trainer_attach_communicator(a->trainer, a->comm);
+  return 0;
+}
+
+/* Attaching from the trainer's own progress callback would swap the
+ * communicator and broadcast weights under the running pass: BUSY, and the
+ * fit goes on as if nothing was asked. */
+static void test_attach_from_progress_callback_is_busy(void **state) {
+  if (no_plugin() || !cpu_cases()) skip();
+  kiln_context *ctx = *state;
+  kiln_communicator *comm = NULL;
+  assert_kiln_ok(kiln_communicator_create_mpi(ctx, &comm));
+  kiln_tensor *x = NULL, *y = NULL;
+  random_samples(ctx, 12, 64, kCpu, &x, &y);
+  kiln_dataset *ds = NULL;
+  assert_kiln_ok(kiln_dataset_from_tensors(ctx, x, y, &ds));
+  kiln_model *model = NULL, *plain_model = NULL;
+  kiln_trainer *t = make_trainer(ctx, &model), *plain = make_trainer(ctx, &plain_model);
+  attach_from_callback a = {t, comm, KILN_OK, 0};
+  kiln_history *h = NULL;
+  assert_kiln_ok(kiln_trainer_fit(t, ds, NULL, 1, attach_inside, &a, &h));
+  assert_true(a.calls > 0);
+  assert_int_equal(a.status, KILN_ERROR_BUSY);
+  kiln_history_release(h);
+  assert_kiln_ok(kiln_trainer_fit(plain, ds, NULL, 1, NULL, NULL, &h));
+  kiln_history_release(h);
+  assert_first_weights_equal(plain_model, model); /* the fit ran as without the callback */
+  /* Outside the callback, it attaches. */
+  assert_kiln_ok(kiln_trainer_attach_communicator(t, comm));
+  kiln_trainer_release(t);
+  kiln_trainer_release(plain);
+  kiln_model_release(model);
+  kiln_model_release(plain_model);
+  kiln_communicator_release(comm);
+  kiln_dataset_release(ds);
+  kiln_tensor_release(x);
+  kiln_tensor_release(y);
 }
 
 /* The GPU twin of DataParallel: a local NCCL communicator over [cuda:0], one
@@ -358,6 +423,7 @@ int main(void) {
       cmocka_unit_test(test_plugin_of_another_build),
       cmocka_unit_test(test_one_rank_job_trains_like_one_process),
       cmocka_unit_test(test_local_argument_checks),
+      cmocka_unit_test(test_attach_from_progress_callback_is_busy),
       cmocka_unit_test(test_local_communicator_on_one_gpu),
       cmocka_unit_test(test_data_parallel_device_list),
       cmocka_unit_test(test_data_parallel_on_gpus),

@@ -35,15 +35,7 @@ static int teardown(void **state) {
   return kiln_test_context_teardown(state);
 }
 
-static kiln_model *small_model(kiln_context *ctx) {
-  kiln_model_spec *spec = NULL;
-  kiln_model *model = NULL;
-  assert_kiln_ok(kiln_model_spec_create(&spec));
-  assert_kiln_ok(kiln_model_spec_parse(spec, "4-3-2"));
-  assert_kiln_ok(kiln_model_create(ctx, spec, kCpu, &model));
-  kiln_model_spec_release(spec);
-  return model;
-}
+static kiln_model *small_model(kiln_context *ctx) { return kiln_test_model(ctx, "4-3-2"); }
 
 static kiln_trainer *small_trainer(kiln_model *model) {
   kiln_trainer *trainer = NULL;

@@ -237,16 +237,6 @@ static void test_missing_file(void **state) {
 
 /* ---- writing ---------------------------------------------------------------- */
 
-static kiln_model *make_model(kiln_context *ctx, const char *spec_text) {
-  kiln_model_spec *spec = NULL;
-  kiln_model *model = NULL;
-  assert_kiln_ok(kiln_model_spec_create(&spec));
-  assert_kiln_ok(kiln_model_spec_parse(spec, spec_text));
-  assert_kiln_ok(kiln_model_create(ctx, spec, cpu, &model));
-  kiln_model_spec_release(spec);
-  return model;
-}
-
 /* Counts the directory's entries other than . and .. */
 static int entries_in(const char *dir) {
   DIR *d = opendir(dir);
@@ -261,7 +251,7 @@ static int entries_in(const char *dir) {
 
 static void test_save_round_trip_and_atomic(void **state) {
   fixture *f = *state;
-  kiln_model *a = make_model(f->ctx, "5-7-3"), *b = make_model(f->ctx, "5-7-3");
+  kiln_model *a = kiln_test_model(f->ctx, "5-7-3"), *b = kiln_test_model(f->ctx, "5-7-3");
   assert_kiln_ok(kiln_model_save(a, f->path));
   /* Saving over an existing file replaces it, leaving no temporary behind. */
   assert_kiln_ok(kiln_model_save(b, f->path));

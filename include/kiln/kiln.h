@@ -8,9 +8,10 @@
  *    On failure, every out-parameter is set to NULL / 0 (when the pointer
  *    itself is not NULL), nothing is left allocated, the objects passed in
  *    are unchanged (unless the comment says what a failure leaves) and stay
- *    usable, and kiln_last_error() describes what went wrong in at most a
- *    few hundred bytes (input it quotes is cut short). Ignoring the status
- *    is a compiler warning (KILN_NODISCARD).
+ *    usable, and kiln_last_error() describes what went wrong in one line of
+ *    at most 1024 bytes of UTF-8: input it quotes (a spec, a name, a path,
+ *    a model's description) is cut short, saying how many bytes were left
+ *    out. Ignoring the status is a compiler warning (KILN_NODISCARD).
  *  - Statuses every function may return, not repeated below:
  *      INVALID_ARGUMENT  a required pointer (handle, out-parameter, buffer,
  *                        string) is NULL, or an enum argument holds a value
@@ -32,9 +33,13 @@
  *    and so does releasing a handle twice. A released or foreign handle passed
  *    back yields KILN_ERROR_INVALID_HANDLE, always: handles are never-reused
  *    identifiers, not addresses, so a released handle can never come back as
- *    a new object. A release while other threads (or a callback of the same
- *    call) are inside calls with the handle lets those calls finish with the
- *    object; later calls with that handle get KILN_ERROR_INVALID_HANDLE.
+ *    a new object. A process may create 2^48 - 1 handles in its life (8.9
+ *    years at a million a second); past that, every function that returns a
+ *    new handle fails with KILN_ERROR_OUT_OF_MEMORY. Every call holds a
+ *    reference to the object of each handle it was given until it returns:
+ *    a release while other threads (or a callback of the same call) are
+ *    inside calls with the handle lets those calls finish with the object;
+ *    later calls with that handle get KILN_ERROR_INVALID_HANDLE.
  *    To share an object between owners that release it on their own (one
  *    thread each), give each its own handle: kiln_context_retain,
  *    kiln_tensor_retain, kiln_model_retain, kiln_dataset_retain,
@@ -679,7 +684,8 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_save(const kiln_model *model, con
  * state_dict PyTorch saved (safetensors or torch.save) holds no spec: FORMAT,
  * saying so and which spec fits its tensors, for kiln_model_load_with_spec;
  * an empty file is FORMAT saying it is empty. Loading is linear in the
- * file's size. Any thread. */
+ * file's size and in the model's layers (so are kiln_model_load_weights,
+ * kiln_model_load_with_spec and kiln_trainer_load_checkpoint). Any thread. */
 KILN_NODISCARD KILN_API kiln_status kiln_model_load(kiln_context *ctx, const char *path, kiln_device device,
                                                     kiln_model **out);
 /* Loads weights into an existing model from a file of its parameters under
@@ -746,7 +752,12 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_load_with_spec(kiln_context *ctx,
 
 /* The largest ONNX file kiln reads or writes, in bytes (protobuf's own limit
  * is 2 GiB). Reading is linear in the file's size and allocates a small
- * multiple of it. */
+ * multiple of it: before protobuf parses a file, kiln counts its nodes and
+ * the memory its messages would take from the bytes themselves, and refuses
+ * (NOT_SUPPORTED) a graph of more than KILN_ONNX_MAX_NODES nodes or a file
+ * that would take more than 16 MiB plus 4 times its size once parsed (many
+ * small messages: protobuf allocates an object for each); and the values its
+ * nodes read from constants may add up to twice the file's size at most. */
 #define KILN_ONNX_MAX_FILE_BYTES (INT64_C(1) << 30)
 /* The most nodes (Constant nodes included) a graph kiln reads may have. */
 #define KILN_ONNX_MAX_NODES 4096
@@ -791,9 +802,11 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_export_onnx(const kiln_model *mod
  *                  file, a parameter type other than FLOAT/DOUBLE, a file
  *                  or graph over the limits above, or no plugin;
  *   FORMAT         a file protobuf cannot parse (truncated, corrupt, not
- *                  ONNX), a constant whose data does not match its shape,
- *                  shapes that do not chain, a parameter whose type differs
- *                  from the input's, non-finite values, bad attributes;
+ *                  ONNX), a constant whose data does not match its shape or
+ *                  with a dimension larger than any file holds, an empty
+ *                  weight, an omitted ("") input the op needs, shapes that
+ *                  do not chain, a parameter whose type differs from the
+ *                  input's, non-finite values, bad attributes;
  *   IO             the file cannot be opened or read, or is not a regular file;
  *   INVALID_ARGUMENT NULL ctx/path/out; INVALID_HANDLE a released ctx; OOM.
  * On failure *out is NULL and nothing else changes.
@@ -1133,8 +1146,9 @@ typedef struct kiln_progress {
  * return KILN_ERROR_CANCELLED (the model keeps the updates done so far).
  * Inside it, the trainer may be read (epochs_done, current_lr,
  * save_checkpoint) and released (fit keeps it alive until it returns);
- * kiln_trainer_step, _epoch, _fit, _evaluate and _load_checkpoint on the same
- * trainer return KILN_ERROR_BUSY. */
+ * kiln_trainer_step, _epoch, _fit, _evaluate, _load_checkpoint and
+ * kiln_trainer_attach_communicator on the same trainer return
+ * KILN_ERROR_BUSY. */
 typedef int (*kiln_progress_fn)(void *user, const kiln_progress *progress);
 
 /* Trains for epochs epochs, evaluating validation (may be NULL) after each,
@@ -1230,11 +1244,12 @@ KILN_NODISCARD KILN_API kiln_status kiln_communicator_create_mpi(kiln_context *c
  * and runs on devices[i]. For DDP inside one process: one thread per GPU, each
  * with its own model on its GPU and its own trainer attached to its
  * communicator; the ranks meet in every collective, so each must be driven by
- * a thread of its own. KILN_ERROR_INVALID_ARGUMENT for count < 1, a CPU
+ * a thread of its own. KILN_ERROR_INVALID_ARGUMENT for count outside
+ * [1, KILN_MAX_DATA_PARALLEL_DEVICES] (out is then left untouched), a CPU
  * device or a device listed twice; KILN_ERROR_DEVICE_UNAVAILABLE for a GPU
  * that does not exist or a missing plugin; KILN_ERROR_NOT_SUPPORTED when the
- * plugin was built without NCCL. On failure every out[i] is NULL. Each
- * out[i] is released with kiln_communicator_release. */
+ * plugin was built without NCCL. On any other failure every out[i] is NULL.
+ * Each out[i] is released with kiln_communicator_release. */
 KILN_NODISCARD KILN_API kiln_status kiln_communicator_create_local(kiln_context *ctx, const kiln_device *devices,
                                                                    int64_t count, kiln_communicator **out);
 /* Drops the caller's handle; a trainer it is attached to keeps it alive. */
@@ -1260,7 +1275,8 @@ KILN_NODISCARD KILN_API kiln_status kiln_communicator_set_timeout(kiln_communica
  * (every option but the progress interval, fast path and devices) differ
  * between ranks, naming the ranks and what differs; KILN_ERROR_NOT_SUPPORTED when comm cannot reduce
  * buffers of the trainer's device (a CUDA model with a plugin built without
- * NCCL); KILN_ERROR_COMMUNICATION when the exchange fails. From then on
+ * NCCL); KILN_ERROR_COMMUNICATION when the exchange fails; KILN_ERROR_BUSY
+ * from the trainer's own progress callback. From then on
  * kiln_trainer_step also averages gradients (every rank must call it, each
  * with its own batch; the loss returned is this rank's batch's). */
 KILN_NODISCARD KILN_API kiln_status kiln_trainer_attach_communicator(kiln_trainer *trainer, kiln_communicator *comm);

@@ -24,13 +24,18 @@ KILN_API kiln_status kiln_communicator_create_mpi(kiln_context *ctx, kiln_commun
 
 KILN_API kiln_status kiln_communicator_create_local(kiln_context *ctx, const kiln_device *devices, int64_t count,
                                                     kiln_communicator **out) {
-  if (out && count > 0)
+  // out[] is cleared only for a count that can be right: a wrong one says
+  // nothing about the caller's array.
+  const bool count_ok = count >= 1 && count <= KILN_MAX_DATA_PARALLEL_DEVICES;
+  if (out && count_ok)
     for (int64_t i = 0; i < count; ++i) out[i] = nullptr;
   return guard([&] {
+    kiln::check(count_ok, KILN_ERROR_INVALID_ARGUMENT,
+                "count must be in [1, " + std::to_string(KILN_MAX_DATA_PARALLEL_DEVICES) + "], got " +
+                    std::to_string(count));
     std::shared_ptr<kiln::Context> c = value(ctx, "context");
     require(devices, "devices");
     require(out, "out");
-    kiln::check(count >= 1, KILN_ERROR_INVALID_ARGUMENT, "count must be >= 1, got " + std::to_string(count));
     std::vector<kiln::Device> list;
     for (int64_t i = 0; i < count; ++i) list.push_back(kiln::api::device(devices[i]));
     std::vector<std::shared_ptr<kiln::Collective>> comms = kiln::create_local_communicators(*c, list);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "api/handles.hpp"
+#include "core/excerpt.hpp"
 #include "core/version.hpp"
 
 namespace {
@@ -20,9 +21,16 @@ Registry &registry() {
   return *r;
 }
 
+CallPins &call_pins() {
+  thread_local CallPins pins;
+  return pins;
+}
+
 kiln_status set_error(kiln_status status, const char *message) noexcept {
   try {
-    last_error = message ? message : "";
+    // Every message quotes its input in excerpts already; this bounds what
+    // any path, name or nesting of messages may still add up to.
+    last_error = bounded_message(message ? message : "");
   } catch (...) {
     // Keep the status even when the message cannot be stored.
   }

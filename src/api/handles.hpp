@@ -7,15 +7,16 @@
 //
 //   kiln_status kiln_tensor_to(const kiln_tensor *t, kiln_device d, kiln_tensor **out) {
 //     return kiln::api::guard([&] {
-//       kiln::Tensor src = kiln::api::value(t, "tensor");   // copied under the registry lock
+//       kiln::Tensor src = kiln::api::value(t, "tensor");   // checked, and held until guard returns
 //       kiln::api::require(out, "out");
 //       *out = kiln::api::make_handle<kiln_tensor>(src.to(kiln::api::device(d)));
 //     }, out);
 //   }
 //
-// Handles are created last, after every fallible step, so a failure never
-// leaks one; guard sets the listed out-pointers to null before running and
-// again on failure.
+// Every handle a call looks up is held (counted) until its guard returns,
+// whatever other threads release meanwhile (CallPins). Handles are created
+// last, after every fallible step, so a failure never leaks one; guard sets
+// the listed out-pointers to null before running and again on failure.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,7 @@
 #include <new>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/context.hpp"
 #include "core/error.hpp"
@@ -72,12 +74,30 @@ KILN_HANDLE_TAG(kiln_communicator, 10, "communicator")
 #undef KILN_HANDLE_TAG
 
 // The registry of live handles. A handle the caller holds is not an address
-// but a never-reused id dressed as a pointer (kHandleMark in the high bits,
-// a counter below): a released handle can never come back as a new object,
-// even of the same type (no ABA through address reuse), and the non-canonical
-// address faults at once if anything ever dereferenced it. The id maps to
-// the real struct and its tag under one mutex; kiln's calls are coarse
-// enough that the hash probe never shows.
+// but a never-reused id dressed as a pointer: kHandleMark in the top 12 bits,
+// the count of ids handed out so far in bits 4..51. A released handle can
+// never come back as a new object, even of the same type (no ABA through
+// address reuse), and the address faults at once if anything ever
+// dereferenced it. The id maps to the real struct and its tag under one
+// mutex; kiln's calls are coarse enough that the hash probe never shows.
+//
+// The mark and the counter share no bit, so two ids are equal only when
+// their counts are: ids never repeat. The counter has 48 bits, 2^48 - 1 ids
+// in a process's life: at a million handles a second (a hundred times a busy
+// service) that is 8.9 years, at the 11 million a second one thread manages
+// when it does nothing else, 291 days. Past the last id, creating a handle
+// fails with KILN_ERROR_OUT_OF_MEMORY rather than wrap
+// (tests/handle_ids_test.cpp checks both ends).
+//
+// The mark: high bits no x86-64 or AArch64 user address has: bit 62 without bit 63 is
+// not canonical on x86-64 (4- and 5-level paging), and bits 52..55 (0x4)
+// stay set under AArch64's top-byte-ignore, beyond its 52-bit addresses.
+constexpr uintptr_t kHandleMark = uintptr_t(0x4b4) << 52;
+constexpr unsigned kHandleShift = 4;  // ids look 16-byte aligned, as real pointers would
+constexpr uint64_t kMaxHandles = (uint64_t(1) << (52 - kHandleShift)) - 1;
+static_assert(sizeof(uintptr_t) == 8, "handle ids are 64-bit");
+static_assert(((uintptr_t(kMaxHandles) << kHandleShift) & kHandleMark) == 0, "the counter must not reach the mark");
+
 struct Registry {
   struct Entry {
     int tag = 0;
@@ -85,13 +105,41 @@ struct Registry {
   };
   std::mutex mutex;
   std::unordered_map<uintptr_t, Entry> live;
-  uintptr_t next = 0;  // ids handed out so far
+  uint64_t next = 0;  // ids handed out so far
+
+  // Registers object under the next id and returns it; OUT_OF_MEMORY once
+  // every id has been used. The mutex must be held.
+  uintptr_t add(int tag, std::shared_ptr<void> object) {
+    if (next >= kMaxHandles)
+      fail(KILN_ERROR_OUT_OF_MEMORY, "this process has created all " + std::to_string(kMaxHandles) +
+                                         " handles it may (2^48 - 1; ids are never reused): restart it");
+    const uintptr_t id = kHandleMark | (uintptr_t(next + 1) << kHandleShift);
+    live[id] = Entry{tag, std::move(object)};
+    ++next;  // after the insert, which may throw: an id is used only when handed out
+    return id;
+  }
 };
 Registry &registry();
 
-// High bits no x86-64 or AArch64 user address has ("KILN" in ASCII).
-constexpr uintptr_t kHandleMark = uintptr_t(0x4b494c4eull) << 32;
-constexpr uintptr_t kHandleStep = 16;  // ids look aligned, as real pointers would
+// What keeps a call's objects alive: every handle struct an entry point looks
+// up (lookup, value) is held here, on the calling thread, until the entry
+// point's guard returns, so a release on another thread, or from a callback
+// of the same call, cannot free an object while the call still uses it.
+// Calls nest (a progress callback calls kiln): each guard drops only what it
+// added.
+struct CallPins {
+  std::vector<std::shared_ptr<void>> held;
+  int depth = 0;  // guards running on this thread
+};
+CallPins &call_pins();  // the calling thread's
+
+// Holds object until the innermost running guard returns; INTERNAL outside
+// any guard (an entry point that forgot it must not silently go unpinned).
+inline void pin(const std::shared_ptr<void> &object) {
+  CallPins &pins = call_pins();
+  if (pins.depth == 0) fail(KILN_ERROR_INTERNAL, "a handle was looked up outside an entry point's guard");
+  pins.held.push_back(object);
+}
 
 // Records the failure for kiln_last_error and returns status.
 kiln_status set_error(kiln_status status, const char *message) noexcept;
@@ -110,27 +158,21 @@ template <class H> Registry::Entry *find_live(Registry &r, const H *h) {
   return &it->second;
 }
 
-// Checks that h is a live handle of its type and returns its struct. Use for
-// handles whose contents only the calling thread touches (options, specs);
-// objects a call must keep alive while it runs are taken with value().
+// Checks that h is a live handle of its type and returns its struct, pinned
+// (see CallPins) until the entry point returns.
 template <class H> H *lookup(H *h, const char *what) {
   require(h, what);
   Registry &r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   Registry::Entry *e = find_live(r, h);
   if (!e) invalid_handle(what, HandleTag<std::remove_const_t<H>>::name);
+  pin(e->object);
   return static_cast<H *>(e->object.get());
 }
 
-// A copy of what h owns, taken under the registry lock, so a concurrent
-// release on another thread (or from a callback) cannot pull it away mid-call.
+// A copy of what h owns, its struct pinned like lookup's.
 template <class H> auto value(const H *h, const char *what) -> decltype(h->value) {
-  require(h, what);
-  Registry &r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  Registry::Entry *e = find_live(r, h);
-  if (!e) invalid_handle(what, HandleTag<H>::name);
-  return static_cast<const H *>(e->object.get())->value;
+  return lookup(h, what)->value;
 }
 
 // A new registered handle owning v.
@@ -138,10 +180,7 @@ template <class H, class V> H *make_handle(V &&v) {
   std::shared_ptr<void> object = std::make_shared<H>(H{std::forward<V>(v)});
   Registry &r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  r.next += kHandleStep;
-  const uintptr_t id = kHandleMark | r.next;
-  r.live[id] = Registry::Entry{HandleTag<H>::id, std::move(object)};
-  return reinterpret_cast<H *>(id);
+  return reinterpret_cast<H *>(r.add(HandleTag<H>::id, std::move(object)));
 }
 
 // The *_retain entry points: a second registered handle owning a copy of
@@ -193,12 +232,35 @@ DType dtype(const kiln_dtype &d);
 template <class T> inline void clear_out(T **p) noexcept { if (p) *p = nullptr; }
 template <class T> inline void clear_out(T *p) noexcept { if (p) *p = T{}; }
 
+// One entry point's span in CallPins: drops, last first, what was pinned
+// since it began. Popped before each object goes, so that a destructor that
+// calls kiln (a DLPack deleter) finds the list consistent.
+class PinScope {
+ public:
+  PinScope() noexcept : pins_(call_pins()), mark_(pins_.held.size()) { ++pins_.depth; }
+  ~PinScope() {
+    while (pins_.held.size() > mark_) {
+      std::shared_ptr<void> last = std::move(pins_.held.back());
+      pins_.held.pop_back();
+    }
+    --pins_.depth;
+  }
+  PinScope(const PinScope &) = delete;
+  PinScope &operator=(const PinScope &) = delete;
+
+ private:
+  CallPins &pins_;
+  size_t mark_;
+};
+
 // Runs f, mapping exceptions to statuses. outs are zeroed first and again on
-// failure.
+// failure. The objects f looked up stay alive until f is done (PinScope), and
+// are let go before the status is recorded.
 template <class F, class... Outs> kiln_status guard(F &&f, Outs... outs) noexcept {
   (clear_out(outs), ...);
   kiln_status status;
   try {
+    PinScope scope;
     f();
     return KILN_OK;
   } catch (const Error &e) {

@@ -5,6 +5,7 @@
 #include <climits>
 
 #include "core/error.hpp"
+#include "core/excerpt.hpp"
 #include "core/rng.hpp"
 
 namespace kiln {
@@ -19,9 +20,7 @@ std::string visible_devices(int64_t count) {
 
 [[noreturn]] void bad_device_text(const std::string &text, const std::string &why) {
   // Quote enough to recognise the text, not a whole buffer passed by mistake.
-  constexpr size_t kQuoted = 64;
-  std::string shown = text.size() <= kQuoted ? text : text.substr(0, kQuoted) + "...";
-  fail(KILN_ERROR_INVALID_ARGUMENT, "invalid device \"" + shown + "\": " + why);
+  fail(KILN_ERROR_INVALID_ARGUMENT, "invalid device \"" + excerpt(text, 64) + "\": " + why);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/excerpt.hpp"
 
 namespace kiln {
 
@@ -96,7 +97,7 @@ uint32_t fast_path_names(const char *var) {
     else if (name == "cudnn") bits |= kFastCudnn;
     else if (name == "all") bits |= kFastAll;
     else if (!name.empty())
-      fail(KILN_ERROR_INVALID_ARGUMENT, std::string(var) + " names \"" + name.substr(0, 32) +
+      fail(KILN_ERROR_INVALID_ARGUMENT, std::string(var) + " names \"" + excerpt(name, 32) +
                                             "\"; expected a comma-separated list of epilogues, graphs, cudnn or all");
     if (comma == std::string::npos) break;
     start = comma + 1;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <unordered_set>
 
+#include "core/excerpt.hpp"
 #include "core/error.hpp"
 
 namespace kiln::io::json {
@@ -95,7 +96,7 @@ class Parser {
       std::string key = parse_string();
       if (!seen.insert(key).second) {
         pos_ = key_pos;
-        error("duplicate key \"" + key + "\"");
+        error("duplicate key \"" + excerpt(key) + "\"");
       }
       skip_space();
       expect(':');

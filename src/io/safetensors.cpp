@@ -11,6 +11,7 @@
 #include <set>
 
 #include "core/context.hpp"
+#include "core/excerpt.hpp"
 #include "io/atomic_file.hpp"
 #include "io/file_kind.hpp"
 #include "io/io_error.hpp"
@@ -59,19 +60,19 @@ class HeaderReader {
       error("\"__metadata__\" must be an object, not an " + std::string(json::kind_name(v.kind)));
     for (size_t i = 0; i < v.keys.size(); ++i) {
       if (v.items[i].kind != json::Value::Kind::String)
-        error("\"__metadata__\" must map strings to strings, but \"" + v.keys[i] + "\" is an " +
+        error("\"__metadata__\" must map strings to strings, but \"" + excerpt(v.keys[i]) + "\" is an " +
               json::kind_name(v.items[i].kind));
       (*out)[v.keys[i]] = v.items[i].string;
     }
   }
 
   SafetensorsFile::Entry read_entry(const std::string &name, const json::Value &v) const {
-    const std::string where = "tensor \"" + name + "\"";
+    const std::string where = "tensor \"" + excerpt(name) + "\"";
     if (v.kind != json::Value::Kind::Object)
       error(where + " must be described by an object, not an " + std::string(json::kind_name(v.kind)));
     for (const std::string &key : v.keys)
       if (key != "dtype" && key != "shape" && key != "data_offsets")
-        error(where + " has an unknown field \"" + key + "\"");
+        error(where + " has an unknown field \"" + excerpt(key) + "\"");
     const json::Value *dtype = v.find("dtype"), *shape = v.find("shape"), *offsets = v.find("data_offsets");
     if (!dtype || !shape || !offsets) error(where + " needs \"dtype\", \"shape\" and \"data_offsets\"");
 
@@ -85,7 +86,7 @@ class HeaderReader {
         known = true;
       }
     if (!known)
-      error(where + " has unsupported dtype \"" + dtype->string + "\" (kiln reads F32, F16, BF16, F64, I32, I64, U8)");
+      error(where + " has unsupported dtype \"" + excerpt(dtype->string) + "\" (kiln reads F32, F16, BF16, F64, I32, I64, U8)");
 
     if (shape->kind != json::Value::Kind::Array) error(where + ": \"shape\" must be an array of integers");
     if (shape->items.size() > size_t(KILN_MAX_DIMS))
@@ -133,10 +134,10 @@ class HeaderReader {
     int64_t expected = header_end_;
     for (const SafetensorsFile::Entry &e : *entries) {
       if (e.offset < expected)
-        error("tensor \"" + e.name + "\" overlaps the tensor before it (data offset " +
+        error("tensor \"" + excerpt(e.name) + "\" overlaps the tensor before it (data offset " +
               std::to_string(e.offset - header_end_) + ", expected " + std::to_string(expected - header_end_) + ")");
       if (e.offset > expected)
-        error("the data section has a hole before tensor \"" + e.name + "\" (data offset " +
+        error("the data section has a hole before tensor \"" + excerpt(e.name) + "\" (data offset " +
               std::to_string(e.offset - header_end_) + ", expected " + std::to_string(expected - header_end_) + ")");
       expected = e.offset + e.size;
     }

@@ -4,8 +4,7 @@
 
 #include <cerrno>
 
-#include "core/text.hpp"
-
+#include "core/excerpt.hpp"
 #include "io/file_kind.hpp"
 #include "io/io_error.hpp"
 #include "io/regular_file.hpp"

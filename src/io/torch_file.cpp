@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/text.hpp"
+#include "core/excerpt.hpp"
 #include "io/torch_pickle.hpp"
 
 namespace kiln::io {

@@ -10,7 +10,7 @@
 #include <unordered_set>
 
 #include "core/error.hpp"
-#include "core/text.hpp"
+#include "core/excerpt.hpp"
 #include "io/byte_order.hpp"
 
 namespace kiln::io {

@@ -8,7 +8,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
-#include "core/text.hpp"
+#include "core/excerpt.hpp"
 #include "io/byte_order.hpp"
 
 namespace kiln::io {

@@ -6,7 +6,7 @@
 #include <cstdlib>
 
 #include "core/error.hpp"
-#include "core/text.hpp"
+#include "core/excerpt.hpp"
 
 namespace kiln {
 

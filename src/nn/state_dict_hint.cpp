@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "core/text.hpp"
+#include "core/excerpt.hpp"
 #include "nn/spec.hpp"
 
 namespace kiln {

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "core/excerpt.hpp"
 #include "core/version.hpp"
 #include "io/safetensors.hpp"
 #include "train/trainer.hpp"
@@ -46,17 +47,18 @@ uint64_t parse_u64(const std::map<std::string, std::string> &meta, const std::st
   char *end = nullptr;
   const unsigned long long v = std::strtoull(it->second.c_str(), &end, 10);
   check(!it->second.empty() && *end == '\0' && errno == 0 && it->second[0] != '-', KILN_ERROR_FORMAT,
-        path + ": metadata \"" + key + "\" is \"" + it->second + "\", not an unsigned integer");
+        path + ": metadata \"" + key + "\" is \"" + excerpt(it->second) + "\", not an unsigned integer");
   return uint64_t(v);
 }
 
 // A step, epoch or update count: the trainer adds to these as int64, so a
-// file's value must leave room to count on (2^62 is ~10^18 steps).
+// file's value must leave room to count on: below 2^62 (~10^18 steps), as
+// kiln.h promises and kiln_trainer_fit enforces.
 int64_t parse_counter(const std::map<std::string, std::string> &meta, const std::string &key, const std::string &path) {
-  constexpr uint64_t kMaxCounter = uint64_t(1) << 62;
+  constexpr uint64_t kCounterLimit = uint64_t(1) << 62;
   const uint64_t v = parse_u64(meta, key, path);
-  check(v <= kMaxCounter, KILN_ERROR_FORMAT,
-        path + ": metadata \"" + key + "\" is " + std::to_string(v) + ", beyond the largest count kiln resumes (2^62)");
+  check(v < kCounterLimit, KILN_ERROR_FORMAT,
+        path + ": metadata \"" + key + "\" is " + std::to_string(v) + ", not below 2^62, the limit of kiln's counters");
   return int64_t(v);
 }
 
@@ -119,7 +121,7 @@ void Trainer::load_checkpoint(const std::string &path) {
   check(kind != meta.end(), KILN_ERROR_FORMAT, path + " is not a complete kiln checkpoint: metadata lacks \"optimizer\"");
   const std::string mine = option_text(options_, Option::optimizer);
   check(kind->second == mine, KILN_ERROR_INVALID_ARGUMENT,
-        path + " holds the state of the " + kind->second + " optimizer but this trainer uses " + mine);
+        path + " holds the state of the " + excerpt(kind->second) + " optimizer but this trainer uses " + mine);
   const int64_t epochs = parse_counter(meta, "epochs_done", path), steps = parse_counter(meta, "steps_done", path);
   const int64_t optimizer_steps = parse_counter(meta, "optimizer_steps", path);
   const uint64_t seed = parse_u64(meta, "shuffle_seed", path), counter = parse_u64(meta, "shuffle_counter", path);
@@ -133,21 +135,22 @@ void Trainer::load_checkpoint(const std::string &path) {
   std::vector<std::pair<std::string, Tensor>> staged_state;
   for (const auto &s : optimizer_.state()) staged_state.emplace_back(s.first, zeros_like(s.second));
   const std::vector<Slot> expected = slots(*model_, staged_state, staged_params);
+  const std::string model = "model " + excerpt(model_->description());
   for (const Slot &s : expected) {
     const io::SafetensorsFile::Entry *e = file.find(s.name);
     check(e != nullptr, KILN_ERROR_SHAPE_MISMATCH,
           path + " has no tensor \"" + s.name + "\": it was written for another architecture or optimizer setting "
-                 "than this trainer's (model " + model_->description() + ")");
+                 "than this trainer's (" + model + ")");
     check(e->shape == s.target.shape(), KILN_ERROR_SHAPE_MISMATCH,
           "\"" + s.name + "\" has shape " + e->shape.str() + " in " + path + " but " + s.target.shape().str() +
-              " in the trainer (model " + model_->description() + ")");
+              " in the trainer (" + model + ")");
     check(e->dtype == s.target.dtype(), KILN_ERROR_DTYPE_MISMATCH,
           "\"" + s.name + "\" is " + dtype_name(e->dtype) + " in " + path + " but " + dtype_name(s.target.dtype()) +
               " in the trainer");
   }
   check(file.entries().size() == expected.size(), KILN_ERROR_SHAPE_MISMATCH,
         path + " holds " + std::to_string(file.entries().size()) + " tensors but this trainer has " +
-            std::to_string(expected.size()) + " (model " + model_->description() + ")");
+            std::to_string(expected.size()) + " (" + model + ")");
   for (const Slot &s : expected) file.read_into(s.name, s.target);
 
   model_->flat().copy_from(staged_params);

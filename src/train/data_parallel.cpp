@@ -308,6 +308,9 @@ void DataParallel::load_checkpoint(const std::string &path) {
 }
 
 void DataParallel::attach(std::shared_ptr<Collective> comm) {
+  // From the progress callback, the running pass would go on with another
+  // communicator, and the weights broadcast under its feet.
+  BusyScope busy(busy_, "kiln_trainer_attach_communicator");
   check(devices() == 1, KILN_ERROR_NOT_SUPPORTED,
         "this trainer is DataParallel over " + std::to_string(devices()) +
             " devices; distributed training runs one device per rank (one trainer per process or GPU)");

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/excerpt.hpp"
 #include "train/trainer.hpp"
 
 namespace kiln {
@@ -74,7 +75,7 @@ void Trainer::attach(std::shared_ptr<Collective> comm) {
   }
   check(what.empty(), KILN_ERROR_INVALID_ARGUMENT,
         "the model or trainer options of rank(s) " + differing_ranks + " differ from rank 0's in: " + what +
-            " (this rank has " + here + ")");
+            " (this rank has " + excerpt(here, 300) + ")");
 
   // Rank 0's weights, optimizer state and counters, so every rank starts
   // from the same point (a rank that resumed a checkpoint, or seeded its

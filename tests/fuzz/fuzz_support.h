@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -66,11 +67,19 @@ static kiln_context *kiln_fuzz_context(void) {
   return ctx;
 }
 
+/* The longest message kiln_last_error() may return (kiln.h). */
+#define KILN_FUZZ_MAX_MESSAGE 1024
+
 /* Aborts (a crash to libFuzzer, a failure to CTest) unless status is KILN_OK
  * or one of the n statuses in allowed: an untrusted file may be rejected, but
- * only with a status that says it is the file's fault. */
+ * only with a status that says it is the file's fault, and a message of at
+ * most 1 KiB whatever the input quotes. */
 static void kiln_fuzz_expect(const char *call, kiln_status status, const kiln_status *allowed, size_t n) {
   if (status == KILN_OK) return;
+  if (strlen(kiln_last_error()) > KILN_FUZZ_MAX_MESSAGE) {
+    fprintf(stderr, "kiln fuzz harness: %s returned a message of %zu bytes\n", call, strlen(kiln_last_error()));
+    abort();
+  }
   for (size_t i = 0; i < n; ++i)
     if (status == allowed[i]) return;
   fprintf(stderr, "kiln fuzz harness: %s returned %s: %s\n", call, kiln_status_name(status), kiln_last_error());

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/excerpt.hpp"
 #include "onnx/plugin.hpp"
 
 namespace kiln::onnx_plugin {
@@ -21,12 +22,15 @@ constexpr int64_t kMinImportOpset = 9;
 constexpr int64_t kMaxImportOpset = 23;
 constexpr int64_t kMaxFileBytes = KILN_ONNX_MAX_FILE_BYTES;
 
-// Writes message into reason (truncated, NUL-terminated) and returns status.
+// Writes message into reason (NUL-terminated; an excerpt saying how much was
+// left out when it does not fit) and returns status.
 inline kiln_status refuse(kiln_status status, const std::string &message, char *reason, int64_t reason_size) {
   if (reason && reason_size > 0) {
-    const size_t n = std::min(message.size(), size_t(reason_size - 1));
-    std::memcpy(reason, message.data(), n);
-    reason[n] = '\0';
+    const size_t room = size_t(reason_size - 1);
+    std::string text = message.size() <= room ? message : kiln::excerpt(message, room > 40 ? room - 40 : 0);
+    text.resize(std::min(text.size(), room));
+    std::memcpy(reason, text.data(), text.size());
+    reason[text.size()] = '\0';
   }
   return status;
 }

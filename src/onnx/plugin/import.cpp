@@ -9,9 +9,13 @@
 // (x * 0.5 * (1 + erf(x / sqrt 2)), as torch.onnx.export and kiln write it),
 // which is matched whole.
 //
-// Everything the file claims is checked before it is used: every constant's
-// element count against its dimensions and the bytes it holds, so nothing
-// is allocated beyond a small multiple of the file's size.
+// Everything the file claims is checked before it is used, so that nothing
+// is allocated beyond a small multiple of the file's size and no loop runs
+// longer than the file is: the census of its wire format (wire_census.hpp)
+// before protobuf parses it, every constant's dimensions and element count
+// against the values it holds before anything is decoded or walked, and the
+// values decoded in all against the file's size (a graph that reads one huge
+// constant from thousands of nodes is refused, not decoded thousands of times).
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -23,7 +27,9 @@
 
 #include <onnx/onnx_pb.h>
 
+#include "core/excerpt.hpp"
 #include "onnx/plugin/common.hpp"
+#include "onnx/plugin/wire_census.hpp"
 
 namespace {
 
@@ -37,18 +43,9 @@ struct Refusal {
 
 [[noreturn]] void refuse(kiln_status status, const std::string &message) { throw Refusal{status, message}; }
 
-// A name from the file, quoted, printable and at most ~60 characters, so a
+// A name from the file, quoted, in a short excerpt (core/excerpt.hpp), so a
 // hostile name cannot make a message unbounded or break a terminal.
-std::string quoted(const std::string &name) {
-  constexpr size_t kLimit = 60;
-  std::string s = "\"";
-  for (size_t i = 0; i < name.size() && i < kLimit; ++i) {
-    const unsigned char c = static_cast<unsigned char>(name[i]);
-    s += (c >= 0x20 && c < 0x7f && c != '"') ? char(c) : '?';
-  }
-  if (name.size() > kLimit) s += "...";
-  return s + "\"";
-}
+std::string quoted(const std::string &name) { return "\"" + kiln::excerpt(name, 60) + "\""; }
 
 std::string dims_text(const std::vector<int64_t> &dims) {
   std::string s = "[";
@@ -77,9 +74,15 @@ void read_raw(const std::string &raw, int64_t count, std::vector<T> *out) {
   if (count) std::memcpy(out->data(), raw.data(), size_t(count) * sizeof(T));
 }
 
+// The most values the import decodes from constants in all, for a file of
+// `size` bytes: twice as many as it has bytes (each value takes at least one),
+// and room for the scalars of GELU's form and Dropout that nodes share.
+constexpr int64_t decode_budget(int64_t size) { return 2 * size + (int64_t(1) << 20); }
+
 class Reader {
  public:
-  explicit Reader(const onnx::ModelProto &model) : model_(model), g_(model.graph()) {}
+  Reader(const onnx::ModelProto &model, int64_t file_size)
+      : model_(model), g_(model.graph()), decode_left_(decode_budget(file_size)) {}
 
   OnnxGraph read() {
     check_versions();
@@ -99,6 +102,7 @@ class Reader {
   std::string input_, output_;
   int32_t elem_ = 0;       // the graph's float type
   int64_t features_ = 0;   // the width of the value at hand (0: not known yet)
+  int64_t decode_left_;    // values constant() may still decode
   OnnxGraph out_;
 
   void check_versions() {
@@ -116,10 +120,6 @@ class Reader {
                    std::to_string(kiln::onnx_plugin::kMaxImportOpset));
     }
     if (!found) refuse(KILN_ERROR_FORMAT, "the file imports no opset of the ONNX domain");
-    if (g_.node_size() > KILN_ONNX_MAX_NODES)
-      refuse(KILN_ERROR_NOT_SUPPORTED, "the graph has " + std::to_string(g_.node_size()) +
-                                           " nodes, more than KILN_ONNX_MAX_NODES (" +
-                                           std::to_string(KILN_ONNX_MAX_NODES) + ")");
   }
 
   void define(const std::string &name, const std::string &by) {
@@ -208,78 +208,92 @@ class Reader {
     return it == consumers_.end() ? none : it->second;
   }
 
-  // The constant `name` (take() checked it is one), an input of node n,
-  // decoded and checked.
-  Values constant(int n, const std::string &name) const {
-    const onnx::TensorProto &t = *constants_.at(name);
+  // The constant `name`, an input of node n: FORMAT when the input is empty
+  // (an omitted optional input where the op needs one) or not a constant.
+  const onnx::TensorProto &constant_proto(int n, const std::string &name) const {
+    auto it = constants_.find(name);
+    if (it == constants_.end())
+      refuse(KILN_ERROR_FORMAT, node_name(n) + (name.empty() ? " leaves an input it needs empty"
+                                                             : " reads " + quoted(name) + ", which is not a constant"));
+    return *it->second;
+  }
+
+  // The dimensions and element count of constant `name` of node n, checked
+  // before anything depends on them: no dimension negative or larger than
+  // any file kiln reads could fill, no count larger than that either (a
+  // weight [0, 2^62] holds no values but would drive a loop of 2^62 rows).
+  Values shape_of(int n, const std::string &name) const {
+    const onnx::TensorProto &t = constant_proto(n, name);
     const std::string what = node_name(n) + ": constant " + quoted(name);
-    if (t.data_location() == onnx::TensorProto_DataLocation_EXTERNAL || t.external_data_size() > 0)
-      refuse(KILN_ERROR_NOT_SUPPORTED, what + " keeps its data in an external file; kiln reads self-contained "
-                                              "files (onnx.save(model, path, save_as_external_data=False))");
-    if (t.has_segment()) refuse(KILN_ERROR_NOT_SUPPORTED, what + " is a segment of a tensor");
     Values v;
     v.type = t.data_type();
     for (int64_t d : t.dims()) {
       if (d < 0) refuse(KILN_ERROR_FORMAT, what + " has a negative dimension");
-      // No constant holds more elements than the file has bytes.
+      if (d > kiln::onnx_plugin::kMaxFileBytes)
+        refuse(KILN_ERROR_FORMAT, what + " has a dimension of " + std::to_string(d) +
+                                      ", more elements than any file kiln reads can hold");
       if (d > 0 && v.count > kiln::onnx_plugin::kMaxFileBytes / d)
         refuse(KILN_ERROR_FORMAT, what + " claims more elements than any file kiln reads can hold");
       v.count *= d;
       v.dims.push_back(d);
     }
+    return v;
+  }
+
+  // The constant `name` of node n, checked (shape_of) and decoded.
+  Values constant(int n, const std::string &name) {
+    const onnx::TensorProto &t = constant_proto(n, name);
+    const std::string what = node_name(n) + ": constant " + quoted(name);
+    if (t.data_location() == onnx::TensorProto_DataLocation_EXTERNAL || t.external_data_size() > 0)
+      refuse(KILN_ERROR_NOT_SUPPORTED, what + " keeps its data in an external file; kiln reads self-contained "
+                                              "files (onnx.save(model, path, save_as_external_data=False))");
+    if (t.has_segment()) refuse(KILN_ERROR_NOT_SUPPORTED, what + " is a segment of a tensor");
+    Values v = shape_of(n, name);
+    // The values it holds, in raw bytes (width bytes each) or in the typed
+    // field, must be as many as its shape says.
     const std::string &raw = t.raw_data();
-    auto expect = [&](int64_t have, int64_t element_size) {
-      if (have != v.count)
-        refuse(KILN_ERROR_FORMAT, what + " has shape " + dims_text(v.dims) + " (" + std::to_string(v.count) +
-                                      " elements) but holds " + std::to_string(have) +
-                                      (element_size ? " elements of raw data" : " values"));
-    };
+    const bool in_raw = t.has_raw_data();
+    int64_t width = 0, typed = 0;
+    switch (v.type) {
+      case onnx::TensorProto_DataType_FLOAT: width = 4, typed = t.float_data_size(); break;
+      case onnx::TensorProto_DataType_DOUBLE: width = 8, typed = t.double_data_size(); break;
+      case onnx::TensorProto_DataType_INT64: width = 8, typed = t.int64_data_size(); break;
+      // Dropout's training_mode: one byte per element in raw data, else int32_data.
+      case onnx::TensorProto_DataType_BOOL: width = 1, typed = t.int32_data_size(); break;
+      default:
+        refuse(KILN_ERROR_NOT_SUPPORTED,
+               what + " is " + type_name(v.type) + "; kiln reads FLOAT and DOUBLE parameters (and INT64 shapes)");
+    }
+    const int64_t held = in_raw ? (int64_t(raw.size()) % width ? -1 : int64_t(raw.size()) / width) : typed;
+    if (held != v.count)
+      refuse(KILN_ERROR_FORMAT, what + " has shape " + dims_text(v.dims) + " (" + std::to_string(v.count) +
+                                    " elements) but holds " + std::to_string(held) +
+                                    (in_raw ? " elements of raw data" : " values"));
+    if (v.count > decode_left_)
+      refuse(KILN_ERROR_NOT_SUPPORTED, what + " would take the values the graph's nodes read from constants past " +
+                                           "twice the file's size: kiln reads graphs whose nodes share few constants");
+    decode_left_ -= v.count;
     switch (v.type) {
       case onnx::TensorProto_DataType_FLOAT:
-        if (t.has_raw_data()) {
-          if (raw.size() % 4) expect(-1, 4);
-          expect(int64_t(raw.size() / 4), 4);
+        if (in_raw) {
           std::vector<float> f;
           read_raw(raw, v.count, &f);
           v.f.assign(f.begin(), f.end());
         } else {
-          expect(t.float_data_size(), 0);
           v.f.assign(t.float_data().begin(), t.float_data().end());
         }
         break;
       case onnx::TensorProto_DataType_DOUBLE:
-        if (t.has_raw_data()) {
-          if (raw.size() % 8) expect(-1, 8);
-          expect(int64_t(raw.size() / 8), 8);
-          read_raw(raw, v.count, &v.f);
-        } else {
-          expect(t.double_data_size(), 0);
-          v.f.assign(t.double_data().begin(), t.double_data().end());
-        }
+        if (in_raw) read_raw(raw, v.count, &v.f);
+        else v.f.assign(t.double_data().begin(), t.double_data().end());
         break;
       case onnx::TensorProto_DataType_INT64:
-        if (t.has_raw_data()) {
-          if (raw.size() % 8) expect(-1, 8);
-          expect(int64_t(raw.size() / 8), 8);
-          read_raw(raw, v.count, &v.i);
-        } else {
-          expect(t.int64_data_size(), 0);
-          v.i.assign(t.int64_data().begin(), t.int64_data().end());
-        }
+        if (in_raw) read_raw(raw, v.count, &v.i);
+        else v.i.assign(t.int64_data().begin(), t.int64_data().end());
         break;
-      case onnx::TensorProto_DataType_BOOL:
-        // Dropout's training_mode: one byte per element in raw data, else int32_data.
-        if (t.has_raw_data()) {
-          expect(int64_t(raw.size()), 1);
-          for (char c : raw) v.i.push_back(c != 0);
-        } else {
-          expect(t.int32_data_size(), 0);
-          v.i.assign(t.int32_data().begin(), t.int32_data().end());
-        }
-        break;
-      default:
-        refuse(KILN_ERROR_NOT_SUPPORTED,
-               what + " is " + type_name(v.type) + "; kiln reads FLOAT and DOUBLE parameters (and INT64 shapes)");
+      default:  // BOOL
+        if (in_raw) for (char c : raw) v.i.push_back(c != 0);
+        else v.i.assign(t.int32_data().begin(), t.int32_data().end());
     }
     for (double x : v.f)
       if (!std::isfinite(x)) refuse(KILN_ERROR_FORMAT, what + " holds a value that is not finite");
@@ -287,7 +301,7 @@ class Reader {
   }
 
   // A parameter: the graph's float type, as the input is.
-  Values parameter(int n, const std::string &name) const {
+  Values parameter(int n, const std::string &name) {
     Values v = constant(n, name);
     if (v.type != elem_)
       refuse(KILN_ERROR_FORMAT, node_name(n) + ": parameter " + quoted(name) + " is " + type_name(v.type) +
@@ -296,7 +310,7 @@ class Reader {
   }
 
   // A float scalar ([] or [1]), of any float type.
-  double scalar(int n, const std::string &name) const {
+  double scalar(int n, const std::string &name) {
     const Values v = constant(n, name);
     if (v.f.size() != 1 || v.dims.size() > 1)
       refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + ": " + quoted(name) + " must be a float scalar, it is " +
@@ -304,8 +318,10 @@ class Reader {
     return v.f[0];
   }
 
-  bool is_scalar(int n, const std::string &name, double want) const {
-    if (!constants_.count(name)) return false;
+  // Whether `name` is a constant scalar of value want; decodes only a
+  // constant of one element.
+  bool is_scalar(int n, const std::string &name, double want) {
+    if (!constants_.count(name) || shape_of(n, name).count != 1) return false;
     const Values v = constant(n, name);
     return v.f.size() == 1 && v.dims.size() <= 1 && std::fabs(v.f[0] - want) <= 1e-6 * std::fabs(want);
   }
@@ -400,14 +416,29 @@ class Reader {
     return bytes;
   }
 
-  // A Linear from node n: weight [out, in] and an optional bias [out].
-  void add_linear(int n, int64_t in, int64_t out, const std::vector<double> &weight, const std::vector<double> *bias) {
-    if (features_ && in != features_)
-      refuse(KILN_ERROR_FORMAT, node_name(n) + "'s weight takes " + std::to_string(in) +
+  // Node n's 2-D weight, [in, out] as the file lays it out for MatMul and
+  // Gemm without transB, [out, in] with it; refused unless both sizes are at
+  // least 1, before any loop over them (then in * out is the count of values
+  // the file holds).
+  Values weight_of(int n, const std::string &name, bool out_first, int64_t *in, int64_t *out) {
+    Values b = parameter(n, name);
+    if (b.dims.size() != 2)
+      refuse(KILN_ERROR_FORMAT, node_name(n) + ": weight " + quoted(name) + " has shape " + dims_text(b.dims) +
+                                    ", not 2-D");
+    *out = out_first ? b.dims[0] : b.dims[1];
+    *in = out_first ? b.dims[1] : b.dims[0];
+    if (*in < 1 || *out < 1)
+      refuse(KILN_ERROR_FORMAT, node_name(n) + "'s weight is empty ([" + std::to_string(*out) + ", " +
+                                    std::to_string(*in) + "] as [out, in])");
+    if (features_ && *in != features_)
+      refuse(KILN_ERROR_FORMAT, node_name(n) + "'s weight takes " + std::to_string(*in) +
                                     " features but its input has " + std::to_string(features_));
-    if (in < 1 || out < 1)
-      refuse(KILN_ERROR_FORMAT, node_name(n) + "'s weight is empty ([" + std::to_string(out) + ", " +
-                                    std::to_string(in) + "] as [out, in])");
+    return b;
+  }
+
+  // A Linear from node n: weight [out, in] and an optional bias [out]
+  // (weight_of checked the sizes).
+  void add_linear(int n, int64_t in, int64_t out, const std::vector<double> &weight, const std::vector<double> *bias) {
     OnnxLayer l;
     l.kind = KILN_LAYER_LINEAR;
     l.in = in;
@@ -432,7 +463,7 @@ class Reader {
 
   // A bias of `out` elements from a constant of shape [out], [1, out], or a
   // scalar ([] or [1]) broadcast, times beta.
-  std::vector<double> bias_of(int n, const std::string &name, int64_t out, double beta) const {
+  std::vector<double> bias_of(int n, const std::string &name, int64_t out, double beta) {
     const Values c = parameter(n, name);
     std::vector<double> bias;
     if (c.count == 1 && c.dims.size() <= 1 && out != 1) {
@@ -457,11 +488,8 @@ class Reader {
     const int64_t trans_b = int_attribute(n, "transB", 0);
     if (trans_b != 0 && trans_b != 1) refuse(KILN_ERROR_FORMAT, node_name(n) + " has transB other than 0 or 1");
     const double alpha = float_attribute(n, "alpha", 1.0), beta = float_attribute(n, "beta", 1.0);
-    const Values b = parameter(n, node.input(1));
-    if (b.dims.size() != 2)
-      refuse(KILN_ERROR_FORMAT, node_name(n) + ": weight " + quoted(node.input(1)) + " has shape " +
-                                    dims_text(b.dims) + ", not 2-D");
-    const int64_t out = trans_b ? b.dims[0] : b.dims[1], in = trans_b ? b.dims[1] : b.dims[0];
+    int64_t in = 0, out = 0;
+    const Values b = weight_of(n, node.input(1), trans_b != 0, &in, &out);
     std::vector<double> weight(b.f.size());
     for (int64_t o = 0; o < out; ++o)
       for (int64_t i = 0; i < in; ++i)
@@ -478,11 +506,8 @@ class Reader {
   std::string matmul(int n, const std::string &current) {
     allow_attributes(n, {});
     std::string result = take(n, current, 2, 2);
-    const Values b = parameter(n, g_.node(n).input(1));
-    if (b.dims.size() != 2)
-      refuse(KILN_ERROR_FORMAT, node_name(n) + ": weight " + quoted(g_.node(n).input(1)) + " has shape " +
-                                    dims_text(b.dims) + ", not 2-D");
-    const int64_t in = b.dims[0], out = b.dims[1];
+    int64_t in = 0, out = 0;
+    const Values b = weight_of(n, g_.node(n).input(1), false, &in, &out);
     std::vector<double> weight(b.f.size());
     for (int64_t o = 0; o < out; ++o)
       for (int64_t i = 0; i < in; ++i) weight[size_t(o * in + i)] = b.f[size_t(i * out + o)];
@@ -681,12 +706,27 @@ __attribute__((visibility("default"))) kiln_status kiln_onnx_import(const char *
   try {
     if (size < 0 || size > kiln::onnx_plugin::kMaxFileBytes)
       return refuse(KILN_ERROR_NOT_SUPPORTED, "the file is larger than KILN_ONNX_MAX_FILE_BYTES", reason, reason_size);
-    onnx::ModelProto model;
-    if (!model.ParseFromArray(bytes, int(size)))
-      return refuse(KILN_ERROR_FORMAT, "the file is not an ONNX model: protobuf cannot parse it (truncated or corrupt)",
+    constexpr const char *kUnparsable =
+        "the file is not an ONNX model: protobuf cannot parse it (truncated or corrupt)";
+    // Counted before protobuf allocates an object for each of its messages.
+    const kiln::onnx_plugin::WireCensus census = kiln::onnx_plugin::take_census(bytes, size);
+    if (!census.well_formed) return refuse(KILN_ERROR_FORMAT, kUnparsable, reason, reason_size);
+    if (census.graph_nodes > KILN_ONNX_MAX_NODES)
+      return refuse(KILN_ERROR_NOT_SUPPORTED,
+                    "the graph has " + std::to_string(census.graph_nodes) + " nodes, more than KILN_ONNX_MAX_NODES (" +
+                        std::to_string(KILN_ONNX_MAX_NODES) + ")",
                     reason, reason_size);
+    if (census.parsed_bytes > kiln::onnx_plugin::parse_budget(size))
+      return refuse(KILN_ERROR_NOT_SUPPORTED,
+                    "the file would take about " + std::to_string(census.parsed_bytes >> 20) +
+                        " MiB once parsed, more than kiln allows for a file of " + std::to_string(size) +
+                        " bytes (16 MiB + 4 times its size): it holds many more small messages or fields than "
+                        "an MLP's file",
+                    reason, reason_size);
+    onnx::ModelProto model;
+    if (!model.ParseFromArray(bytes, int(size))) return refuse(KILN_ERROR_FORMAT, kUnparsable, reason, reason_size);
     if (!model.has_graph()) return refuse(KILN_ERROR_FORMAT, "the file holds no graph", reason, reason_size);
-    *graph = Reader(model).read();
+    *graph = Reader(model, size).read();
     return KILN_OK;
   } catch (const Refusal &r) {
     return refuse(r.status, r.message, reason, reason_size);

@@ -1335,7 +1335,8 @@ extern "C" {
     #[doc = " state_dict PyTorch saved (safetensors or torch.save) holds no spec: FORMAT,"]
     #[doc = " saying so and which spec fits its tensors, for kiln_model_load_with_spec;"]
     #[doc = " an empty file is FORMAT saying it is empty. Loading is linear in the"]
-    #[doc = " file's size. Any thread."]
+    #[doc = " file's size and in the model's layers (so are kiln_model_load_weights,"]
+    #[doc = " kiln_model_load_with_spec and kiln_trainer_load_checkpoint). Any thread."]
     pub fn kiln_model_load(
         ctx: *mut kiln_context,
         path: *const ::std::os::raw::c_char,
@@ -1450,9 +1451,11 @@ extern "C" {
     #[doc = "                  file, a parameter type other than FLOAT/DOUBLE, a file"]
     #[doc = "                  or graph over the limits above, or no plugin;"]
     #[doc = "   FORMAT         a file protobuf cannot parse (truncated, corrupt, not"]
-    #[doc = "                  ONNX), a constant whose data does not match its shape,"]
-    #[doc = "                  shapes that do not chain, a parameter whose type differs"]
-    #[doc = "                  from the input's, non-finite values, bad attributes;"]
+    #[doc = "                  ONNX), a constant whose data does not match its shape or"]
+    #[doc = "                  with a dimension larger than any file holds, an empty"]
+    #[doc = "                  weight, an omitted (\"\") input the op needs, shapes that"]
+    #[doc = "                  do not chain, a parameter whose type differs from the"]
+    #[doc = "                  input's, non-finite values, bad attributes;"]
     #[doc = "   IO             the file cannot be opened or read, or is not a regular file;"]
     #[doc = "   INVALID_ARGUMENT NULL ctx/path/out; INVALID_HANDLE a released ctx; OOM."]
     #[doc = " On failure *out is NULL and nothing else changes."]
@@ -2314,8 +2317,9 @@ fn bindgen_test_layout_kiln_progress() {
 #[doc = " return KILN_ERROR_CANCELLED (the model keeps the updates done so far)."]
 #[doc = " Inside it, the trainer may be read (epochs_done, current_lr,"]
 #[doc = " save_checkpoint) and released (fit keeps it alive until it returns);"]
-#[doc = " kiln_trainer_step, _epoch, _fit, _evaluate and _load_checkpoint on the same"]
-#[doc = " trainer return KILN_ERROR_BUSY."]
+#[doc = " kiln_trainer_step, _epoch, _fit, _evaluate, _load_checkpoint and"]
+#[doc = " kiln_trainer_attach_communicator on the same trainer return"]
+#[doc = " KILN_ERROR_BUSY."]
 pub type kiln_progress_fn = ::std::option::Option<
     unsafe extern "C" fn(
         user: *mut ::std::os::raw::c_void,
@@ -2441,11 +2445,12 @@ extern "C" {
     #[doc = " and runs on devices[i]. For DDP inside one process: one thread per GPU, each"]
     #[doc = " with its own model on its GPU and its own trainer attached to its"]
     #[doc = " communicator; the ranks meet in every collective, so each must be driven by"]
-    #[doc = " a thread of its own. KILN_ERROR_INVALID_ARGUMENT for count < 1, a CPU"]
+    #[doc = " a thread of its own. KILN_ERROR_INVALID_ARGUMENT for count outside"]
+    #[doc = " [1, KILN_MAX_DATA_PARALLEL_DEVICES] (out is then left untouched), a CPU"]
     #[doc = " device or a device listed twice; KILN_ERROR_DEVICE_UNAVAILABLE for a GPU"]
     #[doc = " that does not exist or a missing plugin; KILN_ERROR_NOT_SUPPORTED when the"]
-    #[doc = " plugin was built without NCCL. On failure every out[i] is NULL. Each"]
-    #[doc = " out[i] is released with kiln_communicator_release."]
+    #[doc = " plugin was built without NCCL. On any other failure every out[i] is NULL."]
+    #[doc = " Each out[i] is released with kiln_communicator_release."]
     pub fn kiln_communicator_create_local(
         ctx: *mut kiln_context,
         devices: *const kiln_device,
@@ -2495,7 +2500,8 @@ extern "C" {
     #[doc = " (every option but the progress interval, fast path and devices) differ"]
     #[doc = " between ranks, naming the ranks and what differs; KILN_ERROR_NOT_SUPPORTED when comm cannot reduce"]
     #[doc = " buffers of the trainer's device (a CUDA model with a plugin built without"]
-    #[doc = " NCCL); KILN_ERROR_COMMUNICATION when the exchange fails. From then on"]
+    #[doc = " NCCL); KILN_ERROR_COMMUNICATION when the exchange fails; KILN_ERROR_BUSY"]
+    #[doc = " from the trainer's own progress callback. From then on"]
     #[doc = " kiln_trainer_step also averages gradients (every rank must call it, each"]
     #[doc = " with its own batch; the loss returned is this rank's batch's)."]
     pub fn kiln_trainer_attach_communicator(
