@@ -1,9 +1,9 @@
 # What building kiln needs beyond a C/C++ compiler, CMake and ninja, each
 # found without pkg-config where that is missing (a bare GPU image may lack
 # it; scripts/gpu-check.sh and scripts/gpu-rehearsal.sh build there):
-#  - zlib: its headers and a library to link. CMake's FindZLIB first; else
-#    the headers from CMAKE_PREFIX_PATH (a carried zlib1g-dev) with the
-#    system's libz.so.1, which every Debian or Ubuntu system has.
+#  - zlib: its headers (the system's, or a carried zlib1g-dev's from
+#    CMAKE_PREFIX_PATH) and the shared library (libz.so, else the system's
+#    libz.so.1, which every Debian or Ubuntu system has).
 #  - OpenBLAS: nothing at build time. libkiln loads it at run time
 #    (src/backend/cpu/gemm.cpp, with its own declarations in cblas_api.hpp);
 #    the build only records the libopenblas.so.0 it finds, to try first,
@@ -16,13 +16,13 @@
 find_package(PkgConfig QUIET)
 find_package(Threads REQUIRED)
 
-find_package(ZLIB QUIET)
-if(NOT ZLIB_FOUND)
-  # libz.so (zlib1g-dev's link name) may be missing or a dangling link in a
-  # carried tree: link the run-time library itself.
-  find_library(ZLIB_LIBRARY NAMES z libz.so.1)
-  find_package(ZLIB)
-endif()
+# A shared zlib, found before FindZLIB looks: libkiln.so cannot link Debian's
+# libz.a (not position-independent), and a carried zlib1g-dev holds libz.a
+# beside a libz.so link that dangles without zlib1g, so "z" alone would pick
+# the archive there. libz.so.1, the run-time library itself, is on every
+# Debian or Ubuntu system.
+find_library(ZLIB_LIBRARY NAMES libz.so libz.so.1)
+find_package(ZLIB)
 if(NOT ZLIB_FOUND)
   message(FATAL_ERROR "kiln needs zlib's headers (zlib.h) and library: install zlib1g-dev, or point "
     "CMAKE_PREFIX_PATH at a tree holding include/zlib.h (scripts/gpu-check.sh unpacks a carried zlib1g-dev)")
