@@ -21,7 +21,14 @@ find_package(Threads REQUIRED)
 # beside a libz.so link that dangles without zlib1g, so "z" alone would pick
 # the archive there. libz.so.1, the run-time library itself, is on every
 # Debian or Ubuntu system.
-find_library(ZLIB_LIBRARY NAMES libz.so libz.so.1)
+# Normal variables, so that they also override a cache that an earlier
+# configure filled with the archive (FindZLIB's target takes
+# ZLIB_LIBRARY_RELEASE in a Release build).
+find_library(KILN_ZLIB_LIBRARY NAMES libz.so libz.so.1)
+if(KILN_ZLIB_LIBRARY)
+  set(ZLIB_LIBRARY ${KILN_ZLIB_LIBRARY})
+  set(ZLIB_LIBRARY_RELEASE ${KILN_ZLIB_LIBRARY})
+endif()
 find_package(ZLIB)
 if(NOT ZLIB_FOUND)
   message(FATAL_ERROR "kiln needs zlib's headers (zlib.h) and library: install zlib1g-dev, or point "
