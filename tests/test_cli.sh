@@ -139,59 +139,67 @@ expect 0 '^index,class$' "$kiln" predict "$model" --input "$data/t10k-images-idx
 expect 0 '"output": "classes", "count": 2, "width": 10, "values": \[[0-9], [0-9]\]}$' "$kiln" predict "$model" \
   --input "$data/t10k-images-idx3-ubyte.gz" --device cpu --count 2 --format json
 # The same numbers computed another way: the model file's weights and the
-# test images read here (perl, core modules only), the forward pass in
-# double precision.
-perl - "$model" "$data/t10k-images-idx3-ubyte.gz" "$data/t10k-labels-idx1-ubyte.gz" "$work" >"$work/out" 2>"$work/err" <<'PERL' || fail "kiln predict --format csv|json disagrees with the reference"
-use strict; use warnings; use JSON::PP; use IO::Uncompress::Gunzip qw(gunzip $GunzipError);
-my ($model, $images, $labels, $work) = @ARGV;
-my $n = 7;
-open(my $fh, "<:raw", $model) or die $!; local $/; my $bytes = <$fh>; close $fh;
-my $len = unpack("Q<", substr($bytes, 0, 8));
-my $header = decode_json(substr($bytes, 8, $len));
-sub tensor { my $e = $header->{$_[0]}; my ($b, $e2) = @{$e->{data_offsets}};
-             return [unpack("f<*", substr($bytes, 8 + $len + $b, $e2 - $b))]; }
-my ($w0, $b0, $w2, $b2) = map { tensor($_) } qw(0.weight 0.bias 2.weight 2.bias);
-my ($img, $lab); gunzip($images => \$img) or die $GunzipError; gunzip($labels => \$lab) or die $GunzipError;
-my (@logits, @probs, @classes);
-for my $i (0 .. $n - 1) {
-  my @x = map { $_ / 255 } unpack("C64", substr($img, 16 + 64 * $i, 64));
-  my @h = map { my $o = $_; my $s = $b0->[$o]; $s += $w0->[$o * 64 + $_] * $x[$_] for 0 .. 63; $s > 0 ? $s : 0 } 0 .. 15;
-  my @z = map { my $o = $_; my $s = $b2->[$o]; $s += $w2->[$o * 16 + $_] * $h[$_] for 0 .. 15; $s } 0 .. 9;
-  my $max = $z[0]; $max = $_ > $max ? $_ : $max for @z;
-  my $sum = 0; $sum += exp($_ - $max) for @z;
-  push @logits, \@z; push @probs, [map { exp($_ - $max) / $sum } @z];
-  push @classes, (sort { $z[$b] <=> $z[$a] } 0 .. 9)[0];
-}
-my @truth = unpack("C$n", substr($lab, 8, $n));
-sub slurp { open(my $f, "<", "$work/$_[0]") or die "$_[0]: $!"; local $/; my $t = <$f>; return $t; }
-sub close_to { my ($got, $want, $what) = @_; abs($got - $want) <= 1e-5 + 1e-5 * abs($want) or die "$what: kiln $got, reference $want\n"; }
-for my $what (qw(logits probabilities classes)) {
-  my @csv = split /\n/, slurp("$what.csv");
-  my $json = decode_json(slurp("$what.json"));
-  my @head = split /,/, shift @csv;
-  my $want_head = $what eq "classes" ? "index,class,label" :
-      join(",", "index", (map { ($what eq "logits" ? "logit_" : "probability_") . $_ } 0 .. 9), "label");
-  join(",", @head) eq $want_head or die "$what.csv header: @head\n";
-  @csv == $n && @{$json->{values}} == $n && $json->{count} == $n && $json->{width} == 10 &&
-      $json->{output} eq $what or die "$what: not $n rows of 10 classes\n";
-  for my $i (0 .. $n - 1) {
-    my @row = split /,/, $csv[$i];
-    $row[0] == $i && $row[-1] == $truth[$i] && $json->{labels}[$i] == $truth[$i] or die "$what row $i: index or label\n";
-    if ($what eq "classes") {
-      # kiln's class has the largest logit (within rounding) of the reference's
-      abs($logits[$i][$row[1]] - $logits[$i][$classes[$i]]) <= 1e-5 or die "classes row $i: kiln $row[1], reference $classes[$i]\n";
-      $json->{values}[$i] == $row[1] or die "classes row $i: json differs from csv\n";
-      next;
-    }
-    my $ref = $what eq "logits" ? $logits[$i] : $probs[$i];
-    for my $c (0 .. 9) {
-      close_to($row[$c + 1], $ref->[$c], "$what.csv [$i][$c]");
-      $json->{values}[$i][$c] == $row[$c + 1] or die "$what [$i][$c]: json $json->{values}[$i][$c], csv $row[$c + 1]\n";
-    }
-  }
-}
-print "ok\n";
-PERL
+# test images read here (python3's standard library, which the GPU image and
+# its rehearsal have; perl's JSON module is not in a minimal perl), the
+# forward pass in double precision.
+python3 - "$model" "$data/t10k-images-idx3-ubyte.gz" "$data/t10k-labels-idx1-ubyte.gz" "$work" >"$work/out" 2>"$work/err" <<'PYTHON' || fail "kiln predict --format csv|json disagrees with the reference"
+import gzip, json, math, struct, sys
+model, images, labels, work = sys.argv[1:5]
+n = 7
+raw = open(model, "rb").read()
+(length,) = struct.unpack("<Q", raw[:8])
+header = json.loads(raw[8:8 + length])
+def tensor(name):
+    b, e = header[name]["data_offsets"]
+    return struct.unpack("<%df" % ((e - b) // 4), raw[8 + length + b:8 + length + e])
+w0, b0, w2, b2 = (tensor(k) for k in ("0.weight", "0.bias", "2.weight", "2.bias"))
+img, lab = gzip.open(images).read(), gzip.open(labels).read()
+logits, probs, classes = [], [], []
+for i in range(n):
+    x = [v / 255 for v in img[16 + 64 * i:16 + 64 * (i + 1)]]
+    h = [max(0.0, b0[o] + sum(w0[o * 64 + k] * x[k] for k in range(64))) for o in range(16)]
+    z = [b2[o] + sum(w2[o * 16 + k] * h[k] for k in range(16)) for o in range(10)]
+    top = max(z)
+    total = sum(math.exp(v - top) for v in z)
+    logits.append(z)
+    probs.append([math.exp(v - top) / total for v in z])
+    classes.append(max(range(10), key=lambda c: (z[c], -c)))
+truth = list(lab[8:8 + n])
+def fail(message):
+    sys.exit(message)
+def close_to(got, want, what):
+    if abs(got - want) > 1e-5 + 1e-5 * abs(want):
+        fail("%s: kiln %r, reference %r" % (what, got, want))
+for what in ("logits", "probabilities", "classes"):
+    rows = open("%s/%s.csv" % (work, what)).read().splitlines()
+    doc = json.load(open("%s/%s.json" % (work, what)))
+    head = rows.pop(0)
+    prefix = "logit_" if what == "logits" else "probability_"
+    want_head = "index,class,label" if what == "classes" else ",".join(
+        ["index"] + [prefix + str(c) for c in range(10)] + ["label"])
+    if head != want_head:
+        fail("%s.csv header: %s" % (what, head))
+    if not (len(rows) == n and len(doc["values"]) == n and doc["count"] == n and doc["width"] == 10
+            and doc["output"] == what):
+        fail("%s: not %d rows of 10 classes" % (what, n))
+    for i in range(n):
+        row = rows[i].split(",")
+        if not (int(row[0]) == i and int(row[-1]) == truth[i] and doc["labels"][i] == truth[i]):
+            fail("%s row %d: index or label" % (what, i))
+        if what == "classes":
+            # kiln's class has the largest logit (within rounding) of the reference's
+            if abs(logits[i][int(row[1])] - logits[i][classes[i]]) > 1e-5:
+                fail("classes row %d: kiln %s, reference %d" % (i, row[1], classes[i]))
+            if doc["values"][i] != int(row[1]):
+                fail("classes row %d: json differs from csv" % i)
+            continue
+        ref = logits[i] if what == "logits" else probs[i]
+        for c in range(10):
+            close_to(float(row[c + 1]), ref[c], "%s.csv [%d][%d]" % (what, i, c))
+            if doc["values"][i][c] != float(row[c + 1]):
+                fail("%s [%d][%d]: json %r, csv %s" % (what, i, c, doc["values"][i][c], row[c + 1]))
+print("ok")
+PYTHON
 passed=$((passed + 1))
 
 # ---- torch.save files: PyTorch's state_dicts, read with --spec ------------------

@@ -211,7 +211,7 @@ static int attach_inside(void *user, const kiln_progress *p) {
  * communicator and broadcast weights under the running pass: BUSY, and the
  * fit goes on as if nothing was asked. */
 static void test_attach_from_progress_callback_is_busy(void **state) {
-  if (no_plugin() || !cpu_cases()) skip();
+  if (no_plugin() || no_mpi() || !cpu_cases()) skip();
   kiln_context *ctx = *state;
   kiln_communicator *comm = NULL;
   assert_kiln_ok(kiln_communicator_create_mpi(ctx, &comm));
