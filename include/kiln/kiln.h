@@ -543,7 +543,16 @@ typedef enum kiln_layer_kind {
   KILN_LAYER_GELU = 3,
   KILN_LAYER_TANH = 4,
   KILN_LAYER_SIGMOID = 5,
-  KILN_LAYER_DROPOUT = 6
+  KILN_LAYER_DROPOUT = 6,
+  KILN_LAYER_ELU = 7,      /* torch.nn.ELU(alpha): x > 0 ? x : alpha (e^x - 1) */
+  KILN_LAYER_SELU = 8,     /* torch.nn.SELU: its fixed scale and alpha */
+  KILN_LAYER_SOFTPLUS = 9, /* torch.nn.Softplus(beta, threshold): log(1 + e^(beta x)) / beta,
+                            * x where beta x > threshold */
+  /* The output transforms: the last layer only, softmax or log-softmax over
+   * each row of the logits (torch.nn.Softmax(dim=1), LogSoftmax(dim=1)); see
+   * kiln_model_spec_parse for what they change. */
+  KILN_LAYER_SOFTMAX = 10,
+  KILN_LAYER_LOG_SOFTMAX = 11
 } kiln_layer_kind;
 
 /* A model spec is a list of layers, built up by one thread and then given
@@ -557,16 +566,28 @@ KILN_API void kiln_model_spec_release(kiln_model_spec *spec);
  * (SHAPE_MISMATCH); both >= 1 (INVALID_ARGUMENT). */
 KILN_NODISCARD KILN_API kiln_status kiln_model_spec_add_linear(kiln_model_spec *spec, int64_t in_features,
                                                                int64_t out_features, int bias);
-/* Appends a parameterless layer: RELU, GELU, TANH, SIGMOID, LEAKY_RELU
- * (arg = negative slope, PyTorch's default 0.01) or DROPOUT (arg = drop
- * probability in [0, 1)). arg is ignored by the others. INVALID_ARGUMENT for
- * LINEAR (use kiln_model_spec_add_linear), a non-finite slope or a dropout
- * probability outside [0, 1). */
+/* Appends a parameterless layer: RELU, GELU, TANH, SIGMOID, SELU,
+ * LEAKY_RELU (arg = negative slope, PyTorch's default 0.01), ELU (arg =
+ * alpha, PyTorch's default 1.0), SOFTPLUS (arg = beta, PyTorch's default
+ * 1.0; threshold 20, PyTorch's default: kiln_model_spec_add_v2 sets another),
+ * DROPOUT (arg = drop probability in [0, 1)), or an output transform, SOFTMAX
+ * or LOG_SOFTMAX, which must stay the last layer. arg is ignored by the
+ * others. INVALID_ARGUMENT for LINEAR (use kiln_model_spec_add_linear), an
+ * unknown kind, a non-finite slope or alpha, a beta that is 0 or not finite,
+ * a dropout probability outside [0, 1), or any layer after an output
+ * transform (nothing is added then). One thread per spec. */
 KILN_NODISCARD KILN_API kiln_status kiln_model_spec_add(kiln_model_spec *spec, kiln_layer_kind kind, double arg);
+/* As kiln_model_spec_add, with the layer's second parameter arg2: SOFTPLUS's
+ * threshold (finite; PyTorch's default is 20), ignored by every other kind.
+ * Statuses as kiln_model_spec_add, and INVALID_ARGUMENT for a threshold that
+ * is not finite. */
+KILN_NODISCARD KILN_API kiln_status kiln_model_spec_add_v2(kiln_model_spec *spec, kiln_layer_kind kind, double arg,
+                                                           double arg2);
 /* Appends a whole MLP: Linear(sizes[0], sizes[1]), activation, ...,
  * Linear(sizes[n-2], sizes[n-1]) with biases; n >= 2. activation is RELU,
- * LEAKY_RELU (slope 0.01), GELU, TANH or SIGMOID (INVALID_ARGUMENT for the
- * others and for n < 2). */
+ * LEAKY_RELU (slope 0.01), GELU, TANH, SIGMOID, ELU (alpha 1), SELU or
+ * SOFTPLUS (beta 1, threshold 20) (INVALID_ARGUMENT for the others and for
+ * n < 2). */
 KILN_NODISCARD KILN_API kiln_status kiln_model_spec_add_mlp(kiln_model_spec *spec, const int64_t *sizes, int64_t n,
                                                             kiln_layer_kind activation);
 /* Parses a spec and appends its layers after the spec's last layer, with no
@@ -577,14 +598,34 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_spec_add_mlp(kiln_model_spec *spe
  *   compact     SIZES[:OPTION]...    "784-32-10", "784-256-256-10:gelu:dropout=0.2"
  *     SIZES     IN-HIDDEN-...-OUT, at least two: a Linear with bias between
  *               each two sizes
- *     OPTION    relu (the default), gelu, tanh, sigmoid, leaky_relu or
- *               leaky_relu=SLOPE: the activation after each hidden Linear;
- *               dropout=P: a Dropout(P) after each hidden activation;
- *               flatten: an nn.Flatten() first; each at most once, any order
+ *     OPTION    relu (the default), gelu, tanh, sigmoid, selu, leaky_relu or
+ *               leaky_relu=SLOPE, elu or elu=ALPHA, softplus, softplus=BETA
+ *               or softplus=BETA,THRESHOLD: the activation after each hidden
+ *               Linear; dropout=P: a Dropout(P) after each hidden
+ *               activation; flatten: an nn.Flatten() first; softmax or
+ *               log_softmax: the output transform after the last Linear;
+ *               each at most once, any order
  *   layer list  LAYER[;LAYER]...     "flatten;linear(784,32);relu;linear(32,10)"
  *     LAYER     linear(IN,OUT), linear(IN,OUT,nobias), relu, gelu, tanh,
- *               sigmoid, leaky_relu or leaky_relu(SLOPE) (default 0.01),
- *               dropout or dropout(P) (default 0.5), flatten
+ *               sigmoid, selu, leaky_relu or leaky_relu(SLOPE) (default
+ *               0.01), elu or elu(ALPHA) (default 1), softplus,
+ *               softplus(BETA) or softplus(BETA,THRESHOLD) (defaults 1 and
+ *               20), dropout or dropout(P) (default 0.5), flatten, softmax
+ *               and log_softmax (last only), input(N) (first only)
+ *
+ * softmax and log_softmax are the model's output transform, as a PyTorch
+ * classifier ending in nn.Softmax(dim=1) or nn.LogSoftmax(dim=1):
+ * kiln_model_forward and kiln_model_predict with KILN_PREDICT_LOGITS return
+ * the transformed rows, KILN_PREDICT_PROBABILITIES the softmax and
+ * KILN_PREDICT_CLASSES the argmax of the logits under it. A trainer trains
+ * the logits under it with the cross-entropy loss, which takes logits: the
+ * same as PyTorch's NLLLoss over the log-softmax (kiln_trainer_create refuses
+ * the MSE and BCE losses for such a model, since they would not see the
+ * transformed outputs). input(N) declares the features per sample of a model
+ * without a Linear (e.g. "input(10);elu(2)", an activation imported from
+ * ONNX); with Linears it must equal the first one's in_features. Such a
+ * model has no parameters: it predicts, saves, loads and exports, but does
+ * not train.
  *
  * Every layer takes the next index of PyTorch's nn.Sequential, which names
  * the parameters (kiln_model_parameter_name): 784-32-10 has 0.weight,
@@ -593,9 +634,10 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_spec_add_mlp(kiln_model_spec *spe
  * values per sample, such as [N, 1, 28, 28] images), but it takes an index,
  * so "784-32-10:flatten" has 1.weight, 1.bias, 3.weight, 3.bias, as
  * nn.Sequential(nn.Flatten(), nn.Linear(784, 32), nn.ReLU(), nn.Linear(32,
- * 10)). kiln_model_describe writes the compact form whenever it says the
- * same. INVALID_ARGUMENT for malformed text, with the offending part quoted
- * (cut short). */
+ * 10)); input(N) takes none. kiln_model_describe writes the compact form
+ * whenever it says the same. INVALID_ARGUMENT for malformed text, with the
+ * offending part quoted (cut short), and for a layer after softmax or
+ * log_softmax, or input(N) anywhere but first. */
 KILN_NODISCARD KILN_API kiln_status kiln_model_spec_parse(kiln_model_spec *spec, const char *text);
 
 /* Creates a model with f32 parameters on device, initialised from the
@@ -780,6 +822,29 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_load_with_spec(kiln_context *ctx,
  * weights should not be changed (a concurrent training step may be half
  * seen). */
 KILN_NODISCARD KILN_API kiln_status kiln_model_export_onnx(const kiln_model *model, const char *path);
+
+/* Flags of kiln_model_export_onnx_v2 (bits). */
+typedef enum kiln_onnx_export_flags {
+  KILN_ONNX_EXPORT_DEFAULT = 0,
+  /* Every parameter (Linear weights and biases) in a data file beside the
+   * model, named after it ("mlp.onnx" -> "mlp.onnx.data", as PyTorch's
+   * exporter names it), which the model refers to by that relative name,
+   * offset, length and the file's SHA-1 (ONNX's external data): move the
+   * two files together. Without this flag a model goes that way only when
+   * its file would exceed KILN_ONNX_MAX_FILE_BYTES (protobuf's own limit is
+   * 2 GiB). */
+  KILN_ONNX_EXPORT_EXTERNAL_DATA = 1
+} kiln_onnx_export_flags;
+
+/* As kiln_model_export_onnx, with flags (kiln_onnx_export_flags bits, 0 for
+ * the defaults). The data file is written (atomically) before the model
+ * file, so a model file never names a data file that is not there; a crash
+ * between the two leaves the old model file, whose checksum then tells its
+ * old data file from the new one at import. Statuses as
+ * kiln_model_export_onnx, and INVALID_ARGUMENT for unknown flag bits. Thread:
+ * as kiln_model_export_onnx. */
+KILN_NODISCARD KILN_API kiln_status kiln_model_export_onnx_v2(const kiln_model *model, const char *path,
+                                                              uint32_t flags);
 /* Creates a CPU model (move it with kiln_model_to) from an ONNX file holding
  * an MLP: one graph input [batch, features...] of FLOAT or DOUBLE, one
  * output, and between them a chain of nodes, each reading the previous one's
@@ -1073,7 +1138,10 @@ KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_fast_path(kiln_trai
 /* A trainer for model on the model's device; it keeps the model alive and
  * copies options (NULL = defaults); the caller owns *out. NOT_SUPPORTED for
  * TF32 on the CPU and TF32/BF16 with an f64 model; INVALID_ARGUMENT for an
- * unknown name in KILN_ENABLE or KILN_DISABLE. Used by one thread at a time, and while it
+ * unknown name in KILN_ENABLE or KILN_DISABLE, a model without parameters
+ * (no Linear: nothing to train), and the MSE or BCE loss for a model with an
+ * output transform (softmax, log_softmax: see kiln_model_spec_parse; the
+ * cross-entropy loss trains the logits under it). Used by one thread at a time, and while it
  * trains, no other thread may change or run the model. */
 KILN_NODISCARD KILN_API kiln_status kiln_trainer_create(kiln_model *model, const kiln_trainer_options *options,
                                                         kiln_trainer **out);
