@@ -256,6 +256,21 @@ int main(int argc, char **argv) {
     b.gemm("fc2", "a", "y", 2, 3);
     b.write(dir, "gelu_erf.onnx");
   }
+  {  // The same with the products the other way round, as torch.export's exporter writes it (opset 18):
+     // Div -> Erf -> Add 1 -> Mul(0.5, .) -> Mul(x, .).
+    Builder b(18, F32, {4}, 2);
+    b.gemm("fc1", "x", "h", 3, 4);
+    b.constant("sqrt2", std::sqrt(2.0));
+    b.constant("one", 1.0);
+    b.constant("half", 0.5);
+    b.node("Div", "div", {"h", "sqrt2"}, "q");
+    b.node("Erf", "erf", {"q"}, "e");
+    b.node("Add", "add", {"e", "one"}, "s");
+    b.node("Mul", "mul_half", {"half", "s"}, "m");
+    b.node("Mul", "mul", {"h", "m"}, "a");
+    b.gemm("fc2", "a", "y", 2, 3);
+    b.write(dir, "gelu_erf_torch_export.onnx");
+  }
 
   // ---- constant folding, opsets 7 and 8, the new layers ----------------------
   {  // Transpose(W) -> MatMul, as older exporters write nn.Linear without a bias.
@@ -327,6 +342,20 @@ int main(int argc, char **argv) {
     b.gemm("fc5", "a4", "z", 2, 3);
     Builder::attr_int(b.node("LogSoftmax", "log_softmax", {"z"}, "y"), "axis", 1);
     b.write(dir, "new_activations_f64.onnx");
+  }
+  {  // Softplus with its threshold written out, as PyTorch's torch.export-based exporter writes
+     // nn.Softplus(threshold=0.5): Where(Greater(h, 0.5), h, Softplus(h)), between Gemms.
+    Builder b(18, F32, {4}, 2);
+    b.gemm("fc1", "x", "h", 3, 4);
+    b.node("Softplus", "curve", {"h"}, "sp");
+    onnx::TensorProto *t = b.g->add_initializer();
+    t->set_name("threshold");
+    t->set_data_type(F32);
+    t->add_float_data(0.5f);
+    b.node("Greater", "past", {"h", "threshold"}, "c");
+    b.node("Where", "where", {"c", "h", "sp"}, "a");
+    b.gemm("fc2", "a", "y", 2, 3);
+    b.write(dir, "softplus_where.onnx");
   }
   {  // An activation alone: [N, 2, 3] -> Elu(2), a model without a Linear.
     Builder b(13, F32, {2, 3}, 6);
@@ -512,6 +541,17 @@ int main(int argc, char **argv) {
     b.node("Elu", "elu", {"x"}, "a");
     Builder::attr_int(b.node("Softmax", "axis_softmax", {"a"}, "y"), "axis", 2);
     b.write(dir, "softmax_axis.onnx");
+  }
+  {  // Dropout with training_mode true: random in inference.
+    Builder b(13, F32, {4}, 2);
+    b.gemm("fc1", "x", "h", 2, 4);
+    b.constant("ratio", 0.5);
+    onnx::TensorProto *mode = b.g->add_initializer();
+    mode->set_name("training");
+    mode->set_data_type(onnx::TensorProto_DataType_BOOL);
+    mode->add_int32_data(1);
+    b.node("Dropout", "training_dropout", {"h", "ratio", "training"}, "y");
+    b.write(dir, "dropout_training.onnx");
   }
   {  // SELU with another alpha than PyTorch's.
     Builder b(13, F32, {4}, 2);

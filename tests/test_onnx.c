@@ -240,6 +240,13 @@ static void ref_new_activations(const double *x, double *y) {
   softmax_row(y, 2, 1);
 }
 
+static void ref_softplus_where(const double *x, double *y) {
+  double h[3];
+  linear(x, h, 4, 3, 0, w_out_in, 1, 1, 1);
+  for (int i = 0; i < 3; ++i) h[i] = softplus(h[i], 1, 0.5);
+  linear(h, y, 3, 2, 2, w_out_in, 3, 1, 1);
+}
+
 /* Constant folding: Transpose(W) -> MatMul (as older exporters write a
  * Linear without bias), and Cast, Reshape, Identity, Unsqueeze, Squeeze
  * and a Constant of value_floats. */
@@ -262,6 +269,8 @@ static void imports_new_activations(void **state) {
                "linear(4,3);elu(0.5);linear(3,3);selu;linear(3,3);softplus(1,20);linear(3,3);softplus(2,20);"
                "linear(3,2);log_softmax",
                ref_new_activations);
+  /* Softplus's threshold written out, as PyTorch 2's default exporter does. */
+  check_import(*state, "softplus_where.onnx", KILN_F32, "4-3-2:softplus=1,0.5", ref_softplus_where);
 }
 
 /* An activation alone imports as a model without a Linear, whose width is
@@ -296,6 +305,44 @@ static void imports_external_data(void **state) {
   check_import(*state, "external_link_inside.onnx", KILN_F32, "4-3-2", ref_gemm_relu);
 }
 
+/* A model from PyTorch 2.15's default torch.onnx.export (torch.export), its
+ * large weights in torch_default.onnx.data: committed with PyTorch's inputs
+ * and outputs (tests/onnx_external/make_onnx_external.py), so this runs
+ * without PyTorch. */
+static void imports_torch_default_export(void **state) {
+  fixture *f = *state;
+  const char *dir = getenv("KILN_ONNX_TORCH_FIXTURES");
+  assert_non_null(dir);
+  char path[1024];
+  snprintf(path, sizeof path, "%s/torch_default.onnx", dir);
+  kiln_model *model = NULL;
+  assert_kiln_ok(kiln_model_import_onnx(f->ctx, path, &model));
+  const char *description = NULL;
+  assert_kiln_ok(kiln_model_describe(model, &description));
+  assert_string_equal(description, "64-32-10:softplus=2,5:log_softmax");
+  float x[5 * 64], want[5 * 10];
+  snprintf(path, sizeof path, "%s/input.f32", dir);
+  FILE *in = fopen(path, "rb");
+  assert_non_null(in);
+  assert_int_equal(fread(x, sizeof x[0], 5 * 64, in), 5 * 64);
+  fclose(in);
+  snprintf(path, sizeof path, "%s/output.f32", dir);
+  in = fopen(path, "rb");
+  assert_non_null(in);
+  assert_int_equal(fread(want, sizeof want[0], 5 * 10, in), 5 * 10);
+  fclose(in);
+  const int64_t shape[4] = {5, 1, 8, 8};
+  kiln_tensor *t = kiln_test_tensor_f32(f->ctx, x, shape, 4, cpu), *y = NULL;
+  assert_kiln_ok(kiln_model_predict(model, t, KILN_PREDICT_LOGITS, &y));
+  double got[5 * 10], wanted[5 * 10];
+  kiln_test_read_f64(y, got, 50);
+  for (int i = 0; i < 50; ++i) wanted[i] = want[i];
+  assert_allclose(got, wanted, 50, 1e-5, 1e-5);
+  kiln_tensor_release(y);
+  kiln_tensor_release(t);
+  kiln_model_release(model);
+}
+
 static void imports_gemm(void **state) {
   check_import(*state, "gemm_relu.onnx", KILN_F32, "4-3-2", ref_gemm_relu);
   check_import(*state, "gemm_trans0_alpha_beta.onnx", KILN_F32, "linear(4,3);tanh;linear(3,2,nobias)", ref_trans0);
@@ -310,6 +357,7 @@ static void imports_matmul_add_f64(void **state) {
 static void imports_gelu(void **state) {
   check_import(*state, "gelu_op.onnx", KILN_F32, "4-3-2:gelu", ref_gelu);
   check_import(*state, "gelu_erf.onnx", KILN_F32, "4-3-2:gelu", ref_gelu);
+  check_import(*state, "gelu_erf_torch_export.onnx", KILN_F32, "4-3-2:gelu", ref_gelu);
 }
 
 /* export -> import gives the same model: the same layers (Dropout left out)
@@ -464,7 +512,8 @@ static void refusals(void **state) {
       {"erf_opset8.onnx", KILN_ERROR_FORMAT, "\"early_erf\" (\"Erf\") needs opset 9 or later, but the file imports opset 8"},
       {"softmax_not_last.onnx", KILN_ERROR_NOT_SUPPORTED, "\"middle_softmax\" (\"Softmax\") is not the graph's last node"},
       {"softmax_axis.onnx", KILN_ERROR_NOT_SUPPORTED, "\"axis_softmax\" (\"Softmax\") works along axis 2 of a value of rank 3"},
-      {"selu_custom.onnx", KILN_ERROR_NOT_SUPPORTED, "\"custom_selu\" (\"Selu\") has alpha 2"},
+      {"selu_custom.onnx", KILN_ERROR_NOT_SUPPORTED, "\"custom_selu\" (\"Selu\") has alpha 2 and gamma 1.0507"},
+      {"dropout_training.onnx", KILN_ERROR_NOT_SUPPORTED, "\"training_dropout\" (\"Dropout\") has training_mode true"},
       {"cast_int32.onnx", KILN_ERROR_NOT_SUPPORTED, "\"cast_int32\" (\"Cast\") casts to INT32"},
       {"reshape_bad.onnx", KILN_ERROR_FORMAT, "\"bad_reshape\" (\"Reshape\") reshapes [12] to [5, 3]"},
       {"transpose_bad.onnx", KILN_ERROR_FORMAT, "\"bad_transpose\" (\"Transpose\")'s perm is not a permutation"},
@@ -715,6 +764,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(imports_new_activations, setup, teardown),
       cmocka_unit_test_setup_teardown(imports_activation_only, setup, teardown),
       cmocka_unit_test_setup_teardown(imports_external_data, setup, teardown),
+      cmocka_unit_test_setup_teardown(imports_torch_default_export, setup, teardown),
       cmocka_unit_test_setup_teardown(export_round_trips, setup, teardown),
       cmocka_unit_test_setup_teardown(export_external_data, setup, teardown),
       cmocka_unit_test_setup_teardown(export_files, setup, teardown),

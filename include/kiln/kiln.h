@@ -693,7 +693,8 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_parameter_name(const kiln_model *
 
 /* Forward pass without gradients: x is [batch, input_size] (any float dtype
  * or u8, converted to the model's dtype), on the model's device; *out is
- * [batch, output_size] logits. x may come from any context (a tensor is
+ * [batch, output_size] logits, or the rows of the model's output transform
+ * when it ends in softmax or log_softmax (kiln_model_spec_parse). x may come from any context (a tensor is
  * memory on a device; the model's context runs the pass and owns *out),
  * whereas a dataset's tensors must be of its own context. SHAPE_MISMATCH
  * unless x has >= 2 dimensions and input_size elements per row,
@@ -702,9 +703,9 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_parameter_name(const kiln_model *
 KILN_NODISCARD KILN_API kiln_status kiln_model_forward(kiln_model *model, const kiln_tensor *x, kiln_tensor **out);
 
 typedef enum kiln_predict_kind {
-  KILN_PREDICT_LOGITS = 0,
-  KILN_PREDICT_PROBABILITIES = 1, /* softmax of the logits */
-  KILN_PREDICT_CLASSES = 2        /* argmax, i64 [batch] */
+  KILN_PREDICT_LOGITS = 0,        /* the model's output: logits, or its output transform's rows */
+  KILN_PREDICT_PROBABILITIES = 1, /* softmax of the logits (under any output transform) */
+  KILN_PREDICT_CLASSES = 2        /* argmax of the logits, i64 [batch] */
 } kiln_predict_kind;
 
 /* Evaluation-mode forward pass (Dropout off, whatever the model's mode): x
@@ -792,32 +793,50 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_load_with_spec(kiln_context *ctx,
  * libonnx-dev or the plugin cannot be loaded.
  * ====================================================================== */
 
-/* The largest ONNX file kiln reads or writes, in bytes (protobuf's own limit
- * is 2 GiB). Reading is linear in the file's size and allocates a small
- * multiple of it: before protobuf parses a file, kiln counts its nodes and
- * the memory its messages would take from the bytes themselves, and refuses
- * (NOT_SUPPORTED) a graph of more than KILN_ONNX_MAX_NODES nodes or a file
- * that would take more than 16 MiB plus 4 times its size once parsed (many
- * small messages: protobuf allocates an object for each); and the values its
- * nodes read from constants may add up to twice the file's size at most. */
+/* The largest ONNX model file kiln reads or writes, in bytes (protobuf's own
+ * limit is 2 GiB); a larger model keeps its weights in a data file beside it
+ * (external data, below). Reading is linear in the files' sizes and
+ * allocates a small multiple of them: before protobuf parses a file, kiln
+ * counts its nodes and the memory its messages would take from the bytes
+ * themselves, and refuses (NOT_SUPPORTED) a graph of more than
+ * KILN_ONNX_MAX_NODES nodes or a file that would take more than 16 MiB plus
+ * 4 times its size once parsed (many small messages: protobuf allocates an
+ * object for each); the values its nodes read from constants (folded ones
+ * included) may add up to twice the size of the model file and the
+ * external data files it names at most; and no tensor may claim more than
+ * KILN_ONNX_MAX_FILE_BYTES elements. */
 #define KILN_ONNX_MAX_FILE_BYTES (INT64_C(1) << 30)
 /* The most nodes (Constant nodes included) a graph kiln reads may have. */
 #define KILN_ONNX_MAX_NODES 4096
 
 /* Writes model as an ONNX file (IR version 8, opset 13 of the ONNX domain)
  * that onnx.checker accepts and ONNX Runtime runs: one input "input"
- * [batch, in] and one output "logits" [batch, out] of the model's dtype
- * (FLOAT for f32, DOUBLE for f64), batch a symbolic dimension. Each Linear is
- * a Gemm with transB = 1 over an initializer in kiln's [out, in] layout named
- * as kiln_model_parameter_name ("0.weight", "0.bias"); ReLU, LeakyReLU, Tanh
- * and Sigmoid are Relu, LeakyRelu, Tanh and Sigmoid; GELU is its erf form
- * (Div, Erf, Add, Mul, Mul, as torch.onnx.export writes it); Dropout is left
- * out (the inference form). The file is written atomically, like
- * kiln_model_save: a crash leaves any old file intact. The model is only
- * read (its weights are copied to the host when it lives on a GPU).
+ * [batch, in] and one output [batch, out] of the model's dtype (FLOAT for
+ * f32, DOUBLE for f64), batch a symbolic dimension, named "logits", or
+ * "probabilities" / "log_probabilities" after a softmax / log_softmax output
+ * transform (Softmax / LogSoftmax, axis 1). Each Linear is a Gemm with
+ * transB = 1 over an initializer in kiln's [out, in] layout named as
+ * kiln_model_parameter_name ("0.weight", "0.bias"); ReLU, LeakyReLU, Tanh,
+ * Sigmoid, ELU and SELU are Relu, LeakyRelu, Tanh, Sigmoid, Elu and Selu;
+ * GELU is its erf form (Div, Erf, Add, Mul, Mul, as torch.onnx.export writes
+ * it); Softplus is Softplus for PyTorch's defaults (beta 1, threshold 20:
+ * ONNX's Softplus has no threshold, and differs from kiln's by less than
+ * 2e-9 past it), Mul(x, beta) -> Softplus -> Div(beta) for another beta (as
+ * torch.onnx.export writes it), and that under Where(Greater(beta x,
+ * threshold), x, .) for another threshold, which is exact; Dropout is left
+ * out (the inference form); a model without a Linear is its activations (an
+ * Identity when it has none). ONNX Runtime's CPU kernels of Elu, Selu,
+ * Softplus, LeakyRelu and Erf are float only: an f64 model with those
+ * layers is valid ONNX that ONNX Runtime does not run. The parameters are
+ * inline unless the file would exceed KILN_ONNX_MAX_FILE_BYTES: then they go
+ * to a data file beside it, as kiln_model_export_onnx_v2 with
+ * KILN_ONNX_EXPORT_EXTERNAL_DATA writes it. The files are written
+ * atomically, like kiln_model_save: a crash leaves any old file intact. The
+ * model is only read (its weights are copied to the host when it lives on a
+ * GPU). Every error message starts "cannot export 'path' as ONNX".
  * Errors: INVALID_ARGUMENT for NULL model/path; INVALID_HANDLE for a
- * released model; NOT_SUPPORTED without the plugin, or for a model larger
- * than KILN_ONNX_MAX_FILE_BYTES as ONNX; IO when the file cannot be written.
+ * released model; NOT_SUPPORTED without the plugin; IO when a file cannot
+ * be written.
  * Thread: any; the model may be used by other threads meanwhile, but its
  * weights should not be changed (a concurrent training step may be half
  * seen). */
@@ -848,31 +867,55 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_export_onnx_v2(const kiln_model *
 /* Creates a CPU model (move it with kiln_model_to) from an ONNX file holding
  * an MLP: one graph input [batch, features...] of FLOAT or DOUBLE, one
  * output, and between them a chain of nodes, each reading the previous one's
- * output, with constants (initializers or Constant nodes) for every other
- * input. Read: Gemm (transB 0 or 1, alpha, beta; C of [out], [1, out] or a
- * scalar), MatMul by an [in, out] constant with an optional Add of a bias
- * right after it, Relu, LeakyRelu, Gelu (the exact form) and GELU's erf form
- * as above, Tanh, Sigmoid, Identity, Dropout (kept as kiln's Dropout of its
- * ratio, so the model trains as it was built), and Flatten (axis 1) or
- * Reshape to [-1 or 0, features] before the first layer. Opsets 9 to 23 of
- * the ONNX domain, IR versions 3 to 12. The model's dtype is the input's; every parameter must
- * have it. It starts in training mode, as kiln_model_create; the caller owns
- * *out (kiln_model_release). The file is read once and not kept open; a file
- * larger than KILN_ONNX_MAX_FILE_BYTES is refused before it is read.
+ * output, with constants for every other input. Constants are initializers,
+ * Constant nodes (value, value_float(s), value_int(s)), and what Transpose,
+ * Reshape, Cast (to FLOAT, DOUBLE, INT64), Unsqueeze, Squeeze and Identity
+ * compute from constants, which the import does (older exporters write a
+ * Linear without bias as Transpose(W) -> MatMul). Read: Gemm (transB 0 or
+ * 1, alpha, beta; C of [out], [1, out] or a scalar), MatMul by an [in, out]
+ * constant with an optional Add of a bias right after it, Relu, LeakyRelu,
+ * Elu, Selu (PyTorch's alpha and scale only), Softplus (as PyTorch's with
+ * threshold 20; Mul(x, beta) -> Softplus -> Div(beta) as Softplus(beta);
+ * Where(Greater(beta x, t), x, that) as Softplus(beta, t)), Gelu (the exact
+ * form) and GELU's erf form as above (its two products in either order),
+ * Tanh, Sigmoid, Identity, Dropout (kept as kiln's Dropout of its ratio, so
+ * the model trains as it was built; training_mode true is refused), Flatten
+ * (axis 1) or Reshape to [-1 or 0, features] before the first layer, and
+ * Softmax or LogSoftmax as the last node, over each sample's features, as
+ * the model's output transform (axis 1 before opset 13; axis 1 or -1 of a
+ * rank-2 value from 13). A graph without Gemm or MatMul is a model without
+ * a Linear (input(N) in kiln_model_spec_parse), its width the input's
+ * declared features (at most KILN_ONNX_MAX_FILE_BYTES). Opsets 7 to 28 of
+ * the ONNX domain (older ones: convert them with onnx.version_converter),
+ * IR versions 3 to 14. The model's dtype is the input's; every parameter
+ * must have it. A tensor may keep its data in a file beside the model
+ * (TensorProto.external_data: location, offset, length, checksum, the
+ * file's SHA-1 in hex), as PyTorch's exporter and
+ * kiln_model_export_onnx_v2 write it: the location is a path relative to
+ * the model's folder that must stay in it (FORMAT for an absolute path, a
+ * ".." component or a symbolic link that leads out of the folder; IO when
+ * the file is missing), every range is checked against the file's size
+ * before it is read (FORMAT), and a checksum that differs from the file's is
+ * FORMAT. The model starts in training mode, as kiln_model_create; the
+ * caller owns *out (kiln_model_release). The files are read once and not
+ * kept open; a model file larger than KILN_ONNX_MAX_FILE_BYTES is refused
+ * before it is read. Every error message starts "cannot import 'path'".
  * Errors, each message naming the node (by name, or "#index" and op type):
  *   NOT_SUPPORTED  any other op or domain, an opset or IR version outside
  *                  the range, a graph that is not one chain (a value read by
  *                  two nodes, a node off the path, several inputs or
- *                  outputs), a constant keeping its data in an external
- *                  file, a parameter type other than FLOAT/DOUBLE, a file
- *                  or graph over the limits above, or no plugin;
+ *                  outputs, a Softmax before the end), a parameter type
+ *                  other than FLOAT/DOUBLE, a fold kiln does not compute,
+ *                  an external data key other than the four, a file or
+ *                  graph over the limits above, or no plugin;
  *   FORMAT         a file protobuf cannot parse (truncated, corrupt, not
  *                  ONNX), a constant whose data does not match its shape or
  *                  with a dimension larger than any file holds, an empty
  *                  weight, an omitted ("") input the op needs, shapes that
  *                  do not chain, a parameter whose type differs from the
- *                  input's, non-finite values, bad attributes;
- *   IO             the file cannot be opened or read, or is not a regular file;
+ *                  input's, non-finite values, bad attributes, an op the
+ *                  file's opset does not have, external data as above;
+ *   IO             a file cannot be opened or read, or is not a regular file;
  *   INVALID_ARGUMENT NULL ctx/path/out; INVALID_HANDLE a released ctx; OOM.
  * On failure *out is NULL and nothing else changes.
  * Thread: any (ctx may be shared). */

@@ -741,6 +741,13 @@ class Reader {
     return scalar_value(n, name, &v) && std::fabs(v - want) <= 1e-6 * std::fabs(want);
   }
 
+  // v in the shortest decimal that reads back as it, for messages.
+  static std::string number(double v) {
+    char text[32];
+    *std::to_chars(text, text + sizeof text - 1, v).ptr = '\0';
+    return text;
+  }
+
   // The shortest decimal that reads back as f, as a double: ONNX attributes
   // and FLOAT constants are float32, so 0.1 arrives as 0.100000001490116,
   // and the writer meant 0.1 (which keeps a model's description,
@@ -961,6 +968,11 @@ class Reader {
       const Values mode = constant(n, node.input(2));
       if (mode.type != onnx::TensorProto_DataType_BOOL || mode.count != 1)
         refuse(KILN_ERROR_FORMAT, node_name(n) + ": training_mode is not a boolean scalar");
+      // The graph drops values at random wherever it runs; a kiln Dropout
+      // does only while training, and predict is the graph's inference.
+      if (mode.i[0] != 0 && p > 0)
+        refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + " has training_mode true: it drops values at random in "
+                                                        "inference, which kiln's Dropout does only while training");
     }
     if (!(p >= 0 && p < 1))
       refuse(KILN_ERROR_FORMAT, node_name(n) + " has ratio " + std::to_string(p) + "; kiln's Dropout takes [0, 1)");
@@ -1005,7 +1017,8 @@ class Reader {
   }
 
   // GELU's erf form from `current`, which feeds exactly the nodes of
-  // users(current): Div(x, sqrt 2) -> Erf -> Add 1 -> Mul(x, .) -> Mul 0.5.
+  // users(current): Div(x, sqrt 2) -> Erf -> Add 1 -> Mul(x, .) -> Mul 0.5,
+  // or with the products the other way round (Mul 0.5 -> Mul(x, .)).
   // Returns its output, or "" when the nodes are anything else.
   std::string gelu_erf(const std::string &current) {
     const std::vector<int> &u = users(current);
@@ -1026,19 +1039,21 @@ class Reader {
         continue;
       const onnx::NodeProto &a = g_.node(add);
       const std::string &one = a.input(0) == g_.node(erf).output(0) ? a.input(1) : a.input(0);
-      if (!is_scalar(add, one, 1.0) || only_user(a.output(0)) != mul) continue;
-      const onnx::NodeProto &m = g_.node(mul);
-      if (m.op_type() != "Mul" || m.input_size() != 2 || m.output_size() != 1 ||
-          !((m.input(0) == current && m.input(1) == a.output(0)) || (m.input(1) == current && m.input(0) == a.output(0))))
-        continue;
-      const int half = only_user(m.output(0));
-      if (half < 0 || g_.node(half).op_type() != "Mul" || g_.node(half).input_size() != 2 ||
-          g_.node(half).output_size() != 1)
-        continue;
+      if (!is_scalar(add, one, 1.0)) continue;
+      // The two products in either order: x * sum, then * 0.5 (kiln's and
+      // TorchScript's export), or 0.5 * sum, then x * (torch.export's).
+      const int next = only_user(a.output(0));
+      if (next < 0 || !plain(next, "Mul", 2)) continue;
+      const onnx::NodeProto &n1 = g_.node(next);
+      const std::string &other = n1.input(0) == a.output(0) ? n1.input(1) : n1.input(0);
+      const bool x_first = other == current && next == mul;
+      if (!x_first && !is_scalar(next, other, 0.5)) continue;
+      const int half = x_first ? only_user(n1.output(0)) : mul;
+      if (half < 0 || !plain(half, "Mul", 2) || (!x_first && only_user(n1.output(0)) != mul)) continue;
       const onnx::NodeProto &h = g_.node(half);
-      const std::string &c = h.input(0) == m.output(0) ? h.input(1) : h.input(0);
-      if (!is_scalar(half, c, 0.5)) continue;
-      for (int node : {div, erf, add, mul, half}) {
+      const std::string &c = h.input(0) == n1.output(0) ? h.input(1) : h.input(0);
+      if (!(x_first ? is_scalar(half, c, 0.5) : c == current)) continue;
+      for (int node : {div, erf, add, next, half}) {
         allow_attributes(node, {});
         visit(node);
       }
@@ -1078,40 +1093,66 @@ class Reader {
            d.input(0) == numerator && is_scalar(n, d.input(1), value);
   }
 
-  // Softplus(beta, threshold) as kiln writes it, from `current`, which
-  // feeds exactly the nodes Mul and Where of
-  //   m = Mul(x, beta); s = Div(Softplus(m), beta); y = Where(Greater(m, threshold), x, s).
-  // Returns y, or "" when the nodes are anything else.
+  // The node that writes `value`, or -1 (a constant, the input).
+  int producer(const std::string &value) const {
+    auto it = producers_.find(value);
+    return it == producers_.end() ? -1 : it->second;
+  }
+
+  // Whether exactly `nodes` read `value` (which is not the graph's output).
+  bool read_only_by(const std::string &value, std::vector<int> nodes) const {
+    std::vector<int> u = users(value);
+    std::sort(u.begin(), u.end());
+    std::sort(nodes.begin(), nodes.end());
+    return value != output_ && u == nodes;
+  }
+
+  bool plain(int n, const char *op, int inputs) const {
+    const onnx::NodeProto &node = g_.node(n);
+    return node.op_type() == op && node.input_size() == inputs && node.output_size() == 1 &&
+           node.attribute_size() == 0;
+  }
+
+  // Softplus(beta, threshold) with PyTorch's threshold written out, as
+  // kiln and PyTorch's torch.export-based exporter write it, from `current`:
+  //   s = Mul(x, beta) (or x itself for beta 1); c = Div(Softplus(s), beta)
+  //   (or Softplus(s)); y = Where(Greater(s, threshold), x, c).
+  // Returns y, or "" when the nodes around `current` are anything else.
   std::string softplus_where(const std::string &current) {
-    const std::vector<int> &u = users(current);
-    if (u.size() != 2) return "";
-    for (int first = 0; first < 2; ++first) {
-      const int mul = u[size_t(first)], where = u[size_t(1 - first)];
+    int where = -1;
+    for (int n : users(current))
+      if (plain(n, "Where", 3) && g_.node(n).input(1) == current) where = n;
+    if (where < 0) return "";
+    const onnx::NodeProto &w = g_.node(where);
+    const int gt = producer(w.input(0)), curve = producer(w.input(2));
+    double threshold = 0, beta = 1;
+    if (gt < 0 || curve < 0 || !plain(gt, "Greater", 2) || !scalar_value(gt, g_.node(gt).input(1), &threshold))
+      return "";
+    const std::string &scaled = g_.node(gt).input(0);
+    std::vector<int> form = {gt, where};
+    int sp = curve;
+    if (plain(curve, "Div", 2)) {  // beta != 1: Mul before, Div after
+      const int mul = producer(scaled);
+      if (mul < 0 || !plain(mul, "Mul", 2) || !scalar_value(curve, g_.node(curve).input(1), &beta) || beta == 0)
+        return "";
       const onnx::NodeProto &m = g_.node(mul);
-      if (m.op_type() != "Mul" || m.input_size() != 2 || m.output_size() != 1 || m.attribute_size() != 0) continue;
       const std::string &b = m.input(0) == current ? m.input(1) : m.input(0);
-      double beta = 0, threshold = 0;
-      if (b == current || !scalar_value(mul, b, &beta) || beta == 0) continue;
-      const std::vector<int> &mu = users(m.output(0));
-      if (mu.size() != 2 || m.output(0) == output_) continue;
-      const int sp = softplus_node(mu[0]) ? mu[0] : mu[1], gt = sp == mu[0] ? mu[1] : mu[0];
-      if (!softplus_node(sp)) continue;
-      const int div = only_user(g_.node(sp).output(0));
-      if (div < 0 || !divides_by(div, g_.node(sp).output(0), beta)) continue;
-      const onnx::NodeProto &g = g_.node(gt);
-      if (g.op_type() != "Greater" || g.input_size() != 2 || g.output_size() != 1 || g.attribute_size() != 0 ||
-          g.input(0) != m.output(0) || !scalar_value(gt, g.input(1), &threshold))
-        continue;
-      const onnx::NodeProto &w = g_.node(where);
-      if (w.op_type() != "Where" || w.input_size() != 3 || w.output_size() != 1 || w.attribute_size() != 0 ||
-          w.input(0) != g.output(0) || w.input(1) != current || w.input(2) != g_.node(div).output(0) ||
-          only_user(g.output(0)) != where || only_user(g_.node(div).output(0)) != where)
-        continue;
-      for (int node : {mul, sp, div, gt, where}) visit(node);
-      add_layer(mul, KILN_LAYER_SOFTPLUS, beta, threshold);
-      return w.output(0);
+      sp = producer(g_.node(curve).input(0));
+      if (b == current || (m.input(0) != current && m.input(1) != current) || !is_scalar(mul, b, beta) || sp < 0 ||
+          !read_only_by(current, {mul, where}) || !read_only_by(scaled, {sp, gt}) ||
+          !read_only_by(g_.node(sp).output(0), {curve}) || !read_only_by(g_.node(curve).output(0), {where}))
+        return "";
+      form.insert(form.begin(), {mul, curve});
+    } else if (scaled != current || !read_only_by(current, {sp, gt, where}) ||
+               !read_only_by(g_.node(sp).output(0), {where})) {
+      return "";
     }
-    return "";
+    if (!softplus_node(sp) || g_.node(sp).input(0) != scaled || !read_only_by(g_.node(gt).output(0), {where}))
+      return "";
+    form.push_back(sp);
+    for (int node : form) visit(node);
+    add_layer(sp, KILN_LAYER_SOFTPLUS, beta, threshold);
+    return w.output(0);
   }
 
   // A Softmax or LogSoftmax ending the chain: the model's output transform,
@@ -1243,9 +1284,8 @@ class Reader {
     const double alpha = float_attribute(n, "alpha", kiln::formulas::kSeluAlpha);
     const double gamma = float_attribute(n, "gamma", kiln::formulas::kSeluScale);
     if (std::fabs(alpha - kiln::formulas::kSeluAlpha) > 1e-6 || std::fabs(gamma - kiln::formulas::kSeluScale) > 1e-6)
-      refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + " has alpha " + std::to_string(alpha) + " and gamma " +
-                                           std::to_string(gamma) + "; kiln's SELU is PyTorch's (alpha 1.6732632, "
-                                                                   "scale 1.0507010)");
+      refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + " has alpha " + number(alpha) + " and gamma " + number(gamma) +
+                                           "; kiln's SELU is PyTorch's (alpha 1.6732632, scale 1.0507010)");
   }
 };
 
