@@ -565,7 +565,8 @@ static void write_bytes(const char *path, const unsigned char *bytes, size_t n) 
 }
 
 /* Every prefix of a good file is FORMAT (protobuf cannot parse it, or it
- * lacks the graph or the opset, which come last); garbage is refused. */
+ * lacks the graph or the opset, which come last; the empty one says it is
+ * empty); garbage is refused. */
 static void truncated_and_garbage(void **state) {
   fixture *f = *state;
   FILE *in = fopen(fixture_path("gemm_relu.onnx"), "rb");
@@ -580,6 +581,7 @@ static void truncated_and_garbage(void **state) {
     const kiln_status status = kiln_model_import_onnx(f->ctx, f->path, &model);
     if (status != KILN_ERROR_FORMAT)
       fail_msg("prefix of %zu bytes: %s \"%s\"", n, kiln_status_name(status), kiln_last_error());
+    if (n == 0) assert_last_error_contains("is empty (0 bytes)"); /* not "holds no graph" */
     assert_null(model);
   }
   kiln_test_rng rng = kiln_test_rng_make(11);

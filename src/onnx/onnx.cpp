@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
+#include "io/file_kind.hpp"
 #include "io/regular_file.hpp"
 #include "io/sha1.hpp"
 #include "onnx/external_data.hpp"
@@ -135,6 +136,7 @@ std::shared_ptr<Model> import_onnx(const std::shared_ptr<Context> &ctx, const st
   return prefixed(what, [&] {
     const auto import_graph = entry<kiln_onnx_import_fn>(*ctx, "kiln_onnx_import");
     const std::string bytes = read_file(path);
+    check(!bytes.empty(), KILN_ERROR_FORMAT, io::empty_file_reason(path));
     OnnxGraph graph;
     ExternalDataReader external(path);
     const OnnxExternalReader reader = external.plugin_reader();
