@@ -277,7 +277,10 @@ void test_fill_arange_cast(Backend &be) {
   check_close("f32->f64", out.values(), rounded(DType::F32, big), 0, 0);
 }
 
-double unary_ref(UnaryOp op, double x, double alpha) {
+// Each op in double from its definition (PyTorch's docs), not from
+// core/formulas: alpha is LeakyReLU's slope, ELU's alpha and Softplus's
+// beta; threshold is Softplus's.
+double unary_ref(UnaryOp op, double x, double alpha, double threshold = 0) {
   switch (op) {
     case UnaryOp::Neg: return -x;
     case UnaryOp::Abs: return std::fabs(x);
@@ -290,13 +293,21 @@ double unary_ref(UnaryOp op, double x, double alpha) {
     case UnaryOp::Sigmoid: return 1 / (1 + std::exp(-x));
     case UnaryOp::LeakyRelu: return x > 0 ? x : alpha * x;
     case UnaryOp::Identity: return x;
+    case UnaryOp::Elu: return x > 0 ? x : alpha * (std::exp(x) - 1);
+    case UnaryOp::Selu: return 1.0507009873554804934 * (x > 0 ? x : 1.6732632423543772848 * (std::exp(x) - 1));
+    case UnaryOp::Softplus: return alpha * x > threshold ? x : std::log(1 + std::exp(alpha * x)) / alpha;
   }
   return 0;
 }
 
-const UnaryOp kUnary[] = {UnaryOp::Neg,  UnaryOp::Abs,  UnaryOp::Exp,     UnaryOp::Log,       UnaryOp::Sqrt,
-                          UnaryOp::Relu, UnaryOp::Gelu, UnaryOp::Tanh,    UnaryOp::Sigmoid, UnaryOp::LeakyRelu,
-                          UnaryOp::Identity};
+const UnaryOp kUnary[] = {UnaryOp::Neg,       UnaryOp::Abs,      UnaryOp::Exp,  UnaryOp::Log,  UnaryOp::Sqrt,
+                          UnaryOp::Relu,      UnaryOp::Gelu,     UnaryOp::Tanh, UnaryOp::Sigmoid,
+                          UnaryOp::LeakyRelu, UnaryOp::Identity, UnaryOp::Elu,  UnaryOp::Selu, UnaryOp::Softplus};
+
+// The parameters the activation tests use: Softplus's threshold falls
+// inside their inputs' range, at a point no float format holds exactly (so
+// every dtype and the reference take the same side of it).
+constexpr double kTestAlpha = 0.5, kTestThreshold = 1.3;
 
 void test_unary(Backend &be) {
   for (DType t : kFloats) {
@@ -305,9 +316,9 @@ void test_unary(Backend &be) {
       const bool positive = op == UnaryOp::Log || op == UnaryOp::Sqrt;
       std::vector<double> x = rounded(t, randoms(70000, 11, positive ? 0.01 : -4, 4));
       Buf in(t, x), out(t, x.size());
-      be.unary(D, UnaryArgs{op, t, int64_t(x.size()), in.data(), out.data(), 0.1});
+      be.unary(D, UnaryArgs{op, t, int64_t(x.size()), in.data(), out.data(), kTestAlpha, kTestThreshold});
       std::vector<double> want(x.size());
-      for (size_t i = 0; i < x.size(); ++i) want[i] = unary_ref(op, x[i], 0.1);
+      for (size_t i = 0; i < x.size(); ++i) want[i] = unary_ref(op, x[i], kTestAlpha, kTestThreshold);
       check_close("values", out.values(), rounded(t, want), rtol_of(t) * 4, t == DType::F64 ? 1e-15 : 1e-6);
     }
   }
@@ -316,14 +327,14 @@ void test_unary(Backend &be) {
   int32_t vals[4] = {INT32_MIN, -3, 0, 7};
   i32.set_bytes(vals, sizeof vals);
   Buf out(DType::I32, 4);
-  be.unary(D, UnaryArgs{UnaryOp::Neg, DType::I32, 4, i32.data(), out.data(), 0});
+  be.unary(D, UnaryArgs{UnaryOp::Neg, DType::I32, 4, i32.data(), out.data(), 0, 0});
   check_close("neg wraps", out.values(), {double(INT32_MIN), 3, 0, -7}, 0, 0);
-  be.unary(D, UnaryArgs{UnaryOp::Abs, DType::I32, 4, i32.data(), out.data(), 0});
+  be.unary(D, UnaryArgs{UnaryOp::Abs, DType::I32, 4, i32.data(), out.data(), 0, 0});
   check_close("abs wraps", out.values(), {double(INT32_MIN), 3, 0, 7}, 0, 0);
-  be.unary(D, UnaryArgs{UnaryOp::Relu, DType::I32, 4, i32.data(), out.data(), 0});
+  be.unary(D, UnaryArgs{UnaryOp::Relu, DType::I32, 4, i32.data(), out.data(), 0, 0});
   check_close("relu", out.values(), {0, 0, 0, 7}, 0, 0);
   Buf u8(DType::U8, {0, 1, 255}), u8out(DType::U8, 3);
-  be.unary(D, UnaryArgs{UnaryOp::Neg, DType::U8, 3, u8.data(), u8out.data(), 0});
+  be.unary(D, UnaryArgs{UnaryOp::Neg, DType::U8, 3, u8.data(), u8out.data(), 0, 0});
   check_close("u8 neg wraps", u8out.values(), {0, 255, 1}, 0, 0);
 }
 
@@ -593,7 +604,8 @@ void test_gemm(Backend &be) {
 
 void test_bias_act(Backend &be) {
   const UnaryOp acts[] = {UnaryOp::Identity, UnaryOp::Relu, UnaryOp::LeakyRelu, UnaryOp::Gelu, UnaryOp::Tanh,
-                          UnaryOp::Sigmoid};
+                          UnaryOp::Sigmoid,  UnaryOp::Elu,  UnaryOp::Selu,      UnaryOp::Softplus};
+  const double a = kTestAlpha, th = kTestThreshold;
   const int64_t rows = 200, cols = 37;
   for (DType t : kFloats) {
     for (UnaryOp act : acts) {
@@ -602,15 +614,17 @@ void test_bias_act(Backend &be) {
         std::vector<double> y = rounded(t, randoms(size_t(rows * cols), 71, -3, 3));
         std::vector<double> bias = rounded(t, randoms(size_t(cols), 72, -1, 1));
         Buf by(t, y), bb(t, bias), pre(t, y.size());
-        be.bias_act(D, BiasActArgs{t, rows, cols, by.data(), with_bias ? bb.data() : nullptr, act, 0.05, pre.data()});
-        std::vector<double> want_pre(y.size()), want(y.size());
+        be.bias_act(D, BiasActArgs{t, rows, cols, by.data(), with_bias ? bb.data() : nullptr, act, a, th, pre.data()});
+        std::vector<double> sum(y.size()), want(y.size());
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t c = 0; c < cols; ++c) {
             const size_t k = size_t(r * cols + c);
-            want_pre[k] = y[k] + (with_bias ? bias[size_t(c)] : 0);
+            sum[k] = y[k] + (with_bias ? bias[size_t(c)] : 0);
           }
-        want_pre = rounded(t, want_pre);
-        for (size_t k = 0; k < y.size(); ++k) want[k] = unary_ref(act, want_pre[k], 0.05);
+        // pre holds the sum in t; the activation reads it in the compute
+        // type (f32 for half types), which matters at Softplus's threshold.
+        const std::vector<double> want_pre = rounded(t, sum), computed = rounded(t == DType::F64 ? t : DType::F32, sum);
+        for (size_t k = 0; k < y.size(); ++k) want[k] = unary_ref(act, computed[k], a, th);
         check_close("pre", pre.values(), want_pre, rtol_of(t), 0);
         check_close("y", by.values(), rounded(t, want), rtol_of(t) * 4, 1e-6);
 
@@ -618,16 +632,23 @@ void test_bias_act(Backend &be) {
         g_case = std::string("act_backward ") + std::to_string(int(act)) + " " + dtype_name(t);
         std::vector<double> dy = rounded(t, randoms(y.size(), 73, -1, 1));
         Buf bdy(t, dy), dx(t, y.size());
-        be.act_backward(D, ActBackwardArgs{t, int64_t(y.size()), act, 0.05, bdy.data(), pre.data(), by.data(),
+        be.act_backward(D, ActBackwardArgs{t, int64_t(y.size()), act, a, th, bdy.data(), pre.data(), by.data(),
                                            dx.data()});
         std::vector<double> want_dx(y.size());
         const std::vector<double> out = by.values();
         for (size_t k = 0; k < y.size(); ++k) {
           const double x = want_pre[k], h = 1e-6;
-          double deriv = (unary_ref(act, x + h, 0.05) - unary_ref(act, x - h, 0.05)) / (2 * h);
+          double deriv = (unary_ref(act, x + h, a, th) - unary_ref(act, x - h, a, th)) / (2 * h);
           // PyTorch's from-output forms (and its choice of 0 at ReLU's kink)
           if (act == UnaryOp::Relu) deriv = out[k] > 0 ? 1 : 0;
-          if (act == UnaryOp::LeakyRelu) deriv = out[k] > 0 ? 1 : 0.05;
+          if (act == UnaryOp::LeakyRelu) deriv = out[k] > 0 ? 1 : a;
+          // At a kink, the side PyTorch takes: ELU's and SELU's left one at
+          // 0, Softplus's curve at its threshold (x itself only past it).
+          if (act == UnaryOp::Elu && std::fabs(x) < 2 * h) deriv = x > 0 ? 1 : a * std::exp(x);
+          if (act == UnaryOp::Selu && std::fabs(x) < 2 * h)
+            deriv = 1.0507009873554804934 * (x > 0 ? 1 : 1.6732632423543772848 * std::exp(x));
+          if (act == UnaryOp::Softplus && std::fabs(a * x - th) < 2 * h * a)
+            deriv = a * x > th ? 1 : 1 / (1 + std::exp(-a * x));
           if (act == UnaryOp::Tanh) deriv = 1 - out[k] * out[k];
           if (act == UnaryOp::Sigmoid) deriv = out[k] * (1 - out[k]);
           want_dx[k] = dy[k] * deriv;

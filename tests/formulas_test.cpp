@@ -64,11 +64,37 @@ void activations() {
     close(f::tanh_grad(dy, f::tanh_act(x)), diff([](double v) { return f::tanh_act(v); }), 1e-8, "tanh_grad");
     close(f::sigmoid_grad(dy, f::sigmoid(x)), diff([](double v) { return f::sigmoid(v); }), 1e-8, "sigmoid_grad");
     close(f::gelu_grad(dy, x), diff([](double v) { return f::gelu(v); }), 1e-8, "gelu_grad");
+
+    // ELU, SELU, Softplus against their definitions in long double.
+    const LD selu_alpha = 1.6732632423543772848170429916717L, selu_scale = 1.0507009873554804934193349852946L;
+    for (double alpha : {1.0, 0.3, -0.5}) {
+      close(f::elu(x, alpha), double(xl > 0 ? xl : alpha * (std::exp(xl) - 1)), 1e-15, "elu");
+      close(f::elu(float(x), float(alpha)), double(xl > 0 ? xl : alpha * (std::exp(xl) - 1)), 4e-7, "elu f32");
+      if (std::fabs(x) > 1e-3)
+        close(f::elu_grad(dy, x, alpha), diff([&](double v) { return f::elu(v, alpha); }), 1e-8, "elu_grad");
+    }
+    close(f::selu(x), double(selu_scale * (xl > 0 ? xl : selu_alpha * (std::exp(xl) - 1))), 1e-15, "selu");
+    if (std::fabs(x) > 1e-3) close(f::selu_grad(dy, x), diff([](double v) { return f::selu(v); }), 1e-8, "selu_grad");
+    for (double beta : {1.0, 2.0, 0.5}) {
+      for (double threshold : {20.0, 1.0}) {
+        const LD want = beta * xl > threshold ? xl : std::log1p(std::exp(beta * xl)) / beta;
+        close(f::softplus(x, beta, threshold), double(want), 1e-15, "softplus");
+        close(f::softplus(float(x), float(beta), float(threshold)), double(want), 4e-7, "softplus f32");
+        if (std::fabs(beta * x - threshold) > 1e-3)  // away from the step at the threshold
+          close(f::softplus_grad(dy, x, beta, threshold),
+                diff([&](double v) { return f::softplus(v, beta, threshold); }), 1e-8, "softplus_grad");
+      }
+    }
   }
+  // Softplus with a threshold past what exp can hold stays finite.
+  check(f::softplus(500.0, 1.0, 1000.0) == 500.0 && f::softplus(-500.0, 1.0, 1000.0) >= 0,
+        "softplus without overflow");
+  check(f::softplus_grad(1.0, 500.0, 1.0, 1000.0) == 1.0, "softplus_grad without overflow");
   // NaN stays NaN, as in PyTorch.
   const double nan = std::numeric_limits<double>::quiet_NaN();
   check(std::isnan(f::relu(nan)) && std::isnan(f::leaky_relu(nan, 0.1)) && std::isnan(f::gelu(nan)) &&
-            std::isnan(f::sigmoid(nan)),
+            std::isnan(f::sigmoid(nan)) && std::isnan(f::elu(nan, 1.0)) && std::isnan(f::selu(nan)) &&
+            std::isnan(f::softplus(nan, 1.0, 20.0)),
         "NaN in, NaN out");
   check(f::sigmoid(-1000.0) == 0 && f::sigmoid(1000.0) == 1, "sigmoid saturates without NaN");
 }

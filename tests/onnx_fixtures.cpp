@@ -9,6 +9,8 @@
 // references. The good graphs are 4-3-2 MLPs in the forms exporters write;
 // the bad ones each break one rule and name the node that breaks it.
 // tests/fuzz/corpus_onnx holds copies of some of them as fuzz seeds.
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -107,6 +109,12 @@ struct Builder {
     a->set_type(onnx::AttributeProto_AttributeType_INT);
     a->set_i(v);
   }
+  static void attr_ints(onnx::NodeProto *n, const char *name, std::vector<int64_t> v) {
+    onnx::AttributeProto *a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto_AttributeType_INTS);
+    for (int64_t x : v) a->add_ints(x);
+  }
   static void attr_float(onnx::NodeProto *n, const char *name, float v) {
     onnx::AttributeProto *a = n->add_attribute();
     a->set_name(name);
@@ -131,6 +139,48 @@ struct Builder {
 };
 
 const int32_t F32 = onnx::TensorProto_DataType_FLOAT, F64 = onnx::TensorProto_DataType_DOUBLE;
+
+void write_file(const std::string &path, const std::string &bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), std::streamsize(bytes.size()));
+  if (!f) {
+    std::fprintf(stderr, "onnx_fixtures: cannot write %s\n", path.c_str());
+    std::exit(1);
+  }
+}
+
+// The data file of the external data fixtures: 16 bytes of padding, then
+// value(0, i) as float32 for i < 12 (fc1's weight [3, 4]). Its SHA-1 is
+// kExternalSha1, from Python's hashlib (an implementation other than kiln's).
+std::string external_bytes() {
+  std::string bytes(16, 'x');
+  for (int i = 0; i < 12; ++i) {
+    const float v = float(value(0, i));
+    bytes.append(reinterpret_cast<const char *>(&v), 4);
+  }
+  return bytes;
+}
+const char *const kExternalSha1 = "52DE6F8C5C81EF87B556BBC25FC6FCA67F1D5EF7";  // upper case: any case reads
+
+// A 4-3-2 MLP (Gemm -> Relu -> Gemm, parameters k = 0..3) whose fc1 weight
+// keeps its data in a file: `entries` are its external_data (key, value).
+void external_fixture(const std::string &dir, const std::string &file,
+                      std::vector<std::pair<std::string, std::string>> entries) {
+  Builder b(13, F32, {4}, 2);
+  onnx::TensorProto *w = b.param("fc1.w", {3, 4});
+  w->clear_raw_data();
+  w->set_data_location(onnx::TensorProto_DataLocation_EXTERNAL);
+  for (const auto &[key, val] : entries) {
+    onnx::StringStringEntryProto *e = w->add_external_data();
+    e->set_key(key);
+    e->set_value(val);
+  }
+  b.param("fc1.b", {3});
+  Builder::attr_int(b.node("Gemm", "external_gemm", {"x", "fc1.w", "fc1.b"}, "h"), "transB", 1);
+  b.node("Relu", "relu", {"h"}, "a");
+  b.gemm("fc2", "a", "y", 2, 3);
+  b.write(dir, file);
+}
 
 }  // namespace
 
@@ -206,12 +256,144 @@ int main(int argc, char **argv) {
     b.gemm("fc2", "a", "y", 2, 3);
     b.write(dir, "gelu_erf.onnx");
   }
+  {  // The same with the products the other way round, as torch.export's exporter writes it (opset 18):
+     // Div -> Erf -> Add 1 -> Mul(0.5, .) -> Mul(x, .).
+    Builder b(18, F32, {4}, 2);
+    b.gemm("fc1", "x", "h", 3, 4);
+    b.constant("sqrt2", std::sqrt(2.0));
+    b.constant("one", 1.0);
+    b.constant("half", 0.5);
+    b.node("Div", "div", {"h", "sqrt2"}, "q");
+    b.node("Erf", "erf", {"q"}, "e");
+    b.node("Add", "add", {"e", "one"}, "s");
+    b.node("Mul", "mul_half", {"half", "s"}, "m");
+    b.node("Mul", "mul", {"h", "m"}, "a");
+    b.gemm("fc2", "a", "y", 2, 3);
+    b.write(dir, "gelu_erf_torch_export.onnx");
+  }
+
+  // ---- constant folding, opsets 7 and 8, the new layers ----------------------
+  {  // Transpose(W) -> MatMul, as older exporters write nn.Linear without a bias.
+    Builder b(13, F32, {4}, 2);
+    b.param("w1", {3, 4});
+    Builder::attr_ints(b.node("Transpose", "transpose_w1", {"w1"}, "w1t"), "perm", {1, 0});
+    b.node("MatMul", "mm1", {"x", "w1t"}, "h");
+    b.node("Relu", "relu", {"h"}, "a");
+    b.gemm("fc2", "a", "y", 2, 3);
+    b.write(dir, "transpose_matmul.onnx");
+  }
+  {  // Cast, Reshape, Identity, Unsqueeze, Squeeze of constants and a Constant of value_floats:
+     // Gemm(x, Identity(Reshape(Cast(w [12] DOUBLE), [4, 3])), Unsqueeze(c [3], [0])) -> Tanh
+     // -> MatMul by Squeeze(w2 [1, 3, 2], [0]).
+    Builder b(13, F32, {4}, 2);
+    b.param("w_flat", {12}, F64);
+    Builder::attr_int(b.node("Cast", "cast", {"w_flat"}, "w_cast"), "to", F32);
+    b.ints("shape", {4, 3});
+    b.node("Reshape", "reshape_w", {"w_cast", "shape"}, "w");
+    b.node("Identity", "same_w", {"w"}, "w_id");
+    onnx::NodeProto *c = b.node("Constant", "c_const", {}, "c_flat");
+    onnx::AttributeProto *a = c->add_attribute();
+    a->set_name("value_floats");
+    a->set_type(onnx::AttributeProto_AttributeType_FLOATS);
+    for (float v : {0.1f, 0.2f, 0.3f}) a->add_floats(v);
+    b.ints("axes0", {0});
+    b.node("Unsqueeze", "unsqueeze_c", {"c_flat", "axes0"}, "c_row");
+    b.node("Gemm", "folded_gemm", {"x", "w_id", "c_row"}, "h");
+    b.node("Tanh", "tanh", {"h"}, "t");
+    b.param("w2", {1, 3, 2});
+    b.node("Squeeze", "squeeze_w2", {"w2", "axes0"}, "w2_2d");
+    b.node("MatMul", "mm2", {"t", "w2_2d"}, "y");
+    b.write(dir, "folded_constants.onnx");
+  }
+  {  // Opset 7: Gemm -> Dropout(ratio attribute) -> Relu -> Gemm over Squeeze(axes attribute).
+    Builder b(7, F32, {4}, 2);
+    b.gemm("fc1", "x", "h", 3, 4);
+    Builder::attr_float(b.node("Dropout", "drop7", {"h"}, "d"), "ratio", 0.25f);
+    b.node("Relu", "relu", {"d"}, "a");
+    b.param("fc2.w3", {1, 2, 3});
+    Builder::attr_ints(b.node("Squeeze", "squeeze7", {"fc2.w3"}, "fc2.w"), "axes", {0});
+    b.param("fc2.b", {2});
+    Builder::attr_int(b.node("Gemm", "fc2", {"a", "fc2.w", "fc2.b"}, "y"), "transB", 1);
+    b.write(dir, "opset7.onnx");
+  }
+  {  // Opset 8: Flatten [N, 2, 2] -> Gemm -> LeakyRelu -> Gemm -> Softmax (axis 1, opset 8's default).
+    Builder b(8, F32, {2, 2}, 2);
+    b.node("Flatten", "flatten", {"x"}, "flat");
+    b.gemm("fc1", "flat", "h", 3, 4);
+    Builder::attr_float(b.node("LeakyRelu", "leaky", {"h"}, "a"), "alpha", 0.2f);
+    b.gemm("fc2", "a", "z", 2, 3);
+    b.node("Softmax", "softmax8", {"z"}, "y");
+    b.write(dir, "opset8_softmax.onnx");
+  }
+  {  // f64: Gemm -> Elu(0.5) -> Gemm -> Selu -> Gemm -> Softplus -> Gemm -> Mul(beta 2) ->
+     // Softplus -> Div(2), nn.Softplus(beta=2) as torch.onnx.export writes it -> Gemm -> LogSoftmax.
+    Builder b(13, F64, {4}, 2);
+    b.gemm("fc1", "x", "h1", 3, 4);
+    Builder::attr_float(b.node("Elu", "elu", {"h1"}, "a1"), "alpha", 0.5f);
+    b.gemm("fc2", "a1", "h2", 3, 3);
+    b.node("Selu", "selu", {"h2"}, "a2");
+    b.gemm("fc3", "a2", "h3", 3, 3);
+    b.node("Softplus", "softplus", {"h3"}, "a3");
+    b.gemm("fc4", "a3", "h4", 3, 3);
+    b.constant("beta", 2.0);
+    b.node("Mul", "scale", {"h4", "beta"}, "s4");
+    b.node("Softplus", "softplus2", {"s4"}, "u4");
+    b.node("Div", "unscale", {"u4", "beta"}, "a4");
+    b.gemm("fc5", "a4", "z", 2, 3);
+    Builder::attr_int(b.node("LogSoftmax", "log_softmax", {"z"}, "y"), "axis", 1);
+    b.write(dir, "new_activations_f64.onnx");
+  }
+  {  // Softplus with its threshold written out, as PyTorch's torch.export-based exporter writes
+     // nn.Softplus(threshold=0.5): Where(Greater(h, 0.5), h, Softplus(h)), between Gemms.
+    Builder b(18, F32, {4}, 2);
+    b.gemm("fc1", "x", "h", 3, 4);
+    b.node("Softplus", "curve", {"h"}, "sp");
+    onnx::TensorProto *t = b.g->add_initializer();
+    t->set_name("threshold");
+    t->set_data_type(F32);
+    t->add_float_data(0.5f);
+    b.node("Greater", "past", {"h", "threshold"}, "c");
+    b.node("Where", "where", {"c", "h", "sp"}, "a");
+    b.gemm("fc2", "a", "y", 2, 3);
+    b.write(dir, "softplus_where.onnx");
+  }
+  {  // An activation alone: [N, 2, 3] -> Elu(2), a model without a Linear.
+    Builder b(13, F32, {2, 3}, 6);
+    Builder::attr_float(b.node("Elu", "lonely_elu", {"x"}, "y"), "alpha", 2.0f);
+    b.write(dir, "activation_only.onnx");
+  }
+  // ---- external data -------------------------------------------------------
+  write_file(dir + "/external_ok.bin", external_bytes());
+  external_fixture(dir, "external_ok.onnx",
+                   {{"location", "external_ok.bin"}, {"offset", "16"}, {"length", "48"}, {"checksum", kExternalSha1}});
+  // The same file through a symbolic link that stays in the folder, with no length.
+  std::remove((dir + "/link_inside.bin").c_str());
+  if (symlink("external_ok.bin", (dir + "/link_inside.bin").c_str()) != 0) std::exit(1);
+  external_fixture(dir, "external_link_inside.onnx", {{"location", "link_inside.bin"}, {"offset", "16"}});
+  // And refused: each breaks one rule, and names it.
+  std::remove((dir + "/escape.bin").c_str());
+  if (symlink("/etc/hostname", (dir + "/escape.bin").c_str()) != 0) std::exit(1);
+  external_fixture(dir, "external_symlink_out.onnx", {{"location", "escape.bin"}});
+  external_fixture(dir, "external_absolute.onnx", {{"location", "/etc/passwd"}});
+  external_fixture(dir, "external_dotdot.onnx", {{"location", "../onnx_fixture_files/external_ok.bin"}});
+  external_fixture(dir, "external_past_end.onnx", {{"location", "external_ok.bin"}, {"offset", "20"}});
+  external_fixture(dir, "external_length.onnx", {{"location", "external_ok.bin"}, {"length", "40"}});
+  external_fixture(dir, "external_offset_text.onnx", {{"location", "external_ok.bin"}, {"offset", "16 bytes"}});
+  external_fixture(dir, "external_key.onnx", {{"location", "external_ok.bin"}, {"basepath", "/"}});
+  external_fixture(dir, "external_checksum.onnx",
+                   {{"location", "external_ok.bin"}, {"offset", "16"}, {"checksum", std::string(40, '0')}});
+  external_fixture(dir, "external_no_location.onnx", {{"offset", "16"}});
+  // Seeds of tests/fuzz/corpus_onnx, for the harness's folder (fuzz_onnx.c: data.bin, escape.bin).
+  external_fixture(dir, "fuzz_external_data.onnx", {{"location", "data.bin"}, {"offset", "16"}, {"length", "48"}});
+  external_fixture(dir, "fuzz_external_escape.onnx", {{"location", "escape.bin"}, {"offset", "0"}});
+  external_fixture(dir, "fuzz_external_checksum.onnx",
+                   {{"location", "data.bin"}, {"checksum", "da39a3ee5e6b4b0d3255bfef95601890afd80709"}});
 
   // ---- refused graphs, each naming its node ----------------------------------
   {  // An op kiln does not read.
     Builder b(13, F32, {4}, 2);
     b.gemm("fc1", "x", "h", 3, 4);
-    b.node("Softmax", "mystery_softmax", {"h"}, "a");
+    b.node("Softsign", "mystery_softsign", {"h"}, "a");
     b.gemm("fc2", "a", "y", 2, 3);
     b.write(dir, "unknown_op.onnx");
   }
@@ -328,6 +510,78 @@ int main(int argc, char **argv) {
       b.node("Gemm", "tied" + std::to_string(i), {i ? "h" + std::to_string(i - 1) : "x", "tied"},
              i == 63 ? "y" : "h" + std::to_string(i));
     b.write(dir, "tied_weights.onnx");
+  }
+  {  // Opset 6 (Gemm's "broadcast"): refused, naming the converter.
+    Builder b(6, F32, {4}, 2);
+    b.gemm("fc1", "x", "y", 2, 4);
+    b.write(dir, "opset6.onnx");
+  }
+  {  // GELU's erf form at opset 8, which has no Erf.
+    Builder b(8, F32, {4}, 3);
+    b.gemm("fc1", "x", "h", 3, 4);
+    b.constant("sqrt2", std::sqrt(2.0));
+    b.constant("one", 1.0);
+    b.constant("half", 0.5);
+    b.node("Div", "div", {"h", "sqrt2"}, "q");
+    b.node("Erf", "early_erf", {"q"}, "e");
+    b.node("Add", "add", {"e", "one"}, "s");
+    b.node("Mul", "mul", {"h", "s"}, "m");
+    b.node("Mul", "mul_half", {"m", "half"}, "y");
+    b.write(dir, "erf_opset8.onnx");
+  }
+  {  // A Softmax that the chain goes on after.
+    Builder b(13, F32, {4}, 2);
+    b.gemm("fc1", "x", "h", 3, 4);
+    b.node("Softmax", "middle_softmax", {"h"}, "a");
+    b.gemm("fc2", "a", "y", 2, 3);
+    b.write(dir, "softmax_not_last.onnx");
+  }
+  {  // Softmax along one axis of a rank-3 value (opset 13): not each sample's features.
+    Builder b(13, F32, {2, 3}, 6);
+    b.node("Elu", "elu", {"x"}, "a");
+    Builder::attr_int(b.node("Softmax", "axis_softmax", {"a"}, "y"), "axis", 2);
+    b.write(dir, "softmax_axis.onnx");
+  }
+  {  // Dropout with training_mode true: random in inference.
+    Builder b(13, F32, {4}, 2);
+    b.gemm("fc1", "x", "h", 2, 4);
+    b.constant("ratio", 0.5);
+    onnx::TensorProto *mode = b.g->add_initializer();
+    mode->set_name("training");
+    mode->set_data_type(onnx::TensorProto_DataType_BOOL);
+    mode->add_int32_data(1);
+    b.node("Dropout", "training_dropout", {"h", "ratio", "training"}, "y");
+    b.write(dir, "dropout_training.onnx");
+  }
+  {  // SELU with another alpha than PyTorch's.
+    Builder b(13, F32, {4}, 2);
+    b.gemm("fc1", "x", "h", 2, 4);
+    Builder::attr_float(b.node("Selu", "custom_selu", {"h"}, "y"), "alpha", 2.0f);
+    b.write(dir, "selu_custom.onnx");
+  }
+  {  // Folding refusals: a Cast to INT32, a Reshape of 12 values to [5, 3], a Transpose by [0, 0].
+    Builder c(13, F32, {4}, 3);
+    c.param("w", {3, 4});
+    Builder::attr_int(c.node("Cast", "cast_int32", {"w"}, "wi"), "to", onnx::TensorProto_DataType_INT32);
+    Builder::attr_int(c.node("Gemm", "fc1", {"x", "wi"}, "y"), "transB", 1);
+    c.write(dir, "cast_int32.onnx");
+    Builder r(13, F32, {4}, 3);
+    r.param("w", {12});
+    r.ints("shape", {5, 3});
+    r.node("Reshape", "bad_reshape", {"w", "shape"}, "w2");
+    r.node("MatMul", "mm", {"x", "w2"}, "y");
+    r.write(dir, "reshape_bad.onnx");
+    Builder t(13, F32, {4}, 3);
+    t.param("w", {3, 4});
+    Builder::attr_ints(t.node("Transpose", "bad_transpose", {"w"}, "wt"), "perm", {0, 0});
+    t.node("MatMul", "mm", {"x", "wt"}, "y");
+    t.write(dir, "transpose_bad.onnx");
+  }
+  {  // An activation alone on an input whose features are symbolic: no width to give the model.
+    Builder b(13, F32, {}, 1);
+    b.g->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_param("F");
+    b.node("Relu", "relu", {"x"}, "y");
+    b.write(dir, "no_features.onnx");
   }
   {  // A node off the chain (reading only constants).
     Builder b(13, F32, {4}, 2);

@@ -119,7 +119,7 @@ void test_gather_cast_activation(Backend &be) {
   ab.args.t = DType::F32, ab.args.n = 50, ab.args.act = UnaryOp::LeakyRelu, ab.args.alpha = 0.2;
   ab.args.dy = ab.args.dx = dy.data(), ab.args.pre = in.data(), ab.args.y = y.data();
   run_op(be, -1, ab, &step);
-  be.act_backward(-1, ActBackwardArgs{DType::F32, 50, UnaryOp::LeakyRelu, 0.2, kdy.data(), in.data(), y.data(),
+  be.act_backward(-1, ActBackwardArgs{DType::F32, 50, UnaryOp::LeakyRelu, 0.2, 0, kdy.data(), in.data(), y.data(),
                                       kdy.data()});
   CHECK(same(dy, kdy));
   std::vector<double> want_dy(50);
@@ -129,7 +129,9 @@ void test_gather_cast_activation(Backend &be) {
 }
 
 void test_linear(Backend &be) {
-  for (UnaryOp act : {UnaryOp::Identity, UnaryOp::Relu, UnaryOp::Gelu, UnaryOp::Tanh}) {
+  // Softplus with its two parameters, which LinearOp must hand on.
+  const double beta = 1.5, threshold = 0.7;
+  for (UnaryOp act : {UnaryOp::Identity, UnaryOp::Relu, UnaryOp::Gelu, UnaryOp::Tanh, UnaryOp::Softplus}) {
     for (bool bias : {false, true}) {
       g_case = "linear act " + std::to_string(int(act)) + (bias ? " bias" : "");
       std::vector<float> x = randoms(size_t(kRows * kIn), 10), w = randoms(size_t(kOut * kIn), 11);
@@ -139,14 +141,15 @@ void test_linear(Backend &be) {
       op.t = DType::F32, op.rows = kRows, op.in = kIn, op.out = kOut;
       op.x = x.data(), op.w = w.data(), op.b = bias ? b.data() : nullptr, op.y = y.data(), op.pre = pre.data();
       op.act = act;
+      op.alpha = beta, op.threshold = threshold;
       run_op(be, -1, op, nullptr);
       GemmArgs g;
       g.t = DType::F32, g.trans_b = true, g.m = kRows, g.n = kOut, g.k = kIn;
       g.a = x.data(), g.b = w.data(), g.c = ky.data();
       be.gemm(-1, g);
       if (bias || act != UnaryOp::Identity)
-        be.bias_act(-1, BiasActArgs{DType::F32, kRows, kOut, ky.data(), bias ? b.data() : nullptr, act, 0,
-                                    kpre.data()});
+        be.bias_act(-1, BiasActArgs{DType::F32, kRows, kOut, ky.data(), bias ? b.data() : nullptr, act, beta,
+                                    threshold, kpre.data()});
       CHECK(same(y, ky));
       if (bias || act != UnaryOp::Identity) CHECK(same(pre, kpre));
       // y = act(x W^T + b) in float64.
@@ -155,10 +158,12 @@ void test_linear(Backend &be) {
         for (int64_t o = 0; o < kOut; ++o) {
           double s = bias ? b[size_t(o)] : 0;
           for (int64_t i = 0; i < kIn; ++i) s += double(x[size_t(r * kIn + i)]) * w[size_t(o * kIn + i)];
-          want[size_t(r * kOut + o)] = act == UnaryOp::Relu   ? (s > 0 ? s : 0)
-                                       : act == UnaryOp::Gelu ? gelu(s)
-                                       : act == UnaryOp::Tanh ? std::tanh(s)
-                                                              : s;
+          want[size_t(r * kOut + o)] = act == UnaryOp::Relu       ? (s > 0 ? s : 0)
+                                       : act == UnaryOp::Gelu     ? gelu(s)
+                                       : act == UnaryOp::Tanh     ? std::tanh(s)
+                                       : act == UnaryOp::Softplus ? (beta * s > threshold ? s
+                                                                     : std::log1p(std::exp(beta * s)) / beta)
+                                                                  : s;
         }
       CHECK(close(y, want, 1e-5, 1e-6));
 
@@ -168,11 +173,12 @@ void test_linear(Backend &be) {
       LinearBackwardOp bo;
       bo.t = DType::F32, bo.rows = kRows, bo.in = kIn, bo.out = kOut;
       bo.dy = dy.data(), bo.x = x.data(), bo.w = w.data(), bo.y = y.data(), bo.pre = pre.data(), bo.act = act;
+      bo.alpha = beta, bo.threshold = threshold;
       bo.dw = dw.data(), bo.db = bias ? db.data() : nullptr, bo.dx = dx.data();
       run_op(be, -1, bo, nullptr);
       if (act != UnaryOp::Identity)
-        be.act_backward(-1, ActBackwardArgs{DType::F32, kRows * kOut, act, 0, kdy.data(), pre.data(), y.data(),
-                                            kdy.data()});
+        be.act_backward(-1, ActBackwardArgs{DType::F32, kRows * kOut, act, beta, threshold, kdy.data(), pre.data(),
+                                            y.data(), kdy.data()});
       GemmArgs gw;
       gw.t = DType::F32, gw.trans_a = true, gw.m = kOut, gw.n = kIn, gw.k = kRows;
       gw.a = kdy.data(), gw.b = x.data(), gw.c = kdw.data();
@@ -192,6 +198,7 @@ void test_linear(Backend &be) {
         if (act == UnaryOp::Relu) d = p > 0 ? 1 : 0;
         if (act == UnaryOp::Tanh) d = 1 - p * p;
         if (act == UnaryOp::Gelu) d = (gelu(z + 1e-6) - gelu(z - 1e-6)) / 2e-6;
+        if (act == UnaryOp::Softplus) d = beta * z > threshold ? 1 : 1 / (1 + std::exp(-beta * z));
         dpre[k] = dy0[k] * d;
       }
       for (int64_t r = 0; r < kRows; ++r)
@@ -386,9 +393,9 @@ struct Fixture {
     GemmArgs f;
     f.t = DType::F32, f.trans_b = true, f.m = kRows, f.n = kOut, f.k = kIn, f.a = x.data(), f.b = w(), f.c = y.data();
     be.gemm(-1, f);
-    be.bias_act(-1, BiasActArgs{DType::F32, kRows, kOut, y.data(), b(), UnaryOp::Relu, 0, nullptr});
+    be.bias_act(-1, BiasActArgs{DType::F32, kRows, kOut, y.data(), b(), UnaryOp::Relu, 0, 0, nullptr});
     be.cross_entropy(-1, LossArgs{DType::F32, kRows, kOut, y.data(), batch_y.data(), 1.0 / kRows, dy.data(), stats});
-    be.act_backward(-1, ActBackwardArgs{DType::F32, kRows * kOut, UnaryOp::Relu, 0, dy.data(), nullptr, y.data(),
+    be.act_backward(-1, ActBackwardArgs{DType::F32, kRows * kOut, UnaryOp::Relu, 0, 0, dy.data(), nullptr, y.data(),
                                         dy.data()});
     GemmArgs dw;
     dw.t = DType::F32, dw.trans_a = true, dw.m = kOut, dw.n = kIn, dw.k = kRows, dw.a = dy.data(), dw.b = x.data();

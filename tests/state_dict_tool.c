@@ -48,12 +48,11 @@ static int logits(const char *path, const char *spec_text, const char *rows_text
   kiln_context *ctx = NULL;
   kiln_model_spec *spec = NULL;
   kiln_model *model = NULL;
-  kiln_tensor *x = NULL, *y = NULL, *y64 = NULL;
+  kiln_tensor *y = NULL, *y64 = NULL;
   const kiln_device cpu = {KILN_DEVICE_CPU, -1};
   const int64_t rows = strtoll(rows_text, NULL, 10);
   int64_t in = 0, out = 0;
   double *xs = NULL, *ys = NULL;
-  kiln_dtype dtype = KILN_F32;
   int rc = 0;
   if (kiln_context_create(NULL, &ctx) != KILN_OK) rc = fail("cannot create a context");
   if (!rc && strcmp(spec_text, "-") == 0) {
@@ -78,17 +77,12 @@ static int logits(const char *path, const char *spec_text, const char *rows_text
     }
     if (fp) fclose(fp);
   }
-  /* The inputs in the model's dtype (f32, or f64 for an f64 model). */
-  if (!rc) {
-    kiln_tensor *p = NULL;
-    if (kiln_model_parameter(model, 0, &p) != KILN_OK || kiln_tensor_dtype(p, &dtype) != KILN_OK)
-      rc = fail("parameter dtype");
-    kiln_tensor_release(p);
-  }
+  /* f64 inputs, which the model converts to its dtype (f32, or f64 for an
+   * f64 model), as an f32 input would be. */
   const int64_t shape[2] = {rows, in};
   kiln_tensor *x64 = NULL;
   if (!rc && (kiln_tensor_from_host(ctx, xs, rows * in * 8, shape, 2, KILN_F64, cpu, &x64) != KILN_OK ||
-              kiln_tensor_cast(x64, dtype, &x) != KILN_OK || kiln_model_forward(model, x, &y) != KILN_OK ||
+              kiln_model_forward(model, x64, &y) != KILN_OK ||
               kiln_tensor_cast(y, KILN_F64, &y64) != KILN_OK ||
               kiln_tensor_copy_to_host(y64, ys, rows * out * 8) != KILN_OK))
     rc = fail("forward");
@@ -105,7 +99,6 @@ static int logits(const char *path, const char *spec_text, const char *rows_text
   kiln_tensor_release(x64);
   kiln_tensor_release(y64);
   kiln_tensor_release(y);
-  kiln_tensor_release(x);
   kiln_model_release(model);
   kiln_model_spec_release(spec);
   kiln_context_release(ctx);

@@ -102,6 +102,13 @@ trained="$(grep '^test accuracy:' "$work/out")"
 
 # A flag of the options table that no code of the program names.
 expect 0 "test loss: [0-9.]+" "$kiln" train "${common[@]}" --epochs 1 --label-smoothing 0.1 --quiet
+# ELU, SELU and Softplus as the hidden activation: the saved spec says which.
+for act in elu selu softplus; do
+  expect 0 "test accuracy: [0-9.]+%" "$kiln" train "${common[@]}" --epochs 1 --quiet --activation $act \
+    --save "$work/$act.safetensors"
+  grep -qa "\"kiln.spec\":\"64-16-10:$act\"" "$work/$act.safetensors" || fail "--activation $act saved another spec"
+  expect 0 "^test accuracy:" "$kiln" eval "$work/$act.safetensors" --data "$data" --device cpu
+done
 
 expect 0 "^test accuracy:" "$kiln" eval "$model" --data "$data" --device cpu
 [[ "$(grep '^test accuracy:' "$work/out")" == "$trained" ]] ||
@@ -250,7 +257,8 @@ expect 1 "_use_new_zipfile_serialization=False" "$kiln" eval "$fixtures/legacy.p
 : >"$work/empty.safetensors"
 expect 1 "is empty \(0 bytes\)" "$kiln" eval "$work/empty.safetensors" --data "$data" --device cpu
 expect 0 "layer list  LAYER\[;LAYER\]" "$kiln" --help
-expect 0 "flatten: an nn.Flatten\(\) first" "$kiln" eval --help
+expect 0 "flatten: an nn.Flatten\(\)" "$kiln" eval --help
+expect 0 "softplus\[=BETA\[,THRESHOLD\]\]" "$kiln" eval --help
 
 # ---- ONNX: export, import back, the same evaluation ----------------------------
 usage_error "--onnx OUT is required" export "$model"
@@ -263,8 +271,17 @@ if [[ -n "${KILN_HAVE_ONNX:-}" ]]; then
   original="$(cat "$work/out")"
   expect 0 "^test accuracy:" "$kiln" eval "$work/onnx.safetensors" --data "$data" --device cpu
   [[ "$(cat "$work/out")" == "$original" ]] || fail "the model through ONNX evaluates to '$(cat "$work/out")', the original to '$original'"
-  expect 1 "cannot import '$model'" "$kiln" import "$model" --save "$work/not.safetensors"
+  expect 1 "^kiln import: cannot import '$model': " "$kiln" import "$model" --save "$work/not.safetensors"
   [[ ! -e "$work/not.safetensors" ]] || fail "a failed import wrote --save"
+  [[ $(grep -o "cannot import" "$work/err" | wc -l) -eq 1 ]] || fail "'cannot import' is not said once"
+  # The weights beside the model, on request: OUT.data, read back the same.
+  expect 0 "^wrote $work/ext.onnx$" "$kiln" export "$model" --onnx "$work/ext.onnx" --external-data
+  [[ -s "$work/ext.onnx.data" && $(stat -c %s "$work/ext.onnx") -lt 4096 ]] || fail "--external-data kept the weights inline"
+  expect 0 "^imported $work/ext.onnx: 64-16-10$" "$kiln" import "$work/ext.onnx" --save "$work/ext.safetensors"
+  expect 0 "^test accuracy:" "$kiln" eval "$work/ext.safetensors" --data "$data" --device cpu
+  [[ "$(cat "$work/out")" == "$original" ]] || fail "the model through external data evaluates differently"
+  expect 1 "^kiln export: cannot export '$work/no/dir/x.onnx' as ONNX: " "$kiln" export "$model" --onnx "$work/no/dir/x.onnx"
+  [[ $(grep -o "cannot export" "$work/err" | wc -l) -eq 1 ]] || fail "'cannot export' is not said once"
 else
   expect 1 "built without ONNX support" "$kiln" export "$model" --onnx "$work/model.onnx"
 fi

@@ -5,7 +5,8 @@
  * kiln_loss(kiln_model_forward(x), y) with each parameter moved by +-h
  * through the parameter views. Covered: Linear with and without bias, every
  * activation both fused after a Linear and on its own, Dropout (eval mode
- * identity, training mode mask scaling), and the three losses.
+ * identity, training mode mask scaling), a LogSoftmax output transform, and
+ * the three losses.
  *
  * The GPU half (test_gradients_cuda, KILN_TEST_DEVICE=cuda) runs the same
  * cases on cuda:0 with f32 models (f64 models are CPU-only, and f32 is too
@@ -219,6 +220,18 @@ static void test_layers_with_cross_entropy(void **state) {
       {"linear(4,6);dropout(0);gelu;linear(6,3)", KILN_LOSS_CROSS_ENTROPY, 0},
       {"linear(4,6);tanh;sigmoid;leaky_relu(0.2);relu;linear(6,3)", KILN_LOSS_CROSS_ENTROPY, 0},
       {"tanh;linear(4,6);relu;linear(6,3)", KILN_LOSS_CROSS_ENTROPY, 0},
+      /* ELU, SELU and Softplus, fused and alone, with PyTorch's parameters
+       * and others (Softplus's threshold inside the pre-activations' range). */
+      {"linear(4,6);elu;linear(6,3)", KILN_LOSS_CROSS_ENTROPY, 0},
+      {"linear(4,6);elu(-0.7);linear(6,3)", KILN_LOSS_CROSS_ENTROPY, 0},
+      {"linear(4,6);selu;linear(6,5);selu;linear(5,3)", KILN_LOSS_CROSS_ENTROPY, 0},
+      {"linear(4,6);softplus;linear(6,3)", KILN_LOSS_CROSS_ENTROPY, 0},
+      {"linear(4,6);softplus(2.5,0.4);linear(6,3)", KILN_LOSS_CROSS_ENTROPY, 0},
+      {"linear(4,6);dropout(0);elu(0.5);selu;softplus(0.5,0.1);linear(6,3)", KILN_LOSS_CROSS_ENTROPY, 0},
+      /* A LogSoftmax output transform: the trainer takes cross-entropy of the
+       * logits under it, which is the cross-entropy of its output, log
+       * softmax being softmax's own logits: the same gradient. */
+      {"linear(4,6);relu;linear(6,3);log_softmax", KILN_LOSS_CROSS_ENTROPY, 0},
       /* Dropout in evaluation mode is the identity, forward and backward. */
       {"linear(4,6);relu;dropout(0.5);linear(6,3)", KILN_LOSS_CROSS_ENTROPY, 1},
   };

@@ -122,6 +122,30 @@ static void test_spec_parse_and_describe(void **state) {
   assert_describe(ctx, "8-2:flatten", "8-2:flatten");
   assert_describe(ctx, "linear(4,3);flatten;relu;linear(3,2)", "linear(4,3);flatten;relu;linear(3,2)");
   assert_describe(ctx, "flatten;flatten;linear(4,3);relu;linear(3,2);flatten", "flatten;flatten;linear(4,3);relu;linear(3,2);flatten");
+  /* ELU, SELU, Softplus: their parameters written only where they are not
+   * PyTorch's defaults in the compact form, always in the layer list. */
+  assert_describe(ctx, "8-4-2:elu", "8-4-2:elu");
+  assert_describe(ctx, "8-4-2:elu=1", "8-4-2:elu");
+  assert_describe(ctx, "8-4-2:elu=0.5", "8-4-2:elu=0.5");
+  assert_describe(ctx, "8-4-2:selu:dropout=0.1", "8-4-2:selu:dropout=0.1");
+  assert_describe(ctx, "8-4-2:softplus", "8-4-2:softplus");
+  assert_describe(ctx, "8-4-2:softplus=2", "8-4-2:softplus=2");
+  assert_describe(ctx, "8-4-2:softplus=1,5", "8-4-2:softplus=1,5");
+  assert_describe(ctx, "linear(8,4);elu;linear(4,2)", "8-4-2:elu");
+  assert_describe(ctx, "linear(8,4);softplus(2,10);linear(4,2)", "8-4-2:softplus=2,10");
+  assert_describe(ctx, "linear(8,4,nobias);elu(0.3);selu;softplus(0.5);linear(4,2)",
+                  "linear(8,4,nobias);elu(0.3);selu;softplus(0.5,20);linear(4,2)");
+  /* Output transforms: last, compact when the rest is. */
+  assert_describe(ctx, "784-32-10:softmax", "784-32-10:softmax");
+  assert_describe(ctx, "784-32-10:log_softmax:flatten:gelu", "784-32-10:gelu:flatten:log_softmax");
+  assert_describe(ctx, "flatten;linear(784,32);relu;linear(32,10);log_softmax", "784-32-10:flatten:log_softmax");
+  assert_describe(ctx, "linear(4,3,nobias);tanh;linear(3,2);softmax", "linear(4,3,nobias);tanh;linear(3,2);softmax");
+  assert_describe(ctx, "8-2:softmax", "8-2:softmax");
+  /* Models without a Linear declare their input; with one it is redundant. */
+  assert_describe(ctx, "input(6);elu(2)", "input(6);elu(2)");
+  assert_describe(ctx, "input(6);softplus;dropout(0.5);log_softmax", "input(6);softplus(1,20);dropout(0.5);log_softmax");
+  assert_describe(ctx, "input(6)", "input(6)");
+  assert_describe(ctx, "input(8);linear(8,4);relu;linear(4,2)", "8-4-2");
 }
 
 /* A Flatten takes an nn.Sequential index, so the parameters after it are
@@ -231,11 +255,26 @@ static void test_spec_errors(void **state) {
   assert_status(kiln_model_spec_add_mlp(spec, NULL, 2, KILN_LAYER_RELU), KILN_ERROR_INVALID_ARGUMENT);
   const int64_t two[] = {32, 8};
   assert_status(kiln_model_spec_add_mlp(spec, two, 2, KILN_LAYER_DROPOUT), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_model_spec_add_mlp(spec, two, 2, KILN_LAYER_SOFTMAX), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_model_spec_add(spec, KILN_LAYER_ELU, INFINITY), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("ELU alpha must be finite");
+  assert_status(kiln_model_spec_add(spec, KILN_LAYER_SOFTPLUS, 0), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("Softplus beta must be finite and not 0");
+  assert_status(kiln_model_spec_add_v2(spec, KILN_LAYER_SOFTPLUS, 1, NAN), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("Softplus threshold must be finite");
+  assert_status(kiln_model_spec_add_v2(NULL, KILN_LAYER_SOFTPLUS, 1, 20), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_model_spec_add_v2(spec, (kiln_layer_kind)12, 1, 20), KILN_ERROR_INVALID_ARGUMENT);
 
   static const char *bad[] = {"", "784", "784-x-10", "784--10", "784-0-10", "784-32-10:swish", "784-32-10:dropout=1",
                               "784-32-10:dropout=-0.5", "784-32-10:dropout", "784-32-10:relu:gelu",
                               "linear(3)", "linear(3,2", "conv(3,3)", "relu(2)", "linear(3,2,bias)", "dropout(2)",
-                              "784-32-10:flatten=1", "784-32-10:flatten:flatten", "flatten(1);linear(3,2)"};
+                              "784-32-10:flatten=1", "784-32-10:flatten:flatten", "flatten(1);linear(3,2)",
+                              "784-32-10:selu=1", "784-32-10:elu=", "784-32-10:elu=1,2", "784-32-10:softplus=1,2,3",
+                              "784-32-10:softplus=0", "784-32-10:elu:selu", "784-32-10:softmax:log_softmax",
+                              "784-32-10:softmax=1", "elu(1,2)", "softplus(1,nan)", "selu(1)", "softmax(1)",
+                              "linear(4,3);softmax;relu", "linear(4,3);log_softmax;linear(3,2)",
+                              "linear(4,3);softmax;flatten", "relu;input(4)", "input(4);input(4)", "input(0);relu",
+                              "input(4,2)", "input"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
     kiln_model_spec *s = NULL;
     assert_kiln_ok(kiln_model_spec_create(&s));
@@ -256,6 +295,17 @@ static void test_spec_errors(void **state) {
   assert_status(kiln_model_spec_parse(spec, NULL), KILN_ERROR_INVALID_ARGUMENT);
   assert_status(kiln_model_spec_parse(NULL, "3-2"), KILN_ERROR_INVALID_ARGUMENT);
   assert_status(kiln_model_spec_create(NULL), KILN_ERROR_INVALID_ARGUMENT);
+  /* Nothing follows an output transform, whichever call adds it. */
+  assert_kiln_ok(kiln_model_spec_add(spec, KILN_LAYER_SOFTMAX, 0));
+  assert_status(kiln_model_spec_add(spec, KILN_LAYER_RELU, 0), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("no layer may follow softmax");
+  assert_status(kiln_model_spec_add_linear(spec, 10, 2, 1), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_model_spec_parse(spec, "relu"), KILN_ERROR_INVALID_ARGUMENT);
+  /* An input that does not fit the first Linear. */
+  kiln_model_spec *in = spec_from("input(5)");
+  assert_status(kiln_model_spec_add_linear(in, 4, 2, 1), KILN_ERROR_SHAPE_MISMATCH);
+  assert_last_error_contains("cannot follow an input of 5 features");
+  kiln_model_spec_release(in);
   /* Bad dtypes and devices. */
   assert_status(kiln_model_create_dtype(ctx, spec, cpu, KILN_F16, &model), KILN_ERROR_INVALID_ARGUMENT);
   assert_null(model);
@@ -474,6 +524,208 @@ static void test_forward_errors(void **state) {
   kiln_model_release(model);
 }
 
+/* A layer of mlp_ref: a Linear (in, out, bias) or an activation. */
+typedef struct {
+  int kind;
+  int64_t in, out;
+  int bias;
+  double arg, arg2;
+} ref_layer;
+
+/* One activation in float64, from PyTorch's definitions. */
+static double activation_ref(const ref_layer *l, double v) {
+  switch (l->kind) {
+    case KILN_LAYER_ELU: return v > 0 ? v : l->arg * (exp(v) - 1);
+    case KILN_LAYER_SELU: return 1.0507009873554804934 * (v > 0 ? v : 1.6732632423543772848 * (exp(v) - 1));
+    case KILN_LAYER_SOFTPLUS: return l->arg * v > l->arg2 ? v : log1p(exp(l->arg * v)) / l->arg;
+    default: return act_ref(l->kind, v);
+  }
+}
+
+/* The rows of a model of `layers` (its parameters read from model) in
+ * float64, at most 8 wide. */
+static void mlp_ref(kiln_model *model, const ref_layer *layers, int n, const double *x, int64_t rows, int64_t in,
+                    double *out, int64_t *width) {
+  double cur[8][8], w[64], b[8];
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < in; ++j) cur[r][j] = x[r * in + j];
+  int64_t p = 0, features = in;
+  for (int l = 0; l < n; ++l) {
+    const ref_layer *L = &layers[l];
+    if (L->kind != KILN_LAYER_LINEAR) {
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < features; ++j) cur[r][j] = activation_ref(L, cur[r][j]);
+      continue;
+    }
+    read_param(model, p++, w, L->out * L->in);
+    if (L->bias) read_param(model, p++, b, L->out);
+    double next[8][8];
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t o = 0; o < L->out; ++o) {
+        double s = L->bias ? b[o] : 0;
+        for (int64_t i = 0; i < L->in; ++i) s += cur[r][i] * w[o * L->in + i];
+        next[r][o] = s;
+      }
+    memcpy(cur, next, sizeof cur);
+    features = L->out;
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < features; ++j) out[r * features + j] = cur[r][j];
+  *width = features;
+}
+
+/* ELU, SELU and Softplus, fused after a Linear and alone, against float64. */
+static void test_forward_new_activations(void **state) {
+  kiln_context *ctx = *state;
+  const char *spec = "linear(5,7);elu(0.5);linear(7,6,nobias);selu;linear(6,4);softplus(2,1.5);linear(4,3);"
+                     "elu(-0.3);softplus;selu";
+  static const ref_layer layers[] = {{KILN_LAYER_LINEAR, 5, 7, 1, 0, 0}, {KILN_LAYER_ELU, 0, 0, 0, 0.5, 0},
+                                     {KILN_LAYER_LINEAR, 7, 6, 0, 0, 0}, {KILN_LAYER_SELU, 0, 0, 0, 0, 0},
+                                     {KILN_LAYER_LINEAR, 6, 4, 1, 0, 0}, {KILN_LAYER_SOFTPLUS, 0, 0, 0, 2, 1.5},
+                                     {KILN_LAYER_LINEAR, 4, 3, 1, 0, 0}, {KILN_LAYER_ELU, 0, 0, 0, -0.3, 0},
+                                     {KILN_LAYER_SOFTPLUS, 0, 0, 0, 1, 20},  {KILN_LAYER_SELU, 0, 0, 0, 0, 0}};
+  kiln_test_rng rng = kiln_test_rng_make(8);
+  double xd[6 * 5], want[6 * 3];
+  for (int i = 0; i < 30; ++i) xd[i] = (float)kiln_test_rng_uniform(&rng, -3, 3);
+  const int64_t shape[] = {6, 5};
+  for (int dt = 0; dt < model_dtypes(); ++dt) {
+    kiln_model *model = model_from(ctx, spec, dt ? KILN_F64 : KILN_F32);
+    int64_t width = 0;
+    mlp_ref(model, layers, 10, xd, 6, 5, want, &width);
+    assert_int_equal(width, 3);
+    kiln_tensor *x = kiln_test_tensor_f64(ctx, xd, shape, 2, dev), *y = NULL;
+    const double tol = dt ? 1e-12 : 2e-6;
+    assert_kiln_ok(kiln_model_forward(model, x, &y));
+    assert_tensor_close(y, want, 18, tol, tol);
+    kiln_tensor_release(y);
+    assert_kiln_ok(kiln_model_predict(model, x, KILN_PREDICT_LOGITS, &y));
+    assert_tensor_close(y, want, 18, tol, tol);
+    kiln_tensor_release(y);
+    kiln_tensor_release(x);
+    kiln_model_release(model);
+  }
+}
+
+/* softmax (log: log_softmax) of each row of in [rows, n]. */
+static void softmax_rows(const double *in, int64_t rows, int64_t n, int log_form, double *out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    double mx = in[r * n], z = 0;
+    for (int64_t j = 1; j < n; ++j) mx = fmax(mx, in[r * n + j]);
+    for (int64_t j = 0; j < n; ++j) z += exp(in[r * n + j] - mx);
+    for (int64_t j = 0; j < n; ++j)
+      out[r * n + j] = log_form ? in[r * n + j] - mx - log(z) : exp(in[r * n + j] - mx) / z;
+  }
+}
+
+/* An output transform: forward and predict(LOGITS) give its rows, in
+ * evaluation and (with Dropout) training mode; PROBABILITIES and CLASSES
+ * read the logits under it. */
+static void test_output_transform(void **state) {
+  kiln_context *ctx = *state;
+  static const ref_layer layers[] = {{KILN_LAYER_LINEAR, 4, 8, 1, 0, 0}, {KILN_LAYER_TANH, 0, 0, 0, 0, 0},
+                                     {KILN_LAYER_LINEAR, 8, 5, 1, 0, 0}};
+  kiln_test_rng rng = kiln_test_rng_make(5);
+  double xd[7 * 4];
+  kiln_test_fill_uniform_f64(&rng, xd, 28, -3, 3);
+  const int64_t shape[] = {7, 4};
+  for (int log_form = 0; log_form < 2; ++log_form) {
+    kiln_model *model = model_from(ctx, log_form ? "4-8-5:tanh:dropout=0.5:log_softmax" : "4-8-5:tanh:softmax",
+                                   gpu_run ? KILN_F32 : KILN_F64);
+    double logits[35], transformed[35], probs[35], got[35];
+    int64_t width = 0;
+    mlp_ref(model, layers, 3, xd, 7, 4, logits, &width);
+    softmax_rows(logits, 7, 5, log_form, transformed);
+    softmax_rows(logits, 7, 5, 0, probs);
+    const double tol = gpu_run ? 2e-6 : 1e-12;
+    kiln_tensor *x = kiln_test_tensor_f64(ctx, xd, shape, 2, dev), *y = NULL;
+    assert_kiln_ok(kiln_model_predict(model, x, KILN_PREDICT_LOGITS, &y));
+    assert_tensor_close(y, transformed, 35, tol, tol);
+    kiln_tensor_release(y);
+    assert_kiln_ok(kiln_model_predict(model, x, KILN_PREDICT_PROBABILITIES, &y));
+    assert_tensor_close(y, probs, 35, tol, tol);
+    kiln_tensor_release(y);
+    assert_kiln_ok(kiln_model_predict(model, x, KILN_PREDICT_CLASSES, &y));
+    kiln_test_read_f64(y, got, 7);
+    for (int r = 0; r < 7; ++r) {
+      int arg = 0;
+      for (int j = 1; j < 5; ++j)
+        if (logits[r * 5 + j] > logits[r * 5 + arg]) arg = j;
+      assert_int_equal((int)got[r], arg);
+    }
+    kiln_tensor_release(y);
+    assert_kiln_ok(kiln_model_set_training(model, 0));
+    assert_kiln_ok(kiln_model_forward(model, x, &y));
+    assert_tensor_close(y, transformed, 35, tol, tol);
+    kiln_tensor_release(y);
+    if (log_form) {  /* training mode with its Dropout: still log-probabilities */
+      assert_kiln_ok(kiln_model_set_training(model, 1));
+      assert_kiln_ok(kiln_model_forward(model, x, &y));
+      kiln_test_read_f64(y, got, 35);
+      for (int r = 0; r < 7; ++r) {
+        double total = 0;
+        for (int j = 0; j < 5; ++j) total += exp(got[r * 5 + j]);
+        assert_allclose(&total, &(double){1.0}, 1, tol * 10, tol * 10);
+      }
+      kiln_tensor_release(y);
+    }
+    kiln_tensor_release(x);
+    kiln_model_release(model);
+  }
+}
+
+/* A model without a Linear: its declared input, no parameters, a forward
+ * pass of its activations, and its file. */
+static void test_model_without_linear(void **state) {
+  kiln_context *ctx = *state;
+  kiln_model *model = model_from(ctx, "input(6);elu(0.5);softmax", KILN_F32);
+  int64_t n = -1, in = 0, out = 0;
+  assert_kiln_ok(kiln_model_num_parameters(model, &n));
+  assert_int_equal(n, 0);
+  assert_kiln_ok(kiln_model_num_parameter_tensors(model, &n));
+  assert_int_equal(n, 0);
+  assert_kiln_ok(kiln_model_input_size(model, &in));
+  assert_kiln_ok(kiln_model_output_size(model, &out));
+  assert_int_equal(in, 6);
+  assert_int_equal(out, 6);
+  kiln_tensor *p = (kiln_tensor *)(uintptr_t)1;
+  assert_status(kiln_model_parameter(model, 0, &p), KILN_ERROR_INVALID_ARGUMENT);
+  assert_null(p);
+  /* [3, 2, 3] is 6 features a sample. */
+  kiln_test_rng rng = kiln_test_rng_make(6);
+  double xd[18], elu[18], want[18];
+  kiln_test_fill_uniform_f64(&rng, xd, 18, -2, 2);
+  for (int i = 0; i < 18; ++i) xd[i] = (float)xd[i], elu[i] = xd[i] > 0 ? xd[i] : 0.5 * (exp(xd[i]) - 1);
+  softmax_rows(elu, 3, 6, 0, want);
+  const int64_t shape[] = {3, 2, 3};
+  kiln_tensor *x = kiln_test_tensor_f64(ctx, xd, shape, 3, dev), *y = NULL;
+  assert_kiln_ok(kiln_model_forward(model, x, &y));
+  assert_tensor_close(y, want, 18, 1e-6, 1e-7);
+  kiln_tensor_release(y);
+  /* Without a layer at all: the input, copied. */
+  kiln_model *identity = model_from(ctx, "input(6)", KILN_F32);
+  assert_kiln_ok(kiln_model_predict(identity, x, KILN_PREDICT_LOGITS, &y));
+  assert_tensor_close(y, xd, 18, 0, 0);
+  kiln_tensor_release(y);
+  kiln_model_release(identity);
+  /* Saved and loaded: the same spec, the same outputs. */
+  char dir[512], path[600];
+  kiln_test_make_temp_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/none.safetensors", dir);
+  assert_kiln_ok(kiln_model_save(model, path));
+  kiln_model *loaded = NULL;
+  assert_kiln_ok(kiln_model_load(ctx, path, dev, &loaded));
+  const char *text = NULL;
+  assert_kiln_ok(kiln_model_describe(loaded, &text));
+  assert_string_equal(text, "input(6);elu(0.5);softmax");
+  assert_kiln_ok(kiln_model_forward(loaded, x, &y));
+  assert_tensor_close(y, want, 18, 1e-6, 1e-7);
+  kiln_tensor_release(y);
+  kiln_model_release(loaded);
+  kiln_test_remove_tree(dir);
+  kiln_tensor_release(x);
+  kiln_model_release(model);
+}
+
 static void test_predict_kinds(void **state) {
   kiln_context *ctx = *state;
   kiln_model *model = model_from(ctx, "4-8-5:tanh:dropout=0.5", KILN_F32);
@@ -548,8 +800,11 @@ static void test_save_load_round_trip(void **state) {
   char dir[512], path[600];
   kiln_test_make_temp_dir(dir, sizeof dir);
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
-  for (int dt = 0; dt < model_dtypes(); ++dt) {
-    kiln_model *model = model_from(ctx, "linear(6,5);gelu;dropout(0.1);linear(5,3,nobias)", dt ? KILN_F64 : KILN_F32);
+  static const char *specs[] = {"linear(6,5);gelu;dropout(0.1);linear(5,3,nobias)",
+                                 "linear(6,5);softplus(2,3);linear(5,4);elu(0.25);selu;linear(4,3);log_softmax"};
+  for (int k = 0; k < 2 * model_dtypes(); ++k) {
+    const int dt = k / 2;
+    kiln_model *model = model_from(ctx, specs[k % 2], dt ? KILN_F64 : KILN_F32);
     assert_kiln_ok(kiln_model_save(model, path));
     kiln_model *loaded = NULL;
     assert_kiln_ok(kiln_model_load(ctx, path, dev, &loaded));
@@ -662,6 +917,9 @@ int main(void) {
       cmocka_unit_test(test_init_statistics),
       cmocka_unit_test(test_forward_matches_reference),
       cmocka_unit_test(test_forward_errors),
+      cmocka_unit_test(test_forward_new_activations),
+      cmocka_unit_test(test_output_transform),
+      cmocka_unit_test(test_model_without_linear),
       cmocka_unit_test(test_predict_kinds),
       cmocka_unit_test(test_training_flag_and_device),
       cmocka_unit_test(test_save_load_round_trip),

@@ -300,6 +300,7 @@ static kiln_status c_tensor_from_dlpack(world *w) {
 /* Specs and models. */
 static kiln_status c_spec_add_linear(world *w) { return kiln_model_spec_add_linear(W(SPEC), 2, 2, 1); }
 static kiln_status c_spec_add(world *w) { return kiln_model_spec_add(W(SPEC), KILN_LAYER_RELU, 0); }
+static kiln_status c_spec_add_v2(world *w) { return kiln_model_spec_add_v2(W(SPEC), KILN_LAYER_SOFTPLUS, 2, 10); }
 static kiln_status c_spec_add_mlp(world *w) {
   const int64_t sizes[2] = {2, 2};
   return kiln_model_spec_add_mlp(W(SPEC), sizes, 2, KILN_LAYER_RELU);
@@ -340,6 +341,9 @@ static kiln_status c_model_load_weights(world *w) { return kiln_model_load_weigh
 MAKER(c_model_load_with_spec, kiln_model, kiln_model_release,
       kiln_model_load_with_spec(W(CTX), g_model, W(SPEC), kCpu, &t))
 static kiln_status c_model_export_onnx(world *w) { return kiln_model_export_onnx(W(MODEL), g_out); }
+static kiln_status c_model_export_onnx_v2(world *w) {
+  return kiln_model_export_onnx_v2(W(MODEL), g_out, KILN_ONNX_EXPORT_EXTERNAL_DATA);
+}
 MAKER(c_model_import_onnx, kiln_model, kiln_model_release, kiln_model_import_onnx(W(CTX), g_onnx, &t))
 
 /* Datasets and losses. */
@@ -516,6 +520,7 @@ static const row kRows[] = {
     ROW(kiln_tensor_from_dlpack, c_tensor_from_dlpack, BIT(CTX)),
     ROW(kiln_model_spec_add_linear, c_spec_add_linear, BIT(SPEC)),
     ROW(kiln_model_spec_add, c_spec_add, BIT(SPEC)),
+    ROW(kiln_model_spec_add_v2, c_spec_add_v2, BIT(SPEC)),
     ROW(kiln_model_spec_add_mlp, c_spec_add_mlp, BIT(SPEC)),
     ROW(kiln_model_spec_parse, c_spec_parse, BIT(SPEC)),
     ROW(kiln_model_create, c_model_create, BIT(CTX) | BIT(SPEC)),
@@ -539,6 +544,7 @@ static const row kRows[] = {
     ROW(kiln_model_load_weights, c_model_load_weights, BIT(MODEL)),
     ROW(kiln_model_load_with_spec, c_model_load_with_spec, BIT(CTX) | BIT(SPEC)),
     ROW(kiln_model_export_onnx, c_model_export_onnx, BIT(MODEL)),
+    ROW(kiln_model_export_onnx_v2, c_model_export_onnx_v2, BIT(MODEL)),
     ROW(kiln_model_import_onnx, c_model_import_onnx, BIT(CTX)),
     ROW(kiln_dataset_from_tensors, c_dataset_from_tensors, BIT(CTX) | BIT(TX) | BIT(TY)),
     ROW(kiln_dataset_load_idx, c_dataset_load_idx, BIT(CTX)),

@@ -516,10 +516,10 @@ static void test_convergence_and_history(void **state) {
   kiln_dataset_release(val);
 }
 
-static void train_run(uint64_t seed, double *weights, int64_t n) {
+static void train_run(uint64_t seed, const char *spec, double *weights, int64_t n) {
   kiln_context *ctx = kiln_test_context_create(seed);
   kiln_dataset *train = separable(ctx, 300, 3);
-  kiln_model *model = make_model(ctx, "2-16-3:dropout=0.2", KILN_F32);
+  kiln_model *model = make_model(ctx, spec, KILN_F32);
   kiln_trainer *trainer = make_trainer(model, KILN_OPTIM_SGD, 0.1, 16, 9, 0);
   kiln_history *h = NULL;
   assert_kiln_ok(kiln_trainer_fit(trainer, train, NULL, 3, NULL, NULL, &h));
@@ -546,11 +546,44 @@ static void test_determinism(void **state) {
   (void)state;
   enum { N = 2 * 16 + 16 + 16 * 3 + 3 };
   double a[N], b[N], c[N];
-  train_run(77, a, N);
-  train_run(77, b, N);
-  train_run(78, c, N);
+  train_run(77, "2-16-3:dropout=0.2", a, N);
+  train_run(77, "2-16-3:dropout=0.2", b, N);
+  train_run(78, "2-16-3:dropout=0.2", c, N);
   assert_memory_equal(a, b, sizeof a);
   assert_true(memcmp(a, c, sizeof a) != 0);
+}
+
+/* A model ending in Softmax or LogSoftmax trains the logits under it with
+ * the cross-entropy loss: the same weights, to the bit, as the model without
+ * it; the other losses, and a model without parameters, are refused. */
+static void test_output_transform_training(void **state) {
+  enum { N = 2 * 16 + 16 + 16 * 3 + 3 };
+  double plain[N], soft[N], log_soft[N];
+  train_run(77, "2-16-3:dropout=0.2", plain, N);
+  train_run(77, "2-16-3:dropout=0.2:softmax", soft, N);
+  train_run(77, "2-16-3:dropout=0.2:log_softmax", log_soft, N);
+  assert_memory_equal(plain, soft, sizeof plain);
+  assert_memory_equal(plain, log_soft, sizeof plain);
+
+  kiln_context *ctx = *state;
+  kiln_model *model = make_model(ctx, "4-3:log_softmax", KILN_F32);
+  kiln_trainer_options *o = NULL;
+  kiln_trainer *trainer = (kiln_trainer *)(uintptr_t)1;
+  assert_kiln_ok(kiln_trainer_options_create(&o));
+  for (int loss = KILN_LOSS_MSE; loss <= KILN_LOSS_BCE_WITH_LOGITS; ++loss) {
+    assert_kiln_ok(kiln_trainer_options_set_loss(o, (kiln_loss_kind)loss));
+    assert_status(kiln_trainer_create(model, o, &trainer), KILN_ERROR_INVALID_ARGUMENT);
+    assert_null(trainer);
+    assert_last_error_contains("ends in log_softmax, its output transform");
+    assert_last_error_contains("cross-entropy loss, which takes logits");
+  }
+  kiln_model_release(model);
+  model = make_model(ctx, "input(4);elu", KILN_F32);
+  assert_kiln_ok(kiln_trainer_options_set_loss(o, KILN_LOSS_CROSS_ENTROPY));
+  assert_status(kiln_trainer_create(model, o, &trainer), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("has no parameters to train");
+  kiln_model_release(model);
+  kiln_trainer_options_release(o);
 }
 
 typedef struct {
@@ -796,6 +829,7 @@ int main(void) {
       cmocka_unit_test(test_schedules),
       cmocka_unit_test(test_convergence_and_history),
       cmocka_unit_test(test_determinism),
+      cmocka_unit_test(test_output_transform_training),
       cmocka_unit_test(test_progress_and_cancel),
       cmocka_unit_test(test_epoch_pull_form),
       cmocka_unit_test(test_step_errors),

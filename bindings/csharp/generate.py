@@ -27,6 +27,8 @@ ENUMS = {
     "kiln_reduce_op": ("ReduceOp", ["KILN_REDUCE_"], False, [], "Reductions along one dimension."),
     "kiln_layer_kind": ("LayerKind", ["KILN_LAYER_"], False, [], "The layers of a model spec."),
     "kiln_predict_kind": ("PredictKind", ["KILN_PREDICT_"], False, [], "What Model.Predict returns."),
+    "kiln_onnx_export_flags": ("OnnxExportFlags", ["KILN_ONNX_EXPORT_"], True, [],
+                               "How Model.ExportOnnx writes a model (bits)."),
     "kiln_loss_kind": ("LossKind", ["KILN_LOSS_"], False, [], "The loss a trainer minimises."),
     "kiln_optimizer_kind": ("OptimizerKind", ["KILN_OPTIM_"], False, [], "A trainer's optimizer."),
     "kiln_lr_schedule": ("LrSchedule", ["KILN_LR_"], False, [], "How the learning rate changes over the steps."),

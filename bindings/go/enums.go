@@ -143,6 +143,23 @@ const (
 	LayerTanh      LayerKind = C.KILN_LAYER_TANH
 	LayerSigmoid   LayerKind = C.KILN_LAYER_SIGMOID
 	LayerDropout   LayerKind = C.KILN_LAYER_DROPOUT
+	LayerELU       LayerKind = C.KILN_LAYER_ELU      // arg: alpha (PyTorch's default 1)
+	LayerSELU      LayerKind = C.KILN_LAYER_SELU     // PyTorch's fixed constants
+	LayerSoftplus  LayerKind = C.KILN_LAYER_SOFTPLUS // arg: beta, arg2: threshold (AddWith; defaults 1, 20)
+	// The output transforms: the last layer; Forward and PredictLogits
+	// return their rows, training takes the logits under them.
+	LayerSoftmax    LayerKind = C.KILN_LAYER_SOFTMAX
+	LayerLogSoftmax LayerKind = C.KILN_LAYER_LOG_SOFTMAX
+)
+
+// ONNXExportFlags choose how ExportONNXWith writes a model (bits).
+type ONNXExportFlags uint
+
+// The ONNX export flags.
+const (
+	ONNXExportDefault ONNXExportFlags = C.KILN_ONNX_EXPORT_DEFAULT
+	// The weights in PATH.data beside the model (ONNX's external data).
+	ONNXExportExternalData ONNXExportFlags = C.KILN_ONNX_EXPORT_EXTERNAL_DATA
 )
 
 // PredictKind selects what Predict returns.

@@ -293,6 +293,63 @@ func TestONNXRoundTrip(t *testing.T) {
 	}
 }
 
+// ELU, SELU and Softplus through Add and AddWith, a Softmax output
+// transform, and the weights exported to a data file beside the model.
+func TestNewLayersAndExternalData(t *testing.T) {
+	ctx := newContext(t)
+	spec := must(kiln.NewModelSpec())
+	defer spec.Close()
+	for _, err := range []error{
+		spec.AddLinear(16, 8, true), spec.Add(kiln.LayerELU, 0.5), spec.AddLinear(8, 8, true), spec.Add(kiln.LayerSELU, 0),
+		spec.AddLinear(8, 6, true), spec.AddWith(kiln.LayerSoftplus, 2, 5), spec.AddLinear(6, 4, true),
+		spec.Add(kiln.LayerSoftmax, 0),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := spec.Add(kiln.LayerReLU, 0); !errors.Is(err, kiln.ErrInvalidArgument) {
+		t.Fatalf("a layer after the output transform: %v", err)
+	}
+	model := must(ctx.NewModel(spec, kiln.CPU))
+	defer model.Close()
+	if got := must(model.Describe()); got != "linear(16,8);elu(0.5);linear(8,8);selu;linear(8,6);softplus(2,5);linear(6,4);softmax" {
+		t.Fatalf("described as %q", got)
+	}
+	x := must(ctx.Randn([]int64{3, 16}, kiln.F32, kiln.CPU))
+	defer x.Close()
+	probs := logits(t, model, x) // the output transform: each row sums to 1
+	for r := 0; r < 3; r++ {
+		var sum float32
+		for _, p := range probs[4*r : 4*r+4] {
+			sum += p
+		}
+		if math.Abs(float64(sum-1)) > 1e-5 {
+			t.Fatalf("row %d of the softmax sums to %v", r, sum)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "model.onnx")
+	if err := model.ExportONNXWith(path, kiln.ONNXExportExternalData); errors.Is(err, kiln.ErrNotSupported) {
+		t.Skipf("kiln was built without ONNX: %v", err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path + ".data"); err != nil {
+		t.Fatalf("no data file beside the model: %v", err)
+	}
+	imported := must(ctx.ImportONNX(path))
+	defer imported.Close()
+	got := logits(t, imported, x)
+	for i := range probs {
+		if math.Abs(float64(probs[i]-got[i])) > 1e-6 {
+			t.Fatalf("output %d: %v after the round trip, %v before", i, got[i], probs[i])
+		}
+	}
+	if err := model.ExportONNXWith(path, 2); !errors.Is(err, kiln.ErrInvalidArgument) {
+		t.Fatalf("unknown flags: %v", err)
+	}
+}
+
 func logits(t *testing.T, m *kiln.Model, x *kiln.Tensor) []float32 {
 	out, err := m.Predict(x, kiln.PredictLogits)
 	if err != nil {

@@ -52,11 +52,19 @@ func (s *ModelSpec) AddLinear(in, out int64, bias bool) error {
 	return capi.Model_spec_add_linear(s.h, in, out, boolInt(bias))
 }
 
-// Add appends a parameterless layer; arg is LeakyReLU's slope or Dropout's
-// probability and ignored by the others.
+// Add appends a parameterless layer; arg is LeakyReLU's slope, ELU's
+// alpha, Softplus's beta (threshold 20) or Dropout's probability and ignored
+// by the others. LayerSoftmax and LayerLogSoftmax must be the last layer.
 func (s *ModelSpec) Add(kind LayerKind, arg float64) error {
 	defer runtime.KeepAlive(s)
 	return capi.Model_spec_add(s.h, int(kind), arg)
+}
+
+// AddWith is Add with the layer's second parameter arg2, Softplus's
+// threshold (ignored by the others).
+func (s *ModelSpec) AddWith(kind LayerKind, arg, arg2 float64) error {
+	defer runtime.KeepAlive(s)
+	return capi.Model_spec_add_v2(s.h, int(kind), arg, arg2)
 }
 
 // AddMLP appends Linear layers of the given sizes with activation between.
@@ -129,11 +137,13 @@ func (c *Context) LoadModelWithSpec(path string, spec *ModelSpec, dev Device) (*
 }
 
 // ImportONNX creates a CPU model from an ONNX file holding an MLP (Gemm or
-// MatMul+Add, Relu, LeakyRelu, Gelu, Tanh, Sigmoid, Identity, Dropout,
-// Flatten/Reshape at the input; kiln_model_import_onnx in kiln.h has the
-// rules). Any other op, or a hostile file, is ErrNotSupported or ErrFormat
-// naming the node; a missing file matches fs.ErrNotExist; ErrNotSupported
-// too when kiln was built without libonnx-dev.
+// MatMul+Add, Relu, LeakyRelu, Elu, Selu, Softplus, Gelu, Tanh, Sigmoid,
+// Identity, Dropout, Flatten/Reshape at the input, Softmax/LogSoftmax at the
+// end, opsets 7 to 28, weights inline or in files beside it;
+// kiln_model_import_onnx in kiln.h has the rules). Any other op, or a
+// hostile file, is ErrNotSupported or ErrFormat naming the node; a missing
+// file matches fs.ErrNotExist; ErrNotSupported too when kiln was built
+// without libonnx-dev.
 func (c *Context) ImportONNX(path string) (*Model, error) {
 	defer runtime.KeepAlive(c)
 	var h uintptr
@@ -141,11 +151,19 @@ func (c *Context) ImportONNX(path string) (*Model, error) {
 }
 
 // ExportONNX writes the model as an ONNX file (opset 13; input "input",
-// output "logits", a symbolic batch dimension; Dropout left out) that ONNX
+// output "logits", or "probabilities"/"log_probabilities" after an output
+// transform, a symbolic batch dimension; Dropout left out) that ONNX
 // Runtime runs, atomically like Save.
 func (m *Model) ExportONNX(path string) error {
 	defer runtime.KeepAlive(m)
 	return withWritePath(capi.Model_export_onnx(m.h, path), path)
+}
+
+// ExportONNXWith is ExportONNX with flags: ONNXExportExternalData writes the
+// weights to path+".data" beside the model.
+func (m *Model) ExportONNXWith(path string, flags ONNXExportFlags) error {
+	defer runtime.KeepAlive(m)
+	return withWritePath(capi.Model_export_onnx_v2(m.h, path, uint(flags)), path)
 }
 
 // String is "Model(784-32-10, 25450 parameters, f32, cpu)", or
@@ -154,6 +172,9 @@ func (m *Model) String() string {
 	spec, err1 := m.Describe()
 	n, err2 := m.NumParameters()
 	dev, err3 := m.Device()
+	if err2 == nil && n == 0 { // a model without a Linear: no parameter to tell its dtype
+		return closedOr("Model", fmt.Sprintf("%s, 0 parameters, %v", spec, dev), err1, err3)
+	}
 	p, _, err4 := m.Parameter(0)
 	var dt DType
 	var err5 error

@@ -543,7 +543,16 @@ typedef enum kiln_layer_kind {
   KILN_LAYER_GELU = 3,
   KILN_LAYER_TANH = 4,
   KILN_LAYER_SIGMOID = 5,
-  KILN_LAYER_DROPOUT = 6
+  KILN_LAYER_DROPOUT = 6,
+  KILN_LAYER_ELU = 7,      /* torch.nn.ELU(alpha): x > 0 ? x : alpha (e^x - 1) */
+  KILN_LAYER_SELU = 8,     /* torch.nn.SELU: its fixed scale and alpha */
+  KILN_LAYER_SOFTPLUS = 9, /* torch.nn.Softplus(beta, threshold): log(1 + e^(beta x)) / beta,
+                            * x where beta x > threshold */
+  /* The output transforms: the last layer only, softmax or log-softmax over
+   * each row of the logits (torch.nn.Softmax(dim=1), LogSoftmax(dim=1)); see
+   * kiln_model_spec_parse for what they change. */
+  KILN_LAYER_SOFTMAX = 10,
+  KILN_LAYER_LOG_SOFTMAX = 11
 } kiln_layer_kind;
 
 /* A model spec is a list of layers, built up by one thread and then given
@@ -557,16 +566,28 @@ KILN_API void kiln_model_spec_release(kiln_model_spec *spec);
  * (SHAPE_MISMATCH); both >= 1 (INVALID_ARGUMENT). */
 KILN_NODISCARD KILN_API kiln_status kiln_model_spec_add_linear(kiln_model_spec *spec, int64_t in_features,
                                                                int64_t out_features, int bias);
-/* Appends a parameterless layer: RELU, GELU, TANH, SIGMOID, LEAKY_RELU
- * (arg = negative slope, PyTorch's default 0.01) or DROPOUT (arg = drop
- * probability in [0, 1)). arg is ignored by the others. INVALID_ARGUMENT for
- * LINEAR (use kiln_model_spec_add_linear), a non-finite slope or a dropout
- * probability outside [0, 1). */
+/* Appends a parameterless layer: RELU, GELU, TANH, SIGMOID, SELU,
+ * LEAKY_RELU (arg = negative slope, PyTorch's default 0.01), ELU (arg =
+ * alpha, PyTorch's default 1.0), SOFTPLUS (arg = beta, PyTorch's default
+ * 1.0; threshold 20, PyTorch's default: kiln_model_spec_add_v2 sets another),
+ * DROPOUT (arg = drop probability in [0, 1)), or an output transform, SOFTMAX
+ * or LOG_SOFTMAX, which must stay the last layer. arg is ignored by the
+ * others. INVALID_ARGUMENT for LINEAR (use kiln_model_spec_add_linear), an
+ * unknown kind, a non-finite slope or alpha, a beta that is 0 or not finite,
+ * a dropout probability outside [0, 1), or any layer after an output
+ * transform (nothing is added then). One thread per spec. */
 KILN_NODISCARD KILN_API kiln_status kiln_model_spec_add(kiln_model_spec *spec, kiln_layer_kind kind, double arg);
+/* As kiln_model_spec_add, with the layer's second parameter arg2: SOFTPLUS's
+ * threshold (finite; PyTorch's default is 20), ignored by every other kind.
+ * Statuses as kiln_model_spec_add, and INVALID_ARGUMENT for a threshold that
+ * is not finite. */
+KILN_NODISCARD KILN_API kiln_status kiln_model_spec_add_v2(kiln_model_spec *spec, kiln_layer_kind kind, double arg,
+                                                           double arg2);
 /* Appends a whole MLP: Linear(sizes[0], sizes[1]), activation, ...,
  * Linear(sizes[n-2], sizes[n-1]) with biases; n >= 2. activation is RELU,
- * LEAKY_RELU (slope 0.01), GELU, TANH or SIGMOID (INVALID_ARGUMENT for the
- * others and for n < 2). */
+ * LEAKY_RELU (slope 0.01), GELU, TANH, SIGMOID, ELU (alpha 1), SELU or
+ * SOFTPLUS (beta 1, threshold 20) (INVALID_ARGUMENT for the others and for
+ * n < 2). */
 KILN_NODISCARD KILN_API kiln_status kiln_model_spec_add_mlp(kiln_model_spec *spec, const int64_t *sizes, int64_t n,
                                                             kiln_layer_kind activation);
 /* Parses a spec and appends its layers after the spec's last layer, with no
@@ -577,14 +598,34 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_spec_add_mlp(kiln_model_spec *spe
  *   compact     SIZES[:OPTION]...    "784-32-10", "784-256-256-10:gelu:dropout=0.2"
  *     SIZES     IN-HIDDEN-...-OUT, at least two: a Linear with bias between
  *               each two sizes
- *     OPTION    relu (the default), gelu, tanh, sigmoid, leaky_relu or
- *               leaky_relu=SLOPE: the activation after each hidden Linear;
- *               dropout=P: a Dropout(P) after each hidden activation;
- *               flatten: an nn.Flatten() first; each at most once, any order
+ *     OPTION    relu (the default), gelu, tanh, sigmoid, selu, leaky_relu or
+ *               leaky_relu=SLOPE, elu or elu=ALPHA, softplus, softplus=BETA
+ *               or softplus=BETA,THRESHOLD: the activation after each hidden
+ *               Linear; dropout=P: a Dropout(P) after each hidden
+ *               activation; flatten: an nn.Flatten() first; softmax or
+ *               log_softmax: the output transform after the last Linear;
+ *               each at most once, any order
  *   layer list  LAYER[;LAYER]...     "flatten;linear(784,32);relu;linear(32,10)"
  *     LAYER     linear(IN,OUT), linear(IN,OUT,nobias), relu, gelu, tanh,
- *               sigmoid, leaky_relu or leaky_relu(SLOPE) (default 0.01),
- *               dropout or dropout(P) (default 0.5), flatten
+ *               sigmoid, selu, leaky_relu or leaky_relu(SLOPE) (default
+ *               0.01), elu or elu(ALPHA) (default 1), softplus,
+ *               softplus(BETA) or softplus(BETA,THRESHOLD) (defaults 1 and
+ *               20), dropout or dropout(P) (default 0.5), flatten, softmax
+ *               and log_softmax (last only), input(N) (first only)
+ *
+ * softmax and log_softmax are the model's output transform, as a PyTorch
+ * classifier ending in nn.Softmax(dim=1) or nn.LogSoftmax(dim=1):
+ * kiln_model_forward and kiln_model_predict with KILN_PREDICT_LOGITS return
+ * the transformed rows, KILN_PREDICT_PROBABILITIES the softmax and
+ * KILN_PREDICT_CLASSES the argmax of the logits under it. A trainer trains
+ * the logits under it with the cross-entropy loss, which takes logits: the
+ * same as PyTorch's NLLLoss over the log-softmax (kiln_trainer_create refuses
+ * the MSE and BCE losses for such a model, since they would not see the
+ * transformed outputs). input(N) declares the features per sample of a model
+ * without a Linear (e.g. "input(10);elu(2)", an activation imported from
+ * ONNX); with Linears it must equal the first one's in_features. Such a
+ * model has no parameters: it predicts, saves, loads and exports, but does
+ * not train.
  *
  * Every layer takes the next index of PyTorch's nn.Sequential, which names
  * the parameters (kiln_model_parameter_name): 784-32-10 has 0.weight,
@@ -593,9 +634,10 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_spec_add_mlp(kiln_model_spec *spe
  * values per sample, such as [N, 1, 28, 28] images), but it takes an index,
  * so "784-32-10:flatten" has 1.weight, 1.bias, 3.weight, 3.bias, as
  * nn.Sequential(nn.Flatten(), nn.Linear(784, 32), nn.ReLU(), nn.Linear(32,
- * 10)). kiln_model_describe writes the compact form whenever it says the
- * same. INVALID_ARGUMENT for malformed text, with the offending part quoted
- * (cut short). */
+ * 10)); input(N) takes none. kiln_model_describe writes the compact form
+ * whenever it says the same. INVALID_ARGUMENT for malformed text, with the
+ * offending part quoted (cut short), and for a layer after softmax or
+ * log_softmax, or input(N) anywhere but first. */
 KILN_NODISCARD KILN_API kiln_status kiln_model_spec_parse(kiln_model_spec *spec, const char *text);
 
 /* Creates a model with f32 parameters on device, initialised from the
@@ -651,7 +693,8 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_parameter_name(const kiln_model *
 
 /* Forward pass without gradients: x is [batch, input_size] (any float dtype
  * or u8, converted to the model's dtype), on the model's device; *out is
- * [batch, output_size] logits. x may come from any context (a tensor is
+ * [batch, output_size] logits, or the rows of the model's output transform
+ * when it ends in softmax or log_softmax (kiln_model_spec_parse). x may come from any context (a tensor is
  * memory on a device; the model's context runs the pass and owns *out),
  * whereas a dataset's tensors must be of its own context. SHAPE_MISMATCH
  * unless x has >= 2 dimensions and input_size elements per row,
@@ -660,9 +703,9 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_parameter_name(const kiln_model *
 KILN_NODISCARD KILN_API kiln_status kiln_model_forward(kiln_model *model, const kiln_tensor *x, kiln_tensor **out);
 
 typedef enum kiln_predict_kind {
-  KILN_PREDICT_LOGITS = 0,
-  KILN_PREDICT_PROBABILITIES = 1, /* softmax of the logits */
-  KILN_PREDICT_CLASSES = 2        /* argmax, i64 [batch] */
+  KILN_PREDICT_LOGITS = 0,        /* the model's output: logits, or its output transform's rows */
+  KILN_PREDICT_PROBABILITIES = 1, /* softmax of the logits (under any output transform) */
+  KILN_PREDICT_CLASSES = 2        /* argmax of the logits, i64 [batch] */
 } kiln_predict_kind;
 
 /* Evaluation-mode forward pass (Dropout off, whatever the model's mode): x
@@ -750,64 +793,129 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_load_with_spec(kiln_context *ctx,
  * libonnx-dev or the plugin cannot be loaded.
  * ====================================================================== */
 
-/* The largest ONNX file kiln reads or writes, in bytes (protobuf's own limit
- * is 2 GiB). Reading is linear in the file's size and allocates a small
- * multiple of it: before protobuf parses a file, kiln counts its nodes and
- * the memory its messages would take from the bytes themselves, and refuses
- * (NOT_SUPPORTED) a graph of more than KILN_ONNX_MAX_NODES nodes or a file
- * that would take more than 16 MiB plus 4 times its size once parsed (many
- * small messages: protobuf allocates an object for each); and the values its
- * nodes read from constants may add up to twice the file's size at most. */
+/* The largest ONNX model file kiln reads or writes, in bytes (protobuf's own
+ * limit is 2 GiB); a larger model keeps its weights in a data file beside it
+ * (external data, below). Reading is linear in the files' sizes and
+ * allocates a small multiple of them: before protobuf parses a file, kiln
+ * counts its nodes and the memory its messages would take from the bytes
+ * themselves, and refuses (NOT_SUPPORTED) a graph of more than
+ * KILN_ONNX_MAX_NODES nodes or a file that would take more than 16 MiB plus
+ * 4 times its size once parsed (many small messages: protobuf allocates an
+ * object for each); the values its nodes read from constants (folded ones
+ * included) may add up to twice the size of the model file and the
+ * external data files it names at most; and no tensor may claim more than
+ * KILN_ONNX_MAX_FILE_BYTES elements. */
 #define KILN_ONNX_MAX_FILE_BYTES (INT64_C(1) << 30)
 /* The most nodes (Constant nodes included) a graph kiln reads may have. */
 #define KILN_ONNX_MAX_NODES 4096
 
 /* Writes model as an ONNX file (IR version 8, opset 13 of the ONNX domain)
  * that onnx.checker accepts and ONNX Runtime runs: one input "input"
- * [batch, in] and one output "logits" [batch, out] of the model's dtype
- * (FLOAT for f32, DOUBLE for f64), batch a symbolic dimension. Each Linear is
- * a Gemm with transB = 1 over an initializer in kiln's [out, in] layout named
- * as kiln_model_parameter_name ("0.weight", "0.bias"); ReLU, LeakyReLU, Tanh
- * and Sigmoid are Relu, LeakyRelu, Tanh and Sigmoid; GELU is its erf form
- * (Div, Erf, Add, Mul, Mul, as torch.onnx.export writes it); Dropout is left
- * out (the inference form). The file is written atomically, like
- * kiln_model_save: a crash leaves any old file intact. The model is only
- * read (its weights are copied to the host when it lives on a GPU).
+ * [batch, in] and one output [batch, out] of the model's dtype (FLOAT for
+ * f32, DOUBLE for f64), batch a symbolic dimension, named "logits", or
+ * "probabilities" / "log_probabilities" after a softmax / log_softmax output
+ * transform (Softmax / LogSoftmax, axis 1). Each Linear is a Gemm with
+ * transB = 1 over an initializer in kiln's [out, in] layout named as
+ * kiln_model_parameter_name ("0.weight", "0.bias"); ReLU, LeakyReLU, Tanh,
+ * Sigmoid, ELU and SELU are Relu, LeakyRelu, Tanh, Sigmoid, Elu and Selu;
+ * GELU is its erf form (Div, Erf, Add, Mul, Mul, as torch.onnx.export writes
+ * it); Softplus is Softplus for PyTorch's defaults (beta 1, threshold 20:
+ * ONNX's Softplus has no threshold, and differs from kiln's by less than
+ * 2e-9 past it), Mul(x, beta) -> Softplus -> Div(beta) for another beta (as
+ * torch.onnx.export writes it), and that under Where(Greater(beta x,
+ * threshold), x, .) for another threshold, which is exact; Dropout is left
+ * out (the inference form); a model without a Linear is its activations (an
+ * Identity when it has none). ONNX Runtime's CPU kernels of Elu, Selu,
+ * Softplus, LeakyRelu and Erf are float only: an f64 model with those
+ * layers is valid ONNX that ONNX Runtime does not run. The parameters are
+ * inline unless the file would exceed KILN_ONNX_MAX_FILE_BYTES: then they go
+ * to a data file beside it, as kiln_model_export_onnx_v2 with
+ * KILN_ONNX_EXPORT_EXTERNAL_DATA writes it. The files are written
+ * atomically, like kiln_model_save: a crash leaves any old file intact. The
+ * model is only read (its weights are copied to the host when it lives on a
+ * GPU). Every error message starts "cannot export 'path' as ONNX".
  * Errors: INVALID_ARGUMENT for NULL model/path; INVALID_HANDLE for a
- * released model; NOT_SUPPORTED without the plugin, or for a model larger
- * than KILN_ONNX_MAX_FILE_BYTES as ONNX; IO when the file cannot be written.
+ * released model; NOT_SUPPORTED without the plugin; IO when a file cannot
+ * be written.
  * Thread: any; the model may be used by other threads meanwhile, but its
  * weights should not be changed (a concurrent training step may be half
  * seen). */
 KILN_NODISCARD KILN_API kiln_status kiln_model_export_onnx(const kiln_model *model, const char *path);
+
+/* Flags of kiln_model_export_onnx_v2 (bits). */
+typedef enum kiln_onnx_export_flags {
+  KILN_ONNX_EXPORT_DEFAULT = 0,
+  /* Every parameter (Linear weights and biases) in a data file beside the
+   * model, named after it ("mlp.onnx" -> "mlp.onnx.data", as PyTorch's
+   * exporter names it), which the model refers to by that relative name,
+   * offset, length and the file's SHA-1 (ONNX's external data): move the
+   * two files together. Without this flag a model goes that way only when
+   * its file would exceed KILN_ONNX_MAX_FILE_BYTES (protobuf's own limit is
+   * 2 GiB). */
+  KILN_ONNX_EXPORT_EXTERNAL_DATA = 1
+} kiln_onnx_export_flags;
+
+/* As kiln_model_export_onnx, with flags (kiln_onnx_export_flags bits, 0 for
+ * the defaults). The data file is written (atomically) before the model
+ * file, so a model file never names a data file that is not there; a crash
+ * between the two leaves the old model file, whose checksum then tells its
+ * old data file from the new one at import. Statuses as
+ * kiln_model_export_onnx, and INVALID_ARGUMENT for unknown flag bits. Thread:
+ * as kiln_model_export_onnx. */
+KILN_NODISCARD KILN_API kiln_status kiln_model_export_onnx_v2(const kiln_model *model, const char *path,
+                                                              uint32_t flags);
 /* Creates a CPU model (move it with kiln_model_to) from an ONNX file holding
  * an MLP: one graph input [batch, features...] of FLOAT or DOUBLE, one
  * output, and between them a chain of nodes, each reading the previous one's
- * output, with constants (initializers or Constant nodes) for every other
- * input. Read: Gemm (transB 0 or 1, alpha, beta; C of [out], [1, out] or a
- * scalar), MatMul by an [in, out] constant with an optional Add of a bias
- * right after it, Relu, LeakyRelu, Gelu (the exact form) and GELU's erf form
- * as above, Tanh, Sigmoid, Identity, Dropout (kept as kiln's Dropout of its
- * ratio, so the model trains as it was built), and Flatten (axis 1) or
- * Reshape to [-1 or 0, features] before the first layer. Opsets 9 to 23 of
- * the ONNX domain, IR versions 3 to 12. The model's dtype is the input's; every parameter must
- * have it. It starts in training mode, as kiln_model_create; the caller owns
- * *out (kiln_model_release). The file is read once and not kept open; a file
- * larger than KILN_ONNX_MAX_FILE_BYTES is refused before it is read.
+ * output, with constants for every other input. Constants are initializers,
+ * Constant nodes (value, value_float(s), value_int(s)), and what Transpose,
+ * Reshape, Cast (to FLOAT, DOUBLE, INT64), Unsqueeze, Squeeze and Identity
+ * compute from constants, which the import does (older exporters write a
+ * Linear without bias as Transpose(W) -> MatMul). Read: Gemm (transB 0 or
+ * 1, alpha, beta; C of [out], [1, out] or a scalar), MatMul by an [in, out]
+ * constant with an optional Add of a bias right after it, Relu, LeakyRelu,
+ * Elu, Selu (PyTorch's alpha and scale only), Softplus (as PyTorch's with
+ * threshold 20; Mul(x, beta) -> Softplus -> Div(beta) as Softplus(beta);
+ * Where(Greater(beta x, t), x, that) as Softplus(beta, t)), Gelu (the exact
+ * form) and GELU's erf form as above (its two products in either order),
+ * Tanh, Sigmoid, Identity, Dropout (kept as kiln's Dropout of its ratio, so
+ * the model trains as it was built; training_mode true is refused), Flatten
+ * (axis 1) or Reshape to [-1 or 0, features] before the first layer, and
+ * Softmax or LogSoftmax as the last node, over each sample's features, as
+ * the model's output transform (axis 1 before opset 13; axis 1 or -1 of a
+ * rank-2 value from 13). A graph without Gemm or MatMul is a model without
+ * a Linear (input(N) in kiln_model_spec_parse), its width the input's
+ * declared features (at most KILN_ONNX_MAX_FILE_BYTES). Opsets 7 to 28 of
+ * the ONNX domain (older ones: convert them with onnx.version_converter),
+ * IR versions 3 to 14. The model's dtype is the input's; every parameter
+ * must have it. A tensor may keep its data in a file beside the model
+ * (TensorProto.external_data: location, offset, length, checksum, the
+ * file's SHA-1 in hex), as PyTorch's exporter and
+ * kiln_model_export_onnx_v2 write it: the location is a path relative to
+ * the model's folder that must stay in it (FORMAT for an absolute path, a
+ * ".." component or a symbolic link that leads out of the folder; IO when
+ * the file is missing), every range is checked against the file's size
+ * before it is read (FORMAT), and a checksum that differs from the file's is
+ * FORMAT. The model starts in training mode, as kiln_model_create; the
+ * caller owns *out (kiln_model_release). The files are read once and not
+ * kept open; a model file larger than KILN_ONNX_MAX_FILE_BYTES is refused
+ * before it is read. Every error message starts "cannot import 'path'".
  * Errors, each message naming the node (by name, or "#index" and op type):
  *   NOT_SUPPORTED  any other op or domain, an opset or IR version outside
  *                  the range, a graph that is not one chain (a value read by
  *                  two nodes, a node off the path, several inputs or
- *                  outputs), a constant keeping its data in an external
- *                  file, a parameter type other than FLOAT/DOUBLE, a file
- *                  or graph over the limits above, or no plugin;
+ *                  outputs, a Softmax before the end), a parameter type
+ *                  other than FLOAT/DOUBLE, a fold kiln does not compute,
+ *                  an external data key other than the four, a file or
+ *                  graph over the limits above, or no plugin;
  *   FORMAT         a file protobuf cannot parse (truncated, corrupt, not
  *                  ONNX), a constant whose data does not match its shape or
  *                  with a dimension larger than any file holds, an empty
  *                  weight, an omitted ("") input the op needs, shapes that
  *                  do not chain, a parameter whose type differs from the
- *                  input's, non-finite values, bad attributes;
- *   IO             the file cannot be opened or read, or is not a regular file;
+ *                  input's, non-finite values, bad attributes, an op the
+ *                  file's opset does not have, external data as above;
+ *   IO             a file cannot be opened or read, or is not a regular file;
  *   INVALID_ARGUMENT NULL ctx/path/out; INVALID_HANDLE a released ctx; OOM.
  * On failure *out is NULL and nothing else changes.
  * Thread: any (ctx may be shared). */
@@ -1073,7 +1181,10 @@ KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_fast_path(kiln_trai
 /* A trainer for model on the model's device; it keeps the model alive and
  * copies options (NULL = defaults); the caller owns *out. NOT_SUPPORTED for
  * TF32 on the CPU and TF32/BF16 with an f64 model; INVALID_ARGUMENT for an
- * unknown name in KILN_ENABLE or KILN_DISABLE. Used by one thread at a time, and while it
+ * unknown name in KILN_ENABLE or KILN_DISABLE, a model without parameters
+ * (no Linear: nothing to train), and the MSE or BCE loss for a model with an
+ * output transform (softmax, log_softmax: see kiln_model_spec_parse; the
+ * cross-entropy loss trains the logits under it). Used by one thread at a time, and while it
  * trains, no other thread may change or run the model. */
 KILN_NODISCARD KILN_API kiln_status kiln_trainer_create(kiln_model *model, const kiln_trainer_options *options,
                                                         kiln_trainer **out);

@@ -40,8 +40,15 @@ KILN_API kiln_status kiln_model_spec_add_linear(kiln_model_spec *spec, int64_t i
 
 KILN_API kiln_status kiln_model_spec_add(kiln_model_spec *spec, kiln_layer_kind kind, double arg) {
   return guard([&] {
-    lookup(spec, "spec")->value->add(kiln::api::checked_enum(kind, KILN_LAYER_LINEAR, KILN_LAYER_DROPOUT, "layer kind"),
-                                     arg);
+    lookup(spec, "spec")->value->add(
+        kiln::api::checked_enum(kind, KILN_LAYER_LINEAR, KILN_LAYER_LOG_SOFTMAX, "layer kind"), arg);
+  });
+}
+
+KILN_API kiln_status kiln_model_spec_add_v2(kiln_model_spec *spec, kiln_layer_kind kind, double arg, double arg2) {
+  return guard([&] {
+    lookup(spec, "spec")->value->add(
+        kiln::api::checked_enum(kind, KILN_LAYER_LINEAR, KILN_LAYER_LOG_SOFTMAX, "layer kind"), arg, arg2);
   });
 }
 
@@ -51,7 +58,7 @@ KILN_API kiln_status kiln_model_spec_add_mlp(kiln_model_spec *spec, const int64_
     kiln_model_spec *s = lookup(spec, "spec");
     require(sizes, "sizes");
     s->value->add_mlp(sizes, n,
-                      kiln::api::checked_enum(activation, KILN_LAYER_LINEAR, KILN_LAYER_DROPOUT, "layer kind"));
+                      kiln::api::checked_enum(activation, KILN_LAYER_LINEAR, KILN_LAYER_LOG_SOFTMAX, "layer kind"));
   });
 }
 
@@ -199,7 +206,17 @@ KILN_API kiln_status kiln_model_export_onnx(const kiln_model *model, const char 
   return guard([&] {
     std::shared_ptr<kiln::Model> m = value(model, "model");
     require(path, "path");
-    kiln::export_onnx(*m, path);
+    kiln::export_onnx(*m, path, false);
+  });
+}
+
+KILN_API kiln_status kiln_model_export_onnx_v2(const kiln_model *model, const char *path, uint32_t flags) {
+  return guard([&] {
+    std::shared_ptr<kiln::Model> m = value(model, "model");
+    require(path, "path");
+    kiln::check((flags & ~uint32_t(KILN_ONNX_EXPORT_EXTERNAL_DATA)) == 0, KILN_ERROR_INVALID_ARGUMENT,
+                "unknown ONNX export flags " + std::to_string(flags) + " (KILN_ONNX_EXPORT_EXTERNAL_DATA is 1)");
+    kiln::export_onnx(*m, path, (flags & KILN_ONNX_EXPORT_EXTERNAL_DATA) != 0);
   });
 }
 

@@ -22,7 +22,7 @@ void Backend::linear_packed(int64_t index, const PackedLinearArgs &args) {
     a.t = w.t;
     a.rows = args.rows, a.cols = w.out;
     a.y = args.y, a.bias = args.bias;
-    a.act = args.act, a.alpha = args.alpha;
+    a.act = args.act, a.alpha = args.alpha, a.threshold = args.threshold;
     bias_act(index, a);
   }
 }

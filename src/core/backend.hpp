@@ -40,8 +40,16 @@ constexpr int kMaxDims = KILN_MAX_DIMS;
 
 // Elementwise ops with two inputs. Comparison ops write U8 0/1.
 enum class BinaryOp { Add, Sub, Mul, Div, Maximum, Minimum, Pow, Eq, Ne, Lt, Le, Gt, Ge };
-// Elementwise ops with one input; alpha is LeakyReLU's slope.
-enum class UnaryOp { Neg, Abs, Exp, Log, Sqrt, Relu, Gelu, Tanh, Sigmoid, LeakyRelu, Identity };
+// Elementwise ops with one input. Their parameters, where they take any:
+// alpha is LeakyReLU's slope, ELU's alpha or Softplus's beta; threshold is
+// Softplus's. Neg..LeakyRelu are kiln_unary_op's order (api/tensor.cpp).
+enum class UnaryOp { Neg, Abs, Exp, Log, Sqrt, Relu, Gelu, Tanh, Sigmoid, LeakyRelu, Identity, Elu, Selu, Softplus };
+
+// Whether an activation's gradient is computed from its input (the
+// pre-activation) rather than its output: see core/formulas/activations.hpp.
+constexpr bool act_grad_reads_pre(UnaryOp act) {
+  return act == UnaryOp::Gelu || act == UnaryOp::Elu || act == UnaryOp::Selu || act == UnaryOp::Softplus;
+}
 enum class ReduceOp { Sum, Mean, Max, Argmax };
 
 // How f32 products are computed: exactly (fp32 multiply-adds), or on CUDA's
@@ -172,14 +180,14 @@ struct CastArgs {
   void *out = nullptr;
 };
 
-// out[i] = op(in[i]); alpha is LeakyReLU's slope.
+// out[i] = op(in[i]); alpha and threshold are the op's parameters (UnaryOp).
 struct UnaryArgs {
   UnaryOp op = UnaryOp::Identity;
   DType t = DType::F32;
   int64_t n = 0;
   const void *in = nullptr;
   void *out = nullptr;
-  double alpha = 0;
+  double alpha = 0, threshold = 0;
 };
 
 // out[i] = a[i] op s (comparisons are not used here).
@@ -224,25 +232,26 @@ struct SoftmaxArgs {
 // ---- arguments of the neural-network kernels (float dtypes, row-major) ----
 
 // y = act(y + bias) in place over [rows, cols]; bias may be null. When pre
-// is non-null it receives y + bias (needed by GELU's backward).
+// is non-null it receives y + bias (needed by the backward of the
+// activations whose gradient reads their input: act_grad_reads_pre).
 struct BiasActArgs {
   DType t = DType::F32;
   int64_t rows = 0, cols = 0;
   void *y = nullptr;
   const void *bias = nullptr;
   UnaryOp act = UnaryOp::Identity;
-  double alpha = 0;
+  double alpha = 0, threshold = 0;
   void *pre = nullptr;
 };
 
 // dx = dy * act'(.) over n elements, from the pre-activation `pre` or the
-// output `y` (ReLU, LeakyReLU, Tanh, Sigmoid use y; GELU uses pre). dx may
-// be dy.
+// output `y` (act_grad_reads_pre says which; ReLU, LeakyReLU, Tanh, Sigmoid
+// use y). dx may be dy.
 struct ActBackwardArgs {
   DType t = DType::F32;
   int64_t n = 0;
   UnaryOp act = UnaryOp::Identity;
-  double alpha = 0;
+  double alpha = 0, threshold = 0;
   const void *dy = nullptr, *pre = nullptr, *y = nullptr;
   void *dx = nullptr;
 };
@@ -311,7 +320,7 @@ class PackedLinear {
 };
 
 // y [rows, out] = act(x W^T + b), x [rows, in] and b [out] (may be null) of
-// the packed weights' dtype; alpha is LeakyReLU's slope.
+// the packed weights' dtype; alpha and threshold are act's parameters.
 struct PackedLinearArgs {
   int64_t rows = 0;
   const void *x = nullptr;
@@ -319,7 +328,7 @@ struct PackedLinearArgs {
   const void *bias = nullptr;
   void *y = nullptr;
   UnaryOp act = UnaryOp::Identity;
-  double alpha = 0;
+  double alpha = 0, threshold = 0;
 };
 
 // Device facts for kiln_device_get_info.

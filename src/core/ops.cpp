@@ -42,6 +42,9 @@ const char *unary_name(UnaryOp op) {
     case UnaryOp::Sigmoid: return "sigmoid";
     case UnaryOp::LeakyRelu: return "leaky_relu";
     case UnaryOp::Identity: return "identity";
+    case UnaryOp::Elu: return "elu";
+    case UnaryOp::Selu: return "selu";
+    case UnaryOp::Softplus: return "softplus";
   }
   return "?";
 }
@@ -180,12 +183,12 @@ Tensor scalar(BinaryOp op, const Tensor &a, double s) {
   return out;
 }
 
-Tensor unary(UnaryOp op, const Tensor &a, double alpha) {
+Tensor unary(UnaryOp op, const Tensor &a, double alpha, double threshold) {
   a.wait_host_access();
   if (op != UnaryOp::Neg && op != UnaryOp::Abs && op != UnaryOp::Identity) check_float(a.dtype(), unary_name(op));
   Tensor out = Tensor::empty(a.context(), a.shape(), a.dtype(), a.device());
   if (out.numel() > 0)
-    a.backend().unary(a.device().index, UnaryArgs{op, a.dtype(), a.numel(), a.data(), out.data(), alpha});
+    a.backend().unary(a.device().index, UnaryArgs{op, a.dtype(), a.numel(), a.data(), out.data(), alpha, threshold});
   return out;
 }
 

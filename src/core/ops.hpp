@@ -36,8 +36,8 @@ Tensor binary(BinaryOp op, const Tensor &a, const Tensor &b);
 // a op s for the arithmetic ops; s must fit a's dtype (INVALID_ARGUMENT).
 Tensor scalar(BinaryOp op, const Tensor &a, double s);
 // op(a). Neg, Abs and Identity take every dtype, the rest float dtypes only.
-// alpha is LeakyRelu's negative slope.
-Tensor unary(UnaryOp op, const Tensor &a, double alpha = 0.0);
+// alpha and threshold are op's parameters (core/backend.hpp's UnaryOp).
+Tensor unary(UnaryOp op, const Tensor &a, double alpha = 0.0, double threshold = 0.0);
 // Softmax, or log-softmax when log, along dim. Float dtypes.
 Tensor softmax(const Tensor &a, int64_t dim, bool log);
 // Reduces dim (kept with size 1 when keepdim). Argmax gives I64, the others

@@ -147,7 +147,7 @@ BiasActArgs forward_bias_act(const LinearOp &op) {
   a.t = op.t;
   a.rows = op.rows, a.cols = op.out;
   a.y = op.y, a.bias = op.b, a.pre = op.pre;
-  a.act = op.act, a.alpha = op.alpha;
+  a.act = op.act, a.alpha = op.alpha, a.threshold = op.threshold;
   return a;
 }
 
@@ -155,7 +155,7 @@ ActBackwardArgs backward_act(const LinearBackwardOp &op) {
   ActBackwardArgs a;
   a.t = op.t;
   a.n = op.rows * op.out;
-  a.act = op.act, a.alpha = op.alpha;
+  a.act = op.act, a.alpha = op.alpha, a.threshold = op.threshold;
   a.dy = op.dy, a.pre = op.pre, a.y = op.y, a.dx = op.dy;
   return a;
 }

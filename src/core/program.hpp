@@ -66,7 +66,7 @@ struct CastOp {
 // A Linear layer and the activation fused after it: y = act(x W^T + b), with
 // x [rows, in], W [out, in], b [out] (may be null), y [rows, out]. pre (may
 // be null) receives x W^T + b, for activations whose gradient needs it
-// (GELU).
+// (act_grad_reads_pre).
 struct LinearOp {
   DType t = DType::F32;
   MathMode math = MathMode::Exact;
@@ -74,7 +74,7 @@ struct LinearOp {
   const void *x = nullptr, *w = nullptr, *b = nullptr;
   void *y = nullptr, *pre = nullptr;
   UnaryOp act = UnaryOp::Identity;
-  double alpha = 0;  // LeakyReLU's slope
+  double alpha = 0, threshold = 0;  // act's parameters (UnaryOp)
 };
 
 // A lone activation (Backend::unary).
@@ -107,7 +107,7 @@ struct LinearBackwardOp {
   void *dy = nullptr;
   const void *x = nullptr, *w = nullptr, *y = nullptr, *pre = nullptr;
   UnaryOp act = UnaryOp::Identity;
-  double alpha = 0;
+  double alpha = 0, threshold = 0;
   void *dw = nullptr, *db = nullptr, *dx = nullptr;
 };
 

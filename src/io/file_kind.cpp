@@ -60,10 +60,14 @@ std::string legacy_torch_reason(FileKind kind, const std::string &path) {
          "tool's), which kiln does not read" + resave;
 }
 
+std::string empty_file_reason(const std::string &path) {
+  return "'" + path + "' is empty (0 bytes): it holds no model (was it written completely?)";
+}
+
 std::string not_safetensors_reason(FileKind kind, const std::string &path) {
   switch (kind) {
     case FileKind::kEmpty:
-      return "'" + path + "' is empty (0 bytes): it holds no model (was it written completely?)";
+      return empty_file_reason(path);
     case FileKind::kZip:
       return "'" + path +
              "' is a torch.save file (a zip archive), not safetensors: kiln reads it as a state_dict given the "

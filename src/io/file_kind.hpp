@@ -23,6 +23,9 @@ FileKind file_kind(const std::string &head, int64_t file_size);
 // first bytes (IO errors naming path).
 FileKind file_kind(int fd, const std::string &path, int64_t file_size);
 
+// The sentence for an empty file at path given where any model was expected
+// (a write that never finished, more often than not).
+std::string empty_file_reason(const std::string &path);
 // For a file of `kind` at path given where a safetensors file was expected:
 // a sentence saying what it is and what to do instead ("'m.pt' is a
 // torch.save file (a zip archive), not safetensors: ..."); "" for kOther.

@@ -21,11 +21,12 @@ UnaryOp unary_of(kiln_layer_kind kind) {
     case KILN_LAYER_GELU: return UnaryOp::Gelu;
     case KILN_LAYER_TANH: return UnaryOp::Tanh;
     case KILN_LAYER_SIGMOID: return UnaryOp::Sigmoid;
+    case KILN_LAYER_ELU: return UnaryOp::Elu;
+    case KILN_LAYER_SELU: return UnaryOp::Selu;
+    case KILN_LAYER_SOFTPLUS: return UnaryOp::Softplus;
     default: return UnaryOp::Identity;
   }
 }
-
-bool is_activation(kiln_layer_kind kind) { return kind != KILN_LAYER_LINEAR && kind != KILN_LAYER_DROPOUT; }
 
 // The dropout masks of one call: stage s draws from its own stream.
 uint64_t stage_seed(uint64_t seed, size_t stage) { return rng_bits(seed, stage); }
@@ -46,6 +47,7 @@ StepOp stage_forward(const Stage &s, DType t, MathMode math, int64_t rows, const
       op.pre = pre;
       op.act = s.act;
       op.alpha = s.alpha;
+      op.threshold = s.threshold;
       return op;
     }
     case Stage::kActivation: {
@@ -54,6 +56,7 @@ StepOp stage_forward(const Stage &s, DType t, MathMode math, int64_t rows, const
       op.args.t = t;
       op.args.n = rows * s.out;
       op.args.alpha = s.alpha;
+      op.args.threshold = s.threshold;
       op.args.in = x;
       op.args.out = y;
       return op;
@@ -104,9 +107,13 @@ Model::Model(std::shared_ptr<Context> ctx, const ModelSpec &spec)
       if (i + 1 < layers.size() && is_activation(layers[i + 1].kind)) {  // fuse it
         s.act = unary_of(layers[i + 1].kind);
         s.alpha = layers[i + 1].arg;
-        s.keep_pre = s.act == UnaryOp::Gelu;
+        s.threshold = layers[i + 1].arg2;
+        s.keep_pre = act_grad_reads_pre(s.act);
         ++i;
       }
+    } else if (is_output_transform(l.kind)) {
+      transform_ = l.kind;  // the last layer (ModelSpec): applied after the stages
+      continue;
     } else if (l.kind == KILN_LAYER_DROPOUT) {
       if (l.arg == 0) continue;  // the identity
       s.kind = Stage::kDropout;
@@ -118,6 +125,7 @@ Model::Model(std::shared_ptr<Context> ctx, const ModelSpec &spec)
       s.out = features;
       s.act = unary_of(l.kind);
       s.alpha = l.arg;
+      s.threshold = l.arg2;
     }
     features = s.out;
     stages_.push_back(s);
@@ -219,6 +227,7 @@ Tensor Model::run_with_dropout(const Tensor &x_in) const {
     }
     x = y;
   }
+  if (transform_ != KILN_LAYER_LINEAR) x = softmax(x, 1, transform_ == KILN_LAYER_LOG_SOFTMAX);
   return x;
 }
 
@@ -288,6 +297,7 @@ void Model::append_backward(std::vector<StepOp> &ops, const Workspace &ws, const
         op.pre = s.keep_pre ? ws.pre[si].data() : nullptr;
         op.act = s.act;
         op.alpha = s.alpha;
+        op.threshold = s.threshold;
         op.dw = gbase + s.weight * esize;
         op.db = s.bias >= 0 ? gbase + s.bias * esize : nullptr;
         op.dx = si > first_trained_stage_ ? ws.grad[si - 1].data() : nullptr;
@@ -301,6 +311,7 @@ void Model::append_backward(std::vector<StepOp> &ops, const Workspace &ws, const
         op.args.n = n;
         op.args.act = s.act;
         op.args.alpha = s.alpha;
+        op.args.threshold = s.threshold;
         op.args.dy = op.args.dx = g;
         op.args.pre = acts[si];
         op.args.y = acts[si + 1];

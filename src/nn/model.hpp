@@ -8,6 +8,14 @@
 // it run as one gemm plus one fused bias+activation kernel; a lone activation
 // and a Dropout are stages of their own; a Dropout with p = 0 is no stage.
 //
+// An output transform (Softmax, LogSoftmax: the spec's last layer) is no
+// stage: the stages compute the logits, which the trainer trains with the
+// cross-entropy loss (it takes logits, and is then PyTorch's NLLLoss over
+// the log-softmax); forward() and predict(LOGITS) apply the transform to
+// them, predict(PROBABILITIES) and predict(CLASSES) read the logits.
+// A model without a Linear (spec input(N)) has no parameters: its flat
+// buffer is empty.
+//
 // Two forward paths:
 //  - predict() and forward(): inference, const and safe from several
 //    threads (nn/model_inference.cpp): each Linear's weights packed once per
@@ -41,9 +49,9 @@ struct Stage {
   int64_t in = 0, out = 0;        // features entering and leaving the stage
   int64_t weight = -1, bias = -1;  // element offsets in the flat buffer (-1: none)
   UnaryOp act = UnaryOp::Identity;  // a Linear's fused activation, or the lone one
-  double alpha = 0;               // LeakyReLU slope
+  double alpha = 0, threshold = 0;  // act's parameters (core/backend.hpp's UnaryOp)
   double p = 0;                   // Dropout probability
-  bool keep_pre = false;          // a fused GELU: its backward needs x W^T + b
+  bool keep_pre = false;          // a fused activation whose backward needs x W^T + b
 };
 
 struct ParameterInfo {
@@ -81,6 +89,9 @@ class Model {
   DType dtype() const { return params_.dtype(); }
   int64_t input_size() const { return spec_.input_size(); }
   int64_t output_size() const { return spec_.output_size(); }
+  // KILN_LAYER_SOFTMAX or KILN_LAYER_LOG_SOFTMAX, or KILN_LAYER_LINEAR for
+  // a model without an output transform.
+  kiln_layer_kind output_transform() const { return transform_; }
   // Moves the parameters. Views taken before keep the old storage.
   void to(Device device);
   ~Model();
@@ -97,7 +108,8 @@ class Model {
   const Tensor &flat() const { return params_; }
 
   // x [batch, input_size] (or [batch, ...] with that many features per row)
-  // of any float dtype or u8 on the model's device -> logits [batch, outputs].
+  // of any float dtype or u8 on the model's device -> logits [batch,
+  // outputs], through the output transform when there is one.
   Tensor forward(const Tensor &x) const;
   // forward in evaluation mode; x may be on any device.
   Tensor predict(const Tensor &x, kiln_predict_kind kind) const;
@@ -165,6 +177,7 @@ class Model {
   Tensor params_;
   std::atomic<bool> training_{true};
   bool has_dropout_ = false;  // a Dropout stage (p > 0)
+  kiln_layer_kind transform_ = KILN_LAYER_LINEAR;  // output_transform()
   mutable InferenceCache inference_;
 };
 

@@ -1,7 +1,8 @@
 // Model files: safetensors holding each parameter under its nn.Sequential
 // name, so PyTorch's load_state_dict reads them, plus metadata
-// {"format": "kiln-model", "kiln.spec": describe(), "kiln.version"} from
-// which kiln_model_load rebuilds the architecture. Weights are read through
+// {"format": "kiln-model", "kiln.spec": describe(), "kiln.version",
+// "kiln.dtype"} from which kiln_model_load rebuilds the architecture (the
+// dtype is the tensors'; "kiln.dtype" says it for a model without any). Weights are read through
 // io::open_tensor_file, so a PyTorch state_dict (safetensors or torch.save)
 // loads wherever a spec says what it holds.
 #include <algorithm>
@@ -23,7 +24,21 @@ namespace {
 constexpr const char *kFormat = "kiln-model";
 
 std::map<std::string, std::string> model_metadata(const Model &model) {
-  return {{"format", kFormat}, {"kiln.spec", model.description()}, {"kiln.version", kVersionText}};
+  return {{"format", kFormat},
+          {"kiln.spec", model.description()},
+          {"kiln.version", kVersionText},
+          {"kiln.dtype", dtype_name(model.dtype())}};
+}
+
+// The dtype of a model file: its tensors', or for a model without
+// parameters its "kiln.dtype".
+DType file_dtype(const io::TensorFile &file, const std::string &path) {
+  if (!file.entries().empty()) return file.entries().front().dtype;
+  const auto it = file.metadata().find("kiln.dtype");
+  check(it != file.metadata().end(), KILN_ERROR_FORMAT, path + " holds no tensors");
+  check(it->second == "f32" || it->second == "f64", KILN_ERROR_FORMAT,
+        path + " has kiln.dtype \"" + excerpt(it->second) + "\"; kiln models are f32 or f64");
+  return it->second == "f64" ? DType::F64 : DType::F32;
 }
 
 // Names up to a few of the file's tensors that no parameter of `params` has
@@ -95,8 +110,7 @@ std::shared_ptr<Model> load_model(const std::shared_ptr<Context> &ctx, const std
   } catch (const Error &e) {
     fail(KILN_ERROR_FORMAT, path + " has an invalid kiln.spec: " + e.what());
   }
-  check(!file->entries().empty(), KILN_ERROR_FORMAT, path + " holds no tensors");
-  const DType dtype = file->entries().front().dtype;
+  const DType dtype = file_dtype(*file, path);
   check(dtype == DType::F32 || dtype == DType::F64, KILN_ERROR_FORMAT,
         path + " holds " + dtype_name(dtype) + " parameters; kiln models are f32 or f64");
   // Check the spec against the tensors the file really holds before

@@ -107,11 +107,13 @@ Tensor Model::infer(const Tensor &x, kiln_predict_kind kind) const {
     in = buffers.input.data();
   }
   size_t last = stages_.size();  // stages past the last that runs: trailing Dropouts
-  while (stages_[last - 1].kind == Stage::kDropout) --last;
+  while (last > 0 && stages_[last - 1].kind == Stage::kDropout) --last;
+  // The logits go straight into the result when they are what was asked for.
+  const bool logits_out = kind == KILN_PREDICT_LOGITS && transform_ == KILN_LAYER_LINEAR;
   for (size_t si = 0; si < last; ++si) {
     const Stage &s = stages_[si];
     if (s.kind == Stage::kDropout) continue;  // the identity in evaluation mode
-    void *y = si + 1 == last && kind == KILN_PREDICT_LOGITS ? result.data() : buffers.out[si].data();
+    void *y = si + 1 == last && logits_out ? result.data() : buffers.out[si].data();
     if (s.kind == Stage::kLinear) {
       PackedLinearArgs args;
       args.rows = rows;
@@ -119,23 +121,33 @@ Tensor Model::infer(const Tensor &x, kiln_predict_kind kind) const {
       args.w = packed->layers[si].get();
       args.bias = s.bias >= 0 ? base + s.bias * esize : nullptr;
       args.y = y;
-      args.act = s.act, args.alpha = s.alpha;
+      args.act = s.act, args.alpha = s.alpha, args.threshold = s.threshold;
       b.linear_packed(dev, args);
     } else {
       UnaryArgs args;
       args.op = s.act, args.t = t;
       args.n = rows * s.out;
       args.in = in, args.out = y;
-      args.alpha = s.alpha;
+      args.alpha = s.alpha, args.threshold = s.threshold;
       b.unary(dev, args);
     }
     in = y;
   }
-  if (kind == KILN_PREDICT_PROBABILITIES) {
+  if (logits_out) {
+    if (in != result.data()) {  // no stage ran: a model of its input alone
+      CastArgs copy;
+      copy.from = copy.to = t;
+      copy.n = rows * outputs;
+      copy.in = in, copy.out = result.data();
+      b.cast(dev, copy);
+    }
+  } else if (kind == KILN_PREDICT_PROBABILITIES || kind == KILN_PREDICT_LOGITS) {
+    // The softmax of the logits, or the output transform.
     SoftmaxArgs args;
     args.t = t;
     args.outer = rows, args.n = outputs, args.inner = 1;
     args.in = in, args.out = result.data();
+    args.log = kind == KILN_PREDICT_LOGITS && transform_ == KILN_LAYER_LOG_SOFTMAX;
     b.softmax(dev, args);
   } else if (kind == KILN_PREDICT_CLASSES) {
     ReduceArgs args;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/error.hpp"
 #include "core/excerpt.hpp"
@@ -11,9 +12,6 @@
 namespace kiln {
 
 namespace {
-
-constexpr double kDefaultLeakySlope = 0.01;  // torch.nn.LeakyReLU
-constexpr double kDefaultDropout = 0.5;      // torch.nn.Dropout
 
 std::string trim(const std::string &s) {
   size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
@@ -34,10 +32,12 @@ std::vector<std::string> split(const std::string &s, char sep) {
 // The shortest decimal text that reads back as exactly v, so describe() and
 // parse() round-trip every double.
 std::string format_double(double v) {
+  // Plain digits ("10", not "1e+01") unless the exponent is far from 0.
+  const bool exponent_ok = std::fabs(v) < 1e-4 || std::fabs(v) >= 1e15;
   char buf[32];
   for (int precision = 1; precision <= 17; ++precision) {
     std::snprintf(buf, sizeof buf, "%.*g", precision, v);
-    if (std::strtod(buf, nullptr) == v) break;
+    if (std::strtod(buf, nullptr) == v && (exponent_ok || !std::strchr(buf, 'e'))) break;
   }
   return buf;
 }
@@ -66,10 +66,13 @@ double parse_number(const std::string &text, const std::string &token) {
   return v;
 }
 
-// An activation name as the text forms spell it; false if it is none.
-bool activation_kind(const std::string &name, kiln_layer_kind *kind) {
-  static const kiln_layer_kind kinds[] = {KILN_LAYER_RELU, KILN_LAYER_LEAKY_RELU, KILN_LAYER_GELU, KILN_LAYER_TANH,
-                                          KILN_LAYER_SIGMOID};
+// An activation or output transform name as the text forms spell it; false
+// if it is none.
+bool named_kind(const std::string &name, kiln_layer_kind *kind) {
+  static const kiln_layer_kind kinds[] = {KILN_LAYER_RELU,     KILN_LAYER_LEAKY_RELU, KILN_LAYER_GELU,
+                                          KILN_LAYER_TANH,     KILN_LAYER_SIGMOID,    KILN_LAYER_ELU,
+                                          KILN_LAYER_SELU,     KILN_LAYER_SOFTPLUS,   KILN_LAYER_SOFTMAX,
+                                          KILN_LAYER_LOG_SOFTMAX};
   for (kiln_layer_kind k : kinds)
     if (name == layer_kind_name(k)) {
       *kind = k;
@@ -78,7 +81,42 @@ bool activation_kind(const std::string &name, kiln_layer_kind *kind) {
   return false;
 }
 
-bool is_activation(kiln_layer_kind kind) { return kind != KILN_LAYER_LINEAR && kind != KILN_LAYER_DROPOUT; }
+// The parameters `kind` takes in the text forms, and their defaults: at
+// most two (Softplus's beta and threshold).
+int parameter_count(kiln_layer_kind kind) {
+  switch (kind) {
+    case KILN_LAYER_LEAKY_RELU: case KILN_LAYER_ELU: case KILN_LAYER_DROPOUT: return 1;
+    case KILN_LAYER_SOFTPLUS: return 2;
+    default: return 0;
+  }
+}
+
+LayerSpec with_defaults(kiln_layer_kind kind) {
+  LayerSpec l;
+  l.kind = kind;
+  switch (kind) {
+    case KILN_LAYER_LEAKY_RELU: l.arg = kDefaultLeakySlope; break;
+    case KILN_LAYER_ELU: l.arg = kDefaultEluAlpha; break;
+    case KILN_LAYER_DROPOUT: l.arg = kDefaultDropout; break;
+    case KILN_LAYER_SOFTPLUS: l.arg = kDefaultSoftplusBeta, l.arg2 = kDefaultSoftplusThreshold; break;
+    default: break;
+  }
+  return l;
+}
+
+// Layer `kind` with the parameters of `values` (the text between the
+// parentheses or after '='; empty: the defaults).
+LayerSpec parameterised(const std::string &text, const std::string &item, kiln_layer_kind kind,
+                        const std::vector<std::string> &values) {
+  LayerSpec l = with_defaults(kind);
+  const int most = parameter_count(kind);
+  if (most == 0 && !values.empty()) bad_text(text, std::string(layer_kind_name(kind)) + " takes no value");
+  if (int(values.size()) > most)
+    bad_text(text, "\"" + item + "\" takes at most " + std::to_string(most) + (most == 1 ? " value" : " values"));
+  if (values.size() > 0) l.arg = parse_number(text, values[0]);
+  if (values.size() > 1) l.arg2 = parse_number(text, values[1]);
+  return l;
+}
 
 // "784-256-10:gelu:dropout=0.2" appended to spec.
 void parse_compact(const std::string &text, ModelSpec &spec) {
@@ -87,14 +125,15 @@ void parse_compact(const std::string &text, ModelSpec &spec) {
   for (const std::string &s : split(parts[0], '-')) sizes.push_back(parse_size(text, s));
   if (sizes.size() < 2) bad_text(text, "it needs at least two sizes, as in \"784-10\"");
 
-  kiln_layer_kind act = KILN_LAYER_RELU;
-  double slope = kDefaultLeakySlope, dropout = 0;
-  bool have_act = false, have_dropout = false, flatten = false;
+  LayerSpec act = with_defaults(KILN_LAYER_RELU);
+  double dropout = 0;
+  bool have_act = false, have_dropout = false, flatten = false, have_transform = false;
+  kiln_layer_kind transform = KILN_LAYER_SOFTMAX;
   for (size_t i = 1; i < parts.size(); ++i) {
     size_t eq = parts[i].find('=');
     std::string name = trim(parts[i].substr(0, eq));
     std::string value = eq == std::string::npos ? std::string() : trim(parts[i].substr(eq + 1));
-    kiln_layer_kind kind;
+    kiln_layer_kind kind = KILN_LAYER_LINEAR;
     if (name == "flatten") {
       if (flatten) bad_text(text, "flatten is given twice");
       if (eq != std::string::npos) bad_text(text, "flatten takes no value");
@@ -104,27 +143,31 @@ void parse_compact(const std::string &text, ModelSpec &spec) {
       if (eq == std::string::npos) bad_text(text, "dropout needs a probability, as in \"dropout=0.2\"");
       dropout = parse_number(text, value);
       have_dropout = true;
-    } else if (activation_kind(name, &kind)) {
+    } else if (named_kind(name, &kind) && is_output_transform(kind)) {
+      if (have_transform) bad_text(text, "more than one output transform (softmax, log_softmax) is given");
+      if (eq != std::string::npos) bad_text(text, name + " takes no value");
+      transform = kind;
+      have_transform = true;
+    } else if (named_kind(name, &kind)) {
       if (have_act) bad_text(text, "more than one activation is given");
-      if (eq != std::string::npos) {
-        if (kind != KILN_LAYER_LEAKY_RELU) bad_text(text, name + " takes no value");
-        slope = parse_number(text, value);
-      }
-      act = kind;
+      if (eq != std::string::npos && value.empty()) bad_text(text, name + "= lacks its value");
+      act = parameterised(text, parts[i], kind, eq == std::string::npos ? std::vector<std::string>() : split(value, ','));
       have_act = true;
     } else {
       bad_text(text, "unknown option \"" + parts[i] +
-                         "\" (expected relu, gelu, tanh, sigmoid, leaky_relu[=slope], dropout=p or flatten)");
+                         "\" (expected relu, gelu, tanh, sigmoid, selu, leaky_relu[=slope], elu[=alpha], "
+                         "softplus[=beta[,threshold]], dropout=p, flatten, softmax or log_softmax)");
     }
   }
   if (flatten) spec.add_flatten();
   for (size_t i = 0; i + 1 < sizes.size(); ++i) {
     if (i > 0) {
-      spec.add(act, slope);
+      spec.add(act.kind, act.arg, act.arg2);
       if (have_dropout) spec.add(KILN_LAYER_DROPOUT, dropout);
     }
     spec.add_linear(sizes[i], sizes[i + 1], true);
   }
+  if (have_transform) spec.add(transform, 0);
 }
 
 // "linear(784,32);relu;dropout(0.2);linear(32,10,nobias)" appended to spec.
@@ -140,7 +183,7 @@ void parse_list(const std::string &text, ModelSpec &spec) {
       has_args = true;
     }
     std::vector<std::string> args = has_args ? split(args_text, ',') : std::vector<std::string>();
-    kiln_layer_kind kind;
+    kiln_layer_kind kind = KILN_LAYER_LINEAR;
     if (name == "flatten") {
       if (has_args) bad_text(text, "flatten takes no value (kiln's Flatten is nn.Flatten(): all but the batch)");
       spec.add_flatten();
@@ -148,14 +191,13 @@ void parse_list(const std::string &text, ModelSpec &spec) {
       if (args.size() != 2 && !(args.size() == 3 && args[2] == "nobias"))
         bad_text(text, "\"" + item + "\" should be linear(in,out) or linear(in,out,nobias)");
       spec.add_linear(parse_size(text, args[0]), parse_size(text, args[1]), args.size() == 2);
-    } else if (name == "dropout" || name == "leaky_relu") {
-      if (args.size() > 1) bad_text(text, "\"" + item + "\" takes one value");
-      kind = name == "dropout" ? KILN_LAYER_DROPOUT : KILN_LAYER_LEAKY_RELU;
-      double def = kind == KILN_LAYER_DROPOUT ? kDefaultDropout : kDefaultLeakySlope;
-      spec.add(kind, args.empty() ? def : parse_number(text, args[0]));
-    } else if (activation_kind(name, &kind)) {
-      if (has_args) bad_text(text, name + " takes no value");
-      spec.add(kind, 0);
+    } else if (name == "input") {
+      if (args.size() != 1) bad_text(text, "\"" + item + "\" should be input(FEATURES)");
+      spec.add_input(parse_size(text, args[0]));
+    } else if (name == "dropout" || named_kind(name, &kind)) {
+      if (name == "dropout") kind = KILN_LAYER_DROPOUT;
+      const LayerSpec l = parameterised(text, item, kind, args);
+      spec.add(l.kind, l.arg, l.arg2);
     } else {
       bad_text(text, "unknown layer \"" + item + "\"");
     }
@@ -173,8 +215,21 @@ const char *layer_kind_name(kiln_layer_kind kind) {
     case KILN_LAYER_TANH: return "tanh";
     case KILN_LAYER_SIGMOID: return "sigmoid";
     case KILN_LAYER_DROPOUT: return "dropout";
+    case KILN_LAYER_ELU: return "elu";
+    case KILN_LAYER_SELU: return "selu";
+    case KILN_LAYER_SOFTPLUS: return "softplus";
+    case KILN_LAYER_SOFTMAX: return "softmax";
+    case KILN_LAYER_LOG_SOFTMAX: return "log_softmax";
   }
   return "?";
+}
+
+bool is_output_transform(kiln_layer_kind kind) {
+  return kind == KILN_LAYER_SOFTMAX || kind == KILN_LAYER_LOG_SOFTMAX;
+}
+
+bool is_activation(kiln_layer_kind kind) {
+  return kind != KILN_LAYER_LINEAR && kind != KILN_LAYER_DROPOUT && !is_output_transform(kind);
 }
 
 int64_t linear_parameters(int64_t in, int64_t out, bool bias) {
@@ -191,9 +246,13 @@ void ModelSpec::add_linear(int64_t in, int64_t out, bool bias) {
         "Linear sizes must be >= 1, got in_features " + std::to_string(in) + ", out_features " + std::to_string(out));
   linear_parameters(in, out, bias);
   int64_t prev = output_size();
+  bool after_linear = false;
+  for (const LayerSpec &l : layers_) after_linear = after_linear || l.kind == KILN_LAYER_LINEAR;
   check(prev == 0 || prev == in, KILN_ERROR_SHAPE_MISMATCH,
-        "Linear(" + std::to_string(in) + ", " + std::to_string(out) + ") cannot follow a Linear with " +
-            std::to_string(prev) + " outputs: in_features must be " + std::to_string(prev));
+        "Linear(" + std::to_string(in) + ", " + std::to_string(out) + ") cannot follow " +
+            (after_linear ? "a Linear with " + std::to_string(prev) + " outputs"
+                          : "an input of " + std::to_string(prev) + " features") +
+            ": in_features must be " + std::to_string(prev));
   LayerSpec l;
   l.kind = KILN_LAYER_LINEAR;
   l.in = in;
@@ -202,25 +261,61 @@ void ModelSpec::add_linear(int64_t in, int64_t out, bool bias) {
   push(l);
 }
 
+// Nothing follows an output transform: it is what the model returns.
 void ModelSpec::push(const LayerSpec &layer) {
+  if (const LayerSpec *t = output_transform())
+    fail(KILN_ERROR_INVALID_ARGUMENT, std::string("no layer may follow ") + layer_kind_name(t->kind) +
+                                          ": it is the model's output transform, the last layer (got " +
+                                          layer_kind_name(layer.kind) + " after it)");
   layers_.push_back(layer);
   index_.push_back(modules_++);
 }
 
-void ModelSpec::add(kiln_layer_kind kind, double arg) {
+void ModelSpec::add_flatten() {
+  if (const LayerSpec *t = output_transform())
+    fail(KILN_ERROR_INVALID_ARGUMENT, std::string("no layer may follow ") + layer_kind_name(t->kind) +
+                                          ": it is the model's output transform, the last layer (got flatten "
+                                          "after it)");
+  ++modules_;
+}
+
+void ModelSpec::add_input(int64_t features) {
+  check(features >= 1, KILN_ERROR_INVALID_ARGUMENT,
+        "input features must be >= 1, got " + std::to_string(features));
+  check(input_ == 0 && modules_ == 0, KILN_ERROR_INVALID_ARGUMENT,
+        "input(" + std::to_string(features) + ") must come first, and once");
+  check(features <= KILN_MAX_PARAMETERS, KILN_ERROR_INVALID_ARGUMENT,
+        "input(" + std::to_string(features) + ") has more features than KILN_MAX_PARAMETERS (2^40)");
+  input_ = features;
+}
+
+void ModelSpec::add(kiln_layer_kind kind, double arg, double arg2) {
   switch (kind) {
     case KILN_LAYER_LINEAR:
       fail(KILN_ERROR_INVALID_ARGUMENT, "a Linear layer needs sizes: use kiln_model_spec_add_linear");
     case KILN_LAYER_LEAKY_RELU:
       check(std::isfinite(arg), KILN_ERROR_INVALID_ARGUMENT,
             "LeakyReLU negative slope must be finite, got " + format_double(arg));
+      arg2 = 0;
+      break;
+    case KILN_LAYER_ELU:
+      check(std::isfinite(arg), KILN_ERROR_INVALID_ARGUMENT, "ELU alpha must be finite, got " + format_double(arg));
+      arg2 = 0;
+      break;
+    case KILN_LAYER_SOFTPLUS:
+      check(std::isfinite(arg) && arg != 0, KILN_ERROR_INVALID_ARGUMENT,
+            "Softplus beta must be finite and not 0, got " + format_double(arg));
+      check(std::isfinite(arg2), KILN_ERROR_INVALID_ARGUMENT,
+            "Softplus threshold must be finite, got " + format_double(arg2));
       break;
     case KILN_LAYER_DROPOUT:
       check(arg >= 0 && arg < 1, KILN_ERROR_INVALID_ARGUMENT,
             "Dropout probability must be in [0, 1), got " + format_double(arg));
+      arg2 = 0;
       break;
     case KILN_LAYER_RELU: case KILN_LAYER_GELU: case KILN_LAYER_TANH: case KILN_LAYER_SIGMOID:
-      arg = 0;
+    case KILN_LAYER_SELU: case KILN_LAYER_SOFTMAX: case KILN_LAYER_LOG_SOFTMAX:
+      arg = arg2 = 0;
       break;
     default:
       fail(KILN_ERROR_INVALID_ARGUMENT, "unknown layer kind " + std::to_string(int(kind)));
@@ -228,18 +323,20 @@ void ModelSpec::add(kiln_layer_kind kind, double arg) {
   LayerSpec l;
   l.kind = kind;
   l.arg = arg;
+  l.arg2 = arg2;
   push(l);
 }
 
 void ModelSpec::add_mlp(const int64_t *sizes, int64_t n, kiln_layer_kind activation) {
   check(sizes != nullptr, KILN_ERROR_INVALID_ARGUMENT, "sizes is NULL");
   check(n >= 2, KILN_ERROR_INVALID_ARGUMENT, "an MLP needs at least 2 sizes, got " + std::to_string(n));
-  check(activation >= KILN_LAYER_RELU && activation <= KILN_LAYER_SIGMOID, KILN_ERROR_INVALID_ARGUMENT,
-        "the MLP activation must be RELU, LEAKY_RELU, GELU, TANH or SIGMOID, got kind " +
+  check(is_activation(activation) && layer_kind_name(activation)[0] != '?', KILN_ERROR_INVALID_ARGUMENT,
+        "the MLP activation must be RELU, LEAKY_RELU, GELU, TANH, SIGMOID, ELU, SELU or SOFTPLUS, got kind " +
             std::to_string(int(activation)));
+  const LayerSpec act = with_defaults(activation);
   ModelSpec staged = *this;  // all or nothing
   for (int64_t i = 0; i + 1 < n; ++i) {
-    if (i > 0) staged.add(activation, kDefaultLeakySlope);
+    if (i > 0) staged.add(act.kind, act.arg, act.arg2);
     staged.add_linear(sizes[i], sizes[i + 1], true);
   }
   *this = std::move(staged);
@@ -266,18 +363,24 @@ void ModelSpec::parse(const std::string &raw) {
 int64_t ModelSpec::input_size() const {
   for (const LayerSpec &l : layers_)
     if (l.kind == KILN_LAYER_LINEAR) return l.in;
-  return 0;
+  return input_;
 }
 
 int64_t ModelSpec::output_size() const {
   for (auto it = layers_.rbegin(); it != layers_.rend(); ++it)
     if (it->kind == KILN_LAYER_LINEAR) return it->out;
-  return 0;
+  return input_;
+}
+
+const LayerSpec *ModelSpec::output_transform() const {
+  return !layers_.empty() && is_output_transform(layers_.back().kind) ? &layers_.back() : nullptr;
 }
 
 void ModelSpec::validate() const {
   check(input_size() > 0, KILN_ERROR_INVALID_ARGUMENT,
-        layers_.empty() ? "the model spec is empty" : "the model spec has no Linear layer");
+        layers_.empty() ? "the model spec is empty"
+                        : "the model spec has no Linear layer (a model without one declares its features: "
+                          "input(N) first)");
   // Sizes may come from an untrusted file: every product and the total are
   // checked against the limit before anything multiplies them unchecked.
   int64_t total = 0;
@@ -290,24 +393,54 @@ void ModelSpec::validate() const {
   }
 }
 
+namespace {
+
+// A layer in the layer-list form: "leaky_relu(0.1)", "softplus(2,10)".
+std::string list_item(const LayerSpec &l) {
+  std::string text = layer_kind_name(l.kind);
+  if (l.kind == KILN_LAYER_LINEAR)
+    return text + "(" + std::to_string(l.in) + "," + std::to_string(l.out) + (l.bias ? ")" : ",nobias)");
+  const int values = parameter_count(l.kind);
+  if (values == 1) text += "(" + format_double(l.arg) + ")";
+  if (values == 2) text += "(" + format_double(l.arg) + "," + format_double(l.arg2) + ")";
+  return text;
+}
+
+// An activation as a compact-form option: its name, and its parameters
+// where they are not PyTorch's defaults (relu is no option at all).
+std::string compact_option(const LayerSpec &l) {
+  const LayerSpec def = with_defaults(l.kind);
+  if (l.kind == KILN_LAYER_RELU) return "";
+  std::string text = std::string(":") + layer_kind_name(l.kind);
+  if (l.kind == KILN_LAYER_SOFTPLUS && l.arg2 != def.arg2)
+    return text + "=" + format_double(l.arg) + "," + format_double(l.arg2);
+  if (parameter_count(l.kind) > 0 && l.arg != def.arg) text += "=" + format_double(l.arg);
+  return text;
+}
+
+}  // namespace
+
 std::string ModelSpec::describe() const {
   // Compact form: Linear, then the same (activation[, dropout]) gap before
   // each further Linear, all with biases, nothing before or after but one
-  // Flatten first.
+  // Flatten first and an output transform last.
+  const LayerSpec *transform = output_transform();
+  const std::vector<LayerSpec> body(layers_.begin(), layers_.end() - (transform ? 1 : 0));
   const int64_t flattens = modules_ - int64_t(layers_.size());
-  bool compact = !layers_.empty() && layers_.front().kind == KILN_LAYER_LINEAR &&
-                 layers_.back().kind == KILN_LAYER_LINEAR && (flattens == 0 || (flattens == 1 && index_.front() == 1));
-  const std::string flatten_option = flattens ? ":flatten" : "";
+  bool compact = !body.empty() && body.front().kind == KILN_LAYER_LINEAR && body.back().kind == KILN_LAYER_LINEAR &&
+                 (flattens == 0 || (flattens == 1 && index_.front() == 1));
+  const std::string last_options =
+      std::string(flattens ? ":flatten" : "") + (transform ? std::string(":") + layer_kind_name(transform->kind) : "");
   std::vector<std::vector<LayerSpec>> gaps(1);
-  for (size_t i = 1; compact && i < layers_.size(); ++i) {
-    if (layers_[i].kind == KILN_LAYER_LINEAR) {
-      if (i + 1 < layers_.size()) gaps.emplace_back();
+  for (size_t i = 1; compact && i < body.size(); ++i) {
+    if (body[i].kind == KILN_LAYER_LINEAR) {
+      if (i + 1 < body.size()) gaps.emplace_back();
     } else {
-      gaps.back().push_back(layers_[i]);
+      gaps.back().push_back(body[i]);
     }
   }
-  std::string sizes = compact ? std::to_string(layers_.front().in) : std::string();
-  for (const LayerSpec &l : layers_) {
+  std::string sizes = compact ? std::to_string(body.front().in) : std::string();
+  for (const LayerSpec &l : body) {
     if (l.kind != KILN_LAYER_LINEAR) continue;
     if (!l.bias) compact = false;
     sizes += "-" + std::to_string(l.out);
@@ -320,21 +453,19 @@ std::string ModelSpec::describe() const {
     for (const auto &g : gaps) {
       compact = compact && g.size() == first.size();
       for (size_t j = 0; compact && j < g.size(); ++j)
-        compact = g[j].kind == first[j].kind && g[j].arg == first[j].arg;
+        compact = g[j].kind == first[j].kind && g[j].arg == first[j].arg && g[j].arg2 == first[j].arg2;
     }
   }
-  if (compact && single) return sizes + flatten_option;
+  if (compact && single) return sizes + last_options;
   if (compact) {
-    std::string text = sizes;
-    const LayerSpec &act = first[0];
-    if (act.kind == KILN_LAYER_LEAKY_RELU && act.arg != kDefaultLeakySlope)
-      text += ":leaky_relu=" + format_double(act.arg);
-    else if (act.kind != KILN_LAYER_RELU)
-      text += std::string(":") + layer_kind_name(act.kind);
+    std::string text = sizes + compact_option(first[0]);
     if (first.size() == 2) text += ":dropout=" + format_double(first[1].arg);
-    return text + flatten_option;
+    return text + last_options;
   }
-  std::string text;
+  // A model without a Linear says how wide its input is.
+  bool any_linear = false;
+  for (const LayerSpec &l : layers_) any_linear = any_linear || l.kind == KILN_LAYER_LINEAR;
+  std::string text = any_linear || !input_ ? std::string() : "input(" + std::to_string(input_) + ")";
   size_t next = 0;  // the next layer; the indices between layers are Flattens
   for (int64_t m = 0; m < modules_; ++m) {
     if (!text.empty()) text += ";";
@@ -342,12 +473,7 @@ std::string ModelSpec::describe() const {
       text += "flatten";
       continue;
     }
-    const LayerSpec &l = layers_[next++];
-    text += layer_kind_name(l.kind);
-    if (l.kind == KILN_LAYER_LINEAR)
-      text += "(" + std::to_string(l.in) + "," + std::to_string(l.out) + (l.bias ? ")" : ",nobias)");
-    else if (l.kind == KILN_LAYER_LEAKY_RELU || l.kind == KILN_LAYER_DROPOUT)
-      text += "(" + format_double(l.arg) + ")";
+    text += list_item(layers_[next++]);
   }
   return text;
 }

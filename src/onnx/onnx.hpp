@@ -11,12 +11,16 @@
 
 namespace kiln {
 
-// Writes model as an ONNX file atomically (io::write_file_atomically).
+// Writes model as an ONNX file atomically (io::write_file_atomically); its
+// parameters go to a data file beside it (onnx/external_data.hpp) when
+// external_data is set or the file would be too large without one.
 // NOT_SUPPORTED when the plugin cannot be loaded; IO on a write failure.
-void export_onnx(const Model &model, const std::string &path);
-// A CPU model, in training mode like Model::create, from an ONNX MLP.
-// FORMAT / NOT_SUPPORTED naming the node for what kiln cannot read; IO for
-// an unreadable file.
+// Every message starts "cannot export 'path' as ONNX".
+void export_onnx(const Model &model, const std::string &path, bool external_data);
+// A CPU model, in training mode like Model::create, from an ONNX MLP and
+// the external data files beside it. FORMAT / NOT_SUPPORTED naming the node
+// for what kiln cannot read; IO for an unreadable file. Every message starts
+// "cannot import 'path'".
 std::shared_ptr<Model> import_onnx(const std::shared_ptr<Context> &ctx, const std::string &path);
 
 }  // namespace kiln

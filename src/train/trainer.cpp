@@ -79,6 +79,18 @@ Trainer::Trainer(std::shared_ptr<Model> model, const TrainerOptions &options)
       schedule_(options.schedule_config()) {
   check(options.label_smoothing == 0 || options.loss == KILN_LOSS_CROSS_ENTROPY, KILN_ERROR_INVALID_ARGUMENT,
         std::string("label smoothing applies to the cross-entropy loss, not ") + loss_name(options.loss));
+  check(model_->num_parameters() > 0, KILN_ERROR_INVALID_ARGUMENT,
+        "the model " + model_->description() + " has no parameters to train: it has no Linear layer");
+  // The cross-entropy loss takes the logits under a Softmax or LogSoftmax
+  // (which is PyTorch's NLLLoss over the log-softmax); MSE and BCE would be
+  // taken of the logits too, not of what the model outputs.
+  if (model_->output_transform() != KILN_LAYER_LINEAR && options.loss != KILN_LOSS_CROSS_ENTROPY)
+    fail(KILN_ERROR_INVALID_ARGUMENT,
+         std::string("the model ends in ") + layer_kind_name(model_->output_transform()) +
+             ", its output transform: kiln trains the logits under it with the cross-entropy loss, which takes "
+             "logits; the " +
+             loss_name(options.loss) + " loss would see the logits, not the transformed outputs (train a model "
+                                       "without the transform instead)");
   if (options.precision == KILN_PRECISION_TF32 && device_.is_cpu())
     fail(KILN_ERROR_NOT_SUPPORTED, "precision tf32 is a CUDA mode (TF32 tensor cores), not available on the CPU; "
                                    "use fp32 or bf16 there");

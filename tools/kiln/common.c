@@ -7,7 +7,8 @@ const char *const fashion_mnist_classes[10] = {"T-shirt/top", "Trouser", "Pullov
                                                "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
 
 int report_error(const cli_command *cmd, const char *what) {
-  fprintf(stderr, "kiln %s: %s: %s\n", cmd->name, what, kiln_last_error());
+  if (what) fprintf(stderr, "kiln %s: %s: %s\n", cmd->name, what, kiln_last_error());
+  else fprintf(stderr, "kiln %s: %s\n", cmd->name, kiln_last_error());
   return EXIT_RUNTIME_ERROR;
 }
 

@@ -15,8 +15,9 @@
 /* Fashion-MNIST's class names, by label. */
 extern const char *const fashion_mnist_classes[10];
 
-/* Prints "kiln CMD: WHAT: <kiln's message>" on stderr; returns
- * EXIT_RUNTIME_ERROR. */
+/* Prints "kiln CMD: WHAT: <kiln's message>" on stderr, or "kiln CMD:
+ * <kiln's message>" when what is NULL (a message that already says what
+ * failed: "cannot import 'x.onnx': ..."); returns EXIT_RUNTIME_ERROR. */
 int report_error(const cli_command *cmd, const char *what);
 
 /* Creates a context (seed, threads: 0 = one per core) and resolves

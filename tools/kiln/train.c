@@ -105,8 +105,9 @@ static int parse_device_list(const cli_command *cmd, train_args *a) {
 
 static int check_args(const cli_command *cmd, train_args *a) {
   static const struct { const char *name; kiln_layer_kind kind; } activations[] = {
-      {"relu", KILN_LAYER_RELU}, {"gelu", KILN_LAYER_GELU}, {"tanh", KILN_LAYER_TANH},
-      {"sigmoid", KILN_LAYER_SIGMOID}, {"leaky_relu", KILN_LAYER_LEAKY_RELU}};
+      {"relu", KILN_LAYER_RELU}, {"gelu", KILN_LAYER_GELU},         {"tanh", KILN_LAYER_TANH},
+      {"sigmoid", KILN_LAYER_SIGMOID}, {"leaky_relu", KILN_LAYER_LEAKY_RELU}, {"elu", KILN_LAYER_ELU},
+      {"selu", KILN_LAYER_SELU}, {"softplus", KILN_LAYER_SOFTPLUS}};
 
   int found = 0;
   for (size_t i = 0; i < sizeof activations / sizeof activations[0]; i++)
@@ -115,7 +116,8 @@ static int check_args(const cli_command *cmd, train_args *a) {
       found = 1;
     }
   if (!found)
-    return cli_usage_error(cmd, "unknown --activation '%s' (relu, gelu, tanh, sigmoid or leaky_relu)", a->activation);
+    return cli_usage_error(cmd, "unknown --activation '%s' (relu, gelu, tanh, sigmoid, leaky_relu, elu, selu or "
+                                "softplus)", a->activation);
 
   if (strchr(a->device, ',')) {
     int rc = parse_device_list(cmd, a);
@@ -310,7 +312,9 @@ int cmd_train(int argc, char **argv) {
        "auto, cpu, cuda:N, or cuda:0,cuda:1,... for DataParallel over those GPUs (default auto: the first GPU, "
        "else the CPU)"},
       {"hidden", CLI_STRING, &a.hidden, "N[,N...]", "hidden layer sizes (default 32)"},
-      {"activation", CLI_STRING, &a.activation, "NAME", "relu, gelu, tanh, sigmoid or leaky_relu (default relu)"},
+      {"activation", CLI_STRING, &a.activation, "NAME",
+       "relu, gelu, tanh, sigmoid, leaky_relu (slope 0.01), elu (alpha 1), selu or softplus (beta 1, threshold "
+       "20), with PyTorch's defaults (default relu)"},
       {"epochs", CLI_INT, &a.epochs, "N", "total epochs, counting those of a resumed checkpoint (default 5)"},
       {"seed", CLI_INT, &a.seed, "N", "seed of initialisation, split and shuffling (default 0)"},
       {"val-split", CLI_DOUBLE, &a.val_split, "X", "fraction held out for validation (default 0.1; 0 = none)"},

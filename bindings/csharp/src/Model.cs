@@ -33,10 +33,20 @@ namespace Kiln
             return this;
         }
 
-        /// <summary>Appends a parameterless layer; arg is LeakyRelu's slope or Dropout's probability.</summary>
+        /// <summary>Appends a parameterless layer; arg is LeakyRelu's slope, Elu's alpha,
+        /// Softplus's beta (threshold 20) or Dropout's probability. Softmax and LogSoftmax
+        /// must be the last layer.</summary>
         public ModelSpec Add(LayerKind kind, double arg = 0)
         {
             Native.Check(NativeMethods.kiln_model_spec_add(Handle, kind, arg));
+            return this;
+        }
+
+        /// <summary>Add with the layer's second parameter arg2, Softplus's threshold
+        /// (ignored by the others).</summary>
+        public ModelSpec Add(LayerKind kind, double arg, double arg2)
+        {
+            Native.Check(NativeMethods.kiln_model_spec_add_v2(Handle, kind, arg, arg2));
             return this;
         }
 
@@ -93,8 +103,9 @@ namespace Kiln
         }
 
         /// <summary>A CPU model from an ONNX file holding an MLP (Gemm or MatMul+Add, Relu,
-        /// LeakyRelu, Gelu, Tanh, Sigmoid, Identity, Dropout, Flatten or Reshape at the input;
-        /// kiln_model_import_onnx in kiln.h has the rules). Another op is NotSupportedException,
+        /// LeakyRelu, Elu, Selu, Softplus, Gelu, Tanh, Sigmoid, Identity, Dropout, Flatten or
+        /// Reshape at the input, Softmax or LogSoftmax at the end, opsets 7 to 28, weights inline
+        /// or in files beside it; kiln_model_import_onnx in kiln.h has the rules). Another op is NotSupportedException,
         /// a malformed file FormatException, each naming the node; NotSupportedException too when
         /// kiln was built without ONNX.</summary>
         public static Model ImportOnnx(Context ctx, string path)
@@ -104,9 +115,14 @@ namespace Kiln
         }
 
         /// <summary>Writes the model as an ONNX file (opset 13; input "input", output "logits",
-        /// a symbolic batch dimension; Dropout left out) that ONNX Runtime runs, atomically like
-        /// Save.</summary>
+        /// or "probabilities"/"log_probabilities" after an output transform, a symbolic batch
+        /// dimension; Dropout left out) that ONNX Runtime runs, atomically like Save.</summary>
         public void ExportOnnx(string path) => Native.Check(NativeMethods.kiln_model_export_onnx(Handle, path));
+
+        /// <summary>ExportOnnx with flags: OnnxExportFlags.ExternalData writes the weights to
+        /// path + ".data" beside the model.</summary>
+        public void ExportOnnx(string path, OnnxExportFlags flags) =>
+            Native.Check(NativeMethods.kiln_model_export_onnx_v2(Handle, path, (uint)flags));
 
         /// <summary>Releases this reference (a trainer keeps its model alive).</summary>
         public void Dispose() => Handle.Dispose();

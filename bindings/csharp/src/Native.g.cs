@@ -175,17 +175,37 @@ namespace Kiln
         Sigmoid = 5,
         /// <summary><c>KILN_LAYER_DROPOUT</c>.</summary>
         Dropout = 6,
+        /// <summary><c>KILN_LAYER_ELU</c>: torch.nn.ELU(alpha): x &gt; 0 ? x : alpha (e^x - 1)</summary>
+        Elu = 7,
+        /// <summary><c>KILN_LAYER_SELU</c>: torch.nn.SELU: its fixed scale and alpha</summary>
+        Selu = 8,
+        /// <summary><c>KILN_LAYER_SOFTPLUS</c>: torch.nn.Softplus(beta, threshold): log(1 + e^(beta x)) / beta, x where beta x &gt; threshold</summary>
+        Softplus = 9,
+        /// <summary><c>KILN_LAYER_SOFTMAX</c>.</summary>
+        Softmax = 10,
+        /// <summary><c>KILN_LAYER_LOG_SOFTMAX</c>.</summary>
+        LogSoftmax = 11,
     }
 
     /// <summary>What Model.Predict returns. Generated from <c>kiln_predict_kind</c>.</summary>
     public enum PredictKind
     {
-        /// <summary><c>KILN_PREDICT_LOGITS</c>.</summary>
+        /// <summary><c>KILN_PREDICT_LOGITS</c>: the model's output: logits, or its output transform's rows</summary>
         Logits = 0,
-        /// <summary><c>KILN_PREDICT_PROBABILITIES</c>: softmax of the logits</summary>
+        /// <summary><c>KILN_PREDICT_PROBABILITIES</c>: softmax of the logits (under any output transform)</summary>
         Probabilities = 1,
-        /// <summary><c>KILN_PREDICT_CLASSES</c>: argmax, i64 [batch]</summary>
+        /// <summary><c>KILN_PREDICT_CLASSES</c>: argmax of the logits, i64 [batch]</summary>
         Classes = 2,
+    }
+
+    /// <summary>How Model.ExportOnnx writes a model (bits). Generated from <c>kiln_onnx_export_flags</c>.</summary>
+    [Flags]
+    public enum OnnxExportFlags : uint
+    {
+        /// <summary><c>KILN_ONNX_EXPORT_DEFAULT</c>.</summary>
+        Default = 0,
+        /// <summary><c>KILN_ONNX_EXPORT_EXTERNAL_DATA</c>.</summary>
+        ExternalData = 1,
     }
 
     /// <summary>The loss a trainer minimises. Generated from <c>kiln_loss_kind</c>.</summary>
@@ -601,6 +621,8 @@ namespace Kiln
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_model_spec_add(ModelSpecHandle spec, LayerKind kind, double arg);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        internal static extern Status kiln_model_spec_add_v2(ModelSpecHandle spec, LayerKind kind, double arg, double arg2);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_model_spec_add_mlp(ModelSpecHandle spec, long[] sizes, long n, LayerKind activation);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_model_spec_parse(ModelSpecHandle spec, string text);
@@ -648,6 +670,8 @@ namespace Kiln
         internal static extern Status kiln_model_load_with_spec(ContextHandle ctx, string path, ModelSpecHandle spec, Device device, out ModelHandle @out);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_model_export_onnx(ModelHandle model, string path);
+        [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
+        internal static extern Status kiln_model_export_onnx_v2(ModelHandle model, string path, uint flags);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_model_import_onnx(ContextHandle ctx, string path, out ModelHandle @out);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]

@@ -463,6 +463,43 @@ static partial class Tests
         }
     }
 
+    // ELU, SELU and Softplus through Add, a Softmax output transform, and the
+    // weights exported to a data file beside the model.
+    public static void NewLayersAndExternalData()
+    {
+        using (var ctx = new Context(seed: 42))
+        using (var spec = new ModelSpec().AddLinear(16, 8).Add(LayerKind.Elu, 0.5).AddLinear(8, 8).Add(LayerKind.Selu)
+                   .AddLinear(8, 6).Add(LayerKind.Softplus, 2, 5).AddLinear(6, 4).Add(LayerKind.Softmax))
+        using (var model = new Model(ctx, spec, Device.Cpu))
+        using (var x = Tensor.Randn(ctx, DType.F32, Device.Cpu, 3, 16))
+        {
+            Throws<ArgumentException>(() => spec.Add(LayerKind.Relu));
+            Check(model.Describe() == "linear(16,8);elu(0.5);linear(8,8);selu;linear(8,6);softplus(2,5);linear(6,4);softmax",
+                  "the spec of the new layers");
+            float[] probs = Logits(model, x);
+            for (int r = 0; r < 3; ++r)
+                Check(Math.Abs(probs.Skip(4 * r).Take(4).Sum() - 1) <= 1e-5f, "a softmax row sums to 1");
+            string path = Temp("external.onnx");
+            try
+            {
+                try { model.ExportOnnx(path, OnnxExportFlags.ExternalData); }
+                catch (NotSupportedException e) { Console.WriteLine("  skipped: kiln was built without ONNX: " + e.Message); return; }
+                Check(File.Exists(path + ".data"), "the weights beside the model");
+                using (var imported = Model.ImportOnnx(ctx, path))
+                {
+                    float[] got = Logits(imported, x);
+                    Check(probs.Zip(got, (a, b) => Math.Abs(a - b)).Max() <= 1e-6f, "the same outputs through external data");
+                }
+                Throws<ArgumentException>(() => model.ExportOnnx(path, (OnnxExportFlags)2));
+            }
+            finally
+            {
+                File.Delete(path);
+                File.Delete(path + ".data");
+            }
+        }
+    }
+
     public static void ModelSpecsAndF64()
     {
         using (var ctx = new Context(seed: 1))

@@ -29,10 +29,19 @@ struct LeakyRelu {
   double alpha;
   template <class C> C operator()(C x) const { return formulas::leaky_relu(x, C(alpha)); }
 };
+struct Elu {
+  double alpha;
+  template <class C> C operator()(C x) const { return formulas::elu(x, C(alpha)); }
+};
+struct Selu { template <class C> C operator()(C x) const { return formulas::selu(x); } };
+struct Softplus {
+  double beta, threshold;
+  template <class C> C operator()(C x) const { return formulas::softplus(x, C(beta), C(threshold)); }
+};
 
-// Calls f(Op{}) for op.
+// Calls f(Op{}) for op, with its parameters (core/backend.hpp's UnaryOp).
 template <class F>
-void with_unary(UnaryOp op, double alpha, F &&f) {
+void with_unary(UnaryOp op, double alpha, double threshold, F &&f) {
   switch (op) {
     case UnaryOp::Neg: f(Neg{}); return;
     case UnaryOp::Abs: f(Abs{}); return;
@@ -45,13 +54,16 @@ void with_unary(UnaryOp op, double alpha, F &&f) {
     case UnaryOp::Sigmoid: f(Sigmoid{}); return;
     case UnaryOp::LeakyRelu: f(LeakyRelu{alpha}); return;
     case UnaryOp::Identity: f(Identity{}); return;
+    case UnaryOp::Elu: f(Elu{alpha}); return;
+    case UnaryOp::Selu: f(Selu{}); return;
+    case UnaryOp::Softplus: f(Softplus{alpha, threshold}); return;
   }
   fail(KILN_ERROR_INTERNAL, "unknown unary op " + std::to_string(int(op)));
 }
 
 // Derivatives, as the gradient dy * act'(.) computed from what the
 // activation's backward reads: the output y (ReLU, LeakyReLU, Tanh, Sigmoid,
-// as PyTorch does) or the pre-activation x (GELU).
+// as PyTorch does) or the pre-activation x (act_grad_reads_pre).
 struct ReluGrad { template <class C> C operator()(C dy, C, C y) const { return formulas::relu_grad(dy, y); } };
 struct LeakyReluGrad {
   double alpha;
@@ -61,5 +73,14 @@ struct TanhGrad { template <class C> C operator()(C dy, C, C y) const { return f
 struct SigmoidGrad { template <class C> C operator()(C dy, C, C y) const { return formulas::sigmoid_grad(dy, y); } };
 struct IdentityGrad { template <class C> C operator()(C dy, C, C) const { return dy; } };
 struct GeluGrad { template <class C> C operator()(C dy, C x, C) const { return formulas::gelu_grad(dy, x); } };
+struct EluGrad {
+  double alpha;
+  template <class C> C operator()(C dy, C x, C) const { return formulas::elu_grad(dy, x, C(alpha)); }
+};
+struct SeluGrad { template <class C> C operator()(C dy, C x, C) const { return formulas::selu_grad(dy, x); } };
+struct SoftplusGrad {
+  double beta, threshold;
+  template <class C> C operator()(C dy, C x, C) const { return formulas::softplus_grad(dy, x, C(beta), C(threshold)); }
+};
 
 }  // namespace kiln::cpu::act

@@ -278,14 +278,14 @@ void unary(ThreadPool &pool, const UnaryArgs &args) {
   const int64_t n = args.n;
   const void *in = args.in;
   void *out = args.out;
-  const double alpha = args.alpha;
+  const double alpha = args.alpha, threshold = args.threshold;
   if (n <= 0) return;
   dispatch_all(t, [&](auto traits) {
     using T = decltype(traits);
     using S = typename T::Storage;
     const S *src = static_cast<const S *>(in);
     S *dst = static_cast<S *>(out);
-    act::with_unary(op, alpha, [&](auto fn) {
+    act::with_unary(op, alpha, threshold, [&](auto fn) {
       if constexpr (std::is_integral_v<typename T::Compute>) {
         unary_loop<T>(pool, n, src, dst, IntegerUnary<decltype(fn)>{fn});
       } else {

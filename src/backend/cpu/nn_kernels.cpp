@@ -92,7 +92,7 @@ void bias_act(ThreadPool &pool, const BiasActArgs &args) {
   void *y = args.y;
   const void *bias = args.bias;
   const UnaryOp act = args.act;
-  const double alpha = args.alpha;
+  const double alpha = args.alpha, threshold = args.threshold;
   void *pre = args.pre;
   if (rows <= 0 || cols <= 0) return;
   const int64_t grain = std::max<int64_t>(1, (cheap(act) ? kElementwiseGrain : kElementwiseGrain / 16) / cols);
@@ -102,7 +102,7 @@ void bias_act(ThreadPool &pool, const BiasActArgs &args) {
     S *py = static_cast<S *>(y);
     S *ppre = static_cast<S *>(pre);
     const S *pb = static_cast<const S *>(bias);
-    act::with_unary(act, alpha, [&](auto fn) {
+    act::with_unary(act, alpha, threshold, [&](auto fn) {
       pool.parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
         vectorized([&] {
           if (pb && ppre) bias_act_rows<T, decltype(fn), true, true>(begin, end, cols, py, pb, ppre, fn);
@@ -119,13 +119,13 @@ void act_backward(ThreadPool &pool, const ActBackwardArgs &args) {
   const DType t = args.t;
   const int64_t n = args.n;
   const UnaryOp act = args.act;
-  const double alpha = args.alpha;
+  const double alpha = args.alpha, threshold = args.threshold;
   const void *dy = args.dy, *pre = args.pre, *y = args.y;
   void *dx = args.dx;
   if (n <= 0) return;
-  const bool needs_pre = act == UnaryOp::Gelu, needs_y = act != UnaryOp::Gelu && act != UnaryOp::Identity;
+  const bool needs_pre = act_grad_reads_pre(act), needs_y = !needs_pre && act != UnaryOp::Identity;
   if ((needs_pre && pre == nullptr) || (needs_y && y == nullptr)) {
-    fail(KILN_ERROR_INTERNAL, needs_pre ? "GELU backward needs the pre-activation" : "activation backward needs y");
+    fail(KILN_ERROR_INTERNAL, needs_pre ? "activation backward needs the pre-activation" : "activation backward needs y");
   }
   const int64_t grain = cheap(act) ? kElementwiseGrain : kElementwiseGrain / 16;
   dispatch_float(t, [&](auto traits) {
@@ -141,6 +141,11 @@ void act_backward(ThreadPool &pool, const ActBackwardArgs &args) {
       case UnaryOp::Tanh: act_grad_loop<T>(pool, n, grain, pdy, ppre, py, pdx, act::TanhGrad{}); return;
       case UnaryOp::Sigmoid: act_grad_loop<T>(pool, n, grain, pdy, ppre, py, pdx, act::SigmoidGrad{}); return;
       case UnaryOp::Gelu: act_grad_loop<T>(pool, n, grain, pdy, ppre, py, pdx, act::GeluGrad{}); return;
+      case UnaryOp::Elu: act_grad_loop<T>(pool, n, grain, pdy, ppre, py, pdx, act::EluGrad{alpha}); return;
+      case UnaryOp::Selu: act_grad_loop<T>(pool, n, grain, pdy, ppre, py, pdx, act::SeluGrad{}); return;
+      case UnaryOp::Softplus:
+        act_grad_loop<T>(pool, n, grain, pdy, ppre, py, pdx, act::SoftplusGrad{alpha, threshold});
+        return;
       case UnaryOp::Identity: act_grad_loop<T>(pool, n, grain, pdy, ppre, py, pdx, act::IdentityGrad{}); return;
       default: break;
     }

@@ -101,7 +101,7 @@ bool linear_packed(ThreadPool &pool, const PackedLinearArgs &args) {
   job.a = static_cast<const float *>(args.x), job.lda = k;
   job.packed = w->packed();
   job.bias = static_cast<const float *>(args.bias);
-  job.act = args.act, job.alpha = args.alpha;
+  job.act = args.act, job.alpha = args.alpha, job.threshold = args.threshold;
   job.c = static_cast<float *>(args.y), job.ldc = n;
   const int64_t blocks = (n + kernels.block_cols - 1) / kernels.block_cols;
   const int64_t chunks = packed_chunks(pool, kernels, rows, n, k);

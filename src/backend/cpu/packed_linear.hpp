@@ -31,7 +31,7 @@ struct PackedJob {
   const float *packed = nullptr;
   const float *bias = nullptr;
   UnaryOp act = UnaryOp::Identity;
-  double alpha = 0;
+  double alpha = 0, threshold = 0;
   float *c = nullptr;
   int64_t ldc = 0;
 };

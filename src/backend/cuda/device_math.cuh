@@ -122,14 +122,15 @@ __device__ __forceinline__ int lane() { return threadIdx.x % kWarp; }
 // One unary op on a value of stored type T, in its compute type C. NaN stays
 // NaN (hence x < 0 ? ... : x). Integers wrap for Neg/Abs and take the other
 // ops through double, saturating back.
-template <class T, class C = Acc<T>> __device__ C unary_op(UnaryOp op, C x, double alpha) {
+// alpha and threshold are the op's parameters (core/backend.hpp's UnaryOp).
+template <class T, class C = Acc<T>> __device__ C unary_op(UnaryOp op, C x, double alpha, double threshold) {
   if constexpr (std::is_integral_v<C>) {
     switch (op) {
       case UnaryOp::Neg: return wrap_sub(0, x);
       case UnaryOp::Abs: return x < 0 ? wrap_sub(0, x) : x;
       case UnaryOp::Relu: return x < 0 ? 0 : x;
       case UnaryOp::Identity: return x;
-      default: return saturate_cast<T>(unary_op<double>(op, double(x), alpha));
+      default: return saturate_cast<T>(unary_op<double>(op, double(x), alpha, threshold));
     }
   } else {
     switch (op) {
@@ -144,19 +145,27 @@ template <class T, class C = Acc<T>> __device__ C unary_op(UnaryOp op, C x, doub
       case UnaryOp::Sigmoid: return formulas::sigmoid(x);
       case UnaryOp::LeakyRelu: return formulas::leaky_relu(x, C(alpha));
       case UnaryOp::Identity: return x;
+      case UnaryOp::Elu: return formulas::elu(x, C(alpha));
+      case UnaryOp::Selu: return formulas::selu(x);
+      case UnaryOp::Softplus: return formulas::softplus(x, C(alpha), C(threshold));
     }
     return x;
   }
 }
 
-// act'(.) * dy from the pre-activation (GELU) or the output y (the others).
-template <class C> __device__ __forceinline__ C act_grad(UnaryOp act, C dy, C pre, C y, double alpha) {
+// act'(.) * dy from the pre-activation (act_grad_reads_pre) or the output y
+// (the others).
+template <class C>
+__device__ __forceinline__ C act_grad(UnaryOp act, C dy, C pre, C y, double alpha, double threshold) {
   switch (act) {
     case UnaryOp::Relu: return formulas::relu_grad(dy, y);
     case UnaryOp::LeakyRelu: return formulas::leaky_relu_grad(dy, y, C(alpha));
     case UnaryOp::Tanh: return formulas::tanh_grad(dy, y);
     case UnaryOp::Sigmoid: return formulas::sigmoid_grad(dy, y);
     case UnaryOp::Gelu: return formulas::gelu_grad(dy, pre);
+    case UnaryOp::Elu: return formulas::elu_grad(dy, pre, C(alpha));
+    case UnaryOp::Selu: return formulas::selu_grad(dy, pre);
+    case UnaryOp::Softplus: return formulas::softplus_grad(dy, pre, C(alpha), C(threshold));
     default: return dy;
   }
 }

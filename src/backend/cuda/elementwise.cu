@@ -27,8 +27,10 @@ template <class From, class To> __global__ void cast_kernel(int64_t n, const Fro
   }
 }
 
-template <class T> __global__ void unary_kernel(UnaryOp op, int64_t n, const T *in, T *out, double alpha) {
-  for (int64_t i = global_thread(); i < n; i += grid_threads()) out[i] = store<T>(unary_op<T>(op, load(in, i), alpha));
+template <class T>
+__global__ void unary_kernel(UnaryOp op, int64_t n, const T *in, T *out, double alpha, double threshold) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads())
+    out[i] = store<T>(unary_op<T>(op, load(in, i), alpha, threshold));
 }
 
 // a^b for integers by squaring, wrapping; negative powers truncate to 0
@@ -190,12 +192,12 @@ void unary(const Launch &L, const UnaryArgs &args) {
   const int64_t n = args.n;
   const void *in = args.in;
   void *out = args.out;
-  const double alpha = args.alpha;
+  const double alpha = args.alpha, threshold = args.threshold;
   if (n <= 0) return;
   dispatch_all(t, "unary op", [&](auto tag) {
     using T = typename decltype(tag)::type;
     unary_kernel<T><<<blocks_for(L, n), kThreads, 0, L.stream>>>(op, n, static_cast<const T *>(in),
-                                                                 static_cast<T *>(out), alpha);
+                                                                 static_cast<T *>(out), alpha, threshold);
   });
   KILN_CUDA_LAUNCHED("unary");
 }

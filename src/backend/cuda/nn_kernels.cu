@@ -9,26 +9,28 @@
 namespace kiln::cuda {
 namespace {
 
-// y = act(y + bias) in place, keeping y + bias in `pre` when asked (GELU's
-// backward needs it). Runs after the GEMM of a Linear layer.
+// y = act(y + bias) in place, keeping y + bias in `pre` when asked (the
+// backward of GELU, ELU, SELU and Softplus needs it). Runs after the GEMM of
+// a Linear layer.
 template <class T>
-__global__ void bias_act_kernel(int64_t rows, int64_t cols, T *y, const T *bias, UnaryOp act, double alpha, T *pre) {
+__global__ void bias_act_kernel(int64_t rows, int64_t cols, T *y, const T *bias, UnaryOp act, double alpha,
+                                double threshold, T *pre) {
   using C = Acc<T>;
   for (int64_t i = global_thread(); i < rows * cols; i += grid_threads()) {
     C v = load(y, i);
     if (bias) v += load(bias, i % cols);
     if (pre) pre[i] = store<T>(v);
-    y[i] = store<T>(unary_op<T>(act, v, alpha));
+    y[i] = store<T>(unary_op<T>(act, v, alpha, threshold));
   }
 }
 
 template <class T>
-__global__ void act_backward_kernel(int64_t n, UnaryOp act, double alpha, const T *dy, const T *pre, const T *y,
-                                    T *dx) {
+__global__ void act_backward_kernel(int64_t n, UnaryOp act, double alpha, double threshold, const T *dy, const T *pre,
+                                    const T *y, T *dx) {
   using C = Acc<T>;
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     C p = pre ? load(pre, i) : C(0), out = y ? load(y, i) : C(0);
-    dx[i] = store<T>(act_grad(act, load(dy, i), p, out, alpha));
+    dx[i] = store<T>(act_grad(act, load(dy, i), p, out, alpha, threshold));
   }
 }
 
@@ -237,13 +239,13 @@ void bias_act(const Launch &L, const BiasActArgs &args) {
   void *y = args.y;
   const void *bias = args.bias;
   const UnaryOp act = args.act;
-  const double alpha = args.alpha;
+  const double alpha = args.alpha, threshold = args.threshold;
   void *pre = args.pre;
   if (rows <= 0 || cols <= 0) return;
   dispatch_float(t, "bias_act", [&](auto tag) {
     using T = typename decltype(tag)::type;
     bias_act_kernel<T><<<blocks_for(L, rows * cols), kThreads, 0, L.stream>>>(
-        rows, cols, static_cast<T *>(y), static_cast<const T *>(bias), act, alpha, static_cast<T *>(pre));
+        rows, cols, static_cast<T *>(y), static_cast<const T *>(bias), act, alpha, threshold, static_cast<T *>(pre));
   });
   KILN_CUDA_LAUNCHED("bias_act");
 }
@@ -252,14 +254,14 @@ void act_backward(const Launch &L, const ActBackwardArgs &args) {
   const DType t = args.t;
   const int64_t n = args.n;
   const UnaryOp act = args.act;
-  const double alpha = args.alpha;
+  const double alpha = args.alpha, threshold = args.threshold;
   const void *dy = args.dy, *pre = args.pre, *y = args.y;
   void *dx = args.dx;
   if (n <= 0) return;
   dispatch_float(t, "act_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     act_backward_kernel<T><<<blocks_for(L, n), kThreads, 0, L.stream>>>(
-        n, act, alpha, static_cast<const T *>(dy), static_cast<const T *>(pre), static_cast<const T *>(y),
+        n, act, alpha, threshold, static_cast<const T *>(dy), static_cast<const T *>(pre), static_cast<const T *>(y),
         static_cast<T *>(dx));
   });
   KILN_CUDA_LAUNCHED("act_backward");

@@ -47,6 +47,9 @@ const char *act_name(UnaryOp act) {
     case UnaryOp::LeakyRelu: return "leaky_relu";
     case UnaryOp::Tanh: return "tanh";
     case UnaryOp::Sigmoid: return "sigmoid";
+    case UnaryOp::Elu: return "elu";
+    case UnaryOp::Selu: return "selu";
+    case UnaryOp::Softplus: return "softplus";
     default: return "other";
   }
 }

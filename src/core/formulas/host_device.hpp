@@ -25,6 +25,7 @@ namespace kiln::formulas::fm {
   template <class C> KILN_HD C name(C x) { return std::name(x); }
 #endif
 KILN_FORMULA_MATH(exp)
+KILN_FORMULA_MATH(expm1)
 KILN_FORMULA_MATH(log)
 KILN_FORMULA_MATH(log1p)
 KILN_FORMULA_MATH(erf)

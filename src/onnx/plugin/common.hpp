@@ -16,10 +16,17 @@ namespace kiln::onnx_plugin {
 // Debian's onnx 1.12 checker; opset 13 has every op the export writes.
 constexpr int64_t kExportIrVersion = 8;
 constexpr int64_t kExportOpset = 13;
-// The import reads the ops of opsets 9 (Erf, Flatten's current form) to 23;
-// a later opset may change them, so it is refused rather than guessed at.
-constexpr int64_t kMinImportOpset = 9;
-constexpr int64_t kMaxImportOpset = 23;
+// The import reads opsets 7 to 28: the ops it reads mean the same in all of
+// them (where they changed, in Softmax's axis at 13, Dropout's ratio at 12
+// and Squeeze/Unsqueeze's axes at 13, it reads each form as its opset
+// defines it; Erf and Gelu need the opsets that introduced them). Opset 6
+// and older (Gemm's and Add's "broadcast", Dropout's "is_test") are refused
+// with the converter to use named; a later opset may change an op, so it is
+// refused rather than guessed at. IR versions 3 to 14 (onnx 1.23's).
+constexpr int64_t kMinImportOpset = 7;
+constexpr int64_t kMaxImportOpset = 28;
+constexpr int64_t kMinImportIr = 3;
+constexpr int64_t kMaxImportIr = 14;
 constexpr int64_t kMaxFileBytes = KILN_ONNX_MAX_FILE_BYTES;
 
 // Writes message into reason (NUL-terminated; an excerpt saying how much was

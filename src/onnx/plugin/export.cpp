@@ -1,19 +1,27 @@
 // kiln_onnx_export: a kiln layer list as an ONNX ModelProto that
 // onnx.checker accepts and ONNX Runtime runs.
 //
-// The graph: input "input" [batch, in] -> ... -> output "logits"
-// [batch, out], batch a symbolic dimension. Each Linear is one Gemm with
-// transB = 1 over the weight in kiln's (= PyTorch's) [out, in] layout, named
-// as nn.Sequential's state_dict names it ("0.weight", "0.bias"), so the
-// initializers read like the kiln model file. GELU is written in its erf
-// form, x * 0.5 * (1 + erf(x / sqrt 2)), as torch.onnx.export writes it:
-// the Gelu op needs opset 20, which older runtimes and checkers refuse.
-// Dropout is an identity in inference and is left out.
+// The graph: input "input" [batch, in] -> ... -> output [batch, out], batch
+// a symbolic dimension; the output is "logits", or "probabilities" /
+// "log_probabilities" after an output transform (Softmax / LogSoftmax with
+// axis 1). Each Linear is one Gemm with transB = 1 over the weight in kiln's
+// (= PyTorch's) [out, in] layout, named as nn.Sequential's state_dict names
+// it ("0.weight", "0.bias"), so the initializers read like the kiln model
+// file; with external data they refer to the data file instead of holding
+// their bytes. GELU is written in its erf form, x * 0.5 * (1 + erf(x /
+// sqrt 2)), as torch.onnx.export writes it: the Gelu op needs opset 20,
+// which older runtimes and checkers refuse. Softplus is ONNX's Softplus for
+// PyTorch's defaults (beta 1, threshold 20: ONNX's has no threshold, and
+// differs from it by less than 2e-9 past it), Mul(x, beta) -> Softplus ->
+// Div(beta) for another beta (as torch.onnx.export writes it), and that
+// under Where(Greater(beta x, threshold), x, .) for another threshold, which
+// is exact. Dropout is an identity in inference and is left out.
 #include <exception>
 #include <new>
 
 #include <onnx/onnx_pb.h>
 
+#include "nn/spec.hpp"
 #include "onnx/plugin/common.hpp"
 
 namespace {
@@ -29,13 +37,39 @@ void set_tensor_type(onnx::ValueInfoProto *value, int32_t elem_type, int64_t fea
   shape->add_dim()->set_dim_value(features);
 }
 
-void add_initializer(onnx::GraphProto *graph, const std::string &name, int32_t elem_type,
-                     std::initializer_list<int64_t> dims, const std::string &bytes) {
+onnx::TensorProto *add_initializer(onnx::GraphProto *graph, const std::string &name, int32_t elem_type,
+                                   std::initializer_list<int64_t> dims, const std::string &bytes) {
   onnx::TensorProto *t = graph->add_initializer();
   t->set_name(name);
   t->set_data_type(elem_type);
   for (int64_t d : dims) t->add_dims(d);
   t->set_raw_data(bytes);
+  return t;
+}
+
+void add_entry(onnx::TensorProto *t, const char *key, const std::string &value) {
+  onnx::StringStringEntryProto *e = t->add_external_data();
+  e->set_key(key);
+  e->set_value(value);
+}
+
+// A parameter: its bytes inline, or (graph.data_location set) where they
+// are in the data file.
+void add_parameter(onnx::GraphProto *graph, const OnnxGraph &g, const std::string &name, int32_t elem_type,
+                   std::initializer_list<int64_t> dims, const std::string &bytes, int64_t offset) {
+  if (g.data_location.empty()) {
+    add_initializer(graph, name, elem_type, dims, bytes);
+    return;
+  }
+  onnx::TensorProto *t = add_initializer(graph, name, elem_type, dims, "");
+  t->clear_raw_data();
+  int64_t length = elem_type == onnx::TensorProto_DataType_FLOAT ? 4 : 8;
+  for (int64_t d : dims) length *= d;
+  t->set_data_location(onnx::TensorProto_DataLocation_EXTERNAL);
+  add_entry(t, "location", g.data_location);
+  add_entry(t, "offset", std::to_string(offset));
+  add_entry(t, "length", std::to_string(length));
+  if (!g.data_checksum.empty()) add_entry(t, "checksum", g.data_checksum);
 }
 
 // A scalar initializer (GELU's constants), in the graph's dtype.
@@ -74,6 +108,27 @@ void set_float(onnx::NodeProto *node, const char *name, double value) {
   a->set_f(float(value));
 }
 
+// Softplus(beta, threshold) from `in` to `out` (see the top of the file).
+void softplus(onnx::GraphProto *graph, int32_t elem, const std::string &prefix, const std::string &in,
+              const std::string &out, double beta, double threshold) {
+  if (beta == kiln::kDefaultSoftplusBeta && threshold == kiln::kDefaultSoftplusThreshold) {
+    add_node(graph, "Softplus", prefix + ".softplus", {in}, out);
+    return;
+  }
+  const std::string p = prefix + ".softplus";
+  add_scalar(graph, p + ".beta", elem, beta);
+  add_node(graph, "Mul", p + ".scale", {in, p + ".beta"}, p + ".scaled");
+  add_node(graph, "Softplus", p, {p + ".scaled"}, p + ".unscaled");
+  if (threshold == kiln::kDefaultSoftplusThreshold) {
+    add_node(graph, "Div", p + ".div", {p + ".unscaled", p + ".beta"}, out);
+    return;
+  }
+  add_node(graph, "Div", p + ".div", {p + ".unscaled", p + ".beta"}, p + ".curve");
+  add_scalar(graph, p + ".threshold", elem, threshold);
+  add_node(graph, "Greater", p + ".past", {p + ".scaled", p + ".threshold"}, p + ".linear");
+  add_node(graph, "Where", p + ".where", {p + ".linear", in, p + ".curve"}, out);
+}
+
 void build(const OnnxGraph &g, const char *producer_version, onnx::ModelProto *model) {
   model->set_ir_version(kiln::onnx_plugin::kExportIrVersion);
   model->set_producer_name("kiln");
@@ -85,33 +140,33 @@ void build(const OnnxGraph &g, const char *producer_version, onnx::ModelProto *m
   onnx::GraphProto *graph = model->mutable_graph();
   graph->set_name("kiln_mlp");
   const int32_t elem = g.dtype == KILN_F64 ? onnx::TensorProto_DataType_DOUBLE : onnx::TensorProto_DataType_FLOAT;
-  int64_t features = 0;
-  for (const OnnxLayer &l : g.layers)
-    if (l.kind == KILN_LAYER_LINEAR) {
-      features = l.in;
-      break;
-    }
+  int64_t features = g.input_features;
   set_tensor_type(graph->add_input(), elem, features);
   graph->mutable_input(0)->set_name("input");
 
   std::string current = "input";
   bool gelu_constants = false;
-  // The last layer that is not a Dropout writes "logits"; a model ending in
-  // a Dropout still needs its last real node to do so.
+  // The last layer that is not a Dropout writes the output; a model ending
+  // in a Dropout still needs its last real node to do so.
   size_t last = g.layers.size();
   while (last > 0 && g.layers[last - 1].kind == KILN_LAYER_DROPOUT) --last;
+  const std::string output = last == 0 ? "logits"
+                             : g.layers[last - 1].kind == KILN_LAYER_SOFTMAX     ? "probabilities"
+                             : g.layers[last - 1].kind == KILN_LAYER_LOG_SOFTMAX ? "log_probabilities"
+                                                                                  : "logits";
+  if (last == 0) add_node(graph, "Identity", "identity", {current}, output);  // a model of its input alone
   for (size_t i = 0; i < g.layers.size(); ++i) {
     const OnnxLayer &l = g.layers[i];
     if (l.kind == KILN_LAYER_DROPOUT) continue;
     const std::string prefix = std::to_string(i);
-    const std::string out = i + 1 == last ? "logits" : prefix + ".out";
+    const std::string out = i + 1 == last ? output : prefix + ".out";
     switch (l.kind) {
       case KILN_LAYER_LINEAR: {
         features = l.out;
-        add_initializer(graph, prefix + ".weight", elem, {l.out, l.in}, l.weight);
+        add_parameter(graph, g, prefix + ".weight", elem, {l.out, l.in}, l.weight, l.weight_offset);
         onnx::NodeProto *gemm;
         if (l.has_bias) {
-          add_initializer(graph, prefix + ".bias", elem, {l.out}, l.bias);
+          add_parameter(graph, g, prefix + ".bias", elem, {l.out}, l.bias, l.bias_offset);
           gemm = add_node(graph, "Gemm", prefix + ".linear", {current, prefix + ".weight", prefix + ".bias"}, out);
         } else {
           gemm = add_node(graph, "Gemm", prefix + ".linear", {current, prefix + ".weight"}, out);
@@ -138,12 +193,23 @@ void build(const OnnxGraph &g, const char *producer_version, onnx::ModelProto *m
         add_node(graph, "Mul", prefix + ".gelu.mul", {current, prefix + ".gelu.sum"}, prefix + ".gelu.product");
         add_node(graph, "Mul", prefix + ".gelu.half", {prefix + ".gelu.product", "gelu.half"}, out);
         break;
+      case KILN_LAYER_ELU:
+        set_float(add_node(graph, "Elu", prefix + ".elu", {current}, out), "alpha", l.arg);
+        break;
+      case KILN_LAYER_SELU: add_node(graph, "Selu", prefix + ".selu", {current}, out); break;
+      case KILN_LAYER_SOFTPLUS: softplus(graph, elem, prefix, current, out, l.arg, l.arg2); break;
+      case KILN_LAYER_SOFTMAX:
+      case KILN_LAYER_LOG_SOFTMAX:
+        set_int(add_node(graph, l.kind == KILN_LAYER_SOFTMAX ? "Softmax" : "LogSoftmax", prefix + ".softmax", {current},
+                         out),
+                "axis", 1);
+        break;
       case KILN_LAYER_DROPOUT: break;
     }
     current = out;
   }
   set_tensor_type(graph->add_output(), elem, features);
-  graph->mutable_output(0)->set_name("logits");
+  graph->mutable_output(0)->set_name(output);
 }
 
 }  // namespace

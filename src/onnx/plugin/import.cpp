@@ -2,32 +2,46 @@
 //
 // kiln reads MLPs: one graph input, one graph output, and between them one
 // chain of nodes, each taking the previous node's output as its data input
-// and constants (initializers or Constant nodes) for everything else. The
-// walk follows the values from the input to the output rather than the node
-// order, so any topological order reads the same; every node must lie on
-// the chain. One exception to "each value feeds one node" is GELU's erf form
-// (x * 0.5 * (1 + erf(x / sqrt 2)), as torch.onnx.export and kiln write it),
-// which is matched whole.
+// and constants for everything else. The walk follows the values from the
+// input to the output rather than the node order, so any topological order
+// reads the same; every node must lie on the chain. The exceptions to "each
+// value feeds one node" are forms matched whole: GELU's erf form
+// (x * 0.5 * (1 + erf(x / sqrt 2)), as torch.onnx.export and kiln write it)
+// and Softplus with a threshold (as kiln writes it). A Softmax or LogSoftmax
+// ending the chain is the model's output transform.
+//
+// Constants are initializers, Constant nodes, and what constant folding
+// makes of them: Transpose, Reshape, Cast, Unsqueeze, Squeeze and Identity
+// of constants are computed here (older exporters write Transpose(W) ->
+// MatMul). An initializer may keep its data in a file beside the model
+// (external data), which libkiln reads for the plugin (OnnxExternalReader).
 //
 // Everything the file claims is checked before it is used, so that nothing
 // is allocated beyond a small multiple of the file's size and no loop runs
 // longer than the file is: the census of its wire format (wire_census.hpp)
 // before protobuf parses it, every constant's dimensions and element count
 // against the values it holds before anything is decoded or walked, and the
-// values decoded in all against the file's size (a graph that reads one huge
-// constant from thousands of nodes is refused, not decoded thousands of times).
+// values decoded in all (folding included) against the file's size and the
+// sizes of the external files it reads (a graph that reads one huge
+// constant from thousands of nodes is refused, not decoded thousands of
+// times).
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <new>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <onnx/onnx_pb.h>
 
 #include "core/excerpt.hpp"
+#include "core/formulas/activations.hpp"
+#include "nn/spec.hpp"
 #include "onnx/plugin/common.hpp"
 #include "onnx/plugin/wire_census.hpp"
 
@@ -76,13 +90,37 @@ void read_raw(const std::string &raw, int64_t count, std::vector<T> *out) {
 
 // The most values the import decodes from constants in all, for a file of
 // `size` bytes: twice as many as it has bytes (each value takes at least one),
-// and room for the scalars of GELU's form and Dropout that nodes share.
+// and room for the scalars of GELU's form and Dropout that nodes share. Each
+// external file the graph reads adds twice its size.
 constexpr int64_t decode_budget(int64_t size) { return 2 * size + (int64_t(1) << 20); }
+
+using kiln::onnx_plugin::kMaxFileBytes;
+constexpr int32_t kFloat = onnx::TensorProto_DataType_FLOAT;
+constexpr int32_t kDouble = onnx::TensorProto_DataType_DOUBLE;
+constexpr int32_t kInt64 = onnx::TensorProto_DataType_INT64;
+constexpr int32_t kBool = onnx::TensorProto_DataType_BOOL;
+
+// The opset that introduced the form of `op` kiln reads (every other op kiln
+// reads has it in every opset kiln reads).
+int64_t first_opset(const std::string &op) {
+  if (op == "Erf") return 9;
+  if (op == "Gelu") return 20;
+  return kiln::onnx_plugin::kMinImportOpset;
+}
+
+// Constant folding reads these ops of constants.
+bool foldable(const std::string &op) {
+  return op == "Transpose" || op == "Reshape" || op == "Cast" || op == "Unsqueeze" || op == "Squeeze" ||
+         op == "Identity";
+}
+
+// A Softplus read from ONNX, which has no threshold, takes PyTorch's
+// (kiln::kDefaultSoftplusThreshold): the two differ by less than 2e-9 past it.
 
 class Reader {
  public:
-  Reader(const onnx::ModelProto &model, int64_t file_size)
-      : model_(model), g_(model.graph()), decode_left_(decode_budget(file_size)) {}
+  Reader(const onnx::ModelProto &model, int64_t file_size, const kiln::OnnxExternalReader *external)
+      : model_(model), g_(model.graph()), external_(external), decode_left_(decode_budget(file_size)) {}
 
   OnnxGraph read() {
     check_versions();
@@ -95,29 +133,45 @@ class Reader {
  private:
   const onnx::ModelProto &model_;
   const onnx::GraphProto &g_;
+  const kiln::OnnxExternalReader *external_;
   std::unordered_map<std::string, const onnx::TensorProto *> constants_;
+  std::deque<onnx::TensorProto> owned_;  // constants made here: folded, or of Constant's value_* attributes
   std::unordered_map<std::string, std::vector<int>> consumers_;
   std::unordered_map<std::string, int> producers_;
+  std::unordered_set<std::string> external_files_;  // locations whose size joined the budget
   std::vector<bool> done_;
   std::string input_, output_;
+  int64_t opset_ = 0;      // of the ONNX domain
   int32_t elem_ = 0;       // the graph's float type
   int64_t features_ = 0;   // the width of the value at hand (0: not known yet)
+  int64_t rank_ = 0;       // the rank of the value at hand (0: not known)
   int64_t decode_left_;    // values constant() may still decode
   OnnxGraph out_;
 
   void check_versions() {
-    if (model_.ir_version() < 3 || model_.ir_version() > 12)
+    using kiln::onnx_plugin::kMaxImportIr;
+    using kiln::onnx_plugin::kMaxImportOpset;
+    using kiln::onnx_plugin::kMinImportIr;
+    using kiln::onnx_plugin::kMinImportOpset;
+    if (model_.ir_version() < kMinImportIr || model_.ir_version() > kMaxImportIr)
       refuse(KILN_ERROR_NOT_SUPPORTED, "the file has ONNX IR version " + std::to_string(model_.ir_version()) +
-                                           "; kiln reads IR versions 3 to 12");
+                                           "; kiln reads IR versions " + std::to_string(kMinImportIr) + " to " +
+                                           std::to_string(kMaxImportIr));
     bool found = false;
     for (const onnx::OperatorSetIdProto &o : model_.opset_import()) {
       if (!o.domain().empty() && o.domain() != "ai.onnx") continue;
       found = true;
-      if (o.version() < kiln::onnx_plugin::kMinImportOpset || o.version() > kiln::onnx_plugin::kMaxImportOpset)
+      opset_ = o.version();
+      const std::string range = "kiln reads opsets " + std::to_string(kMinImportOpset) + " to " +
+                                std::to_string(kMaxImportOpset);
+      if (o.version() < kMinImportOpset)
         refuse(KILN_ERROR_NOT_SUPPORTED,
-               "the file uses opset " + std::to_string(o.version()) + " of the ONNX domain; kiln reads opsets " +
-                   std::to_string(kiln::onnx_plugin::kMinImportOpset) + " to " +
-                   std::to_string(kiln::onnx_plugin::kMaxImportOpset));
+               "the file uses opset " + std::to_string(o.version()) + " of the ONNX domain; " + range +
+                   ": convert it first with onnx.version_converter, e.g. "
+                   "onnx.save(onnx.version_converter.convert_version(onnx.load(path), 13), new_path)");
+      if (o.version() > kMaxImportOpset)
+        refuse(KILN_ERROR_NOT_SUPPORTED, "the file uses opset " + std::to_string(o.version()) +
+                                             " of the ONNX domain; " + range);
     }
     if (!found) refuse(KILN_ERROR_FORMAT, "the file imports no opset of the ONNX domain");
   }
@@ -140,14 +194,17 @@ class Reader {
         refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + " is in domain " + quoted(node.domain()) +
                                              "; kiln reads only ONNX's own ops");
       if (node.op_type() == "Constant") {
-        if (node.output_size() != 1 || node.attribute_size() != 1 || node.attribute(0).name() != "value" ||
-            node.attribute(0).type() != onnx::AttributeProto_AttributeType_TENSOR)
-          refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + " is not a Constant of one tensor \"value\"");
+        if (node.output_size() != 1 || node.attribute_size() != 1)
+          refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + " is not a Constant of one value");
         define(node.output(0), node_name(n));
-        constants_[node.output(0)] = &node.attribute(0).t();
+        constants_[node.output(0)] = &constant_node_value(n);
         done_[size_t(n)] = true;
-        continue;
       }
+    }
+    fold_constants();
+    for (int n = 0; n < g_.node_size(); ++n) {
+      if (done_[size_t(n)]) continue;
+      const onnx::NodeProto &node = g_.node(n);
       for (const std::string &in : node.input())
         if (!in.empty()) consumers_[in].push_back(n);
       for (const std::string &o : node.output()) {
@@ -155,6 +212,287 @@ class Reader {
         if (!o.empty()) producers_[o] = n;
       }
     }
+  }
+
+  // The value of Constant node n: its tensor, or one made of value_float(s)
+  // or value_int(s) (opset 12).
+  const onnx::TensorProto &constant_node_value(int n) {
+    const onnx::AttributeProto &a = g_.node(n).attribute(0);
+    using A = onnx::AttributeProto;
+    if (a.name() == "value" && a.type() == A::TENSOR) return a.t();
+    onnx::TensorProto &t = owned_.emplace_back();
+    if (a.name() == "value_float" && a.type() == A::FLOAT) {
+      t.set_data_type(kFloat);
+      t.add_float_data(a.f());
+    } else if (a.name() == "value_floats" && a.type() == A::FLOATS) {
+      t.set_data_type(kFloat);
+      t.add_dims(a.floats_size());
+      *t.mutable_float_data() = a.floats();
+    } else if (a.name() == "value_int" && a.type() == A::INT) {
+      t.set_data_type(kInt64);
+      t.add_int64_data(a.i());
+    } else if (a.name() == "value_ints" && a.type() == A::INTS) {
+      t.set_data_type(kInt64);
+      t.add_dims(a.ints_size());
+      *t.mutable_int64_data() = a.ints();
+    } else {
+      refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + " holds " + quoted(a.name()) +
+                                           "; kiln reads Constants of a tensor, floats or ints");
+    }
+    return t;
+  }
+
+  // Whether node n reads constants only (and something).
+  bool reads_constants(int n) const {
+    const onnx::NodeProto &node = g_.node(n);
+    if (node.input_size() == 0 || node.input(0).empty()) return false;
+    for (const std::string &in : node.input())
+      if (!in.empty() && !constants_.count(in)) return false;
+    return true;
+  }
+
+  // Folds every foldable node whose inputs are constants, and those its
+  // results make so, once each: a worklist, not passes over the graph.
+  void fold_constants() {
+    std::unordered_map<std::string, std::vector<int>> waiting;  // value -> foldable nodes reading it
+    std::vector<int> ready;
+    for (int n = 0; n < g_.node_size(); ++n) {
+      if (done_[size_t(n)] || !foldable(g_.node(n).op_type())) continue;
+      for (const std::string &in : g_.node(n).input()) waiting[in].push_back(n);
+      if (reads_constants(n)) ready.push_back(n);
+    }
+    while (!ready.empty()) {
+      const int n = ready.back();
+      ready.pop_back();
+      if (done_[size_t(n)]) continue;
+      fold(n);
+      done_[size_t(n)] = true;
+      auto it = waiting.find(g_.node(n).output(0));
+      if (it == waiting.end()) continue;
+      for (int m : it->second)
+        if (!done_[size_t(m)] && reads_constants(m)) ready.push_back(m);
+    }
+  }
+
+  void inputs(int n, int min_inputs, int max_inputs) const {
+    const onnx::NodeProto &node = g_.node(n);
+    if (node.input_size() < min_inputs || node.input_size() > max_inputs)
+      refuse(KILN_ERROR_FORMAT, node_name(n) + " has " + std::to_string(node.input_size()) + " inputs, " +
+                                    node.op_type() + " takes " + std::to_string(min_inputs) + " to " +
+                                    std::to_string(max_inputs));
+  }
+
+  // Computes foldable node n (reads_constants) into a constant.
+  void fold(int n) {
+    const onnx::NodeProto &node = g_.node(n);
+    const std::string &op = node.op_type();
+    if (node.output_size() != 1 || node.output(0).empty())
+      refuse(KILN_ERROR_FORMAT, node_name(n) + " must have one output");
+    const std::string &out = node.output(0);
+    define(out, node_name(n));
+    if (op == "Identity") {
+      allow_attributes(n, {});
+      inputs(n, 1, 1);
+      constants_[out] = constants_.at(node.input(0));
+      return;
+    }
+    Values v;
+    if (op == "Transpose") {
+      allow_attributes(n, {"perm"});
+      inputs(n, 1, 1);
+      v = transposed(n, constant(n, node.input(0)));
+    } else if (op == "Reshape") {
+      allow_attributes(n, {"allowzero"});
+      inputs(n, 2, 2);
+      v = constant(n, node.input(0));
+      v.dims = reshaped(n, v, constant(n, node.input(1)));
+    } else if (op == "Cast") {
+      allow_attributes(n, {"to", "saturate", "round_mode"});
+      inputs(n, 1, 1);
+      v = cast(n, constant(n, node.input(0)));
+    } else {
+      v = constant(n, node.input(0));
+      v.dims = squeezed(n, v, op == "Unsqueeze");
+    }
+    constants_[out] = &own(v);
+  }
+
+  // A constant made here, holding v as raw data.
+  const onnx::TensorProto &own(const Values &v) {
+    onnx::TensorProto &t = owned_.emplace_back();
+    t.set_data_type(v.type);
+    for (int64_t d : v.dims) t.add_dims(d);
+    std::string &raw = *t.mutable_raw_data();
+    if (v.type == kFloat) {
+      raw.resize(v.f.size() * sizeof(float));
+      for (size_t k = 0; k < v.f.size(); ++k) {
+        const float x = float(v.f[k]);
+        std::memcpy(&raw[k * sizeof x], &x, sizeof x);
+      }
+    } else if (v.type == kDouble) {
+      raw.assign(reinterpret_cast<const char *>(v.f.data()), v.f.size() * sizeof(double));
+    } else if (v.type == kInt64) {
+      raw.assign(reinterpret_cast<const char *>(v.i.data()), v.i.size() * sizeof(int64_t));
+    } else {  // BOOL
+      for (int64_t x : v.i) raw.push_back(char(x != 0));
+    }
+    return t;
+  }
+
+  // The integers of attribute `name` of node n (INTS), or null when absent.
+  const onnx::AttributeProto *ints_attribute(int n, const char *name) const {
+    const onnx::AttributeProto *a = attribute(n, name);
+    if (a && a->type() != onnx::AttributeProto_AttributeType_INTS)
+      refuse(KILN_ERROR_FORMAT, node_name(n) + ": attribute \"" + name + "\" is not a list of integers");
+    return a;
+  }
+
+  // Transpose by the "perm" attribute (default: the dimensions reversed).
+  Values transposed(int n, const Values &v) const {
+    const size_t r = v.dims.size();
+    std::vector<int64_t> perm(r);
+    for (size_t k = 0; k < r; ++k) perm[k] = int64_t(r - 1 - k);
+    if (const onnx::AttributeProto *a = ints_attribute(n, "perm")) {
+      if (size_t(a->ints_size()) != r)
+        refuse(KILN_ERROR_FORMAT, node_name(n) + " permutes " + std::to_string(a->ints_size()) +
+                                      " dimensions of a constant of " + std::to_string(r));
+      std::vector<bool> seen(r, false);
+      for (size_t k = 0; k < r; ++k) {
+        const int64_t p = a->ints(int(k));
+        if (p < 0 || p >= int64_t(r) || seen[size_t(p)])
+          refuse(KILN_ERROR_FORMAT, node_name(n) + "'s perm is not a permutation of the constant's dimensions");
+        seen[size_t(p)] = true;
+        perm[k] = p;
+      }
+    }
+    Values t = v;
+    std::vector<int64_t> stride(r, 1), index(r, 0);
+    for (size_t k = r; k-- > 1;) stride[k - 1] = stride[k] * v.dims[k];
+    for (size_t k = 0; k < r; ++k) t.dims[k] = v.dims[size_t(perm[k])];
+    // Output elements in order, their source found by an odometer over t.dims.
+    int64_t source = 0;
+    for (int64_t e = 0; e < v.count; ++e) {
+      if (!v.f.empty()) t.f[size_t(e)] = v.f[size_t(source)];
+      else t.i[size_t(e)] = v.i[size_t(source)];
+      for (size_t k = r; k-- > 0;) {
+        const int64_t step = stride[size_t(perm[k])];
+        if (++index[k] < t.dims[k]) {
+          source += step;
+          break;
+        }
+        source -= step * (index[k] - 1);
+        index[k] = 0;
+      }
+    }
+    return t;
+  }
+
+  // The dimensions Reshape gives v, by the INT64 shape constant `shape`.
+  std::vector<int64_t> reshaped(int n, const Values &v, const Values &shape) const {
+    if (shape.type != kInt64 || shape.dims.size() != 1)
+      refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + "'s shape is not a 1-D INT64 constant");
+    const bool allowzero = int_attribute(n, "allowzero", 0) != 0;
+    std::vector<int64_t> dims;
+    int64_t known = 1, inferred = -1;
+    for (size_t k = 0; k < shape.i.size(); ++k) {
+      int64_t d = shape.i[k];
+      if (d == 0 && !allowzero) {
+        if (k >= v.dims.size())
+          refuse(KILN_ERROR_FORMAT, node_name(n) + " copies dimension " + std::to_string(k) + " of a constant of " +
+                                        std::to_string(v.dims.size()));
+        d = v.dims[k];
+      }
+      if (d == -1) {
+        if (inferred >= 0) refuse(KILN_ERROR_FORMAT, node_name(n) + "'s shape has two -1");
+        inferred = int64_t(k);
+        dims.push_back(1);
+        continue;
+      }
+      if (d < 0 || d > kMaxFileBytes || (d > 0 && known > kMaxFileBytes / d))
+        refuse(KILN_ERROR_FORMAT, node_name(n) + " reshapes to " + dims_text(shape.i));
+      known *= d;
+      dims.push_back(d);
+    }
+    if (inferred >= 0) {
+      if (known == 0 || v.count % known)
+        refuse(KILN_ERROR_FORMAT, node_name(n) + " reshapes " + dims_text(v.dims) + " to " + dims_text(shape.i));
+      dims[size_t(inferred)] = v.count / known;
+    } else if (known != v.count) {
+      refuse(KILN_ERROR_FORMAT, node_name(n) + " reshapes " + dims_text(v.dims) + " to " + dims_text(shape.i));
+    }
+    return dims;
+  }
+
+  // v as the "to" type of Cast node n: FLOAT, DOUBLE or INT64.
+  Values cast(int n, Values v) const {
+    const int64_t to = int_attribute(n, "to", -1);
+    if (to != kFloat && to != kDouble && to != kInt64)
+      refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + " casts to " + type_name(int32_t(to)) +
+                                           "; kiln folds Casts to FLOAT, DOUBLE and INT64");
+    const bool from_int = v.type == kInt64 || v.type == kBool;
+    if (to == kInt64 && !from_int) {
+      for (double x : v.f) {
+        if (!(std::fabs(x) < 9.2e18))
+          refuse(KILN_ERROR_FORMAT, node_name(n) + " casts a value out of INT64's range");
+        v.i.push_back(int64_t(x));
+      }
+      v.f.clear();
+    } else if (to != kInt64 && from_int) {
+      for (int64_t x : v.i) v.f.push_back(to == kFloat ? double(float(x)) : double(x));
+      v.i.clear();
+    } else if (to == kFloat) {
+      for (double &x : v.f) x = double(float(x));
+    }
+    v.type = int32_t(to);
+    return v;
+  }
+
+  // The dimensions Unsqueeze (unsqueeze) or Squeeze gives v: its axes from
+  // the attribute before opset 13, from the second input since.
+  std::vector<int64_t> squeezed(int n, const Values &v, bool unsqueeze) {
+    const onnx::NodeProto &node = g_.node(n);
+    std::vector<int64_t> axes;
+    bool given = false;
+    if (opset_ < 13) {
+      allow_attributes(n, {"axes"});
+      inputs(n, 1, 1);
+      if (const onnx::AttributeProto *a = ints_attribute(n, "axes")) {
+        axes.assign(a->ints().begin(), a->ints().end());
+        given = true;
+      }
+    } else {
+      allow_attributes(n, {});
+      inputs(n, 1, 2);
+      if (node.input_size() == 2 && !node.input(1).empty()) {
+        const Values a = constant(n, node.input(1));
+        if (a.type != kInt64 || a.dims.size() > 1)
+          refuse(KILN_ERROR_FORMAT, node_name(n) + "'s axes are not a 1-D INT64 constant");
+        axes = a.i;
+        given = true;
+      }
+    }
+    const int64_t rank = int64_t(v.dims.size()) + (unsqueeze ? int64_t(axes.size()) : 0);
+    std::vector<bool> at(size_t(rank), false);
+    for (int64_t a : axes) {
+      const int64_t k = a < 0 ? a + rank : a;
+      if (k < 0 || k >= rank || at[size_t(k)])
+        refuse(KILN_ERROR_FORMAT, node_name(n) + " has axes " + dims_text(axes) + " for a result of rank " +
+                                      std::to_string(rank));
+      at[size_t(k)] = true;
+    }
+    std::vector<int64_t> dims;
+    if (unsqueeze) {
+      if (!given) refuse(KILN_ERROR_FORMAT, node_name(n) + " has no axes");
+      for (int64_t k = 0, next = 0; k < rank; ++k) dims.push_back(at[size_t(k)] ? 1 : v.dims[size_t(next++)]);
+      return dims;
+    }
+    for (size_t k = 0; k < v.dims.size(); ++k) {
+      if (given && at[k] && v.dims[k] != 1)
+        refuse(KILN_ERROR_FORMAT, node_name(n) + " squeezes dimension " + std::to_string(k) + " of size " +
+                                      std::to_string(v.dims[k]));
+      if (given ? !at[k] : v.dims[k] != 1) dims.push_back(v.dims[k]);
+    }
+    return dims;
   }
 
   void find_input_and_output() {
@@ -172,6 +510,7 @@ class Reader {
                                              "; kiln models are FLOAT or DOUBLE");
       if (type.tensor_type().has_shape()) {
         const onnx::TensorShapeProto &shape = type.tensor_type().shape();
+        rank_ = shape.dim_size();
         if (shape.dim_size() < 2)
           refuse(KILN_ERROR_NOT_SUPPORTED, "the graph input " + quoted(v.name()) + " has " +
                                                std::to_string(shape.dim_size()) +
@@ -240,19 +579,21 @@ class Reader {
     return v;
   }
 
-  // The constant `name` of node n, checked (shape_of) and decoded.
+  // The constant `name` of node n, checked (shape_of) and decoded; its
+  // bytes read from a file beside the model when it keeps them there.
   Values constant(int n, const std::string &name) {
     const onnx::TensorProto &t = constant_proto(n, name);
     const std::string what = node_name(n) + ": constant " + quoted(name);
-    if (t.data_location() == onnx::TensorProto_DataLocation_EXTERNAL || t.external_data_size() > 0)
-      refuse(KILN_ERROR_NOT_SUPPORTED, what + " keeps its data in an external file; kiln reads self-contained "
-                                              "files (onnx.save(model, path, save_as_external_data=False))");
+    const bool outside = t.data_location() == onnx::TensorProto_DataLocation_EXTERNAL;
+    if (!outside && t.external_data_size() > 0)
+      refuse(KILN_ERROR_FORMAT, what + " has external_data but its data_location is not EXTERNAL");
     if (t.has_segment()) refuse(KILN_ERROR_NOT_SUPPORTED, what + " is a segment of a tensor");
     Values v = shape_of(n, name);
-    // The values it holds, in raw bytes (width bytes each) or in the typed
-    // field, must be as many as its shape says.
-    const std::string &raw = t.raw_data();
-    const bool in_raw = t.has_raw_data();
+    // The values it holds, in raw bytes (width bytes each), in the typed
+    // field or in the external file, must be as many as its shape says.
+    std::string external;
+    const std::string &raw = *(outside ? &external : &t.raw_data());
+    const bool in_raw = outside || t.has_raw_data();
     int64_t width = 0, typed = 0;
     switch (v.type) {
       case onnx::TensorProto_DataType_FLOAT: width = 4, typed = t.float_data_size(); break;
@@ -264,15 +605,29 @@ class Reader {
         refuse(KILN_ERROR_NOT_SUPPORTED,
                what + " is " + type_name(v.type) + "; kiln reads FLOAT and DOUBLE parameters (and INT64 shapes)");
     }
-    const int64_t held = in_raw ? (int64_t(raw.size()) % width ? -1 : int64_t(raw.size()) / width) : typed;
+    kiln::OnnxExternalRef ref;
+    if (outside) {
+      if (t.has_raw_data() || typed) refuse(KILN_ERROR_FORMAT, what + " is EXTERNAL but holds data of its own too");
+      ref = external_ref(what, t, v, width);
+    }
+    const int64_t held =
+        outside ? v.count : in_raw ? (int64_t(raw.size()) % width ? -1 : int64_t(raw.size()) / width) : typed;
     if (held != v.count)
       refuse(KILN_ERROR_FORMAT, what + " has shape " + dims_text(v.dims) + " (" + std::to_string(v.count) +
                                     " elements) but holds " + std::to_string(held) +
                                     (in_raw ? " elements of raw data" : " values"));
     if (v.count > decode_left_)
       refuse(KILN_ERROR_NOT_SUPPORTED, what + " would take the values the graph's nodes read from constants past " +
-                                           "twice the file's size: kiln reads graphs whose nodes share few constants");
+                                           "twice the size of the files: kiln reads graphs whose nodes share few "
+                                           "constants");
     decode_left_ -= v.count;
+    if (outside) {
+      char reason[512] = {};
+      const kiln_status status = external_->read(external_->user, ref, &external, reason, sizeof reason);
+      if (status != KILN_OK) refuse(status, what + ": " + reason);
+      if (int64_t(external.size()) != ref.bytes)
+        refuse(KILN_ERROR_INTERNAL, what + ": the external data reader returned another size");
+    }
     switch (v.type) {
       case onnx::TensorProto_DataType_FLOAT:
         if (in_raw) {
@@ -300,6 +655,57 @@ class Reader {
     return v;
   }
 
+  // A byte count or offset of external_data: decimal digits that fit.
+  int64_t byte_count(const std::string &what, const std::string &key, const std::string &text) const {
+    int64_t v = 0;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (text.empty() || text[0] == '-' || error != std::errc() || end != text.data() + text.size())
+      refuse(KILN_ERROR_FORMAT, what + "'s external data has " + key + " " + quoted(text) +
+                                    ", which is not a byte count");
+    return v;
+  }
+
+  // Where constant t (v's shape, `width` bytes an element) keeps its data,
+  // checked against what its shape needs; the file's size joins the budget
+  // the first time it is named.
+  kiln::OnnxExternalRef external_ref(const std::string &what, const onnx::TensorProto &t, const Values &v,
+                                     int64_t width) {
+    if (!external_ || !external_->read || !external_->file_size)
+      refuse(KILN_ERROR_NOT_SUPPORTED, what + " keeps its data in an external file, which this reader cannot open");
+    kiln::OnnxExternalRef ref;
+    ref.bytes = v.count * width;  // v.count <= kMaxFileBytes: no overflow
+    int64_t length = -1;
+    bool located = false;
+    for (const onnx::StringStringEntryProto &e : t.external_data()) {
+      if (e.key() == "location") {
+        ref.location = e.value();
+        located = true;
+      } else if (e.key() == "offset") {
+        ref.offset = byte_count(what, "offset", e.value());
+      } else if (e.key() == "length") {
+        length = byte_count(what, "length", e.value());
+      } else if (e.key() == "checksum") {
+        ref.checksum = e.value();
+      } else {
+        refuse(KILN_ERROR_NOT_SUPPORTED, what + "'s external data has the key " + quoted(e.key()) +
+                                             "; kiln reads location, offset, length and checksum");
+      }
+    }
+    if (!located || ref.location.empty())
+      refuse(KILN_ERROR_FORMAT, what + " keeps its data in an external file but names none");
+    if (length >= 0 && length != ref.bytes)
+      refuse(KILN_ERROR_FORMAT, what + " has shape " + dims_text(v.dims) + " (" + std::to_string(ref.bytes) +
+                                    " bytes) but its external data is " + std::to_string(length) + " bytes long");
+    if (external_files_.insert(ref.location).second) {
+      int64_t bytes = 0;
+      char reason[512] = {};
+      const kiln_status status = external_->file_size(external_->user, ref.location, &bytes, reason, sizeof reason);
+      if (status != KILN_OK) refuse(status, what + ": " + reason);
+      decode_left_ += 2 * std::min<int64_t>(bytes, int64_t(1) << 50);  // no file is larger
+    }
+    return ref;
+  }
+
   // A parameter: the graph's float type, as the input is.
   Values parameter(int n, const std::string &name) {
     Values v = constant(n, name);
@@ -318,12 +724,38 @@ class Reader {
     return v.f[0];
   }
 
-  // Whether `name` is a constant scalar of value want; decodes only a
-  // constant of one element.
-  bool is_scalar(int n, const std::string &name, double want) {
+  // Whether `name` is a constant float scalar ([] or [1]), and its value:
+  // a FLOAT's as the shortest decimal that reads back as it (what its
+  // writer meant, as float_attribute). Decodes only a constant of one element.
+  bool scalar_value(int n, const std::string &name, double *value) {
     if (!constants_.count(name) || shape_of(n, name).count != 1) return false;
     const Values v = constant(n, name);
-    return v.f.size() == 1 && v.dims.size() <= 1 && std::fabs(v.f[0] - want) <= 1e-6 * std::fabs(want);
+    if (v.f.size() != 1 || v.dims.size() > 1) return false;
+    *value = v.type == kFloat ? shortest(float(v.f[0])) : v.f[0];
+    return true;
+  }
+
+  // Whether `name` is a constant scalar of value want.
+  bool is_scalar(int n, const std::string &name, double want) {
+    double v = 0;
+    return scalar_value(n, name, &v) && std::fabs(v - want) <= 1e-6 * std::fabs(want);
+  }
+
+  // v in the shortest decimal that reads back as it, for messages.
+  static std::string number(double v) {
+    char text[32];
+    *std::to_chars(text, text + sizeof text - 1, v).ptr = '\0';
+    return text;
+  }
+
+  // The shortest decimal that reads back as f, as a double: ONNX attributes
+  // and FLOAT constants are float32, so 0.1 arrives as 0.100000001490116,
+  // and the writer meant 0.1 (which keeps a model's description,
+  // leaky_relu(0.1), as written).
+  static double shortest(float f) {
+    char text[32];
+    *std::to_chars(text, text + sizeof text - 1, f).ptr = '\0';
+    return std::strtod(text, nullptr);
   }
 
   // Checks node n's attributes against the names it may have; returns the
@@ -353,22 +785,14 @@ class Reader {
     if (!a) return fallback;
     if (a->type() != onnx::AttributeProto_AttributeType_FLOAT || !std::isfinite(a->f()))
       refuse(KILN_ERROR_FORMAT, node_name(n) + ": attribute \"" + name + "\" is not a finite float");
-    // ONNX attributes are float32: 0.1 arrives as 0.100000001490116. The
-    // shortest decimal that reads back as the same float is what the writer
-    // meant, and keeps the model's description (leaky_relu(0.1)) as written.
-    char text[32];
-    *std::to_chars(text, text + sizeof text - 1, a->f()).ptr = '\0';
-    return std::strtod(text, nullptr);
+    return shortest(a->f());
   }
 
   // Node n must read the value at hand as its first input and nothing else
   // but constants from inputs 1..max_inputs-1; returns its data output.
   const std::string &take(int n, const std::string &current, int min_inputs, int max_inputs) {
     const onnx::NodeProto &node = g_.node(n);
-    if (node.input_size() < min_inputs || node.input_size() > max_inputs)
-      refuse(KILN_ERROR_FORMAT, node_name(n) + " has " + std::to_string(node.input_size()) + " inputs, " +
-                                    node.op_type() + " takes " + std::to_string(min_inputs) + " to " +
-                                    std::to_string(max_inputs));
+    inputs(n, min_inputs, max_inputs);
     if (node.input(0) != current)
       refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + " reads " + quoted(current) +
                                            " as another input than its first; kiln reads MLPs whose nodes form "
@@ -394,6 +818,10 @@ class Reader {
 
   void visit(int n) {
     if (done_[size_t(n)]) refuse(KILN_ERROR_FORMAT, node_name(n) + " is reached twice: the graph has a cycle");
+    const int64_t since = first_opset(g_.node(n).op_type());
+    if (opset_ < since)
+      refuse(KILN_ERROR_FORMAT, node_name(n) + " needs opset " + std::to_string(since) +
+                                    " or later, but the file imports opset " + std::to_string(opset_));
     done_[size_t(n)] = true;
   }
 
@@ -453,10 +881,11 @@ class Reader {
     features_ = out;
   }
 
-  void add_layer(int n, kiln_layer_kind kind, double arg = 0) {
+  void add_layer(int n, kiln_layer_kind kind, double arg = 0, double arg2 = 0) {
     OnnxLayer l;
     l.kind = kind;
     l.arg = arg;
+    l.arg2 = arg2;
     l.node = node_name(n);
     out_.layers.push_back(std::move(l));
   }
@@ -498,6 +927,7 @@ class Reader {
     std::vector<double> bias;
     if (has_c) bias = bias_of(n, node.input(2), out, beta);
     add_linear(n, in, out, weight, has_c ? &bias : nullptr);
+    rank_ = 2;
     return result;
   }
 
@@ -538,6 +968,11 @@ class Reader {
       const Values mode = constant(n, node.input(2));
       if (mode.type != onnx::TensorProto_DataType_BOOL || mode.count != 1)
         refuse(KILN_ERROR_FORMAT, node_name(n) + ": training_mode is not a boolean scalar");
+      // The graph drops values at random wherever it runs; a kiln Dropout
+      // does only while training, and predict is the graph's inference.
+      if (mode.i[0] != 0 && p > 0)
+        refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + " has training_mode true: it drops values at random in "
+                                                        "inference, which kiln's Dropout does only while training");
     }
     if (!(p >= 0 && p < 1))
       refuse(KILN_ERROR_FORMAT, node_name(n) + " has ratio " + std::to_string(p) + "; kiln's Dropout takes [0, 1)");
@@ -555,6 +990,7 @@ class Reader {
       const std::string &result = take(n, current, 1, 1);
       if (int_attribute(n, "axis", 1) != 1)
         refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + " flattens at another axis than 1");
+      rank_ = 2;
       return result;
     }
     allow_attributes(n, {"allowzero"});
@@ -576,11 +1012,13 @@ class Reader {
       features_ = width;
       out_.input_features = width;
     }
+    rank_ = 2;
     return result;
   }
 
   // GELU's erf form from `current`, which feeds exactly the nodes of
-  // users(current): Div(x, sqrt 2) -> Erf -> Add 1 -> Mul(x, .) -> Mul 0.5.
+  // users(current): Div(x, sqrt 2) -> Erf -> Add 1 -> Mul(x, .) -> Mul 0.5,
+  // or with the products the other way round (Mul 0.5 -> Mul(x, .)).
   // Returns its output, or "" when the nodes are anything else.
   std::string gelu_erf(const std::string &current) {
     const std::vector<int> &u = users(current);
@@ -601,19 +1039,21 @@ class Reader {
         continue;
       const onnx::NodeProto &a = g_.node(add);
       const std::string &one = a.input(0) == g_.node(erf).output(0) ? a.input(1) : a.input(0);
-      if (!is_scalar(add, one, 1.0) || only_user(a.output(0)) != mul) continue;
-      const onnx::NodeProto &m = g_.node(mul);
-      if (m.op_type() != "Mul" || m.input_size() != 2 || m.output_size() != 1 ||
-          !((m.input(0) == current && m.input(1) == a.output(0)) || (m.input(1) == current && m.input(0) == a.output(0))))
-        continue;
-      const int half = only_user(m.output(0));
-      if (half < 0 || g_.node(half).op_type() != "Mul" || g_.node(half).input_size() != 2 ||
-          g_.node(half).output_size() != 1)
-        continue;
+      if (!is_scalar(add, one, 1.0)) continue;
+      // The two products in either order: x * sum, then * 0.5 (kiln's and
+      // TorchScript's export), or 0.5 * sum, then x * (torch.export's).
+      const int next = only_user(a.output(0));
+      if (next < 0 || !plain(next, "Mul", 2)) continue;
+      const onnx::NodeProto &n1 = g_.node(next);
+      const std::string &other = n1.input(0) == a.output(0) ? n1.input(1) : n1.input(0);
+      const bool x_first = other == current && next == mul;
+      if (!x_first && !is_scalar(next, other, 0.5)) continue;
+      const int half = x_first ? only_user(n1.output(0)) : mul;
+      if (half < 0 || !plain(half, "Mul", 2) || (!x_first && only_user(n1.output(0)) != mul)) continue;
       const onnx::NodeProto &h = g_.node(half);
-      const std::string &c = h.input(0) == m.output(0) ? h.input(1) : h.input(0);
-      if (!is_scalar(half, c, 0.5)) continue;
-      for (int node : {div, erf, add, mul, half}) {
+      const std::string &c = h.input(0) == n1.output(0) ? h.input(1) : h.input(0);
+      if (!(x_first ? is_scalar(half, c, 0.5) : c == current)) continue;
+      for (int node : {div, erf, add, next, half}) {
         allow_attributes(node, {});
         visit(node);
       }
@@ -621,6 +1061,123 @@ class Reader {
       return h.output(0);
     }
     return "";
+  }
+
+  // Softplus(beta) from Mul node n: Mul(x, beta) -> Softplus -> Div(beta),
+  // as torch.onnx.export writes nn.Softplus(beta) (with PyTorch's threshold
+  // 20: the export does not write it). "" when the nodes are anything else.
+  std::string softplus_scaled(int n, const std::string &current) {
+    const onnx::NodeProto &m = g_.node(n);
+    if (m.input_size() != 2 || m.output_size() != 1 || m.attribute_size() != 0) return "";
+    const std::string &b = m.input(0) == current ? m.input(1) : m.input(0);
+    double beta = 0;
+    if (b == current || !scalar_value(n, b, &beta) || beta == 0) return "";
+    const int sp = only_user(m.output(0));
+    if (sp < 0 || !softplus_node(sp)) return "";
+    const int div = only_user(g_.node(sp).output(0));
+    if (div < 0 || !divides_by(div, g_.node(sp).output(0), beta)) return "";
+    for (int node : {n, sp, div}) visit(node);
+    add_layer(n, KILN_LAYER_SOFTPLUS, beta, kiln::kDefaultSoftplusThreshold);
+    return g_.node(div).output(0);
+  }
+
+  bool softplus_node(int n) const {
+    const onnx::NodeProto &sp = g_.node(n);
+    return sp.op_type() == "Softplus" && sp.input_size() == 1 && sp.output_size() == 1 && sp.attribute_size() == 0;
+  }
+
+  // Whether node n is Div(numerator, a scalar constant equal to value).
+  bool divides_by(int n, const std::string &numerator, double value) {
+    const onnx::NodeProto &d = g_.node(n);
+    return d.op_type() == "Div" && d.input_size() == 2 && d.output_size() == 1 && d.attribute_size() == 0 &&
+           d.input(0) == numerator && is_scalar(n, d.input(1), value);
+  }
+
+  // The node that writes `value`, or -1 (a constant, the input).
+  int producer(const std::string &value) const {
+    auto it = producers_.find(value);
+    return it == producers_.end() ? -1 : it->second;
+  }
+
+  // Whether exactly `nodes` read `value` (which is not the graph's output).
+  bool read_only_by(const std::string &value, std::vector<int> nodes) const {
+    std::vector<int> u = users(value);
+    std::sort(u.begin(), u.end());
+    std::sort(nodes.begin(), nodes.end());
+    return value != output_ && u == nodes;
+  }
+
+  bool plain(int n, const char *op, int inputs) const {
+    const onnx::NodeProto &node = g_.node(n);
+    return node.op_type() == op && node.input_size() == inputs && node.output_size() == 1 &&
+           node.attribute_size() == 0;
+  }
+
+  // Softplus(beta, threshold) with PyTorch's threshold written out, as
+  // kiln and PyTorch's torch.export-based exporter write it, from `current`:
+  //   s = Mul(x, beta) (or x itself for beta 1); c = Div(Softplus(s), beta)
+  //   (or Softplus(s)); y = Where(Greater(s, threshold), x, c).
+  // Returns y, or "" when the nodes around `current` are anything else.
+  std::string softplus_where(const std::string &current) {
+    int where = -1;
+    for (int n : users(current))
+      if (plain(n, "Where", 3) && g_.node(n).input(1) == current) where = n;
+    if (where < 0) return "";
+    const onnx::NodeProto &w = g_.node(where);
+    const int gt = producer(w.input(0)), curve = producer(w.input(2));
+    double threshold = 0, beta = 1;
+    if (gt < 0 || curve < 0 || !plain(gt, "Greater", 2) || !scalar_value(gt, g_.node(gt).input(1), &threshold))
+      return "";
+    const std::string &scaled = g_.node(gt).input(0);
+    std::vector<int> form = {gt, where};
+    int sp = curve;
+    if (plain(curve, "Div", 2)) {  // beta != 1: Mul before, Div after
+      const int mul = producer(scaled);
+      if (mul < 0 || !plain(mul, "Mul", 2) || !scalar_value(curve, g_.node(curve).input(1), &beta) || beta == 0)
+        return "";
+      const onnx::NodeProto &m = g_.node(mul);
+      const std::string &b = m.input(0) == current ? m.input(1) : m.input(0);
+      sp = producer(g_.node(curve).input(0));
+      if (b == current || (m.input(0) != current && m.input(1) != current) || !is_scalar(mul, b, beta) || sp < 0 ||
+          !read_only_by(current, {mul, where}) || !read_only_by(scaled, {sp, gt}) ||
+          !read_only_by(g_.node(sp).output(0), {curve}) || !read_only_by(g_.node(curve).output(0), {where}))
+        return "";
+      form.insert(form.begin(), {mul, curve});
+    } else if (scaled != current || !read_only_by(current, {sp, gt, where}) ||
+               !read_only_by(g_.node(sp).output(0), {where})) {
+      return "";
+    }
+    if (!softplus_node(sp) || g_.node(sp).input(0) != scaled || !read_only_by(g_.node(gt).output(0), {where}))
+      return "";
+    form.push_back(sp);
+    for (int node : form) visit(node);
+    add_layer(sp, KILN_LAYER_SOFTPLUS, beta, threshold);
+    return w.output(0);
+  }
+
+  // A Softmax or LogSoftmax ending the chain: the model's output transform,
+  // softmax over each sample's features. Before opset 13 the op flattens
+  // its input to 2-D at `axis` (default 1), so axis 1 is that at any rank;
+  // from opset 13 it works along one axis (default -1), which is each
+  // sample's features only for an input of rank 2.
+  std::string output_transform(int n, const std::string &current) {
+    allow_attributes(n, {"axis"});
+    const std::string &result = take(n, current, 1, 1);
+    const std::string &op = g_.node(n).op_type();
+    if (result != output_ || !users(result).empty())
+      refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + " is not the graph's last node: kiln reads " + op +
+                                           " as a model's output transform, at its end");
+    const int64_t axis = int_attribute(n, "axis", opset_ < 13 ? 1 : -1);
+    const bool rows = opset_ < 13 ? axis == 1 || (rank_ > 0 && axis == 1 - rank_)
+                                  : rank_ == 2 && (axis == 1 || axis == -1);
+    if (!rows)
+      refuse(KILN_ERROR_NOT_SUPPORTED,
+             node_name(n) + " works along axis " + std::to_string(axis) + " of a value of " +
+                 (rank_ ? "rank " + std::to_string(rank_) : std::string("unknown rank")) + " (opset " +
+                 std::to_string(opset_) + "); kiln's " + op +
+                 " is over each sample's features: axis 1 (or -1) of [batch, features]");
+    add_layer(n, op == "Softmax" ? KILN_LAYER_SOFTMAX : KILN_LAYER_LOG_SOFTMAX);
+    return result;
   }
 
   std::string not_a_chain(const std::string &current) const {
@@ -644,7 +1201,8 @@ class Reader {
                                       " is neither read by a node nor the graph's output " + quoted(output_));
       }
       if (u.size() > 1 || current == output_) {
-        const std::string next = current == output_ ? "" : gelu_erf(current);
+        std::string next = current == output_ ? "" : gelu_erf(current);
+        if (next.empty() && current != output_) next = softplus_where(current);
         if (next.empty()) refuse(KILN_ERROR_NOT_SUPPORTED, not_a_chain(current));
         current = next;
         continue;
@@ -655,14 +1213,24 @@ class Reader {
         current = gemm(n, current);
       } else if (op == "MatMul") {
         current = matmul(n, current);
-      } else if (op == "Relu" || op == "Tanh" || op == "Sigmoid") {
+      } else if (op == "Relu" || op == "Tanh" || op == "Sigmoid" || op == "Softplus") {
         allow_attributes(n, {});
         current = take(n, current, 1, 1);
-        add_layer(n, op == "Relu" ? KILN_LAYER_RELU : op == "Tanh" ? KILN_LAYER_TANH : KILN_LAYER_SIGMOID);
-      } else if (op == "LeakyRelu") {
+        if (op == "Softplus") add_layer(n, KILN_LAYER_SOFTPLUS, kiln::kDefaultSoftplusBeta, kiln::kDefaultSoftplusThreshold);
+        else add_layer(n, op == "Relu" ? KILN_LAYER_RELU : op == "Tanh" ? KILN_LAYER_TANH : KILN_LAYER_SIGMOID);
+      } else if (op == "LeakyRelu" || op == "Elu") {
         allow_attributes(n, {"alpha"});
         current = take(n, current, 1, 1);
-        add_layer(n, KILN_LAYER_LEAKY_RELU, float_attribute(n, "alpha", 0.01));
+        if (op == "Elu") add_layer(n, KILN_LAYER_ELU, float_attribute(n, "alpha", kiln::kDefaultEluAlpha));
+        else add_layer(n, KILN_LAYER_LEAKY_RELU, float_attribute(n, "alpha", kiln::kDefaultLeakySlope));
+      } else if (op == "Selu") {
+        selu(n);
+        current = take(n, current, 1, 1);
+        add_layer(n, KILN_LAYER_SELU);
+      } else if (op == "Mul") {
+        const std::string next = softplus_scaled(n, current);
+        if (next.empty()) refuse(KILN_ERROR_NOT_SUPPORTED, not_read(n));
+        current = next;
       } else if (op == "Gelu") {
         allow_attributes(n, {"approximate"});
         current = take(n, current, 1, 1);
@@ -678,10 +1246,10 @@ class Reader {
         current = dropout(n, current);
       } else if (op == "Flatten" || op == "Reshape") {
         current = reshape(n, current, op == "Flatten");
+      } else if (op == "Softmax" || op == "LogSoftmax") {
+        current = output_transform(n, current);
       } else {
-        refuse(KILN_ERROR_NOT_SUPPORTED,
-               node_name(n) + " is an op kiln does not read; kiln reads Gemm, MatMul (+ Add), Relu, LeakyRelu, "
-                              "Gelu, Tanh, Sigmoid, Identity, Dropout, and Flatten or Reshape at the input");
+        refuse(KILN_ERROR_NOT_SUPPORTED, not_read(n));
       }
     }
     for (int n = 0; n < g_.node_size(); ++n)
@@ -691,7 +1259,33 @@ class Reader {
                                              "; kiln reads MLPs whose nodes form one chain");
     bool linear = false;
     for (const OnnxLayer &l : out_.layers) linear = linear || l.kind == KILN_LAYER_LINEAR;
-    if (!linear) refuse(KILN_ERROR_NOT_SUPPORTED, "the graph has no Gemm or MatMul: a kiln model needs a Linear");
+    if (!linear && !out_.input_features)
+      refuse(KILN_ERROR_NOT_SUPPORTED, "the graph has no Gemm or MatMul, and its input " + quoted(input_) +
+                                           " does not give the features of a sample (symbolic dimensions): a kiln "
+                                           "model without a Linear needs them");
+    // Without a weight, nothing in the file bounds the width it claims.
+    if (!linear && out_.input_features > kMaxFileBytes)
+      refuse(KILN_ERROR_NOT_SUPPORTED, "the graph's input has " + std::to_string(out_.input_features) +
+                                           " features a sample, more than a model without a Linear may have (" +
+                                           std::to_string(kMaxFileBytes) + ")");
+  }
+
+  std::string not_read(int n) const {
+    return node_name(n) + " is an op kiln does not read; kiln reads Gemm, MatMul (+ Add), Relu, LeakyRelu, Elu, "
+                          "Selu, Softplus, Gelu, Tanh, Sigmoid, Identity, Dropout, Flatten or Reshape at the input, "
+                          "Softmax or LogSoftmax at the end, and Transpose, Reshape, Cast, Unsqueeze, Squeeze and "
+                          "Identity of constants";
+  }
+
+  // Selu node n: ONNX lets alpha and gamma vary; kiln's SELU is PyTorch's,
+  // with their defaults (as float32 attributes: within 1e-6).
+  void selu(int n) const {
+    allow_attributes(n, {"alpha", "gamma"});
+    const double alpha = float_attribute(n, "alpha", kiln::formulas::kSeluAlpha);
+    const double gamma = float_attribute(n, "gamma", kiln::formulas::kSeluScale);
+    if (std::fabs(alpha - kiln::formulas::kSeluAlpha) > 1e-6 || std::fabs(gamma - kiln::formulas::kSeluScale) > 1e-6)
+      refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + " has alpha " + number(alpha) + " and gamma " + number(gamma) +
+                                           "; kiln's SELU is PyTorch's (alpha 1.6732632, scale 1.0507010)");
   }
 };
 
@@ -700,6 +1294,7 @@ class Reader {
 extern "C" {
 
 __attribute__((visibility("default"))) kiln_status kiln_onnx_import(const char *bytes, int64_t size,
+                                                                    const kiln::OnnxExternalReader *external,
                                                                     kiln::OnnxGraph *graph, char *reason,
                                                                     int64_t reason_size) {
   using kiln::onnx_plugin::refuse;
@@ -726,7 +1321,7 @@ __attribute__((visibility("default"))) kiln_status kiln_onnx_import(const char *
     onnx::ModelProto model;
     if (!model.ParseFromArray(bytes, int(size))) return refuse(KILN_ERROR_FORMAT, kUnparsable, reason, reason_size);
     if (!model.has_graph()) return refuse(KILN_ERROR_FORMAT, "the file holds no graph", reason, reason_size);
-    *graph = Reader(model, size).read();
+    *graph = Reader(model, size, external).read();
     return KILN_OK;
   } catch (const Refusal &r) {
     return refuse(r.status, r.message, reason, reason_size);

@@ -125,17 +125,17 @@ typedef long long swig_type_92;
 typedef long long swig_type_93;
 typedef _gostring_ swig_type_94;
 typedef _gostring_ swig_type_95;
-typedef _goslice_ swig_type_96;
-typedef _gostring_ swig_type_97;
+typedef _gostring_ swig_type_96;
+typedef _goslice_ swig_type_97;
 typedef _gostring_ swig_type_98;
 typedef _gostring_ swig_type_99;
-typedef _goslice_ swig_type_100;
-typedef _gostring_ swig_type_101;
-typedef _goslice_ swig_type_102;
-typedef _gostring_ swig_type_103;
+typedef _gostring_ swig_type_100;
+typedef _goslice_ swig_type_101;
+typedef _gostring_ swig_type_102;
+typedef _goslice_ swig_type_103;
 typedef _gostring_ swig_type_104;
-typedef _goslice_ swig_type_105;
-typedef _gostring_ swig_type_106;
+typedef _gostring_ swig_type_105;
+typedef _goslice_ swig_type_106;
 typedef _gostring_ swig_type_107;
 typedef _gostring_ swig_type_108;
 typedef _gostring_ swig_type_109;
@@ -144,22 +144,22 @@ typedef _gostring_ swig_type_111;
 typedef _gostring_ swig_type_112;
 typedef _gostring_ swig_type_113;
 typedef _gostring_ swig_type_114;
-typedef long long swig_type_115;
-typedef _gostring_ swig_type_116;
-typedef long long swig_type_117;
-typedef _gostring_ swig_type_118;
+typedef _gostring_ swig_type_115;
+typedef long long swig_type_116;
+typedef _gostring_ swig_type_117;
+typedef long long swig_type_118;
 typedef _gostring_ swig_type_119;
 typedef _gostring_ swig_type_120;
 typedef _gostring_ swig_type_121;
 typedef _gostring_ swig_type_122;
 typedef _gostring_ swig_type_123;
-typedef _goslice_ swig_type_124;
-typedef _gostring_ swig_type_125;
+typedef _gostring_ swig_type_124;
+typedef _goslice_ swig_type_125;
 typedef _gostring_ swig_type_126;
 typedef _gostring_ swig_type_127;
 typedef _gostring_ swig_type_128;
-typedef _goslice_ swig_type_129;
-typedef _gostring_ swig_type_130;
+typedef _gostring_ swig_type_129;
+typedef _goslice_ swig_type_130;
 typedef _gostring_ swig_type_131;
 typedef _gostring_ swig_type_132;
 typedef _gostring_ swig_type_133;
@@ -176,14 +176,14 @@ typedef _gostring_ swig_type_143;
 typedef _gostring_ swig_type_144;
 typedef _gostring_ swig_type_145;
 typedef _gostring_ swig_type_146;
-typedef long long swig_type_147;
+typedef _gostring_ swig_type_147;
 typedef _gostring_ swig_type_148;
-typedef long long swig_type_149;
+typedef _gostring_ swig_type_149;
 typedef long long swig_type_150;
-typedef _goslice_ swig_type_151;
-typedef _gostring_ swig_type_152;
-typedef _gostring_ swig_type_153;
-typedef _gostring_ swig_type_154;
+typedef _gostring_ swig_type_151;
+typedef long long swig_type_152;
+typedef long long swig_type_153;
+typedef _goslice_ swig_type_154;
 typedef _gostring_ swig_type_155;
 typedef _gostring_ swig_type_156;
 typedef _gostring_ swig_type_157;
@@ -192,33 +192,33 @@ typedef _gostring_ swig_type_159;
 typedef _gostring_ swig_type_160;
 typedef _gostring_ swig_type_161;
 typedef _gostring_ swig_type_162;
-typedef long long swig_type_163;
+typedef _gostring_ swig_type_163;
 typedef _gostring_ swig_type_164;
 typedef _gostring_ swig_type_165;
-typedef _gostring_ swig_type_166;
-typedef long long swig_type_167;
-typedef long long swig_type_168;
+typedef long long swig_type_166;
+typedef _gostring_ swig_type_167;
+typedef _gostring_ swig_type_168;
 typedef _gostring_ swig_type_169;
 typedef long long swig_type_170;
-typedef _gostring_ swig_type_171;
-typedef long long swig_type_172;
-typedef _gostring_ swig_type_173;
-typedef long long swig_type_174;
-typedef _gostring_ swig_type_175;
-typedef _goslice_ swig_type_176;
-typedef _gostring_ swig_type_177;
-typedef long long swig_type_178;
-typedef _gostring_ swig_type_179;
+typedef long long swig_type_171;
+typedef _gostring_ swig_type_172;
+typedef long long swig_type_173;
+typedef _gostring_ swig_type_174;
+typedef long long swig_type_175;
+typedef _gostring_ swig_type_176;
+typedef long long swig_type_177;
+typedef _gostring_ swig_type_178;
+typedef _goslice_ swig_type_179;
 typedef _gostring_ swig_type_180;
-typedef _gostring_ swig_type_181;
+typedef long long swig_type_181;
 typedef _gostring_ swig_type_182;
 typedef _gostring_ swig_type_183;
 typedef _gostring_ swig_type_184;
 typedef _gostring_ swig_type_185;
-typedef long long swig_type_186;
+typedef _gostring_ swig_type_186;
 typedef _gostring_ swig_type_187;
 typedef _gostring_ swig_type_188;
-typedef _gostring_ swig_type_189;
+typedef long long swig_type_189;
 typedef _gostring_ swig_type_190;
 typedef _gostring_ swig_type_191;
 typedef _gostring_ swig_type_192;
@@ -227,16 +227,19 @@ typedef _gostring_ swig_type_194;
 typedef _gostring_ swig_type_195;
 typedef _gostring_ swig_type_196;
 typedef _gostring_ swig_type_197;
-typedef long long swig_type_198;
+typedef _gostring_ swig_type_198;
 typedef _gostring_ swig_type_199;
 typedef _gostring_ swig_type_200;
-typedef _goslice_ swig_type_201;
+typedef long long swig_type_201;
 typedef _gostring_ swig_type_202;
 typedef _gostring_ swig_type_203;
-typedef _gostring_ swig_type_204;
+typedef _goslice_ swig_type_204;
 typedef _gostring_ swig_type_205;
 typedef _gostring_ swig_type_206;
 typedef _gostring_ swig_type_207;
+typedef _gostring_ swig_type_208;
+typedef _gostring_ swig_type_209;
+typedef _gostring_ swig_type_210;
 extern void _wrap_Swig_free_capi_3ee356cb97fe4fba(uintptr_t arg1);
 extern uintptr_t _wrap_Swig_malloc_capi_3ee356cb97fe4fba(swig_intgo arg1);
 extern swig_type_1 _wrap_version_string_capi_3ee356cb97fe4fba(void);
@@ -302,89 +305,91 @@ extern swig_type_90 _wrap_model_spec_create_capi_3ee356cb97fe4fba(swig_voidp arg
 extern void _wrap_model_spec_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
 extern swig_type_91 _wrap_model_spec_add_linear_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_92 arg2, swig_type_93 arg3, swig_intgo arg4);
 extern swig_type_94 _wrap_model_spec_add_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2, double arg3);
-extern swig_type_95 _wrap_model_spec_add_mlp_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_96 arg2, swig_intgo arg3);
-extern swig_type_97 _wrap_model_spec_parse_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_98 arg2);
-extern swig_type_99 _wrap_model_create_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_type_100 arg3, swig_voidp arg4);
-extern swig_type_101 _wrap_model_create_dtype_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_type_102 arg3, swig_intgo arg4, swig_voidp arg5);
+extern swig_type_95 _wrap_model_spec_add_v2_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2, double arg3, double arg4);
+extern swig_type_96 _wrap_model_spec_add_mlp_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_97 arg2, swig_intgo arg3);
+extern swig_type_98 _wrap_model_spec_parse_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_99 arg2);
+extern swig_type_100 _wrap_model_create_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_type_101 arg3, swig_voidp arg4);
+extern swig_type_102 _wrap_model_create_dtype_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_type_103 arg3, swig_intgo arg4, swig_voidp arg5);
 extern void _wrap_model_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_103 _wrap_model_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_104 _wrap_model_to_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_105 arg2);
-extern swig_type_106 _wrap_model_device_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_107 _wrap_model_set_training_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_108 _wrap_model_is_training_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_109 _wrap_model_num_parameters_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_110 _wrap_model_input_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_111 _wrap_model_output_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_112 _wrap_model_describe_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_113 _wrap_model_num_parameter_tensors_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_114 _wrap_model_parameter_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_115 arg2, swig_voidp arg3);
-extern swig_type_116 _wrap_model_parameter_name_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_117 arg2, swig_voidp arg3);
-extern swig_type_118 _wrap_model_forward_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_119 _wrap_model_predict_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_120 _wrap_model_save_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_121 arg2);
-extern swig_type_122 _wrap_model_load_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_123 arg2, swig_type_124 arg3, swig_voidp arg4);
-extern swig_type_125 _wrap_model_load_weights_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_126 arg2);
-extern swig_type_127 _wrap_model_load_with_spec_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_128 arg2, uintptr_t arg3, swig_type_129 arg4, swig_voidp arg5);
-extern swig_type_130 _wrap_model_export_onnx_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_131 arg2);
-extern swig_type_132 _wrap_model_import_onnx_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_133 arg2, swig_voidp arg3);
-extern swig_type_134 _wrap_dataset_from_tensors_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_135 _wrap_dataset_load_idx_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_136 arg2, swig_type_137 arg3, swig_voidp arg4);
-extern swig_type_138 _wrap_dataset_load_mnist_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_139 arg2, swig_type_140 arg3, swig_voidp arg4);
+extern swig_type_104 _wrap_model_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_105 _wrap_model_to_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_106 arg2);
+extern swig_type_107 _wrap_model_device_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_108 _wrap_model_set_training_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_109 _wrap_model_is_training_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_110 _wrap_model_num_parameters_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_111 _wrap_model_input_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_112 _wrap_model_output_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_113 _wrap_model_describe_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_114 _wrap_model_num_parameter_tensors_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_115 _wrap_model_parameter_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_116 arg2, swig_voidp arg3);
+extern swig_type_117 _wrap_model_parameter_name_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_118 arg2, swig_voidp arg3);
+extern swig_type_119 _wrap_model_forward_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_120 _wrap_model_predict_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_121 _wrap_model_save_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_122 arg2);
+extern swig_type_123 _wrap_model_load_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_124 arg2, swig_type_125 arg3, swig_voidp arg4);
+extern swig_type_126 _wrap_model_load_weights_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_127 arg2);
+extern swig_type_128 _wrap_model_load_with_spec_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_129 arg2, uintptr_t arg3, swig_type_130 arg4, swig_voidp arg5);
+extern swig_type_131 _wrap_model_export_onnx_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_132 arg2);
+extern swig_type_133 _wrap_model_export_onnx_v2_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_134 arg2, swig_intgo arg3);
+extern swig_type_135 _wrap_model_import_onnx_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_136 arg2, swig_voidp arg3);
+extern swig_type_137 _wrap_dataset_from_tensors_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_138 _wrap_dataset_load_idx_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_139 arg2, swig_type_140 arg3, swig_voidp arg4);
+extern swig_type_141 _wrap_dataset_load_mnist_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_142 arg2, swig_type_143 arg3, swig_voidp arg4);
 extern void _wrap_dataset_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_141 _wrap_dataset_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_142 _wrap_dataset_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_143 _wrap_dataset_num_features_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_144 _wrap_dataset_num_classes_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_145 _wrap_dataset_set_normalization_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2, double arg3, double arg4);
-extern swig_type_146 _wrap_dataset_split_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2, swig_type_147 arg3, swig_voidp arg4, swig_voidp arg5);
-extern swig_type_148 _wrap_dataset_batch_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_149 arg2, swig_type_150 arg3, swig_type_151 arg4, swig_voidp arg5, swig_voidp arg6);
-extern swig_type_152 _wrap_loss_capi_3ee356cb97fe4fba(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_153 _wrap_trainer_options_create_capi_3ee356cb97fe4fba(swig_voidp arg1);
+extern swig_type_144 _wrap_dataset_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_145 _wrap_dataset_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_146 _wrap_dataset_num_features_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_147 _wrap_dataset_num_classes_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_148 _wrap_dataset_set_normalization_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2, double arg3, double arg4);
+extern swig_type_149 _wrap_dataset_split_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2, swig_type_150 arg3, swig_voidp arg4, swig_voidp arg5);
+extern swig_type_151 _wrap_dataset_batch_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_152 arg2, swig_type_153 arg3, swig_type_154 arg4, swig_voidp arg5, swig_voidp arg6);
+extern swig_type_155 _wrap_loss_capi_3ee356cb97fe4fba(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_156 _wrap_trainer_options_create_capi_3ee356cb97fe4fba(swig_voidp arg1);
 extern void _wrap_trainer_options_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_154 _wrap_trainer_options_set_loss_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_155 _wrap_trainer_options_set_optimizer_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_156 _wrap_trainer_options_set_lr_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_157 _wrap_trainer_options_set_momentum_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_158 _wrap_trainer_options_set_nesterov_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_159 _wrap_trainer_options_set_weight_decay_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_160 _wrap_trainer_options_set_betas_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2, double arg3);
-extern swig_type_161 _wrap_trainer_options_set_eps_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_162 _wrap_trainer_options_set_batch_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_163 arg2);
-extern swig_type_164 _wrap_trainer_options_set_label_smoothing_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_165 _wrap_trainer_options_set_grad_clip_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_166 _wrap_trainer_options_set_schedule_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2, swig_type_167 arg3, double arg4, swig_type_168 arg5, double arg6);
-extern swig_type_169 _wrap_trainer_options_set_warmup_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_170 arg2);
-extern swig_type_171 _wrap_trainer_options_set_shuffle_seed_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_172 arg2);
-extern swig_type_173 _wrap_trainer_options_set_progress_interval_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_174 arg2);
-extern swig_type_175 _wrap_trainer_options_set_devices_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_176 arg2);
-extern swig_type_177 _wrap_trainer_options_set_bucket_bytes_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_178 arg2);
-extern swig_type_179 _wrap_trainer_options_set_precision_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_180 _wrap_trainer_options_set_fast_path_capi_3ee356cb97fe4fba(uintptr_t arg1, int arg2);
-extern swig_type_181 _wrap_trainer_create_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_157 _wrap_trainer_options_set_loss_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_158 _wrap_trainer_options_set_optimizer_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_159 _wrap_trainer_options_set_lr_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
+extern swig_type_160 _wrap_trainer_options_set_momentum_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
+extern swig_type_161 _wrap_trainer_options_set_nesterov_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_162 _wrap_trainer_options_set_weight_decay_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
+extern swig_type_163 _wrap_trainer_options_set_betas_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2, double arg3);
+extern swig_type_164 _wrap_trainer_options_set_eps_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
+extern swig_type_165 _wrap_trainer_options_set_batch_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_166 arg2);
+extern swig_type_167 _wrap_trainer_options_set_label_smoothing_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
+extern swig_type_168 _wrap_trainer_options_set_grad_clip_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
+extern swig_type_169 _wrap_trainer_options_set_schedule_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2, swig_type_170 arg3, double arg4, swig_type_171 arg5, double arg6);
+extern swig_type_172 _wrap_trainer_options_set_warmup_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_173 arg2);
+extern swig_type_174 _wrap_trainer_options_set_shuffle_seed_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_175 arg2);
+extern swig_type_176 _wrap_trainer_options_set_progress_interval_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_177 arg2);
+extern swig_type_178 _wrap_trainer_options_set_devices_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_179 arg2);
+extern swig_type_180 _wrap_trainer_options_set_bucket_bytes_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_181 arg2);
+extern swig_type_182 _wrap_trainer_options_set_precision_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_183 _wrap_trainer_options_set_fast_path_capi_3ee356cb97fe4fba(uintptr_t arg1, int arg2);
+extern swig_type_184 _wrap_trainer_create_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
 extern void _wrap_trainer_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_182 _wrap_trainer_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_183 _wrap_trainer_step_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_184 _wrap_trainer_epoch_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_185 _wrap_trainer_fit_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_type_186 arg4, uintptr_t arg5, uintptr_t arg6, swig_voidp arg7);
-extern swig_type_187 _wrap_trainer_evaluate_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_188 _wrap_trainer_epochs_done_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_189 _wrap_trainer_steps_done_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_190 _wrap_trainer_current_lr_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_191 _wrap_trainer_save_checkpoint_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_192 arg2);
-extern swig_type_193 _wrap_trainer_load_checkpoint_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_194 arg2);
+extern swig_type_185 _wrap_trainer_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_186 _wrap_trainer_step_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_187 _wrap_trainer_epoch_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_188 _wrap_trainer_fit_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_type_189 arg4, uintptr_t arg5, uintptr_t arg6, swig_voidp arg7);
+extern swig_type_190 _wrap_trainer_evaluate_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_191 _wrap_trainer_epochs_done_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_192 _wrap_trainer_steps_done_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_193 _wrap_trainer_current_lr_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_194 _wrap_trainer_save_checkpoint_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_195 arg2);
+extern swig_type_196 _wrap_trainer_load_checkpoint_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_197 arg2);
 extern void _wrap_history_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_195 _wrap_history_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_196 _wrap_history_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_197 _wrap_history_get_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_198 arg2, swig_voidp arg3);
-extern swig_type_199 _wrap_communicator_create_mpi_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_200 _wrap_communicator_create_local_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_201 arg2, swig_voidp arg3);
+extern swig_type_198 _wrap_history_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_199 _wrap_history_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_200 _wrap_history_get_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_201 arg2, swig_voidp arg3);
+extern swig_type_202 _wrap_communicator_create_mpi_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_203 _wrap_communicator_create_local_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_204 arg2, swig_voidp arg3);
 extern void _wrap_communicator_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_202 _wrap_communicator_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_203 _wrap_communicator_rank_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_204 _wrap_communicator_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_205 _wrap_communicator_local_rank_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_206 _wrap_communicator_set_timeout_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_207 _wrap_trainer_attach_communicator_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2);
+extern swig_type_205 _wrap_communicator_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_206 _wrap_communicator_rank_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_207 _wrap_communicator_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_208 _wrap_communicator_local_rank_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_209 _wrap_communicator_set_timeout_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
+extern swig_type_210 _wrap_trainer_attach_communicator_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2);
 #undef intgo
 */
 import "C"
@@ -1792,12 +1797,34 @@ func Model_spec_add(arg1 uintptr, arg2 int, arg3 float64) (_swig_ret error) {
 	return swig_r_1
 }
 
+func Model_spec_add_v2(arg1 uintptr, arg2 int, arg3 float64, arg4 float64) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	_swig_i_3 := arg4
+	swig_r_p := C._wrap_model_spec_add_v2_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	var swig_r_1 error
+
+	if len(swig_r) == 0 {
+		swig_r_1 = nil
+	} else if len(swig_r) == 1 {
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
+	} else {
+		swig_s := swigCopyString(swig_r)
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
+	}
+
+	return swig_r_1
+}
+
 func Model_spec_add_mlp(arg1 uintptr, arg2 []int64, arg3 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_spec_add_mlp_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_96)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2))
+	swig_r_p := C._wrap_model_spec_add_mlp_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_97)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1820,7 +1847,7 @@ func Model_spec_parse(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_spec_parse_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_98)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_spec_parse_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_99)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1846,7 +1873,7 @@ func Model_create(arg1 uintptr, arg2 uintptr, arg3 Device, arg4 *uintptr) (_swig
 	var _swig_i_2 []int64
 _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_create_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_100)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_model_create_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_101)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_2
@@ -1873,7 +1900,7 @@ func Model_create_dtype(arg1 uintptr, arg2 uintptr, arg3 Device, arg4 int, arg5 
 _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_model_create_dtype_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_102)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_model_create_dtype_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_103)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_2
@@ -1922,7 +1949,7 @@ func Model_to(arg1 uintptr, arg2 Device) (_swig_ret error) {
 	_swig_i_0 := arg1
 	var _swig_i_1 []int64
 _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
-	swig_r_p := C._wrap_model_to_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_105)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_to_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_106)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_1
@@ -2111,7 +2138,7 @@ func Model_parameter(arg1 uintptr, arg2 int64, arg3 *uintptr) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_parameter_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_115(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_model_parameter_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_116(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2132,7 +2159,7 @@ func Model_parameter_name(arg1 uintptr, arg2 int64, arg3 *string) (_swig_ret err
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_parameter_name_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_117(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_model_parameter_name_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_118(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 
 	if len(*arg3) > 0 {
@@ -2200,7 +2227,7 @@ func Model_save(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_save_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_121)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_save_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_122)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2226,7 +2253,7 @@ func Model_load(arg1 uintptr, arg2 string, arg3 Device, arg4 *uintptr) (_swig_re
 	var _swig_i_2 []int64
 _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_load_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_123)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_124)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_model_load_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_124)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_125)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2252,7 +2279,7 @@ func Model_load_weights(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_load_weights_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_126)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_load_weights_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_127)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2279,7 +2306,7 @@ func Model_load_with_spec(arg1 uintptr, arg2 string, arg3 uintptr, arg4 Device, 
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_model_load_with_spec_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_128)(unsafe.Pointer(&_swig_i_1)), C.uintptr_t(_swig_i_2), *(*C.swig_type_129)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_model_load_with_spec_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_129)(unsafe.Pointer(&_swig_i_1)), C.uintptr_t(_swig_i_2), *(*C.swig_type_130)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2306,7 +2333,32 @@ func Model_export_onnx(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_export_onnx_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_131)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_export_onnx_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_132)(unsafe.Pointer(&_swig_i_1)))
+	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
+	var swig_r_1 error
+
+	if len(swig_r) == 0 {
+		swig_r_1 = nil
+	} else if len(swig_r) == 1 {
+		swig_r_1 = &Error{Status: Status(swig_r[0]), Message: "out of memory reporting an error"}
+	} else {
+		swig_s := swigCopyString(swig_r)
+		swig_r_1 = &Error{Status: Status(swig_s[0]), Message: swig_s[1:]}
+	}
+
+	return swig_r_1
+}
+
+type Enum_SS_kiln_onnx_export_flags int
+func Model_export_onnx_v2(arg1 uintptr, arg2 string, arg3 uint) (_swig_ret error) {
+	var swig_r string
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r_p := C._wrap_model_export_onnx_v2_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_134)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2330,7 +2382,7 @@ func Model_import_onnx(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret erro
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_import_onnx_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_133)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_model_import_onnx_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_136)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2377,7 +2429,7 @@ func Dataset_load_idx(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (_s
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_load_idx_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_136)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_137)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_dataset_load_idx_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_139)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_140)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2405,7 +2457,7 @@ func Dataset_load_mnist(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_load_mnist_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_139)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_140)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_dataset_load_mnist_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_142)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_143)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2541,7 +2593,7 @@ func Dataset_split(arg1 uintptr, arg2 float64, arg3 uint64, arg4 *uintptr, arg5 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_dataset_split_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.swig_type_147(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_dataset_split_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.swig_type_150(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2566,7 +2618,7 @@ func Dataset_batch(arg1 uintptr, arg2 int64, arg3 int64, arg4 Device, arg5 *uint
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_dataset_batch_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_149(_swig_i_1), C.swig_type_150(_swig_i_2), *(*C.swig_type_151)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_dataset_batch_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_152(_swig_i_1), C.swig_type_153(_swig_i_2), *(*C.swig_type_154)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_3
@@ -2796,7 +2848,7 @@ func Trainer_options_set_batch_size(arg1 uintptr, arg2 int64) (_swig_ret error) 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_batch_size_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_163(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_batch_size_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_166(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2860,7 +2912,7 @@ func Trainer_options_set_schedule(arg1 uintptr, arg2 int, arg3 int64, arg4 float
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_trainer_options_set_schedule_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_167(_swig_i_2), C.double(_swig_i_3), C.swig_type_168(_swig_i_4), C.double(_swig_i_5))
+	swig_r_p := C._wrap_trainer_options_set_schedule_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_170(_swig_i_2), C.double(_swig_i_3), C.swig_type_171(_swig_i_4), C.double(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2880,7 +2932,7 @@ func Trainer_options_set_warmup(arg1 uintptr, arg2 int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_warmup_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_170(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_warmup_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_173(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2900,7 +2952,7 @@ func Trainer_options_set_shuffle_seed(arg1 uintptr, arg2 uint64) (_swig_ret erro
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_shuffle_seed_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_172(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_shuffle_seed_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_175(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2920,7 +2972,7 @@ func Trainer_options_set_progress_interval(arg1 uintptr, arg2 int64) (_swig_ret 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_progress_interval_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_174(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_progress_interval_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_177(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2941,7 +2993,7 @@ func Trainer_options_set_devices(arg1 uintptr, arg2 []Device) (_swig_ret error) 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_devices_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_176)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_trainer_options_set_devices_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_179)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -2964,7 +3016,7 @@ func Trainer_options_set_bucket_bytes(arg1 uintptr, arg2 int64) (_swig_ret error
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_bucket_bytes_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_178(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_bucket_bytes_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_181(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3118,7 +3170,7 @@ func Trainer_fit(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 int64, arg5 uint
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r_p := C._wrap_trainer_fit_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_type_186(_swig_i_3), C.uintptr_t(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6))
+	swig_r_p := C._wrap_trainer_fit_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_type_189(_swig_i_3), C.uintptr_t(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3220,7 +3272,7 @@ func Trainer_save_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_save_checkpoint_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_192)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_trainer_save_checkpoint_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_195)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -3243,7 +3295,7 @@ func Trainer_load_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_load_checkpoint_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_194)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_trainer_load_checkpoint_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_197)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -3312,7 +3364,7 @@ func History_get(arg1 uintptr, arg2 int64, arg3 *EpochStats) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_history_get_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_198(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_history_get_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_201(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3353,7 +3405,7 @@ func Communicator_create_local(arg1 uintptr, arg2 []Device, arg3 *uintptr) (_swi
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_communicator_create_local_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_201)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_communicator_create_local_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_204)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2

@@ -2360,6 +2360,45 @@ _gostring_ _wrap_model_spec_add_capi_3ee356cb97fe4fba(kiln_model_spec *_swig_go_
 }
 
 
+_gostring_ _wrap_model_spec_add_v2_capi_3ee356cb97fe4fba(kiln_model_spec *_swig_go_0, intgo _swig_go_1, double _swig_go_2, double _swig_go_3) {
+  kiln_model_spec *arg1 = (kiln_model_spec *) 0 ;
+  kiln_layer_kind arg2 ;
+  double arg3 ;
+  double arg4 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_model_spec *)_swig_go_0; 
+  arg2 = (kiln_layer_kind)_swig_go_1; 
+  arg3 = (double)_swig_go_2; 
+  arg4 = (double)_swig_go_3; 
+  
+  result = (kiln_status)kiln_model_spec_add_v2(arg1,arg2,arg3,arg4);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  return _swig_go_result;
+}
+
+
 _gostring_ _wrap_model_spec_add_mlp_capi_3ee356cb97fe4fba(kiln_model_spec *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2) {
   kiln_model_spec *arg1 = (kiln_model_spec *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
@@ -3245,6 +3284,48 @@ _gostring_ _wrap_model_export_onnx_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0,
   
   
   result = (kiln_status)kiln_model_export_onnx((struct kiln_model const *)arg1,(char const *)arg2);
+  
+  if (result == KILN_OK) {
+    _swig_go_result.p = NULL;
+    _swig_go_result.n = 0;
+  } else {
+    const char *swig_msg = kiln_last_error();
+    size_t swig_len = strlen(swig_msg);
+    char *swig_buf = (char *)malloc(swig_len + 1);
+    if (swig_buf) {
+      swig_buf[0] = (char)result;
+      memcpy(swig_buf + 1, swig_msg, swig_len);
+      _swig_go_result.p = swig_buf;
+      _swig_go_result.n = (intgo)(swig_len + 1);
+    } else {
+      static char swig_oom[1];
+      swig_oom[0] = (char)KILN_ERROR_OUT_OF_MEMORY;
+      _swig_go_result.p = swig_oom; /* not freed: see goout's len check below */
+      _swig_go_result.n = 1;
+    }
+  }
+  
+  free(arg2); 
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_model_export_onnx_v2_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, _gostring_ _swig_go_1, intgo _swig_go_2) {
+  kiln_model *arg1 = (kiln_model *) 0 ;
+  char *arg2 = (char *) 0 ;
+  uint32_t arg3 ;
+  kiln_status result;
+  _gostring_ _swig_go_result;
+  
+  arg1 = (kiln_model *)_swig_go_0; 
+  
+  arg2 = (char *)malloc(_swig_go_1.n + 1);
+  memcpy(arg2, _swig_go_1.p, _swig_go_1.n);
+  arg2[_swig_go_1.n] = '\0';
+  
+  arg3 = (uint32_t)_swig_go_2; 
+  
+  result = (kiln_status)kiln_model_export_onnx_v2((struct kiln_model const *)arg1,(char const *)arg2,arg3);
   
   if (result == KILN_OK) {
     _swig_go_result.p = NULL;

@@ -1098,6 +1098,21 @@ pub const kiln_layer_kind_KILN_LAYER_GELU: kiln_layer_kind = 3;
 pub const kiln_layer_kind_KILN_LAYER_TANH: kiln_layer_kind = 4;
 pub const kiln_layer_kind_KILN_LAYER_SIGMOID: kiln_layer_kind = 5;
 pub const kiln_layer_kind_KILN_LAYER_DROPOUT: kiln_layer_kind = 6;
+#[doc = " torch.nn.ELU(alpha): x > 0 ? x : alpha (e^x - 1)"]
+pub const kiln_layer_kind_KILN_LAYER_ELU: kiln_layer_kind = 7;
+#[doc = " torch.nn.SELU: its fixed scale and alpha"]
+pub const kiln_layer_kind_KILN_LAYER_SELU: kiln_layer_kind = 8;
+#[doc = " torch.nn.Softplus(beta, threshold): log(1 + e^(beta x)) / beta,"]
+#[doc = " x where beta x > threshold"]
+pub const kiln_layer_kind_KILN_LAYER_SOFTPLUS: kiln_layer_kind = 9;
+#[doc = " The output transforms: the last layer only, softmax or log-softmax over"]
+#[doc = " each row of the logits (torch.nn.Softmax(dim=1), LogSoftmax(dim=1)); see"]
+#[doc = " kiln_model_spec_parse for what they change."]
+pub const kiln_layer_kind_KILN_LAYER_SOFTMAX: kiln_layer_kind = 10;
+#[doc = " The output transforms: the last layer only, softmax or log-softmax over"]
+#[doc = " each row of the logits (torch.nn.Softmax(dim=1), LogSoftmax(dim=1)); see"]
+#[doc = " kiln_model_spec_parse for what they change."]
+pub const kiln_layer_kind_KILN_LAYER_LOG_SOFTMAX: kiln_layer_kind = 11;
 pub type kiln_layer_kind = ::std::os::raw::c_uint;
 extern "C" {
     #[doc = " A model spec is a list of layers, built up by one thread and then given"]
@@ -1121,11 +1136,16 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
-    #[doc = " Appends a parameterless layer: RELU, GELU, TANH, SIGMOID, LEAKY_RELU"]
-    #[doc = " (arg = negative slope, PyTorch's default 0.01) or DROPOUT (arg = drop"]
-    #[doc = " probability in [0, 1)). arg is ignored by the others. INVALID_ARGUMENT for"]
-    #[doc = " LINEAR (use kiln_model_spec_add_linear), a non-finite slope or a dropout"]
-    #[doc = " probability outside [0, 1)."]
+    #[doc = " Appends a parameterless layer: RELU, GELU, TANH, SIGMOID, SELU,"]
+    #[doc = " LEAKY_RELU (arg = negative slope, PyTorch's default 0.01), ELU (arg ="]
+    #[doc = " alpha, PyTorch's default 1.0), SOFTPLUS (arg = beta, PyTorch's default"]
+    #[doc = " 1.0; threshold 20, PyTorch's default: kiln_model_spec_add_v2 sets another),"]
+    #[doc = " DROPOUT (arg = drop probability in [0, 1)), or an output transform, SOFTMAX"]
+    #[doc = " or LOG_SOFTMAX, which must stay the last layer. arg is ignored by the"]
+    #[doc = " others. INVALID_ARGUMENT for LINEAR (use kiln_model_spec_add_linear), an"]
+    #[doc = " unknown kind, a non-finite slope or alpha, a beta that is 0 or not finite,"]
+    #[doc = " a dropout probability outside [0, 1), or any layer after an output"]
+    #[doc = " transform (nothing is added then). One thread per spec."]
     pub fn kiln_model_spec_add(
         spec: *mut kiln_model_spec,
         kind: kiln_layer_kind,
@@ -1133,10 +1153,23 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
+    #[doc = " As kiln_model_spec_add, with the layer's second parameter arg2: SOFTPLUS's"]
+    #[doc = " threshold (finite; PyTorch's default is 20), ignored by every other kind."]
+    #[doc = " Statuses as kiln_model_spec_add, and INVALID_ARGUMENT for a threshold that"]
+    #[doc = " is not finite."]
+    pub fn kiln_model_spec_add_v2(
+        spec: *mut kiln_model_spec,
+        kind: kiln_layer_kind,
+        arg: f64,
+        arg2: f64,
+    ) -> kiln_status;
+}
+extern "C" {
     #[doc = " Appends a whole MLP: Linear(sizes[0], sizes[1]), activation, ...,"]
     #[doc = " Linear(sizes[n-2], sizes[n-1]) with biases; n >= 2. activation is RELU,"]
-    #[doc = " LEAKY_RELU (slope 0.01), GELU, TANH or SIGMOID (INVALID_ARGUMENT for the"]
-    #[doc = " others and for n < 2)."]
+    #[doc = " LEAKY_RELU (slope 0.01), GELU, TANH, SIGMOID, ELU (alpha 1), SELU or"]
+    #[doc = " SOFTPLUS (beta 1, threshold 20) (INVALID_ARGUMENT for the others and for"]
+    #[doc = " n < 2)."]
     pub fn kiln_model_spec_add_mlp(
         spec: *mut kiln_model_spec,
         sizes: *const i64,
@@ -1153,14 +1186,34 @@ extern "C" {
     #[doc = "   compact     SIZES[:OPTION]...    \"784-32-10\", \"784-256-256-10:gelu:dropout=0.2\""]
     #[doc = "     SIZES     IN-HIDDEN-...-OUT, at least two: a Linear with bias between"]
     #[doc = "               each two sizes"]
-    #[doc = "     OPTION    relu (the default), gelu, tanh, sigmoid, leaky_relu or"]
-    #[doc = "               leaky_relu=SLOPE: the activation after each hidden Linear;"]
-    #[doc = "               dropout=P: a Dropout(P) after each hidden activation;"]
-    #[doc = "               flatten: an nn.Flatten() first; each at most once, any order"]
+    #[doc = "     OPTION    relu (the default), gelu, tanh, sigmoid, selu, leaky_relu or"]
+    #[doc = "               leaky_relu=SLOPE, elu or elu=ALPHA, softplus, softplus=BETA"]
+    #[doc = "               or softplus=BETA,THRESHOLD: the activation after each hidden"]
+    #[doc = "               Linear; dropout=P: a Dropout(P) after each hidden"]
+    #[doc = "               activation; flatten: an nn.Flatten() first; softmax or"]
+    #[doc = "               log_softmax: the output transform after the last Linear;"]
+    #[doc = "               each at most once, any order"]
     #[doc = "   layer list  LAYER[;LAYER]...     \"flatten;linear(784,32);relu;linear(32,10)\""]
     #[doc = "     LAYER     linear(IN,OUT), linear(IN,OUT,nobias), relu, gelu, tanh,"]
-    #[doc = "               sigmoid, leaky_relu or leaky_relu(SLOPE) (default 0.01),"]
-    #[doc = "               dropout or dropout(P) (default 0.5), flatten"]
+    #[doc = "               sigmoid, selu, leaky_relu or leaky_relu(SLOPE) (default"]
+    #[doc = "               0.01), elu or elu(ALPHA) (default 1), softplus,"]
+    #[doc = "               softplus(BETA) or softplus(BETA,THRESHOLD) (defaults 1 and"]
+    #[doc = "               20), dropout or dropout(P) (default 0.5), flatten, softmax"]
+    #[doc = "               and log_softmax (last only), input(N) (first only)"]
+    #[doc = ""]
+    #[doc = " softmax and log_softmax are the model's output transform, as a PyTorch"]
+    #[doc = " classifier ending in nn.Softmax(dim=1) or nn.LogSoftmax(dim=1):"]
+    #[doc = " kiln_model_forward and kiln_model_predict with KILN_PREDICT_LOGITS return"]
+    #[doc = " the transformed rows, KILN_PREDICT_PROBABILITIES the softmax and"]
+    #[doc = " KILN_PREDICT_CLASSES the argmax of the logits under it. A trainer trains"]
+    #[doc = " the logits under it with the cross-entropy loss, which takes logits: the"]
+    #[doc = " same as PyTorch's NLLLoss over the log-softmax (kiln_trainer_create refuses"]
+    #[doc = " the MSE and BCE losses for such a model, since they would not see the"]
+    #[doc = " transformed outputs). input(N) declares the features per sample of a model"]
+    #[doc = " without a Linear (e.g. \"input(10);elu(2)\", an activation imported from"]
+    #[doc = " ONNX); with Linears it must equal the first one's in_features. Such a"]
+    #[doc = " model has no parameters: it predicts, saves, loads and exports, but does"]
+    #[doc = " not train."]
     #[doc = ""]
     #[doc = " Every layer takes the next index of PyTorch's nn.Sequential, which names"]
     #[doc = " the parameters (kiln_model_parameter_name): 784-32-10 has 0.weight,"]
@@ -1169,9 +1222,10 @@ extern "C" {
     #[doc = " values per sample, such as [N, 1, 28, 28] images), but it takes an index,"]
     #[doc = " so \"784-32-10:flatten\" has 1.weight, 1.bias, 3.weight, 3.bias, as"]
     #[doc = " nn.Sequential(nn.Flatten(), nn.Linear(784, 32), nn.ReLU(), nn.Linear(32,"]
-    #[doc = " 10)). kiln_model_describe writes the compact form whenever it says the"]
-    #[doc = " same. INVALID_ARGUMENT for malformed text, with the offending part quoted"]
-    #[doc = " (cut short)."]
+    #[doc = " 10)); input(N) takes none. kiln_model_describe writes the compact form"]
+    #[doc = " whenever it says the same. INVALID_ARGUMENT for malformed text, with the"]
+    #[doc = " offending part quoted (cut short), and for a layer after softmax or"]
+    #[doc = " log_softmax, or input(N) anywhere but first."]
     pub fn kiln_model_spec_parse(
         spec: *mut kiln_model_spec,
         text: *const ::std::os::raw::c_char,
@@ -1287,7 +1341,8 @@ extern "C" {
 extern "C" {
     #[doc = " Forward pass without gradients: x is [batch, input_size] (any float dtype"]
     #[doc = " or u8, converted to the model's dtype), on the model's device; *out is"]
-    #[doc = " [batch, output_size] logits. x may come from any context (a tensor is"]
+    #[doc = " [batch, output_size] logits, or the rows of the model's output transform"]
+    #[doc = " when it ends in softmax or log_softmax (kiln_model_spec_parse). x may come from any context (a tensor is"]
     #[doc = " memory on a device; the model's context runs the pass and owns *out),"]
     #[doc = " whereas a dataset's tensors must be of its own context. SHAPE_MISMATCH"]
     #[doc = " unless x has >= 2 dimensions and input_size elements per row,"]
@@ -1299,10 +1354,11 @@ extern "C" {
         out: *mut *mut kiln_tensor,
     ) -> kiln_status;
 }
+#[doc = " the model's output: logits, or its output transform's rows"]
 pub const kiln_predict_kind_KILN_PREDICT_LOGITS: kiln_predict_kind = 0;
-#[doc = " softmax of the logits"]
+#[doc = " softmax of the logits (under any output transform)"]
 pub const kiln_predict_kind_KILN_PREDICT_PROBABILITIES: kiln_predict_kind = 1;
-#[doc = " argmax, i64 [batch]"]
+#[doc = " argmax of the logits, i64 [batch]"]
 pub const kiln_predict_kind_KILN_PREDICT_CLASSES: kiln_predict_kind = 2;
 pub type kiln_predict_kind = ::std::os::raw::c_uint;
 extern "C" {
@@ -1408,18 +1464,32 @@ extern "C" {
 extern "C" {
     #[doc = " Writes model as an ONNX file (IR version 8, opset 13 of the ONNX domain)"]
     #[doc = " that onnx.checker accepts and ONNX Runtime runs: one input \"input\""]
-    #[doc = " [batch, in] and one output \"logits\" [batch, out] of the model's dtype"]
-    #[doc = " (FLOAT for f32, DOUBLE for f64), batch a symbolic dimension. Each Linear is"]
-    #[doc = " a Gemm with transB = 1 over an initializer in kiln's [out, in] layout named"]
-    #[doc = " as kiln_model_parameter_name (\"0.weight\", \"0.bias\"); ReLU, LeakyReLU, Tanh"]
-    #[doc = " and Sigmoid are Relu, LeakyRelu, Tanh and Sigmoid; GELU is its erf form"]
-    #[doc = " (Div, Erf, Add, Mul, Mul, as torch.onnx.export writes it); Dropout is left"]
-    #[doc = " out (the inference form). The file is written atomically, like"]
-    #[doc = " kiln_model_save: a crash leaves any old file intact. The model is only"]
-    #[doc = " read (its weights are copied to the host when it lives on a GPU)."]
+    #[doc = " [batch, in] and one output [batch, out] of the model's dtype (FLOAT for"]
+    #[doc = " f32, DOUBLE for f64), batch a symbolic dimension, named \"logits\", or"]
+    #[doc = " \"probabilities\" / \"log_probabilities\" after a softmax / log_softmax output"]
+    #[doc = " transform (Softmax / LogSoftmax, axis 1). Each Linear is a Gemm with"]
+    #[doc = " transB = 1 over an initializer in kiln's [out, in] layout named as"]
+    #[doc = " kiln_model_parameter_name (\"0.weight\", \"0.bias\"); ReLU, LeakyReLU, Tanh,"]
+    #[doc = " Sigmoid, ELU and SELU are Relu, LeakyRelu, Tanh, Sigmoid, Elu and Selu;"]
+    #[doc = " GELU is its erf form (Div, Erf, Add, Mul, Mul, as torch.onnx.export writes"]
+    #[doc = " it); Softplus is Softplus for PyTorch's defaults (beta 1, threshold 20:"]
+    #[doc = " ONNX's Softplus has no threshold, and differs from kiln's by less than"]
+    #[doc = " 2e-9 past it), Mul(x, beta) -> Softplus -> Div(beta) for another beta (as"]
+    #[doc = " torch.onnx.export writes it), and that under Where(Greater(beta x,"]
+    #[doc = " threshold), x, .) for another threshold, which is exact; Dropout is left"]
+    #[doc = " out (the inference form); a model without a Linear is its activations (an"]
+    #[doc = " Identity when it has none). ONNX Runtime's CPU kernels of Elu, Selu,"]
+    #[doc = " Softplus, LeakyRelu and Erf are float only: an f64 model with those"]
+    #[doc = " layers is valid ONNX that ONNX Runtime does not run. The parameters are"]
+    #[doc = " inline unless the file would exceed KILN_ONNX_MAX_FILE_BYTES: then they go"]
+    #[doc = " to a data file beside it, as kiln_model_export_onnx_v2 with"]
+    #[doc = " KILN_ONNX_EXPORT_EXTERNAL_DATA writes it. The files are written"]
+    #[doc = " atomically, like kiln_model_save: a crash leaves any old file intact. The"]
+    #[doc = " model is only read (its weights are copied to the host when it lives on a"]
+    #[doc = " GPU). Every error message starts \"cannot export 'path' as ONNX\"."]
     #[doc = " Errors: INVALID_ARGUMENT for NULL model/path; INVALID_HANDLE for a"]
-    #[doc = " released model; NOT_SUPPORTED without the plugin, or for a model larger"]
-    #[doc = " than KILN_ONNX_MAX_FILE_BYTES as ONNX; IO when the file cannot be written."]
+    #[doc = " released model; NOT_SUPPORTED without the plugin; IO when a file cannot"]
+    #[doc = " be written."]
     #[doc = " Thread: any; the model may be used by other threads meanwhile, but its"]
     #[doc = " weights should not be changed (a concurrent training step may be half"]
     #[doc = " seen)."]
@@ -1428,35 +1498,84 @@ extern "C" {
         path: *const ::std::os::raw::c_char,
     ) -> kiln_status;
 }
+pub const kiln_onnx_export_flags_KILN_ONNX_EXPORT_DEFAULT: kiln_onnx_export_flags = 0;
+#[doc = " Every parameter (Linear weights and biases) in a data file beside the"]
+#[doc = " model, named after it (\"mlp.onnx\" -> \"mlp.onnx.data\", as PyTorch's"]
+#[doc = " exporter names it), which the model refers to by that relative name,"]
+#[doc = " offset, length and the file's SHA-1 (ONNX's external data): move the"]
+#[doc = " two files together. Without this flag a model goes that way only when"]
+#[doc = " its file would exceed KILN_ONNX_MAX_FILE_BYTES (protobuf's own limit is"]
+#[doc = " 2 GiB)."]
+pub const kiln_onnx_export_flags_KILN_ONNX_EXPORT_EXTERNAL_DATA: kiln_onnx_export_flags = 1;
+#[doc = " Flags of kiln_model_export_onnx_v2 (bits)."]
+pub type kiln_onnx_export_flags = ::std::os::raw::c_uint;
+extern "C" {
+    #[doc = " As kiln_model_export_onnx, with flags (kiln_onnx_export_flags bits, 0 for"]
+    #[doc = " the defaults). The data file is written (atomically) before the model"]
+    #[doc = " file, so a model file never names a data file that is not there; a crash"]
+    #[doc = " between the two leaves the old model file, whose checksum then tells its"]
+    #[doc = " old data file from the new one at import. Statuses as"]
+    #[doc = " kiln_model_export_onnx, and INVALID_ARGUMENT for unknown flag bits. Thread:"]
+    #[doc = " as kiln_model_export_onnx."]
+    pub fn kiln_model_export_onnx_v2(
+        model: *const kiln_model,
+        path: *const ::std::os::raw::c_char,
+        flags: u32,
+    ) -> kiln_status;
+}
 extern "C" {
     #[doc = " Creates a CPU model (move it with kiln_model_to) from an ONNX file holding"]
     #[doc = " an MLP: one graph input [batch, features...] of FLOAT or DOUBLE, one"]
     #[doc = " output, and between them a chain of nodes, each reading the previous one's"]
-    #[doc = " output, with constants (initializers or Constant nodes) for every other"]
-    #[doc = " input. Read: Gemm (transB 0 or 1, alpha, beta; C of [out], [1, out] or a"]
-    #[doc = " scalar), MatMul by an [in, out] constant with an optional Add of a bias"]
-    #[doc = " right after it, Relu, LeakyRelu, Gelu (the exact form) and GELU's erf form"]
-    #[doc = " as above, Tanh, Sigmoid, Identity, Dropout (kept as kiln's Dropout of its"]
-    #[doc = " ratio, so the model trains as it was built), and Flatten (axis 1) or"]
-    #[doc = " Reshape to [-1 or 0, features] before the first layer. Opsets 9 to 23 of"]
-    #[doc = " the ONNX domain, IR versions 3 to 12. The model's dtype is the input's; every parameter must"]
-    #[doc = " have it. It starts in training mode, as kiln_model_create; the caller owns"]
-    #[doc = " *out (kiln_model_release). The file is read once and not kept open; a file"]
-    #[doc = " larger than KILN_ONNX_MAX_FILE_BYTES is refused before it is read."]
+    #[doc = " output, with constants for every other input. Constants are initializers,"]
+    #[doc = " Constant nodes (value, value_float(s), value_int(s)), and what Transpose,"]
+    #[doc = " Reshape, Cast (to FLOAT, DOUBLE, INT64), Unsqueeze, Squeeze and Identity"]
+    #[doc = " compute from constants, which the import does (older exporters write a"]
+    #[doc = " Linear without bias as Transpose(W) -> MatMul). Read: Gemm (transB 0 or"]
+    #[doc = " 1, alpha, beta; C of [out], [1, out] or a scalar), MatMul by an [in, out]"]
+    #[doc = " constant with an optional Add of a bias right after it, Relu, LeakyRelu,"]
+    #[doc = " Elu, Selu (PyTorch's alpha and scale only), Softplus (as PyTorch's with"]
+    #[doc = " threshold 20; Mul(x, beta) -> Softplus -> Div(beta) as Softplus(beta);"]
+    #[doc = " Where(Greater(beta x, t), x, that) as Softplus(beta, t)), Gelu (the exact"]
+    #[doc = " form) and GELU's erf form as above (its two products in either order),"]
+    #[doc = " Tanh, Sigmoid, Identity, Dropout (kept as kiln's Dropout of its ratio, so"]
+    #[doc = " the model trains as it was built; training_mode true is refused), Flatten"]
+    #[doc = " (axis 1) or Reshape to [-1 or 0, features] before the first layer, and"]
+    #[doc = " Softmax or LogSoftmax as the last node, over each sample's features, as"]
+    #[doc = " the model's output transform (axis 1 before opset 13; axis 1 or -1 of a"]
+    #[doc = " rank-2 value from 13). A graph without Gemm or MatMul is a model without"]
+    #[doc = " a Linear (input(N) in kiln_model_spec_parse), its width the input's"]
+    #[doc = " declared features (at most KILN_ONNX_MAX_FILE_BYTES). Opsets 7 to 28 of"]
+    #[doc = " the ONNX domain (older ones: convert them with onnx.version_converter),"]
+    #[doc = " IR versions 3 to 14. The model's dtype is the input's; every parameter"]
+    #[doc = " must have it. A tensor may keep its data in a file beside the model"]
+    #[doc = " (TensorProto.external_data: location, offset, length, checksum, the"]
+    #[doc = " file's SHA-1 in hex), as PyTorch's exporter and"]
+    #[doc = " kiln_model_export_onnx_v2 write it: the location is a path relative to"]
+    #[doc = " the model's folder that must stay in it (FORMAT for an absolute path, a"]
+    #[doc = " \"..\" component or a symbolic link that leads out of the folder; IO when"]
+    #[doc = " the file is missing), every range is checked against the file's size"]
+    #[doc = " before it is read (FORMAT), and a checksum that differs from the file's is"]
+    #[doc = " FORMAT. The model starts in training mode, as kiln_model_create; the"]
+    #[doc = " caller owns *out (kiln_model_release). The files are read once and not"]
+    #[doc = " kept open; a model file larger than KILN_ONNX_MAX_FILE_BYTES is refused"]
+    #[doc = " before it is read. Every error message starts \"cannot import 'path'\"."]
     #[doc = " Errors, each message naming the node (by name, or \"#index\" and op type):"]
     #[doc = "   NOT_SUPPORTED  any other op or domain, an opset or IR version outside"]
     #[doc = "                  the range, a graph that is not one chain (a value read by"]
     #[doc = "                  two nodes, a node off the path, several inputs or"]
-    #[doc = "                  outputs), a constant keeping its data in an external"]
-    #[doc = "                  file, a parameter type other than FLOAT/DOUBLE, a file"]
-    #[doc = "                  or graph over the limits above, or no plugin;"]
+    #[doc = "                  outputs, a Softmax before the end), a parameter type"]
+    #[doc = "                  other than FLOAT/DOUBLE, a fold kiln does not compute,"]
+    #[doc = "                  an external data key other than the four, a file or"]
+    #[doc = "                  graph over the limits above, or no plugin;"]
     #[doc = "   FORMAT         a file protobuf cannot parse (truncated, corrupt, not"]
     #[doc = "                  ONNX), a constant whose data does not match its shape or"]
     #[doc = "                  with a dimension larger than any file holds, an empty"]
     #[doc = "                  weight, an omitted (\"\") input the op needs, shapes that"]
     #[doc = "                  do not chain, a parameter whose type differs from the"]
-    #[doc = "                  input's, non-finite values, bad attributes;"]
-    #[doc = "   IO             the file cannot be opened or read, or is not a regular file;"]
+    #[doc = "                  input's, non-finite values, bad attributes, an op the"]
+    #[doc = "                  file's opset does not have, external data as above;"]
+    #[doc = "   IO             a file cannot be opened or read, or is not a regular file;"]
     #[doc = "   INVALID_ARGUMENT NULL ctx/path/out; INVALID_HANDLE a released ctx; OOM."]
     #[doc = " On failure *out is NULL and nothing else changes."]
     #[doc = " Thread: any (ctx may be shared)."]
@@ -1845,7 +1964,10 @@ extern "C" {
     #[doc = " A trainer for model on the model's device; it keeps the model alive and"]
     #[doc = " copies options (NULL = defaults); the caller owns *out. NOT_SUPPORTED for"]
     #[doc = " TF32 on the CPU and TF32/BF16 with an f64 model; INVALID_ARGUMENT for an"]
-    #[doc = " unknown name in KILN_ENABLE or KILN_DISABLE. Used by one thread at a time, and while it"]
+    #[doc = " unknown name in KILN_ENABLE or KILN_DISABLE, a model without parameters"]
+    #[doc = " (no Linear: nothing to train), and the MSE or BCE loss for a model with an"]
+    #[doc = " output transform (softmax, log_softmax: see kiln_model_spec_parse; the"]
+    #[doc = " cross-entropy loss trains the logits under it). Used by one thread at a time, and while it"]
     #[doc = " trains, no other thread may change or run the model."]
     pub fn kiln_trainer_create(
         model: *mut kiln_model,

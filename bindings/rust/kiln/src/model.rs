@@ -27,6 +27,19 @@ op_enum! {
     Sigmoid = sys::kiln_layer_kind_KILN_LAYER_SIGMOID, "sigmoid";
     /// Dropout; its argument is the drop probability.
     Dropout = sys::kiln_layer_kind_KILN_LAYER_DROPOUT, "dropout";
+    /// ELU; its argument is alpha (PyTorch's default 1).
+    Elu = sys::kiln_layer_kind_KILN_LAYER_ELU, "elu";
+    /// SELU, with PyTorch's fixed constants.
+    Selu = sys::kiln_layer_kind_KILN_LAYER_SELU, "selu";
+    /// Softplus; its arguments are beta and threshold (`add_with`; PyTorch's
+    /// defaults 1 and 20).
+    Softplus = sys::kiln_layer_kind_KILN_LAYER_SOFTPLUS, "softplus";
+    /// Softmax over each row, the output transform (last layer only):
+    /// `forward` and `PredictKind::Logits` return its rows, training takes
+    /// the logits under it.
+    Softmax = sys::kiln_layer_kind_KILN_LAYER_SOFTMAX, "softmax";
+    /// Log-softmax over each row, the output transform (last layer only).
+    LogSoftmax = sys::kiln_layer_kind_KILN_LAYER_LOG_SOFTMAX, "log_softmax";
 }
 
 op_enum! {
@@ -104,12 +117,26 @@ impl ModelSpec {
         Ok(())
     }
 
-    /// A parameterless layer; `arg` is LeakyReLU's slope or Dropout's
-    /// probability.
+    /// A parameterless layer; `arg` is LeakyReLU's slope, ELU's alpha,
+    /// Softplus's beta (threshold 20) or Dropout's probability.
+    /// `Softmax` and `LogSoftmax` must be the last layer.
     pub fn add(&mut self, kind: LayerKind, arg: f64) -> Result<()> {
         check(unsafe { sys::kiln_model_spec_add(self.raw.as_ptr(), kind.raw(), arg) })?;
         self.parts.push(match kind {
-            LayerKind::LeakyRelu | LayerKind::Dropout => format!("{kind}({arg})"),
+            LayerKind::LeakyRelu | LayerKind::Dropout | LayerKind::Elu => format!("{kind}({arg})"),
+            LayerKind::Softplus => format!("{kind}({arg}, 20)"),
+            _ => kind.to_string(),
+        });
+        Ok(())
+    }
+
+    /// `add` with the layer's second parameter `arg2`, Softplus's threshold
+    /// (ignored by the others).
+    pub fn add_with(&mut self, kind: LayerKind, arg: f64, arg2: f64) -> Result<()> {
+        check(unsafe { sys::kiln_model_spec_add_v2(self.raw.as_ptr(), kind.raw(), arg, arg2) })?;
+        self.parts.push(match kind {
+            LayerKind::Softplus => format!("{kind}({arg}, {arg2})"),
+            LayerKind::LeakyRelu | LayerKind::Dropout | LayerKind::Elu => format!("{kind}({arg})"),
             _ => kind.to_string(),
         });
         Ok(())
@@ -144,6 +171,10 @@ impl Drop for Model {
 
 impl fmt::Display for Model {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let (Ok(spec), Ok(0), Ok(device)) = (self.describe(), self.num_parameters(), self.device()) {
+            // A model without a Linear: no parameter to tell its dtype.
+            return write!(f, "model {spec} (0 parameters, {device})");
+        }
         let dtype = self.parameter(0).and_then(|(p, _)| p.dtype());
         match (self.describe(), self.num_parameters(), dtype, self.device()) {
             (Ok(spec), Ok(n), Ok(dtype), Ok(device)) => write!(f, "model {spec} ({n} parameters, {dtype}, {device})"),
@@ -196,9 +227,10 @@ impl Model {
     }
 
     /// A CPU model from an ONNX file holding an MLP (Gemm or MatMul+Add,
-    /// Relu, LeakyRelu, Gelu, Tanh, Sigmoid, Identity, Dropout, Flatten or
-    /// Reshape at the input: `kiln_model_import_onnx` in kiln.h has the
-    /// rules). Any other op or a hostile file is `NotSupported` or `Format`
+    /// Relu, LeakyRelu, Elu, Selu, Softplus, Gelu, Tanh, Sigmoid, Identity,
+    /// Dropout, Flatten or Reshape at the input, Softmax or LogSoftmax at
+    /// the end, opsets 7 to 28, weights inline or in files beside it:
+    /// `kiln_model_import_onnx` in kiln.h has the rules). Any other op or a hostile file is `NotSupported` or `Format`
     /// naming the node; `NotSupported` too when kiln was built without ONNX.
     pub fn import_onnx(ctx: &Context, path: impl AsRef<Path>) -> Result<Model> {
         let path = path_cstring(path.as_ref())?;
@@ -216,11 +248,24 @@ impl Model {
     }
 
     /// Writes the model as an ONNX file (opset 13; input "input", output
-    /// "logits", a symbolic batch dimension; Dropout left out) that ONNX
+    /// "logits", or "probabilities"/"log_probabilities" after an output
+    /// transform, a symbolic batch dimension; Dropout left out) that ONNX
     /// Runtime runs, atomically like `save`.
     pub fn export_onnx(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path_cstring(path.as_ref())?;
         check(unsafe { sys::kiln_model_export_onnx(self.ptr(), path.as_ptr()) })
+    }
+
+    /// `export_onnx`, with the weights in `path` + ".data" beside the model
+    /// (ONNX's external data) when `external_data` is set.
+    pub fn export_onnx_with(&self, path: impl AsRef<Path>, external_data: bool) -> Result<()> {
+        let path = path_cstring(path.as_ref())?;
+        let flags = if external_data {
+            sys::kiln_onnx_export_flags_KILN_ONNX_EXPORT_EXTERNAL_DATA
+        } else {
+            sys::kiln_onnx_export_flags_KILN_ONNX_EXPORT_DEFAULT
+        };
+        check(unsafe { sys::kiln_model_export_onnx_v2(self.ptr(), path.as_ptr(), flags as u32) })
     }
 
     /// Reads weights of the same architecture; unchanged on failure.

@@ -2,8 +2,8 @@
 use std::sync::Arc;
 use std::thread;
 
-use kiln::{Context, ContextOptions, DType, Dataset, Device, FastPath, Model, ModelSpec, Optimizer, Precision, PredictKind, Status,
-           Tensor, Trainer, TrainerOptions};
+use kiln::{Context, ContextOptions, DType, Dataset, Device, FastPath, LayerKind, Model, ModelSpec, Optimizer, Precision,
+           PredictKind, Status, Tensor, Trainer, TrainerOptions};
 
 mod common;
 pub use common::*;
@@ -110,6 +110,46 @@ fn onnx_round_trip() {
     assert_eq!(Model::import_onnx(&ctx, &path).expect_err("a garbage file").status, Status::Format);
     std::fs::remove_file(&path).unwrap();
     assert_eq!(Model::import_onnx(&ctx, &path).expect_err("a missing file").status, Status::Io);
+}
+
+/// ELU, SELU and Softplus through `add` and `add_with`, a Softmax output
+/// transform, and the weights exported to a data file beside the model.
+#[test]
+fn new_layers_and_external_data() {
+    let ctx = context();
+    let mut spec = ModelSpec::new().unwrap();
+    spec.add_linear(16, 8, true).unwrap();
+    spec.add(LayerKind::Elu, 0.5).unwrap();
+    spec.add_linear(8, 8, true).unwrap();
+    spec.add(LayerKind::Selu, 0.0).unwrap();
+    spec.add_linear(8, 6, true).unwrap();
+    spec.add_with(LayerKind::Softplus, 2.0, 5.0).unwrap();
+    spec.add_linear(6, 4, true).unwrap();
+    spec.add(LayerKind::Softmax, 0.0).unwrap();
+    assert_eq!(spec.add(LayerKind::Relu, 0.0).expect_err("a layer after softmax").status, Status::InvalidArgument);
+    let model = Model::new(&ctx, &spec, Device::Cpu).unwrap();
+    assert_eq!(
+        model.describe().unwrap(),
+        "linear(16,8);elu(0.5);linear(8,8);selu;linear(8,6);softplus(2,5);linear(6,4);softmax"
+    );
+    let x = Tensor::randn(&ctx, &[3, 16], DType::F32, Device::Cpu).unwrap();
+    let probs = logits(&model, &x);
+    for row in probs.chunks(4) {
+        assert!((row.iter().sum::<f32>() - 1.0).abs() <= 1e-5, "a softmax row sums to {row:?}");
+    }
+    let path = std::env::temp_dir().join(format!("kiln-rust-external-{}.onnx", std::process::id()));
+    match model.export_onnx_with(&path, true) {
+        Err(e) if e.status == Status::NotSupported => return eprintln!("skipped: kiln was built without ONNX: {e}"),
+        other => other.unwrap(),
+    }
+    let data = path.with_extension("onnx.data");
+    assert!(data.exists(), "no data file beside the model");
+    let imported = Model::import_onnx(&ctx, &path).unwrap();
+    for (a, b) in probs.iter().zip(logits(&imported, &x)) {
+        assert!((a - b).abs() <= 1e-6, "output {a} before the round trip, {b} after");
+    }
+    std::fs::remove_file(&path).unwrap();
+    std::fs::remove_file(&data).unwrap();
 }
 
 #[test]
