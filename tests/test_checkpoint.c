@@ -214,6 +214,83 @@ static void test_mismatched_checkpoints(void **state) {
   kiln_test_remove_tree(dir);
 }
 
+/* A trainer of spec whose options are make_trainer's with SGD momentum
+ * `momentum` (0: no momentum state), weights from context seed 3, shuffle
+ * seed 4; its model in *model. */
+static kiln_trainer *sgd_trainer(kiln_context *ctx, double momentum, kiln_model **model) {
+  assert_kiln_ok(kiln_context_set_seed(ctx, 3));
+  *model = make_model(ctx, "6-12-3");
+  kiln_trainer_options *o = NULL;
+  kiln_trainer *t = NULL;
+  assert_kiln_ok(kiln_trainer_options_create(&o));
+  assert_kiln_ok(kiln_trainer_options_set_lr(o, 0.05));
+  assert_kiln_ok(kiln_trainer_options_set_momentum(o, momentum));
+  assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 16));
+  assert_kiln_ok(kiln_trainer_options_set_shuffle_seed(o, 4));
+  assert_kiln_ok(kiln_trainer_create(*model, o, &t));
+  kiln_trainer_options_release(o);
+  return t;
+}
+
+/* Fails unless a and b (trained alike) hold the same weights and counters
+ * to the bit, and stay so over another epoch (which needs the same
+ * optimizer state and shuffle generator). */
+static void assert_same_trainers(kiln_trainer *a, kiln_model *ma, kiln_trainer *b, kiln_model *mb, kiln_dataset *ds) {
+  float wa[NPARAM], wb[NPARAM];
+  for (int round = 0; round < 2; ++round) {
+    read_weights(ma, wa);
+    read_weights(mb, wb);
+    assert_memory_equal(wa, wb, sizeof wa);
+    int64_t sa = 0, sb = 0, ea = 0, eb = 0;
+    assert_kiln_ok(kiln_trainer_steps_done(a, &sa));
+    assert_kiln_ok(kiln_trainer_steps_done(b, &sb));
+    assert_kiln_ok(kiln_trainer_epochs_done(a, &ea));
+    assert_kiln_ok(kiln_trainer_epochs_done(b, &eb));
+    assert_int_equal(sa, sb);
+    assert_int_equal(ea, eb);
+    if (round == 0) {
+      epochs(a, ds, 1);
+      epochs(b, ds, 1);
+    }
+  }
+}
+
+/* A checkpoint of another optimizer configuration holds another set of
+ * tensors (SGD with momentum keeps optimizer.momentum_buffer.*, without it
+ * nothing): refused both ways, naming the difference, and the refused
+ * trainer goes on exactly as its twin that never tried. */
+static void test_other_optimizer_state_is_refused(void **state) {
+  kiln_context *ctx = *state;
+  char dir[512], with_momentum[600], without[600];
+  kiln_test_make_temp_dir(dir, sizeof dir);
+  snprintf(with_momentum, sizeof with_momentum, "%s/momentum.safetensors", dir);
+  snprintf(without, sizeof without, "%s/plain.safetensors", dir);
+  kiln_dataset *ds = random_dataset(ctx);
+  for (int refused_has_momentum = 0; refused_has_momentum < 2; ++refused_has_momentum) {
+    kiln_model *writer_model = NULL, *model = NULL, *twin_model = NULL;
+    kiln_trainer *writer = sgd_trainer(ctx, refused_has_momentum ? 0 : 0.9, &writer_model);
+    epochs(writer, ds, 2);
+    const char *path = refused_has_momentum ? without : with_momentum;
+    assert_kiln_ok(kiln_trainer_save_checkpoint(writer, path));
+    kiln_trainer *t = sgd_trainer(ctx, refused_has_momentum ? 0.9 : 0, &model);
+    kiln_trainer *twin = sgd_trainer(ctx, refused_has_momentum ? 0.9 : 0, &twin_model);
+    epochs(t, ds, 1);
+    epochs(twin, ds, 1);
+    assert_status(kiln_trainer_load_checkpoint(t, path), KILN_ERROR_SHAPE_MISMATCH);
+    assert_last_error_contains(refused_has_momentum ? "has no tensor \"optimizer.momentum_buffer.0.weight\""
+                                                    : "holds 8 tensors but this trainer has 4");
+    assert_same_trainers(t, model, twin, twin_model, ds);
+    kiln_trainer_release(writer);
+    kiln_trainer_release(t);
+    kiln_trainer_release(twin);
+    kiln_model_release(writer_model);
+    kiln_model_release(model);
+    kiln_model_release(twin_model);
+  }
+  kiln_dataset_release(ds);
+  kiln_test_remove_tree(dir);
+}
+
 /* Copies the checkpoint `from` to `to` with metadata `key` set to `value`
  * (the header rebuilt around it, padded to 8 bytes again). */
 static void set_metadata(const char *from, const char *to, const char *key, const char *value) {
@@ -280,6 +357,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_resume_is_exact),
       cmocka_unit_test(test_mismatched_checkpoints),
+      cmocka_unit_test(test_other_optimizer_state_is_refused),
       cmocka_unit_test(test_counter_limits),
   };
   return cmocka_run_group_tests(tests, setup, kiln_test_context_teardown);
