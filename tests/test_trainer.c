@@ -505,7 +505,11 @@ static void test_convergence_and_history(void **state) {
   double loss = 0, acc = 0;
   assert_kiln_ok(kiln_trainer_evaluate(trainer, val, &loss, &acc));
   print_message("separable: train acc %.4f, validation acc %.4f\n", last.train_accuracy, acc);
-  assert_true(acc > 0.95);
+  /* The classes are separated by a margin (separable()), so the true
+   * accuracy is 1, and 25 epochs reach it (CPU: validation and the last
+   * epoch's train accuracy 1.0000 from these seeds). */
+  assert_true(acc == 1.0);
+  assert_true(last.train_accuracy == 1.0);
   /* The history's validation numbers are evaluate's on the final model. */
   assert_allclose(&last.val_loss, &loss, 1, 1e-12, 0);
   assert_allclose(&last.val_accuracy, &acc, 1, 0, 0);
