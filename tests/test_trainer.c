@@ -943,6 +943,9 @@ static void test_step_errors(void **state) {
   assert_kiln_ok(kiln_trainer_options_create(&o));
   assert_status(kiln_trainer_options_set_lr(o, -1), KILN_ERROR_INVALID_ARGUMENT);
   assert_status(kiln_trainer_options_set_lr(o, NAN), KILN_ERROR_INVALID_ARGUMENT);
+  /* Ranges without an upper bound still hold finite values only. */
+  assert_status(kiln_trainer_options_set_lr(o, INFINITY), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_options_set_grad_clip(o, INFINITY), KILN_ERROR_INVALID_ARGUMENT);
   assert_status(kiln_trainer_options_set_batch_size(o, 0), KILN_ERROR_INVALID_ARGUMENT);
   assert_last_error_contains("batch_size must be >= 1, got 0"); /* the range of options_table.h */
   assert_status(kiln_trainer_options_set_betas(o, 0.9, 1.0), KILN_ERROR_INVALID_ARGUMENT);
