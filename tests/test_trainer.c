@@ -286,6 +286,62 @@ static void test_label_smoothing(void **state) {
   kiln_tensor_release(yt);
 }
 
+/* An epoch's steps each take their own optimizer step count and scheduled
+ * learning rate: 12 identical samples (so any order makes the same batches)
+ * in batches of 4 are 3 Adam steps per epoch; over 2 epochs, with the step
+ * schedule halving lr every step, the weights follow torch.optim.Adam's 6
+ * updates evaluated here in float64. */
+static void test_epoch_steps_follow_adam_and_schedule(void **state) {
+  kiln_context *ctx = *state;
+  enum { N = 12 };
+  kiln_test_rng rng = kiln_test_rng_make(17);
+  double row[IN], target[OUT], x[N * IN], t[N * OUT], xb[B * IN], tb[B * OUT];
+  kiln_test_fill_uniform_f64(&rng, row, IN, -1, 1);
+  kiln_test_fill_uniform_f64(&rng, target, OUT, -1, 1);
+  for (int r = 0; r < N; ++r) {
+    memcpy(x + r * IN, row, sizeof row);
+    memcpy(t + r * OUT, target, sizeof target);
+  }
+  memcpy(xb, x, sizeof xb); /* one batch of B identical rows, for mse_grad */
+  memcpy(tb, t, sizeof tb);
+  const int64_t xs[] = {N, IN}, ts[] = {N, OUT};
+  kiln_tensor *xt = kiln_test_tensor_f64(ctx, x, xs, 2, dev), *tt = kiln_test_tensor_f64(ctx, t, ts, 2, dev);
+  kiln_dataset *ds = NULL;
+  assert_kiln_ok(kiln_dataset_from_tensors(ctx, xt, tt, &ds));
+  kiln_model *model = make_model(ctx, "linear(3,2)", KILN_F64);
+  kiln_trainer_options *o = NULL;
+  kiln_trainer *trainer = NULL;
+  assert_kiln_ok(kiln_trainer_options_create(&o));
+  assert_kiln_ok(kiln_trainer_options_set_loss(o, KILN_LOSS_MSE));
+  assert_kiln_ok(kiln_trainer_options_set_optimizer(o, KILN_OPTIM_ADAM));
+  assert_kiln_ok(kiln_trainer_options_set_lr(o, 0.1));
+  assert_kiln_ok(kiln_trainer_options_set_batch_size(o, B));
+  assert_kiln_ok(kiln_trainer_options_set_schedule(o, KILN_LR_STEP, 1, 0.5, 0, 0));
+  assert_kiln_ok(kiln_trainer_create(model, o, &trainer));
+  kiln_trainer_options_release(o);
+
+  double p[NP], g[NP], m[NP] = {0}, v[NP] = {0}, got[NP];
+  read_linear(model, p);
+  int step = 0;
+  for (int e = 0; e < 2; ++e) {
+    for (int k = 0; k < N / B; ++k) {
+      ++step;
+      const optim_case c = {KILN_OPTIM_ADAM, 0.1 * pow(0.5, step - 1), 0, 0, 0, 0};
+      mse_grad(p, xb, tb, g);
+      torch_step(&c, p, g, m, v, step);
+    }
+    kiln_epoch_stats s = {sizeof s};
+    assert_kiln_ok(kiln_trainer_epoch(trainer, ds, &s));
+    read_linear(model, got);
+    assert_allclose(got, p, NP, upd_rtol(1e-11), upd_atol(1e-13));
+  }
+  kiln_trainer_release(trainer);
+  kiln_dataset_release(ds);
+  kiln_tensor_release(xt);
+  kiln_tensor_release(tt);
+  kiln_model_release(model);
+}
+
 /* Global-norm clipping: with SGD at lr 1, the update is g * max / (|g| + 1e-6)
  * when |g| exceeds max, and g itself otherwise (a small gradient is never
  * scaled up towards max). */
@@ -1026,6 +1082,7 @@ static void test_loss_values(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_optimizers_match_torch),
+      cmocka_unit_test(test_epoch_steps_follow_adam_and_schedule),
       cmocka_unit_test(test_label_smoothing),
       cmocka_unit_test(test_grad_clipping),
       cmocka_unit_test(test_schedules),
