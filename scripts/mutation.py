@@ -83,12 +83,26 @@ def generate(files, per_file, seed, curated):
             # --noCheck: kiln's build is the compiler check, run per mutant.
             subprocess.run(["mutate", os.path.join(ROOT, rel), "--mutantDir", tmp, "--noCheck"],
                            check=True, stdout=subprocess.DEVNULL, cwd=tmp)
-            names = sorted(glob.glob(os.path.join(tmp, "*.mutant.*")))
+            with open(os.path.join(ROOT, rel)) as f:
+                lines = f.read().split("\n")
+            names, changes = [], {}
+            for name in sorted(glob.glob(os.path.join(tmp, "*.mutant.*"))):
+                with open(name) as f:
+                    mutated = f.read().split("\n")
+                changed = [i for i, (a, b) in enumerate(zip(lines, mutated)) if a != b]
+                # Mutants of comments, blank lines and lone braces are
+                # equivalent (or do not compile): not sampled.
+                code = [lines[i].strip() for i in changed if i < len(lines)]
+                if code and all(c and not c.startswith(("//", "/*", "*")) and c not in ("{", "}", "};")
+                                and not c.startswith(("#include", "namespace", "}  // namespace")) for c in code):
+                    names.append(name)
+                    changes[name] = "; ".join(f"line {i + 1}: {lines[i].strip()} ==> {mutated[i].strip()}"
+                                              for i in changed)
             for name in rng.sample(names, min(per_file, len(names))):
                 with open(name) as f:
                     text = f.read()
                 ident = os.path.basename(name)
-                out.append({"id": ident, "file": rel, "text": text, "tests": killers, "why": "generated",
+                out.append({"id": ident, "file": rel, "text": text, "tests": killers, "why": changes[name],
                             "list": "universalmutator"})
     return out
 
@@ -99,17 +113,19 @@ def ctest_names(build):
     return [t["name"] for t in json.loads(listing.stdout)["tests"]]
 
 
-def run_tests(build, names, timeout, jobs):
-    """Runs the named CTest tests; returns the first that failed, or None."""
+def run_tests(build, names, timeout, jobs, stop=True):
+    """Runs the named CTest tests; returns those that failed (the first only
+    when stop), comma-separated, or None."""
     if not names:
         return None
     regex = "^(" + "|".join(re.escape(n) for n in names) + ")$"
     result = subprocess.run(["ctest", "--test-dir", build, "-R", regex, "-j", str(jobs), "--timeout", str(timeout),
-                             "--stop-on-failure", "--output-on-failure"], capture_output=True, text=True)
+                             "--output-on-failure"] + (["--stop-on-failure"] if stop else []),
+                            capture_output=True, text=True)
     if result.returncode == 0:
         return None
     failed = re.findall(r"^\s*\d+ - (\S+) \(", result.stdout, re.M)
-    return failed[0] if failed else "ctest (" + result.stdout.strip().splitlines()[-1] + ")"
+    return ", ".join(failed) if failed else "ctest (" + result.stdout.strip().splitlines()[-1] + ")"
 
 
 def build(build_dir, rel):
@@ -132,6 +148,8 @@ def main():
     p.add_argument("--timeout", type=int, default=300, help="seconds a test may run under a mutant")
     p.add_argument("--budget", type=float, default=0, help="stop starting mutants after this many seconds (0: none)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="tests run at once in the full suite")
+    p.add_argument("--every-named", action="store_true",
+                   help="run every test a mutant names and report each that fails (evidence), not the rest")
     p.add_argument("--json", help="write the per-mutant results here")
     args = p.parse_args()
 
@@ -189,8 +207,8 @@ def main():
                 missing = [t for t in m["tests"] if t not in suite]
                 if missing and "text" not in m:
                     log(f"  note: {m['id']} names tests this build lacks: {', '.join(missing)}")
-                by = run_tests(args.build, killers, args.timeout, 1)
-                if by is None:
+                by = run_tests(args.build, killers, args.timeout, 1, stop=not args.every_named)
+                if by is None and not args.every_named:
                     by = run_tests(args.build, [t for t in suite if t not in killers], args.timeout, args.jobs)
                     if by is not None and "text" not in m:
                         log(f"  note: {m['id']} was killed by {by}, which its entry does not name")
@@ -200,7 +218,7 @@ def main():
             restore()
             seconds = time.monotonic() - t0
             results.append({"id": m["id"], "file": m["file"], "outcome": outcome, "by": by,
-                            "seconds": round(seconds, 1)})
+                            "seconds": round(seconds, 1), "change": m["why"] if "text" in m else m["mutant"]})
             shown = f"by {by}" if by else ""
             log(f"{outcome.upper():8} {m['id']:44} {m['file']} {shown} ({seconds:.0f} s)")
             if outcome == "broken":
@@ -218,7 +236,7 @@ def main():
     log(f"mutation: {len(counted)} mutants, {killed} killed, {len(survivors)} survived"
         + (f", score {100.0 * killed / len(counted):.1f}%" if counted else "") + f", in {elapsed:.0f} s")
     for r in survivors:
-        log(f"  survivor: {r['id']} ({r['file']})")
+        log(f"  survivor: {r['id']} ({r['file']}): {r['change']}")
     other = [r for r in results if r["outcome"] not in ("killed", "survived")]
     for r in other:
         log(f"  {r['outcome']}: {r['id']} ({r['file']})")
