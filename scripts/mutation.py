@@ -128,6 +128,21 @@ def run_tests(build, names, timeout, jobs, stop=True):
     return ", ".join(failed) if failed else "ctest (" + result.stdout.strip().splitlines()[-1] + ")"
 
 
+def run_named(build, names, timeout, stop=True):
+    """Runs the named tests one at a time in the order given (ctest alone
+    would run them in its own order), so that an entry names its fastest
+    killer first; returns those that failed (the first only when stop),
+    comma-separated, or None."""
+    failed = []
+    for name in names:
+        by = run_tests(build, [name], timeout, 1)
+        if by is not None:
+            failed.append(by)
+            if stop:
+                break
+    return ", ".join(failed) or None
+
+
 def build(build_dir, rel):
     targets = ["kiln"] if rel.endswith((".cpp", ".c")) and rel.startswith(LIBKILN_DIRS) else []
     result = subprocess.run(["cmake", "--build", build_dir, "-j", str(os.cpu_count() or 2)] +
@@ -207,7 +222,7 @@ def main():
                 missing = [t for t in m["tests"] if t not in suite]
                 if missing and "text" not in m:
                     log(f"  note: {m['id']} names tests this build lacks: {', '.join(missing)}")
-                by = run_tests(args.build, killers, args.timeout, 1, stop=not args.every_named)
+                by = run_named(args.build, killers, args.timeout, stop=not args.every_named)
                 if by is None and not args.every_named:
                     by = run_tests(args.build, [t for t in suite if t not in killers], args.timeout, args.jobs)
                     if by is not None and "text" not in m:
