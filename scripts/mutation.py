@@ -104,6 +104,9 @@ def generate(files, per_file, seed, curated):
                 ident = os.path.basename(name)
                 out.append({"id": ident, "file": rel, "text": text, "tests": killers, "why": changes[name],
                             "list": "universalmutator"})
+    # In a seeded random order, so that a run cut short by its budget is
+    # still a sample of every file, not the first files alone.
+    rng.shuffle(out)
     return out
 
 
