@@ -18,6 +18,7 @@ Exit status: 0 when every mutant run was killed, 1 otherwise (a survivor, a
 stale or broken entry, or the time budget spent before the last mutant).
 """
 import argparse
+import difflib
 import glob
 import json
 import os
@@ -89,15 +90,23 @@ def generate(files, per_file, seed, curated):
             for name in sorted(glob.glob(os.path.join(tmp, "*.mutant.*"))):
                 with open(name) as f:
                     mutated = f.read().split("\n")
-                changed = [i for i, (a, b) in enumerate(zip(lines, mutated)) if a != b]
+                # The original lines a mutant replaces, or the line it inserts
+                # after (break; / continue;), with what it writes instead.
+                edits = []
+                for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, lines, mutated, autojunk=False).get_opcodes():
+                    if op != "equal":
+                        at = range(i1, i2) if i2 > i1 else range(max(i1 - 1, 0), i1)
+                        edits.append((list(at), i2 == i1, " / ".join(m.strip() for m in mutated[j1:j2])))
                 # Mutants of comments, blank lines and lone braces are
                 # equivalent (or do not compile): not sampled.
-                code = [lines[i].strip() for i in changed if i < len(lines)]
+                code = [lines[i].strip() for at, _, _ in edits for i in at]
                 if code and all(c and not c.startswith(("//", "/*", "*")) and c not in ("{", "}", "};")
                                 and not c.startswith(("#include", "namespace", "}  // namespace")) for c in code):
                     names.append(name)
-                    changes[name] = "; ".join(f"line {i + 1}: {lines[i].strip()} ==> {mutated[i].strip()}"
-                                              for i in changed)
+                    changes[name] = "; ".join(
+                        f"after line {at[0] + 1}: {lines[at[0]].strip()} inserts {new}" if inserted else
+                        f"line {at[0] + 1}: {' / '.join(lines[i].strip() for i in at)} ==> {new}"
+                        for at, inserted, new in edits)
             for name in rng.sample(names, min(per_file, len(names))):
                 with open(name) as f:
                     text = f.read()
