@@ -306,6 +306,19 @@ int main(int argc, char **argv) {
     b.gemm("fc1", "flat", "y", 2, 4);
     b.write(dir, "flatten_axis_2.onnx");
   }
+  {  // A Relu on the chain that writes no output.
+    Builder b(13, F32, {4}, 3);
+    b.gemm("fc1", "x", "h", 3, 4);
+    b.node("Relu", "mute_relu", {"h"}, "y")->clear_output();
+    b.write(dir, "no_output.onnx");
+  }
+  {  // A Relu given a second input.
+    Builder b(13, F32, {4}, 3);
+    b.gemm("fc1", "x", "h", 3, 4);
+    b.param("extra", {3});
+    b.node("Relu", "double_relu", {"h", "extra"}, "y");
+    b.write(dir, "two_input_relu.onnx");
+  }
   {  // A Reshape after the first layer.
     Builder b(13, F32, {4}, 3);
     b.gemm("fc1", "x", "h", 3, 4);

@@ -286,6 +286,8 @@ static void refusals(void **state) {
       {"opset_99.onnx", KILN_ERROR_NOT_SUPPORTED, "opset 99"},
       {"trans_a.onnx", KILN_ERROR_NOT_SUPPORTED, "\"transposed_a\" (\"Gemm\") has transA = 1"},
       {"flatten_axis_2.onnx", KILN_ERROR_NOT_SUPPORTED, "\"flatten_2\" (\"Flatten\") flattens at another axis than 1"},
+      {"no_output.onnx", KILN_ERROR_FORMAT, "\"mute_relu\" (\"Relu\") has no output"},
+      {"two_input_relu.onnx", KILN_ERROR_FORMAT, "\"double_relu\" (\"Relu\") has 2 inputs, Relu takes 1 to 1"},
       {"late_reshape.onnx", KILN_ERROR_NOT_SUPPORTED, "\"late_reshape\" (\"Reshape\") comes after the first layer"},
       {"stray_node.onnx", KILN_ERROR_NOT_SUPPORTED, "\"stray_relu\" (\"Relu\") is not on the chain"},
       /* Issue 21: refused before the loops their claims would drive (the
