@@ -10,10 +10,14 @@
  * with AVX-512, Debian 12, kiln at the commit that wrote them; `ctest -R
  * test_fashion_mnist -V` prints them). A CPU run is deterministic for a
  * given kernel set, so the tolerances there only cover another CPU's kernels
- * (other rounding, a trajectory that drifts apart over the epochs): 0.25
- * point of accuracy and 1% of the loss, far below what a wrong formula, a
- * lost batch or a repeated order costs, and below the 1-point spread of
- * other seeds. CUDA's products round otherwise from the first step, so its
+ * (other rounding, a trajectory that drifts apart over the epochs). The test
+ * loss is the tight check, 1%, far below what a wrong formula, a lost batch
+ * or a repeated order costs; the accuracy, a count of argmaxes that a
+ * rounding flips near the decision boundaries, moves more than the loss and
+ * is held to 1 point, the spread of other seeds: the same sources built for
+ * the ASan lane (-O1, other rounding in kiln's own loops) end the Adam case
+ * at 0.8861 accuracy and 0.3216 loss, 0.28 point and 0.06% from the
+ * Release build. CUDA's products round otherwise from the first step, so its
  * run is held to 1 point and 3% (not measured on a GPU when written). A
  * change that alters the trajectory on purpose (another shuffle, another
  * initialisation) updates the values, saying so in its commit. */
@@ -89,7 +93,7 @@ static void train_and_check(fixture *f, kiln_device device, const char *spec_tex
                 dev, spec_text, optimizer == KILN_OPTIM_SGD ? "sgd" : "adam", (long long)epochs, last.train_loss,
                 last.train_accuracy, loss, accuracy, samples / seconds, seconds);
   const int cuda = device.kind == KILN_DEVICE_CUDA;
-  assert_allclose(&accuracy, &want_accuracy, 1, 0, cuda ? 0.01 : 0.0025);
+  assert_allclose(&accuracy, &want_accuracy, 1, 0, 0.01);
   assert_allclose(&loss, &want_loss, 1, cuda ? 0.03 : 0.01, 0);
   kiln_history_release(history);
   kiln_trainer_release(trainer);
