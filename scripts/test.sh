@@ -3,8 +3,9 @@
 # CUDA plugin when nvcc exists), runs the C tests with CTest (tests that need
 # a GPU report "skipped" without one), then the bindings' tests through
 # bindings/test.sh, then the rehearsal of the GPU machine's check flow
-# (below), then the two sanitizer lanes (below). Runs every suite even after
-# one fails, prints a summary and exits non-zero if any step failed.
+# (below), then the two sanitizer lanes and the mutation lane (below). Runs
+# every suite even after one fails, prints a summary and exits non-zero if
+# any step failed.
 #
 #   scripts/test.sh
 #
@@ -27,6 +28,11 @@
 #    (TSAN_TESTS).
 # Suppressions (scripts/sanitizer-suppressions/) name third-party code only,
 # each with its reason.
+#
+# The mutation lane (scripts/mutation.sh, build $KILN_BUILD_DIR-mutation, CPU
+# only; KILN_MUTATION_LANE=0 leaves it out) plants each curated bug of
+# tests/mutants/*.toml in turn and fails when one survives the tests, or when
+# an entry's original text is no longer in its source.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -157,6 +163,18 @@ if [[ "${KILN_SANITIZER_LANES:-1}" != "0" ]]; then
   sanitizer_lane "threaded C tests under TSan" thread "$build-tsan" "$TSAN_TESTS" "" \
     "test_context test_tensor test_dataset test_dlpack test_retain test_release_race test_inference data_parallel_test"
   unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS
+fi
+
+if [[ "${KILN_MUTATION_LANE:-1}" != "0" ]]; then
+  echo "== mutation lane (scripts/mutation.sh, build $build-mutation)"
+  mutation_log="$build-mutation.log"
+  if KILN_MUTATION_BUILD_DIR="$build-mutation" "$root/scripts/mutation.sh" 2>&1 | tee "$mutation_log";
+    [[ ${PIPESTATUS[0]} -eq 0 ]]; then
+    results+=("mutation lane: passed ($(grep -E '^mutation: [0-9]+ mutants' "$mutation_log" | tail -1))")
+  else
+    results+=("mutation lane: FAILED ($(grep -E '^mutation: ' "$mutation_log" | tail -1); log in $mutation_log)")
+    failed=1
+  fi
 fi
 
 echo

@@ -210,6 +210,22 @@ int main(int argc, char **argv) {
     b.node("Gemm", "plain", {"a", "w2"}, "y");
     b.write(dir, "gemm_trans0_alpha_beta.onnx");
   }
+  {  // Gemm(transB = 1, beta 0.5, scalar C []) -> Relu -> Gemm(transB = 1, beta 2, C [1]): both
+     // biases broadcast over the outputs.
+    Builder b(13, F32, {4}, 2);
+    b.param("w1", {3, 4});
+    b.param("c1", {});
+    onnx::NodeProto *g1 = b.node("Gemm", "scalar_c", {"x", "w1", "c1"}, "h");
+    Builder::attr_int(g1, "transB", 1);
+    Builder::attr_float(g1, "beta", 0.5f);
+    b.node("Relu", "relu", {"h"}, "a");
+    b.param("w2", {2, 3});
+    b.param("c2", {1});
+    onnx::NodeProto *g2 = b.node("Gemm", "one_c", {"a", "w2", "c2"}, "y");
+    Builder::attr_int(g2, "transB", 1);
+    Builder::attr_float(g2, "beta", 2.0f);
+    b.write(dir, "gemm_scalar_bias.onnx");
+  }
   {  // f64: Flatten [N, 2, 2] -> MatMul + Add(bias first) -> LeakyRelu(0.2) ->
      // Dropout(ratio 0.25 as an input, mask unused) -> MatMul + Add -> Sigmoid -> Identity.
     Builder b(13, F64, {2, 2}, 2);
@@ -465,6 +481,25 @@ int main(int argc, char **argv) {
     b.param("w", {2, 4});
     Builder::attr_int(b.node("Gemm", "transposed_a", {"x", "w"}, "y"), "transA", 1);
     b.write(dir, "trans_a.onnx");
+  }
+  {  // Flatten [N, 2, 2] at axis 2, which would make [2N, 2].
+    Builder b(13, F32, {2, 2}, 2);
+    Builder::attr_int(b.node("Flatten", "flatten_2", {"x"}, "flat"), "axis", 2);
+    b.gemm("fc1", "flat", "y", 2, 4);
+    b.write(dir, "flatten_axis_2.onnx");
+  }
+  {  // A Relu on the chain that writes no output.
+    Builder b(13, F32, {4}, 3);
+    b.gemm("fc1", "x", "h", 3, 4);
+    b.node("Relu", "mute_relu", {"h"}, "y")->clear_output();
+    b.write(dir, "no_output.onnx");
+  }
+  {  // A Relu given a second input.
+    Builder b(13, F32, {4}, 3);
+    b.gemm("fc1", "x", "h", 3, 4);
+    b.param("extra", {3});
+    b.node("Relu", "double_relu", {"h", "extra"}, "y");
+    b.write(dir, "two_input_relu.onnx");
   }
   {  // A Reshape after the first layer.
     Builder b(13, F32, {4}, 3);

@@ -199,6 +199,24 @@ void kiln_test_read_f64(const kiln_tensor *tensor, double *out, int64_t n) {
   assert_kiln_ok(status);
 }
 
+void kiln_test_write_f64(kiln_tensor *tensor, const double *values, int64_t n) {
+  int64_t numel = 0;
+  kiln_dtype dtype;
+  assert_kiln_ok(kiln_tensor_numel(tensor, &numel));
+  assert_kiln_ok(kiln_tensor_dtype(tensor, &dtype));
+  assert_int_equal(numel, n);
+  if (dtype == KILN_F64) {
+    assert_kiln_ok(kiln_tensor_copy_from_host(tensor, values, n * (int64_t)sizeof(double)));
+    return;
+  }
+  assert_int_equal(dtype, KILN_F32);
+  float *f = malloc((size_t)n * sizeof *f);
+  for (int64_t i = 0; i < n; ++i) f[i] = (float)values[i];
+  const kiln_status status = kiln_tensor_copy_from_host(tensor, f, n * (int64_t)sizeof(float));
+  free(f);
+  assert_kiln_ok(status);
+}
+
 /* ---- numerical comparison ----------------------------------------------- */
 
 /* How many elements fail the tolerance; *worst gets the index of the one that

@@ -108,6 +108,9 @@ kiln_tensor *kiln_test_tensor_f64(kiln_context *ctx, const double *values, const
 /* Reads any tensor (any dtype, any device) as n doubles: it is cast to f64
  * and copied to the host. Fails the test unless its numel equals n. */
 void kiln_test_read_f64(const kiln_tensor *tensor, double *out, int64_t n);
+/* Writes n doubles into an f32 or f64 tensor on any device (rounded to f32
+ * for an f32 one). Fails the test unless its numel equals n. */
+void kiln_test_write_f64(kiln_tensor *tensor, const double *values, int64_t n);
 
 /* ---- numerical comparison ----------------------------------------------- */
 

@@ -214,6 +214,94 @@ static void test_mismatched_checkpoints(void **state) {
   kiln_test_remove_tree(dir);
 }
 
+/* A trainer of 6-12-3 with optimizer kind (SGD with momentum `momentum`;
+ * 0: no momentum state), lr 0.05, batch 16, weights from context seed 3 and
+ * shuffle seed 4; its model in *model. */
+static kiln_trainer *seeded_trainer(kiln_context *ctx, kiln_optimizer_kind kind, double momentum, kiln_model **model) {
+  assert_kiln_ok(kiln_context_set_seed(ctx, 3));
+  *model = make_model(ctx, "6-12-3");
+  kiln_trainer_options *o = NULL;
+  kiln_trainer *t = NULL;
+  assert_kiln_ok(kiln_trainer_options_create(&o));
+  assert_kiln_ok(kiln_trainer_options_set_optimizer(o, kind));
+  assert_kiln_ok(kiln_trainer_options_set_lr(o, 0.05));
+  assert_kiln_ok(kiln_trainer_options_set_momentum(o, momentum));
+  assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 16));
+  assert_kiln_ok(kiln_trainer_options_set_shuffle_seed(o, 4));
+  assert_kiln_ok(kiln_trainer_create(*model, o, &t));
+  kiln_trainer_options_release(o);
+  return t;
+}
+
+/* Fails unless a and b (trained alike) hold the same weights and counters
+ * to the bit, and stay so over another epoch (which needs the same
+ * optimizer state and shuffle generator). */
+static void assert_same_trainers(kiln_trainer *a, kiln_model *ma, kiln_trainer *b, kiln_model *mb, kiln_dataset *ds) {
+  float wa[NPARAM], wb[NPARAM];
+  for (int round = 0; round < 2; ++round) {
+    read_weights(ma, wa);
+    read_weights(mb, wb);
+    assert_memory_equal(wa, wb, sizeof wa);
+    int64_t sa = 0, sb = 0, ea = 0, eb = 0;
+    assert_kiln_ok(kiln_trainer_steps_done(a, &sa));
+    assert_kiln_ok(kiln_trainer_steps_done(b, &sb));
+    assert_kiln_ok(kiln_trainer_epochs_done(a, &ea));
+    assert_kiln_ok(kiln_trainer_epochs_done(b, &eb));
+    assert_int_equal(sa, sb);
+    assert_int_equal(ea, eb);
+    if (round == 0) {
+      epochs(a, ds, 1);
+      epochs(b, ds, 1);
+    }
+  }
+}
+
+/* A checkpoint of another optimizer configuration is refused, naming the
+ * difference, and the refused trainer goes on exactly as its twin that never
+ * tried: SGD with momentum keeps optimizer.momentum_buffer.* and without it
+ * nothing (another tensor set, both ways); Adam and AdamW keep the same
+ * tensors but update them otherwise (another kind). */
+static void test_other_optimizer_state_is_refused(void **state) {
+  kiln_context *ctx = *state;
+  char dir[512], path[600];
+  kiln_test_make_temp_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/ckpt.safetensors", dir);
+  kiln_dataset *ds = random_dataset(ctx);
+  const struct {
+    kiln_optimizer_kind writer_kind, kind;
+    double writer_momentum, momentum;
+    kiln_status status;
+    const char *message;
+  } cases[] = {
+      {KILN_OPTIM_SGD, KILN_OPTIM_SGD, 0.9, 0, KILN_ERROR_SHAPE_MISMATCH, "holds 8 tensors but this trainer has 4"},
+      {KILN_OPTIM_SGD, KILN_OPTIM_SGD, 0, 0.9, KILN_ERROR_SHAPE_MISMATCH,
+       "has no tensor \"optimizer.momentum_buffer.0.weight\""},
+      {KILN_OPTIM_ADAM, KILN_OPTIM_ADAMW, 0, 0, KILN_ERROR_INVALID_ARGUMENT,
+       "holds the state of the adam optimizer but this trainer uses adamw"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
+    kiln_model *writer_model = NULL, *model = NULL, *twin_model = NULL;
+    kiln_trainer *writer = seeded_trainer(ctx, cases[c].writer_kind, cases[c].writer_momentum, &writer_model);
+    epochs(writer, ds, 2);
+    assert_kiln_ok(kiln_trainer_save_checkpoint(writer, path));
+    kiln_trainer *t = seeded_trainer(ctx, cases[c].kind, cases[c].momentum, &model);
+    kiln_trainer *twin = seeded_trainer(ctx, cases[c].kind, cases[c].momentum, &twin_model);
+    epochs(t, ds, 1);
+    epochs(twin, ds, 1);
+    assert_status(kiln_trainer_load_checkpoint(t, path), cases[c].status);
+    assert_last_error_contains(cases[c].message);
+    assert_same_trainers(t, model, twin, twin_model, ds);
+    kiln_trainer_release(writer);
+    kiln_trainer_release(t);
+    kiln_trainer_release(twin);
+    kiln_model_release(writer_model);
+    kiln_model_release(model);
+    kiln_model_release(twin_model);
+  }
+  kiln_dataset_release(ds);
+  kiln_test_remove_tree(dir);
+}
+
 /* Copies the checkpoint `from` to `to` with metadata `key` set to `value`
  * (the header rebuilt around it, padded to 8 bytes again). */
 static void set_metadata(const char *from, const char *to, const char *key, const char *value) {
@@ -280,6 +368,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_resume_is_exact),
       cmocka_unit_test(test_mismatched_checkpoints),
+      cmocka_unit_test(test_other_optimizer_state_is_refused),
       cmocka_unit_test(test_counter_limits),
   };
   return cmocka_run_group_tests(tests, setup, kiln_test_context_teardown);

@@ -73,6 +73,32 @@ static void test_queries(void **state) {
   kiln_dataset_release(NULL);
 }
 
+/* One sample is the smallest dataset (none is refused: below), and its
+ * batch reads it back. */
+static void test_one_sample(void **state) {
+  kiln_context *ctx = *state;
+  const float xv[3] = {0.5f, -1.5f, 2.0f};
+  const int64_t yv[1] = {4}, x13[2] = {1, 3}, y1[1] = {1};
+  kiln_tensor *x = tensor_of(ctx, xv, sizeof xv, x13, 2, KILN_F32), *y = tensor_of(ctx, yv, sizeof yv, y1, 1, KILN_I64);
+  kiln_dataset *ds = NULL;
+  assert_kiln_ok(kiln_dataset_from_tensors(ctx, x, y, &ds));
+  assert_int_equal(query(kiln_dataset_size, ds), 1);
+  assert_int_equal(query(kiln_dataset_num_classes, ds), 5);
+  kiln_tensor *bx = NULL, *by = NULL;
+  assert_kiln_ok(kiln_dataset_batch(ds, 0, 1, cpu, &bx, &by));
+  double got_x[3];
+  int64_t got_y = -1;
+  kiln_test_read_f64(bx, got_x, 3);
+  assert_kiln_ok(kiln_tensor_copy_to_host(by, &got_y, sizeof got_y));
+  for (int i = 0; i < 3; ++i) assert_true(got_x[i] == xv[i]);
+  assert_int_equal(got_y, 4);
+  kiln_tensor_release(bx);
+  kiln_tensor_release(by);
+  kiln_dataset_release(ds);
+  kiln_tensor_release(x);
+  kiln_tensor_release(y);
+}
+
 static void test_from_tensors_errors(void **state) {
   kiln_context *ctx = *state;
   float xv[12] = {0};
@@ -421,6 +447,7 @@ static void test_concurrent_readers(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_queries),
+      cmocka_unit_test(test_one_sample),
       cmocka_unit_test(test_from_tensors_errors),
       cmocka_unit_test(test_batch_normalisation),
       cmocka_unit_test(test_float_targets),

@@ -1,9 +1,26 @@
 /* End to end on Fashion-MNIST (skipped when the data set is not installed):
  * the tutorial's 784-32-10 ReLU MLP with SGD (lr 0.1, batch 128, 5 epochs)
- * must reach >= 84% test accuracy, and 784-256-10 with Adam (lr 1e-3,
- * 10 epochs) >= 88%: on the CPU in test_fashion_mnist, on cuda:0 alone in
- * test_fashion_mnist_cuda (KILN_TEST_DEVICE=cuda; skipped without a device).
- * Prints accuracy and throughput. */
+ * and 784-256-10 with Adam (lr 1e-3, 10 epochs), from fixed seeds, must end
+ * at the test loss and accuracy those seeds give: on the CPU in
+ * test_fashion_mnist, on cuda:0 alone in test_fashion_mnist_cuda
+ * (KILN_TEST_DEVICE=cuda; skipped without a device). Prints accuracy and
+ * throughput.
+ *
+ * The expected values are this test's own output on the CPU (2-core x86-64
+ * with AVX-512, Debian 12, kiln at the commit that wrote them; `ctest -R
+ * test_fashion_mnist -V` prints them). A CPU run is deterministic for a
+ * given kernel set, so the tolerances there only cover another CPU's kernels
+ * (other rounding, a trajectory that drifts apart over the epochs). The test
+ * loss is the tight check, 1%, far below what a wrong formula, a lost batch
+ * or a repeated order costs; the accuracy, a count of argmaxes that a
+ * rounding flips near the decision boundaries, moves more than the loss and
+ * is held to 1 point, the spread of other seeds: the same sources built for
+ * the ASan lane (-O1, other rounding in kiln's own loops) end the Adam case
+ * at 0.8861 accuracy and 0.3216 loss, 0.28 point and 0.06% from the
+ * Release build. CUDA's products round otherwise from the first step, so its
+ * run is held to 1 point and 3% (not measured on a GPU when written). A
+ * change that alters the trajectory on purpose (another shuffle, another
+ * initialisation) updates the values, saying so in its commit. */
 #include "support.h"
 
 #include <stdio.h>
@@ -39,7 +56,7 @@ static int teardown(void **state) {
 }
 
 static void train_and_check(fixture *f, kiln_device device, const char *spec_text, kiln_optimizer_kind optimizer,
-                            double lr, int64_t epochs, double min_accuracy) {
+                            double lr, int64_t epochs, double want_loss, double want_accuracy) {
   /* One fixed seed for the weights and the shuffle. Over seeds 1..6 the SGD
    * case lands at 84.1-85.2% (it is a 5-epoch run: seeds move it by ~1%). */
   assert_kiln_ok(kiln_context_set_seed(f->ctx, 1));
@@ -75,7 +92,9 @@ static void train_and_check(fixture *f, kiln_device device, const char *spec_tex
                 "(%.1f s)\n",
                 dev, spec_text, optimizer == KILN_OPTIM_SGD ? "sgd" : "adam", (long long)epochs, last.train_loss,
                 last.train_accuracy, loss, accuracy, samples / seconds, seconds);
-  assert_true(accuracy >= min_accuracy);
+  const int cuda = device.kind == KILN_DEVICE_CUDA;
+  assert_allclose(&accuracy, &want_accuracy, 1, 0, 0.01);
+  assert_allclose(&loss, &want_loss, 1, cuda ? 0.03 : 0.01, 0);
   kiln_history_release(history);
   kiln_trainer_release(trainer);
   kiln_trainer_options_release(opts);
@@ -85,12 +104,12 @@ static void train_and_check(fixture *f, kiln_device device, const char *spec_tex
 
 static void test_tutorial_sgd(void **state) {
   fixture *f = *state;
-  train_and_check(f, kiln_test_device(f->ctx), "784-32-10", KILN_OPTIM_SGD, 0.1, 5, 0.84);
+  train_and_check(f, kiln_test_device(f->ctx), "784-32-10", KILN_OPTIM_SGD, 0.1, 5, 0.4289, 0.8471);
 }
 
 static void test_wide_adam(void **state) {
   fixture *f = *state;
-  train_and_check(f, kiln_test_device(f->ctx), "784-256-10", KILN_OPTIM_ADAM, 1e-3, 10, 0.88);
+  train_and_check(f, kiln_test_device(f->ctx), "784-256-10", KILN_OPTIM_ADAM, 1e-3, 10, 0.3214, 0.8833);
 }
 
 int main(void) {

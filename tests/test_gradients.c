@@ -309,11 +309,73 @@ static void test_dropout_scaling(void **state) {
   kiln_model_release(model);
 }
 
+/* Training-mode Dropout's backward through one SGD step (lr 1, batch 1,
+ * MSE) of linear(4,16);relu;dropout(0.5);linear(16,1), against the closed
+ * form: with d = dL/dpred = 2 (pred - t), the step moves b2 by -d, W2[j] by
+ * -d m_j h_j and W1[j][i] by -d W2[j] m_j relu'(z_j) x_i, where h = relu(z),
+ * z = W1 x + b1, and m_j is the mask times 1 / (1 - p): 0 or 2. d and the
+ * mask are read back from the step's own changes to b2 and W2 (each m_j must
+ * come out 0 or 2), so the first layer's change checks the backward's
+ * scaling alone. */
+static void test_dropout_backward(void **state) {
+  kiln_context *ctx = *state;
+  enum { IN = 4, HID = 16 };
+  const double p = 0.5, scale = 1 / (1 - p);
+  const int gpu = kiln_test_cuda_run();
+  const kiln_device dev = kiln_test_device(ctx);
+  /* f64 on the CPU; f32 on CUDA, whose products of O(1) terms hold ~1e-6. */
+  const double rtol = gpu ? 1e-4 : 1e-10, atol = gpu ? 1e-6 : 1e-13;
+  kiln_model *model =
+      make_model_on(ctx, "linear(4,16);relu;dropout(0.5);linear(16,1)", dev, gpu ? KILN_F32 : KILN_F64);
+  enum { NP = HID * IN + HID + HID + 1 };
+  double before[NP];
+  params_io(model, before, 0);
+  const double *w1 = before, *b1 = before + HID * IN, *w2 = b1 + HID;
+  kiln_test_rng rng = kiln_test_rng_make(8);
+  double x[IN], t = 3; /* a target far from the output: d is O(1) */
+  kiln_test_fill_uniform_f64(&rng, x, IN, -1, 1);
+  for (int i = 0; i < IN; ++i) x[i] = (float)x[i];
+  const int64_t xs[] = {1, IN}, ts[] = {1, 1};
+  kiln_tensor *xt = kiln_test_tensor_f64(ctx, x, xs, 2, dev), *tt = kiln_test_tensor_f64(ctx, &t, ts, 2, dev);
+  double grad[NP], loss = 0;
+  step_gradient(model, KILN_LOSS_MSE, xt, tt, before, grad, &loss);
+  const double d = grad[NP - 1];
+  assert_true(fabs(d) > 0.1);
+  double z[HID], m[HID], want[NP];
+  int kept = 0, dropped = 0;
+  for (int j = 0; j < HID; ++j) {
+    z[j] = b1[j];
+    for (int i = 0; i < IN; ++i) z[j] += w1[j * IN + i] * x[i];
+    const double h = z[j] > 0 ? z[j] : 0;
+    if (h == 0) {
+      m[j] = 0; /* an inactive unit: its mask is invisible and irrelevant */
+      continue;
+    }
+    /* 0 or 1 / (1 - p), read back; where h is tiny, f32's rounding of the
+     * step blurs the ratio, so only clear units check its value. */
+    const double ratio = grad[HID * IN + HID + j] / (d * h), snapped = fabs(ratio) < scale / 2 ? 0 : scale;
+    if (h > 0.05) assert_allclose(&ratio, &snapped, 1, rtol, 1e-9); /* the forward's scaling */
+    m[j] = snapped;
+    if (snapped == 0) ++dropped;
+    else ++kept;
+  }
+  assert_true(kept >= 2 && dropped >= 2); /* both kinds of units are checked */
+  for (int j = 0; j < HID; ++j) {
+    for (int i = 0; i < IN; ++i) want[j * IN + i] = d * w2[j] * m[j] * (z[j] > 0) * x[i];
+    want[HID * IN + j] = d * w2[j] * m[j] * (z[j] > 0);
+  }
+  assert_allclose(grad, want, HID * IN + HID, rtol, atol);
+  kiln_tensor_release(xt);
+  kiln_tensor_release(tt);
+  kiln_model_release(model);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_layers_with_cross_entropy),
       cmocka_unit_test(test_regression_losses),
       cmocka_unit_test(test_dropout_scaling),
+      cmocka_unit_test(test_dropout_backward),
   };
   return cmocka_run_group_tests(tests, kiln_test_context_setup, kiln_test_context_teardown);
 }

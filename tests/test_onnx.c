@@ -169,6 +169,18 @@ static void ref_trans0(const double *x, double *y) {
   linear(h, y, 3, 2, 2, w_in_out, -1, 1, 1);
 }
 
+/* Gemm's scalar C is broadcast, times beta, to every output. */
+static void ref_scalar_bias(const double *x, double *y) {
+  double h[3];
+  linear(x, h, 4, 3, 0, w_out_in, -1, 1, 1);
+  for (int i = 0; i < 3; ++i) {
+    h[i] += 0.5 * stored(1, 0, 1);
+    h[i] = h[i] > 0 ? h[i] : 0;
+  }
+  linear(h, y, 3, 2, 2, w_out_in, -1, 1, 1);
+  for (int i = 0; i < 2; ++i) y[i] += 2.0 * stored(3, 0, 1);
+}
+
 static void ref_matmul_add(const double *x, double *y) {
   double h[3];
   linear(x, h, 4, 3, 0, w_in_out, 1, 1, 1);
@@ -346,6 +358,7 @@ static void imports_torch_default_export(void **state) {
 static void imports_gemm(void **state) {
   check_import(*state, "gemm_relu.onnx", KILN_F32, "4-3-2", ref_gemm_relu);
   check_import(*state, "gemm_trans0_alpha_beta.onnx", KILN_F32, "linear(4,3);tanh;linear(3,2,nobias)", ref_trans0);
+  check_import(*state, "gemm_scalar_bias.onnx", KILN_F32, "4-3-2", ref_scalar_bias);
 }
 
 /* Dropout stays, with its ratio: the model trains as it was built. */
@@ -525,6 +538,9 @@ static void refusals(void **state) {
       {"width_mismatch.onnx", KILN_ERROR_FORMAT, "\"misfit\" (\"Gemm\")'s weight takes 5 features but its input has 3"},
       {"opset_99.onnx", KILN_ERROR_NOT_SUPPORTED, "opset 99"},
       {"trans_a.onnx", KILN_ERROR_NOT_SUPPORTED, "\"transposed_a\" (\"Gemm\") has transA = 1"},
+      {"flatten_axis_2.onnx", KILN_ERROR_NOT_SUPPORTED, "\"flatten_2\" (\"Flatten\") flattens at another axis than 1"},
+      {"no_output.onnx", KILN_ERROR_FORMAT, "\"mute_relu\" (\"Relu\") has no output"},
+      {"two_input_relu.onnx", KILN_ERROR_FORMAT, "\"double_relu\" (\"Relu\") has 2 inputs, Relu takes 1 to 1"},
       {"late_reshape.onnx", KILN_ERROR_NOT_SUPPORTED, "\"late_reshape\" (\"Reshape\") comes after the first layer"},
       {"stray_node.onnx", KILN_ERROR_NOT_SUPPORTED, "\"stray_relu\" (\"Relu\") is not on the chain"},
       /* Issue 21: refused before the loops their claims would drive (the

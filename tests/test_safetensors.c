@@ -129,6 +129,9 @@ static const hostile HOSTILE[] = {
      "unknown field \"x\""},
     {"{" META ",\"0.weight\":{\"dtype\":\"F32\",\"shape\":[3,3],\"data_offsets\":[0,24]}," BIAS "}", 36,
      "needs 36 bytes"},
+    /* ... and more bytes than the shape needs (not read, but they must not be there) */
+    {"{" META ",\"0.weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,24]}," BIAS "}", 36,
+     "needs 16 bytes but data_offsets [0, 24] hold 24"},
     {"{" META ",\"0.weight\":{\"dtype\":\"F32\",\"shape\":[-3,2],\"data_offsets\":[0,24]}," BIAS "}", 36,
      "non-negative"},
     {"{" META ",\"0.weight\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,4],\"data_offsets\":[0,24]}," BIAS "}",
