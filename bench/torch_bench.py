@@ -166,10 +166,10 @@ def train(args, dev):
             pin_memory=dev.type == "cuda")
     else:
         xf, yd = xtr.to(dev).float() / 255.0, ytr.to(dev)
-    seconds = []
+    seconds, cpu_seconds = [], []
     for e in range(args.warmup + args.epochs):
         sync(dev)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if args.loop == "dataloader":
             batches = ((xb.to(dev, non_blocking=True).float() / 255.0, yb.to(dev, non_blocking=True))
                        for xb, yb in loader)
@@ -181,6 +181,7 @@ def train(args, dev):
         sync(dev)
         if e >= args.warmup:
             seconds.append(time.perf_counter() - t0)
+            cpu_seconds.append(time.process_time() - c0)
     med = statistics.median(seconds)
     out = {
         "impl": f"torch-{args.loop}",
@@ -191,6 +192,10 @@ def train(args, dev):
         "epochs": args.epochs,
         "epoch_seconds": seconds,
         "median_epoch_seconds": med,
+        # CPU time of every thread of the process: with one thread, the
+        # work's cost even when a busy machine delays it.
+        "epoch_cpu_seconds": cpu_seconds,
+        "median_epoch_cpu_seconds": statistics.median(cpu_seconds),
         "samples_per_second": len(xtr) / med,
         "test_accuracy": accuracy(model, xte, yte, args, dev),
         "peak_rss_mib": peak_rss_mib(),
