@@ -161,15 +161,19 @@ kiln_dataset *kiln_test_dataset(kiln_context *ctx, const float *x, const int64_t
   return ds;
 }
 
-kiln_model *kiln_test_model(kiln_context *ctx, const char *spec_text) {
-  const kiln_device cpu = {KILN_DEVICE_CPU, -1};
+kiln_model *kiln_test_model_on(kiln_context *ctx, const char *spec_text, kiln_device device, kiln_dtype dtype) {
   kiln_model_spec *spec = NULL;
   kiln_model *model = NULL;
   assert_kiln_ok(kiln_model_spec_create(&spec));
   assert_kiln_ok(kiln_model_spec_parse(spec, spec_text));
-  assert_kiln_ok(kiln_model_create(ctx, spec, cpu, &model));
+  assert_kiln_ok(kiln_model_create_dtype(ctx, spec, device, dtype, &model));
   kiln_model_spec_release(spec);
   return model;
+}
+
+kiln_model *kiln_test_model(kiln_context *ctx, const char *spec_text) {
+  const kiln_device cpu = {KILN_DEVICE_CPU, -1};
+  return kiln_test_model_on(ctx, spec_text, cpu, KILN_F32);
 }
 
 kiln_tensor *kiln_test_tensor_f64(kiln_context *ctx, const double *values, const int64_t *shape, int64_t ndim,

@@ -103,6 +103,8 @@ kiln_dataset *kiln_test_dataset(kiln_context *ctx, const float *x, const int64_t
                                 kiln_device device);
 /* A new f32 model of spec_text ("4-3-2") on the CPU, initialised from ctx's seed. */
 kiln_model *kiln_test_model(kiln_context *ctx, const char *spec_text);
+/* As kiln_test_model, on device with parameters of dtype. */
+kiln_model *kiln_test_model_on(kiln_context *ctx, const char *spec_text, kiln_device device, kiln_dtype dtype);
 kiln_tensor *kiln_test_tensor_f64(kiln_context *ctx, const double *values, const int64_t *shape, int64_t ndim,
                                   kiln_device device);
 /* Reads any tensor (any dtype, any device) as n doubles: it is cast to f64

@@ -24,13 +24,7 @@ static int setup(void **state) {
 enum { NPARAM = 6 * 12 + 12 + 12 * 3 + 3 };
 
 static kiln_model *make_model(kiln_context *ctx, const char *text) {
-  kiln_model_spec *spec = NULL;
-  kiln_model *model = NULL;
-  assert_kiln_ok(kiln_model_spec_create(&spec));
-  assert_kiln_ok(kiln_model_spec_parse(spec, text));
-  assert_kiln_ok(kiln_model_create(ctx, spec, dev, &model));
-  kiln_model_spec_release(spec);
-  return model;
+  return kiln_test_model_on(ctx, text, dev, KILN_F32);
 }
 
 static kiln_trainer *make_trainer(kiln_model *model, kiln_optimizer_kind kind) {

@@ -42,11 +42,7 @@ static kiln_model_spec *spec_from(const char *text) {
 }
 
 static kiln_model *model_on(kiln_context *ctx, const char *text, kiln_device device, kiln_dtype dtype) {
-  kiln_model_spec *spec = spec_from(text);
-  kiln_model *model = NULL;
-  assert_kiln_ok(kiln_model_create_dtype(ctx, spec, device, dtype, &model));
-  kiln_model_spec_release(spec);
-  return model;
+  return kiln_test_model_on(ctx, text, device, dtype);
 }
 
 static kiln_model *model_from(kiln_context *ctx, const char *text, kiln_dtype dtype) {

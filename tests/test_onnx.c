@@ -39,13 +39,7 @@ static int teardown(void **state) {
 
 /* A model of spec_text (dtype, CPU, initialised from ctx's seed). */
 static kiln_model *make_model(kiln_context *ctx, const char *spec_text, kiln_dtype dtype) {
-  kiln_model_spec *spec = NULL;
-  kiln_model *model = NULL;
-  assert_kiln_ok(kiln_model_spec_create(&spec));
-  assert_kiln_ok(kiln_model_spec_parse(spec, spec_text));
-  assert_kiln_ok(kiln_model_create_dtype(ctx, spec, cpu, dtype, &model));
-  kiln_model_spec_release(spec);
-  return model;
+  return kiln_test_model_on(ctx, spec_text, cpu, dtype);
 }
 
 #if KILN_TEST_HAVE_ONNX

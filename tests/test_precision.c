@@ -103,13 +103,7 @@ typedef struct {
 } fixture;
 
 static kiln_model *make_model(kiln_context *ctx, const char *text, kiln_device dev, kiln_dtype dtype) {
-  kiln_model_spec *spec = NULL;
-  kiln_model *model = NULL;
-  assert_kiln_ok(kiln_model_spec_create(&spec));
-  assert_kiln_ok(kiln_model_spec_parse(spec, text));
-  assert_kiln_ok(kiln_model_create_dtype(ctx, spec, dev, dtype, &model));
-  kiln_model_spec_release(spec);
-  return model;
+  return kiln_test_model_on(ctx, text, dev, dtype);
 }
 
 /* Reads (or writes) all parameters of an f32 or f64 model, on any device, as

@@ -27,13 +27,7 @@ static int setup(void **state) {
 enum { FEATURES = 6, CLASSES = 4, SAMPLES = 96, BATCH = 16 };
 
 static kiln_model *make_model(kiln_context *ctx) {
-  kiln_model_spec *spec = NULL;
-  kiln_model *model = NULL;
-  assert_kiln_ok(kiln_model_spec_create(&spec));
-  assert_kiln_ok(kiln_model_spec_parse(spec, "6-12-4"));
-  assert_kiln_ok(kiln_model_create(ctx, spec, dev, &model));
-  kiln_model_spec_release(spec);
-  return model;
+  return kiln_test_model_on(ctx, "6-12-4", dev, KILN_F32);
 }
 
 static kiln_trainer *make_trainer(kiln_model *model) {

@@ -16,13 +16,7 @@ static const kiln_device kCpu = {KILN_DEVICE_CPU, -1};
 enum { kIn = 6, kHidden = 16, kOut = 3, kBatch = 5, kThreads = 4 };
 
 static kiln_model *make_model(kiln_context *ctx) {
-  kiln_model_spec *spec = NULL;
-  kiln_model *model = NULL;
-  assert_kiln_ok(kiln_model_spec_create(&spec));
-  assert_kiln_ok(kiln_model_spec_parse(spec, "6-16-3"));
-  assert_kiln_ok(kiln_model_create(ctx, spec, kCpu, &model));
-  kiln_model_spec_release(spec);
-  return model;
+  return kiln_test_model_on(ctx, "6-16-3", kCpu, KILN_F32);
 }
 
 /* The model's forward pass on the host: Linear, ReLU, Linear, in double from

@@ -40,13 +40,7 @@ static int setup(void **state) {
 enum { B = 4, IN = 3, OUT = 2, NP = OUT * IN + OUT };
 
 static kiln_model *make_model(kiln_context *ctx, const char *text, kiln_dtype dtype) {
-  kiln_model_spec *spec = NULL;
-  kiln_model *model = NULL;
-  assert_kiln_ok(kiln_model_spec_create(&spec));
-  assert_kiln_ok(kiln_model_spec_parse(spec, text));
-  assert_kiln_ok(kiln_model_create_dtype(ctx, spec, dev, model_dtype(dtype), &model));
-  kiln_model_spec_release(spec);
-  return model;
+  return kiln_test_model_on(ctx, text, dev, model_dtype(dtype));
 }
 
 /* A Linear(in, out) model's parameters as [W (out * in), b (out)]. */
