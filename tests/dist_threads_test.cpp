@@ -7,7 +7,7 @@
 // every MPI call the plugin makes (the MPI profiling interface: its own
 // MPI_* functions, exported, come before libmpi's, and call PMPI_*): two
 // threads inside MPI at once below MULTIPLE, or a thread other than the
-// main one at FUNNELED, is counted and fails the run. Run under
+// main one below SERIALIZED, is counted and fails the run. Run under
 // `mpirun -np 2` (tests/CMakeLists.txt):
 //
 //   dist_threads_test             kiln initializes MPI: it asks for
@@ -25,6 +25,7 @@
 //                                 used from another thread is refused with
 //                                 NOT_SUPPORTED, and the main thread's
 //                                 communicators go on working
+//   dist_threads_test single      the same at MPI_THREAD_SINGLE (plain MPI_Init)
 #include <mpi.h>
 
 #include <atomic>
@@ -47,8 +48,8 @@ namespace {
 std::atomic<int> g_inside{0};            // threads inside a watched MPI call now
 std::atomic<long> g_calls{0};            // watched calls made
 std::atomic<long> g_overlaps{0};         // calls made while another thread was inside one
-std::atomic<long> g_off_main{0};         // calls made off the main thread at FUNNELED
-std::atomic<bool> g_funneled{false};
+std::atomic<long> g_off_main{0};         // calls made off the main thread below SERIALIZED
+std::atomic<bool> g_main_only{false};    // below SERIALIZED: only g_main_thread may call
 std::thread::id g_main_thread;
 thread_local int t_depth = 0;            // MPI calling MPI on the same thread is one call
 
@@ -61,7 +62,7 @@ class Watched {
     if (!outer_) return;
     g_calls.fetch_add(1);
     if (g_inside.fetch_add(1) > 0) g_overlaps.fetch_add(1);
-    if (g_funneled.load() && std::this_thread::get_id() != g_main_thread) g_off_main.fetch_add(1);
+    if (g_main_only.load() && std::this_thread::get_id() != g_main_thread) g_off_main.fetch_add(1);
   }
   ~Watched() {
     if (watched_) --t_depth;
@@ -297,10 +298,10 @@ void host_serialized(const Context &ctx) {
   drive_concurrently(comms);
 }
 
-// The host program chose MPI_THREAD_FUNNELED: only its main thread (this
-// one) may call MPI.
-void host_funneled(const Context &ctx) {
-  test::g_case = "MPI_THREAD_FUNNELED: another thread";
+// The host program chose a level below SERIALIZED, named `name`:
+// only its main thread (this one) may call MPI.
+void host_main_thread_only(const Context &ctx, const std::string &name) {
+  test::g_case = name + ": another thread";
   std::vector<std::shared_ptr<Collective>> comms = make_communicators(ctx, 2);
   kiln_status created = KILN_OK, used = KILN_OK, again = KILN_OK;
   std::string created_why, used_why, again_why;
@@ -315,46 +316,61 @@ void host_funneled(const Context &ctx) {
   expect(used == KILN_ERROR_NOT_SUPPORTED,
          std::string("an allreduce from another thread: ") + kiln_status_name(used) + ": " + used_why);
   for (const std::string &why : {created_why, used_why})
-    expect(why.find("MPI_THREAD_FUNNELED") != std::string::npos && why.find("main thread") != std::string::npos,
+    expect(why.find(name) != std::string::npos && why.find("main thread") != std::string::npos,
            "the message names the level and the main thread: " + why);
   // The refused communicator stays broken on every rank (the ranks can no
   // longer agree on what was exchanged), even from the main thread.
   double x = 1;
   again = status_of([&] { comms[0]->allreduce(Device::cpu(), DType::F64, &x, 1, false); }, &again_why);
-  expect(again == KILN_ERROR_COMMUNICATION && again_why.find("MPI_THREAD_FUNNELED") != std::string::npos,
+  expect(again == KILN_ERROR_COMMUNICATION && again_why.find(name) != std::string::npos,
          std::string("the refused communicator afterwards: ") + kiln_status_name(again) + ": " + again_why);
 
-  test::g_case = "MPI_THREAD_FUNNELED: the main thread";
+  test::g_case = name + ": the main thread";
   for (int round = 0; round < 8; ++round) round_of_collectives(*comms[1], 0, round);
 }
 
-int run(const char *mode) {
-  int level = -1;
-  if (std::strcmp(mode, "serialized") == 0 || std::strcmp(mode, "funneled") == 0) {
-    const int asked = mode[0] == 's' ? MPI_THREAD_SERIALIZED : MPI_THREAD_FUNNELED;
-    if (MPI_Init_thread(nullptr, nullptr, asked, &level) != MPI_SUCCESS || level < asked) {
-      std::fprintf(stderr, "FAIL: MPI_Init_thread(%d) gave level %d\n", asked, level);
+struct Mode {
+  const char *arg;
+  int level;  // the host program's MPI_Init_thread; -1: kiln initializes MPI
+  const char *level_name;
+};
+constexpr Mode kModes[] = {{"", -1, ""},
+                           {"serialized", MPI_THREAD_SERIALIZED, "MPI_THREAD_SERIALIZED"},
+                           {"funneled", MPI_THREAD_FUNNELED, "MPI_THREAD_FUNNELED"},
+                           {"single", MPI_THREAD_SINGLE, "MPI_THREAD_SINGLE"}};
+
+int run(const char *arg) {
+  const Mode *mode = nullptr;
+  for (const Mode &m : kModes)
+    if (std::strcmp(arg, m.arg) == 0) mode = &m;
+  if (!mode) {
+    std::fprintf(stderr, "usage: dist_threads_test [serialized|funneled|single]\n");
+    return 2;
+  }
+  if (mode->level >= 0) {
+    int provided = -1;
+    if (MPI_Init_thread(nullptr, nullptr, mode->level, &provided) != MPI_SUCCESS) {
+      std::fprintf(stderr, "FAIL: MPI_Init_thread(%s) failed\n", mode->level_name);
       return 1;
     }
-    // Open MPI gives more than asked for where it can: this run is about the
-    // level asked for, so it must be exactly that.
-    if (level != asked) {
-      std::printf("SKIP %s: MPI_Init_thread(%d) provided %d\n", mode, asked, level);
+    // Where MPI gives more than asked for, this run's level cannot be had.
+    if (provided != mode->level) {
+      std::printf("SKIP %s: MPI_Init_thread(%s) provided %d\n", arg, mode->level_name, provided);
       MPI_Finalize();
       return 77;
     }
   }
-  if (std::strcmp(mode, "funneled") == 0) {
+  if (mode->level >= 0 && mode->level < MPI_THREAD_SERIALIZED) {
     g_main_thread = std::this_thread::get_id();
-    g_funneled.store(true);
+    g_main_only.store(true);
   }
   int failed = 0;
   {
     std::shared_ptr<Context> ctx = make_context();
     try {
-      if (std::strcmp(mode, "serialized") == 0) host_serialized(*ctx);
-      else if (std::strcmp(mode, "funneled") == 0) host_funneled(*ctx);
-      else kiln_initializes(*ctx);
+      if (mode->level < 0) kiln_initializes(*ctx);
+      else if (mode->level >= MPI_THREAD_SERIALIZED) host_serialized(*ctx);
+      else host_main_thread_only(*ctx, mode->level_name);
     } catch (const std::exception &e) {
       std::fprintf(stderr, "FAIL [%s] unexpected exception: %s\n", test::g_case.c_str(), e.what());
       failed = 1;
@@ -368,10 +384,10 @@ int run(const char *mode) {
     expect(g_overlaps.load() == 0, std::to_string(g_overlaps.load()) + " MPI calls of " +
                                        std::to_string(g_calls.load()) + " made while another thread was inside MPI, at " +
                                        "thread level " + std::to_string(thread_level()));
-  expect(g_off_main.load() == 0, std::to_string(g_off_main.load()) + " MPI calls made off the main thread at FUNNELED");
-  if (level >= 0) MPI_Finalize();  // this program initialized MPI, so it finalizes it
+  expect(g_off_main.load() == 0, std::to_string(g_off_main.load()) + " MPI calls made off the main thread below SERIALIZED");
+  if (mode->level >= 0) MPI_Finalize();  // this program initialized MPI, so it finalizes it
   if (failed) return 1;
-  return test::finish(mode[0] ? mode : "dist_threads_test");
+  return test::finish(arg[0] ? arg : "dist_threads_test");
 }
 
 }  // namespace
