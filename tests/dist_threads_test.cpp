@@ -1,9 +1,10 @@
 // MPI communicators driven from several threads of each rank at once, as two
 // trainers on two threads do (kiln.h: different communicators may be used by
 // different threads at once). MPI's thread level is the process's: below
-// MPI_THREAD_MULTIPLE, two threads inside MPI at once is undefined, which is
-// heap corruption or lost messages in Open MPI (it then runs without its own
-// locks), and may pass unnoticed many times. So this program also watches
+// MPI_THREAD_MULTIPLE, two threads inside MPI at once is undefined (Open MPI
+// then runs without its own locks), and may pass unnoticed many times: the
+// collectives below gave right results before kiln serialized its MPI
+// calls, with half of them overlapping another. So this program also watches
 // every MPI call the plugin makes (the MPI profiling interface: its own
 // MPI_* functions, exported, come before libmpi's, and call PMPI_*): two
 // threads inside MPI at once below MULTIPLE, or a thread other than the

@@ -13,8 +13,7 @@
 // Threads: MPI's thread level belongs to the process, not to a communicator.
 // kiln lets two trainers drive two communicators from two threads at once,
 // and below MPI_THREAD_MULTIPLE two threads inside MPI at once is undefined
-// (Open MPI then runs without its own locks: corrupted free lists, lost
-// messages). So the plugin makes every MPI call under one process-wide lock
+// (Open MPI then runs without its own locks). So the plugin makes every MPI call under one process-wide lock
 // (ProcessMpi below); tests/dist_threads_test.cpp drives two communicators
 // per rank at once at each level.
 #include <mpi.h>
@@ -37,16 +36,16 @@ namespace {
 // a lock only below MPI_THREAD_MULTIPLE: it makes kiln right at
 // MPI_THREAD_SERIALIZED, the level a host program may have chosen, with one
 // path that every test runs; at MULTIPLE it costs a mutex per MPI call,
-// little next to the call. kiln still asks for MULTIPLE when it initializes MPI:
-// the lock covers kiln's calls only, and MULTIPLE lets the host program's own
-// threads call MPI while kiln's do.
+// little next to the call. kiln still asks for MULTIPLE when it initializes
+// MPI: the lock covers kiln's calls only, and MULTIPLE lets the host
+// program's own threads call MPI while kiln's do.
 //
 // Why it cannot deadlock across ranks: it is never held while waiting for a
 // peer. Every collective is nonblocking and polled (wait() takes the lock for
 // each MPI_Test only), so while one thread's collective waits for its peers,
 // the other threads post and progress theirs (any thread's MPI_Test
 // progresses every pending request of the process). Every other call kiln
-// makes completes locally (MPI_Comm_free included, in Open MPI and MPICH).
+// makes completes locally (MPI_Comm_free too: Open MPI releases it in place).
 // Only MPI_Init_thread and MPI_Finalize wait for peers, under the lock: once
 // before any communicator exists, and at exit.
 struct ProcessMpi {
