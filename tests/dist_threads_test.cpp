@@ -46,13 +46,13 @@ namespace {
 
 // ---- the watch over the plugin's MPI calls ---------------------------------
 
-std::atomic<int> g_inside{0};            // threads inside a watched MPI call now
-std::atomic<long> g_calls{0};            // watched calls made
-std::atomic<long> g_overlaps{0};         // calls made while another thread was inside one
-std::atomic<long> g_off_main{0};         // calls made off the main thread below SERIALIZED
-std::atomic<bool> g_main_only{false};    // below SERIALIZED: only g_main_thread may call
+std::atomic<int> g_inside{0};          // threads inside a watched MPI call now
+std::atomic<long> g_calls{0};          // watched calls made
+std::atomic<long> g_overlaps{0};       // calls made while another thread was inside one
+std::atomic<long> g_off_main{0};       // calls made off the main thread below SERIALIZED
+std::atomic<bool> g_main_only{false};  // below SERIALIZED: only g_main_thread may call
 std::thread::id g_main_thread;
-thread_local int t_depth = 0;            // MPI calling MPI on the same thread is one call
+thread_local int t_depth = 0;  // MPI calling MPI on the same thread is one call
 
 class Watched {
  public:
@@ -138,8 +138,8 @@ int MPI_Ibcast(void *buf, int count, MPI_Datatype type, int root, MPI_Comm comm,
   kiln::Watched w;
   return PMPI_Ibcast(buf, count, type, root, comm, request);
 }
-int MPI_Iallgather(const void *in, int in_count, MPI_Datatype in_type, void *out, int out_count,
-                   MPI_Datatype out_type, MPI_Comm comm, MPI_Request *request) {
+int MPI_Iallgather(const void *in, int in_count, MPI_Datatype in_type, void *out, int out_count, MPI_Datatype out_type,
+                   MPI_Comm comm, MPI_Request *request) {
   kiln::Watched w;
   return PMPI_Iallgather(in, in_count, in_type, out, out_count, out_type, comm, request);
 }
@@ -181,8 +181,8 @@ void wrong(const std::string &what) {
 void round_of_collectives(Collective &comm, int thread, int round) {
   const int64_t rank = comm.rank(), size = comm.size();
   const int64_t n = kSizes[round % 4];
-  const std::string where = "thread " + std::to_string(thread) + " round " + std::to_string(round) + " rank " +
-                            std::to_string(rank) + ": ";
+  const std::string where =
+      "thread " + std::to_string(thread) + " round " + std::to_string(round) + " rank " + std::to_string(rank) + ": ";
   // f64 sum: rank r holds (r + 1)(i + 1) + c, so the sum is (i + 1) S(S + 1)/2 + S c.
   const double c = thread * 1e6 + round;
   std::vector<double> f64(static_cast<size_t>(n));
@@ -253,9 +253,11 @@ void drive_concurrently(std::vector<std::shared_ptr<Collective>> &comms) {
     threads.emplace_back([&, t] {
       ready.fetch_add(1);
       while (ready.load() < int(comms.size())) std::this_thread::yield();  // start together
-      status_of([&] {
-        for (int round = 0; round < kRounds; ++round) round_of_collectives(*comms[t], int(t), round);
-      }, &errors[t]);
+      status_of(
+          [&] {
+            for (int round = 0; round < kRounds; ++round) round_of_collectives(*comms[t], int(t), round);
+          },
+          &errors[t]);
     });
   for (std::thread &t : threads) t.join();
   for (size_t t = 0; t < comms.size(); ++t) expect(errors[t].empty(), "thread " + std::to_string(t) + ": " + errors[t]);
@@ -284,9 +286,9 @@ int thread_level() {
 void kiln_initializes(const Context &ctx) {
   test::g_case = "kiln initializes MPI";
   std::vector<std::shared_ptr<Collective>> comms = make_communicators(ctx, kThreads);
-  expect(thread_level() == MPI_THREAD_MULTIPLE,
-         "MPI's thread level is " + std::to_string(thread_level()) + ", not MPI_THREAD_MULTIPLE (" +
-             std::to_string(MPI_THREAD_MULTIPLE) + ")");
+  expect(thread_level() == MPI_THREAD_MULTIPLE, "MPI's thread level is " + std::to_string(thread_level()) +
+                                                    ", not MPI_THREAD_MULTIPLE (" +
+                                                    std::to_string(MPI_THREAD_MULTIPLE) + ")");
   test::g_case = "two communicators on two threads at once";
   drive_concurrently(comms);
 }
@@ -312,8 +314,8 @@ void host_main_thread_only(const Context &ctx, const std::string &name) {
     used = status_of([&] { comms[0]->allreduce(Device::cpu(), DType::F64, &x, 1, false); }, &used_why);
   });
   other.join();
-  expect(created == KILN_ERROR_NOT_SUPPORTED, std::string("creating from another thread: ") +
-                                                  kiln_status_name(created) + ": " + created_why);
+  expect(created == KILN_ERROR_NOT_SUPPORTED,
+         std::string("creating from another thread: ") + kiln_status_name(created) + ": " + created_why);
   expect(used == KILN_ERROR_NOT_SUPPORTED,
          std::string("an allreduce from another thread: ") + kiln_status_name(used) + ": " + used_why);
   for (const std::string &why : {created_why, used_why})
@@ -382,10 +384,11 @@ int run(const char *arg) {
   expect(g_calls.load() > 100, "the watch saw only " + std::to_string(g_calls.load()) +
                                    " MPI calls of the plugin: is the executable's MPI_Test not interposed?");
   if (thread_level() < MPI_THREAD_MULTIPLE)
-    expect(g_overlaps.load() == 0, std::to_string(g_overlaps.load()) + " MPI calls of " +
-                                       std::to_string(g_calls.load()) + " made while another thread was inside MPI, at " +
-                                       "thread level " + std::to_string(thread_level()));
-  expect(g_off_main.load() == 0, std::to_string(g_off_main.load()) + " MPI calls made off the main thread below SERIALIZED");
+    expect(g_overlaps.load() == 0,
+           std::to_string(g_overlaps.load()) + " MPI calls of " + std::to_string(g_calls.load()) +
+               " made while another thread was inside MPI, at " + "thread level " + std::to_string(thread_level()));
+  expect(g_off_main.load() == 0,
+         std::to_string(g_off_main.load()) + " MPI calls made off the main thread below SERIALIZED");
   if (mode->level >= 0) MPI_Finalize();  // this program initialized MPI, so it finalizes it
   if (failed) return 1;
   return test::finish(arg[0] ? arg : "dist_threads_test");

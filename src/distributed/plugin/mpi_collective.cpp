@@ -13,9 +13,10 @@
 // Threads: MPI's thread level belongs to the process, not to a communicator.
 // kiln lets two trainers drive two communicators from two threads at once,
 // and below MPI_THREAD_MULTIPLE two threads inside MPI at once is undefined
-// (Open MPI then runs without its own locks). So the plugin makes every MPI call under one process-wide lock
-// (ProcessMpi below); tests/dist_threads_test.cpp drives two communicators
-// per rank at once at each level.
+// (Open MPI then runs without its own locks). So the plugin makes every MPI
+// call under one process-wide lock (ProcessMpi below);
+// tests/dist_threads_test.cpp drives two communicators per rank at once at
+// each level.
 #include <mpi.h>
 
 #include <algorithm>
@@ -342,8 +343,8 @@ class MpiCollective final : public PluginCollective {
   }
 #else
   [[noreturn]] void no_nccl(Device device) const {
-    fail(KILN_ERROR_NOT_SUPPORTED, "collectives over " + device.str() +
-                                       " buffers need NCCL, and this libkiln_dist.so was built without it");
+    fail(KILN_ERROR_NOT_SUPPORTED,
+         "collectives over " + device.str() + " buffers need NCCL, and this libkiln_dist.so was built without it");
   }
   void gpu_allreduce(Device device, DType, void *, int64_t, bool) { no_nccl(device); }
   void gpu_allreduce_start(Device device, DType, void *, int64_t, bool, void *) { no_nccl(device); }
