@@ -36,6 +36,7 @@
 #include "support.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -557,6 +558,70 @@ static void test_caller_steps_average_over_ranks(void **state) {
   kiln_dataset_release(ds);
 }
 
+/* A DDP trainer's epochs on a thread of its own: statuses only, since
+ * CMocka's checks belong to the main thread. */
+typedef struct {
+  kiln_trainer *trainer;
+  kiln_communicator *comm;
+  kiln_dataset *ds;
+  kiln_status status;
+  char error[512];
+} threaded_training;
+
+static void *attach_and_train(void *arg) {
+  threaded_training *run = arg;
+  run->status = kiln_trainer_attach_communicator(run->trainer, run->comm);
+  for (int e = 0; e < 2 && run->status == KILN_OK; ++e) {
+    kiln_epoch_stats s = {sizeof s};
+    run->status = kiln_trainer_epoch(run->trainer, run->ds, &s);
+  }
+  if (run->status != KILN_OK) snprintf(run->error, sizeof run->error, "%s", kiln_last_error());
+  return NULL;
+}
+
+/* Two DDP trainers on two threads of each rank at once, each over its own
+ * communicator (created in the same order on every rank, from one thread),
+ * each matching its one-process reference as it does alone. MPI's thread
+ * level is the process's: this is two threads making MPI calls at once
+ * (tests/dist_threads_test.cpp watches that kiln serializes them). */
+static void test_two_trainers_on_two_threads(void **state) {
+  fixture *f = *state;
+  kiln_communicator *second = NULL;
+  assert_kiln_ok(kiln_communicator_create_mpi(f->ctx, &second));
+  assert_kiln_ok(kiln_communicator_set_timeout(second, 120));
+  kiln_dataset *ds = small_dataset(f, 640);
+  static const char *const specs[2] = {"784-32-10", "784-16-10"};
+  static const int64_t batches[2] = {64, 32};
+  kiln_model *ref_models[2], *models[2];
+  kiln_trainer *refs[2], *ddps[2];
+  threaded_training runs[2];
+  memset(runs, 0, sizeof runs);
+  for (int i = 0; i < 2; ++i) {
+    refs[i] = make_trainer(f, specs[i], 2 * batches[i], 0.1, &ref_models[i]);
+    ddps[i] = make_trainer(f, specs[i], batches[i], 0.1, &models[i]);
+    kiln_epoch_stats s = {sizeof s};
+    for (int e = 0; e < 2; ++e) assert_kiln_ok(kiln_trainer_epoch(refs[i], ds, &s));
+    runs[i].trainer = ddps[i];
+    runs[i].comm = i == 0 ? f->comm : second;
+    runs[i].ds = ds;
+  }
+  pthread_t threads[2];
+  for (int i = 0; i < 2; ++i) assert_int_equal(pthread_create(&threads[i], NULL, attach_and_train, &runs[i]), 0);
+  for (int i = 0; i < 2; ++i) assert_int_equal(pthread_join(threads[i], NULL), 0);
+  for (int i = 0; i < 2; ++i) {
+    if (runs[i].status != KILN_OK)
+      fail_msg("trainer %d (%s) on its own thread: %s: %s", i, specs[i], kiln_status_name(runs[i].status),
+               runs[i].error);
+    assert_weights_close(models[i], ref_models[i], kSmallRtol, kSmallAtol);
+    kiln_trainer_release(refs[i]);
+    kiln_trainer_release(ddps[i]);
+    kiln_model_release(ref_models[i]);
+    kiln_model_release(models[i]);
+  }
+  kiln_dataset_release(ds);
+  kiln_communicator_release(second);
+}
+
 static int count_reports(void *user, const kiln_progress *p) {
   (void)p;
   ++*(int *)user;
@@ -846,6 +911,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_attach_starts_every_rank_from_rank_0),
       cmocka_unit_test(test_caller_steps_average_over_ranks),
       cmocka_unit_test(test_progress_on_rank_0_only),
+      cmocka_unit_test(test_two_trainers_on_two_threads),
       cmocka_unit_test(test_epoch_and_accuracy_match_one_process),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

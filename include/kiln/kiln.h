@@ -70,12 +70,16 @@
  * (kiln_model_to, _set_training, _load_weights, writes to its parameters, a
  * trainer's steps), a tensor being written, and the builders (context
  * options, model specs, trainer options) are used by one thread at a time:
- * kiln does not lock them, and concurrent use is undefined. Every release
- * and retain function may be called from any thread. kiln's own CPU worker
- * threads are those a context asks for (kiln_context_options_set_num_threads);
- * OpenBLAS, which libkiln loads on the first context, starts none (it runs
- * single-threaded inside the calls that use it). Other threads come only
- * with what the host asks for: the CUDA runtime's and Open MPI's.
+ * kiln does not lock them, and concurrent use is undefined. So is a
+ * communicator together with the trainers attached to it (every rank must
+ * make its collectives in the same order); different communicators may be
+ * used by different threads at once (kiln_communicator_create_mpi says how).
+ * Every release and retain function may be called from any thread. kiln's
+ * own CPU worker threads are those a context asks for
+ * (kiln_context_options_set_num_threads); OpenBLAS, which libkiln loads on
+ * the first context, starts none (it runs single-threaded inside the calls
+ * that use it). Other threads come only with what the host asks for: the
+ * CUDA runtime's and Open MPI's.
  *
  * Limits, each refused with the status named before anything is allocated:
  *  - tensors: at most KILN_MAX_DIMS dimensions, each >= 0, and a number of
@@ -1340,7 +1344,21 @@ typedef struct kiln_communicator kiln_communicator;
 /* A communicator over every process of the MPI job (a duplicate of
  * MPI_COMM_WORLD; MPI is initialized with MPI_Init_thread when the host
  * program has not, and finalized at exit). Collective: every process of the
- * job calls it. A process not started by mpirun is a job of one rank.
+ * job calls it, and creates its communicators in the same order (from one
+ * thread, or one after another). A process not started by mpirun is a job of
+ * one rank.
+ * Threads: MPI's thread level is the whole process's. kiln asks for
+ * MPI_THREAD_MULTIPLE when it initializes MPI, and makes its own MPI calls
+ * one at a time in the process, so communicators may be used from any
+ * thread, and different ones from different threads at once, whenever MPI
+ * runs at MPI_THREAD_SERIALIZED or above. A host program that initialized
+ * MPI at MPI_THREAD_FUNNELED or MPI_THREAD_SINGLE (MPI_Init) allows only
+ * MPI's main thread: from another thread this call, and a trainer call that
+ * would exchange over such a communicator, return KILN_ERROR_NOT_SUPPORTED
+ * before any MPI call, naming the level; that communicator is then broken
+ * (KILN_ERROR_COMMUNICATION afterwards). kiln's lock does not cover the host
+ * program's own MPI calls: below MPI_THREAD_MULTIPLE the host makes none
+ * while a kiln call with a communicator runs on another thread.
  * KILN_ERROR_DEVICE_UNAVAILABLE when libkiln_dist.so or Open MPI's libmpi
  * cannot be loaded (the message has the loader's reason) or MPI cannot be
  * initialized. The timeout starts at KILN_DIST_TIMEOUT seconds (environment;

@@ -14,7 +14,8 @@
 // can no longer agree on what was exchanged.
 //
 // Used by one thread at a time (the trainer it is attached to), except
-// abort(), which any thread may call.
+// abort(), which any thread may call; different communicators may be used
+// by different threads at once (the MPI engine serializes its MPI calls).
 #pragma once
 
 #include <cstdint>

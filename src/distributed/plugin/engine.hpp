@@ -132,9 +132,11 @@ class PluginCollective : public Collective {
     return "aborted: " + abort_reason_;
   }
 
-  [[noreturn]] void break_with(const std::string &why) {
+  // status: COMMUNICATION but for a collective refused before it began
+  // (NOT_SUPPORTED); every later call fails with COMMUNICATION.
+  [[noreturn]] void break_with(const std::string &why, kiln_status status = KILN_ERROR_COMMUNICATION) {
     broken_ = why + " (rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ")";
-    fail(KILN_ERROR_COMMUNICATION, broken_);
+    fail(status, broken_);
   }
 
   static void check_mean(DType t, bool mean) {

@@ -9,6 +9,14 @@
 // a peer exits is up to mpirun: by default it terminates the whole job
 // (bounded too); under `mpirun --enable-recovery` the job keeps running and
 // the survivors' collectives time out here (tests/dist_test.c checks that).
+//
+// Threads: MPI's thread level belongs to the process, not to a communicator.
+// kiln lets two trainers drive two communicators from two threads at once,
+// and below MPI_THREAD_MULTIPLE two threads inside MPI at once is undefined
+// (Open MPI then runs without its own locks). So the plugin makes every MPI
+// call under one process-wide lock (ProcessMpi below);
+// tests/dist_threads_test.cpp drives two communicators per rank at once at
+// each level.
 #include <mpi.h>
 
 #include <algorithm>
@@ -23,19 +31,68 @@
 namespace kiln::dist {
 namespace {
 
-// Whether a collective was left pending after a timeout: then MPI_Finalize,
-// which may wait for it, is skipped at exit. The finalizer is registered only
-// when kiln initialized MPI; a host program that did finalizes it itself.
-std::mutex g_mutex;
-bool g_pending_left = false;
+// The process's MPI, shared by all its communicators.
+//
+// Why one lock around each MPI call, whatever level MPI runs at, rather than
+// a lock only below MPI_THREAD_MULTIPLE: it makes kiln right at
+// MPI_THREAD_SERIALIZED, the level a host program may have chosen, with one
+// path that every test runs; at MULTIPLE it costs a mutex per MPI call,
+// little next to the call. kiln still asks for MULTIPLE when it initializes
+// MPI: the lock covers kiln's calls only, and MULTIPLE lets the host
+// program's own threads call MPI while kiln's do.
+//
+// Why it cannot deadlock across ranks: it is never held while waiting for a
+// peer. Every collective is nonblocking and polled (wait() takes the lock for
+// each MPI_Test only), so while one thread's collective waits for its peers,
+// the other threads post and progress theirs (any thread's MPI_Test
+// progresses every pending request of the process). Every other call kiln
+// makes completes locally (MPI_Comm_free too: Open MPI releases it in place).
+// Only MPI_Init_thread and MPI_Finalize wait for peers, under the lock: once
+// before any communicator exists, and at exit.
+struct ProcessMpi {
+  std::mutex mutex;
+  int level = MPI_THREAD_SINGLE;  // MPI_Query_thread's, read once MPI is initialized
+  // A collective left pending after a timeout: then MPI_Finalize, which may
+  // wait for it, is skipped at exit.
+  bool pending_left = false;
+};
+ProcessMpi g_mpi;
 
+// The finalizer is registered only when kiln initialized MPI; a host program
+// that did finalizes it itself.
 void finalize_at_exit() {
-  std::lock_guard<std::mutex> lock(g_mutex);
+  std::lock_guard<std::mutex> lock(g_mpi.mutex);
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && !g_pending_left) MPI_Finalize();
+  if (!finalized && !g_mpi.pending_left) MPI_Finalize();
 }
 
+const char *level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    default: return "MPI_THREAD_MULTIPLE";
+  }
+}
+
+// Why the calling thread may not call MPI, or "" when it may. Under g_mpi's
+// lock, which makes SERIALIZED enough for any thread. Below it only MPI's
+// main thread may call, which no lock can make up for. MPI_THREAD_SINGLE,
+// what a host program's plain MPI_Init asks for, is taken as FUNNELED: kiln's
+// own worker threads never call MPI, and Open MPI makes no difference
+// between the two, so refusing every such host program would buy nothing.
+std::string thread_refusal() {
+  if (g_mpi.level >= MPI_THREAD_SERIALIZED) return "";
+  int main_thread = 0;
+  MPI_Is_thread_main(&main_thread);
+  if (main_thread) return "";
+  return std::string("MPI runs at ") + level_name(g_mpi.level) +
+         ", so only its main thread (the one that initialized it) may call MPI, and this is another thread "
+         "(initialize MPI with MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE to use communicators from any thread)";
+}
+
+// Under g_mpi's lock, as every MPI call.
 std::string mpi_error(int code) {
   char text[MPI_MAX_ERROR_STRING] = {};
   int len = 0;
@@ -57,45 +114,56 @@ MPI_Datatype mpi_type(DType t) {
 class MpiCollective final : public PluginCollective {
  public:
   MpiCollective() {
-    std::unique_lock<std::mutex> lock(g_mutex);  // two threads must not both initialize MPI
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    if (!initialized) {
-      int provided = 0;
-      // SERIALIZED: kiln calls MPI from whichever thread drives a trainer, one
-      // at a time per communicator.
-      int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
-      if (rc != MPI_SUCCESS) fail(KILN_ERROR_DEVICE_UNAVAILABLE, "MPI_Init_thread failed: " + mpi_error(rc));
-      std::atexit(finalize_at_exit);  // the plugin is loaded RTLD_NODELETE, so this stays mapped
+    {
+      std::lock_guard<std::mutex> lock(g_mpi.mutex);  // also: two threads must not both initialize MPI
+      int initialized = 0;
+      MPI_Initialized(&initialized);
+      if (!initialized) {
+        int provided = 0;
+        int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+        if (rc != MPI_SUCCESS) fail(KILN_ERROR_DEVICE_UNAVAILABLE, "MPI_Init_thread failed: " + mpi_error(rc));
+        std::atexit(finalize_at_exit);  // the plugin is loaded RTLD_NODELETE, so this stays mapped
+      }
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      check(!finalized, KILN_ERROR_DEVICE_UNAVAILABLE, "MPI was already finalized in this process");
+      // What MPI provides, which may be less than kiln asked for, or what the
+      // host program chose when it initialized MPI itself.
+      MPI_Query_thread(&g_mpi.level);
+      const std::string refusal = thread_refusal();
+      if (!refusal.empty()) fail(KILN_ERROR_NOT_SUPPORTED, "cannot create an MPI communicator here: " + refusal);
     }
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    check(!finalized, KILN_ERROR_DEVICE_UNAVAILABLE, "MPI was already finalized in this process");
-    lock.unlock();
     // Nonblocking and polled like every collective, so a process of the job
     // that never creates its communicator fails this one within the timeout
     // (KILN_DIST_TIMEOUT) instead of hanging it. MPI_Init_thread itself waits
     // for every process mpirun started; bounding that is mpirun's part.
     MPI_Request request;
-    call(MPI_Comm_idup(MPI_COMM_WORLD, &comm_, &request), "MPI_Comm_idup");
+    call("MPI_Comm_idup", [&] { return MPI_Comm_idup(MPI_COMM_WORLD, &comm_, &request); });
     wait(request, "creating the communicator (MPI_Comm_idup: every process of the job must create one)");
-    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
-    int rank = 0, size = 0;
-    MPI_Comm_rank(comm_, &rank);
-    MPI_Comm_size(comm_, &size);
-    rank_ = rank, size_ = size;
+    {
+      std::lock_guard<std::mutex> lock(g_mpi.mutex);
+      MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+      int rank = 0, size = 0;
+      MPI_Comm_rank(comm_, &rank);
+      MPI_Comm_size(comm_, &size);
+      rank_ = rank, size_ = size;
+      char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+      int len = 0;
+      MPI_Get_library_version(version, &len);
+      library_ = std::string(version, size_t(len));
+      library_ = library_.substr(0, library_.find_first_of(",\n"));
+    }
     local_rank_ = rank_among_host();
-    char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
-    int len = 0;
-    MPI_Get_library_version(version, &len);
-    library_ = std::string(version, size_t(len));
-    library_ = library_.substr(0, library_.find_first_of(",\n"));
   }
 
   ~MpiCollective() override {
+    std::lock_guard<std::mutex> lock(g_mpi.mutex);
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized && broken_.empty()) MPI_Comm_free(&comm_);
+    // A broken communicator may have a collective pending, and off MPI's main
+    // thread below SERIALIZED no MPI call may be made: MPI_Finalize frees
+    // what is left.
+    if (!finalized && broken_.empty() && thread_refusal().empty()) MPI_Comm_free(&comm_);
   }
 
   int64_t local_rank() const override { return local_rank_; }
@@ -119,13 +187,16 @@ class MpiCollective final : public PluginCollective {
     usable();
     check_mean(t, mean);
     if (!device.is_cpu()) return gpu_allreduce(device, t, buf, n, mean);
+    check_thread("allreduce");
     const MPI_Datatype type = mpi_type(t);
     const int64_t elem = dtype_size(t);
     for (int64_t done = 0; done < n;) {  // MPI counts are ints
       const int count = int(std::min<int64_t>(n - done, INT_MAX));
       MPI_Request request;
-      call(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char *>(buf) + done * elem, count, type, MPI_SUM, comm_, &request),
-           "MPI_Iallreduce");
+      call("MPI_Iallreduce", [&] {
+        return MPI_Iallreduce(MPI_IN_PLACE, static_cast<char *>(buf) + done * elem, count, type, MPI_SUM, comm_,
+                              &request);
+      });
       wait(request, "allreduce");
       done += count;
     }
@@ -150,10 +221,12 @@ class MpiCollective final : public PluginCollective {
   void broadcast(Device device, void *buf, int64_t bytes, int64_t root) override {
     usable();
     if (!device.is_cpu()) return gpu_broadcast(device, buf, bytes, root);
+    check_thread("broadcast");
     for (int64_t done = 0; done < bytes;) {
       const int count = int(std::min<int64_t>(bytes - done, INT_MAX));
       MPI_Request request;
-      call(MPI_Ibcast(static_cast<char *>(buf) + done, count, MPI_BYTE, int(root), comm_, &request), "MPI_Ibcast");
+      call("MPI_Ibcast",
+           [&] { return MPI_Ibcast(static_cast<char *>(buf) + done, count, MPI_BYTE, int(root), comm_, &request); });
       wait(request, "broadcast");
       done += count;
     }
@@ -162,8 +235,10 @@ class MpiCollective final : public PluginCollective {
   void allgather(const void *in, int64_t bytes, void *out) override {
     usable();
     check(bytes <= INT_MAX, KILN_ERROR_NOT_SUPPORTED, "allgather of more than 2 GiB per rank");
+    check_thread("allgather");
     MPI_Request request;
-    call(MPI_Iallgather(in, int(bytes), MPI_BYTE, out, int(bytes), MPI_BYTE, comm_, &request), "MPI_Iallgather");
+    call("MPI_Iallgather",
+         [&] { return MPI_Iallgather(in, int(bytes), MPI_BYTE, out, int(bytes), MPI_BYTE, comm_, &request); });
     wait(request, "allgather");
   }
 
@@ -174,7 +249,7 @@ class MpiCollective final : public PluginCollective {
   int64_t rank_among_host() {
     char mine[MPI_MAX_PROCESSOR_NAME] = {};
     int len = 0;
-    call(MPI_Get_processor_name(mine, &len), "MPI_Get_processor_name");
+    call("MPI_Get_processor_name", [&] { return MPI_Get_processor_name(mine, &len); });
     std::string all(size_t(size_) * sizeof mine, '\0');
     allgather(mine, sizeof mine, all.data());
     int64_t local = 0;
@@ -183,11 +258,24 @@ class MpiCollective final : public PluginCollective {
     return local;
   }
 
-  void call(int rc, const char *what) {
+  // One MPI call, under the process's lock; a failure breaks the communicator.
+  template <class MpiCall> void call(const char *what, MpiCall mpi_call) {
+    std::lock_guard<std::mutex> lock(g_mpi.mutex);
+    const int rc = mpi_call();
     if (rc != MPI_SUCCESS) break_with(std::string(what) + " failed: " + mpi_error(rc));
   }
 
-  // Polls request until it completes, fails or the timeout passes: spinning
+  // Refuses a collective from a thread that may not call MPI, before it makes
+  // any MPI call, and breaks the communicator: its peers may already wait in
+  // that collective, so the ranks no longer agree on what was exchanged.
+  void check_thread(const char *what) {
+    std::lock_guard<std::mutex> lock(g_mpi.mutex);
+    const std::string refusal = thread_refusal();
+    if (!refusal.empty()) break_with(std::string(what) + " refused: " + refusal, KILN_ERROR_NOT_SUPPORTED);
+  }
+
+  // Polls request until it completes, fails or the timeout passes, taking the
+  // process's MPI lock for each test only (see ProcessMpi): spinning
   // on MPI_Test for the first 10 ms, as MPI's blocking calls do (measured
   // here: a 100 KB allreduce over 2 ranks takes 0.3 ms spinning, 4 ms when
   // each test is followed by sched_yield on a loaded machine), then yielding
@@ -196,14 +284,17 @@ class MpiCollective final : public PluginCollective {
     const Clock::time_point start = Clock::now();
     for (;;) {
       int done = 0;
-      int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-      if (rc != MPI_SUCCESS) break_with(std::string(what) + " failed (a peer rank died?): " + mpi_error(rc));
+      {
+        std::lock_guard<std::mutex> lock(g_mpi.mutex);
+        const int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) break_with(std::string(what) + " failed (a peer rank died?): " + mpi_error(rc));
+      }
       if (done) return;
       const double waited = seconds_since(start);
       const bool late = waited > timeout_;
       if (late || aborted()) {  // the request stays pending: MPI_Finalize must not wait for it
-        std::lock_guard<std::mutex> lock(g_mutex);
-        g_pending_left = true;
+        std::lock_guard<std::mutex> lock(g_mpi.mutex);
+        g_mpi.pending_left = true;
         if (!late) break_with(std::string(what) + " " + abort_message());
         char seconds[32];
         std::snprintf(seconds, sizeof seconds, "%g", timeout_);
@@ -252,8 +343,8 @@ class MpiCollective final : public PluginCollective {
   }
 #else
   [[noreturn]] void no_nccl(Device device) const {
-    fail(KILN_ERROR_NOT_SUPPORTED, "collectives over " + device.str() +
-                                       " buffers need NCCL, and this libkiln_dist.so was built without it");
+    fail(KILN_ERROR_NOT_SUPPORTED,
+         "collectives over " + device.str() + " buffers need NCCL, and this libkiln_dist.so was built without it");
   }
   void gpu_allreduce(Device device, DType, void *, int64_t, bool) { no_nccl(device); }
   void gpu_allreduce_start(Device device, DType, void *, int64_t, bool, void *) { no_nccl(device); }
