@@ -29,8 +29,6 @@ static_assert(std::is_same_v<decltype(&::cblas_sgemm), GemmOf<::CBLAS_ORDER, ::C
 static_assert(std::is_same_v<decltype(&::cblas_dgemm), GemmOf<::CBLAS_ORDER, ::CBLAS_TRANSPOSE, double>> &&
                   std::is_same_v<own::cblas_dgemm_fn, GemmOf<own::CBLAS_ORDER, own::CBLAS_TRANSPOSE, double>>,
               "cblas_dgemm");
-static_assert(std::is_same_v<decltype(&::openblas_get_corename), own::openblas_get_corename_fn>,
-              "openblas_get_corename");
 static_assert(std::is_same_v<decltype(&::openblas_set_num_threads), own::openblas_set_num_threads_fn>,
               "openblas_set_num_threads");
 

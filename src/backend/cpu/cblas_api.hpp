@@ -19,7 +19,6 @@ using cblas_sgemm_fn = void (*)(CBLAS_ORDER order, CBLAS_TRANSPOSE trans_a, CBLA
 using cblas_dgemm_fn = void (*)(CBLAS_ORDER order, CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, blasint m,
                                 blasint n, blasint k, double alpha, const double *a, blasint lda, const double *b,
                                 blasint ldb, double beta, double *c, blasint ldc);
-using openblas_get_corename_fn = char *(*)(void);
 using openblas_set_num_threads_fn = void (*)(int num_threads);
 
 }  // namespace kiln::cpu

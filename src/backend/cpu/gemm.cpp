@@ -1,7 +1,7 @@
-// Matrix products: kiln's AVX-512 kernel (sgemm_avx512.hpp) for f32
-// products up to kOwnKernelMax multiply-adds on CPUs that have it (all sizes
-// when OpenBLAS itself runs pre-AVX-512 kernels there), OpenBLAS (row-major
-// CBLAS) for everything else.
+// Matrix products: on CPUs with AVX-512, kiln's own f32 kernels
+// (sgemm_avx512.hpp), the register-blocked one up to kOwnKernelMax
+// multiply-adds and the cache-blocked one above; OpenBLAS (row-major CBLAS)
+// for everything else.
 //
 // Threading: OpenBLAS runs one thread and kiln splits each product into row
 // (or column) panels over its own pool, whose workers already spin between
@@ -27,7 +27,6 @@
 // (bf16_gemm_avx512.hpp) instead where the CPU has it, with B packed into
 // pairs in such a buffer.
 #include <dlfcn.h>
-#include <strings.h>
 #include <sys/mman.h>
 
 #include <cstdlib>
@@ -62,7 +61,6 @@ constexpr int64_t kPackGrain = int64_t(1) << 17;
 struct OpenBlas {
   cblas_sgemm_fn sgemm = nullptr;
   cblas_dgemm_fn dgemm = nullptr;
-  openblas_get_corename_fn corename = nullptr;
   openblas_set_num_threads_fn set_num_threads = nullptr;
 };
 OpenBlas blas;
@@ -93,7 +91,6 @@ void load_openblas() {
   OpenBlas b;
   resolve(lib, "cblas_sgemm", b.sgemm);
   resolve(lib, "cblas_dgemm", b.dgemm);
-  resolve(lib, "openblas_get_corename", b.corename);
   resolve(lib, "openblas_set_num_threads", b.set_num_threads);
   b.set_num_threads(1);
   blas = b;  // the handle is never closed: the functions stay valid until exit
@@ -142,29 +139,14 @@ struct Blas<double> {
   }
 };
 
-// Products up to this many multiply-adds use kiln's AVX-512 kernel where
-// the CPU has it; larger ones go to the BLAS, whose cache blocking wins,
-// unless the BLAS runs pre-AVX-512 kernels on this CPU (see below).
+// Products up to this many multiply-adds use the register-blocked AVX-512
+// kernel where the CPU has it (no packing of A, no per-call setup); larger
+// ones the cache-blocked one, whose packing repays itself there.
 constexpr int64_t kOwnKernelMax = int64_t(1) << 26;
 // Below this many rows of A a transposed B is not worth packing: the pack
 // copies all of B to multiply it by a row or two (batch-1 inference), so BLAS
 // reads B in place instead, each thread over its own columns.
 constexpr int64_t kPackMinRows = 8;
-
-// Whether OpenBLAS picked AVX-512 kernels for this CPU. An OpenBLAS older
-// than the CPU falls back to an old family ("Prescott" on Emerald Rapids
-// with 0.3.21), several times slower than kiln's kernel at every size.
-bool blas_uses_avx512() {
-  static const bool uses = [] {
-    const char *core = blas.corename();
-    const std::string name = core ? core : "";
-    for (const char *family : {"SkylakeX", "Cooperlake", "SapphireRapids"}) {
-      if (strcasecmp(name.c_str(), family) == 0) return true;
-    }
-    return false;
-  }();
-  return uses;
-}
 
 // Packs columns [j_begin, j_end) of a row-major B ([k, n]; j_begin a
 // multiple of kSgemmBlockCols) for the AVX-512 kernel: blocks of
@@ -187,11 +169,45 @@ void pack_b(const float *b, int64_t n, int64_t k, float *out, int64_t j_begin, i
 // each other.
 bool should_pack_b(bool trans_b, int64_t m, int64_t n) { return trans_b || (m >= 256 && n % 256 == 0); }
 
-// Whether the AVX-512 kernel runs this product: on CPUs that have it, for
-// products it beats BLAS on, except a transposed B under kPackMinRows rows.
+// Whether the register-blocked AVX-512 kernel runs this product: on CPUs
+// that have it, for products up to kOwnKernelMax, except a transposed B
+// under kPackMinRows rows.
 bool use_own_kernel(bool trans_b, int64_t m, int64_t n, int64_t k) {
-  if (!avx512_available() || (trans_b && m < kPackMinRows)) return false;
-  return m * n * k <= kOwnKernelMax || !blas_uses_avx512();
+  return avx512_available() && !(trans_b && m < kPackMinRows) && m * n * k <= kOwnKernelMax;
+}
+
+// Whether the blocked AVX-512 kernel runs this f32 product: the products
+// above kOwnKernelMax (a training step of 784-1024-1024-10 is made of them)
+// on CPUs that have AVX-512, except a transposed B under kPackMinRows rows,
+// which BLAS reads in place. On that step's products it matches OpenBLAS
+// 0.3.21's SkylakeX kernels to within a few percent either way, and beats
+// them split over threads (one panel per thread packs each operand once,
+// where BLAS calls per chunk repack); on CPUs newer than the OpenBLAS, which
+// then runs pre-AVX-512 kernels, it is several times faster.
+bool use_blocked_kernel(bool trans_b, int64_t m, int64_t n, int64_t k) {
+  return avx512_available() && !(trans_b && m < kPackMinRows) && m * n * k > kOwnKernelMax;
+}
+
+// C = alpha * op(A) op(B) + beta * C on the blocked kernel, one panel of C
+// per thread: each thread packs the blocks of A and B its panel reads, so
+// more panels would pack the shared operand more times over.
+void blocked_gemm(ThreadPool &pool, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float *a, const float *b, float beta, float *c) {
+  const int64_t lda = std::max<int64_t>(1, trans_a ? m : k), ldb = std::max<int64_t>(1, trans_b ? k : n);
+  auto panel = [&](int64_t i0, int64_t mp, int64_t j0, int64_t np) {
+    sgemm_avx512_blocked(mp, np, k, alpha, trans_a ? a + i0 : a + i0 * lda, trans_a ? 1 : lda, trans_a ? lda : 1,
+                         trans_b ? b + j0 * ldb : b + j0, ldb, trans_b, beta, c + i0 * n + j0, n);
+  };
+  const bool by_rows = m >= n;
+  const int64_t unit = by_rows ? kSgemmTileRows : kSgemmBlockCols, extent = by_rows ? m : n;
+  pool.parallel_ranges((extent + unit - 1) / unit, pool.size(), [&](int64_t begin, int64_t end) {
+    const int64_t lo = begin * unit, hi = std::min(extent, end * unit);
+    if (by_rows) {
+      panel(lo, hi - lo, 0, n);
+    } else {
+      panel(0, m, lo, hi - lo);
+    }
+  });
 }
 
 // Runs panel(i0, mp, j0, np) over panels of C [m, n] that cover it, on the
@@ -226,6 +242,10 @@ void split_gemm(ThreadPool &pool, bool trans_a, bool trans_b, int64_t m, int64_t
   bool own_kernel = false, packed = false;
   const S *b_packed = nullptr;
   if constexpr (std::is_same_v<S, float>) {
+    if (use_blocked_kernel(trans_b, m, n, k)) {
+      blocked_gemm(pool, trans_a, trans_b, m, n, k, float(alpha), a, b, float(beta), c);
+      return;
+    }
     own_kernel = use_own_kernel(trans_b, m, n, k);
     if (own_kernel && should_pack_b(trans_b, m, n)) {
       thread_local std::vector<float> scratch;  // grows to the largest B, then reused
@@ -238,7 +258,7 @@ void split_gemm(ThreadPool &pool, bool trans_a, bool trans_b, int64_t m, int64_t
       pool.parallel_for(blocks, std::max<int64_t>(1, kPackGrain / (NR * k)), [&](int64_t jb0, int64_t jb1) {
         const int64_t j0 = jb0 * NR, j1 = std::min(n, jb1 * NR);
         if (trans_b) {
-          sgemm_avx512_pack_transposed(b + j0 * k, j1 - j0, k, out + jb0 * NR * k);
+          sgemm_avx512_pack_transposed(b + j0 * k, k, j1 - j0, k, out + jb0 * NR * k);
         } else {
           pack_b(b, n, k, out, j0, j1);
         }

@@ -4,6 +4,7 @@
 #include "backend/cpu/sgemm_avx512.hpp"
 
 #include <algorithm>
+#include <vector>
 
 #if defined(__x86_64__)
 // GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_ps, GCC bug
@@ -120,7 +121,7 @@ KILN_AVX512 void sgemm_avx512_transpose_tile(const float *src, int64_t lds, floa
 }
 
 
-KILN_AVX512 void sgemm_avx512_pack_transposed(const float *bt, int64_t n, int64_t k, float *out) {
+KILN_AVX512 void sgemm_avx512_pack_transposed(const float *bt, int64_t ldbt, int64_t n, int64_t k, float *out) {
   constexpr int64_t NR = kSgemmBlockCols;
   for (int64_t j0 = 0; j0 < n; j0 += NR) {
     const int64_t w = std::min(NR, n - j0);
@@ -128,15 +129,163 @@ KILN_AVX512 void sgemm_avx512_pack_transposed(const float *bt, int64_t n, int64_
     int64_t p0 = 0;
     for (; p0 + 16 <= k; p0 += 16) {
       int64_t j = 0;
-      for (; j + 16 <= w; j += 16) sgemm_avx512_transpose_tile(bt + (j0 + j) * k + p0, k, block + p0 * NR + j, NR);
+      for (; j + 16 <= w; j += 16) sgemm_avx512_transpose_tile(bt + (j0 + j) * ldbt + p0, ldbt, block + p0 * NR + j, NR);
       for (; j < w; ++j) {  // columns of a partial last block
-        const float *row = bt + (j0 + j) * k;
+        const float *row = bt + (j0 + j) * ldbt;
         for (int64_t p = p0; p < p0 + 16; ++p) block[p * NR + j] = row[p];
       }
     }
     for (int64_t j = 0; j < w; ++j) {  // the last k % 16 rows of op(B)
-      const float *row = bt + (j0 + j) * k;
+      const float *row = bt + (j0 + j) * ldbt;
       for (int64_t p = p0; p < k; ++p) block[p * NR + j] = row[p];
+    }
+  }
+}
+
+namespace {
+
+// The blocked product's tile: kBlockedTileRows rows of C by one 32-column
+// block. 24 accumulators (of the 32 registers) make 24 FMAs per two loads of
+// B and twelve broadcasts of A, enough to keep both FMA ports busy where the
+// 8-row kernel above waits on its loads.
+constexpr int64_t kTileRows = kSgemmTileRows;
+// Depth of one pass over k: a packed [kc, 32] block of B is 32 KiB, so it
+// stays in the L1 while every tile of the row block reuses it.
+constexpr int64_t kBlockDepth = 256;
+// Rows of A packed at once: kRowBlock x kBlockDepth floats (384 KiB) stay in
+// the L2 while the 32-column blocks of B pass by.
+constexpr int64_t kRowBlock = 32 * kTileRows;
+
+// C[R, 32] = alpha * A B + beta * C over kc steps, A R rows of a packed
+// [kc, 12] panel, B a packed [kc, 32] block. R = 12 is the tile; 8 and 4
+// finish a panel's last rows at full speed (a batch of 256 leaves 4).
+constexpr int64_t kPrefetchSteps = 16;
+
+template <int64_t R>
+KILN_AVX512 void full_tile(int64_t kc, const float *a, const float *b, float alpha, float beta, float *c,
+                           int64_t ldc) {
+  __m512 acc0[R], acc1[R];
+#pragma GCC unroll 12
+  for (int64_t r = 0; r < R; ++r) {
+    acc0[r] = acc1[r] = _mm512_setzero_ps();
+    // C's rows are far apart (often in the L2 or beyond): ask for them now,
+    // so that the stores at the end do not wait for them.
+    _mm_prefetch(reinterpret_cast<const char *>(c + r * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char *>(c + r * ldc + 16), _MM_HINT_T0);
+  }
+  for (int64_t p = 0; p < kc; ++p, a += kTileRows, b += kSgemmBlockCols) {
+    // The panel of A streams in from the L2, 48 bytes per step.
+    _mm_prefetch(reinterpret_cast<const char *>(a + kPrefetchSteps * kTileRows), _MM_HINT_T0);
+    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+#pragma GCC unroll 12
+    for (int64_t r = 0; r < R; ++r) {
+      const __m512 av = _mm512_set1_ps(a[r]);
+      acc0[r] = _mm512_fmadd_ps(av, b0, acc0[r]);
+      acc1[r] = _mm512_fmadd_ps(av, b1, acc1[r]);
+    }
+  }
+  const __m512 alpha_v = _mm512_set1_ps(alpha), beta_v = _mm512_set1_ps(beta);
+#pragma GCC unroll 12
+  for (int64_t r = 0; r < R; ++r) {
+    float *cr = c + r * ldc;
+    __m512 v0 = _mm512_mul_ps(acc0[r], alpha_v), v1 = _mm512_mul_ps(acc1[r], alpha_v);
+    if (beta != 0) {
+      v0 = _mm512_fmadd_ps(beta_v, _mm512_loadu_ps(cr), v0);
+      v1 = _mm512_fmadd_ps(beta_v, _mm512_loadu_ps(cr + 16), v1);
+    }
+    _mm512_storeu_ps(cr, v0);
+    _mm512_storeu_ps(cr + 16, v1);
+  }
+}
+
+// C[rows, w] = alpha * A B + beta * C for one packed panel of A (rows <= 12)
+// and one packed block of B (w <= 32): whole tiles where the block is
+// full, the masked kernel for what is left.
+void panel_tile(int64_t rows, int64_t w, int64_t kc, const float *a, const float *b, float alpha, float beta, float *c,
+                int64_t ldc) {
+  int64_t r = 0;
+  if (w == kSgemmBlockCols) {
+    if (rows == kTileRows) return full_tile<kTileRows>(kc, a, b, alpha, beta, c, ldc);
+    for (; r + 8 <= rows; r += 8) full_tile<8>(kc, a + r, b, alpha, beta, c + r * ldc, ldc);
+    for (; r + 4 <= rows; r += 4) full_tile<4>(kc, a + r, b, alpha, beta, c + r * ldc, ldc);
+  }
+  if (r < rows) {
+    sgemm_avx512_rows(rows - r, w, kc, alpha, a + r, 1, kTileRows, b, kSgemmBlockCols, kSgemmBlockCols * kc, beta,
+                      c + r * ldc, ldc);
+  }
+}
+
+// out[p * 12 + r] = A(r, p) for the rows < 12 rows and kc columns of A,
+// A(r, p) = a[r * a_row + p * a_col] with a_col = 1 (row-major) or a_row = 1
+// (stored transposed). A transposed A is read in place no better: its steps
+// of k are a row of the stored matrix apart, often a multiple of 4 KiB,
+// and the panel's lines then evict each other from the L1.
+KILN_AVX512 void pack_rows(const float *a, int64_t a_row, int64_t a_col, int64_t rows, int64_t kc, float *out) {
+  const __mmask16 tile_lanes = __mmask16((1u << kTileRows) - 1);
+  if (a_row == 1) {
+    const __mmask16 row_lanes = lanes(rows);
+    for (int64_t p = 0; p < kc; ++p) {
+      _mm512_mask_storeu_ps(out + p * kTileRows, tile_lanes, _mm512_maskz_loadu_ps(row_lanes, a + p * a_col));
+    }
+    return;
+  }
+  // Row-major: 16 x 16 transposes through a tile on the stack, which pads
+  // the missing rows with zeros instead of reading past A.
+  alignas(64) float in[16 * 16] = {}, tr[16 * 16];
+  int64_t p0 = 0;
+  for (; p0 + 16 <= kc; p0 += 16) {
+    for (int64_t r = 0; r < rows; ++r) _mm512_store_ps(in + r * 16, _mm512_loadu_ps(a + r * a_row + p0));
+    sgemm_avx512_transpose_tile(in, 16, tr, 16);
+#pragma GCC unroll 16
+    for (int64_t q = 0; q < 16; ++q) {
+      _mm512_mask_storeu_ps(out + (p0 + q) * kTileRows, tile_lanes, _mm512_load_ps(tr + q * 16));
+    }
+  }
+  for (int64_t p = p0; p < kc; ++p) {
+    for (int64_t r = 0; r < rows; ++r) out[p * kTileRows + r] = a[r * a_row + p];
+  }
+}
+
+// Packs rows [p0, p0 + kc) and columns [j0, j0 + w) (w <= 32) of op(B) into a
+// [kc, 32] block; columns past w stay unwritten (the kernels mask them).
+void pack_block(const float *b, int64_t ldb, bool trans_b, int64_t p0, int64_t kc, int64_t j0, int64_t w, float *out) {
+  if (trans_b) {
+    sgemm_avx512_pack_transposed(b + j0 * ldb + p0, ldb, w, kc, out);
+    return;
+  }
+  for (int64_t p = 0; p < kc; ++p) {
+    const float *row = b + (p0 + p) * ldb + j0;
+    std::copy(row, row + w, out + p * kSgemmBlockCols);
+  }
+}
+
+}  // namespace
+
+void sgemm_avx512_blocked(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t a_row, int64_t a_col,
+                          const float *b, int64_t ldb, bool trans_b, float beta, float *c, int64_t ldc) {
+  constexpr int64_t NR = kSgemmBlockCols;
+  // Grown to the largest block, then reused: no allocation in steady state.
+  thread_local std::vector<float> a_packed, b_block;
+  if (b_block.size() < size_t(kBlockDepth * NR)) b_block.resize(size_t(kBlockDepth * NR));
+  if (a_packed.size() < size_t(kRowBlock * kBlockDepth)) a_packed.resize(size_t(kRowBlock * kBlockDepth));
+  for (int64_t p0 = 0; p0 < k; p0 += kBlockDepth) {
+    const int64_t kc = std::min(kBlockDepth, k - p0);
+    // Later passes over k add to what the first one stored.
+    const float pass_beta = p0 == 0 ? beta : 1.0f;
+    for (int64_t i1 = 0; i1 < m; i1 += kRowBlock) {
+      const int64_t mc = std::min(kRowBlock, m - i1);
+      for (int64_t i = 0; i < mc; i += kTileRows) {
+        pack_rows(a + (i1 + i) * a_row + p0 * a_col, a_row, a_col, std::min(kTileRows, mc - i), kc,
+                  a_packed.data() + i * kc);
+      }
+      for (int64_t j0 = 0; j0 < n; j0 += NR) {
+        const int64_t w = std::min(NR, n - j0);
+        pack_block(b, ldb, trans_b, p0, kc, j0, w, b_block.data());
+        for (int64_t i = 0; i < mc; i += kTileRows) {
+          panel_tile(std::min(kTileRows, mc - i), w, kc, a_packed.data() + i * kc, b_block.data(), alpha, pass_beta,
+                     c + (i1 + i) * ldc + j0, ldc);
+        }
+      }
     }
   }
 }
@@ -146,7 +295,9 @@ KILN_AVX512 void sgemm_avx512_pack_transposed(const float *bt, int64_t n, int64_
 bool avx512_available() { return false; }
 void sgemm_avx512_rows(int64_t, int64_t, int64_t, float, const float *, int64_t, int64_t, const float *, int64_t,
                        int64_t, float, float *, int64_t) {}
-void sgemm_avx512_pack_transposed(const float *, int64_t, int64_t, float *) {}
+void sgemm_avx512_pack_transposed(const float *, int64_t, int64_t, int64_t, float *) {}
+void sgemm_avx512_blocked(int64_t, int64_t, int64_t, float, const float *, int64_t, int64_t, const float *, int64_t,
+                          bool, float, float *, int64_t) {}
 void sgemm_avx512_transpose_tile(const float *, int64_t, float *, int64_t) {}
 
 #endif

@@ -1,9 +1,9 @@
-// kiln's own single-precision matrix kernel for AVX-512 CPUs, used for the
-// small products of MLP training where it beats a BLAS call: no packing of
-// A, no per-call setup, and no dependence on the BLAS recognising the CPU (Debian's
-// OpenBLAS 0.3.21 runs newer Xeons with its SSE3 "Prescott" kernels, 3x
-// slower). Row-major; B must have contiguous rows, so callers repack a
-// transposed B first.
+// kiln's own single-precision matrix kernels for AVX-512 CPUs, used for the
+// f32 products of MLP training: a register-blocked kernel for the small
+// ones, where it beats a BLAS call (no packing of A, no per-call setup), and
+// a cache-blocked one for the large ones. Neither depends on the BLAS
+// recognising the CPU (Debian's OpenBLAS 0.3.21 runs newer Xeons with its
+// SSE3 "Prescott" kernels, 3x slower). Row-major.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,8 @@ bool avx512_available();
 // The kernel computes C in blocks of this many columns.
 constexpr int64_t kSgemmBlockCols = 32;
 
+// The register-blocked kernel: B must have contiguous rows, so callers
+// repack a transposed B first.
 // C[m,n] = alpha * A B + beta * C (beta = 0 never reads C). A is read with
 // any strides, A(i, p) = a[i * a_row + p * a_col] (so A may be transposed).
 // B is read in blocks of kSgemmBlockCols columns with contiguous rows:
@@ -29,9 +31,24 @@ void sgemm_avx512_rows(int64_t m, int64_t n, int64_t k, float alpha, const float
 // used to pack the inference weights, packed_linear_x86.cpp).
 void sgemm_avx512_transpose_tile(const float *src, int64_t lds, float *dst, int64_t ldd);
 
-// Packs op(B) = B^T, for B stored [n, k] (bt), into the blocked layout above
-// (ldb = 32, b_block = 32 * k): out holds ceil(n / 32) * 32 * k floats, and
-// columns past n in the last block are left unwritten (the kernel masks them).
-void sgemm_avx512_pack_transposed(const float *bt, int64_t n, int64_t k, float *out);
+// Packs op(B) = B^T, for B stored [n, k] with rows ldbt floats apart (bt),
+// into the blocked layout above (ldb = 32, b_block = 32 * k): out holds
+// ceil(n / 32) * 32 * k floats, and columns past n in the last block are left
+// unwritten (the kernel masks them).
+void sgemm_avx512_pack_transposed(const float *bt, int64_t ldbt, int64_t n, int64_t k, float *out);
+
+// The blocked kernel's tiles of C have this many rows (and kSgemmBlockCols
+// columns): callers splitting a product over threads split rows in whole tiles.
+constexpr int64_t kSgemmTileRows = 12;
+
+// C[m, n] = alpha * A op(B) + beta * C (beta = 0 never reads C) for products
+// too large for sgemm_avx512_rows to keep in cache: blocked over k and rows
+// of A, op(B) packed one [256, 32] block at a time (L1-sized), 12 x 32 tiles
+// of C, A packed into 12-row panels. A is row-major (a_col = 1) or stored
+// transposed (a_row = 1): A(i, p) = a[i * a_row + p * a_col].
+// op(B)(p, j) = trans_b ? b[j * ldb + p] : b[p * ldb + j]. The packing
+// buffers are per calling thread, grown once and reused.
+void sgemm_avx512_blocked(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t a_row, int64_t a_col,
+                          const float *b, int64_t ldb, bool trans_b, float beta, float *c, int64_t ldc);
 
 }  // namespace kiln::cpu
