@@ -257,14 +257,16 @@ def train_peak_memory(args):
     return res
 
 
-def markdown_tables(report, json_path):
+def markdown_tables(report, json_path, json_link):
     """The README's Performance tables from one report: PyTorch (training and
-    inference) and ONNX Runtime (inference), with what they were measured on."""
+    inference) and ONNX Runtime (inference), with what they were measured on.
+    json_path names the JSON from the repository's root, json_link reaches it
+    from the folder the tables are written to."""
     m = report["machine"]
     lines = [f"Measured {report['date'][:10]} at commit {report['commit']} with `{report['command']}` on "
              f"{m['cpu']} ({m['cores']} cores; {', '.join(report['cpu_extensions'])}), {m['memory_gib']} GiB; "
              f"load average {report['load_average_before']} before, {report['load_average_after']} after; "
-             f"reference {report['reference']}; JSON: [`{json_path}`]({json_path}).", ""]
+             f"reference {report['reference']}; JSON: [`{json_path}`]({json_link}).", ""]
     res = report["results"]
     lines += ["| workload | threads | implementation | s / epoch | samples/s | peak MiB | test accuracy | GFLOP/s | "
               "of FMA peak | PyTorch time / kiln time |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -580,7 +582,8 @@ def main():
         json.dump(report, f, indent=1)
     if args.markdown:
         with open(args.markdown, "w") as f:
-            f.write(markdown_tables(report, os.path.relpath(out, ROOT)))
+            link = os.path.relpath(out, os.path.dirname(os.path.abspath(args.markdown)))
+            f.write(markdown_tables(report, os.path.relpath(out, ROOT), link))
         print(f"written {os.path.relpath(args.markdown, ROOT)}")
     print(f"\nload average before {load_before}, after {report['load_average_after']}")
     print(f"written {os.path.relpath(out, ROOT)}")
