@@ -105,12 +105,8 @@ static int teardown(void **state) {
  * shuffle seed 7 and gradient buckets of bucket_bytes (0: one allreduce). */
 static kiln_trainer *make_trainer_on(fixture *f, const char *spec_text, int64_t batch, double lr,
                                      int64_t bucket_bytes, kiln_device dev, kiln_model **model) {
-  kiln_model_spec *spec = NULL;
   assert_kiln_ok(kiln_context_set_seed(f->ctx, 1));
-  assert_kiln_ok(kiln_model_spec_create(&spec));
-  assert_kiln_ok(kiln_model_spec_parse(spec, spec_text));
-  assert_kiln_ok(kiln_model_create(f->ctx, spec, kCpu, model));
-  kiln_model_spec_release(spec);
+  *model = kiln_test_model(f->ctx, spec_text);
   if (dev.kind != KILN_DEVICE_CPU) assert_kiln_ok(kiln_model_to(*model, dev));
   kiln_trainer_options *o = NULL;
   kiln_trainer *t = NULL;
@@ -432,12 +428,8 @@ static void test_checkpoint_written_by_rank_0_resumes_everywhere(void **state) {
  * its weights from context seed `seed` and its shuffle seed drawn from the
  * context (so each rank's differs until attach). */
 static kiln_trainer *momentum_trainer(fixture *f, uint64_t seed, int64_t batch, kiln_model **model) {
-  kiln_model_spec *spec = NULL;
   assert_kiln_ok(kiln_context_set_seed(f->ctx, seed));
-  assert_kiln_ok(kiln_model_spec_create(&spec));
-  assert_kiln_ok(kiln_model_spec_parse(spec, "784-16-10"));
-  assert_kiln_ok(kiln_model_create(f->ctx, spec, kCpu, model));
-  kiln_model_spec_release(spec);
+  *model = kiln_test_model(f->ctx, "784-16-10");
   kiln_trainer_options *o = NULL;
   kiln_trainer *t = NULL;
   assert_kiln_ok(kiln_trainer_options_create(&o));

@@ -98,12 +98,8 @@ static void random_samples(kiln_context *ctx, uint64_t seed, int64_t n, kiln_dev
 }
 
 static kiln_trainer *make_trainer(kiln_context *ctx, kiln_model **model) {
-  kiln_model_spec *spec = NULL;
   assert_kiln_ok(kiln_context_set_seed(ctx, 5));
-  assert_kiln_ok(kiln_model_spec_create(&spec));
-  assert_kiln_ok(kiln_model_spec_parse(spec, "6-8-3"));
-  assert_kiln_ok(kiln_model_create(ctx, spec, kCpu, model));
-  kiln_model_spec_release(spec);
+  *model = kiln_test_model(ctx, "6-8-3");
   kiln_trainer_options *o = NULL;
   kiln_trainer *t = NULL;
   assert_kiln_ok(kiln_trainer_options_create(&o));

@@ -60,11 +60,7 @@ static void train_and_check(fixture *f, kiln_device device, const char *spec_tex
   /* One fixed seed for the weights and the shuffle. Over seeds 1..6 the SGD
    * case lands at 84.1-85.2% (it is a 5-epoch run: seeds move it by ~1%). */
   assert_kiln_ok(kiln_context_set_seed(f->ctx, 1));
-  kiln_model_spec *spec = NULL;
-  kiln_model *model = NULL;
-  assert_kiln_ok(kiln_model_spec_create(&spec));
-  assert_kiln_ok(kiln_model_spec_parse(spec, spec_text));
-  assert_kiln_ok(kiln_model_create(f->ctx, spec, device, &model));
+  kiln_model *model = kiln_test_model_on(f->ctx, spec_text, device, KILN_F32);
   kiln_trainer_options *opts = NULL;
   kiln_trainer *trainer = NULL;
   assert_kiln_ok(kiln_trainer_options_create(&opts));
@@ -99,7 +95,6 @@ static void train_and_check(fixture *f, kiln_device device, const char *spec_tex
   kiln_trainer_release(trainer);
   kiln_trainer_options_release(opts);
   kiln_model_release(model);
-  kiln_model_spec_release(spec);
 }
 
 static void test_tutorial_sgd(void **state) {

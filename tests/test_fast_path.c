@@ -49,11 +49,7 @@ static void read_weights(kiln_model *model, double *weights) {
 static kiln_status train(int set_fast_path, uint32_t fast_path, double *weights) {
   kiln_context *ctx = kiln_test_context_create(42);
   kiln_dataset *ds = make_dataset(ctx);
-  kiln_model_spec *spec = NULL;
-  kiln_model *model = NULL;
-  assert_kiln_ok(kiln_model_spec_create(&spec));
-  assert_kiln_ok(kiln_model_spec_parse(spec, "6-12-3:gelu:dropout=0.2"));
-  assert_kiln_ok(kiln_model_create(ctx, spec, dev, &model));
+  kiln_model *model = kiln_test_model_on(ctx, "6-12-3:gelu:dropout=0.2", dev, KILN_F32);
   kiln_trainer_options *o = NULL;
   kiln_trainer *trainer = NULL;
   assert_kiln_ok(kiln_trainer_options_create(&o));
@@ -75,7 +71,6 @@ static kiln_status train(int set_fast_path, uint32_t fast_path, double *weights)
   kiln_trainer_release(trainer);
   kiln_trainer_options_release(o);
   kiln_model_release(model);
-  kiln_model_spec_release(spec);
   kiln_dataset_release(ds);
   kiln_context_release(ctx);
   return status;
