@@ -148,20 +148,6 @@ constexpr int64_t kOwnKernelMax = int64_t(1) << 26;
 // reads B in place instead, each thread over its own columns.
 constexpr int64_t kPackMinRows = 8;
 
-// Packs columns [j_begin, j_end) of a row-major B ([k, n]; j_begin a
-// multiple of kSgemmBlockCols) for the AVX-512 kernel: blocks of
-// kSgemmBlockCols columns one after another, each [k, 32] with contiguous
-// rows. Columns past n in the last block stay unwritten (the kernel masks
-// them). A transposed B is packed by sgemm_avx512_pack_transposed.
-void pack_b(const float *b, int64_t n, int64_t k, float *out, int64_t j_begin, int64_t j_end) {
-  constexpr int64_t NR = kSgemmBlockCols;
-  for (int64_t j0 = j_begin; j0 < j_end; j0 += NR) {
-    const int64_t w = std::min(NR, n - j0);
-    float *block = out + (j0 / NR) * NR * k;
-    for (int64_t p = 0; p < k; ++p) std::copy(b + p * n + j0, b + p * n + j0 + w, block + p * NR);
-  }
-}
-
 // Whether to pack B before the AVX-512 kernel: always when B is transposed
 // (the kernel needs contiguous rows); otherwise when A has enough rows that
 // the copy is cheap next to the product and B's row stride is a multiple of
@@ -257,11 +243,7 @@ void split_gemm(ThreadPool &pool, bool trans_a, bool trans_b, int64_t m, int64_t
       // alone would leave the others waiting for.
       pool.parallel_for(blocks, std::max<int64_t>(1, kPackGrain / (NR * k)), [&](int64_t jb0, int64_t jb1) {
         const int64_t j0 = jb0 * NR, j1 = std::min(n, jb1 * NR);
-        if (trans_b) {
-          sgemm_avx512_pack_transposed(b + j0 * k, k, j1 - j0, k, out + jb0 * NR * k);
-        } else {
-          pack_b(b, n, k, out, j0, j1);
-        }
+        sgemm_avx512_pack_b(trans_b ? b + j0 * ldb : b + j0, ldb, trans_b, j1 - j0, k, out + jb0 * NR * k);
       });
       b_packed = out;
       packed = true;

@@ -121,22 +121,26 @@ KILN_AVX512 void sgemm_avx512_transpose_tile(const float *src, int64_t lds, floa
 }
 
 
-KILN_AVX512 void sgemm_avx512_pack_transposed(const float *bt, int64_t ldbt, int64_t n, int64_t k, float *out) {
+KILN_AVX512 void sgemm_avx512_pack_b(const float *b, int64_t ldb, bool trans_b, int64_t n, int64_t k, float *out) {
   constexpr int64_t NR = kSgemmBlockCols;
   for (int64_t j0 = 0; j0 < n; j0 += NR) {
     const int64_t w = std::min(NR, n - j0);
     float *block = out + (j0 / NR) * NR * k;
+    if (!trans_b) {
+      for (int64_t p = 0; p < k; ++p) std::copy(b + p * ldb + j0, b + p * ldb + j0 + w, block + p * NR);
+      continue;
+    }
     int64_t p0 = 0;
     for (; p0 + 16 <= k; p0 += 16) {
       int64_t j = 0;
-      for (; j + 16 <= w; j += 16) sgemm_avx512_transpose_tile(bt + (j0 + j) * ldbt + p0, ldbt, block + p0 * NR + j, NR);
+      for (; j + 16 <= w; j += 16) sgemm_avx512_transpose_tile(b + (j0 + j) * ldb + p0, ldb, block + p0 * NR + j, NR);
       for (; j < w; ++j) {  // columns of a partial last block
-        const float *row = bt + (j0 + j) * ldbt;
+        const float *row = b + (j0 + j) * ldb;
         for (int64_t p = p0; p < p0 + 16; ++p) block[p * NR + j] = row[p];
       }
     }
     for (int64_t j = 0; j < w; ++j) {  // the last k % 16 rows of op(B)
-      const float *row = bt + (j0 + j) * ldbt;
+      const float *row = b + (j0 + j) * ldb;
       for (int64_t p = p0; p < k; ++p) block[p * NR + j] = row[p];
     }
   }
@@ -246,19 +250,6 @@ KILN_AVX512 void pack_rows(const float *a, int64_t a_row, int64_t a_col, int64_t
   }
 }
 
-// Packs rows [p0, p0 + kc) and columns [j0, j0 + w) (w <= 32) of op(B) into a
-// [kc, 32] block; columns past w stay unwritten (the kernels mask them).
-void pack_block(const float *b, int64_t ldb, bool trans_b, int64_t p0, int64_t kc, int64_t j0, int64_t w, float *out) {
-  if (trans_b) {
-    sgemm_avx512_pack_transposed(b + j0 * ldb + p0, ldb, w, kc, out);
-    return;
-  }
-  for (int64_t p = 0; p < kc; ++p) {
-    const float *row = b + (p0 + p) * ldb + j0;
-    std::copy(row, row + w, out + p * kSgemmBlockCols);
-  }
-}
-
 }  // namespace
 
 void sgemm_avx512_blocked(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t a_row, int64_t a_col,
@@ -280,7 +271,7 @@ void sgemm_avx512_blocked(int64_t m, int64_t n, int64_t k, float alpha, const fl
       }
       for (int64_t j0 = 0; j0 < n; j0 += NR) {
         const int64_t w = std::min(NR, n - j0);
-        pack_block(b, ldb, trans_b, p0, kc, j0, w, b_block.data());
+        sgemm_avx512_pack_b(trans_b ? b + j0 * ldb + p0 : b + p0 * ldb + j0, ldb, trans_b, w, kc, b_block.data());
         for (int64_t i = 0; i < mc; i += kTileRows) {
           panel_tile(std::min(kTileRows, mc - i), w, kc, a_packed.data() + i * kc, b_block.data(), alpha, pass_beta,
                      c + (i1 + i) * ldc + j0, ldc);
@@ -295,7 +286,7 @@ void sgemm_avx512_blocked(int64_t m, int64_t n, int64_t k, float alpha, const fl
 bool avx512_available() { return false; }
 void sgemm_avx512_rows(int64_t, int64_t, int64_t, float, const float *, int64_t, int64_t, const float *, int64_t,
                        int64_t, float, float *, int64_t) {}
-void sgemm_avx512_pack_transposed(const float *, int64_t, int64_t, int64_t, float *) {}
+void sgemm_avx512_pack_b(const float *, int64_t, bool, int64_t, int64_t, float *) {}
 void sgemm_avx512_blocked(int64_t, int64_t, int64_t, float, const float *, int64_t, int64_t, const float *, int64_t,
                           bool, float, float *, int64_t) {}
 void sgemm_avx512_transpose_tile(const float *, int64_t, float *, int64_t) {}

@@ -31,11 +31,11 @@ void sgemm_avx512_rows(int64_t m, int64_t n, int64_t k, float alpha, const float
 // used to pack the inference weights, packed_linear_x86.cpp).
 void sgemm_avx512_transpose_tile(const float *src, int64_t lds, float *dst, int64_t ldd);
 
-// Packs op(B) = B^T, for B stored [n, k] with rows ldbt floats apart (bt),
-// into the blocked layout above (ldb = 32, b_block = 32 * k): out holds
+// Packs op(B) [k, n] into the blocked layout above (ldb = 32, b_block =
+// 32 * k): op(B)(p, j) = trans_b ? b[j * ldb + p] : b[p * ldb + j]. out holds
 // ceil(n / 32) * 32 * k floats, and columns past n in the last block are left
-// unwritten (the kernel masks them).
-void sgemm_avx512_pack_transposed(const float *bt, int64_t ldbt, int64_t n, int64_t k, float *out);
+// unwritten (the kernels mask them).
+void sgemm_avx512_pack_b(const float *b, int64_t ldb, bool trans_b, int64_t n, int64_t k, float *out);
 
 // The blocked kernel's tiles of C have this many rows (and kSgemmBlockCols
 // columns): callers splitting a product over threads split rows in whole tiles.
