@@ -9,8 +9,9 @@
 #    the build only records the libopenblas.so.0 it finds, to try first,
 #    preferring the pthread variant (pkg-config's choice where pkg-config
 #    exists); found nowhere, the loader's search for libopenblas.so.0 alone.
-#  - CMocka, for the tests only (kiln_find_cmocka): pkg-config, else
-#    cmocka.h and libcmocka under the prefixes CMake searches.
+#  - CMocka, for the tests only (kiln_find_cmocka): pkg-config where its
+#    header is really there, else cmocka.h and libcmocka under the prefixes
+#    CMake searches.
 # Each outcome is printed, so a build log says what was used.
 
 find_package(PkgConfig QUIET)
@@ -58,6 +59,19 @@ function(kiln_find_cmocka)
   endif()
   if(PKG_CONFIG_FOUND)
     pkg_check_modules(CMOCKA QUIET IMPORTED_TARGET cmocka)
+  endif()
+  # A cmocka.pc unpacked from a carried package (scripts/gpu-check.sh) still
+  # says prefix=/usr, where neither header nor library is: trust pkg-config
+  # only where the header it promises is there.
+  if(CMOCKA_FOUND)
+    include(CheckIncludeFiles)
+    set(CMAKE_REQUIRED_INCLUDES ${CMOCKA_INCLUDE_DIRS})
+    set(CMAKE_REQUIRED_QUIET ON)
+    check_include_files("stdarg.h;stddef.h;stdint.h;setjmp.h;cmocka.h" KILN_CMOCKA_PC_HEADER_FOUND)
+    if(NOT KILN_CMOCKA_PC_HEADER_FOUND)
+      message(STATUS "CMocka: pkg-config's cmocka.pc names include dirs without cmocka.h; searching the prefixes")
+      set(CMOCKA_FOUND FALSE)
+    endif()
   endif()
   if(CMOCKA_FOUND)
     add_library(kiln::cmocka ALIAS PkgConfig::CMOCKA)
