@@ -97,6 +97,8 @@ model="$work/model.safetensors"
 expect 0 "test accuracy: [0-9.]+%" "$kiln" train "${common[@]}" --epochs 1 --save "$model" \
   --checkpoint "$work/epoch1.ckpt"
 grep -qE "^epoch 1/1 .*val accuracy" "$work/out" || fail "no plain per-epoch line when stdout is not a terminal"
+grep -qE "^training: sgd, lr 0.2, batch 20, epochs 1, precision fp32$" "$work/out" ||
+  fail "the header names the default optimizer and precision wrongly: $(grep '^training:' "$work/out")"
 [[ -s "$model" && -s "$work/epoch1.ckpt" ]] || fail "--save or --checkpoint wrote no file"
 trained="$(grep '^test accuracy:' "$work/out")"
 

@@ -172,8 +172,9 @@ double trainer_flag_number(const trainer_flags *f, const char *flag) {
 }
 
 const char *trainer_flag_name(const trainer_flags *f, const char *flag) {
-  static char name[32];
+  /* A buffer per row: one printf may show several flags' defaults. */
+  static char names[TRAINER_OPTION_COUNT][32];
   int i = find_row(flag);
   if (i < 0) return "?";
-  return f->name[i] ? f->name[i] : enum_name(&kRows[i], (int)kRows[i].dflt, name, sizeof name);
+  return f->name[i] ? f->name[i] : enum_name(&kRows[i], (int)kRows[i].dflt, names[i], sizeof names[i]);
 }
