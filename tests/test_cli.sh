@@ -91,6 +91,10 @@ expect 1 "looked for train-images-idx3-ubyte\[\.gz\].*apt-get install dataset-fa
   "$kiln" train --data "$work/nowhere"
 expect 1 "cannot load model '$work/missing.safetensors'" "$kiln" eval "$work/missing.safetensors" --data "$data"
 
+CUDA_VISIBLE_DEVICES= expect 0 "^no GPU: .+" "$kiln" train --device auto --data "$data" \
+  --hidden 8 --epochs 1
+grep -q "^device: cpu " "$work/out" || fail "--device auto with no GPU visible did not train on the CPU"
+
 # ---- train, eval, predict ----------------------------------------------------
 common=(--data "$data" --device cpu --hidden 16 --batch 20 --lr 0.2 --seed 7)
 model="$work/model.safetensors"

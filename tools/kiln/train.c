@@ -238,6 +238,11 @@ static void print_header(const train_args *a, const train_run *r) {
   if (r->val && kiln_dataset_size(r->val, &n_val) != KILN_OK) n_val = 0;
   if (kiln_dataset_size(r->test, &n_test) != KILN_OK) n_test = 0;
   printf("device: %s\n", dev);
+  /* auto on the CPU: say why not the GPU (no driver, none visible, ...). */
+  const char *why = NULL;
+  if (strcmp(a->device, "auto") == 0 && r->device.kind == KILN_DEVICE_CPU &&
+      kiln_cuda_unavailable_reason(r->ctx, &why) == KILN_OK && why && *why)
+    printf("no GPU: %s\n", why);
   printf("model: %s (%lld parameters)\n", spec, (long long)params);
   printf("data: %s: %lld training, %lld validation, %lld test samples\n", a->data, (long long)n_train,
          (long long)n_val, (long long)n_test);
