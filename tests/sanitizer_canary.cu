@@ -3,7 +3,7 @@
 // sanitize stage runs each mode under its tool and expects a report):
 //
 //   sanitizer_canary oob      a kernel writes one int past its allocation (memcheck)
-//   sanitizer_canary race     threads of two warps write one shared int unsynchronised (racecheck)
+//   sanitizer_canary race     threads read shared cells another warp writes, unsynchronised (racecheck)
 //   sanitizer_canary uninit   a kernel reads device memory nothing wrote (initcheck)
 //
 // Without a sanitizer each mode runs to completion and exits 0 (the write
@@ -18,10 +18,14 @@ namespace {
 
 __global__ void write_past_end(int *p, int n) { p[n] = 1; }
 
+// Each thread reads the cell another warp writes, with no barrier between:
+// a read-after-write hazard. (One cell written by all and read back, the
+// first version, let the compiler forward the store and drop the shared
+// access: on the H200 racecheck had nothing to see.)
 __global__ void unsynchronised_shared(int *out) {
-  __shared__ int shared;
-  shared = int(threadIdx.x);  // every thread, no barrier: write-write hazards across warps
-  out[threadIdx.x] = shared;
+  __shared__ volatile int cells[64];
+  cells[threadIdx.x] = int(threadIdx.x);
+  out[threadIdx.x] = cells[(threadIdx.x + 32) % blockDim.x];
 }
 
 __global__ void read_unwritten(const int *in, int *out) { out[threadIdx.x] = in[threadIdx.x] + 1; }
