@@ -471,7 +471,9 @@ def main():
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1, help="untimed epochs before the timed ones")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", default="1,2", help="CPU thread counts, each measured in turn (default 1,2)")
+    p.add_argument("--threads", default=None,
+                   help="CPU thread counts, each measured in turn (default 1,2; on a GPU 1: the host's threads "
+                        "only feed it)")
     p.add_argument("--torch-python", default=None, help="a Python with PyTorch 2.x (default: see torch_python)")
     p.add_argument("--markdown", default=None, help="also write the README's tables to this file")
     p.add_argument("--workloads", default=None, help="default A,B,C (CPU) or A,B,W,C (GPU)")
@@ -501,7 +503,7 @@ def main():
     else:
         print(f"bench: reference {reference} from {py}", flush=True)
     load_before = load_average()
-    thread_counts = [int(t) for t in str(args.threads).split(",")]
+    thread_counts = [int(t) for t in str(args.threads or ("1" if gpu else "1,2")).split(",")]
     results = {}
     peaks = {}
     failed = False

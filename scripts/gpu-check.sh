@@ -9,7 +9,9 @@
 #
 #   scripts/gpu-check.sh OUTDIR [STAGES]
 #
-# STAGES (comma-separated, default all, in this order):
+# STAGES (comma-separated, run in the order given; default
+# env,build,test-safe,test,bench,ncu,sanitize: the figures before the
+# sanitizers, which take whatever time is left):
 #   env        versions of the driver, toolkit, tools and PyTorch, and every
 #              dependency: what was found, and what the flow falls back to
 #   build      configures build-gpu/ (-DKILN_CUDA_ARCHITECTURES=90, the CUDA
@@ -20,12 +22,17 @@
 #              (KILN_DISABLE=all: no CUDA graphs, cuBLASLt epilogues or cuDNN)
 #   test       the GPU tests (*_cuda, *_cudnn) with every part on
 #              (KILN_ENABLE=cudnn: cuDNN is off by default)
+#              After test-safe or test, each test program that crashed runs
+#              once more under cuda-gdb (where there is one), with the
+#              stage's environment: its backtrace goes in
+#              backtrace-STAGE-TEST.log and the first frames in the summary.
 #   sanitize   first a planted bug per tool (tests/sanitizer_canary.cu), which
 #              must be reported, so a clean run below means clean code and not
 #              a sanitizer that cannot work here; then compute-sanitizer
 #              memcheck, racecheck, synccheck and initcheck over the test
 #              programs of the *_cuda tests, each run time-limited
-#   bench      python3 bench/run.py --device cuda, short (1 repeat, 1 epoch)
+#   bench      python3 bench/run.py --device cuda, short (1 repeat, 1 warm-up
+#              and 1 timed epoch, PyTorch eager and graphed)
 #   ncu        ncu: kernels and time per kernel of one training step of A and of B
 # A stage whose tool is missing is SKIPPED, one that runs out of time TIMEOUT,
 # one that fails FAILED; the rest go on either way. Exit status: 1 when a
@@ -46,6 +53,7 @@
 #   KILN_BUILD_DIR      the build directory (default build-gpu; kept between runs,
 #                       so a later stage's build only rebuilds what changed)
 #   KILN_SANITIZER_TIMEOUT  seconds per compute-sanitizer run (default 60)
+#   KILN_BACKTRACES     crashed tests per stage rerun under cuda-gdb (default 4)
 #   KILN_SANITIZE_BUDGET    seconds for the whole sanitize stage (default 420)
 #   KILN_BENCH_ARGS     arguments for bench/run.py instead of the short defaults
 set -uo pipefail
@@ -57,7 +65,7 @@ fi
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 mkdir -p "$1"
 out="$(cd "$1" && pwd)"
-stages="${2:-env,build,test-safe,test,sanitize,bench,ncu}"
+stages="${2:-env,build,test-safe,test,bench,ncu,sanitize}"
 for s in ${stages//,/ }; do
   case $s in env | build | test-safe | test | sanitize | bench | ncu) ;;
     *) echo "gpu-check: unknown stage '$s' (env, build, test-safe, test, sanitize, bench, ncu)" >&2; exit 2 ;;
@@ -85,7 +93,6 @@ limit() {  # SECS [END]: the seconds a step may take: SECS, or less when the
   if [[ -n ${2:-} && $(($2 - SECONDS)) -lt $l ]]; then l=$(($2 - SECONDS)); fi
   if [[ $1 -lt $l ]]; then echo "$1"; else echo "$l"; fi
 }
-wanted() { [[ ",$stages," == *",$1,"* ]]; }
 have() { command -v "$1" >/dev/null 2>&1; }
 # Runs a command with a time limit, its output in a log; prints PASSED,
 # FAILED(rc=N), TIMEOUT, SKIPPED (exit status 77: no usable device) or
@@ -127,6 +134,7 @@ fi
 cuda_bin="$(dirname "${nvcc:-/usr/local/cuda/bin/nvcc}")"
 sanitizer="$(command -v compute-sanitizer || ls "$cuda_bin"/compute-sanitizer "$cuda_bin"/../compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)"
 ncu="$(command -v ncu || ls "$cuda_bin"/ncu 2>/dev/null | head -1)"
+cuda_gdb="$(command -v cuda-gdb || ls "$cuda_bin"/cuda-gdb 2>/dev/null | head -1)"
 cxx="${CXX:-$(command -v c++ || command -v g++)}"
 data="${KILN_DATA:-}"
 if [[ -z $data ]]; then
@@ -242,6 +250,7 @@ setup_deps() {
   found "Fashion-MNIST" "${data:-not found: bench runs workload W only}"
   found "compute-sanitizer" "${sanitizer:-not found: the sanitize stage is skipped}"
   found "ncu" "${ncu:-not found: the ncu stage is skipped}"
+  found "cuda-gdb" "${cuda_gdb:-not found: crashed tests get no backtrace}"
   export KILN_BACKEND_PATH="$build"
   [[ -n $data ]] && export KILN_FASHION_MNIST="$data"
   {
@@ -254,7 +263,7 @@ setup_deps
 log "output in $out; stages $stages; budget ${budget}s; build dir $build; carried: $carry"
 
 # ---- env ------------------------------------------------------------------------
-if wanted env; then
+stage_env() {
   {
     echo "date: $(date -u +%FT%TZ)"; echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null)"
     uname -a; nproc; free -g 2>/dev/null | head -2
@@ -270,10 +279,10 @@ if wanted env; then
   else
     record env passed "env.log (every dependency found or carried)"
   fi
-fi
+}
 
 # ---- build ----------------------------------------------------------------------
-if wanted build; then
+stage_build() {
   if [[ -z $nvcc ]]; then
     record build FAILED "no CUDA compiler (set CUDACXX)"
   else
@@ -286,7 +295,67 @@ if wanted build; then
       record build "$(status_of "$r")" "$r build.log"
     fi
   fi
-fi
+}
+
+# The tests that are one program of this build (not mpirun jobs or scripts),
+# each as CTest runs it, its arguments and environment, in a script
+# $out/tests/NAME.sh that runs it under the command its arguments give
+# (compute-sanitizer --tool X, cuda-gdb -batch ... --args).
+test_scripts() {
+  [[ -d $out/tests ]] && return
+  mkdir -p "$out/tests"
+  ctest --test-dir "$build" --show-only=json-v1 2>/dev/null | "$python" -c '
+import json, os, shlex, sys
+build, where = sys.argv[1], sys.argv[2]
+for t in json.load(sys.stdin)["tests"]:
+    cmd = t.get("command") or []
+    if not cmd or not cmd[0].startswith(build + "/") or not os.access(cmd[0], os.X_OK):
+        continue
+    props = {p["name"]: p["value"] for p in t.get("properties", [])}
+    env = [e for e in props.get("ENVIRONMENT", [])]
+    with open(os.path.join(where, t["name"] + ".sh"), "w") as f:
+        f.write("cd %s && exec env %s \"$@\" %s\n" % (
+            shlex.quote(props.get("WORKING_DIRECTORY", build)), " ".join(shlex.quote(e) for e in env),
+            " ".join(shlex.quote(c) for c in cmd)))
+' "$build" "$out/tests"
+}
+
+# The tests of a CTest log that crashed (a signal: SegFault, "Segmentation
+# fault" from CMocka's handler, Child aborted), one name a line.
+crashed_tests() {  # LOG
+  "$python" - "$1" <<'PY'
+import re, sys
+name = None
+crashed = []
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"\s*\d+/\d+ Test\s+#\d+: (\S+) \.+", line)
+    if m:
+        name = m.group(1)
+        if re.search(r"Exception|SegFault|Child aborted", line):
+            crashed.append(name)
+    elif name and re.search(r"Segmentation fault|Aborted|Bus error|Illegal instruction", line) and name not in crashed:
+        crashed.append(name)
+print("\n".join(crashed))
+PY
+}
+
+# Each crashed test of a stage once more under cuda-gdb: where it stopped.
+backtraces() {  # STAGE LOG ENV...
+  local stage=$1 logf=$2; shift 2
+  [[ -n $cuda_gdb ]] || return 0
+  test_scripts
+  local t n=0
+  for t in $(crashed_tests "$out/$logf"); do
+    [[ -e $out/tests/$t.sh ]] || continue  # an mpirun job or a script
+    # a few: crashes of one cause repeat, and each costs a CUDA start-up under the debugger
+    [[ $((n++)) -lt ${KILN_BACKTRACES:-4} ]] || break
+    local bt="backtrace-$stage-$t.log"
+    r=$(timed "$(limit 90)" "$out/$bt" env "$@" bash "$out/tests/$t.sh" "$cuda_gdb" -q -batch \
+      -ex "set pagination off" -ex run -ex "bt 30" -ex "info registers rip" --args)
+    local st; st="$(status_of "$r")"; [[ $st == passed ]] && st=taken
+    record "backtrace $stage $t" "$st" "$bt: $(grep -m4 -E '^#[0-9]' "$out/$bt" | cut -c1-110 | tr '\n' ' ')"
+  done
+}
 
 # A CTest run of the build: ctest_stage NAME LOG ENV... -- CTEST_ARGS...
 ctest_stage() {
@@ -301,14 +370,15 @@ ctest_stage() {
   detail="$(grep -E 'tests passed|tests failed' "$out/$logf" | tail -1)"
   skipped="$(grep -cE '\(Skipped\)|Not Run' "$out/$logf")"
   record "$name" "$(status_of "$r")" "$r $logf: ${detail:-?} ($skipped skipped)"
+  [[ $r == PASSED ]] || backtraces "$name" "$logf" "${env[@]}"
 }
 
 # ---- test-safe, test ---------------------------------------------------------------
-wanted test-safe && ctest_stage test-safe ctest-safe.log KILN_DISABLE=all --
-wanted test && ctest_stage test ctest.log KILN_ENABLE=cudnn -- -R '_cuda|_cudnn'
+stage_test_safe() { ctest_stage test-safe ctest-safe.log KILN_DISABLE=all --; }
+stage_test() { ctest_stage test ctest.log KILN_ENABLE=cudnn -- -R '_cuda|_cudnn'; }
 
 # ---- sanitize -------------------------------------------------------------------
-if wanted sanitize; then
+stage_sanitize() {
   canary="$build/tests/sanitizer_canary"
   if [[ -z $sanitizer ]]; then
     record sanitize SKIPPED "compute-sanitizer not found"
@@ -331,46 +401,28 @@ if wanted sanitize; then
         record "sanitize canary $tool" FAILED "$r: the planted bug ($mode) was NOT reported: $tool cannot be trusted here"
       fi
     done
-    # The _cuda tests that are one program of this build (not mpirun jobs or
-    # scripts), each as CTest runs it: its arguments and environment, in a
-    # script of its own that runs it under the tool named by its argument.
-    mkdir -p "$out/sanitize"
-    ctest --test-dir "$build" --show-only=json-v1 2>/dev/null | "$python" -c '
-import json, os, shlex, sys
-build, where = sys.argv[1], sys.argv[2]
-for t in json.load(sys.stdin)["tests"]:
-    cmd = t.get("command") or []
-    if not t["name"].endswith("_cuda") or t["name"] == "sanitizer_canary_cuda" or not cmd:
-        continue
-    if not cmd[0].startswith(build + "/") or not os.access(cmd[0], os.X_OK):
-        continue
-    props = {p["name"]: p["value"] for p in t.get("properties", [])}
-    env = [e for e in props.get("ENVIRONMENT", [])]
-    with open(os.path.join(where, t["name"] + ".sh"), "w") as f:
-        f.write("cd %s && exec env %s \"$SANITIZER\" --tool \"$1\" --error-exitcode 1 %s\n" % (
-            shlex.quote(props.get("WORKING_DIRECTORY", build)), " ".join(shlex.quote(e) for e in env),
-            " ".join(shlex.quote(c) for c in cmd)))
-' "$build" "$out/sanitize"
+    test_scripts
     for tool in memcheck racecheck synccheck initcheck; do
-      for script in "$out"/sanitize/*_cuda.sh; do
+      for script in "$out"/tests/*_cuda.sh; do
         [[ -e $script ]] || continue
         t="$(basename "$script" .sh)"
+        [[ $t == sanitizer_canary_cuda ]] && continue
         # memcheck without --leak-check: the CUDA backend is deliberately
         # kept until exit (src/backend/registry.cpp), so its pools, handles
         # and workspaces would be reported as leaks by design. (cuDNN's plan
         # timing fills the buffers it reads first, so initcheck has nothing
         # to report there: program.cpp's fill_step_inputs.)
-        r=$(SANITIZER="$sanitizer" timed "$(limit "$per" "$stage_end")" \
-          "$out/sanitize-$tool-$t.log" bash "$script" "$tool")
+        r=$(timed "$(limit "$per" "$stage_end")" "$out/sanitize-$tool-$t.log" \
+          bash "$script" "$sanitizer" --tool "$tool" --error-exitcode 1)
         errs="$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool-$t.log" 2>/dev/null | tail -1)"
         record "sanitize $tool $t" "$(status_of "$r")" "$r ${errs}"
       done
     done
   fi
-fi
+}
 
 # ---- bench ----------------------------------------------------------------------
-if wanted bench; then
+stage_bench() {
   if [[ ! -x $build/bench/kiln_bench ]]; then
     record bench SKIPPED "no $build/bench/kiln_bench"
   else
@@ -378,17 +430,17 @@ if wanted bench; then
     if [[ -n ${KILN_BENCH_ARGS:-} ]]; then
       read -r -a bargs <<<"$KILN_BENCH_ARGS"
     else
-      bargs=(--repeats 1 --epochs 1 --warmup 1 --compile-timeout 90)
+      bargs=(--repeats 1 --epochs 1 --warmup 1 --loops resident,graph)
       [[ -n $data ]] || bargs+=(--workloads W)
     fi
     r=$(timed "$bl" "$out/bench.log" "$python" "$root/bench/run.py" --device cuda --build-dir "$build" \
       --data "${data:-/nonexistent}" --time-budget $((bl - 15)) --out "$out/bench-cuda.json" "${bargs[@]}")
     record bench "$(status_of "$r")" "$r bench.log, bench-cuda.json (data: ${data:-none, so W only})"
   fi
-fi
+}
 
 # ---- ncu ------------------------------------------------------------------------
-if wanted ncu; then
+stage_ncu() {
   if [[ -z $ncu ]]; then
     record ncu SKIPPED "ncu not found"
   elif [[ ! -x $build/bench/kiln_bench ]]; then
@@ -407,7 +459,10 @@ if wanted ncu; then
       record "ncu $w" "$(status_of "$r")" "$r ncu-$w.csv, ncu-$w-summary.txt: $(head -1 "$out/ncu-$w-summary.txt" 2>/dev/null)"
     done
   fi
-fi
+}
+
+# ---- the stages, in the order given ----------------------------------------------
+for s in ${stages//,/ }; do "stage_${s//-/_}"; done
 
 log "done in $((SECONDS - start)) s; summary:"
 cat "$summary"
