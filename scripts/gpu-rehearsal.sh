@@ -11,13 +11,15 @@
 #   scripts/gpu-rehearsal.sh [OUTDIR]      (default build-rehearsal/ in this tree)
 #
 # The root: Debian 12 (debootstrap --variant=minbase, the essential packages
-# and) g++, cmake, ninja-build and python3, with dpkg removed afterwards; the
+# and) g++, cmake, ninja-build, python3 and pkg-config (the H200 image has
+# it, and it finds the carried packages' .pc files, which name /usr), with
+# dpkg removed afterwards; the
 # CUDA toolkit of this machine mounted at the same path, with its cuDNN and
 # NCCL hidden (an overlay with whiteouts) because the image takes those
 # from PyTorch's pip packages: nvidia-cudnn-cu13 and nvidia-nccl-cu13 are
-# unpacked into the root's Python site-packages. Not in the root: pkg-config,
-# OpenBLAS, zlib's headers, CMocka, MPI, dpkg, PyTorch; the flow brings the
-# first four as carried packages (scripts/gpu-carry.sh) and builds without
+# unpacked into the root's Python site-packages. Not in the root: OpenBLAS,
+# zlib's headers, CMocka, MPI, dpkg, PyTorch; the flow brings the first
+# three as carried packages (scripts/gpu-carry.sh) and builds without
 # the rest. The run sees no network (unshare -n) and only this root (chroot).
 #
 # Cached between runs, outside the tree: the root and the wheels under
@@ -47,7 +49,7 @@ cache="${KILN_REHEARSAL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln-rehearsal}"
 mirror="${KILN_REHEARSAL_MIRROR:-http://deb.debian.org/debian}"
 toolkit_link="${KILN_REHEARSAL_CUDA:-/usr/local/cuda}"
 suite=bookworm
-include=g++,cmake,ninja-build,python3
+include=g++,cmake,ninja-build,python3,pkg-config
 # The versions PyTorch 2.11 (CUDA 13.0) installs beside itself.
 wheels=(nvidia-cudnn-cu13==9.19.0.56 nvidia-nccl-cu13==2.28.9)
 started=$SECONDS
