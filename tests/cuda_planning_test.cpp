@@ -3,7 +3,8 @@
 //  - GraphRuns (planning/graph_runs.hpp) against a step launcher that can
 //    fail a capture or a launch: every step runs exactly once, in order,
 //    whatever fails, graphs go off for good after a failure with one report,
-//    the cache limits hold, and every captured graph is destroyed once;
+//    the cache limits hold, later epochs reuse the first epoch's graph, and
+//    every captured graph is destroyed once;
 //  - plan_epilogues (planning/epilogue_plan.hpp) on step programs built op
 //    by op: which products pair into which cuBLASLt epilogues, and what
 //    happens when the heuristic refuses one half of a pair;
@@ -132,6 +133,43 @@ void graph_runs() {
     check(f.destroyed.size() == 1, "and not destroyed twice");
   }
 
+  g_case = "graphs: later epochs reuse the first epoch's graph";
+  {
+    // The first epoch of n steps runs one eagerly and captures n - 1; every
+    // later epoch of n steps is that graph and one one-step launch, with no
+    // capture of n (on the H200, capturing 422 steps again made epoch 2 of
+    // 784-32-10 four times slower than epoch 3).
+    FakeLauncher f;
+    GraphRuns runs(f, nullptr);
+    const int64_t n = 422;
+    for (int64_t epoch = 0; epoch < 3; ++epoch) runs.run(epoch * n, n);
+    check(each_step_once(f.applied, 3 * n), "three epochs' steps ran once each, in order");
+    check(f.captured == std::vector<int64_t>({n - 1, 1}), "graphs of n - 1 and 1 steps only");
+    check(f.launches == 1 + 2 + 2, "one launch in the first epoch, two in each later one");
+    // A run kTopUpSteps longer still tops up; one longer than that captures.
+    runs.run(3 * n, n - 1 + GraphRuns::kTopUpSteps);
+    check(f.captured.size() == 2, "n - 1 + kTopUpSteps: topped up");
+    const int64_t at = 4 * n - 1 + GraphRuns::kTopUpSteps;
+    runs.run(at, n + GraphRuns::kTopUpSteps);
+    check(f.captured.size() == 3 && f.captured.back() == n + GraphRuns::kTopUpSteps,
+          "n + kTopUpSteps: a graph of its own");
+    check(each_step_once(f.applied, at + n + GraphRuns::kTopUpSteps), "and every step still once, in order");
+    // A shorter run never takes a longer graph.
+    runs.run(at + n + GraphRuns::kTopUpSteps, 5);
+    check(f.captured.size() == 4 && f.captured.back() == 5, "5 steps: captured, not cut from a longer graph");
+  }
+
+  g_case = "graphs: a failed launch of a topped-up graph";
+  {
+    FakeLauncher f;
+    GraphRuns runs(f, nullptr);
+    runs.run(0, 10);  // warm + graph of 9
+    f.fail_launch = 2;  // the one-step launch after the graph of 9 in the next run
+    runs.run(10, 10);
+    check(each_step_once(f.applied, 20), "the graph's 9 steps, then the 10th eagerly");
+    check(runs.fell_back(), "graphs are off");
+  }
+
   g_case = "graphs: a launch fails midway through one-step graphs";
   {
     FakeLauncher f;
@@ -150,7 +188,9 @@ void graph_runs() {
     GraphRuns runs(f, nullptr);
     int64_t next = 0;
     runs.run(next, 1), next += 1;  // the warm step
-    for (int64_t len = 2; len < 2 + int64_t(GraphRuns::kMaxGraphs) + 3; ++len) runs.run(next, len), next += len;
+    // lengths further apart than kTopUpSteps: each would be captured
+    const int64_t apart = GraphRuns::kTopUpSteps + 1;
+    for (int64_t k = 1; k < 1 + int64_t(GraphRuns::kMaxGraphs) + 3; ++k) runs.run(next, k * apart), next += k * apart;
     check(each_step_once(f.applied, next), "every step ran once, in order");
     check(f.graphs_made() == GraphRuns::kMaxGraphs + 1, "kMaxGraphs lengths and the one-step graph");
   }

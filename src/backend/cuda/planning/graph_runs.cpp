@@ -1,5 +1,6 @@
 #include "backend/cuda/planning/graph_runs.hpp"
 
+#include <tuple>
 #include <utility>
 
 #include "core/error.hpp"
@@ -30,6 +31,13 @@ StepLauncher::Graph GraphRuns::graph(int64_t steps) {
   return g;
 }
 
+std::pair<int64_t, StepLauncher::Graph> GraphRuns::shorter_graph(int64_t count) const {
+  std::pair<int64_t, StepLauncher::Graph> best{0, nullptr};
+  for (const auto &g : graphs_)  // by length, ascending
+    if (g.first > 1 && g.first < count && count - g.first <= kTopUpSteps) best = g;
+  return best;
+}
+
 void GraphRuns::run(int64_t first, int64_t count) {
   if (count <= 0) return;
   if (fell_back()) return launcher_.run_table_steps(first, count);
@@ -43,12 +51,20 @@ void GraphRuns::run(int64_t first, int64_t count) {
   // Steps first + done onwards are not queued yet.
   int64_t done = 0;
   try {
-    if (StepLauncher::Graph whole = graph(count)) {
-      launcher_.launch(whole);
-      return;
+    int64_t covered = count;
+    StepLauncher::Graph body = nullptr;
+    auto cached = graphs_.find(count);
+    if (cached != graphs_.end()) body = cached->second;
+    else std::tie(covered, body) = shorter_graph(count);
+    if (!body) body = graph(count), covered = count;
+    if (body) {
+      launcher_.launch(body);
+      done = covered;
     }
-    StepLauncher::Graph one = graph(1);
-    for (; done < count; ++done) launcher_.launch(one);
+    if (done < count) {
+      StepLauncher::Graph one = graph(1);
+      for (; done < count; ++done) launcher_.launch(one);
+    }
   } catch (const Error &e) {
     fall_back(e.what());
     launcher_.run_table_steps(first + done, count - done);

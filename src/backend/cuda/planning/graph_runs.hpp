@@ -10,6 +10,12 @@
 //  - the rest as one graph of that many steps (captured the first time the
 //    length is seen; up to kMaxGraphs lengths of at most kMaxGraphSteps
 //    steps are kept), or the one-step graph launched once per step;
+//  - but a run at most kTopUpSteps longer than a graph already captured
+//    launches that graph and the one-step graph for the rest, rather than
+//    capture a new length: a trainer's first epoch runs one step eagerly
+//    and captures the other n - 1, and every later epoch of n steps then
+//    reuses that graph (capturing hundreds of steps again cost tens of
+//    milliseconds per length on an H200, more than the epoch itself);
 //  - a capture or a launch that fails switches graphs off for this
 //    executable for good: the reason goes to on_fallback once, and the steps
 //    not yet queued run eagerly from the step table. So a trainer's step
@@ -45,6 +51,7 @@ class GraphRuns {
  public:
   static constexpr int64_t kMaxGraphSteps = 1024;  // longer runs replay the one-step graph
   static constexpr size_t kMaxGraphs = 4;          // distinct lengths kept, besides the one-step graph
+  static constexpr int64_t kTopUpSteps = 32;       // one-step launches added to a shorter graph, at most
 
   // on_fallback receives, once, why graphs were switched off.
   GraphRuns(StepLauncher &launcher, std::function<void(const std::string &)> on_fallback);
@@ -61,6 +68,9 @@ class GraphRuns {
 
  private:
   StepLauncher::Graph graph(int64_t steps);  // cached, captured now, or null (use the one-step graph)
+  // The longest cached multi-step graph shorter than `count` by at most
+  // kTopUpSteps, and its length; {0, null} when there is none.
+  std::pair<int64_t, StepLauncher::Graph> shorter_graph(int64_t count) const;
   void fall_back(const std::string &why);
 
   StepLauncher &launcher_;
