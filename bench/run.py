@@ -19,7 +19,7 @@ PyTorch loops: resident (the data in one tensor on the device), dataloader
 a GPU graph (a whole step captured with torch.cuda.graphs) and compile
 (torch.compile(mode="reduce-overhead"), time-boxed by --compile-timeout; a
 failure is recorded, not fatal). On a GPU kiln also runs as kiln-plain, with
-its fast path off (--fast-path 0: no CUDA graphs, fused epilogues, cuDNN, fused MLP).
+its fast path off (--fast-path 0: no CUDA graphs, cuBLASLt epilogues or cuDNN).
 
 Each run is its own process (so peak memory is per run); repeat r uses seed r
 on every side. Every training run first does --warmup untimed epochs (default
