@@ -53,7 +53,7 @@
 #   KILN_BUILD_DIR      the build directory (default build-gpu; kept between runs,
 #                       so a later stage's build only rebuilds what changed)
 #   KILN_SANITIZER_TIMEOUT  seconds per compute-sanitizer run (default 60)
-#   KILN_BACKTRACES     crashed tests per stage rerun under cuda-gdb (default 4)
+#   KILN_BACKTRACES     crashed tests per stage rerun under cuda-gdb (default 2)
 #   KILN_SANITIZE_BUDGET    seconds for the whole sanitize stage (default 420)
 #   KILN_BENCH_ARGS     arguments for bench/run.py instead of the short defaults
 set -uo pipefail
@@ -348,9 +348,9 @@ backtraces() {  # STAGE LOG ENV...
   for t in $(crashed_tests "$out/$logf"); do
     [[ -e $out/tests/$t.sh ]] || continue  # an mpirun job or a script
     # a few: crashes of one cause repeat, and each costs a CUDA start-up under the debugger
-    [[ $((n++)) -lt ${KILN_BACKTRACES:-4} ]] || break
+    [[ $((n++)) -lt ${KILN_BACKTRACES:-2} ]] || break
     local bt="backtrace-$stage-$t.log"
-    r=$(timed "$(limit 90)" "$out/$bt" env "$@" bash "$out/tests/$t.sh" "$cuda_gdb" -q -batch \
+    r=$(timed "$(limit 60)" "$out/$bt" env "$@" bash "$out/tests/$t.sh" "$cuda_gdb" -q -batch \
       -ex "set pagination off" -ex run -ex "bt 30" -ex "info registers rip" --args)
     local st; st="$(status_of "$r")"; [[ $st == passed ]] && st=taken
     record "backtrace $stage $t" "$st" "$bt: $(grep -m4 -E '^#[0-9]' "$out/$bt" | cut -c1-110 | tr '\n' ' ')"
