@@ -13,7 +13,9 @@
 # env,build,test-safe,test,bench,ncu,sanitize: the figures before the
 # sanitizers, which take whatever time is left):
 #   env        versions of the driver, toolkit, tools and PyTorch, and every
-#              dependency: what was found, and what the flow falls back to
+#              dependency: what was found, and what the flow falls back to;
+#              and whether PyTorch's own cuDNN, NCCL and NVML work on this
+#              GPU (scripts/gpu-stack-check.py)
 #   build      configures build-gpu/ (-DKILN_CUDA_ARCHITECTURES=90, the CUDA
 #              compiler, cuDNN and NCCL from the toolkit or PyTorch's pip
 #              packages, the carried packages where the image has none) and
@@ -274,6 +276,10 @@ stage_env() {
     cat "$out/deps.txt"
   } >"$out/env.log" 2>&1
   sed -n '/^== dependencies/,$p' "$out/env.log"
+  # The machine's own cuDNN, NCCL and NVML, through PyTorch: on the H200
+  # kiln's every use of cuDNN and NCCL crashed, and this tells whose fault.
+  r=$(timed "$(limit 120)" "$out/env-stack.log" "$python" "$root/scripts/gpu-stack-check.py")
+  record "env gpu stack" "$(status_of "$r")" "$r env-stack.log: $(cut -c1-90 "$out/env-stack.log" | tr '\n' ';')"
   if grep -q "MISSING" "$out/deps.txt"; then
     record env FAILED "env.log: $(grep -c MISSING "$out/deps.txt") dependencies MISSING ($(grep MISSING "$out/deps.txt" | cut -d: -f1 | tr '\n' ' '))"
   else
@@ -350,7 +356,9 @@ backtraces() {  # STAGE LOG ENV...
     # a few: crashes of one cause repeat, and each costs a CUDA start-up under the debugger
     [[ $((n++)) -lt ${KILN_BACKTRACES:-2} ]] || break
     local bt="backtrace-$stage-$t.log"
-    r=$(timed "$(limit 60)" "$out/$bt" env "$@" bash "$out/tests/$t.sh" "$cuda_gdb" -q -batch \
+    # with cuDNN's API log and NCCL's INFO lines: the last call before the crash
+    r=$(timed "$(limit 60)" "$out/$bt" env "$@" CUDNN_LOGLEVEL_DBG=3 CUDNN_LOGDEST_DBG=stderr NCCL_DEBUG=INFO \
+      bash "$out/tests/$t.sh" "$cuda_gdb" -q -batch \
       -ex "set pagination off" -ex run -ex "bt 30" -ex "info registers rip" --args)
     local st; st="$(status_of "$r")"; [[ $st == passed ]] && st=taken
     record "backtrace $stage $t" "$st" "$bt: $(grep -m4 -E '^#[0-9]' "$out/$bt" | cut -c1-110 | tr '\n' ' ')"
