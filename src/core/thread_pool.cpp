@@ -87,6 +87,7 @@ ThreadPool::ThreadPool(int64_t threads) {
     fail(KILN_ERROR_OUT_OF_MEMORY, "could not start CPU worker thread " + std::to_string(started + 1) + " of " +
                                        std::to_string(size_ - 1) + ": " + e.what());
   }
+  while (started_.load(std::memory_order_acquire) < size_ - 1) std::this_thread::yield();
 }
 
 ThreadPool::~ThreadPool() { shutdown(); }
@@ -185,6 +186,7 @@ void ThreadPool::work_on(uint64_t generation) {
 
 void ThreadPool::worker_main() {
   uint64_t seen = state_.load(std::memory_order_acquire) >> 32;
+  started_.fetch_add(1, std::memory_order_release);  // after `seen`: the first job is one this worker joins
   for (;;) {
     uint64_t generation = seen;
     auto spin_start = std::chrono::steady_clock::now();

@@ -113,6 +113,10 @@ class ThreadPool {
   std::condition_variable wake_;
   std::atomic<int64_t> sleepers_{0};
   std::atomic<bool> stop_{false};
+  // Workers that have entered worker_main: the constructor returns only when
+  // all have, so no thread start-up (which allocates, e.g. in the C library
+  // or a sanitizer's runtime) happens later, in some call's time.
+  std::atomic<int64_t> started_{0};
 };
 
 }  // namespace kiln
