@@ -58,7 +58,7 @@ print(len(wanted), "functions found;", count.value, "device(s)")
 }
 
 
-def run(name, code):
+def run(code):
     try:
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     except subprocess.TimeoutExpired:
@@ -73,14 +73,14 @@ def run(name, code):
 
 
 def main():
-    ok, why = run("torch", CHECKS["torch"])
+    ok, why = run(CHECKS["torch"])
     if not ok:
         print("torch: SKIPPED: no PyTorch with a usable GPU (%s)" % why)
         return 77
     print("torch: passed:", why)
     failed = False
     for name in ("torch cuDNN", "torch NCCL", "NVML"):
-        ok, why = run(name, CHECKS[name])
+        ok, why = run(CHECKS[name])
         failed |= not ok
         print("%s: %s: %s" % (name, "passed" if ok else "FAILED", why))
     return 1 if failed else 0

@@ -155,23 +155,26 @@ constexpr int64_t kPackMinRows = 8;
 // each other.
 bool should_pack_b(bool trans_b, int64_t m, int64_t n) { return trans_b || (m >= 256 && n % 256 == 0); }
 
-// Whether the register-blocked AVX-512 kernel runs this product: on CPUs
-// that have it, for products up to kOwnKernelMax, except a transposed B
-// under kPackMinRows rows.
+// Whether one of kiln's AVX-512 kernels runs this product: on CPUs that
+// have it, except a transposed B under kPackMinRows rows, which BLAS reads
+// in place.
+bool avx512_kernels_apply(bool trans_b, int64_t m) { return avx512_available() && !(trans_b && m < kPackMinRows); }
+
+// Whether the register-blocked AVX-512 kernel runs this product: the
+// products up to kOwnKernelMax.
 bool use_own_kernel(bool trans_b, int64_t m, int64_t n, int64_t k) {
-  return avx512_available() && !(trans_b && m < kPackMinRows) && m * n * k <= kOwnKernelMax;
+  return avx512_kernels_apply(trans_b, m) && m * n * k <= kOwnKernelMax;
 }
 
 // Whether the blocked AVX-512 kernel runs this f32 product: the products
-// above kOwnKernelMax (a training step of 784-1024-1024-10 is made of them)
-// on CPUs that have AVX-512, except a transposed B under kPackMinRows rows,
-// which BLAS reads in place. On that step's products it matches OpenBLAS
+// above kOwnKernelMax (a training step of 784-1024-1024-10 is made of them).
+// On that step's products it matches OpenBLAS
 // 0.3.21's SkylakeX kernels to within a few percent either way, and beats
 // them split over threads (one panel per thread packs each operand once,
 // where BLAS calls per chunk repack); on CPUs newer than the OpenBLAS, which
 // then runs pre-AVX-512 kernels, it is several times faster.
 bool use_blocked_kernel(bool trans_b, int64_t m, int64_t n, int64_t k) {
-  return avx512_available() && !(trans_b && m < kPackMinRows) && m * n * k > kOwnKernelMax;
+  return avx512_kernels_apply(trans_b, m) && m * n * k > kOwnKernelMax;
 }
 
 // C = alpha * op(A) op(B) + beta * C on the blocked kernel, one panel of C

@@ -160,11 +160,12 @@ constexpr int64_t kBlockDepth = 256;
 // the L2 while the 32-column blocks of B pass by.
 constexpr int64_t kRowBlock = 32 * kTileRows;
 
+// Steps of k ahead that the panel of A is prefetched.
+constexpr int64_t kPrefetchSteps = 16;
+
 // C[R, 32] = alpha * A B + beta * C over kc steps, A R rows of a packed
 // [kc, 12] panel, B a packed [kc, 32] block. R = 12 is the tile; 8 and 4
 // finish a panel's last rows at full speed (a batch of 256 leaves 4).
-constexpr int64_t kPrefetchSteps = 16;
-
 template <int64_t R>
 KILN_AVX512 void full_tile(int64_t kc, const float *a, const float *b, float alpha, float beta, float *c,
                            int64_t ldc) {

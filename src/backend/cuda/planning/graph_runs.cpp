@@ -51,11 +51,11 @@ void GraphRuns::run(int64_t first, int64_t count) {
   // Steps first + done onwards are not queued yet.
   int64_t done = 0;
   try {
+    // A graph of exactly `count` steps (cached, or captured now) unless a
+    // shorter cached one can be topped up.
     int64_t covered = count;
     StepLauncher::Graph body = nullptr;
-    auto cached = graphs_.find(count);
-    if (cached != graphs_.end()) body = cached->second;
-    else std::tie(covered, body) = shorter_graph(count);
+    if (!graphs_.count(count)) std::tie(covered, body) = shorter_graph(count);
     if (!body) body = graph(count), covered = count;
     if (body) {
       launcher_.launch(body);
