@@ -2,11 +2,12 @@
 // f32 weights packed once into column blocks, and one kernel call per
 // thread that computes act(x W^T + b) tile by tile with the bias and the
 // activation applied while the tile is in registers or L1. A few rows (a
-// batch of 1 to 8 with AVX-512, 1 to 5 with AVX2) take tiles as tall as the
+// batch of 1 to 8 with AVX-512, 1 to 6 with AVX2) take tiles as tall as the
 // batch and as wide as several blocks, so the weights stream from memory
-// once per call at close to the bandwidth floor; more rows are blocked over
-// the inputs as a BLAS blocks a product, in tiles of up to 12 x 32 (AVX-512)
-// or 6 x 16 (AVX2) whose slice of A is packed into L1 once per pass
+// once per call at close to the bandwidth floor; more rows of a wide layer
+// are blocked over the inputs as a BLAS blocks a product, in tiles of up to
+// 12 x 32 (AVX-512) or 6 x 16 (AVX2) whose slice of A is packed into L1
+// once per pass, and those of a narrow one take the few-rows tiles
 // (packed_linear_kernels.inc says how). The thread count is chosen per
 // product from an estimate of its single-thread time (see
 // packed_linear.cpp), and nothing is allocated per call.

@@ -71,7 +71,7 @@ using V = __m256;
 constexpr int kLanes = 8;
 // Tiles of up to 6 x 16: 12 accumulators of the 16 registers.
 constexpr int kGemmRows = 6;
-constexpr int kFewRows = 6;
+constexpr int kFewRows = 7;
 // 2 * NB * MR accumulators of the 16 registers.
 constexpr int small_blocks(int rows) { return rows == 1 ? 3 : rows <= 3 ? 2 : 1; }
 KILN_ISA_TARGET inline V vzero() { return _mm256_setzero_ps(); }
