@@ -18,7 +18,10 @@ execution, all graph optimisations. Both loops run in this interpreter, so
 both pay a Python call per inference (about a microsecond through ctypes, a
 few through ORT's binding: that favours kiln at the smallest products, and the
 table says so). Per cell the two loops alternate (kiln first in even runs,
-ORT first in odd ones), each long enough for --min-seconds; a cell's time is
+ORT first in odd ones), each long enough for --min-seconds and each after
+--settle-seconds of untimed calls of the same engine (ONNX Runtime's idle
+intra-op threads spin for tens of milliseconds after its last run and would
+otherwise take a core from the kiln loop that follows); a cell's time is
 the median over --runs runs of the time per call, and the ratio is ORT's
 median over kiln's (above 1: kiln faster). What a call through ORT's binding
 costs before any arithmetic is measured too, as the time of a session whose
@@ -138,7 +141,16 @@ class KilnDevice(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_int), ("index", ctypes.c_int64)]
 
 
-def time_loop(fn, calls):
+def time_loop(fn, calls, settle_seconds=0.0):
+    """Seconds per call of fn over `calls` calls, after untimed calls for
+    settle_seconds: the other engine's idle threads must first stop
+    spinning. ONNX Runtime's intra-op threads spin for tens of
+    milliseconds after its last run, and on a 2-core machine they take a
+    core from the loop that follows (measured: kiln's first 50 calls of B
+    at batch 64 after 200 ORT runs took 1.5 times as long)."""
+    settle_end = time.perf_counter() + settle_seconds
+    while time.perf_counter() < settle_end:
+        fn(1)
     start = time.perf_counter()
     fn(calls)
     return (time.perf_counter() - start) / calls
@@ -201,6 +213,8 @@ def main():
     p.add_argument("--threads", default="1,2")
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--min-seconds", type=float, default=0.2, help="length of one timed loop")
+    p.add_argument("--settle-seconds", type=float, default=0.1,
+                   help="untimed calls of an engine before each of its timed loops")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     args = p.parse_args()
     try:
@@ -283,13 +297,14 @@ def main():
 
                     n_kiln, n_ort = calls_for(kiln_calls, args.min_seconds), calls_for(ort_calls, args.min_seconds)
                     kiln_t, ort_t = [], []
+                    settle = args.settle_seconds
                     for r in range(args.runs):
                         if r % 2 == 0:
-                            kiln_t.append(time_loop(kiln_calls, n_kiln))
-                            ort_t.append(time_loop(ort_calls, n_ort))
+                            kiln_t.append(time_loop(kiln_calls, n_kiln, settle))
+                            ort_t.append(time_loop(ort_calls, n_ort, settle))
                         else:
-                            ort_t.append(time_loop(ort_calls, n_ort))
-                            kiln_t.append(time_loop(kiln_calls, n_kiln))
+                            ort_t.append(time_loop(ort_calls, n_ort, settle))
+                            kiln_t.append(time_loop(kiln_calls, n_kiln, settle))
                     kiln.lib.kiln_tensor_release(xt)
                     row = {"model": m, "spec": spec, "batch": batch, "threads": threads,
                            "kiln_seconds": statistics.median(kiln_t), "ort_seconds": statistics.median(ort_t),
@@ -319,6 +334,7 @@ def main():
               "command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]),
               "cpu": cpu_name, "extensions": extensions, "kiln_kernels": kiln_kernels(flags),
               "onnxruntime": ort.__version__, "runs": args.runs, "min_seconds": args.min_seconds,
+              "settle_seconds": args.settle_seconds,
               "load_average": [round(x, 2) for x in os.getloadavg()], "results": results}
     if args.out:
         with open(args.out, "w") as f:

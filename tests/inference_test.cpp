@@ -47,7 +47,13 @@ void check_products(Backend &be, int64_t dev, Device device, const std::string &
                            {7, 48, 13},  {8, 1024, 64}, {9, 10, 32},  {13, 33, 17}, {64, 32, 784}, {100, 97, 31},
                            {1, 1024, 300}, {200, 40, 3},
                            // split over threads by column blocks, and by row chunks
-                           {16, 1024, 256}, {400, 64, 100}};
+                           {16, 1024, 256}, {400, 64, 100},
+                           // the blocked path (8 column blocks or more): passes over more than
+                           // 256 inputs (partial sums kept in C, a part block and a half block
+                           // masked), tiles of 6 to 12 rows, two row chunks; and narrow products
+                           // of many rows, which read A in place
+                           {29, 250, 600}, {11, 1000, 513}, {75, 234, 300}, {203, 266, 530},
+                           {29, 10, 600}, {203, 45, 530}};
   const struct {
     UnaryOp act;
     double alpha;

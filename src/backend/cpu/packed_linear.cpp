@@ -109,16 +109,17 @@ bool linear_packed(ThreadPool &pool, const PackedLinearArgs &args) {
     kernels.product(job, 0, rows, 0, blocks);
     return true;
   }
-  // Up to one row chunk (the kernels' pass over the weights): the threads
-  // share out the weights' blocks, each streaming its own past all the rows,
-  // so the weights are read once in all. More rows, or a single block: they
-  // share out whole row chunks (row tiles when there are few), each reading
-  // all the weights once per chunk as one thread would. The pieces are
-  // small, a few per thread or one per row chunk, so that a thread the
-  // system deschedules holds back one small piece while the others take the
-  // rest.
+  // Up to one row chunk (the rows that share the kernels' passes over the
+  // weights): the threads share out the weights' blocks, each streaming its
+  // own past all the rows, so the weights are read once in all; two pieces
+  // per thread, since each piece packs the rows' slices of A again, and a
+  // thread the system deschedules then holds back half its share. More
+  // rows, or a single block: they share out whole row chunks (row tiles
+  // when there are few), each reading all the weights once per chunk as one
+  // thread would, in small pieces (a few per thread, or one per row chunk)
+  // for the same reason.
   if (rows <= kernels.row_chunk && blocks >= 2) {
-    pool.parallel_ranges(blocks, 4 * chunks, [&](int64_t b0, int64_t b1) { kernels.product(job, 0, rows, b0, b1); });
+    pool.parallel_ranges(blocks, 2 * chunks, [&](int64_t b0, int64_t b1) { kernels.product(job, 0, rows, b0, b1); });
   } else {
     const int64_t unit = rows >= 2 * chunks * kernels.row_chunk ? kernels.row_chunk : kernels.gemm_rows;
     const int64_t units = (rows + unit - 1) / unit;
