@@ -414,14 +414,20 @@ struct Fixture {
   }
 };
 
-void test_compile_default(Context &ctx) {
-  Backend &be = ctx.cpu();
+// Four steps for a Fixture's program: lr 0.5 / (i + 1), batch i at i * kRows.
+std::vector<StepParams> fixture_table() {
   std::vector<StepParams> table(4);
   for (size_t i = 0; i < table.size(); ++i) {
     table[i].lr = 0.5 / double(i + 1);
     table[i].step = int64_t(i);
     table[i].offset = int64_t(i) * kRows;
   }
+  return table;
+}
+
+void test_compile_default(Context &ctx) {
+  Backend &be = ctx.cpu();
+  const std::vector<StepParams> table = fixture_table();
   for (int via_backend = 0; via_backend < 2; ++via_backend) {
     g_case = via_backend ? "Backend::compile" : "compile_default";
     Fixture a, k;
@@ -451,18 +457,13 @@ void test_compile_default(Context &ctx) {
 // The CPU's fast path folds plain SGD into the weight-gradient product
 // (backend/cpu/program.hpp): W = (1 - lr wd) W - lr dy^T x in one product.
 // Against the same steps kernel by kernel (gradient written, then the SGD
-// update) it moves each step by f32 rounding only; a wrong sign, lr, beta or
-// a W updated before dx read it is off by O(lr) = 0.1. Bias gradients are
-// still written; the weights' are not. Anything else that touches the
+// update) it moves each step by f32 rounding only; a wrong sign, lr or beta
+// is off by O(lr) = 0.1 (the order of dx and the update: test_fast_path.c).
+// Bias gradients are still written; the weights' are not. Anything else that touches the
 // gradients, or an update other than plain f32 SGD, keeps the plain sequence.
 void test_fused_sgd(Context &ctx) {
   Backend &be = ctx.cpu();
-  std::vector<StepParams> table(4);
-  for (size_t i = 0; i < table.size(); ++i) {
-    table[i].lr = 0.5 / double(i + 1);
-    table[i].step = int64_t(i);
-    table[i].offset = int64_t(i) * kRows;
-  }
+  const std::vector<StepParams> table = fixture_table();
   for (double weight_decay : {0.0, 0.3}) {
     g_case = "fused SGD, weight decay " + std::to_string(weight_decay);
     Fixture a, k;
