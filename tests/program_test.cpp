@@ -496,6 +496,8 @@ void test_fused_sgd(Context &ctx) {
          clip.args.grads = std::get<LinearBackwardOp>(p.ops[3]).dw, clip.args.max_norm = 1e9;
          p.ops.insert(p.ops.end() - 1, clip);
        }},
+      {"an allreduce of the gradients", [](StepProgram &p) { p.ops.insert(p.ops.end() - 1, AllReduceWaitOp{}); }},
+      {"mixed precision (a cast)", [](StepProgram &p) { p.ops.insert(p.ops.begin(), CastOp{}); }},
       {"a gradient past the end of the update", [](StepProgram &p) { std::get<SgdOp>(p.ops.back()).args.n -= 1; }},
       {"a bias outside the gradients", [](StepProgram &p) {
          SgdArgs &sgd = std::get<SgdOp>(p.ops.back()).args;
