@@ -736,6 +736,29 @@ std::vector<std::string> names_of(const StepProgram &p) {
   return names;
 }
 
+// A communicator of `ranks` ranks that the step builder may ask its size;
+// nothing here runs a collective.
+class StubCollective final : public Collective {
+ public:
+  explicit StubCollective(int64_t ranks) : ranks_(ranks) {}
+  int64_t rank() const override { return 0; }
+  int64_t size() const override { return ranks_; }
+  int64_t local_rank() const override { return 0; }
+  std::string describe() const override { return "stub"; }
+  bool supports(Device) const override { return true; }
+  void allreduce(Device, DType, void *, int64_t, bool) override {}
+  void allreduce_start(Device, DType, void *, int64_t, bool, void *) override {}
+  void allreduce_wait() override {}
+  void broadcast(Device, void *, int64_t, int64_t) override {}
+  void allgather(const void *, int64_t, void *) override {}
+  void abort(const std::string &) override {}
+  void set_timeout(double) override {}
+  double timeout() const override { return 1; }
+
+ private:
+  int64_t ranks_;
+};
+
 void test_step_builder(Context &c) {
   std::shared_ptr<Context> ctx = c.shared_from_this();
   ModelSpec spec;
@@ -797,6 +820,26 @@ void test_step_builder(Context &c) {
   const ClipOp *clip = p.ops.size() >= 2 ? std::get_if<ClipOp>(&p.ops[p.ops.size() - 2]) : nullptr;
   CHECK(clip && clip->args.max_norm == 1.5 &&
         clip->args.scratch == stats_field(stats.data(), offsetof(StepStats, clip_scratch)));
+
+  // Data parallel: N > 1 ranks average the gradients (an allreduce, then the
+  // wait, before clipping and the update, and no CUDA graphs); one rank has
+  // nothing to average, and its step is the step without a communicator.
+  for (int64_t ranks : {1, 2}) {
+    g_case = "step builder: a communicator of " + std::to_string(ranks) + " rank(s)";
+    config.grad_clip = 0;
+    StubCollective comm(ranks);
+    b.comm = &comm;
+    p = build_step_program(b);
+    b.comm = nullptr;
+    const StepProgram alone = build_step_program(b);
+    if (ranks == 1) {
+      CHECK(names_of(p) == names_of(alone) && p.fast_path == config.fast_path && p.label == alone.label);
+    } else {
+      std::vector<std::string> want = names_of(alone);
+      want.insert(want.end() - 1, {"allreduce_start", "allreduce_wait"});
+      CHECK(names_of(p) == want && p.fast_path == (config.fast_path & ~uint32_t(kFastGraphs)));
+    }
+  }
 
   // Everything a program depends on that can change is in its key: the same
   // inputs give equal keys, and each change another.
