@@ -521,17 +521,21 @@ void test_reduce_softmax(Backend &be) {
 }
 
 void test_gemm(Backend &be) {
-  struct Size { int64_t m, n, k; };
-  // Shapes of the tutorial MLP, odd tails, packed-B cases (m >= 256, n a
-  // multiple of 256; the last one big enough that the packing is split over
-  // the pool) and k = 0; then, in f32 only, products above 2^26
+  struct Size {
+    int64_t m, n, k;
+  };
+  // Shapes of the tutorial MLP, odd tails, narrow blocks, packed-B cases
+  // (m >= 256, n a multiple of 256; the last one big enough that the packing
+  // is split over the pool) and k = 0; then, in f32 only, products above 2^26
   // multiply-adds (the CPU's blocked kernel on AVX-512): column panels with
   // a partial last block of 16 and 263 = 21 x 12 + 8 + 3 rows, then row
   // panels over several row blocks (1096 = 91 x 12 + 4), both over more
   // than one pass of 256 along k with a tail that is not a multiple of 16.
-  const Size sizes[] = {{1, 1, 1},      {3, 5, 7},      {128, 32, 784}, {32, 784, 128},
-                        {128, 10, 32},  {257, 129, 65}, {300, 256, 40}, {4, 3, 0},
-                        {256, 512, 300}, {263, 1040, 530}, {1096, 300, 260}};
+  // Blocks of at most 16 columns take one vector per row on AVX-512: 10
+  // (a classifier's last layer, long k) and 16 do, 17 does not.
+  const Size sizes[] = {{1, 1, 1},       {3, 5, 7},       {128, 32, 784},   {32, 784, 128},  {128, 10, 32},
+                        {256, 10, 1024}, {40, 16, 50},    {40, 17, 50},     {257, 129, 65},  {300, 256, 40},
+                        {4, 3, 0},       {256, 512, 300}, {263, 1040, 530}, {1096, 300, 260}};
   for (DType t : kFloats) {
     for (const Size &s : sizes) {
       if (s.m * s.n * s.k > (int64_t(1) << 26) && t != DType::F32) continue;

@@ -4,7 +4,9 @@
 // backward also against float64 loops; compile_default over a step table
 // (the per-step values read from StepParams) against the same steps done
 // kernel by kernel; op names; KILN_ENABLE's and KILN_DISABLE's parsing and the
-// default fast path without cuDNN (fast_path_with_env);
+// default fast path without cuDNN (fast_path_with_env); the CPU's fusion of
+// plain SGD into the weight-gradient products against the same steps kernel
+// by kernel, and the programs it leaves alone;
 // and on every backend present (CUDA too when usable; CUDA alone in
 // program_test_cuda) a whole training program through the backend's own
 // compile, with and without its fast path, against compile_default; and the
@@ -352,6 +354,8 @@ struct Fixture {
   float *w() { return params.data(); }
   float *b() { return params.data() + kOut * kIn; }
 
+  double weight_decay = 0;
+
   StepProgram program(Context &ctx, const std::vector<StepParams> &table) {
     StepProgram p;
     p.writes.push_back(over(ctx, params.data(), int64_t(params.size()), Device::cpu()));
@@ -380,6 +384,7 @@ struct Fixture {
     SgdOp sgd;
     sgd.args.t = DType::F32, sgd.args.n = int64_t(params.size()), sgd.args.params = params.data();
     sgd.args.grads = grads.data();
+    sgd.args.weight_decay = weight_decay;
     p.ops.push_back(sgd);
     return p;
   }
@@ -404,24 +409,32 @@ struct Fixture {
     be.bias_grad(-1, BiasGradArgs{DType::F32, kRows, kOut, dy.data(), grads.data() + kOut * kIn, 0.0});
     SgdArgs a;
     a.t = DType::F32, a.n = int64_t(params.size()), a.params = params.data(), a.grads = grads.data();
+    a.weight_decay = weight_decay;
     be.sgd_update(-1, a, &s);
   }
 };
 
-void test_compile_default(Context &ctx) {
-  Backend &be = ctx.cpu();
+// Four steps for a Fixture's program: lr 0.5 / (i + 1), batch i at i * kRows.
+std::vector<StepParams> fixture_table() {
   std::vector<StepParams> table(4);
   for (size_t i = 0; i < table.size(); ++i) {
     table[i].lr = 0.5 / double(i + 1);
     table[i].step = int64_t(i);
     table[i].offset = int64_t(i) * kRows;
   }
+  return table;
+}
+
+void test_compile_default(Context &ctx) {
+  Backend &be = ctx.cpu();
+  const std::vector<StepParams> table = fixture_table();
   for (int via_backend = 0; via_backend < 2; ++via_backend) {
     g_case = via_backend ? "Backend::compile" : "compile_default";
     Fixture a, k;
     StepProgram p = a.program(ctx, table);
+    p.fast_path = 0;  // the backend's plain sequence (test_fused_sgd: its fast path)
     std::unique_ptr<Executable> exe = via_backend ? be.compile(-1, p) : compile_default(be, -1, p);
-    if (!via_backend) CHECK(exe->describe() == "kernels");
+    CHECK(exe->describe() == "kernels");
     exe->run(0, 3);
     for (int s = 0; s < 3; ++s) k.by_kernels(be, table[size_t(s)]);
     CHECK(same(a.params, k.params) && same(a.grads, k.grads));
@@ -439,6 +452,80 @@ void test_compile_default(Context &ctx) {
     // And the steps did train: the parameters moved from their start.
     CHECK(!same(a.params, Fixture().params));
   }
+}
+
+// The CPU's fast path folds plain SGD into the weight-gradient product
+// (backend/cpu/program.hpp): W = (1 - lr wd) W - lr dy^T x in one product.
+// Against the same steps kernel by kernel (gradient written, then the SGD
+// update) it moves each step by f32 rounding only; a wrong sign, lr or beta
+// is off by O(lr) = 0.1 (the order of dx and the update: test_fast_path.c).
+// Bias gradients are still written; the weights' are not. Anything else that touches the
+// gradients, or an update other than plain f32 SGD, keeps the plain sequence.
+void test_fused_sgd(Context &ctx) {
+  Backend &be = ctx.cpu();
+  const std::vector<StepParams> table = fixture_table();
+  for (double weight_decay : {0.0, 0.3}) {
+    g_case = "fused SGD, weight decay " + std::to_string(weight_decay);
+    Fixture a, k;
+    a.weight_decay = k.weight_decay = weight_decay;
+    StepProgram p = a.program(ctx, table);
+    std::unique_ptr<Executable> exe = be.compile(-1, p);
+    CHECK(exe->describe() == "kernels, SGD fused into 1 weight-gradient product");
+    const uint64_t before = p.writes[0].version();
+    exe->run(0, 4);
+    CHECK(p.writes[0].version() > before);
+    for (int s = 0; s < 4; ++s) k.by_kernels(be, table[size_t(s)]);
+    CHECK(close(a.params, std::vector<double>(k.params.begin(), k.params.end()), 1e-6, 1e-6));
+    CHECK(!same(a.params, Fixture().params));
+    CHECK(a.stats[0] > 0 && std::fabs(a.stats[0] - k.stats[0]) <= 1e-6 * k.stats[0]);
+    for (int64_t i = 0; i < kOut * kIn; ++i) CHECK(a.grads[size_t(i)] == 0.0f);  // never written
+    for (int64_t i = kOut * kIn; i < kOut * kIn + kOut; ++i)
+      CHECK(std::fabs(a.grads[size_t(i)] - k.grads[size_t(i)]) <= 1e-6);
+  }
+  // Not fusable: each keeps the plain sequence, bit for bit.
+  struct Variant {
+    const char *name;
+    std::function<void(StepProgram &)> change;
+  };
+  const std::vector<Variant> variants = {
+      {"fast path without epilogues", [](StepProgram &p) { p.fast_path = kFastAll & ~uint32_t(kFastEpilogues); }},
+      {"momentum", [](StepProgram &p) { std::get<SgdOp>(p.ops.back()).args.momentum = 0.9; }},
+      {"clipping", [](StepProgram &p) {
+         ClipOp clip;
+         clip.args.t = DType::F32, clip.args.n = std::get<SgdOp>(p.ops.back()).args.n;
+         clip.args.grads = std::get<LinearBackwardOp>(p.ops[3]).dw, clip.args.max_norm = 1e9;
+         p.ops.insert(p.ops.end() - 1, clip);
+       }},
+      {"an allreduce of the gradients", [](StepProgram &p) { p.ops.insert(p.ops.end() - 1, AllReduceWaitOp{}); }},
+      {"mixed precision (a cast)", [](StepProgram &p) { p.ops.insert(p.ops.begin(), CastOp{}); }},
+      {"a gradient past the end of the update", [](StepProgram &p) { std::get<SgdOp>(p.ops.back()).args.n -= 1; }},
+      {"a bias outside the gradients", [](StepProgram &p) {
+         SgdArgs &sgd = std::get<SgdOp>(p.ops.back()).args;
+         sgd.n = std::get<LinearBackwardOp>(p.ops[3]).out * std::get<LinearBackwardOp>(p.ops[3]).in;
+       }},
+      {"weights read elsewhere than the parameters (a low-precision copy)", [](StepProgram &p) {
+         std::get<LinearBackwardOp>(p.ops[3]).w = std::get<GatherOp>(p.ops[0]).args.x;
+       }},
+  };
+  for (const Variant &v : variants) {
+    g_case = std::string("fused SGD not taken: ") + v.name;
+    Fixture a;
+    StepProgram p = a.program(ctx, table);
+    v.change(p);
+    CHECK(be.compile(-1, p)->describe() == "kernels");
+  }
+  g_case = "fused SGD not taken: momentum, bit for bit";
+  Fixture a, k;
+  std::vector<float> va(a.params.size()), vk(k.params.size());
+  StepProgram p = a.program(ctx, table);
+  SgdArgs &sgd = std::get<SgdOp>(p.ops.back()).args;
+  sgd.momentum = 0.9, sgd.velocity = va.data();
+  StepProgram plain = k.program(ctx, table);
+  SgdArgs &sgd_plain = std::get<SgdOp>(plain.ops.back()).args;
+  sgd_plain.momentum = 0.9, sgd_plain.velocity = vk.data();
+  be.compile(-1, p)->run(0, 4);
+  compile_default(be, -1, plain)->run(0, 4);
+  CHECK(same(a.params, k.params) && same(va, vk));
 }
 
 // ---- a compiled program on any backend ---------------------------------------
@@ -606,8 +693,8 @@ void test_program_writes(Context &ctx) {
 // bit to compile_default. With its fast path, CUDA may fuse and reorder f32
 // operations (rounding ~1e-7 relative per step); after 5 Adam steps of lr
 // <= 0.02 on O(1) weights 1e-5 bounds that, while a fused op computing the
-// wrong thing is off by O(lr) = 1e-2 at the first step. The CPU has no fast
-// path: equal bit for bit there too.
+// wrong thing is off by O(lr) = 1e-2 at the first step. The CPU's one part
+// (plain SGD fused, test_fused_sgd) leaves Adam alone: equal bit for bit there.
 void test_compiled_program(Context &ctx, Backend &be, int64_t dev, const char *name) {
   g_case = std::string("compiled program on ") + name;
   std::vector<float> by_default, no_fast, fast;
@@ -648,6 +735,29 @@ std::vector<std::string> names_of(const StepProgram &p) {
   for (const StepOp &op : p.ops) names.push_back(op_name(op));
   return names;
 }
+
+// A communicator of `ranks` ranks that the step builder may ask its size;
+// nothing here runs a collective.
+class StubCollective final : public Collective {
+ public:
+  explicit StubCollective(int64_t ranks) : ranks_(ranks) {}
+  int64_t rank() const override { return 0; }
+  int64_t size() const override { return ranks_; }
+  int64_t local_rank() const override { return 0; }
+  std::string describe() const override { return "stub"; }
+  bool supports(Device) const override { return true; }
+  void allreduce(Device, DType, void *, int64_t, bool) override {}
+  void allreduce_start(Device, DType, void *, int64_t, bool, void *) override {}
+  void allreduce_wait() override {}
+  void broadcast(Device, void *, int64_t, int64_t) override {}
+  void allgather(const void *, int64_t, void *) override {}
+  void abort(const std::string &) override {}
+  void set_timeout(double) override {}
+  double timeout() const override { return 1; }
+
+ private:
+  int64_t ranks_;
+};
 
 void test_step_builder(Context &c) {
   std::shared_ptr<Context> ctx = c.shared_from_this();
@@ -710,6 +820,26 @@ void test_step_builder(Context &c) {
   const ClipOp *clip = p.ops.size() >= 2 ? std::get_if<ClipOp>(&p.ops[p.ops.size() - 2]) : nullptr;
   CHECK(clip && clip->args.max_norm == 1.5 &&
         clip->args.scratch == stats_field(stats.data(), offsetof(StepStats, clip_scratch)));
+
+  // Data parallel: N > 1 ranks average the gradients (an allreduce, then the
+  // wait, before clipping and the update, and no CUDA graphs); one rank has
+  // nothing to average, and its step is the step without a communicator.
+  for (int64_t ranks : {1, 2}) {
+    g_case = "step builder: a communicator of " + std::to_string(ranks) + " rank(s)";
+    config.grad_clip = 0;
+    StubCollective comm(ranks);
+    b.comm = &comm;
+    p = build_step_program(b);
+    b.comm = nullptr;
+    const StepProgram alone = build_step_program(b);
+    if (ranks == 1) {
+      CHECK(names_of(p) == names_of(alone) && p.fast_path == config.fast_path && p.label == alone.label);
+    } else {
+      std::vector<std::string> want = names_of(alone);
+      want.insert(want.end() - 1, {"allreduce_start", "allreduce_wait"});
+      CHECK(names_of(p) == want && p.fast_path == (config.fast_path & ~uint32_t(kFastGraphs)));
+    }
+  }
 
   // Everything a program depends on that can change is in its key: the same
   // inputs give equal keys, and each change another.
@@ -827,6 +957,7 @@ int main() {
         test_dropout_loss_clip(be);
         test_optimizer_ops(be);
         test_compile_default(ctx);
+        test_fused_sgd(ctx);
         test_program_writes(ctx);
         test_compiled_program(ctx, be, -1, "cpu");
         test_step_builder(ctx);

@@ -1163,9 +1163,11 @@ KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_precision(kiln_trai
                                                                        kiln_precision precision);
 
 /* The parts of a backend's fast path, each of which can be switched off to
- * bisect a failure: fused cuBLASLt epilogues, CUDA graphs, cuDNN's fused
- * graphs. Backends without them (the CPU) ignore the bits, and results agree
- * with every part off within float rounding. */
+ * bisect a failure: fused epilogues (on CUDA, cuBLASLt's bias, activation
+ * and gradient epilogues; on the CPU, plain f32 SGD without momentum folded
+ * into the weight-gradient products), CUDA graphs, cuDNN's fused graphs. A
+ * backend ignores the bits it has no part for, and results agree with every
+ * part off within float rounding. */
 typedef enum kiln_fast_path {
   KILN_FAST_PATH_EPILOGUES = 1,
   KILN_FAST_PATH_GRAPHS = 2,

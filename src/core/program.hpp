@@ -32,10 +32,12 @@ namespace kiln {
 
 // Parts of a backend's fast path, each of which can be switched on and off
 // at run time (the trainer option, KILN_ENABLE and KILN_DISABLE, see
-// fast_path_with_env) so that a failure on a GPU can be bisected. Backends
-// without them ignore the bits. The bits are the C API's kiln_fast_path.
+// fast_path_with_env) so that a failure can be bisected. A backend ignores
+// the bits it has no part for. The bits are the C API's kiln_fast_path.
 enum FastPath : uint32_t {
-  kFastEpilogues = KILN_FAST_PATH_EPILOGUES,  // GEMM + bias + activation (and backward) fused
+  // CUDA: GEMM + bias + activation (and backward) fused; CPU: plain SGD
+  // folded into the weight-gradient products (backend/cpu/program.hpp).
+  kFastEpilogues = KILN_FAST_PATH_EPILOGUES,
   kFastGraphs = KILN_FAST_PATH_GRAPHS,        // steps captured as CUDA graphs and replayed
   kFastCudnn = KILN_FAST_PATH_CUDNN,          // cuDNN's fused graphs where measured faster
   kFastAll = KILN_FAST_PATH_ALL,

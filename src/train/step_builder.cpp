@@ -45,9 +45,13 @@ StepProgram build_step_program(const StepBuild &b) {
   p.table = buf.table;
   p.table_size = buf.table_size;
   p.fast_path = c.fast_path;
+  // A communicator of one rank averages nothing: its step is the one without
+  // a communicator (which the CPU's fast path can fold plain SGD into; a step
+  // whose gradients are averaged over ranks it cannot).
+  Collective *const comm = b.comm && b.comm->size() > 1 ? b.comm : nullptr;
   // A training step with a communicator waits for its allreduces on the
   // host: it must not be captured in a CUDA graph (core/program.hpp).
-  if (b.comm && b.trains) p.fast_path &= ~uint32_t(kFastGraphs);
+  if (comm && b.trains) p.fast_path &= ~uint32_t(kFastGraphs);
   p.label = std::string(b.trains ? "train " : "evaluate ") + m.description() + " rows " + std::to_string(rows) + " " +
             c.precision;
   p.log = [ctx = m.context()](kiln_log_level level, const std::string &message) { ctx->log(level, message); };
@@ -79,7 +83,7 @@ StepProgram build_step_program(const StepBuild &b) {
   GradientBuffers g;
   g.t = m.dtype(), g.grads = buf.grads, g.n = n;
   g.work = c.work, g.work_grads = mixed ? buf.lp_grads : buf.grads;
-  const int64_t buckets = finish_gradients(p.ops, backward_begin, g, b.comm, c.bucket_bytes);
+  const int64_t buckets = finish_gradients(p.ops, backward_begin, g, comm, c.bucket_bytes);
   if (buckets > 0) p.label += ", " + std::to_string(buckets) + " allreduce bucket" + (buckets > 1 ? "s" : "");
   if (c.grad_clip > 0) {
     ClipOp clip;

@@ -83,7 +83,9 @@ struct StepBuild {
   const Optimizer *optimizer = nullptr;
   const StepConfig *config = nullptr;
   const StepBuffers *buffers = nullptr;
-  Collective *comm = nullptr;  // data parallel: the gradients' allreduce; null for one process
+  // Data parallel: the gradients' allreduce (none for a communicator of one
+  // rank); null for one process.
+  Collective *comm = nullptr;
   bool trains = false;         // backward and update, or the loss only (evaluation)
   bool training = false;       // the model's training mode (Dropout)
   int64_t rows = 0;

@@ -14,6 +14,7 @@
 
 #include "backend/cpu/kernels.hpp"
 #include "backend/cpu/packed_linear.hpp"
+#include "backend/cpu/program.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "core/thread_pool.hpp"
@@ -186,6 +187,11 @@ class CpuBackend final : public Backend {
     cpu::gather(pool_, args, args.order + (step ? step->offset : 0));
   }
   void shuffle(int64_t, int64_t n, uint64_t seed, int64_t *out) override { cpu::shuffle(n, seed, out); }
+
+  // ---- step programs ----
+  std::unique_ptr<Executable> compile(int64_t index, const StepProgram &program) override {
+    return cpu::compile_cpu(*this, index, program);
+  }
 
   // ---- inference ----
   std::unique_ptr<PackedLinear> pack_linear(int64_t index, DType t, const void *w, int64_t out,

@@ -36,49 +36,70 @@ KILN_AVX512 inline __mmask16 lanes(int64_t count) {
   return count >= 16 ? __mmask16(0xffff) : count <= 0 ? __mmask16(0) : __mmask16((1u << count) - 1);
 }
 
+// One block of C: rows [i0, i0 + 8) by V vectors of 16 columns, over all of
+// k. Per step of k, V vectors of B times eight broadcast elements of A into
+// 8 V accumulators. Rows past m re-read row m - 1 (valid memory) and are not
+// stored; columns past the masks are not touched. Inlined: with a short k
+// (a layer of 10 outputs) a call per block costs more than its FMAs.
+template <int V>
+KILN_AVX512 inline __attribute__((always_inline)) void rows_block(int64_t m, int64_t i0, int64_t k, const float *a,
+                                                                  int64_t a_row, int64_t a_col, const float *bp,
+                                                                  int64_t ldb, __mmask16 mask0, __mmask16 mask1,
+                                                                  float alpha, float beta, float *c, int64_t ldc) {
+  constexpr int64_t MR = 8;
+  const __mmask16 mask[2] = {mask0, mask1};
+  const int64_t rows = std::min(MR, m - i0);
+  int64_t row_offset[MR];
+  for (int64_t r = 0; r < MR; ++r) row_offset[r] = std::min(i0 + r, m - 1) * a_row;
+  __m512 acc[MR][V];
+#pragma GCC unroll 8
+  for (int64_t r = 0; r < MR; ++r) {
+#pragma GCC unroll 2
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
+  }
+  for (int64_t p = 0; p < k; ++p, bp += ldb, a += a_col) {
+    __m512 bv[V];
+#pragma GCC unroll 2
+    for (int v = 0; v < V; ++v) bv[v] = _mm512_maskz_loadu_ps(mask[v], bp + 16 * v);
+#pragma GCC unroll 8
+    for (int64_t r = 0; r < MR; ++r) {
+      const __m512 av = _mm512_set1_ps(a[row_offset[r]]);
+#pragma GCC unroll 2
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+    }
+  }
+  const __m512 alpha_v = _mm512_set1_ps(alpha), beta_v = _mm512_set1_ps(beta);
+  // Constant indices only (unrolled, guarded), so the accumulators stay
+  // in registers instead of being spilled to an addressable array.
+#pragma GCC unroll 8
+  for (int64_t r = 0; r < MR; ++r) {
+    if (r >= rows) break;
+    float *cr = c + (i0 + r) * ldc;
+#pragma GCC unroll 2
+    for (int v = 0; v < V; ++v) {
+      __m512 out = _mm512_mul_ps(acc[r][v], alpha_v);
+      if (beta != 0) out = _mm512_fmadd_ps(beta_v, _mm512_maskz_loadu_ps(mask[v], cr + 16 * v), out);
+      _mm512_mask_storeu_ps(cr + 16 * v, mask[v], out);
+    }
+  }
+}
+
 }  // namespace
 
-// 8 x 32 blocks of C: per step of k, two 16-wide rows of B times eight
-// broadcast elements of A into 16 accumulators. Rows past m re-read row
-// m - 1 (valid memory) and are not stored; columns past n are masked.
+// 8 x 32 blocks of C (8 x 16 where at most 16 columns are left: the last
+// layer of a classifier has 10, and a second vector would be all masked).
 KILN_AVX512 void sgemm_avx512_rows(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t a_row,
                                    int64_t a_col, const float *b, int64_t ldb, int64_t b_block, float beta, float *c,
                                    int64_t ldc) {
   constexpr int64_t MR = 8, NR = kSgemmBlockCols;
-  const __m512 alpha_v = _mm512_set1_ps(alpha), beta_v = _mm512_set1_ps(beta);
   for (int64_t j0 = 0; j0 < n; j0 += NR) {
     const __mmask16 mask0 = lanes(n - j0), mask1 = lanes(n - j0 - 16);
+    const float *bp = b + (j0 / NR) * b_block;
     for (int64_t i0 = 0; i0 < m; i0 += MR) {
-      const int64_t rows = std::min(MR, m - i0);
-      int64_t row_offset[MR];
-      for (int64_t r = 0; r < MR; ++r) row_offset[r] = std::min(i0 + r, m - 1) * a_row;
-      __m512 acc0[MR], acc1[MR];
-#pragma GCC unroll 8
-      for (int64_t r = 0; r < MR; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
-      const float *bp = b + (j0 / NR) * b_block;
-      const float *ap = a;
-      for (int64_t p = 0; p < k; ++p, bp += ldb, ap += a_col) {
-        const __m512 b0 = _mm512_maskz_loadu_ps(mask0, bp), b1 = _mm512_maskz_loadu_ps(mask1, bp + 16);
-#pragma GCC unroll 8
-        for (int64_t r = 0; r < MR; ++r) {
-          const __m512 av = _mm512_set1_ps(ap[row_offset[r]]);
-          acc0[r] = _mm512_fmadd_ps(av, b0, acc0[r]);
-          acc1[r] = _mm512_fmadd_ps(av, b1, acc1[r]);
-        }
-      }
-      // Constant indices only (unrolled, guarded), so the accumulators stay
-      // in registers instead of being spilled to an addressable array.
-#pragma GCC unroll 8
-      for (int64_t r = 0; r < MR; ++r) {
-        if (r >= rows) break;
-        float *cr = c + (i0 + r) * ldc + j0;
-        __m512 v0 = _mm512_mul_ps(acc0[r], alpha_v), v1 = _mm512_mul_ps(acc1[r], alpha_v);
-        if (beta != 0) {
-          v0 = _mm512_fmadd_ps(beta_v, _mm512_maskz_loadu_ps(mask0, cr), v0);
-          v1 = _mm512_fmadd_ps(beta_v, _mm512_maskz_loadu_ps(mask1, cr + 16), v1);
-        }
-        _mm512_mask_storeu_ps(cr, mask0, v0);
-        _mm512_mask_storeu_ps(cr + 16, mask1, v1);
+      if (n - j0 <= 16) {
+        rows_block<1>(m, i0, k, a, a_row, a_col, bp, ldb, mask0, mask1, alpha, beta, c + j0, ldc);
+      } else {
+        rows_block<2>(m, i0, k, a, a_row, a_col, bp, ldb, mask0, mask1, alpha, beta, c + j0, ldc);
       }
     }
   }
@@ -126,8 +147,13 @@ KILN_AVX512 void sgemm_avx512_pack_b(const float *b, int64_t ldb, bool trans_b, 
   for (int64_t j0 = 0; j0 < n; j0 += NR) {
     const int64_t w = std::min(NR, n - j0);
     float *block = out + (j0 / NR) * NR * k;
-    if (!trans_b) {
-      for (int64_t p = 0; p < k; ++p) std::copy(b + p * ldb + j0, b + p * ldb + j0 + w, block + p * NR);
+    if (!trans_b) {  // row by row, two vectors (std::copy called memmove for each 128 bytes)
+      const __mmask16 mask0 = lanes(w), mask1 = lanes(w - 16);
+      for (int64_t p = 0; p < k; ++p) {
+        const float *row = b + p * ldb + j0;
+        _mm512_mask_storeu_ps(block + p * NR, mask0, _mm512_maskz_loadu_ps(mask0, row));
+        _mm512_mask_storeu_ps(block + p * NR + 16, mask1, _mm512_maskz_loadu_ps(mask1, row + 16));
+      }
       continue;
     }
     int64_t p0 = 0;

@@ -1,0 +1,134 @@
+// The CPU's compilation of step programs; see program.hpp.
+#include "backend/cpu/program.hpp"
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace kiln::cpu {
+
+namespace {
+
+// A Linear layer whose weights take their SGD update in the weight-gradient
+// product: the parameters its gradients stand for.
+struct FusedLayer {
+  void *w = nullptr;
+  void *b = nullptr;  // null when the layer has no bias
+};
+
+// The parameter that the `count` gradients at `g` stand for, when they lie
+// inside the SgdOp's gradient buffer; else null.
+void *parameter_of(const SgdArgs &sgd, const void *g, int64_t count) {
+  const uintptr_t esize = uintptr_t(dtype_size(sgd.t));
+  const uintptr_t grads = reinterpret_cast<uintptr_t>(sgd.grads), at = reinterpret_cast<uintptr_t>(g);
+  if (!g || at < grads || (at - grads) % esize != 0 || count > sgd.n) return nullptr;
+  const uintptr_t offset = (at - grads) / esize;
+  if (offset > uintptr_t(sgd.n - count)) return nullptr;
+  return static_cast<char *>(sgd.params) + offset * esize;
+}
+
+// The fused layers, one per op (an entry with w null: not fused), when the
+// whole update can fold into the products (program.hpp says when); else
+// empty.
+std::vector<FusedLayer> plan_fused_sgd(const StepProgram &p) {
+  if (!p.trains || !(p.fast_path & kFastEpilogues) || p.ops.empty()) return {};
+  const SgdOp *update = std::get_if<SgdOp>(&p.ops.back());
+  if (!update) return {};
+  const SgdArgs &sgd = update->args;
+  if (sgd.t != DType::F32 || sgd.momentum != 0 || sgd.nesterov) return {};
+  std::vector<FusedLayer> layers(p.ops.size());
+  for (size_t i = 0; i + 1 < p.ops.size(); ++i) {
+    const StepOp &op = p.ops[i];
+    // Anything that reads or writes the gradients between the backward and
+    // the update (or a second update) needs them written out.
+    if (std::holds_alternative<ClipOp>(op) || std::holds_alternative<AllReduceStartOp>(op) ||
+        std::holds_alternative<AllReduceWaitOp>(op) || std::holds_alternative<CastOp>(op) ||
+        std::holds_alternative<SgdOp>(op) || std::holds_alternative<AdamOp>(op))
+      return {};
+    const auto *lb = std::get_if<LinearBackwardOp>(&op);
+    if (!lb) continue;
+    if (lb->t != DType::F32) return {};
+    FusedLayer &layer = layers[i];
+    layer.w = parameter_of(sgd, lb->dw, lb->out * lb->in);
+    // The product reads W through lb->w: it must be the parameter itself.
+    if (!layer.w || layer.w != lb->w) return {};
+    if (lb->db) {
+      layer.b = parameter_of(sgd, lb->db, lb->out);
+      if (!layer.b) return {};
+    }
+  }
+  // What no layer covers is the flat buffer's padding between parameters:
+  // zeros whose gradients stay zero, which SGD would leave as they are.
+  return layers;
+}
+
+class CpuExecutable final : public Executable {
+ public:
+  CpuExecutable(Backend &b, int64_t index, const StepProgram &p)
+      : Executable(p), backend_(b), index_(index), program_(p), fused_(plan_fused_sgd(p)) {
+    for (const FusedLayer &layer : fused_) layers_ += layer.w != nullptr;
+  }
+
+  std::string describe() const override {
+    if (fused_.empty()) return "kernels";
+    return "kernels, SGD fused into " + std::to_string(layers_) + " weight-gradient product" +
+           (layers_ == 1 ? "" : "s");
+  }
+
+ protected:
+  void run_steps(int64_t first, int64_t count) override {
+    const size_t ops = program_.ops.size();
+    for (int64_t s = first; s < first + count; ++s) {
+      const StepParams *step = program_.table + s;
+      if (fused_.empty()) {
+        for (const StepOp &op : program_.ops) run_op(backend_, index_, op, step);
+        continue;
+      }
+      // The last op, the SgdOp, is done by the fused layers.
+      for (size_t i = 0; i + 1 < ops; ++i) {
+        if (fused_[i].w) {
+          backward_and_update(std::get<LinearBackwardOp>(program_.ops[i]), fused_[i], *step);
+        } else {
+          run_op(backend_, index_, program_.ops[i], step);
+        }
+      }
+    }
+  }
+
+ private:
+  // linear_backward's kernels with the update folded in: dx first, while W
+  // still holds this step's weights.
+  void backward_and_update(const LinearBackwardOp &op, const FusedLayer &layer, const StepParams &step) {
+    const SgdArgs &sgd = std::get<SgdOp>(program_.ops.back()).args;
+    if (op.act != UnaryOp::Identity) backend_.act_backward(index_, backward_act(op));
+    if (op.dx) backend_.gemm(index_, input_grad_product(op));
+    GemmArgs update = weight_grad_product(op);
+    update.c = layer.w;
+    update.alpha = -step.lr;
+    update.beta = 1 - step.lr * sgd.weight_decay;
+    backend_.gemm(index_, update);
+    if (layer.b) {
+      backend_.bias_grad(index_, bias_grad_of(op));
+      SgdArgs bias = sgd;
+      bias.n = op.out;
+      bias.params = layer.b;
+      bias.grads = op.db;
+      backend_.sgd_update(index_, bias, &step);
+    }
+  }
+
+  Backend &backend_;
+  int64_t index_;
+  StepProgram program_;
+  std::vector<FusedLayer> fused_;  // per op; empty: nothing fused
+  int64_t layers_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Executable> compile_cpu(Backend &backend, int64_t index, const StepProgram &program) {
+  return std::make_unique<CpuExecutable>(backend, index, program);
+}
+
+}  // namespace kiln::cpu
