@@ -38,8 +38,8 @@ enum FastPath : uint32_t {
   // CUDA: GEMM + bias + activation (and backward) fused; CPU: plain SGD
   // folded into the weight-gradient products (backend/cpu/program.hpp).
   kFastEpilogues = KILN_FAST_PATH_EPILOGUES,
-  kFastGraphs = KILN_FAST_PATH_GRAPHS,        // steps captured as CUDA graphs and replayed
-  kFastCudnn = KILN_FAST_PATH_CUDNN,          // cuDNN's fused graphs where measured faster
+  kFastGraphs = KILN_FAST_PATH_GRAPHS,  // steps captured as CUDA graphs and replayed
+  kFastCudnn = KILN_FAST_PATH_CUDNN,    // cuDNN's fused graphs where measured faster
   kFastAll = KILN_FAST_PATH_ALL,
   // What a trainer uses unless told otherwise: cuDNN stays off until a GPU
   // run has shown it correct and faster than the cuBLASLt path.

@@ -86,8 +86,8 @@ struct StepBuild {
   // Data parallel: the gradients' allreduce (none for a communicator of one
   // rank); null for one process.
   Collective *comm = nullptr;
-  bool trains = false;         // backward and update, or the loss only (evaluation)
-  bool training = false;       // the model's training mode (Dropout)
+  bool trains = false;    // backward and update, or the loss only (evaluation)
+  bool training = false;  // the model's training mode (Dropout)
   int64_t rows = 0;
   const SourceView *source = nullptr;  // a dataset's batch gathered by the program; null: staged in batch_x
 };
