@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backend_harness.hpp"
+#include "thread_collective.hpp"
 #include "core/context.hpp"
 #include "core/error.hpp"
 #include "core/program.hpp"
@@ -736,29 +737,6 @@ std::vector<std::string> names_of(const StepProgram &p) {
   return names;
 }
 
-// A communicator of `ranks` ranks that the step builder may ask its size;
-// nothing here runs a collective.
-class StubCollective final : public Collective {
- public:
-  explicit StubCollective(int64_t ranks) : ranks_(ranks) {}
-  int64_t rank() const override { return 0; }
-  int64_t size() const override { return ranks_; }
-  int64_t local_rank() const override { return 0; }
-  std::string describe() const override { return "stub"; }
-  bool supports(Device) const override { return true; }
-  void allreduce(Device, DType, void *, int64_t, bool) override {}
-  void allreduce_start(Device, DType, void *, int64_t, bool, void *) override {}
-  void allreduce_wait() override {}
-  void broadcast(Device, void *, int64_t, int64_t) override {}
-  void allgather(const void *, int64_t, void *) override {}
-  void abort(const std::string &) override {}
-  void set_timeout(double) override {}
-  double timeout() const override { return 1; }
-
- private:
-  int64_t ranks_;
-};
-
 void test_step_builder(Context &c) {
   std::shared_ptr<Context> ctx = c.shared_from_this();
   ModelSpec spec;
@@ -827,7 +805,7 @@ void test_step_builder(Context &c) {
   for (int64_t ranks : {1, 2}) {
     g_case = "step builder: a communicator of " + std::to_string(ranks) + " rank(s)";
     config.grad_clip = 0;
-    StubCollective comm(ranks);
+    ThreadCollective comm(std::make_shared<Hub>(ranks), 0);  // only built, not run
     b.comm = &comm;
     p = build_step_program(b);
     b.comm = nullptr;

@@ -31,9 +31,6 @@ static kiln_dataset *make_dataset(kiln_context *ctx) {
   return kiln_test_dataset(ctx, x, y, N, IN, dev);
 }
 
-/* Two epochs (12 steps of 16, with dropout and Adam) from a fixed seed;
- * writes the weights. Returns kiln_trainer_create's status (the run happens
- * only when it is KILN_OK). */
 static void read_weights(kiln_model *model, double *weights) {
   int64_t at = 0;
   for (int64_t i = 0; i < 4; ++i) {
@@ -48,17 +45,18 @@ static void read_weights(kiln_model *model, double *weights) {
   assert_int_equal(at, NPARAM);
 }
 
-/* The optimizer of train(): Adam unless a test sets plain SGD. */
-static int g_plain_sgd = 0;
-
-static kiln_status train(int set_fast_path, uint32_t fast_path, double *weights) {
+/* Two epochs (12 steps of 16, with dropout) from a fixed seed with
+ * `optimizer`: Adam at lr 0.01, or SGD at lr 0.1 with weight decay 0.01;
+ * writes the weights. Returns kiln_trainer_create's status (the run happens
+ * only when it is KILN_OK). */
+static kiln_status train_with(kiln_optimizer_kind optimizer, int set_fast_path, uint32_t fast_path, double *weights) {
   kiln_context *ctx = kiln_test_context_create(42);
   kiln_dataset *ds = make_dataset(ctx);
   kiln_model *model = kiln_test_model_on(ctx, "6-12-3:gelu:dropout=0.2", dev, KILN_F32);
   kiln_trainer_options *o = NULL;
   kiln_trainer *trainer = NULL;
   assert_kiln_ok(kiln_trainer_options_create(&o));
-  if (g_plain_sgd) {
+  if (optimizer == KILN_OPTIM_SGD) {
     assert_kiln_ok(kiln_trainer_options_set_optimizer(o, KILN_OPTIM_SGD));
     assert_kiln_ok(kiln_trainer_options_set_lr(o, 0.1));
     assert_kiln_ok(kiln_trainer_options_set_weight_decay(o, 0.01));
@@ -87,14 +85,18 @@ static kiln_status train(int set_fast_path, uint32_t fast_path, double *weights)
   return status;
 }
 
+/* train_with Adam. */
+static kiln_status train(int set_fast_path, uint32_t fast_path, double *weights) {
+  return train_with(KILN_OPTIM_ADAM, set_fast_path, fast_path, weights);
+}
+
 /* On the CPU the same kernels run either way: equal bit for bit. On CUDA the
  * fast path fuses and reorders f32 operations (epilogues, fused MLP), which
  * moves each step by f32 rounding (~1e-7 relative); over 12 Adam steps of lr
  * 0.01 that stays below 1e-5 absolute on O(1) weights, while a fast path that
  * computed something else would be off by O(lr) = 1e-2 after one step. */
 static void assert_same_training(const double *a, const double *b) {
-  if (dev.kind == KILN_DEVICE_CPU)
-    assert_memory_equal(a, b, NPARAM * sizeof *a);
+  if (dev.kind == KILN_DEVICE_CPU) assert_memory_equal(a, b, NPARAM * sizeof *a);
   else
     assert_allclose(a, b, NPARAM, 1e-5, 1e-5);
 }
@@ -123,10 +125,8 @@ static void test_plain_sgd_agrees(void **state) {
   (void)state;
   double def[NPARAM], off[NPARAM];
   unsetenv("KILN_DISABLE");
-  g_plain_sgd = 1;
-  assert_kiln_ok(train(0, 0, def));
-  assert_kiln_ok(train(1, 0, off));
-  g_plain_sgd = 0;
+  assert_kiln_ok(train_with(KILN_OPTIM_SGD, 0, 0, def));
+  assert_kiln_ok(train_with(KILN_OPTIM_SGD, 1, 0, off));
   assert_allclose(def, off, NPARAM, 1e-5, 1e-5);
 }
 

@@ -1,6 +1,7 @@
 // The CPU's compilation of step programs; see program.hpp.
 #include "backend/cpu/program.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <variant>
@@ -66,14 +67,12 @@ std::vector<FusedLayer> plan_fused_sgd(const StepProgram &p) {
 class CpuExecutable final : public Executable {
  public:
   CpuExecutable(Backend &b, int64_t index, const StepProgram &p)
-      : Executable(p), backend_(b), index_(index), program_(p), fused_(plan_fused_sgd(p)) {
-    for (const FusedLayer &layer : fused_) layers_ += layer.w != nullptr;
-  }
+      : Executable(p), backend_(b), index_(index), program_(p), fused_(plan_fused_sgd(p)) {}
 
   std::string describe() const override {
     if (fused_.empty()) return "kernels";
-    return "kernels, SGD fused into " + std::to_string(layers_) + " weight-gradient product" +
-           (layers_ == 1 ? "" : "s");
+    const auto layers = std::count_if(fused_.begin(), fused_.end(), [](const FusedLayer &l) { return l.w; });
+    return "kernels, SGD fused into " + std::to_string(layers) + " weight-gradient product" + (layers == 1 ? "" : "s");
   }
 
  protected:
@@ -122,7 +121,6 @@ class CpuExecutable final : public Executable {
   int64_t index_;
   StepProgram program_;
   std::vector<FusedLayer> fused_;  // per op; empty: nothing fused
-  int64_t layers_ = 0;
 };
 
 }  // namespace
