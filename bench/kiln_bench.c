@@ -1,6 +1,6 @@
 /* One benchmark run of kiln, printed as one JSON object on stdout.
  *
- *   kiln_bench --workload A|B --epochs N [--warmup E] [--batch N] [--precision P] [--fast-path N]
+ *   kiln_bench --workload A|B --epochs N [--warmup E] [--batch N] [--precision P] [--fast-path N] [--programs 1]
  *              [--device D] [--threads T] [--seed S] [--data DIR]
  *   kiln_bench --workload C --model A|B [--device D] [--threads T] [--data DIR]
  *   mpirun -np N kiln_bench --workload A|B --epochs N --distributed 1 [...]
@@ -27,7 +27,11 @@
  * --profile-steps N runs N more steps after the warm-up between cuProfilerStart
  * and cuProfilerStop (scripts/gpu-check.sh's ncu summary of one step).
  * --precision fp32|tf32|bf16 and --fast-path N (kiln_fast_path bits; default
- * the library's, epilogues and graphs without cuDNN) go to the trainer options. bench/run.py drives it next to PyTorch. */
+ * the library's, epilogues and graphs without cuDNN) go to the trainer options.
+ * --programs 1 (A and B) adds "programs": what each compiled step program
+ * runs on, from the context's debug log ("compiled LABEL: ..."): with cuDNN
+ * on, each Linear op's choice and both timings. bench/run.py drives it next
+ * to PyTorch. */
 #include <kiln/kiln.h>
 
 #include <dlfcn.h>
@@ -78,10 +82,38 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* The "compiled ..." lines of the context's debug log (--programs), in order;
+ * every other record at WARNING or above goes to stderr, as without a
+ * callback. */
+enum { MAX_PROGRAMS = 32 };
+static char *programs[MAX_PROGRAMS];
+static int program_count;
+
+static int keep_programs(void *user, const kiln_log_record *r) {
+  (void)user;
+  if (!strncmp(r->message, "compiled ", 9)) {
+    if (program_count < MAX_PROGRAMS) programs[program_count++] = strdup(r->message);
+  } else if (r->level >= KILN_LOG_WARNING) {
+    fprintf(stderr, "kiln: %s\n", r->message);
+  }
+  return 0;
+}
+
+/* s as a JSON string. */
+static void print_json_string(const char *s) {
+  putchar('"');
+  for (; *s; ++s) {
+    if (*s == '"' || *s == '\\') printf("\\%c", *s);
+    else if ((unsigned char)*s < 0x20) printf("\\u%04x", *s);
+    else putchar(*s);
+  }
+  putchar('"');
+}
+
 /* What a run was asked for, beyond the workload itself. */
 struct options {
   char workload, model;
-  int epochs, warmup, steps, windows, profile_steps, distributed;
+  int epochs, warmup, steps, windows, profile_steps, distributed, programs;
   int64_t batch;        /* 0: the workload's own */
   int64_t bucket_bytes; /* data parallel gradient buckets; 0: one allreduce */
   kiln_precision precision;
@@ -166,8 +198,19 @@ static void train(kiln_context *ctx, kiln_device dev, const struct options *o, k
   for (int e = 0; e < epochs; ++e) printf("%s%.6f", e ? ", " : "", cpu_seconds[e]);
   double med = median(seconds, epochs);
   printf("], \"median_epoch_seconds\": %.6f, \"median_epoch_cpu_seconds\": %.6f, \"samples_per_second\": %.1f, "
-         "\"test_accuracy\": %.4f, \"peak_rss_mib\": %.1f}\n",
+         "\"test_accuracy\": %.4f, \"peak_rss_mib\": %.1f",
          med, median(cpu_seconds, epochs), (double)n / med, acc, peak_rss_mib());
+  if (o->programs) {
+    printf(", \"programs\": [");
+    for (int i = 0; i < program_count; ++i) {
+      if (i) printf(", ");
+      print_json_string(programs[i]);
+      free(programs[i]);
+    }
+    program_count = 0;
+    printf("]");
+  }
+  printf("}\n");
 done:
   kiln_trainer_release(trainer);
   kiln_model_release(model);
@@ -327,6 +370,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--windows")) o.windows = atoi(v);
     else if (!strcmp(a, "--profile-steps")) o.profile_steps = atoi(v);
     else if (!strcmp(a, "--fast-path")) o.fast_path = (uint32_t)strtoul(v, NULL, 0);
+    else if (!strcmp(a, "--programs")) o.programs = atoi(v);
     else if (!strcmp(a, "--precision")) {
       o.precision_name = v;
       if (!strcmp(v, "fp32")) o.precision = KILN_PRECISION_FP32;
@@ -350,6 +394,10 @@ int main(int argc, char **argv) {
   CHECK(kiln_context_options_create(&copts));
   CHECK(kiln_context_options_set_num_threads(copts, threads));
   CHECK(kiln_context_options_set_seed(copts, seed));
+  if (o.programs) {
+    CHECK(kiln_context_options_set_log_level(copts, KILN_LOG_DEBUG));
+    CHECK(kiln_context_options_set_log_callback(copts, keep_programs, NULL));
+  }
   CHECK(kiln_context_create(copts, &ctx));
   kiln_context_options_release(copts);
   kiln_device dev;

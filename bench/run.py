@@ -19,7 +19,10 @@ PyTorch loops: resident (the data in one tensor on the device), dataloader
 a GPU graph (a whole step captured with torch.cuda.graphs) and compile
 (torch.compile(mode="reduce-overhead"), time-boxed by --compile-timeout; a
 failure is recorded, not fatal). On a GPU kiln also runs as kiln-plain, with
-its fast path off (--fast-path 0: no CUDA graphs, cuBLASLt epilogues or cuDNN).
+its fast path off (--fast-path 0: no CUDA graphs, cuBLASLt epilogues or cuDNN),
+and A and B as kiln-cudnn, with everything on, cuDNN included: its lines after
+the table give, per Linear op of each step program, cuDNN's time against the
+cuBLASLt path's and which one the plan took (kiln_bench --programs 1).
 
 Each run is its own process (so peak memory is per run); repeat r uses seed r
 on every side. Every training run first does --warmup untimed epochs (default
@@ -169,6 +172,27 @@ def summarize(runs, flops_per_sample, peak_gflops):
         out["errors"] = errors
     out["runs"] = runs
     return out
+
+
+def cudnn_choices(summary):
+    """The per-op cuDNN decisions of a kiln-cudnn run's first good repeat:
+    each compiled program's "cudnn: ..." part, one op per entry, such as
+    "linear 128x784->32 relu f32: cudnn (cudnn 0.0101 ms, other 0.0123 ms)";
+    or why cuDNN was unavailable. Empty without programs."""
+    for run in summary.get("runs", []):
+        if "programs" not in run:
+            continue
+        choices = []
+        for program in run["programs"]:
+            # "compiled LABEL: <paths> [op: choice (...); op: ...], graphs ..."
+            label, _, text = program.partition(": ")
+            start, end = text.find(" ["), text.rfind("]")
+            if start < 0 or end < start:
+                continue
+            for part in text[start + 2:end].split("; "):
+                choices.append(f"{label.removeprefix('compiled ')}: {part}")
+        return choices
+    return []
 
 
 DEADLINE = None  # time.monotonic() after which no run starts (--time-budget)
@@ -356,6 +380,10 @@ def measure(args, gpu, workloads, loops, kiln, py, threads, suffixed, results, p
         impls = {"kiln": [kiln, "--workload", w] + epochs + extra + common}
         if gpu:
             impls["kiln-plain"] = impls["kiln"] + ["--fast-path", "0"]
+            # Everything on, cuDNN included (off by default until measured):
+            # its programs say, per Linear op, cuDNN's time against the
+            # cuBLASLt path's and which the plan took.
+            impls["kiln-cudnn"] = impls["kiln"] + ["--fast-path", "7", "--programs", "1"]
         if torch_bench:
             for loop in loops:
                 if loop == "dataloader" and w != "A" and gpu:
@@ -530,6 +558,9 @@ def main():
             print(f"{w:10} {k:18} {r['median_epoch_seconds']:9.3f} {r['samples_per_second']:11.0f} "
                   f"{r['peak_rss_mib']:9.1f} {100 * r['test_accuracy']:8.2f}% {r['model_gflops_per_second']:9.2f} "
                   f"{frac} {ratio}")
+    for w, res in results.items():
+        for line in cudnn_choices(res.get("kiln-cudnn", {})):
+            print(f"{w:10} kiln-cudnn  {line}")
     if "W" in results:
         for k, r in results["W"].items():
             if k.startswith("_"):

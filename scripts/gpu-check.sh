@@ -44,8 +44,8 @@
 #   KILN_CHECK_BUDGET   seconds for all stages together (default 540): each stage
 #                       gets at most what is left; later stages are then SKIPPED
 #   KILN_CHECK_PACK     a directory (the device tool's $OUT) that receives
-#                       summary.txt and logs.tar.gz of OUTDIR at the end: the
-#                       tool brings back at most 8 files
+#                       summary.txt and logs.tar.gz of OUTDIR after each stage
+#                       and at the end: the tool brings back at most 8 files
 #   KILN_CARRY          the carried directory (default .gpu-carry in this tree):
 #                       debs/ and fashion-mnist/ (scripts/gpu-carry.sh)
 #   CUDACXX / KILN_CUDA_COMPILER   the CUDA compiler (default: nvcc on PATH, then
@@ -470,7 +470,8 @@ stage_ncu() {
 }
 
 # ---- the stages, in the order given ----------------------------------------------
-for s in ${stages//,/ }; do "stage_${s//-/_}"; done
+# Packed after every stage, so a call cut short still brings back what ran.
+for s in ${stages//,/ }; do "stage_${s//-/_}"; pack; done
 
 log "done in $((SECONDS - start)) s; summary:"
 cat "$summary"

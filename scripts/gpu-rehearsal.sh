@@ -11,7 +11,9 @@
 #   scripts/gpu-rehearsal.sh [OUTDIR]      (default build-rehearsal/ in this tree)
 #
 # The root: Debian 12 (debootstrap --variant=minbase, the essential packages
-# and) g++, cmake, ninja-build, python3 and pkg-config (the H200 image has
+# and) g++ (run through an /opt/gcc/bin script that links libstdc++
+# statically, as on the GPU images), cmake, ninja-build, python3 and
+# pkg-config (the H200 image has
 # it, and it finds the carried packages' .pc files, which name /usr), with
 # dpkg removed afterwards; the
 # CUDA toolkit of this machine mounted at the same path, with its cuDNN and
@@ -121,6 +123,23 @@ for f in "$toolkit"/include/cudnn* "$toolkit"/include/nccl* "$toolkit"/lib/libcu
   mknod "$hide/$rel" c 0 0 2>/dev/null && hidden=$((hidden + 1))
 done
 
+# ---- the GPU image's compiler --------------------------------------------------------
+# Its g++ and gcc are /opt/gcc/bin scripts that run the real compiler with -B
+# folders (bench/results/cuda-h100-2026-11-26/call2/gxx-wrapper.txt), and
+# what they link carries libstdc++ statically: libkiln.so built there
+# defined __cxa_* and __once_proxy itself (H200 and H100, 2026-11-26). The
+# same here: a -B folder holding only the root's libstdc++.a, first on PATH. A libkiln.so that exported that copy's symbols broke every
+# std::call_once in NCCL and cuDNN (libkiln's link options, CMakeLists.txt).
+libstdcxx="$(cd "$rootfs" && ls usr/lib/gcc/x86_64-linux-gnu/*/libstdc++.a 2>/dev/null | head -1)"
+[[ -n $libstdcxx ]] || skip "the root has no libstdc++.a to link statically"
+mkdir -p "$rootfs/opt/gcc/bin" "$rootfs/opt/gcc/lib"
+ln -sf "/$libstdcxx" "$rootfs/opt/gcc/lib/libstdc++.a"
+# cc and c++ too: CMake looks for c++ before g++ on the whole PATH.
+for tool in gcc:gcc g++:g++ cc:gcc c++:g++; do
+  printf '#!/bin/sh\nexec /usr/bin/%s -B/opt/gcc/lib/ "$@"\n' "${tool#*:}" >"$rootfs/opt/gcc/bin/${tool%%:*}"
+  chmod +x "$rootfs/opt/gcc/bin/${tool%%:*}"
+done
+
 # ---- the tree, as the device tool sends it -----------------------------------------
 work="$rootfs/work"
 mkdir -p "$work"
@@ -137,8 +156,8 @@ awk '/^Package:/{p=$2; ok=0} /^Status:/{ok=/ installed$/} /^Version:/{if (ok) pr
   "$rootfs/var/lib/dpkg/status" | sort >"$out/root-packages.txt"
 say "the root: Debian $suite, debootstrap --variant=minbase --include=$include: $(wc -l <"$out/root-packages.txt") packages:"
 awk '{printf "%s%s %s", (NR > 1 ? ", " : "  "), $1, $2} END {print ""}' "$out/root-packages.txt" | fold -s -w 110
-for tool in gcc g++ cmake ninja python3 pkg-config dpkg mpirun; do
-  printf '  %-11s %s\n' "$tool" "$(chroot "$rootfs" /bin/sh -c "command -v $tool" 2>/dev/null || echo "(absent)")"
+for tool in cc c++ gcc g++ cmake ninja python3 pkg-config dpkg mpirun; do
+  printf '  %-11s %s\n' "$tool" "$(chroot "$rootfs" /usr/bin/env PATH=/opt/gcc/bin:/usr/bin:/bin /bin/sh -c "command -v $tool" 2>/dev/null || echo "(absent)")"
 done
 say "pip packages in the root: $(ls -d "$rootfs"/usr/local/lib/python3*/dist-packages/*.dist-info | xargs -n1 basename | tr '\n' ' ')"
 say "the CUDA toolkit: $toolkit mounted read-only, $hidden cuDNN/NCCL entries hidden"
@@ -161,7 +180,7 @@ if ! mount -t overlay overlay -o "lowerdir=$hide:$toolkit" "$R$toolkit" 2>/dev/n
   mount --bind -o ro "$toolkit" "$R$toolkit"
 fi
 [[ -e $R/usr/local/cuda ]] || ln -s "$toolkit" "$R/usr/local/cuda"
-exec chroot "$R" /usr/bin/env -i PATH=/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin HOME=/root LANG=C.UTF-8 \
+exec chroot "$R" /usr/bin/env -i PATH=/opt/gcc/bin:/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin HOME=/root LANG=C.UTF-8 \
   KILN_CHECK_BUDGET="$budget" KILN_BUILD_DIR=/work/build-gpu \
   /bin/bash -c 'cd /work/kiln && scripts/gpu-check.sh /work/out env,build,test-safe,test'
 INSIDE

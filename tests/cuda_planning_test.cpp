@@ -8,12 +8,19 @@
 //  - plan_epilogues (planning/epilogue_plan.hpp) on step programs built op
 //    by op: which products pair into which cuBLASLt epilogues, and what
 //    happens when the heuristic refuses one half of a pair;
+//  - TimingGuard (planning/timing_guard.hpp) on host memory: every buffer a
+//    Linear op's timing fills or writes is back as it was afterwards (also
+//    when the timing throws, also with aliased buffers), fills come before
+//    the timing, weights are never touched, and a failed save changes
+//    nothing and keeps nothing;
 //  - lt_product (planning/lt_layout.hpp): the column-major layouts and
 //    leading dimensions handed to cuBLASLt, run through a naive strided
 //    column-major product with cuBLAS's semantics and compared with the
 //    row-major product computed directly.
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <random>
 #include <set>
@@ -23,6 +30,7 @@
 #include "backend/cuda/planning/epilogue_plan.hpp"
 #include "backend/cuda/planning/graph_runs.hpp"
 #include "backend/cuda/planning/lt_layout.hpp"
+#include "backend/cuda/planning/timing_guard.hpp"
 #include "backend_harness.hpp"
 #include "core/error.hpp"
 
@@ -391,11 +399,170 @@ void lt_layouts() {
       }
 }
 
+// ---- the timing guard ----------------------------------------------------------
+
+// Host memory that counts what it hands out and fails its n-th operation
+// when asked to.
+class HostTimingMemory final : public TimingMemory {
+ public:
+  int live = 0, ops = 0, fail_at = -1;
+  void *alloc(int64_t bytes) override {
+    step();
+    ++live;
+    return std::malloc(size_t(bytes));
+  }
+  void release(void *p) noexcept override {
+    --live;
+    std::free(p);
+  }
+  void copy(void *dst, const void *src, int64_t bytes) override {
+    step();
+    std::memcpy(dst, src, size_t(bytes));
+  }
+  void fill(void *p, int64_t bytes) override {
+    step();
+    std::memset(p, 0x3c, size_t(bytes));
+  }
+
+ private:
+  void step() {
+    if (ops++ == fail_at) fail(KILN_ERROR_INTERNAL, "injected failure");
+  }
+};
+
+// Buffers of float with distinct contents, and their first values kept.
+struct HostBuffers {
+  std::vector<std::vector<float>> data;
+  std::vector<std::vector<float>> original;
+  float *make(int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = float(data.size() * 1000 + i) + 0.5f;
+    data.push_back(v);
+    original.push_back(v);
+    return data.back().data();
+  }
+  bool intact() const { return data == original; }
+};
+
+bool filled(const float *p, int64_t n) {
+  const unsigned char *b = reinterpret_cast<const unsigned char *>(p);
+  for (int64_t i = 0; i < n * int64_t(sizeof(float)); ++i)
+    if (b[i] != 0x3c) return false;
+  return true;
+}
+
+// What a timing does to the op's outputs: writes every one.
+void scribble(const LinearBackwardOp &op) {
+  for (auto [p, n] : {std::pair<void *, int64_t>{op.dy, op.rows * op.out}, {op.dw, op.out * op.in}, {op.db, op.out},
+                      {op.dx, op.rows * op.in}})
+    if (p) std::fill_n(static_cast<float *>(p), n, -7.0f);
+}
+
+void timing_guard() {
+  const int64_t rows = 5, in = 3, out = 4;
+  {
+    g_case = "timing guard: a Linear backward";
+    HostBuffers h;
+    LinearBackwardOp op;
+    op.rows = rows, op.in = in, op.out = out, op.act = UnaryOp::Relu;
+    op.dy = h.make(rows * out), op.x = h.make(rows * in), op.w = h.make(out * in), op.y = h.make(rows * out);
+    op.dw = h.make(out * in), op.db = h.make(out), op.dx = h.make(rows * in);
+    const std::vector<float> weights = h.data[2];
+    HostTimingMemory m;
+    {
+      TimingGuard guard(m, timed_buffers(op));
+      check(filled(static_cast<float *>(op.dy), rows * out) && filled(static_cast<const float *>(op.x), rows * in) &&
+                filled(static_cast<const float *>(op.y), rows * out),
+            "the inputs a step writes first are filled before the timing");
+      check(h.data[2] == weights, "the weights are not filled");
+      scribble(op);
+      guard.restore();
+    }
+    check(h.intact(), "every buffer is back as it was");
+    check(m.live == 0, "every copy is freed");
+  }
+  {
+    g_case = "timing guard: a Linear forward with its pre-activation";
+    HostBuffers h;
+    LinearOp op;
+    op.rows = rows, op.in = in, op.out = out, op.act = UnaryOp::Relu;
+    op.x = h.make(rows * in), op.w = h.make(out * in), op.b = h.make(out), op.y = h.make(rows * out),
+    op.pre = h.make(rows * out);
+    const std::vector<TimedBuffer> list = timed_buffers(op);
+    check(list.size() == 3, "x, y and pre are listed, the weight and bias are not");
+    HostTimingMemory m;
+    {
+      TimingGuard guard(m, list);
+      check(filled(static_cast<const float *>(op.x), rows * in), "the input is filled");
+      std::fill_n(static_cast<float *>(op.y), rows * out, -1.0f);
+      std::fill_n(static_cast<float *>(op.pre), rows * out, -2.0f);
+      guard.restore();
+    }
+    check(h.intact() && m.live == 0, "the batch and the outputs are back, the copies freed");
+  }
+  {
+    g_case = "timing guard: the timing throws";
+    HostBuffers h;
+    LinearBackwardOp op;
+    op.rows = rows, op.in = in, op.out = out;
+    op.dy = h.make(rows * out), op.x = h.make(rows * in), op.w = h.make(out * in), op.dw = h.make(out * in);
+    HostTimingMemory m;
+    try {
+      TimingGuard guard(m, timed_buffers(op));
+      scribble(op);
+      fail(KILN_ERROR_INTERNAL, "the timing failed");
+    } catch (const Error &) {
+    }
+    check(h.intact() && m.live == 0, "the destructor puts everything back and frees the copies");
+  }
+  {
+    g_case = "timing guard: aliased buffers";
+    HostBuffers h;
+    LinearBackwardOp op;
+    op.rows = rows, op.in = in, op.out = out;
+    float *shared = h.make(rows * out);
+    op.dy = shared, op.y = shared, op.pre = shared, op.x = h.make(rows * in), op.w = h.make(out * in);
+    op.dw = h.make(out * in), op.dx = const_cast<void *>(op.x);
+    const std::vector<TimedBuffer> list = timed_buffers(op);
+    check(list.size() == 3, "each pointer once: dy/y/pre, x/dx, dw");
+    bool x_fill = false;
+    for (const TimedBuffer &b : list)
+      if (b.data == op.x) x_fill = b.fill && b.bytes == rows * in * int64_t(sizeof(float));
+    check(x_fill, "a buffer both filled and written keeps its fill");
+    HostTimingMemory m;
+    {
+      TimingGuard guard(m, list);
+      scribble(op);
+      guard.restore();
+    }
+    check(h.intact() && m.live == 0, "aliased buffers are back as they were");
+  }
+  // Three buffers: alloc, copy, alloc, copy, alloc, copy, fill, fill.
+  for (int at = 0; at < 8; ++at) {
+    g_case = "timing guard: operation " + std::to_string(at) + " of the save and fill fails";
+    HostBuffers h;
+    LinearBackwardOp op;
+    op.rows = rows, op.in = in, op.out = out;
+    op.dy = h.make(rows * out), op.x = h.make(rows * in), op.w = h.make(out * in), op.dw = h.make(out * in);
+    HostTimingMemory m;
+    m.fail_at = at;
+    bool threw = false;
+    try {
+      TimingGuard guard(m, timed_buffers(op));
+    } catch (const Error &) {
+      threw = true;
+    }
+    check(threw, "the failure reaches the caller");
+    check(h.intact() && m.live == 0, "nothing is changed and nothing kept");
+  }
+}
+
 }  // namespace
 
 int main() {
   graph_runs();
   epilogue_planning();
   lt_layouts();
+  timing_guard();
   return kiln::test::finish("cuda_planning_test");
 }

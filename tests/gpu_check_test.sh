@@ -4,7 +4,8 @@
 # (as 17 GPU tests seemed to on the H200), one that fails an assertion and
 # one that passes, with gdb standing in for cuda-gdb. The `test` stage must
 # record a backtrace of the crash, naming the function that made the call,
-# and none of the others. Exits 77 without gdb or a C compiler.
+# and none of the others, and pack the summary and the logs into
+# KILN_CHECK_PACK. Exits 77 without gdb or a C compiler.
 #
 #   tests/gpu_check_test.sh
 set -euo pipefail
@@ -39,7 +40,7 @@ CT
 ln -s "$(command -v gdb)" "$work/bin/cuda-gdb"
 
 rc=0
-PATH="$work/bin:$PATH" KILN_BUILD_DIR="$work/build" KILN_CHECK_BUDGET=120 \
+PATH="$work/bin:$PATH" KILN_BUILD_DIR="$work/build" KILN_CHECK_BUDGET=120 KILN_CHECK_PACK="$work/pack" \
   "$root/scripts/gpu-check.sh" "$work/out" test >"$work/log" 2>&1 || rc=$?
 summary="$work/out/summary.txt"
 if [[ $rc -ne 1 ]]; then cat "$work/log"; fail "gpu-check exited $rc, expected 1 (a failed stage)"; fi
@@ -50,4 +51,8 @@ if ! grep -qE '^backtrace test crash_cuda +taken .*call_through_table' "$summary
 fi
 grep -q 'KILN_GPU_CHECK_TEST=1' "$work/out/tests/crash_cuda.sh" || fail "the rerun lacks the test's environment"
 if grep -qE '^backtrace test (assert|fine)_cuda' "$summary"; then cat "$summary"; fail "a backtrace of a test that did not crash"; fi
+# What the device tool brings back: the summary and every log.
+cmp -s "$summary" "$work/pack/summary.txt" || fail "the packed summary is not the summary"
+packed="$(tar tzf "$work/pack/logs.tar.gz")"
+grep -qx 'out/backtrace-test-crash_cuda.log' <<<"$packed" || fail "the packed logs lack the backtrace"
 echo "gpu_check_test: passed"

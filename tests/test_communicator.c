@@ -97,18 +97,25 @@ static void random_samples(kiln_context *ctx, uint64_t seed, int64_t n, kiln_dev
   assert_kiln_ok(kiln_tensor_from_host(ctx, ys, n * (int64_t)sizeof ys[0], yshape, 1, KILN_I64, dev, y));
 }
 
-static kiln_trainer *make_trainer(kiln_context *ctx, kiln_model **model) {
-  assert_kiln_ok(kiln_context_set_seed(ctx, 5));
-  *model = kiln_test_model(ctx, "6-8-3");
+/* A trainer of `model` with a fixed shuffle seed: trainers compared with each
+ * other must see the same order (unset, the seed is drawn from the context,
+ * and differs from trainer to trainer). */
+static kiln_trainer *trainer_of(kiln_model *model) {
   kiln_trainer_options *o = NULL;
   kiln_trainer *t = NULL;
   assert_kiln_ok(kiln_trainer_options_create(&o));
   assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 16));
   assert_kiln_ok(kiln_trainer_options_set_momentum(o, 0.9));
   assert_kiln_ok(kiln_trainer_options_set_shuffle_seed(o, 3));
-  assert_kiln_ok(kiln_trainer_create(*model, o, &t));
+  assert_kiln_ok(kiln_trainer_create(model, o, &t));
   kiln_trainer_options_release(o);
   return t;
+}
+
+static kiln_trainer *make_trainer(kiln_context *ctx, kiln_model **model) {
+  assert_kiln_ok(kiln_context_set_seed(ctx, 5));
+  *model = kiln_test_model(ctx, "6-8-3");
+  return trainer_of(*model);
 }
 
 /* Fails unless the first weight matrices [8, 6] of make_trainer's models a
@@ -261,8 +268,8 @@ static void test_local_communicator_on_one_gpu(void **state) {
   kiln_trainer_release(ddp);
   assert_kiln_ok(kiln_model_to(plain_model, gpu));
   assert_kiln_ok(kiln_model_to(model, gpu));
-  assert_kiln_ok(kiln_trainer_create(plain_model, NULL, &plain));
-  assert_kiln_ok(kiln_trainer_create(model, NULL, &ddp));
+  plain = trainer_of(plain_model);
+  ddp = trainer_of(model);
   assert_kiln_ok(kiln_trainer_attach_communicator(ddp, comm));
   kiln_epoch_stats a = {sizeof a}, b = {sizeof b};
   assert_kiln_ok(kiln_trainer_epoch(plain, ds, &a));

@@ -28,6 +28,7 @@
 // pairs in such a buffer.
 #include <dlfcn.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include <cstdlib>
 
@@ -85,8 +86,17 @@ void load_openblas() {
   if (set_here) unsetenv(kVar);
   if (!lib) {
     const char *second = dlerror();
-    fail(KILN_ERROR_BACKEND, "cannot load OpenBLAS for the CPU backend: " + first_error.substr(0, 200) + "; " +
-                                 std::string(second ? second : "").substr(0, 200));
+    const std::string why = first_error.substr(0, 200) + "; " + std::string(second ? second : "").substr(0, 200);
+    // Under an address-space limit a library that does not fit fails to map
+    // its segments: the process is out of memory, OpenBLAS is not missing
+    // (seen under `ulimit -v 150000` on a 16-core GPU machine).
+    rlimit limit{};
+    if (why.find("failed to map segment") != std::string::npos && getrlimit(RLIMIT_AS, &limit) == 0 &&
+        limit.rlim_cur != RLIM_INFINITY)
+      fail(KILN_ERROR_OUT_OF_MEMORY,
+           "out of address space: OpenBLAS for the CPU backend does not fit under the process's limit of " +
+               std::to_string(limit.rlim_cur >> 20) + " MiB (ulimit -v): " + why);
+    fail(KILN_ERROR_BACKEND, "cannot load OpenBLAS for the CPU backend: " + why);
   }
   OpenBlas b;
   resolve(lib, "cblas_sgemm", b.sgemm);

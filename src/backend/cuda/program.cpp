@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "backend/cuda/cuda_backend.hpp"
 #include "backend/cuda/planning/epilogue_plan.hpp"
 #include "backend/cuda/planning/graph_runs.hpp"
+#include "backend/cuda/planning/timing_guard.hpp"
 
 namespace kiln::cuda {
 namespace {
@@ -75,10 +77,9 @@ class CudaExecutable final : public Executable, private StepLauncher {
  private:
   using Action = std::function<void(const StepParams *step)>;
 
+  class DeviceTimingMemory;
+
   void plan_fused_ops();
-  void fill_step_inputs(const LinearOp &op);
-  void fill_step_inputs(const LinearBackwardOp &op);
-  void fill_bytes(const void *p, int64_t bytes);
   void *alloc_owned(int64_t bytes);
   void run_step(const StepParams *step);
   void run_backward(const LinearBackwardOp &op, const BackwardPlan &plan);
@@ -150,6 +151,27 @@ void *CudaExecutable::alloc_owned(int64_t bytes) {
   return p;
 }
 
+// Device memory for a TimingGuard, on the device's stream: the copies are
+// queued in order with the timing, and freed after it.
+class CudaExecutable::DeviceTimingMemory final : public TimingMemory {
+ public:
+  explicit DeviceTimingMemory(CudaExecutable &e) : e_(e) {}
+  void *alloc(int64_t bytes) override { return e_.backend_.alloc(e_.index_, bytes); }
+  void release(void *p) noexcept override { e_.backend_.free(e_.index_, p); }
+  void copy(void *dst, const void *src, int64_t bytes) override {
+    KILN_CUDA_TRY(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToDevice, stream()),
+                  "saving a step buffer around the timing of cuDNN in " + e_.program_.label);
+  }
+  void fill(void *p, int64_t bytes) override {
+    KILN_CUDA_TRY(cudaMemsetAsync(p, 0x3c, size_t(bytes), stream()),
+                  "filling a step buffer before timing cuDNN in " + e_.program_.label);
+  }
+
+ private:
+  cudaStream_t stream() const { return e_.backend_.launch(e_.index_).stream; }
+  CudaExecutable &e_;
+};
+
 // The epilogues planning/epilogue_plan.hpp chooses, each product planned
 // with cuBLASLt's heuristic as the planner asks (a refused one runs as
 // kernels); then cuDNN for the Linear ops outside a ReLU pair, where it is
@@ -195,8 +217,10 @@ void CudaExecutable::plan_fused_ops() {
 
   // cuDNN may take any Linear op that is not half of a ReLU pair above (the
   // pair shares a bit-mask only cuBLASLt writes and reads). Its timing runs
-  // the op on the program's own buffers (fill_step_inputs).
+  // the op on the program's own buffers, inside a TimingGuard
+  // (planning/timing_guard.hpp): they may hold a staged batch.
   CudnnEngine *cudnn = nullptr;
+  DeviceTimingMemory memory(*this);
   if (fast & kFastCudnn) {
     std::string why_not;
     cudnn = backend_.cudnn(index_, &why_not);
@@ -205,9 +229,19 @@ void CudaExecutable::plan_fused_ops() {
   // The op as cuDNN when it is timed faster than `action`, else `action`.
   auto cudnn_or = [&](const auto &o, const char *kind, int *count, Action action) -> Action {
     if (!cudnn) return action;
-    fill_step_inputs(o);
+    std::optional<TimingGuard> guard;
+    try {
+      guard.emplace(memory, timed_buffers(o));
+    } catch (const Error &e) {
+      // No room for the copies: the op keeps its own path, untimed, rather
+      // than the program fail to compile for an optional engine.
+      if (e.status() != KILN_ERROR_OUT_OF_MEMORY) throw;
+      cudnn_ += (cudnn_.empty() ? "" : "; ") + std::string(kind) + ": not timed (" + e.what() + ")";
+      return action;
+    }
     std::unique_ptr<CudnnCall> call;
     const EngineChoice c = cudnn->choose_linear(o, [&] { action(nullptr); }, &call);
+    guard->restore();
     cudnn_ += (cudnn_.empty() ? "" : "; ") + engine_note(kind, o, c);
     if (!call) return action;
     ++*count;
@@ -250,31 +284,6 @@ void CudaExecutable::plan_fused_ops() {
       actions_.push_back(kernels);
     }
   }
-}
-
-// The timing of a Linear op (CudnnEngine::choose_linear) runs it on the
-// program's own buffers before any step has written them. The inputs a step
-// writes before the op reads them (activations, gradients; never weights)
-// get a fixed non-zero byte first, so the timing reads defined values: no
-// uninitialised reads for compute-sanitizer's initcheck to report, and no
-// NaN or denormal patterns (or all zeros) to skew the times.
-void CudaExecutable::fill_step_inputs(const LinearOp &op) {
-  const int64_t e = dtype_size(op.t);
-  fill_bytes(op.x, op.rows * op.in * e);
-}
-
-void CudaExecutable::fill_step_inputs(const LinearBackwardOp &op) {
-  const int64_t e = dtype_size(op.t);
-  fill_bytes(op.dy, op.rows * op.out * e);
-  fill_bytes(op.x, op.rows * op.in * e);
-  fill_bytes(op.y, op.rows * op.out * e);
-  fill_bytes(op.pre, op.rows * op.out * e);
-}
-
-void CudaExecutable::fill_bytes(const void *p, int64_t bytes) {
-  if (!p || bytes <= 0) return;
-  KILN_CUDA_TRY(cudaMemsetAsync(const_cast<void *>(p), 0x3c, size_t(bytes), backend_.launch(index_).stream),
-                "filling a step buffer before timing cuDNN in " + program_.label);
 }
 
 // core's linear_backward, with whichever parts `plan` fused.
