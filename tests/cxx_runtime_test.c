@@ -32,8 +32,8 @@ int main(int argc, char **argv) {
   }
   /* The extern "C" half of the runtime: its C++ half is mangled, which
    * libkiln's version script keeps local whatever the compiler does. */
-  static const char *const runtime[] = {"__once_proxy",         "__cxa_throw",   "__cxa_begin_catch",
-                                        "__cxa_guard_acquire",  "__cxa_get_globals", "__gxx_personality_v0",
+  static const char *const runtime[] = {"__once_proxy",          "__cxa_throw",       "__cxa_begin_catch",
+                                        "__cxa_guard_acquire",   "__cxa_get_globals", "__gxx_personality_v0",
                                         "_Unwind_RaiseException"};
   int failures = 0;
   for (size_t i = 0; i < sizeof runtime / sizeof runtime[0]; ++i) {

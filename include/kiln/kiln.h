@@ -248,9 +248,10 @@ KILN_NODISCARD KILN_API kiln_status kiln_context_options_set_enable_cuda(kiln_co
  * per device), and all see the same availability and reason. options may be
  * NULL for defaults; it is copied. A missing plugin or driver is not an
  * error: the context is then CPU-only and kiln_cuda_unavailable_reason says
- * why. Until a context has loaded OpenBLAS, creating one loads it: BACKEND when it
- * cannot be found or lacks a function kiln needs, OUT_OF_MEMORY when it does
- * not fit under the process's address-space limit (ulimit -v). */
+ * why. Until a context has loaded OpenBLAS, creating one loads it:
+ * BACKEND when it cannot be found or lacks a function kiln needs,
+ * OUT_OF_MEMORY when it does not fit under the process's address-space
+ * limit (ulimit -v). */
 KILN_NODISCARD KILN_API kiln_status kiln_context_create(const kiln_context_options *options, kiln_context **out);
 /* Drops the caller's handle; the context lives on while tensors, models,
  * datasets or other handles (kiln_context_retain) refer to it. */

@@ -234,9 +234,10 @@ extern "C" {
     #[doc = " per device), and all see the same availability and reason. options may be"]
     #[doc = " NULL for defaults; it is copied. A missing plugin or driver is not an"]
     #[doc = " error: the context is then CPU-only and kiln_cuda_unavailable_reason says"]
-    #[doc = " why. Until a context has loaded OpenBLAS, creating one loads it: BACKEND when it"]
-    #[doc = " cannot be found or lacks a function kiln needs, OUT_OF_MEMORY when it does"]
-    #[doc = " not fit under the process's address-space limit (ulimit -v)."]
+    #[doc = " why. Until a context has loaded OpenBLAS, creating one loads it:"]
+    #[doc = " BACKEND when it cannot be found or lacks a function kiln needs,"]
+    #[doc = " OUT_OF_MEMORY when it does not fit under the process's address-space"]
+    #[doc = " limit (ulimit -v)."]
     pub fn kiln_context_create(
         options: *const kiln_context_options,
         out: *mut *mut kiln_context,
