@@ -229,6 +229,8 @@ void CudaExecutable::plan_fused_ops() {
   // The op as cuDNN when it is timed faster than `action`, else `action`.
   auto cudnn_or = [&](const auto &o, const char *kind, int *count, Action action) -> Action {
     if (!cudnn) return action;
+    EngineChoice c;
+    std::unique_ptr<CudnnCall> call;
     std::optional<TimingGuard> guard;
     try {
       guard.emplace(memory, timed_buffers(o));
@@ -236,12 +238,12 @@ void CudaExecutable::plan_fused_ops() {
       // No room for the copies: the op keeps its own path, untimed, rather
       // than the program fail to compile for an optional engine.
       if (e.status() != KILN_ERROR_OUT_OF_MEMORY) throw;
-      cudnn_ += (cudnn_.empty() ? "" : "; ") + std::string(kind) + ": not timed (" + e.what() + ")";
-      return action;
+      c.note = std::string("not timed: ") + e.what();
     }
-    std::unique_ptr<CudnnCall> call;
-    const EngineChoice c = cudnn->choose_linear(o, [&] { action(nullptr); }, &call);
-    guard->restore();
+    if (guard) {
+      c = cudnn->choose_linear(o, [&] { action(nullptr); }, &call);
+      guard->restore();
+    }
     cudnn_ += (cudnn_.empty() ? "" : "; ") + engine_note(kind, o, c);
     if (!call) return action;
     ++*count;
