@@ -4,7 +4,8 @@
 #include "backend/cpu/sgemm_avx512.hpp"
 
 #include <algorithm>
-#include <vector>
+#include <cstdlib>
+#include <new>
 
 #if defined(__x86_64__)
 // GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_ps, GCC bug
@@ -174,6 +175,24 @@ KILN_AVX512 void sgemm_avx512_pack_b(const float *b, int64_t ldb, bool trans_b, 
 
 namespace {
 
+// A packing buffer on a cache line: the kernels' 64-byte loads of packed B
+// then never straddle two lines (a std::vector's 16-byte alignment split
+// every one of them).
+class PackBuffer {
+ public:
+  explicit PackBuffer(int64_t floats)
+      : data_(static_cast<float *>(std::aligned_alloc(64, size_t((floats * 4 + 63) / 64 * 64)))) {
+    if (!data_) throw std::bad_alloc();
+  }
+  ~PackBuffer() { std::free(data_); }
+  PackBuffer(const PackBuffer &) = delete;
+  PackBuffer &operator=(const PackBuffer &) = delete;
+  float *data() const { return data_; }
+
+ private:
+  float *data_;
+};
+
 // The blocked product's tile: kBlockedTileRows rows of C by one 32-column
 // block. 24 accumulators (of the 32 registers) make 24 FMAs per two loads of
 // B and twelve broadcasts of A, enough to keep both FMA ports busy where the
@@ -182,9 +201,19 @@ constexpr int64_t kTileRows = kSgemmTileRows;
 // Depth of one pass over k: a packed [kc, 32] block of B is 32 KiB, so it
 // stays in the L1 while every tile of the row block reuses it.
 constexpr int64_t kBlockDepth = 256;
-// Rows of A packed at once: kRowBlock x kBlockDepth floats (384 KiB) stay in
-// the L2 while the 32-column blocks of B pass by.
-constexpr int64_t kRowBlock = 32 * kTileRows;
+// Most rows of A packed at once: 86 panels of kc = 256 steps, 1 MiB, stay
+// in the L2 (2 MiB per core here) while the blocks of B pass by. Each row
+// block packs all of op(B) once more, so a weight gradient's 1024 rows fit
+// in one: with 384-row blocks the batch's activations were packed 3 times.
+constexpr int64_t kRowBlock = 86 * kTileRows;
+
+// The size of the fewest equal parts of `extent`, at most `most` each,
+// rounded up to a multiple of `unit`.
+int64_t even_part(int64_t extent, int64_t most, int64_t unit) {
+  const int64_t parts = (extent + most - 1) / most;
+  const int64_t part = (extent + parts - 1) / parts;
+  return (part + unit - 1) / unit * unit;
+}
 
 // Steps of k ahead that the panel of A is prefetched.
 constexpr int64_t kPrefetchSteps = 16;
@@ -282,16 +311,15 @@ KILN_AVX512 void pack_rows(const float *a, int64_t a_row, int64_t a_col, int64_t
 void sgemm_avx512_blocked(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t a_row, int64_t a_col,
                           const float *b, int64_t ldb, bool trans_b, float beta, float *c, int64_t ldc) {
   constexpr int64_t NR = kSgemmBlockCols;
-  // Grown to the largest block, then reused: no allocation in steady state.
-  thread_local std::vector<float> a_packed, b_block;
-  if (b_block.size() < size_t(kBlockDepth * NR)) b_block.resize(size_t(kBlockDepth * NR));
-  if (a_packed.size() < size_t(kRowBlock * kBlockDepth)) a_packed.resize(size_t(kRowBlock * kBlockDepth));
+  // Allocated once per thread, then reused: no allocation in steady state.
+  thread_local PackBuffer a_packed(kRowBlock * kBlockDepth), b_block(kBlockDepth * NR);
+  const int64_t row_block = even_part(m, kRowBlock, kTileRows);
   for (int64_t p0 = 0; p0 < k; p0 += kBlockDepth) {
     const int64_t kc = std::min(kBlockDepth, k - p0);
     // Later passes over k add to what the first one stored.
     const float pass_beta = p0 == 0 ? beta : 1.0f;
-    for (int64_t i1 = 0; i1 < m; i1 += kRowBlock) {
-      const int64_t mc = std::min(kRowBlock, m - i1);
+    for (int64_t i1 = 0; i1 < m; i1 += row_block) {
+      const int64_t mc = std::min(row_block, m - i1);
       for (int64_t i = 0; i < mc; i += kTileRows) {
         pack_rows(a + (i1 + i) * a_row + p0 * a_col, a_row, a_col, std::min(kTileRows, mc - i), kc,
                   a_packed.data() + i * kc);
