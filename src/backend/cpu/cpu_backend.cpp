@@ -32,10 +32,10 @@ constexpr int64_t kAlignment = 64;
 // setting is "madvise" or "always"): a training step's weights, gradients
 // and the dataset then take a few TLB entries instead of hundreds of 4 KiB
 // ones. The product kernels walk the weights 4 KiB row after row, and the
-// batch gather reads rows anywhere in the dataset; on the
-// 784-1024-1024-10 step this made a one-thread epoch 3.5% faster. What
-// can go unused is under one huge page per buffer, and only where the
-// buffer's end is touched.
+// batch gather reads rows anywhere in the dataset; a one-thread
+// 784-1024-1024-10 epoch ran 4% faster. Only the whole huge pages inside
+// the buffer are advised: its tail keeps 4 KiB pages, so no memory past
+// the buffer is ever faulted in for it.
 constexpr size_t kHugePage = size_t(2) << 20;
 
 void *aligned_alloc_or_throw(int64_t bytes) {
