@@ -37,23 +37,22 @@ KILN_AVX512 inline __mmask16 lanes(int64_t count) {
   return count >= 16 ? __mmask16(0xffff) : count <= 0 ? __mmask16(0) : __mmask16((1u << count) - 1);
 }
 
-// One block of C: rows [i0, i0 + 8) by V vectors of 16 columns, over all of
-// k. Per step of k, V vectors of B times eight broadcast elements of A into
-// 8 V accumulators. Rows past m re-read row m - 1 (valid memory) and are not
-// stored; columns past the masks are not touched. Inlined: with a short k
-// (a layer of 10 outputs) a call per block costs more than its FMAs.
-template <int V>
+// One block of C: rows [i0, i0 + MR) by V vectors of 16 columns, over all
+// of k. Per step of k, V vectors of B times MR broadcast elements of A into
+// MR V accumulators. Rows past m re-read row m - 1 (valid memory) and are
+// not stored; columns past the masks are not touched. Inlined: with a short
+// k (a layer of 10 outputs) a call per block costs more than its FMAs.
+template <int V, int64_t MR>
 KILN_AVX512 inline __attribute__((always_inline)) void rows_block(int64_t m, int64_t i0, int64_t k, const float *a,
                                                                   int64_t a_row, int64_t a_col, const float *bp,
                                                                   int64_t ldb, __mmask16 mask0, __mmask16 mask1,
                                                                   float alpha, float beta, float *c, int64_t ldc) {
-  constexpr int64_t MR = 8;
   const __mmask16 mask[2] = {mask0, mask1};
   const int64_t rows = std::min(MR, m - i0);
   int64_t row_offset[MR];
   for (int64_t r = 0; r < MR; ++r) row_offset[r] = std::min(i0 + r, m - 1) * a_row;
   __m512 acc[MR][V];
-#pragma GCC unroll 8
+#pragma GCC unroll 12
   for (int64_t r = 0; r < MR; ++r) {
 #pragma GCC unroll 2
     for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
@@ -62,7 +61,7 @@ KILN_AVX512 inline __attribute__((always_inline)) void rows_block(int64_t m, int
     __m512 bv[V];
 #pragma GCC unroll 2
     for (int v = 0; v < V; ++v) bv[v] = _mm512_maskz_loadu_ps(mask[v], bp + 16 * v);
-#pragma GCC unroll 8
+#pragma GCC unroll 12
     for (int64_t r = 0; r < MR; ++r) {
       const __m512 av = _mm512_set1_ps(a[row_offset[r]]);
 #pragma GCC unroll 2
@@ -72,7 +71,7 @@ KILN_AVX512 inline __attribute__((always_inline)) void rows_block(int64_t m, int
   const __m512 alpha_v = _mm512_set1_ps(alpha), beta_v = _mm512_set1_ps(beta);
   // Constant indices only (unrolled, guarded), so the accumulators stay
   // in registers instead of being spilled to an addressable array.
-#pragma GCC unroll 8
+#pragma GCC unroll 12
   for (int64_t r = 0; r < MR; ++r) {
     if (r >= rows) break;
     float *cr = c + (i0 + r) * ldc;
@@ -90,19 +89,29 @@ KILN_AVX512 inline __attribute__((always_inline)) void rows_block(int64_t m, int
 // Steps of k up to which sgemm_avx512_rows goes along C's rows.
 constexpr int64_t kShortDepth = 16;
 
-// 8 x 32 blocks of C (8 x 16 where at most 16 columns are left: the last
-// layer of a classifier has 10, and a second vector would be all masked).
+// 8 x 32 blocks of C, or 12 x 32 for 9 to 12 rows (x 16 where at most 16
+// columns are left: the last layer of a classifier has 10, and a second
+// vector would be all masked).
 KILN_AVX512 void sgemm_avx512_rows(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t a_row,
                                    int64_t a_col, const float *b, int64_t ldb, int64_t b_block, float beta, float *c,
                                    int64_t ldc) {
-  constexpr int64_t MR = 8, NR = kSgemmBlockCols;
+  constexpr int64_t NR = kSgemmBlockCols;
+  // 9 to 12 rows (the weight gradient of a 10-class output layer) are one
+  // block of 12: two blocks of 8 would compute 16 rows.
+  const bool twelve = m > 8 && m <= 12;
+  const int64_t MR = twelve ? 12 : 8;
   auto block = [&](int64_t i0, int64_t j0) KILN_AVX512 {
     const __mmask16 mask0 = lanes(n - j0), mask1 = lanes(n - j0 - 16);
     const float *bp = b + (j0 / NR) * b_block;
-    if (n - j0 <= 16) {
-      rows_block<1>(m, i0, k, a, a_row, a_col, bp, ldb, mask0, mask1, alpha, beta, c + j0, ldc);
+    float *cb = c + j0;
+    if (twelve && n - j0 <= 16) {
+      rows_block<1, 12>(m, i0, k, a, a_row, a_col, bp, ldb, mask0, mask1, alpha, beta, cb, ldc);
+    } else if (twelve) {
+      rows_block<2, 12>(m, i0, k, a, a_row, a_col, bp, ldb, mask0, mask1, alpha, beta, cb, ldc);
+    } else if (n - j0 <= 16) {
+      rows_block<1, 8>(m, i0, k, a, a_row, a_col, bp, ldb, mask0, mask1, alpha, beta, cb, ldc);
     } else {
-      rows_block<2>(m, i0, k, a, a_row, a_col, bp, ldb, mask0, mask1, alpha, beta, c + j0, ldc);
+      rows_block<2, 8>(m, i0, k, a, a_row, a_col, bp, ldb, mask0, mask1, alpha, beta, cb, ldc);
     }
   };
   // With a few steps of k the product is bound by writing C: its rows are
