@@ -40,6 +40,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/aligned_buffer.hpp"
 #include "backend/cpu/bf16_gemm_avx512.hpp"
 #include "backend/cpu/cblas_api.hpp"
 #include "backend/cpu/dtype_traits.hpp"
@@ -247,10 +248,10 @@ void split_gemm(ThreadPool &pool, bool trans_a, bool trans_b, int64_t m, int64_t
     }
     own_kernel = use_own_kernel(trans_b, m, n, k);
     if (own_kernel && should_pack_b(trans_b, m, n)) {
-      thread_local std::vector<float> scratch;  // grows to the largest B, then reused
-      const int64_t blocks = (n + NR - 1) / NR, size = blocks * NR * k;
-      if (int64_t(scratch.size()) < size) scratch.resize(size_t(size));
-      float *out = scratch.data();  // the caller's buffer: `scratch` names each worker's own
+      thread_local AlignedBuffer<float> scratch;  // grows to the largest B, then reused
+      const int64_t blocks = (n + NR - 1) / NR;
+      // The caller's buffer: `scratch` names each worker's own.
+      float *out = scratch.reserve(blocks * NR * k, "for a packed matrix operand");
       // On the pool too: a training step of 784-1024-1024-10 packs 3 to 4
       // MiB of weights before three of its products, which one thread
       // alone would leave the others waiting for.
@@ -292,11 +293,10 @@ std::atomic<Bf16Products> g_bf16_products{Bf16Products::Auto};
 // packed once into pairs, then the panels.
 void bf16_native_gemm(ThreadPool &pool, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
                       const void *a, const void *b, double beta, void *c) {
-  thread_local std::vector<uint32_t> packed;  // grows to the largest B, then reused
-  const int64_t size = bf16_packed_size(n, k);
-  if (int64_t(packed.size()) < size) packed.resize(size_t(size));
-  bf16_pack_b(static_cast<const uint16_t *>(b), trans_b, n, k, packed.data());
-  const uint32_t *bp = packed.data();  // the caller's buffer: `packed` names each worker's own
+  thread_local AlignedBuffer<uint32_t> packed;  // grows to the largest B, then reused
+  // The caller's buffer: `packed` names each worker's own.
+  uint32_t *const bp = packed.reserve(bf16_packed_size(n, k), "for a packed matrix operand");
+  bf16_pack_b(static_cast<const uint16_t *>(b), trans_b, n, k, bp);
   const uint16_t *as = static_cast<const uint16_t *>(a);
   uint16_t *cs = static_cast<uint16_t *>(c);
   const int64_t a_row = trans_a ? 1 : k, a_col = trans_a ? m : 1, block = bf16_packed_block(k);

@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <string>
 
+#include "backend/cpu/aligned_buffer.hpp"
 #include "core/error.hpp"
 
 namespace kiln::cpu {
@@ -18,33 +18,27 @@ std::atomic<InferenceKernels> g_which{InferenceKernels::Auto};
 // Floats of weights per chunk of the packing: tens of microseconds.
 constexpr int64_t kPackGrain = int64_t(1) << 16;
 
-// Weights copied into one ISA's blocks, 64-byte aligned.
+// Weights copied into one ISA's blocks, on cache lines.
 class CpuPackedLinear final : public PackedLinear {
  public:
   CpuPackedLinear(ThreadPool &pool, const PackedKernels &kernels, const float *w, int64_t out, int64_t in)
       : PackedLinear(DType::F32, out, in, w), kernels_(kernels) {
     const int64_t blocks = (out + kernels.block_cols - 1) / kernels.block_cols;
-    const int64_t floats = blocks * kernels.block_cols * in;
-    const size_t bytes = (size_t(std::max<int64_t>(floats, 1)) * sizeof(float) + 63) / 64 * 64;
-    packed_ = static_cast<float *>(std::aligned_alloc(64, bytes));
-    if (!packed_)
-      fail(KILN_ERROR_OUT_OF_MEMORY, "out of host memory packing a [" + std::to_string(out) + ", " +
-                                         std::to_string(in) + "] weight matrix for inference");
+    const std::string what = "packing a [" + std::to_string(out) + ", " + std::to_string(in) +
+                             "] weight matrix for inference";
+    float *packed = packed_.reserve(std::max<int64_t>(blocks * kernels.block_cols * in, 1), what.c_str());
     // A few hundred microseconds per MiB of weights on one thread, paid by
     // the first prediction after every change: shared out by blocks.
     const int64_t grain = std::max<int64_t>(1, kPackGrain / (kernels.block_cols * in));
-    pool.parallel_for(blocks, grain, [&](int64_t jb0, int64_t jb1) { kernels.pack(w, out, in, packed_, jb0, jb1); });
+    pool.parallel_for(blocks, grain, [&](int64_t jb0, int64_t jb1) { kernels.pack(w, out, in, packed, jb0, jb1); });
   }
-  ~CpuPackedLinear() override { std::free(packed_); }
-  CpuPackedLinear(const CpuPackedLinear &) = delete;
-  CpuPackedLinear &operator=(const CpuPackedLinear &) = delete;
 
   const PackedKernels &kernels() const { return kernels_; }
-  const float *packed() const { return packed_; }
+  const float *packed() const { return packed_.data(); }
 
  private:
   const PackedKernels &kernels_;
-  float *packed_ = nullptr;
+  AlignedBuffer<float> packed_;
 };
 
 const PackedKernels *chosen_kernels() {

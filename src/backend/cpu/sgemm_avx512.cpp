@@ -4,8 +4,8 @@
 #include "backend/cpu/sgemm_avx512.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <new>
+
+#include "backend/cpu/aligned_buffer.hpp"
 
 #if defined(__x86_64__)
 // GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_ps, GCC bug
@@ -200,24 +200,6 @@ KILN_AVX512 void sgemm_avx512_pack_b(const float *b, int64_t ldb, bool trans_b, 
 
 namespace {
 
-// A packing buffer on a cache line: the kernels' 64-byte loads of packed B
-// then never straddle two lines (a std::vector is only 16-byte aligned, and
-// at 3 of its 4 possible offsets every one of those loads splits).
-class PackBuffer {
- public:
-  explicit PackBuffer(int64_t floats)
-      : data_(static_cast<float *>(std::aligned_alloc(64, size_t((floats * 4 + 63) / 64 * 64)))) {
-    if (!data_) throw std::bad_alloc();
-  }
-  ~PackBuffer() { std::free(data_); }
-  PackBuffer(const PackBuffer &) = delete;
-  PackBuffer &operator=(const PackBuffer &) = delete;
-  float *data() const { return data_; }
-
- private:
-  float *data_;
-};
-
 // The blocked product's tile: kBlockedTileRows rows of C by one 32-column
 // block. 24 accumulators (of the 32 registers) make 24 FMAs per two loads of
 // B and twelve broadcasts of A, enough to keep both FMA ports busy where the
@@ -336,8 +318,10 @@ KILN_AVX512 void pack_rows(const float *a, int64_t a_row, int64_t a_col, int64_t
 void sgemm_avx512_blocked(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t a_row, int64_t a_col,
                           const float *b, int64_t ldb, bool trans_b, float beta, float *c, int64_t ldc) {
   constexpr int64_t NR = kSgemmBlockCols;
-  // Allocated once per thread, then reused: no allocation in steady state.
-  thread_local PackBuffer a_packed(kRowBlock * kBlockDepth), b_block(kBlockDepth * NR);
+  // One pair per thread, allocated by its first product, then reused.
+  thread_local AlignedBuffer<float> a_buffer, b_buffer;
+  float *const a_packed = a_buffer.reserve(kRowBlock * kBlockDepth, "for a packed matrix operand");
+  float *const b_block = b_buffer.reserve(kBlockDepth * NR, "for a packed matrix operand");
   const int64_t row_block = even_part(m, kRowBlock, kTileRows);
   for (int64_t p0 = 0; p0 < k; p0 += kBlockDepth) {
     const int64_t kc = std::min(kBlockDepth, k - p0);
@@ -347,13 +331,13 @@ void sgemm_avx512_blocked(int64_t m, int64_t n, int64_t k, float alpha, const fl
       const int64_t mc = std::min(row_block, m - i1);
       for (int64_t i = 0; i < mc; i += kTileRows) {
         pack_rows(a + (i1 + i) * a_row + p0 * a_col, a_row, a_col, std::min(kTileRows, mc - i), kc,
-                  a_packed.data() + i * kc);
+                  a_packed + i * kc);
       }
       for (int64_t j0 = 0; j0 < n; j0 += NR) {
         const int64_t w = std::min(NR, n - j0);
-        sgemm_avx512_pack_b(trans_b ? b + j0 * ldb + p0 : b + p0 * ldb + j0, ldb, trans_b, w, kc, b_block.data());
+        sgemm_avx512_pack_b(trans_b ? b + j0 * ldb + p0 : b + p0 * ldb + j0, ldb, trans_b, w, kc, b_block);
         for (int64_t i = 0; i < mc; i += kTileRows) {
-          panel_tile(std::min(kTileRows, mc - i), w, kc, a_packed.data() + i * kc, b_block.data(), alpha, pass_beta,
+          panel_tile(std::min(kTileRows, mc - i), w, kc, a_packed + i * kc, b_block, alpha, pass_beta,
                      c + (i1 + i) * ldc + j0, ldc);
         }
       }
