@@ -26,10 +26,13 @@ void linear_forward(Backend &b, int64_t dev, const LinearOp &op) {
   if (op.b || op.act != UnaryOp::Identity) b.bias_act(dev, forward_bias_act(op));
 }
 
+// The bias gradient right after the activation's backward, which has just
+// written dy: the products stream the weights and their gradients through
+// the cache, and would make it read dy back from the L3 or memory.
 void linear_backward(Backend &b, int64_t dev, const LinearBackwardOp &op) {
   if (op.act != UnaryOp::Identity) b.act_backward(dev, backward_act(op));
-  b.gemm(dev, weight_grad_product(op));
   if (op.db) b.bias_grad(dev, bias_grad_of(op));
+  b.gemm(dev, weight_grad_product(op));
   if (op.dx) b.gemm(dev, input_grad_product(op));
 }
 

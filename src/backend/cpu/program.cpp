@@ -96,12 +96,9 @@ class CpuExecutable final : public Executable {
   }
 
  private:
-  // linear_backward's kernels with the update folded in: dx first, while W
-  // still holds this step's weights. The bias gradient goes right after the
-  // activation's backward, which has just written dy: the products after
-  // it stream the weights through the cache and would evict dy (a 1 MiB
-  // gradient of 784-1024-1024-10 at batch 256 otherwise came back from the
-  // L3 for it).
+  // linear_backward's kernels, in its order (the bias gradient while dy is
+  // in the cache), with the update folded in: dx first, while W still holds
+  // this step's weights.
   void backward_and_update(const LinearBackwardOp &op, const FusedLayer &layer, const StepParams &step) {
     const SgdArgs &sgd = std::get<SgdOp>(program_.ops.back()).args;
     if (op.act != UnaryOp::Identity) backend_.act_backward(index_, backward_act(op));
