@@ -86,9 +86,6 @@ KILN_AVX512 inline __attribute__((always_inline)) void rows_block(int64_t m, int
 
 }  // namespace
 
-// Steps of k up to which sgemm_avx512_rows goes along C's rows.
-constexpr int64_t kShortDepth = 16;
-
 // 8 x 32 blocks of C, or 12 x 32 for 9 to 12 rows (x 16 where at most 16
 // columns are left: the last layer of a classifier has 10, and a second
 // vector would be all masked).
@@ -120,7 +117,7 @@ KILN_AVX512 void sgemm_avx512_rows(int64_t m, int64_t n, int64_t k, float alpha,
   // down C 4 KiB apart (1024 columns) and each row's lines were fetched
   // 32 times: dY W of the 784-1024-1024-10 step's output layer (k = 10)
   // took 130 to 300 us; row by row, 75 to 85.
-  if (k <= kShortDepth) {
+  if (k <= kSgemmShortDepth) {
     for (int64_t i0 = 0; i0 < m; i0 += MR)
       for (int64_t j0 = 0; j0 < n; j0 += NR) block(i0, j0);
     return;

@@ -27,6 +27,11 @@ constexpr int64_t kSgemmBlockCols = 32;
 void sgemm_avx512_rows(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t a_row, int64_t a_col,
                        const float *b, int64_t ldb, int64_t b_block, float beta, float *c, int64_t ldc);
 
+// Steps of k up to which sgemm_avx512_rows writes C row block by row block
+// (a product bound by writing C); callers splitting such a product over
+// threads split its rows, so that each writes whole rows too.
+constexpr int64_t kSgemmShortDepth = 16;
+
 // dst[i * ldd + j] = src[j * lds + i] for a 16 x 16 tile of floats (also
 // used to pack the inference weights, packed_linear_x86.cpp).
 void sgemm_avx512_transpose_tile(const float *src, int64_t lds, float *dst, int64_t ldd);
