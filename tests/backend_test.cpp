@@ -535,11 +535,13 @@ void test_gemm(Backend &be) {
   // (a classifier's last layer, long k) and 16 do, 17 does not. With k <=
   // 16 the register-blocked kernel goes along C's rows (50 x 70 x 10: 7
   // blocks of rows, the last of 2, by 3 of columns, the last of 6), and 9 to
-  // 12 rows are one block of 12 (10 x 70 x 33).
+  // 12 rows are one block of 12 (10 x 70 x 33); 300 x 1000 x 10 is big
+  // enough to be split over the pool, in row panels (short k) although it
+  // is wider than tall.
   const Size sizes[] = {{1, 1, 1},       {3, 5, 7},       {128, 32, 784},   {32, 784, 128},  {128, 10, 32},
                         {256, 10, 1024}, {40, 16, 50},    {40, 17, 50},     {257, 129, 65},  {300, 256, 40},
-                        {4, 3, 0},       {50, 70, 10},    {10, 70, 33},     {256, 512, 300}, {263, 1040, 530},
-                        {1096, 300, 260}};
+                        {4, 3, 0},       {50, 70, 10},    {10, 70, 33},     {300, 1000, 10}, {256, 512, 300},
+                        {263, 1040, 530}, {1096, 300, 260}};
   for (DType t : kFloats) {
     for (const Size &s : sizes) {
       if (s.m * s.n * s.k > (int64_t(1) << 26) && t != DType::F32) continue;
