@@ -188,6 +188,15 @@ bool use_blocked_kernel(bool trans_b, int64_t m, int64_t n, int64_t k) {
   return avx512_kernels_apply(trans_b, m) && m * n * k > kOwnKernelMax;
 }
 
+// Steps of k from which a narrow A B^T is worth its dot products' sums.
+constexpr int64_t kDotsMinDepth = 128;
+
+// Whether sgemm_avx512_dots runs this product: A B^T with both stored
+// row-major along k, at most kSgemmDotsMaxCols columns, deep enough.
+bool use_dots(bool trans_a, bool trans_b, int64_t n, int64_t k) {
+  return avx512_available() && !trans_a && trans_b && n <= kSgemmDotsMaxCols && k >= kDotsMinDepth;
+}
+
 // C = alpha * op(A) op(B) + beta * C on the blocked kernel, one panel of C
 // per thread: each thread packs the blocks of A and B its panel reads, so
 // more panels would pack the shared operand more times over.
@@ -248,6 +257,13 @@ void split_gemm(ThreadPool &pool, bool trans_a, bool trans_b, int64_t m, int64_t
   if constexpr (std::is_same_v<S, float>) {
     if (use_blocked_kernel(trans_b, m, n, k)) {
       blocked_gemm(pool, trans_a, trans_b, m, n, k, float(alpha), a, b, float(beta), c);
+      return;
+    }
+    if (use_dots(trans_a, trans_b, n, k)) {
+      for_panels(pool, m, n, k, [&](int64_t i0, int64_t mp, int64_t j0, int64_t np) {
+        sgemm_avx512_dots(mp, np, k, float(alpha), a + i0 * lda, lda, b + j0 * ldb, ldb, float(beta), c + i0 * ldc + j0,
+                          ldc);
+      });
       return;
     }
     own_kernel = use_own_kernel(trans_b, m, n, k);
