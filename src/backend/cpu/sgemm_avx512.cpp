@@ -4,6 +4,8 @@
 #include "backend/cpu/sgemm_avx512.hpp"
 
 #include <algorithm>
+#include <array>
+#include <utility>
 
 #include "backend/cpu/aligned_buffer.hpp"
 
@@ -192,25 +194,24 @@ KILN_AVX512 void dots(int64_t m, int64_t k, float alpha, const float *a, int64_t
   }
 }
 
+using Dots = void (*)(int64_t, int64_t, float, const float *, int64_t, const float *, int64_t, float, float *,
+                      int64_t);
+
+// dots<n> for n = 1 .. sizeof...(I), at index n - 1.
+template <int... I>
+constexpr std::array<Dots, sizeof...(I)> dots_by_width(std::integer_sequence<int, I...>) {
+  return {&dots<I + 1>...};
+}
+
 }  // namespace
 
 void sgemm_avx512_dots(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                        int64_t ldb, float beta, float *c, int64_t ldc) {
-  switch (n) {
-    case 1: return dots<1>(m, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    case 2: return dots<2>(m, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    case 3: return dots<3>(m, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    case 4: return dots<4>(m, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    case 5: return dots<5>(m, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    case 6: return dots<6>(m, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    case 7: return dots<7>(m, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    case 8: return dots<8>(m, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    case 9: return dots<9>(m, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    case 10: return dots<10>(m, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    case 11: return dots<11>(m, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    case 12: return dots<12>(m, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    default: fail(KILN_ERROR_INTERNAL, "sgemm_avx512_dots takes at most kSgemmDotsMaxCols columns");
-  }
+  static constexpr std::array<Dots, kSgemmDotsMaxCols> by_width =
+      dots_by_width(std::make_integer_sequence<int, kSgemmDotsMaxCols>());
+  if (n < 1 || n > kSgemmDotsMaxCols)
+    fail(KILN_ERROR_INTERNAL, "sgemm_avx512_dots takes 1 to kSgemmDotsMaxCols columns");
+  by_width[size_t(n - 1)](m, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 // Unpacks, then 128-bit lane shuffles: the classic in-register transpose.
