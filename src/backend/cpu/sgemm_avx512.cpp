@@ -169,6 +169,8 @@ KILN_AVX512 void dots_pass(int64_t kc, const float *a, int64_t lda, const float 
   }
 }
 
+// sgemm_avx512_dots for N columns: kDotsRows rows of C at a time, their
+// partial sums kept as vectors over the passes, then summed across lanes.
 template <int N>
 KILN_AVX512 void dots(int64_t m, int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb,
                       float beta, float *c, int64_t ldc) {
