@@ -32,14 +32,24 @@ struct Product {
   double alpha, beta;
 };
 
-// 64-byte aligned, as the backend allocates tensors, filled with small
-// values that stay far from denormals through the repeated updates.
-std::unique_ptr<float, decltype(&std::free)> buffer(int64_t count) {
-  float *p = static_cast<float *>(std::aligned_alloc(64, size_t((count * 4 + 63) / 64 * 64)));
-  if (!p) std::abort();
-  for (int64_t i = 0; i < count; ++i) p[i] = float((uint64_t(i) * 2654435761u) % 1000) * 1e-4f - 0.05f;
-  return {p, &std::free};
-}
+// A buffer from the backend's own allocator, as a tensor gets (2 MiB
+// aligned with huge pages from 2 MiB up), filled with small values that
+// stay far from denormals through the repeated updates.
+class Buffer {
+ public:
+  Buffer(Backend &backend, int64_t count)
+      : backend_(backend), data_(static_cast<float *>(backend.alloc(-1, count * int64_t(sizeof(float))))) {
+    for (int64_t i = 0; i < count; ++i) data_[i] = float((uint64_t(i) * 2654435761u) % 1000) * 1e-4f - 0.05f;
+  }
+  ~Buffer() { backend_.free(-1, data_); }
+  Buffer(const Buffer &) = delete;
+  Buffer &operator=(const Buffer &) = delete;
+  float *get() const { return data_; }
+
+ private:
+  Backend &backend_;
+  float *data_;
+};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -57,10 +67,11 @@ int main(int argc, char **argv) {
   const double peak = argc > 4 ? std::atof(argv[4]) : 0;
   const int64_t in = 784, hidden = 1024, classes = 10;
   const double lr = 1e-6;  // small: the weights stay where they started
-  auto x = buffer(batch * in), h1 = buffer(batch * hidden), h2 = buffer(batch * hidden);
-  auto logits = buffer(batch * classes), dlogits = buffer(batch * classes);
-  auto dh2 = buffer(batch * hidden), dh1 = buffer(batch * hidden);
-  auto w1 = buffer(hidden * in), w2 = buffer(hidden * hidden), w3 = buffer(classes * hidden);
+  Backend &be = *backend;
+  Buffer x(be, batch * in), h1(be, batch * hidden), h2(be, batch * hidden);
+  Buffer logits(be, batch * classes), dlogits(be, batch * classes);
+  Buffer dh2(be, batch * hidden), dh1(be, batch * hidden);
+  Buffer w1(be, hidden * in), w2(be, hidden * hidden), w3(be, classes * hidden);
   const std::vector<Product> products = {
       {"X W1^T", false, true, batch, hidden, in, x.get(), w1.get(), h1.get(), 1, 0},
       {"H1 W2^T", false, true, batch, hidden, hidden, h1.get(), w2.get(), h2.get(), 1, 0},

@@ -535,41 +535,52 @@ void test_gemm(Backend &be) {
   // (a classifier's last layer, long k) and 16 do, 17 does not. With k <=
   // 16 the register-blocked kernel goes along C's rows (50 x 70 x 10: 7
   // blocks of rows, the last of 2, by 3 of columns, the last of 6), and 9 to
-  // 12 rows are one block of 12 (10 x 70 x 33).
+  // 12 rows are one block of 12 (10 x 70 x 33); 300 x 1000 x 10 is big
+  // enough to be split over the pool, in row panels (short k) although it
+  // is wider than tall.
   const Size sizes[] = {{1, 1, 1},       {3, 5, 7},       {128, 32, 784},   {32, 784, 128},  {128, 10, 32},
                         {256, 10, 1024}, {40, 16, 50},    {40, 17, 50},     {257, 129, 65},  {300, 256, 40},
-                        {4, 3, 0},       {50, 70, 10},    {10, 70, 33},     {256, 512, 300}, {263, 1040, 530},
-                        {1096, 300, 260}};
+                        {4, 3, 0},       {50, 70, 10},    {10, 70, 33},     {300, 1000, 10}, {256, 512, 300},
+                        {263, 1040, 530}, {1096, 300, 260}};
+  // C = alpha op(A) op(B) + beta C against a float64 reference.
+  auto check_product = [&](DType t, const Size &s, bool ta, bool tb, double beta) {
+    g_case = std::string("gemm ") + dtype_name(t) + " " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
+             std::to_string(s.k) + (ta ? " A^T" : "") + (tb ? " B^T" : "") + (beta == 0 ? " beta 0" : "");
+    std::vector<double> a = rounded(t, randoms(size_t(s.m * s.k), 61, -1, 1));
+    std::vector<double> b = rounded(t, randoms(size_t(s.k * s.n), 62, -1, 1));
+    std::vector<double> c = rounded(t, randoms(size_t(s.m * s.n), 63, -1, 1));
+    Buf ba(t, a), bb(t, b), bc(t, c);
+    const double alpha = 1.5;
+    if (beta == 0) bc.set(0, std::numeric_limits<double>::quiet_NaN());  // beta = 0 ignores C
+    be.gemm(D, gemm_args(t, ta, tb, s.m, s.n, s.k, alpha, ba.data(), bb.data(), beta, bc.data()));
+    std::vector<double> want(size_t(s.m * s.n));
+    for (int64_t i = 0; i < s.m; ++i) {
+      for (int64_t j = 0; j < s.n; ++j) {
+        double acc = 0;
+        for (int64_t p = 0; p < s.k; ++p) {
+          const double av = ta ? a[size_t(p * s.m + i)] : a[size_t(i * s.k + p)];
+          const double bv = tb ? b[size_t(j * s.k + p)] : b[size_t(p * s.n + j)];
+          acc += av * bv;
+        }
+        want[size_t(i * s.n + j)] = alpha * acc + beta * c[size_t(i * s.n + j)];
+      }
+    }
+    const double tol = t == DType::F64 ? 1e-12 : t == DType::F32 ? 1e-5 : rtol_of(t) * 2;
+    check_close("values", bc.values(), want, tol, tol * std::sqrt(double(s.k) + 1));
+  };
   for (DType t : kFloats) {
     for (const Size &s : sizes) {
       if (s.m * s.n * s.k > (int64_t(1) << 26) && t != DType::F32) continue;
-      for (int trans = 0; trans < 4; ++trans) {
-        const bool ta = trans & 1, tb = trans & 2;
-        g_case = std::string("gemm ") + dtype_name(t) + " " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
-                 std::to_string(s.k) + (ta ? " A^T" : "") + (tb ? " B^T" : "");
-        std::vector<double> a = rounded(t, randoms(size_t(s.m * s.k), 61, -1, 1));
-        std::vector<double> b = rounded(t, randoms(size_t(s.k * s.n), 62, -1, 1));
-        std::vector<double> c = rounded(t, randoms(size_t(s.m * s.n), 63, -1, 1));
-        Buf ba(t, a), bb(t, b), bc(t, c);
-        const double alpha = 1.5, beta = trans == 3 ? 0.0 : 0.5;
-        if (beta == 0) bc.set(0, std::numeric_limits<double>::quiet_NaN());  // beta = 0 ignores C
-        be.gemm(D, gemm_args(t, ta, tb, s.m, s.n, s.k, alpha, ba.data(), bb.data(), beta, bc.data()));
-        std::vector<double> want(size_t(s.m * s.n));
-        for (int64_t i = 0; i < s.m; ++i) {
-          for (int64_t j = 0; j < s.n; ++j) {
-            double acc = 0;
-            for (int64_t p = 0; p < s.k; ++p) {
-              const double av = ta ? a[size_t(p * s.m + i)] : a[size_t(i * s.k + p)];
-              const double bv = tb ? b[size_t(j * s.k + p)] : b[size_t(p * s.n + j)];
-              acc += av * bv;
-            }
-            want[size_t(i * s.n + j)] = alpha * acc + beta * c[size_t(i * s.n + j)];
-          }
-        }
-        const double tol = t == DType::F64 ? 1e-12 : t == DType::F32 ? 1e-5 : rtol_of(t) * 2;
-        check_close("values", bc.values(), want, tol, tol * std::sqrt(double(s.k) + 1));
-      }
+      for (int trans = 0; trans < 4; ++trans) check_product(t, s, trans & 1, trans & 2, trans == 3 ? 0.0 : 0.5);
     }
+  }
+  // A B^T at most 12 columns wide and 128 steps or more deep: on AVX-512
+  // each element is a dot product (sgemm_avx512_dots), in groups of 16 rows
+  // and passes of 256 steps. Every width from 1 to 12, an odd last row
+  // (37 = 2 x 16 + 5), a last pass of 44 steps with a masked tail of 12, and
+  // beta = 0 (C ignored) as the forward product has it.
+  for (int64_t n = 1; n <= 12; ++n) {
+    for (double beta : {0.0, 0.5}) check_product(DType::F32, Size{37, n, 300}, false, true, beta);
   }
   // TF32: a CUDA mode. The CPU refuses it, naming it; CUDA rounds the inputs
   // to 10-bit mantissas (relative error <= 2^-11 each, so <= ~2^-10 per

@@ -188,6 +188,15 @@ bool use_blocked_kernel(bool trans_b, int64_t m, int64_t n, int64_t k) {
   return avx512_kernels_apply(trans_b, m) && m * n * k > kOwnKernelMax;
 }
 
+// Steps of k from which a narrow A B^T is worth its dot products' sums.
+constexpr int64_t kDotsMinDepth = 128;
+
+// Whether sgemm_avx512_dots runs this product: A B^T with both stored
+// row-major along k, at most kSgemmDotsMaxCols columns, deep enough.
+bool use_dots(bool trans_a, bool trans_b, int64_t n, int64_t k) {
+  return avx512_available() && !trans_a && trans_b && n <= kSgemmDotsMaxCols && k >= kDotsMinDepth;
+}
+
 // C = alpha * op(A) op(B) + beta * C on the blocked kernel, one panel of C
 // per thread: each thread packs the blocks of A and B its panel reads, so
 // more panels would pack the shared operand more times over.
@@ -211,14 +220,18 @@ void blocked_gemm(ThreadPool &pool, bool trans_a, bool trans_b, int64_t m, int64
 }
 
 // Runs panel(i0, mp, j0, np) over panels of C [m, n] that cover it, on the
-// pool: row panels when m >= n, else panels of whole column blocks (j0 a
-// multiple of kSgemmBlockCols, so packed blocks are never split), each
-// about kGemmGrain multiply-adds or more.
+// pool: row panels when m >= n or k is short, else panels of whole column
+// blocks (j0 a multiple of kSgemmBlockCols, so packed blocks are never
+// split), each about kGemmGrain multiply-adds or more. A product of a few
+// steps of k is bound by writing C, and written in column panels each
+// thread went down C's rows a strip at a time: on two threads the output
+// layer's dY W (256 x 1024 x 10) took 95 us, against 71 on one; in row
+// panels, 44.
 template <class Panel>
 void for_panels(ThreadPool &pool, int64_t m, int64_t n, int64_t k, const Panel &panel) {
   constexpr int64_t NR = kSgemmBlockCols;
   static_assert(kBf16BlockCols == NR, "both kernels' packed B share the column blocks");
-  if (m >= n) {
+  if (m >= n || k <= kSgemmShortDepth) {
     const int64_t grain = std::max<int64_t>(1, kGemmGrain / std::max<int64_t>(1, n * k));
     pool.parallel_for(m, grain, [&](int64_t begin, int64_t end) { panel(begin, end - begin, 0, n); });
   } else {
@@ -244,6 +257,13 @@ void split_gemm(ThreadPool &pool, bool trans_a, bool trans_b, int64_t m, int64_t
   if constexpr (std::is_same_v<S, float>) {
     if (use_blocked_kernel(trans_b, m, n, k)) {
       blocked_gemm(pool, trans_a, trans_b, m, n, k, float(alpha), a, b, float(beta), c);
+      return;
+    }
+    if (use_dots(trans_a, trans_b, n, k)) {
+      for_panels(pool, m, n, k, [&](int64_t i0, int64_t mp, int64_t j0, int64_t np) {
+        sgemm_avx512_dots(mp, np, k, float(alpha), a + i0 * lda, lda, b + j0 * ldb, ldb, float(beta), c + i0 * ldc + j0,
+                          ldc);
+      });
       return;
     }
     own_kernel = use_own_kernel(trans_b, m, n, k);
