@@ -31,10 +31,12 @@ timed epochs include the shuffle. Times are medians over all epochs of all
 runs, accuracies the mean over the runs' seeds; time_over_kiln is a row's time
 over kiln's in the same run (above 1 means kiln is faster).
 
-FLOPs: training counts 6 x parameters per sample (2 for the forward product,
-4 for the two backward ones, per weight; biases included, the first layer's
-input gradient, which neither side computes, also counted), inference 2 x
-parameters. On the CPU, fraction_of_peak is model FLOP/s over the FMA peak
+FLOPs: training counts what a step computes per sample (train_flops): 6 x
+parameters (2 for the forward product, 4 for the two backward ones, per
+weight; biases counted alike) less 2 x the first layer's weights, for its
+input gradient, which neither side computes (counted, as the usual 6 x
+parameters does, 784-1024-1024-10 ran at 105% of a Zen 5 core's FMA peak);
+inference 2 x parameters. On the CPU, fraction_of_peak is model FLOP/s over the FMA peak
 that bench/fma_peak measures in the same run (fp32, every core). Run it on an
 idle machine; the load average before and after is recorded.
 """
@@ -144,6 +146,12 @@ def gpu_info(py):
 
 def params_of(sizes):
     return sum(sizes[i] * sizes[i + 1] + sizes[i + 1] for i in range(len(sizes) - 1))
+
+
+def train_flops(sizes):
+    """FLOPs of one trained sample: forward, weight and input gradients, the
+    first layer's input gradient left out (nothing computes it)."""
+    return 6 * params_of(sizes) - 2 * sizes[0] * sizes[1]
 
 
 MODELS = {"A": [784, 32, 10], "B": [784, 1024, 1024, 10], "W": [4096, 4096, 4096, 4096, 4096, 10]}
@@ -390,7 +398,7 @@ def measure(args, gpu, workloads, loops, kiln, py, threads, suffixed, results, p
                     continue  # the DataLoader loop is the tutorial's, for A
                 impls[f"torch-{loop}"] = torch_bench + ["--workload", w, "--loop", loop] + epochs + extra + common
         runs = alternate(impls, args.repeats, name, {k: timeouts.get(k, args.timeout) for k in impls})
-        flops = 6 * params_of(MODELS[w])
+        flops = train_flops(MODELS[w])
         res = {k: summarize(v, flops, peak_gflops) for k, v in runs.items()}
         failed |= any("error" in r for k, r in res.items() if k.startswith("kiln"))
         base = res["kiln"].get("median_epoch_seconds")
@@ -427,7 +435,7 @@ def measure(args, gpu, workloads, loops, kiln, py, threads, suffixed, results, p
             else:
                 print(f"bench: {cublas} not found (built with KILN_BUILD_CUDA); no fraction_of_cublas")
             runs = alternate(impls, args.repeats, "W", {k: args.timeout for k in impls})
-            flops = 6 * params_of(sizes) * batch  # per step
+            flops = train_flops(sizes) * batch  # per step
             res = {}
             for k, v in runs.items():
                 good = [r for r in v if "error" not in r]

@@ -528,9 +528,11 @@ void test_gemm(Backend &be) {
   // (m >= 256, n a multiple of 256; the last one big enough that the packing
   // is split over the pool) and k = 0; then, in f32 only, products above 2^26
   // multiply-adds (the CPU's blocked kernel on AVX-512): column panels with
-  // a partial last block of 16 and 263 = 21 x 12 + 8 + 3 rows, then row
-  // panels over several row blocks (1096 = 91 x 12 + 4), both over more
-  // than one pass of 256 along k with a tail that is not a multiple of 16.
+  // a partial last block of 16 and 263 = 21 x 12 + 8 + 3 rows, in passes
+  // of 704 steps along k (as deep as 263 rows allow) with a last one of 692,
+  // not a multiple of 16; row panels (1096 = 91 x 12 + 4 rows) in passes of
+  // 256 and 244 steps; and column panels of 1040 rows, more than one row
+  // block of 256 steps holds (1032), so in two.
   // Blocks of at most 16 columns take one vector per row on AVX-512: 10
   // (a classifier's last layer, long k) and 16 do, 17 does not. With k <=
   // 16 the register-blocked kernel goes along C's rows (50 x 70 x 10: 7
@@ -541,7 +543,7 @@ void test_gemm(Backend &be) {
   const Size sizes[] = {{1, 1, 1},       {3, 5, 7},       {128, 32, 784},   {32, 784, 128},  {128, 10, 32},
                         {256, 10, 1024}, {40, 16, 50},    {40, 17, 50},     {257, 129, 65},  {300, 256, 40},
                         {4, 3, 0},       {50, 70, 10},    {10, 70, 33},     {300, 1000, 10}, {256, 512, 300},
-                        {263, 1040, 530}, {1096, 300, 260}};
+                        {263, 304, 2100}, {1096, 300, 500}, {1040, 1056, 256}};
   // C = alpha op(A) op(B) + beta C against a float64 reference.
   auto check_product = [&](DType t, const Size &s, bool ta, bool tb, double beta) {
     g_case = std::string("gemm ") + dtype_name(t) + " " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +

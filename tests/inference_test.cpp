@@ -46,8 +46,9 @@ void check_products(Backend &be, int64_t dev, Device device, const std::string &
   const Shape3 shapes[] = {{1, 10, 32},  {2, 33, 7},   {3, 70, 5},   {4, 32, 784}, {5, 1, 1},   {6, 65, 40},
                            {7, 48, 13},  {8, 1024, 64}, {9, 10, 32},  {13, 33, 17}, {64, 32, 784}, {100, 97, 31},
                            {1, 1024, 300}, {200, 40, 3},
-                           // split over threads by column blocks, and by row chunks
-                           {16, 1024, 256}, {400, 64, 100},
+                           // split over threads by column blocks (fewer rows than a tile per
+                           // thread), in equal shares of rows, and in row chunks
+                           {16, 1024, 256}, {400, 64, 100}, {800, 64, 100},
                            // the blocked path (8 column blocks or more): passes over more than
                            // 256 inputs (partial sums kept in C, a part block and a half block
                            // masked), tiles of 6 to 12 rows, two row chunks; and narrow products
@@ -130,6 +131,7 @@ void check_thread_choice(const cpu::PackedKernels &k, const std::string &label) 
   CHECK(cpu::packed_chunks(two, k, 4096, 1024, 784) == 2);
   CHECK(cpu::packed_chunks(two, k, 16, 1024, 256) == 2);  // the split cases of check_products
   CHECK(cpu::packed_chunks(two, k, 400, 64, 100) == 2);
+  CHECK(cpu::packed_chunks(two, k, 800, 64, 100) == 2);
 }
 
 void cpu_cases(Context &) {

@@ -216,11 +216,12 @@ void sgemm_avx512_dots(int64_t m, int64_t n, int64_t k, float alpha, const float
   by_width[size_t(n - 1)](m, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// Unpacks, then 128-bit lane shuffles: the classic in-register transpose.
-KILN_AVX512 void sgemm_avx512_transpose_tile(const float *src, int64_t lds, float *dst, int64_t ldd) {
-  __m512 r[16], t[16];
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
+namespace {
+
+// r[i] (row i of a 16 x 16 tile) becomes column i: unpacks, then 128-bit
+// lane shuffles, the classic in-register transpose.
+KILN_AVX512 inline __attribute__((always_inline)) void transpose_in_registers(__m512 (&r)[16]) {
+  __m512 t[16];
 #pragma GCC unroll 8
   for (int i = 0; i < 16; i += 2) {
     t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
@@ -248,10 +249,18 @@ KILN_AVX512 void sgemm_avx512_transpose_tile(const float *src, int64_t lds, floa
     r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
     r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
   }
+}
+
+}  // namespace
+
+KILN_AVX512 void sgemm_avx512_transpose_tile(const float *src, int64_t lds, float *dst, int64_t ldd) {
+  __m512 r[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
+  transpose_in_registers(r);
 #pragma GCC unroll 16
   for (int i = 0; i < 16; ++i) _mm512_storeu_ps(dst + i * ldd, r[i]);
 }
-
 
 KILN_AVX512 void sgemm_avx512_pack_b(const float *b, int64_t ldb, bool trans_b, int64_t n, int64_t k, float *out) {
   constexpr int64_t NR = kSgemmBlockCols;
@@ -290,14 +299,18 @@ namespace {
 // B and twelve broadcasts of A, enough to keep both FMA ports busy where the
 // 8-row kernel above waits on its loads.
 constexpr int64_t kTileRows = kSgemmTileRows;
-// Depth of one pass over k: a packed [kc, 32] block of B is 32 KiB, so it
-// stays in the L1 while every tile of the row block reuses it.
-constexpr int64_t kBlockDepth = 256;
-// Most rows of A packed at once: 86 panels of kc = 256 steps, 1 MiB, stay
-// in the L2 (2 MiB per core here) while the blocks of B pass by. Each row
-// block packs all of op(B) once more, so a weight gradient's 1024 rows fit
-// in one: with 384-row blocks the batch's activations were packed 3 times.
-constexpr int64_t kRowBlock = 86 * kTileRows;
+// Most steps of k in one pass. One pass over the whole of k writes C once;
+// with passes of 256 steps (a [256, 32] block of B, 32 KiB, kept in the L1)
+// each later pass read C back and wrote it again, from and to the L3. In
+// one pass the block of B (up to 128 KiB) streams from the L2 instead:
+// 256 x 1024 x 784 went 5% faster, 256 x 1024 x 1024 1 to 1.5% (one Zen 5
+// core, alternating calls).
+constexpr int64_t kMaxDepth = 1024, kMinDepth = 256;
+// Floats of A packed at once, 1 MiB: 86 panels of 256 steps (a weight
+// gradient's 1024 rows in one row block: each row block packs all of op(B)
+// once more, and with 384-row blocks the batch's activations were packed 3
+// times), or 22 panels of 1024 steps (a batch of 256).
+constexpr int64_t kPackedA = 86 * kTileRows * 256;
 
 // The size of the fewest equal parts of `extent`, at most `most` each,
 // rounded up to a multiple of `unit`.
@@ -400,20 +413,19 @@ KILN_AVX512 void pack_rows(const float *a, int64_t a_row, int64_t a_col, int64_t
     }
     return;
   }
-  // Row-major: 16 x 16 transposes through a tile on the stack, which pads
-  // the missing rows with zeros instead of reading past A.
-  alignas(64) float in[16 * 16] = {}, tr[16 * 16];
+  // Row-major: 16 x 16 transposes in registers, the rows past `rows` zeros
+  // (never read from A), each column stored as a step's 12 values.
+  __m512 r[16];
   int64_t p0 = 0;
   for (; p0 + 16 <= kc; p0 += 16) {
-    for (int64_t r = 0; r < rows; ++r) _mm512_store_ps(in + r * 16, _mm512_loadu_ps(a + r * a_row + p0));
-    sgemm_avx512_transpose_tile(in, 16, tr, 16);
 #pragma GCC unroll 16
-    for (int64_t q = 0; q < 16; ++q) {
-      _mm512_mask_storeu_ps(out + (p0 + q) * kTileRows, tile_lanes, _mm512_load_ps(tr + q * 16));
-    }
+    for (int64_t q = 0; q < 16; ++q) r[q] = q < rows ? _mm512_loadu_ps(a + q * a_row + p0) : _mm512_setzero_ps();
+    transpose_in_registers(r);
+#pragma GCC unroll 16
+    for (int64_t q = 0; q < 16; ++q) _mm512_mask_storeu_ps(out + (p0 + q) * kTileRows, tile_lanes, r[q]);
   }
   for (int64_t p = p0; p < kc; ++p) {
-    for (int64_t r = 0; r < rows; ++r) out[p * kTileRows + r] = a[r * a_row + p];
+    for (int64_t i = 0; i < rows; ++i) out[p * kTileRows + i] = a[i * a_row + p];
   }
 }
 
@@ -424,11 +436,19 @@ void sgemm_avx512_blocked(int64_t m, int64_t n, int64_t k, float alpha, const fl
   constexpr int64_t NR = kSgemmBlockCols;
   // One pair per thread, allocated by its first product, then reused.
   thread_local AlignedBuffer<float> a_buffer, b_buffer;
-  float *const a_packed = a_buffer.reserve(kRowBlock * kBlockDepth, "for a packed matrix operand");
-  float *const b_block = b_buffer.reserve(kBlockDepth * NR, "for a packed matrix operand");
-  const int64_t row_block = even_part(m, kRowBlock, kTileRows);
-  for (int64_t p0 = 0; p0 < k; p0 += kBlockDepth) {
-    const int64_t kc = std::min(kBlockDepth, k - p0);
+  // As deep as the row block of all of m (at least 256 steps) allows, in
+  // passes of equal depth, whole 16 x 16 transposes: so a batch of 1024
+  // keeps 256-step passes over one row block, where four row blocks of 1024
+  // steps would pack all of op(B) four times (1% slower).
+  const int64_t all_rows = (m + kTileRows - 1) / kTileRows * kTileRows;
+  const int64_t deepest = std::clamp<int64_t>(kPackedA / all_rows / 16 * 16, kMinDepth, kMaxDepth);
+  const int64_t depth = even_part(k, deepest, 16);
+  const int64_t most_rows = (kPackedA / depth + kTileRows - 1) / kTileRows * kTileRows;
+  const int64_t row_block = even_part(m, most_rows, kTileRows);
+  float *const a_packed = a_buffer.reserve(row_block * depth, "for a packed matrix operand");
+  float *const b_block = b_buffer.reserve(depth * NR, "for a packed matrix operand");
+  for (int64_t p0 = 0; p0 < k; p0 += depth) {
+    const int64_t kc = std::min(depth, k - p0);
     // Later passes over k add to what the first one stored.
     const float pass_beta = p0 == 0 ? beta : 1.0f;
     for (int64_t i1 = 0; i1 < m; i1 += row_block) {
