@@ -36,9 +36,9 @@ parameters (2 for the forward product, 4 for the two backward ones, per
 weight; biases counted alike) less 2 x the first layer's weights, for its
 input gradient, which neither side computes (counted, as the usual 6 x
 parameters does, 784-1024-1024-10 ran at 105% of a Zen 5 core's FMA peak);
-inference 2 x parameters. On the CPU, fraction_of_peak is model FLOP/s over the FMA peak
-that bench/fma_peak measures in the same run (fp32, every core). Run it on an
-idle machine; the load average before and after is recorded.
+inference 2 x parameters. On the CPU, fraction_of_peak is model FLOP/s over
+the FMA peak that bench/fma_peak measures in the same run (fp32, every core).
+Run it on an idle machine; the load average before and after is recorded.
 """
 import argparse
 import datetime
