@@ -47,12 +47,12 @@ void check_products(Backend &be, int64_t dev, Device device, const std::string &
                            {7, 48, 13},  {8, 1024, 64}, {9, 10, 32},  {13, 33, 17}, {64, 32, 784}, {100, 97, 31},
                            {1, 1024, 300}, {200, 40, 3},
                            // split over threads by column blocks (fewer rows than a tile per
-                           // thread), in equal shares of rows, and in row chunks
+                           // thread), in one share of rows per thread, and in shares of about
+                           // 192 rows
                            {16, 1024, 256}, {400, 64, 100}, {800, 64, 100},
-                           // the blocked path (8 column blocks or more): passes over more than
-                           // 256 inputs (partial sums kept in C, a part block and a half block
-                           // masked), tiles of 6 to 12 rows, two row chunks; and narrow products
-                           // of many rows, which read A in place
+                           // tiles of unequal height (29 rows as 10 + 10 + 9; 203 on two threads
+                           // as 102 + 101 rows, tiles of 9 and 10), a part block and a half block
+                           // masked, over many inputs
                            {29, 250, 600}, {11, 1000, 513}, {75, 234, 300}, {203, 266, 530},
                            {29, 10, 600}, {203, 45, 530}};
   const struct {

@@ -56,6 +56,10 @@ const PackedKernels *chosen_kernels() {
 // memory where they are too big to stay in this core's L2 between calls.
 constexpr double kWeightBytesPerNs = 12;         // one core streaming from L3 or DRAM
 constexpr int64_t kCachedWeightBytes = 1 << 20;  // below this, the weights stay cached
+// Rows per share of a large batch split over threads: each share streams
+// all the weights once, a few percent of its FMAs' time at this size, and
+// many shares let the threads make up for one the system deschedules.
+constexpr int64_t kShareRows = 192;
 // A chunk must hold this much work to repay handing it to another thread:
 // a worker still spinning from the last product takes it within a
 // microsecond, a sleeping one within a few; the caller meanwhile works on
@@ -75,8 +79,8 @@ std::unique_ptr<PackedLinear> pack_linear(ThreadPool &pool, DType t, const void 
 int64_t packed_chunks(const ThreadPool &pool, const PackedKernels &kernels, int64_t rows, int64_t n, int64_t k) {
   if (pool.size() == 1) return 1;
   const int64_t cols = (n + kernels.block_cols - 1) / kernels.block_cols * kernels.block_cols;
-  const int64_t tile_rows = rows >= kernels.gemm_rows ? (rows + kernels.gemm_rows - 1) / kernels.gemm_rows *
-                                                            kernels.gemm_rows
+  const int64_t tile_rows = rows >= kernels.tile_rows ? (rows + kernels.tile_rows - 1) / kernels.tile_rows *
+                                                            kernels.tile_rows
                                                       : rows;
   const double weight_bytes = double(cols) * double(k) * sizeof(float);
   const double ns = double(tile_rows) * double(cols) * double(k) / kernels.fmas_per_ns +
@@ -107,31 +111,23 @@ bool linear_packed(ThreadPool &pool, const PackedLinearArgs &args) {
   // out the weights' blocks, each streaming its own past all the rows, so
   // the weights are read once in all; two pieces per thread, so that a
   // thread the system deschedules holds back half its share.
-  if (rows < chunks * kernels.gemm_rows && blocks >= 2) {
+  if (rows < chunks * kernels.tile_rows && blocks >= 2) {
     pool.parallel_ranges(blocks, 2 * chunks, [&](int64_t b0, int64_t b1) { kernels.product(job, 0, rows, b0, b1); });
     return true;
   }
-  // Up to two row chunks per thread: an equal share of the rows each, in
-  // tiles of equal height. Each thread's tiles stream all the weights, as
-  // many times in all as a column split's tiles stream half of them, but
-  // each thread packs only its own rows' slices of A, and reads only the
-  // rows it wrote itself in the layer before, where a column split packed
-  // every row on every thread, half of them from the other core's cache.
-  // 784-1024-1024-10 at batch 32 to 128 on two cores of a Zen 5 EPYC, ONNX
-  // Runtime's time over kiln's: 1.00 to 1.13 split by columns and 1.06 to
-  // 1.16 by rows in some runs; 0.88 to 1.03 against 1.13 to 1.30 in others,
-  // where the column split's time grew by a third and the row split's by 5%
-  // (a VM's two cores, it seems, sometimes further apart).
-  if (rows <= 2 * chunks * kernels.row_chunk) {
-    pool.parallel_ranges(rows, chunks, [&](int64_t r0, int64_t r1) { kernels.product(job, r0, r1, 0, blocks); });
-    return true;
-  }
-  // More rows: whole row chunks, each reading all the weights once as one
-  // thread would, a few per thread for the same reason as above.
-  const int64_t units = (rows + kernels.row_chunk - 1) / kernels.row_chunk;
-  pool.parallel_ranges(units, units, [&](int64_t u0, int64_t u1) {
-    kernels.product(job, u0 * kernels.row_chunk, std::min(rows, u1 * kernels.row_chunk), 0, blocks);
-  });
+  // Otherwise an equal share of the rows per thread, or shares of about
+  // kShareRows for a large batch. Each thread's tiles stream all the
+  // weights, as many times in all as a column split's tiles stream half of
+  // them, but each thread reads only the rows it wrote itself in the layer
+  // before, where a column split read every row on every thread, half of
+  // them from the other core's cache. 784-1024-1024-10 at batch 32 to 128
+  // on two cores of a Zen 5 EPYC, ONNX Runtime's time over kiln's: 1.00 to
+  // 1.13 split by columns and 1.06 to 1.16 by rows in some runs; 0.88 to
+  // 1.03 against 1.13 to 1.30 in others, where the column split's time grew
+  // by a third and the row split's by 5% (a VM's two cores, it seems,
+  // sometimes further apart).
+  const int64_t shares = rows <= 2 * chunks * kShareRows ? chunks : (rows + kShareRows - 1) / kShareRows;
+  pool.parallel_ranges(rows, shares, [&](int64_t r0, int64_t r1) { kernels.product(job, r0, r1, 0, blocks); });
   return true;
 }
 

@@ -1,16 +1,13 @@
 // The CPU's inference products (Backend::pack_linear and linear_packed):
 // f32 weights packed once into column blocks, and one kernel call per
 // thread that computes act(x W^T + b) tile by tile with the bias and the
-// activation applied while the tile is in registers or L1. A few rows (a
-// batch of 1 to 8 with AVX-512, 1 to 6 with AVX2) take tiles as tall as the
-// batch and as wide as several blocks, so the weights stream from memory
-// once per call at close to the bandwidth floor; more rows of a wide layer
-// are blocked over the inputs as a BLAS blocks a product, in tiles of up to
-// 12 x 32 (AVX-512) or 6 x 16 (AVX2) whose slice of A is packed into L1
-// once per pass, and those of a narrow one take the few-rows tiles
-// (packed_linear_kernels.inc says how). The thread count is chosen per
-// product from an estimate of its single-thread time (see
-// packed_linear.cpp), and nothing is allocated per call.
+// activation applied while the tile is in registers or L1. Tiles of up to
+// 10 rows (AVX-512) or 6 (AVX2) read their rows of the input in place and
+// stream the weights once each, so a batch of up to 10 (or 6) reads them
+// once per call, at close to the bandwidth floor (packed_linear_kernels.inc
+// says why not a BLAS's blocking). The thread count is chosen per product
+// from an estimate of its single-thread time (see packed_linear.cpp), and
+// nothing is allocated per call.
 //
 // Kernels exist for AVX-512 and for AVX2 with FMA, chosen at run time;
 // elsewhere, and for f64, pack_linear returns null and the backend keeps
@@ -43,8 +40,7 @@ struct PackedJob {
 struct PackedKernels {
   const char *name;      // "avx512", "avx2"
   int64_t block_cols;    // columns per packed block
-  int64_t gemm_rows;     // most rows of a tile for many rows
-  int64_t row_chunk;     // most rows sharing the passes over the weights
+  int64_t tile_rows;     // most rows of a tile
   double fmas_per_ns;    // a conservative single-core rate, for the thread choice
   // Blocks [jb0, jb1) of W [out, in] into `packed`, which holds every block
   // (ceil(out / block_cols) * block_cols * in floats).
