@@ -312,6 +312,15 @@ constexpr int64_t kMaxDepth = 1024, kMinDepth = 256;
 // times), or 22 panels of 1024 steps (a batch of 256).
 constexpr int64_t kPackedA = 86 * kTileRows * 256;
 
+// The size of the fewest equal parts of `extent`, at most `most` each,
+// rounded up to a multiple of `unit`: the depth of the passes over k (whole
+// 16 x 16 transposes) and the blocks of rows.
+int64_t even_part(int64_t extent, int64_t most, int64_t unit) {
+  const int64_t parts = (extent + most - 1) / most;
+  const int64_t part = (extent + parts - 1) / parts;
+  return (part + unit - 1) / unit * unit;
+}
+
 // Steps of k ahead that the panel of A is prefetched.
 constexpr int64_t kPrefetchSteps = 16;
 // Most steps of k between two of a tile's prefetches (LinesAhead).

@@ -13,15 +13,6 @@ namespace kiln::cpu {
 // Whether this CPU runs AVX-512 F, BW, VL and DQ code (Skylake-X and later).
 bool avx512_available();
 
-// The size of the fewest equal parts of `extent`, at most `most` each,
-// rounded up to a multiple of `unit`: the depth of a kernel's passes over k
-// (whole 16 x 16 transposes) and its blocks of rows.
-inline int64_t even_part(int64_t extent, int64_t most, int64_t unit) {
-  const int64_t parts = (extent + most - 1) / most;
-  const int64_t part = (extent + parts - 1) / parts;
-  return (part + unit - 1) / unit * unit;
-}
-
 // The kernel computes C in blocks of this many columns.
 constexpr int64_t kSgemmBlockCols = 32;
 
