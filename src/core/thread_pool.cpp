@@ -85,7 +85,8 @@ ThreadPool::ThreadPool(int64_t threads) {
     int64_t started = int64_t(workers_.size());
     shutdown();
     fail(KILN_ERROR_OUT_OF_MEMORY, "could not start CPU worker thread " + std::to_string(started + 1) + " of " +
-                                       std::to_string(size_ - 1) + ": " + e.what());
+                                       std::to_string(size_ - 1) + ": " + e.what() +
+                                       " (out of memory for its stack, or at the process's thread limit)");
   }
   while (started_.load(std::memory_order_acquire) < size_ - 1) std::this_thread::yield();
 }
