@@ -10,7 +10,7 @@
 #   scripts/gpu-check.sh OUTDIR [STAGES]
 #
 # STAGES (comma-separated, run in the order given; default
-# env,build,test-safe,test,bench,ncu,sanitize: the figures before the
+# env,build,test-safe,test-default,test,bench,ncu,sanitize: the figures before the
 # sanitizers, which take whatever time is left):
 #   env        versions of the driver, toolkit, tools and PyTorch, and every
 #              dependency: what was found, and what the flow falls back to;
@@ -22,9 +22,11 @@
 #              builds it
 #   test-safe  the whole CTest suite with the fast path's riskiest parts off
 #              (KILN_DISABLE=all: no CUDA graphs, cuBLASLt epilogues or cuDNN)
-#   test       the GPU tests (*_cuda, *_cudnn) with every part on
+#   test-default  the GPU tests (*_cuda, *_cudnn) with the default fast path
+#              (CUDA graphs and cuBLASLt epilogues on, cuDNN off)
+#   test       the GPU tests with every part on
 #              (KILN_ENABLE=cudnn: cuDNN is off by default)
-#              After test-safe or test, each test program that crashed runs
+#              After test-safe, test-default or test, each test program that crashed runs
 #              once more under cuda-gdb (where there is one), with the
 #              stage's environment: its backtrace goes in
 #              backtrace-STAGE-TEST.log and the first frames in the summary.
@@ -32,13 +34,18 @@
 #              must be reported, so a clean run below means clean code and not
 #              a sanitizer that cannot work here; then compute-sanitizer
 #              memcheck, racecheck, synccheck and initcheck over the test
-#              programs of the *_cuda tests, each run time-limited
+#              programs of the *_cuda tests, each run time-limited,
+#              KILN_SANITIZE_JOBS of them at once, test by test (every tool
+#              on a test before the next test); each log's reports sorted
+#              by scripts/sanitizer_verdict.py: API errors raised and handled
+#              inside other libraries (NCCL) and deliberate out-of-memory
+#              are not findings, a tool that lost track is UNSURE
 #   bench      python3 bench/run.py --device cuda, short (1 repeat, 1 warm-up
 #              and 1 timed epoch, PyTorch eager and graphed)
 #   ncu        ncu: kernels and time per kernel of one training step of A and of B
 # A stage whose tool is missing is SKIPPED, one that runs out of time TIMEOUT,
 # one that fails FAILED; the rest go on either way. Exit status: 1 when a
-# stage FAILED, else 3 when one timed out, else 0.
+# stage FAILED, else 3 when one timed out or was UNSURE, else 0.
 #
 # Environment:
 #   KILN_CHECK_BUDGET   seconds for all stages together (default 540): each stage
@@ -57,6 +64,12 @@
 #   KILN_SANITIZER_TIMEOUT  seconds per compute-sanitizer run (default 60)
 #   KILN_BACKTRACES     crashed tests per stage rerun under cuda-gdb (default 2)
 #   KILN_SANITIZE_BUDGET    seconds for the whole sanitize stage (default 420)
+#   KILN_SANITIZE_JOBS      compute-sanitizer runs at once (default: a third of the cores)
+#   KILN_SANITIZE_RUNS      instead of every tool on every *_cuda test: these, in
+#                       this order, space-separated, each TOOL:TEST or TEST (all four
+#                       tools), e.g. "initcheck:test_trainer_cuda test_ops_cuda"
+#   KILN_SANITIZE_REVERSE   1: the test programs in reverse order (a second call
+#                       that covers first what a first one's budget left out)
 #   KILN_BENCH_ARGS     arguments for bench/run.py instead of the short defaults
 set -uo pipefail
 
@@ -67,10 +80,10 @@ fi
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 mkdir -p "$1"
 out="$(cd "$1" && pwd)"
-stages="${2:-env,build,test-safe,test,bench,ncu,sanitize}"
+stages="${2:-env,build,test-safe,test-default,test,bench,ncu,sanitize}"
 for s in ${stages//,/ }; do
-  case $s in env | build | test-safe | test | sanitize | bench | ncu) ;;
-    *) echo "gpu-check: unknown stage '$s' (env, build, test-safe, test, sanitize, bench, ncu)" >&2; exit 2 ;;
+  case $s in env | build | test-safe | test-default | test | sanitize | bench | ncu) ;;
+    *) echo "gpu-check: unknown stage '$s' (env, build, test-safe, test-default, test, sanitize, bench, ncu)" >&2; exit 2 ;;
   esac
 done
 build="${KILN_BUILD_DIR:-$root/build-gpu}"
@@ -86,7 +99,7 @@ log() { echo "gpu-check: $*" | tee -a "$out/gpu-check.log"; }
 record() {  # STAGE STATUS DETAIL
   printf '%-32s %-8s %s\n' "$1" "$2" "$3" | tee -a "$summary"
   [[ $2 == FAILED ]] && failed=1
-  [[ $2 == TIMEOUT ]] && timedout=1
+  [[ $2 == TIMEOUT || $2 == UNSURE ]] && timedout=1
   return 0
 }
 left() { echo $((budget - (SECONDS - start))); }
@@ -381,8 +394,9 @@ ctest_stage() {
   [[ $r == PASSED ]] || backtraces "$name" "$logf" "${env[@]}"
 }
 
-# ---- test-safe, test ---------------------------------------------------------------
+# ---- test-safe, test-default, test ----------------------------------------------------
 stage_test_safe() { ctest_stage test-safe ctest-safe.log KILN_DISABLE=all --; }
+stage_test_default() { ctest_stage test-default ctest-default.log KILN_CHECK_STAGE=default -- -R '_cuda|_cudnn'; }
 stage_test() { ctest_stage test ctest.log KILN_ENABLE=cudnn -- -R '_cuda|_cudnn'; }
 
 # ---- sanitize -------------------------------------------------------------------
@@ -410,21 +424,50 @@ stage_sanitize() {
       fi
     done
     test_scripts
-    for tool in memcheck racecheck synccheck initcheck; do
-      for script in "$out"/tests/*_cuda.sh; do
+    local scripts=("$out"/tests/*_cuda.sh) runs=() run entry
+    [[ ${KILN_SANITIZE_REVERSE:-0} == 1 ]] && mapfile -t scripts < <(printf '%s\n' "${scripts[@]}" | sort -r)
+    if [[ -n ${KILN_SANITIZE_RUNS:-} ]]; then
+      for entry in $KILN_SANITIZE_RUNS; do
+        if [[ $entry == *:* ]]; then runs+=("${entry%%:*} ${entry#*:}"); continue; fi
+        for tool in memcheck racecheck synccheck initcheck; do runs+=("$tool $entry"); done
+      done
+    else
+      for script in "${scripts[@]}"; do
         [[ -e $script ]] || continue
         t="$(basename "$script" .sh)"
         [[ $t == sanitizer_canary_cuda ]] && continue
-        # memcheck without --leak-check: the CUDA backend is deliberately
-        # kept until exit (src/backend/registry.cpp), so its pools, handles
-        # and workspaces would be reported as leaks by design. (cuDNN's plan
-        # timing fills the buffers it reads first, so initcheck has nothing
-        # to report there: program.cpp's fill_step_inputs.)
-        r=$(timed "$(limit "$per" "$stage_end")" "$out/sanitize-$tool-$t.log" \
-          bash "$script" "$sanitizer" --tool "$tool" --error-exitcode 1)
-        errs="$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool-$t.log" 2>/dev/null | tail -1)"
-        record "sanitize $tool $t" "$(status_of "$r")" "$r ${errs}"
+        for tool in memcheck racecheck synccheck initcheck; do runs+=("$tool $t"); done
       done
+    fi
+    # Several at once (one GPU, many cores: the tools are CPU-bound), each
+    # result in a file, recorded in order once all have ended.
+    local parallel="${KILN_SANITIZE_JOBS:-$(( $(nproc) / 3 > 0 ? $(nproc) / 3 : 1 ))}"
+    for run in "${runs[@]}"; do
+      tool=${run% *} t=${run#* }
+      [[ -e $out/tests/$t.sh ]] || { echo "NO-SUCH-TEST" >"$out/sanitize-$tool-$t.result"; continue; }
+      while [[ $(jobs -rp | wc -l) -ge $parallel ]]; do wait -n; done
+      # memcheck without --leak-check: the CUDA backend is deliberately
+      # kept until exit (src/backend/registry.cpp), so its pools, handles
+      # and workspaces would be reported as leaks by design. (cuDNN's plan
+      # timing fills the buffers it reads first, so initcheck has nothing
+      # to report there: program.cpp's fill_step_inputs.)
+      secs=$(limit "$per" "$stage_end")
+      (timed "$secs" "$out/sanitize-$tool-$t.log" bash "$out/tests/$t.sh" "$sanitizer" --tool "$tool" \
+        --error-exitcode 1 >"$out/sanitize-$tool-$t.result") &
+    done
+    wait
+    for run in "${runs[@]}"; do
+      tool=${run% *} t=${run#* }
+      r="$(cat "$out/sanitize-$tool-$t.result" 2>/dev/null)"
+      r=${r:-BUDGET}
+      errs="$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool-$t.log" 2>/dev/null | tail -1)"
+      st="$(status_of "$r")"
+      if [[ $r == PASSED || $r == "FAILED(rc=1)" ]]; then
+        # rc 1 is the tool's --error-exitcode: whose errors they are
+        errs="$("$python" "$root/scripts/sanitizer_verdict.py" "$out/sanitize-$tool-$t.log")"
+        case $? in 0) st=passed ;; 3) st=UNSURE ;; *) st=FAILED ;; esac
+      fi
+      record "sanitize $tool $t" "$st" "$r ${errs}"
     done
   fi
 }

@@ -9,6 +9,7 @@
 // the thread pool under concurrent callers.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -1159,6 +1160,47 @@ void test_thread_pool() {
   CHECK(status_of([] { ThreadPool bad(-1); }) == KILN_ERROR_INVALID_ARGUMENT);
 }
 
+// A worker that comes late to a job, after the other threads finished all
+// of its chunks, must claim no chunk of the next job: each chunk runs once,
+// and parallel_ranges returns only after all ran. A late worker reads the
+// job's fields, then claims; jobs of two chunks alternate here with jobs of
+// eight, so that such a worker can read the next job's chunk count (eight)
+// while the finished job's state (chunk 2 of 2) is still there. Until the
+// pool closed a finished job before writing the next one's fields
+// (thread_pool.cpp, run), it then claimed chunk 2, 3, ... of the old
+// generation and ran them with the new job's (or the dead previous job's)
+// function: items counted twice, or counted after the call returned; in
+// training, a kernel's lambda run on a stack frame since reused (what
+// ThreadSanitizer reported in `kiln train --threads 16`, and the likely
+// cause of test_fashion_mnist's NaN loss on a 16-core machine). A race:
+// each pool size runs jobs for a while, and the first miscount fails.
+void test_thread_pool_late_worker() {
+  g_case = "thread pool: late worker";
+  for (int64_t threads : {3, 8}) {
+    ThreadPool pool(threads);
+    const int64_t n = 8;
+    std::vector<std::atomic<int64_t>> runs(static_cast<size_t>(n));
+    for (auto &r : runs) r.store(0);
+    int64_t jobs = 0, miscounted_job = -1, miscounted_item = -1, count = 0;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1000);
+    for (; miscounted_job < 0 && (jobs % 1024 != 0 || std::chrono::steady_clock::now() < until); ++jobs) {
+      pool.parallel_ranges(n, jobs % 2 == 0 ? 2 : n, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) runs[size_t(i)].fetch_add(1, std::memory_order_relaxed);
+      });
+      for (int64_t i = 0; i < n && miscounted_job < 0; ++i) {
+        count = runs[size_t(i)].load();
+        if (count != jobs + 1) miscounted_job = jobs, miscounted_item = i;
+      }
+    }
+    if (miscounted_job >= 0) {
+      std::fprintf(stderr, "pool of %lld threads, job %lld of %lld items: item %lld counted %lld runs, want %lld\n",
+                   (long long)threads, (long long)miscounted_job, (long long)n, (long long)miscounted_item,
+                   (long long)count, (long long)(miscounted_job + 1));
+    }
+    CHECK(miscounted_job < 0);
+  }
+}
+
 // Several threads running kernels on one backend at once (contexts are
 // shared between threads) get the same results as one thread.
 void test_concurrent_kernels(Backend &be) {
@@ -1216,6 +1258,7 @@ int main() {
       "backend kernels", 3,
       [](Context &ctx) {
         test_thread_pool();
+        test_thread_pool_late_worker();
         g_be = &ctx.cpu();
         g_dev = -1;
         run_all(*g_be, "cpu");

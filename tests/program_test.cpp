@@ -692,9 +692,11 @@ void test_program_writes(Context &ctx) {
 // whole fast path and with none, from the same start over the same steps.
 // With no fast path a backend runs the plain kernel sequence: equal bit for
 // bit to compile_default. With its fast path, CUDA may fuse and reorder f32
-// operations (rounding ~1e-7 relative per step); after 5 Adam steps of lr
-// <= 0.02 on O(1) weights 1e-5 bounds that, while a fused op computing the
-// wrong thing is off by O(lr) = 1e-2 at the first step. The CPU's one part
+// operations (rounding ~1e-7 relative per step), which Adam's normalised
+// steps amplify where a gradient is near zero: after 5 Adam steps of lr
+// <= 0.02, 1.7e-5 on an H200 with cuDNN's Linear backward (2026-11-27), so
+// 1e-4 bounds it, while a fused op computing the wrong thing is off by
+// O(lr) = 1e-2 at the first step. The CPU's one part
 // (plain SGD fused, test_fused_sgd) leaves Adam alone: equal bit for bit there.
 void test_compiled_program(Context &ctx, Backend &be, int64_t dev, const char *name) {
   g_case = std::string("compiled program on ") + name;
@@ -720,7 +722,7 @@ void test_compiled_program(Context &ctx, Backend &be, int64_t dev, const char *n
     CHECK(same(fast, by_default));
   } else {
     std::vector<double> want(by_default.begin(), by_default.end());
-    CHECK(close(fast, want, 1e-5, 1e-5));
+    CHECK(close(fast, want, 1e-4, 1e-4));
   }
   // The loss summed over the steps, and the correct count.
   CHECK(stats_default[0] > 0);

@@ -6,10 +6,12 @@
  *  - graphs only vs nothing: bit-identical parameters (same kernels, same
  *    cuBLAS plans; only the launching differs), so the step cursor, the
  *    per-step lr / step / dropout seed / batch offset all reach the kernels;
- *  - everything vs nothing: equal to float rounding (epilogues round the bias
- *    add once instead of twice and sum bias gradients in f32);
- *  - CUDA vs CPU: equal to float rounding, which needs the same shuffle
- *    permutation, dropout masks and optimizer arithmetic on both backends. */
+ *  - everything vs nothing: equal to float rounding after one step
+ *    (epilogues round the bias add once instead of twice and sum bias
+ *    gradients in f32), and close after 48, where ReLU kinks and momentum
+ *    have amplified that rounding;
+ *  - CUDA vs CPU: the same, which needs the same shuffle permutation,
+ *    dropout masks and optimizer arithmetic on both backends. */
 #include "support.h"
 
 #include <math.h>
@@ -20,19 +22,20 @@ static const kiln_device cpu = {KILN_DEVICE_CPU, -1};
 
 enum { N_SAMPLES = 512, MAX_PARAMS = 8192 };
 
-/* Three classes in the plane, labelled by the largest of three fixed scores. */
-static kiln_dataset *planar(kiln_context *ctx, uint64_t seed) {
+/* `n` points of three classes in the plane, labelled by the largest of three
+ * fixed scores. */
+static kiln_dataset *planar(kiln_context *ctx, uint64_t seed, int64_t n) {
   kiln_test_rng rng = kiln_test_rng_make(seed);
   float x[N_SAMPLES * 2];
   int64_t y[N_SAMPLES];
-  for (int64_t i = 0; i < N_SAMPLES; ++i) {
+  for (int64_t i = 0; i < n; ++i) {
     const double a = kiln_test_rng_uniform(&rng, -2, 2), b = kiln_test_rng_uniform(&rng, -2, 2);
     const double s0 = a, s1 = -0.5 * a + 0.87 * b, s2 = -0.5 * a - 0.87 * b;
     x[2 * i] = (float)a;
     x[2 * i + 1] = (float)b;
     y[i] = s0 >= s1 && s0 >= s2 ? 0 : s1 >= s2 ? 1 : 2;
   }
-  return kiln_test_dataset(ctx, x, y, N_SAMPLES, 2, cpu);
+  return kiln_test_dataset(ctx, x, y, n, 2, cpu);
 }
 
 typedef struct {
@@ -48,11 +51,13 @@ static int keep_going(void *user, const kiln_progress *p) {
   return 0;
 }
 
-/* Trains a fresh model of `c` for 3 epochs on `device` with `fast_path` and
- * returns its parameters (as doubles) and their count. */
-static int64_t train(const config *c, kiln_device device, uint32_t fast_path, double *params) {
+/* Trains a fresh model of `c` on `device` with `fast_path` for `epochs`
+ * epochs of `samples` points (batches of 32) and returns its parameters (as
+ * doubles) and their count. */
+static int64_t train(const config *c, kiln_device device, uint32_t fast_path, int64_t samples, int64_t epochs,
+                     double *params) {
   kiln_context *ctx = kiln_test_context_create(11);
-  kiln_dataset *ds = planar(ctx, 5);
+  kiln_dataset *ds = planar(ctx, 5, samples);
   kiln_model_spec *spec = NULL;
   kiln_model *model = NULL;
   assert_kiln_ok(kiln_model_spec_create(&spec));
@@ -73,7 +78,7 @@ static int64_t train(const config *c, kiln_device device, uint32_t fast_path, do
   assert_kiln_ok(kiln_trainer_create(model, o, &trainer));
   kiln_trainer_options_release(o);
   kiln_history *h = NULL;
-  assert_kiln_ok(kiln_trainer_fit(trainer, ds, NULL, 3, c->interval ? keep_going : NULL, NULL, &h));
+  assert_kiln_ok(kiln_trainer_fit(trainer, ds, NULL, epochs, c->interval ? keep_going : NULL, NULL, &h));
   int64_t tensors = 0, at = 0;
   assert_kiln_ok(kiln_model_num_parameter_tensors(model, &tensors));
   for (int64_t i = 0; i < tensors; ++i) {
@@ -107,21 +112,32 @@ static void test_fast_path_matches_plain_kernels(void **state) {
   static double all[MAX_PARAMS], graphs[MAX_PARAMS], plain[MAX_PARAMS], host[MAX_PARAMS];
   for (size_t i = 0; i < sizeof configs / sizeof *configs; ++i) {
     const config *c = &configs[i];
-    print_message("%s, optimizer %d, precision %d, interval %lld\n", c->spec, (int)c->optimizer, (int)c->precision,
-                  (long long)c->interval);
-    const int64_t n = train(c, gpu, 0, plain);
-    assert_int_equal(train(c, gpu, KILN_FAST_PATH_GRAPHS, graphs), n);
-    assert_memory_equal(graphs, plain, (size_t)n * sizeof *plain);
-    assert_int_equal(train(c, gpu, KILN_FAST_PATH_ALL, all), n);
-    /* Tolerances are estimates, not yet calibrated on a GPU: Adam's
-     * normalised steps turn rounding noise in a near-zero gradient into
-     * steps of up to lr, and bf16 rounds every activation. */
     const int bf16 = c->precision == KILN_PRECISION_BF16, adam = c->optimizer == KILN_OPTIM_ADAM;
-    const double rtol = bf16 ? 5e-2 : adam ? 2e-2 : 1e-3, atol = bf16 ? 1e-2 : adam ? 2e-3 : 1e-5;
-    assert_allclose(all, plain, n, rtol, atol);
-    if (bf16) continue; /* the CPU computes bf16 products differently */
-    assert_int_equal(train(c, cpu, 0, host), n);
-    assert_allclose(plain, host, n, rtol, atol);
+    /* One step (32 points, one batch), then 48 (512 points, 3 epochs). Not
+     * one Adam step: it moves each weight by lr * g / (|g| + eps), so a
+     * near-zero gradient rounded to the other sign moves it by 2 lr (0.02
+     * in bf16 on an H200, 2026-11-27); later steps average that out. */
+    for (int long_run = adam; long_run < 2; ++long_run) {
+      const int64_t samples = long_run ? N_SAMPLES : 32, epochs = long_run ? 3 : 1;
+      print_message("%s, optimizer %d, precision %d, interval %lld, %lld step(s)\n", c->spec, (int)c->optimizer,
+                    (int)c->precision, (long long)c->interval, (long long)(samples / 32 * epochs));
+      const int64_t n = train(c, gpu, 0, samples, epochs, plain);
+      assert_int_equal(train(c, gpu, KILN_FAST_PATH_GRAPHS, samples, epochs, graphs), n);
+      assert_memory_equal(graphs, plain, (size_t)n * sizeof *plain);
+      assert_int_equal(train(c, gpu, KILN_FAST_PATH_ALL, samples, epochs, all), n);
+      /* After one SGD step, f32 rounding (~1e-7 relative in each gradient,
+       * times lr) against a wrong op's O(lr * gradient) ~ 1e-3. After 48 the
+       * rounding has grown where a ReLU unit flipped: up to 5.6e-5 absolute
+       * on an H200 (2026-11-27), so 2e-4 there. Adam's normalised steps turn
+       * rounding noise in a near-zero gradient into steps of up to lr, and
+       * bf16 rounds every activation. */
+      const double rtol = bf16 ? 5e-2 : adam ? 2e-2 : long_run ? 1e-3 : 1e-5;
+      const double atol = bf16 ? 1e-2 : adam ? 2e-3 : long_run ? 2e-4 : 1e-6;
+      assert_allclose(all, plain, n, rtol, atol);
+      if (bf16) continue; /* the CPU computes bf16 products differently */
+      assert_int_equal(train(c, cpu, 0, samples, epochs, host), n);
+      assert_allclose(plain, host, n, rtol, atol);
+    }
   }
 }
 

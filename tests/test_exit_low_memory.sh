@@ -43,6 +43,11 @@ done
 for limit_kb in 40000 150000 190000 400000; do
   run "$limit_kb" "kiln train" "$cli" train --data "$work/data" --device cpu --hidden 16 --batch 20 --epochs 1 --quiet
 done
+# One worker thread per core of a 16-core machine: under 40 MB the threads'
+# stacks cannot be mapped, which is out of memory too (the H200 machine's 16
+# cores, 2026-11-27).
+run 40000 "kiln train --threads 16" "$cli" train --data "$work/data" --device cpu --threads 16 --hidden 16 --batch 20 \
+  --epochs 1 --quiet
 # Without a limit the same run trains: the check does not refuse what fits.
 run unlimited "kiln train" "$cli" train --data "$work/data" --device cpu --hidden 16 --batch 20 --epochs 1 --quiet
 grep -q "test accuracy" "$work/out" || { echo "FAIL: the unlimited run printed no test accuracy"; fails=$((fails + 1)); }

@@ -92,13 +92,15 @@ static kiln_status train(int set_fast_path, uint32_t fast_path, double *weights)
 
 /* On the CPU the same kernels run either way: equal bit for bit. On CUDA the
  * fast path fuses and reorders f32 operations (epilogues, fused MLP), which
- * moves each step by f32 rounding (~1e-7 relative); over 12 Adam steps of lr
- * 0.01 that stays below 1e-5 absolute on O(1) weights, while a fast path that
- * computed something else would be off by O(lr) = 1e-2 after one step. */
+ * moves each step by f32 rounding (~1e-7 relative), and Adam's normalised
+ * steps amplify it where a gradient is near zero: over 12 Adam steps of lr
+ * 0.01, up to 3.9e-5 on an H200 (2026-11-27, where cuBLASLt chose other
+ * algorithms under compute-sanitizer), so 1e-4; a fast path that computed
+ * something else would be off by O(lr) = 1e-2 after one step. */
 static void assert_same_training(const double *a, const double *b) {
   if (dev.kind == KILN_DEVICE_CPU) assert_memory_equal(a, b, NPARAM * sizeof *a);
   else
-    assert_allclose(a, b, NPARAM, 1e-5, 1e-5);
+    assert_allclose(a, b, NPARAM, 1e-4, 1e-4);
 }
 
 static void test_all_off_equals_default(void **state) {

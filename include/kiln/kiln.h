@@ -1168,9 +1168,10 @@ KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_precision(kiln_trai
 /* The parts of a backend's fast path, each of which can be switched off to
  * bisect a failure: fused epilogues (on CUDA, cuBLASLt's bias, activation
  * and gradient epilogues; on the CPU, plain f32 SGD without momentum folded
- * into the weight-gradient products), CUDA graphs, cuDNN's fused graphs. A
- * backend ignores the bits it has no part for, and results agree with every
- * part off within float rounding. */
+ * into the weight-gradient products), CUDA graphs, cuDNN's fused graphs
+ * (for Linear layers in bf16, f16 or with TF32; strict f32 products stay on
+ * cuBLAS, exact f32). A backend ignores the bits it has no part for, and
+ * results agree with every part off within float rounding. */
 typedef enum kiln_fast_path {
   KILN_FAST_PATH_EPILOGUES = 1,
   KILN_FAST_PATH_GRAPHS = 2,

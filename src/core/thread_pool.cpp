@@ -85,7 +85,8 @@ ThreadPool::ThreadPool(int64_t threads) {
     int64_t started = int64_t(workers_.size());
     shutdown();
     fail(KILN_ERROR_OUT_OF_MEMORY, "could not start CPU worker thread " + std::to_string(started + 1) + " of " +
-                                       std::to_string(size_ - 1) + ": " + e.what());
+                                       std::to_string(size_ - 1) + ": " + e.what() +
+                                       " (out of memory for its stack, or at the process's thread limit)");
   }
   while (started_.load(std::memory_order_acquire) < size_ - 1) std::this_thread::yield();
 }
@@ -122,14 +123,29 @@ void ThreadPool::run(int64_t n, int64_t chunks, Trampoline fn, void *ctx) {
     return;
   }
 
-  job_fn_.store(fn, std::memory_order_relaxed);
-  job_ctx_.store(ctx, std::memory_order_relaxed);
-  job_n_.store(n, std::memory_order_relaxed);
-  job_chunks_.store(chunks, std::memory_order_relaxed);
-  job_fp_control_.store(fp_control(), std::memory_order_relaxed);
+  // Close the previous job before overwriting its fields: its chunks are
+  // all claimed and done, but a late worker may still be between reading
+  // the job fields and claiming (work_on). Were its state left at
+  // (generation, chunk count), such a worker that read this job's larger
+  // chunk count (or its fn and ctx) could claim a chunk of the old
+  // generation and run this job's chunk before it is published: twice, and
+  // with chunks_done_ counted once too often, so that this call could
+  // return before the chunk's real run ends. With the chunk index at
+  // kChunkMask, no claim of the old generation can succeed. The fields'
+  // release stores pair with work_on's acquire loads: a worker that read
+  // any field written below then sees the closed state, or a newer one.
+  // (Release and acquire, not fences, which ThreadSanitizer does not model;
+  // on x86 both are plain moves.)
+  uint64_t previous = state_.load(std::memory_order_relaxed) >> 32;
+  state_.store((previous << 32) | kChunkMask, std::memory_order_relaxed);
+  job_fn_.store(fn, std::memory_order_release);
+  job_ctx_.store(ctx, std::memory_order_release);
+  job_n_.store(n, std::memory_order_release);
+  job_chunks_.store(chunks, std::memory_order_release);
+  job_fp_control_.store(fp_control(), std::memory_order_release);
   chunks_done_.store(0, std::memory_order_relaxed);
   job_error_ = nullptr;
-  uint64_t generation = ((state_.load(std::memory_order_relaxed) >> 32) + 1) & kChunkMask;
+  uint64_t generation = (previous + 1) & kChunkMask;
   // seq_cst store then seq_cst load of sleepers_: either a worker going to
   // sleep sees the new generation, or we see it counted and wake it.
   state_.store(generation << 32);
@@ -156,12 +172,15 @@ void ThreadPool::run(int64_t n, int64_t chunks, Trampoline fn, void *ctx) {
 void ThreadPool::work_on(uint64_t generation) {
   // Read before claiming: a successful claim below proves these belong to
   // `generation`, since its caller cannot start another job before our
-  // claimed chunk is done.
-  Trampoline fn = job_fn_.load(std::memory_order_relaxed);
-  void *ctx = job_ctx_.load(std::memory_order_relaxed);
-  int64_t n = job_n_.load(std::memory_order_relaxed);
-  int64_t chunks = job_chunks_.load(std::memory_order_relaxed);
-  const uint32_t fp_state = job_fp_control_.load(std::memory_order_relaxed);
+  // claimed chunk is done, and closes `generation` (no chunk left to claim)
+  // before it writes the next job's fields. Acquire loads, pairing with
+  // run()'s release stores: had any of them read the next job's value, the
+  // state loaded below is the closed one or newer, and we claim nothing.
+  Trampoline fn = job_fn_.load(std::memory_order_acquire);
+  void *ctx = job_ctx_.load(std::memory_order_acquire);
+  int64_t n = job_n_.load(std::memory_order_acquire);
+  int64_t chunks = job_chunks_.load(std::memory_order_acquire);
+  const uint32_t fp_state = job_fp_control_.load(std::memory_order_acquire);
   uint64_t state = state_.load(std::memory_order_acquire);
   for (;;) {
     if ((state >> 32) != generation) return;

@@ -93,9 +93,13 @@ class ThreadPool {
 
   // The current job. `state_` packs the job's generation (high 32 bits) and
   // the next unclaimed chunk (low 32 bits), so a worker that arrives late
-  // can never claim a chunk of a newer job by mistake. The job fields are
-  // atomics because a late worker may read them while the next job's caller
-  // writes them; it then fails to claim and never uses what it read.
+  // can never claim a chunk of a newer job by mistake. Before writing the
+  // next job's fields, run() closes the finished job (its next chunk set to
+  // kChunkMask, past any chunk count), so that a late worker cannot claim a
+  // chunk of the old generation with fields of the new job either. The job
+  // fields are atomics because a late worker may read them while the next
+  // job's caller writes them; it then fails to claim and never uses what it
+  // read.
   std::atomic<uint64_t> state_{0};
   std::atomic<Trampoline> job_fn_{nullptr};
   std::atomic<void *> job_ctx_{nullptr};

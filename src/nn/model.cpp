@@ -242,12 +242,15 @@ Workspace Model::make_workspace(int64_t capacity, DType t) const {
   Workspace ws;
   ws.capacity = capacity;
   ws.dtype = t;
+  // Zeroed, once: compiling a step program may read them before its first
+  // step writes them (cuDNN's timing saves and restores each buffer it
+  // touches, src/backend/cuda/planning/timing_guard.hpp).
   for (const Stage &s : stages_) {
-    ws.out.push_back(Tensor::empty(ctx_, Shape{capacity, s.out}, t, device()));
-    ws.grad.push_back(Tensor::empty(ctx_, Shape{capacity, s.out}, t, device()));
-    ws.pre.push_back(s.keep_pre ? Tensor::empty(ctx_, Shape{capacity, s.out}, t, device()) : Tensor());
-    ws.mask.push_back(s.kind == Stage::kDropout ? Tensor::empty(ctx_, Shape{capacity, s.out}, DType::U8, device())
-                                                : Tensor());
+    auto buffer = [&](DType type) { return Tensor::full(ctx_, Shape{capacity, s.out}, type, device(), 0.0); };
+    ws.out.push_back(buffer(t));
+    ws.grad.push_back(buffer(t));
+    ws.pre.push_back(s.keep_pre ? buffer(t) : Tensor());
+    ws.mask.push_back(s.kind == Stage::kDropout ? buffer(DType::U8) : Tensor());
   }
   return ws;
 }

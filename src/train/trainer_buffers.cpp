@@ -12,14 +12,17 @@ void Trainer::ensure_capacity(int64_t rows) {
   if (rows <= capacity_) return;
   const std::shared_ptr<Context> &ctx = model_->context();
   const int64_t out = model_->output_size();
+  // Zeroed like the model's workspace (Model::make_workspace): a program's
+  // compile may save them before a step has written them.
   Workspace ws = model_->make_workspace(rows, config_.work);
-  Tensor x = Tensor::empty(ctx, Shape{rows, model_->input_size()}, config_.work, device_);
-  Tensor y = options_.loss == KILN_LOSS_CROSS_ENTROPY ? Tensor::empty(ctx, Shape{rows}, DType::I64, device_)
-                                                      : Tensor::empty(ctx, Shape{rows, out}, model_->dtype(), device_);
+  auto zeros = [&](Shape shape, DType type) { return Tensor::full(ctx, shape, type, device_, 0.0); };
+  Tensor x = zeros(Shape{rows, model_->input_size()}, config_.work);
+  Tensor y = options_.loss == KILN_LOSS_CROSS_ENTROPY ? zeros(Shape{rows}, DType::I64)
+                                                      : zeros(Shape{rows, out}, model_->dtype());
   Tensor logits32, dlogits32;
   if (config_.work != model_->dtype()) {
-    logits32 = Tensor::empty(ctx, Shape{rows, out}, model_->dtype(), device_);
-    dlogits32 = Tensor::empty(ctx, Shape{rows, out}, model_->dtype(), device_);
+    logits32 = zeros(Shape{rows, out}, model_->dtype());
+    dlogits32 = zeros(Shape{rows, out}, model_->dtype());
   }
   ws_ = std::move(ws);
   batch_x_ = x;

@@ -189,9 +189,9 @@ class Graph {
   // The operation graph, the engine configs of heuristics mode A (then of
   // the fallback list, whose engines are slow but cover more graphs: the
   // timing decides), and the first config that finalizes into a plan whose
-  // numerics kiln accepts. `tensor_cores`: whether the inputs may be rounded
-  // for tensor cores (f32 only with TF32; half types always).
-  std::shared_ptr<CudnnEngine::Plan> finish(bool tensor_cores, cudaStream_t stream, cudaMemPool_t pool) {
+  // numerics kiln accepts. Tensor cores are fine: only ops that allow them
+  // (half types, f32 with TF32) are offered to cuDNN.
+  std::shared_ptr<CudnnEngine::Plan> finish(cudaStream_t stream, cudaMemPool_t pool) {
     Desc &graph = add(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "creating the operation graph");
     graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_, "the graph's handle");
     graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, int64_t(ops_.size()), ops_.data(),
@@ -229,7 +229,7 @@ class Graph {
       }
       for (int64_t i = 0; i < std::min(got, count); ++i) {
         int64_t engine_index = -1;
-        if (!acceptable(raw[size_t(i)], tensor_cores, &engine_index, &last)) continue;
+        if (!acceptable(raw[size_t(i)], &engine_index, &last)) continue;
         auto plan = std::make_unique<Desc>(api_, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "creating a plan");
         plan->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_, "the plan's handle");
         plan->set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, raw[size_t(i)], "the plan's engine config");
@@ -287,11 +287,10 @@ class Graph {
     return pw.get();
   }
 
-  // Whether kiln may run this engine config: f32 products stay exact unless
-  // TF32 is allowed (tensor cores on f32 inputs mean TF32), inputs are never
-  // converted down, accumulation is f32, and results are deterministic (as
-  // cuBLASLt's, so runs repeat bit for bit).
-  bool acceptable(cudnnBackendDescriptor_t cfg, bool tensor_cores, int64_t *engine_index, std::string *why) {
+  // Whether kiln may run this engine config: inputs are never converted
+  // down, accumulation is f32, and results are deterministic (as cuBLASLt's,
+  // so runs repeat bit for bit).
+  bool acceptable(cudnnBackendDescriptor_t cfg, int64_t *engine_index, std::string *why) {
     Desc engine(api_, CUDNN_BACKEND_ENGINE_DESCRIPTOR, "creating an engine descriptor");
     cudnnBackendDescriptor_t raw = engine.get();
     int64_t n = 0;
@@ -307,8 +306,7 @@ class Graph {
     }
     for (int64_t i = 0; i < std::min<int64_t>(n, int64_t(notes.size())); ++i) {
       const cudnnBackendNumericalNote_t note = notes[size_t(i)];
-      if ((note == CUDNN_NUMERICAL_NOTE_TENSOR_CORE && !tensor_cores) ||
-          note == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS || note == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION ||
+      if (note == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS || note == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION ||
           note == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) {
         *why = "engine " + std::to_string(*engine_index) + " has numerical note " + std::to_string(int(note));
         return false;
@@ -341,8 +339,22 @@ cudnnPointwiseMode_t backward_mode(UnaryOp act) {
   return act == UnaryOp::Relu ? CUDNN_POINTWISE_RELU_BWD : CUDNN_POINTWISE_GELU_BWD;
 }
 
-bool activation_offered(UnaryOp act) {
-  return act == UnaryOp::Identity || act == UnaryOp::Relu || act == UnaryOp::Gelu;
+// Whether cuDNN may take a Linear op of this type, math and activation; if
+// not, why. Strict f32 stays on cuBLASLt (CUBLAS_COMPUTE_32F): with cuDNN
+// on, f32 steps on an H200 (2026-11-27) were off by TF32's 5e-4 relative
+// against PyTorch's f32 (test_trainer's clipped step) and every f32 forward
+// engine was declined anyway, for its tensor-core note.
+bool offered(DType t, MathMode math, UnaryOp act, std::string *why_not) {
+  if (act != UnaryOp::Identity && act != UnaryOp::Relu && act != UnaryOp::Gelu) {
+    *why_not = "not offered to cuDNN: activation";
+  } else if (t == DType::F64) {
+    *why_not = "not offered to cuDNN: f64";
+  } else if (t == DType::F32 && math != MathMode::Tf32) {
+    *why_not = "not offered to cuDNN: strict f32";
+  } else {
+    return true;
+  }
+  return false;
 }
 
 std::string shape_text(int64_t rows, int64_t in, int64_t out, DType t, UnaryOp act) {
@@ -504,10 +516,7 @@ std::shared_ptr<const CudnnEngine::Plan> CudnnEngine::plan(
 
 std::unique_ptr<CudnnCall> CudnnEngine::bind(const LinearOp &op, std::string *why_not) {
   const std::string what = "linear " + shape_text(op.rows, op.in, op.out, op.t, op.act);
-  if (!activation_offered(op.act) || op.t == DType::F64) {
-    *why_not = "not offered to cuDNN";
-    return nullptr;
-  }
+  if (!offered(op.t, op.math, op.act, why_not)) return nullptr;
   if (op.pre && op.act == UnaryOp::Identity) {
     *why_not = "an identity layer that also keeps its pre-activation";  // two copies of one value: not worth a graph
     return nullptr;
@@ -541,7 +550,7 @@ std::unique_ptr<CudnnCall> CudnnEngine::bind(const LinearOp &op, std::string *wh
       cur = sum;
     }
     if (act) g.pointwise(forward_mode(op.act), cur, nullptr, g.tensor(kUidY, t, y_dims, y_strides, a, false));
-    return g.finish(op.t != DType::F32 || op.math == MathMode::Tf32, launch_.stream, pool_);
+    return g.finish(launch_.stream, pool_);
   };
   std::shared_ptr<const Plan> p = plan(key, build, why_not);
   if (!p) return nullptr;
@@ -557,17 +566,13 @@ std::unique_ptr<CudnnCall> CudnnEngine::bind(const LinearOp &op, std::string *wh
 
 std::unique_ptr<CudnnCall> CudnnEngine::bind(const LinearBackwardOp &op, bool fuse_dgrad, std::string *why_not) {
   const std::string what = "linear backward " + shape_text(op.rows, op.in, op.out, op.t, op.act);
-  if (!activation_offered(op.act) || op.t == DType::F64) {
-    *why_not = "not offered to cuDNN";
-    return nullptr;
-  }
+  if (!offered(op.t, op.math, op.act, why_not)) return nullptr;
   if (fuse_dgrad && (!op.dx || op.act == UnaryOp::Identity)) {
     *why_not = "nothing to fuse";
     return nullptr;
   }
   const void *act_in = op.act == UnaryOp::Gelu ? op.pre : op.y;
   const uint32_t align = common_alignment({op.dy, op.x, op.w, act_in, op.dw, op.dx});
-  const bool tensor_cores = op.t != DType::F32 || op.math == MathMode::Tf32;
   const int64_t rows = op.rows, in = op.in, out = op.out, a = align;
   try {
     const cudnnDataType_t t = cudnn_type(op.t);
@@ -580,7 +585,7 @@ std::unique_ptr<CudnnCall> CudnnEngine::bind(const LinearBackwardOp &op, bool fu
           cudnnBackendDescriptor_t dyt = g.tensor(kUidDy, t, {1, out, rows}, {rows * out, 1, out}, a, false);
           cudnnBackendDescriptor_t x = g.tensor(kUidX, t, {1, rows, in}, {rows * in, in, 1}, a, false);
           g.matmul(dyt, x, g.tensor(kUidDw, t, {1, out, in}, {out * in, in, 1}, a, false));
-          return g.finish(tensor_cores, launch_.stream, pool_);
+          return g.finish(launch_.stream, pool_);
         },
         why_not);
     if (!wplan) return nullptr;
@@ -604,7 +609,7 @@ std::unique_ptr<CudnnCall> CudnnEngine::bind(const LinearBackwardOp &op, bool fu
             }
             cudnnBackendDescriptor_t w = g.tensor(kUidW, t, {1, out, in}, {out * in, in, 1}, a, false);
             g.matmul(grad, w, g.tensor(kUidDx, t, {1, rows, in}, {rows * in, in, 1}, a, false));
-            return g.finish(tensor_cores, launch_.stream, pool_);
+            return g.finish(launch_.stream, pool_);
           },
           why_not);
       if (!dplan) return nullptr;

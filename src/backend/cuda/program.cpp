@@ -182,10 +182,16 @@ void CudaExecutable::plan_fused_ops() {
   Gemm &gemm = backend_.matmuls(index_);
 
   // The bit-mask of every candidate pair; those of pairs the heuristic
-  // refuses are freed again below.
+  // refuses are freed again below. Zeroed once: cuBLASLt's epilogue kernels
+  // read whole bytes of it, the padding of each column (mask_ld) included,
+  // which nothing writes (initcheck on the H200, 2026-11-27).
   const std::vector<ReluPair> candidates = find_relu_pairs(ops, fast);
   std::vector<void *> masks;
-  for (const ReluPair &pr : candidates) masks.push_back(alloc_owned(pr.mask_bytes));
+  for (const ReluPair &pr : candidates) {
+    masks.push_back(alloc_owned(pr.mask_bytes));
+    KILN_CUDA_TRY(cudaMemsetAsync(masks.back(), 0, size_t(pr.mask_bytes), backend_.launch(index_).stream),
+                  "clearing a ReLU bit-mask of " + program_.label);
+  }
   std::map<std::pair<size_t, ProductKind>, std::shared_ptr<const Gemm::Fused>> fused;
   const EpiloguePlan plan = plan_epilogues(ops, fast, candidates, [&](const FusedProduct &p) {
     GemmArgs args;

@@ -1947,9 +1947,10 @@ pub const kiln_fast_path_KILN_FAST_PATH_ALL: kiln_fast_path = 7;
 #[doc = " The parts of a backend's fast path, each of which can be switched off to"]
 #[doc = " bisect a failure: fused epilogues (on CUDA, cuBLASLt's bias, activation"]
 #[doc = " and gradient epilogues; on the CPU, plain f32 SGD without momentum folded"]
-#[doc = " into the weight-gradient products), CUDA graphs, cuDNN's fused graphs. A"]
-#[doc = " backend ignores the bits it has no part for, and results agree with every"]
-#[doc = " part off within float rounding."]
+#[doc = " into the weight-gradient products), CUDA graphs, cuDNN's fused graphs"]
+#[doc = " (for Linear layers in bf16, f16 or with TF32; strict f32 products stay on"]
+#[doc = " cuBLAS, exact f32). A backend ignores the bits it has no part for, and"]
+#[doc = " results agree with every part off within float rounding."]
 pub type kiln_fast_path = ::std::os::raw::c_uint;
 extern "C" {
     #[doc = " The kiln_fast_path bits a trainer may use (default KILN_FAST_PATH_EPILOGUES"]
