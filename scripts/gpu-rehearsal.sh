@@ -2,7 +2,7 @@
 # A rehearsal of the GPU machine's check flow, without a GPU: builds a
 # minimal root holding only what the GPU image surely holds, copies the tree
 # and what a GPU run carries into it, and runs
-#   scripts/gpu-check.sh OUT env,build,test-safe,test
+#   scripts/gpu-check.sh OUT env,build,test-safe,test-default,test
 # there with no network. It fails unless every stage passes: the build, the
 # whole CTest suite (the GPU tests skip, everything else passes), and the
 # dependency report (nothing MISSING). So a dependency added to kiln that the
@@ -182,7 +182,7 @@ fi
 [[ -e $R/usr/local/cuda ]] || ln -s "$toolkit" "$R/usr/local/cuda"
 exec chroot "$R" /usr/bin/env -i PATH=/opt/gcc/bin:/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin HOME=/root LANG=C.UTF-8 \
   KILN_CHECK_BUDGET="$budget" KILN_BUILD_DIR=/work/build-gpu \
-  /bin/bash -c 'cd /work/kiln && scripts/gpu-check.sh /work/out env,build,test-safe,test'
+  /bin/bash -c 'cd /work/kiln && scripts/gpu-check.sh /work/out env,build,test-safe,test-default,test'
 INSIDE
 rc=$?
 cat "$out/run.log"
@@ -192,7 +192,7 @@ cp -a "$work/out/." "$out/" 2>/dev/null
 summary="$work/out/summary.txt"
 bad=""
 [[ -s $summary ]] || bad="no summary ($out/run.log)"
-for stage in env configure build test-safe test; do
+for stage in env configure build test-safe test-default test; do
   grep -qE "^$stage +passed" "$summary" 2>/dev/null || bad="$bad $stage"
 done
 # The tests that did not run: GPU halves only, and each other one named.

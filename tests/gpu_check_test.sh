@@ -5,7 +5,9 @@
 # one that passes, with gdb standing in for cuda-gdb. The `test` stage must
 # record a backtrace of the crash, naming the function that made the call,
 # and none of the others, and pack the summary and the logs into
-# KILN_CHECK_PACK. Exits 77 without gdb or a C compiler.
+# KILN_CHECK_PACK. Then the sanitize stage over fake programs and a fake
+# compute-sanitizer: which reports are findings. Exits 77 without gdb or a
+# C compiler.
 #
 #   tests/gpu_check_test.sh
 set -euo pipefail
@@ -55,4 +57,69 @@ if grep -qE '^backtrace test (assert|fine)_cuda' "$summary"; then cat "$summary"
 cmp -s "$summary" "$work/pack/summary.txt" || fail "the packed summary is not the summary"
 packed="$(tar tzf "$work/pack/logs.tar.gz")"
 grep -qx 'out/backtrace-test-crash_cuda.log' <<<"$packed" || fail "the packed logs lack the backtrace"
+
+# The sanitize stage, with a compute-sanitizer that runs the program and
+# exits 1 when it printed a report, as --error-exitcode 1 does: each report
+# sorted by scripts/sanitizer_verdict.py, the runs of KILN_SANITIZE_RUNS in
+# their order, two at a time.
+b2="$work/build2"
+mkdir -p "$b2/tests"
+report() {  # NAME LINES...: a test program that prints the reports LINES
+  local name=$1; shift
+  { echo '#!/bin/sh'; for line in "$@"; do printf "printf '%%s\\n' '%s'\n" "$line"; done; } >"$b2/$name"
+  chmod +x "$b2/$name"
+}
+report nccl_cuda '========= Program hit cudaErrorNoKernelImageForDevice (error 209) on CUDA API call to cudaFuncGetAttributes.' \
+  '=========     Saved host backtrace up to driver entry point at error' \
+  '=========         Host Frame: ncclInitKernelsForDevice(int, int, unsigned long*) in enqueue.cc:52 [0x6d9d3] in libnccl.so.2' \
+  '========= '
+report bug_cuda '========= Invalid __global__ read of size 4 bytes' '=========     at kiln_kernel+0x10' '========= '
+report lost_cuda '========= Internal Sanitizer Error: Detected a failure to track a kernel launch.' '========= '
+report clean_cuda
+report tests/sanitizer_canary
+cat >"$b2/CTestTestfile.cmake" <<CT
+add_test(nccl_cuda "$b2/nccl_cuda")
+add_test(bug_cuda "$b2/bug_cuda")
+add_test(lost_cuda "$b2/lost_cuda")
+add_test(clean_cuda "$b2/clean_cuda")
+CT
+cat >"$work/bin/compute-sanitizer" <<'SAN'
+#!/bin/bash
+# --tool TOOL --error-exitcode 1 PROGRAM ARGS...
+tool=$2; shift 4
+if [[ $1 == */sanitizer_canary ]]; then
+  case $tool in
+    memcheck) echo "========= Invalid __global__ write of size 4 bytes" ;;
+    racecheck) echo "========= Error: Race reported between Write access and Read access" ;;
+    initcheck) echo "========= Uninitialized __global__ memory read of size 4 bytes" ;;
+  esac
+  exit 1
+fi
+out="$("$@")"
+echo "$out"
+echo "========= ERROR SUMMARY: 0 errors"
+grep -q '^========= [A-Z]' <<<"$out" && exit 1
+exit 0
+SAN
+chmod +x "$work/bin/compute-sanitizer"
+rc=0
+PATH="$work/bin:$PATH" KILN_BUILD_DIR="$b2" KILN_CHECK_BUDGET=120 KILN_SANITIZE_JOBS=2 \
+  KILN_SANITIZE_RUNS="memcheck:nccl_cuda memcheck:bug_cuda racecheck:lost_cuda initcheck:clean_cuda" \
+  "$root/scripts/gpu-check.sh" "$work/out2" sanitize >"$work/log2" 2>&1 || rc=$?
+summary="$work/out2/summary.txt"
+if [[ $rc -ne 1 ]]; then cat "$work/log2"; fail "gpu-check's sanitize exited $rc, expected 1 (a finding)"; fi
+want='^sanitize canary memcheck +passed
+^sanitize canary racecheck +passed
+^sanitize canary initcheck +passed
+^sanitize memcheck nccl_cuda +passed .*API errors inside other libraries 1,.*\(libnccl.so.2\)
+^sanitize memcheck bug_cuda +FAILED .*kiln.s 1,
+^sanitize racecheck lost_cuda +UNSURE .*tool lost track 1
+^sanitize initcheck clean_cuda +passed'
+mapfile -t lines <"$summary"
+i=0
+while IFS= read -r pattern; do
+  grep -qE "$pattern" <<<"${lines[$i]:-}" || { cat "$summary"; fail "summary line $((i + 1)) is not /$pattern/"; }
+  i=$((i + 1))
+done <<<"$want"
+[[ ${#lines[@]} -eq $i ]] || { cat "$summary"; fail "the summary has ${#lines[@]} lines, expected $i"; }
 echo "gpu_check_test: passed"
