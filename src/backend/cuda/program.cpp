@@ -183,8 +183,8 @@ void CudaExecutable::plan_fused_ops() {
 
   // The bit-mask of every candidate pair; those of pairs the heuristic
   // refuses are freed again below. Zeroed once: cuBLASLt's epilogue kernels
-  // read whole bytes of it, the padding of each column (mask_ld) included,
-  // which nothing writes (initcheck on the H200, 2026-11-27).
+  // read bytes of it that nothing had written, 16 bytes (one column's
+  // mask_ld) apart, likely the padding (initcheck on the H200, 2026-11-27).
   const std::vector<ReluPair> candidates = find_relu_pairs(ops, fast);
   std::vector<void *> masks;
   for (const ReluPair &pr : candidates) {
