@@ -62,14 +62,6 @@ int64_t available_cpus() {
   return hw > 0 ? int64_t(hw) : 1;
 }
 
-// Chunk c of n items split into `chunks` balanced contiguous ranges, written
-// so that n * c cannot overflow.
-inline void chunk_range(int64_t n, int64_t chunks, int64_t c, int64_t *begin, int64_t *end) {
-  int64_t base = n / chunks, extra = n % chunks;
-  *begin = base * c + std::min(c, extra);
-  *end = *begin + base + (c < extra ? 1 : 0);
-}
-
 }  // namespace
 
 ThreadPool::ThreadPool(int64_t threads) {

@@ -30,6 +30,15 @@
 
 namespace kiln {
 
+// Chunk c of n items split into `chunks` balanced contiguous ranges (the
+// first n % chunks one item longer), written so that n * c cannot overflow.
+// The pool's split, and the equal-height tiles of kernels.
+inline void chunk_range(int64_t n, int64_t chunks, int64_t c, int64_t *begin, int64_t *end) {
+  int64_t base = n / chunks, extra = n % chunks;
+  *begin = base * c + std::min(c, extra);
+  *end = *begin + base + (c < extra ? 1 : 0);
+}
+
 class ThreadPool {
  public:
   // threads >= 1, or 0 for one per CPU available to the process.
