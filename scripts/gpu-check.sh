@@ -68,8 +68,6 @@
 #   KILN_SANITIZE_RUNS      instead of every tool on every *_cuda test: these, in
 #                       this order, space-separated, each TOOL:TEST or TEST (all four
 #                       tools), e.g. "initcheck:test_trainer_cuda test_ops_cuda"
-#   KILN_SANITIZE_REVERSE   1: the test programs in reverse order (a second call
-#                       that covers first what a first one's budget left out)
 #   KILN_BENCH_ARGS     arguments for bench/run.py instead of the short defaults
 set -uo pipefail
 
@@ -424,21 +422,23 @@ stage_sanitize() {
       fi
     done
     test_scripts
-    local scripts=("$out"/tests/*_cuda.sh) runs=() run entry
-    [[ ${KILN_SANITIZE_REVERSE:-0} == 1 ]] && mapfile -t scripts < <(printf '%s\n' "${scripts[@]}" | sort -r)
+    local entries=() runs=() run entry
     if [[ -n ${KILN_SANITIZE_RUNS:-} ]]; then
-      for entry in $KILN_SANITIZE_RUNS; do
-        if [[ $entry == *:* ]]; then runs+=("${entry%%:*} ${entry#*:}"); continue; fi
-        for tool in memcheck racecheck synccheck initcheck; do runs+=("$tool $entry"); done
-      done
+      for entry in $KILN_SANITIZE_RUNS; do entries+=("$entry"); done
     else
-      for script in "${scripts[@]}"; do
+      for script in "$out"/tests/*_cuda.sh; do
         [[ -e $script ]] || continue
-        t="$(basename "$script" .sh)"
-        [[ $t == sanitizer_canary_cuda ]] && continue
-        for tool in memcheck racecheck synccheck initcheck; do runs+=("$tool $t"); done
+        entry="$(basename "$script" .sh)"
+        [[ $entry == sanitizer_canary_cuda ]] || entries+=("$entry")
       done
     fi
+    for entry in "${entries[@]}"; do
+      if [[ $entry == *:* ]]; then
+        runs+=("${entry%%:*} ${entry#*:}")
+      else
+        for tool in memcheck racecheck synccheck initcheck; do runs+=("$tool $entry"); done
+      fi
+    done
     # Several at once (one GPU, many cores: the tools are CPU-bound), each
     # result in a file, recorded in order once all have ended.
     local parallel="${KILN_SANITIZE_JOBS:-$(( $(nproc) / 3 > 0 ? $(nproc) / 3 : 1 ))}"
