@@ -531,9 +531,11 @@ void test_gemm(Backend &be) {
   // multiply-adds (the CPU's blocked kernel on AVX-512): column panels with
   // a partial last block of 16 and 263 = 21 x 12 + 8 + 3 rows, in passes
   // of 704 steps along k (as deep as 263 rows allow) with a last one of 692,
-  // not a multiple of 16; row panels (1096 = 91 x 12 + 4 rows) in passes of
-  // 256 and 244 steps; and column panels of 1040 rows, more than one row
-  // block of 256 steps holds (1032), so in two.
+  // not a multiple of 16; row panels (1096 = 91 x 12 + 4 rows, cut in
+  // multiples of 4 over the suite's three threads: 368 = 30 x 12 + 8 rows
+  // and twice 364 = 30 x 12 + 4, each in one pass of 500 steps); and column
+  // panels of 1040 rows, more than one row block of 256 steps holds (1032),
+  // so in two.
   // Blocks of at most 16 columns take one vector per row on AVX-512: 10
   // (a classifier's last layer, long k) and 16 do, 17 does not. With k <=
   // 16 the register-blocked kernel goes along C's rows (50 x 70 x 10: 7
