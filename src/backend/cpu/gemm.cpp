@@ -199,7 +199,11 @@ bool use_dots(bool trans_a, bool trans_b, int64_t n, int64_t k) {
 
 // C = alpha * op(A) op(B) + beta * C on the blocked kernel, one panel of C
 // per thread: each thread packs the blocks of A and B its panel reads, so
-// more panels would pack the shared operand more times over. Row panels
+// more panels would pack the shared operand more times over. Packed once
+// instead, by both threads together before the panels, it made the large
+// products of a 784-1024-1024-10 step 1-6% slower on two threads
+// (alternating runs), likely because each thread then read half of it from
+// the other core's cache. Row panels
 // are cut in multiples of 4 rows, not of whole 12-row tiles: in tiles, the
 // 1024 rows of a weight gradient went 516 and 508 to two threads, and the
 // second waited for the first; cut evenly, its products ran about 0.8%
