@@ -37,7 +37,10 @@ weight; biases counted alike) less 2 x the first layer's weights, for its
 input gradient, which neither side computes (counted, as the usual 6 x
 parameters does, 784-1024-1024-10 ran at 105% of a Zen 5 core's FMA peak);
 inference 2 x parameters. On the CPU, fraction_of_peak is model FLOP/s over
-the FMA peak that bench/fma_peak measures in the same run (fp32, every core).
+the FMA peak that bench/fma_peak measures in the same run (fp32, every core):
+for a training workload, the median of the peaks measured right before and
+right after each of kiln's runs of it (a VM's clock drifts within minutes;
+the JSON keeps every figure), for inference the one measured first.
 Run it on an idle machine; the load average before and after is recorded.
 """
 import argparse
@@ -206,13 +209,21 @@ def cudnn_choices(summary):
 DEADLINE = None  # time.monotonic() after which no run starts (--time-budget)
 
 
-def alternate(impls, repeats, label, timeouts=None):
+def alternate(impls, repeats, label, timeouts=None, probe=None, probes=None):
     """Runs every impl once per repeat, alternating (so drift hits every side
     alike), with seed r in repeat r. An impl that failed by timing out is not
     run again (a slow compile would only time out again); past --time-budget
-    no run starts and the runs left are recorded as skipped."""
+    no run starts and the runs left are recorded as skipped. With a probe
+    (a function returning a figure or None), kiln's runs are each bracketed
+    by a call to it, whose figures are appended to `probes`."""
     timeouts = timeouts or {}
     runs = {k: [] for k in impls}
+
+    def probed():
+        value = probe() if probe else None
+        if value is not None:
+            probes.append(value)
+
     for rep in range(repeats):
         for k, cmd in impls.items():
             if runs[k] and "timed out" in runs[k][-1].get("error", ""):
@@ -224,7 +235,11 @@ def alternate(impls, repeats, label, timeouts=None):
                     runs[k].append({"error": "skipped: --time-budget spent"})
                     continue
                 timeout = min(timeout or left, left)
+            if k == "kiln":
+                probed()
             r = run_json(cmd + ["--seed", str(rep + 1)], timeout)
+            if k == "kiln":
+                probed()
             runs[k].append(r)
             if "error" in r:
                 print(f"  {label} {k}: FAILED: {r['error']}", flush=True)
@@ -321,7 +336,13 @@ def markdown_tables(report, json_path, json_link):
             lines.append(f"| {wl['spec']}, batch {wl['batch']} | {wl.get('threads', '')} | {k} | "
                          f"{r['median_epoch_seconds']:.3f} | {r['samples_per_second']:,.0f} | {r['peak_rss_mib']:.0f} | "
                          f"{100 * r['test_accuracy']:.2f}% | {r['model_gflops_per_second']:.2f} | {frac} | {ratio} |")
-    lines += ["", "(kiln's row: the fastest PyTorch loop's time over kiln's.)", "",
+    around = [f"{rows['_workload']['spec']} on {rows['_workload'].get('threads', '')} thread(s) "
+              f"{p['median']:.1f} ({min(p['before_and_after_kiln_runs']):.1f} to "
+              f"{max(p['before_and_after_kiln_runs']):.1f})"
+              for name, rows in res.items() if (p := rows.get("_workload", {}).get("fma_peak_gflops"))]
+    lines += ["", "(kiln's row: the fastest PyTorch loop's time over kiln's." +
+              (" Of FMA peak: over the median of bench/fma_peak's figures right before and after each of kiln's "
+               "runs of the workload, GFLOP/s: " + "; ".join(around) + ".)" if around else ")"), "",
               "| model | threads | batch | kiln samples/s | PyTorch samples/s | kiln / PyTorch | kiln latency µs | "
               "PyTorch latency µs |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, rows in res.items():
@@ -361,8 +382,8 @@ def measure(args, gpu, workloads, loops, kiln, py, threads, suffixed, results, p
     results (names suffixed " x<threads>" when several counts are measured);
     True when a kiln run failed."""
     peak = None
+    fma = os.path.join(args.build_dir, "bench", "fma_peak")
     if not gpu:
-        fma = os.path.join(args.build_dir, "bench", "fma_peak")
         if os.path.exists(fma):
             peak = run_json([fma, "--threads", str(threads)])
             print(f"  CPU FMA peak, {threads} thread(s): {peak.get('gflops', 'FAILED')} GFLOP/s "
@@ -374,6 +395,14 @@ def measure(args, gpu, workloads, loops, kiln, py, threads, suffixed, results, p
         else:
             print(f"bench: {fma} not found; no fraction_of_peak (build the fma_peak target)")
     peak_gflops = peak["gflops"] if peak else None
+
+    def fma_probe():
+        """The FMA peak now, for the training runs' fractions: this machine's
+        clock drifts by several percent within minutes, so a training
+        workload's fraction is over the median of the peaks measured right
+        before and after each of kiln's runs of it, not over the one above."""
+        r = run_json([fma, "--threads", str(threads)])
+        return r.get("gflops")
 
     common = ["--device", args.device, "--threads", str(threads), "--data", args.data]
     torch_bench = [py, os.path.join(HERE, "torch_bench.py")] if py else None
@@ -397,9 +426,12 @@ def measure(args, gpu, workloads, loops, kiln, py, threads, suffixed, results, p
                 if loop == "dataloader" and w != "A" and gpu:
                     continue  # the DataLoader loop is the tutorial's, for A
                 impls[f"torch-{loop}"] = torch_bench + ["--workload", w, "--loop", loop] + epochs + extra + common
-        runs = alternate(impls, args.repeats, name, {k: timeouts.get(k, args.timeout) for k in impls})
+        probes = []
+        runs = alternate(impls, args.repeats, name, {k: timeouts.get(k, args.timeout) for k in impls},
+                         fma_probe if peak_gflops else None, probes)
         flops = train_flops(MODELS[w])
-        res = {k: summarize(v, flops, peak_gflops) for k, v in runs.items()}
+        around = statistics.median(probes) if probes else peak_gflops
+        res = {k: summarize(v, flops, around) for k, v in runs.items()}
         failed |= any("error" in r for k, r in res.items() if k.startswith("kiln"))
         base = res["kiln"].get("median_epoch_seconds")
         for r in res.values():
@@ -407,6 +439,10 @@ def measure(args, gpu, workloads, loops, kiln, py, threads, suffixed, results, p
                 r["time_over_kiln"] = r["median_epoch_seconds"] / base
         res["_workload"] = {"spec": "-".join(map(str, MODELS[w])), "batch": batch, "precision": precision,
                             "parameters": params_of(MODELS[w]), "flops_per_sample": flops}
+        if probes:
+            res["_workload"]["fma_peak_gflops"] = {"median": around, "before_and_after_kiln_runs": probes}
+            print(f"  {name}: FMA peak around kiln's runs {min(probes)} to {max(probes)} GFLOP/s, "
+                  f"median {around}", flush=True)
         own[name] = res
 
     for w in workloads:
@@ -611,7 +647,8 @@ def main():
         "warmup_epochs": args.warmup,
         "load_average_before": load_before,
         "load_average_after": load_average(),
-        "flop_count": "training 6 x parameters per sample, inference 2 x parameters per sample",
+        "flop_count": "training 6 x parameters per sample less 2 x the first layer's weights (its input gradient, "
+                      "which nothing computes), inference 2 x parameters per sample",
         "results": results,
     }
     if gpu:

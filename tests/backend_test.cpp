@@ -6,10 +6,9 @@
 // kiln: every dtype path, StepParams read from device memory, shuffles,
 // broadcasting, reductions, gemm, the nn kernels (gradients against
 // finite differences), optimizer steps against torch.optim's formulas, and
-// the thread pool under concurrent callers.
+// kernels called from several threads at once (thread_pool_test: the pool).
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -25,7 +24,6 @@
 #include "core/context.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
-#include "core/thread_pool.hpp"
 
 using namespace kiln;
 
@@ -531,9 +529,11 @@ void test_gemm(Backend &be) {
   // multiply-adds (the CPU's blocked kernel on AVX-512): column panels with
   // a partial last block of 16 and 263 = 21 x 12 + 8 + 3 rows, in passes
   // of 704 steps along k (as deep as 263 rows allow) with a last one of 692,
-  // not a multiple of 16; row panels (1096 = 91 x 12 + 4 rows) in passes of
-  // 256 and 244 steps; and column panels of 1040 rows, more than one row
-  // block of 256 steps holds (1032), so in two.
+  // not a multiple of 16; row panels (1096 = 91 x 12 + 4 rows, cut in
+  // multiples of 4 over the suite's three threads: 368 = 30 x 12 + 8 rows
+  // and twice 364 = 30 x 12 + 4, each in one pass of 500 steps); and column
+  // panels of 1040 rows, more than one row block of 256 steps holds (1032),
+  // so in two.
   // Blocks of at most 16 columns take one vector per row on AVX-512: 10
   // (a classifier's last layer, long k) and 16 do, 17 does not. With k <=
   // 16 the register-blocked kernel goes along C's rows (50 x 70 x 10: 7
@@ -1109,98 +1109,6 @@ void test_shuffle(Backend &be) {
   be.shuffle(D, 0, 1, nullptr);
 }
 
-// ---- the thread pool --------------------------------------------------------
-
-void test_thread_pool() {
-  g_case = "thread pool";
-  ThreadPool pool(4);
-  CHECK(pool.size() == 4);
-  CHECK(pool.chunk_count(10, 100) == 1 && pool.chunk_count(1000, 100) == 10 && pool.chunk_count(250, 100) == 3);
-  CHECK(pool.chunk_count(100000, 100) == 16);  // at most four per thread
-  std::vector<int> hits(100000, 0);
-  pool.parallel_for(100000, 1000, [&](int64_t b, int64_t e) { for (int64_t i = b; i < e; ++i) ++hits[size_t(i)]; });
-  bool once = true;
-  for (int h : hits) once = once && h == 1;
-  CHECK(once);
-  // An exception in one chunk reaches the caller, after all chunks ended.
-  bool thrown = false;
-  try {
-    pool.parallel_for(4000, 1000, [&](int64_t b, int64_t) {
-      if (b >= 2000) throw Error(KILN_ERROR_INVALID_ARGUMENT, "chunk failed");
-    });
-  } catch (const Error &e) {
-    thrown = e.status() == KILN_ERROR_INVALID_ARGUMENT;
-  }
-  CHECK(thrown);
-  // Nested loops run serially instead of deadlocking; concurrent callers
-  // either share the pool or run on their own thread, always completely.
-  std::atomic<int64_t> total{0};
-  pool.parallel_for(8, 1, [&](int64_t b, int64_t e) {
-    pool.parallel_for(1000, 10, [&](int64_t b2, int64_t e2) { total += (e - b) * (e2 - b2); });
-  });
-  CHECK(total == 8000);
-  std::atomic<int64_t> sum{0};
-  std::vector<std::thread> callers;
-  for (int t = 0; t < 6; ++t) {
-    callers.emplace_back([&] {
-      for (int rep = 0; rep < 300; ++rep) {
-        std::atomic<int64_t> local{0};
-        pool.parallel_for(10000, 100, [&](int64_t b, int64_t e) { local += e - b; });
-        sum += local;
-      }
-    });
-  }
-  for (auto &c : callers) c.join();
-  CHECK(sum == int64_t(6) * 300 * 10000);
-  // A pool with one thread runs everything on the caller.
-  ThreadPool single(1);
-  int64_t count = 0;
-  single.parallel_for(1000000, 1, [&](int64_t b, int64_t e) { count += e - b; });
-  CHECK(count == 1000000);
-  CHECK(status_of([] { ThreadPool bad(-1); }) == KILN_ERROR_INVALID_ARGUMENT);
-}
-
-// A worker that comes late to a job, after the other threads finished all
-// of its chunks, must claim no chunk of the next job: each chunk runs once,
-// and parallel_ranges returns only after all ran. A late worker reads the
-// job's fields, then claims; jobs of two chunks alternate here with jobs of
-// eight, so that such a worker can read the next job's chunk count (eight)
-// while the finished job's state (chunk 2 of 2) is still there. Until the
-// pool closed a finished job before writing the next one's fields
-// (thread_pool.cpp, run), it then claimed chunk 2, 3, ... of the old
-// generation and ran them with the new job's (or the dead previous job's)
-// function: items counted twice, or counted after the call returned; in
-// training, a kernel's lambda run on a stack frame since reused (what
-// ThreadSanitizer reported in `kiln train --threads 16`, and the likely
-// cause of test_fashion_mnist's NaN loss on a 16-core machine). A race:
-// each pool size runs jobs for a while, and the first miscount fails.
-void test_thread_pool_late_worker() {
-  g_case = "thread pool: late worker";
-  for (int64_t threads : {3, 8}) {
-    ThreadPool pool(threads);
-    const int64_t n = 8;
-    std::vector<std::atomic<int64_t>> runs(static_cast<size_t>(n));
-    for (auto &r : runs) r.store(0);
-    int64_t jobs = 0, miscounted_job = -1, miscounted_item = -1, count = 0;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1000);
-    for (; miscounted_job < 0 && (jobs % 1024 != 0 || std::chrono::steady_clock::now() < until); ++jobs) {
-      pool.parallel_ranges(n, jobs % 2 == 0 ? 2 : n, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) runs[size_t(i)].fetch_add(1, std::memory_order_relaxed);
-      });
-      for (int64_t i = 0; i < n && miscounted_job < 0; ++i) {
-        count = runs[size_t(i)].load();
-        if (count != jobs + 1) miscounted_job = jobs, miscounted_item = i;
-      }
-    }
-    if (miscounted_job >= 0) {
-      std::fprintf(stderr, "pool of %lld threads, job %lld of %lld items: item %lld counted %lld runs, want %lld\n",
-                   (long long)threads, (long long)miscounted_job, (long long)n, (long long)miscounted_item,
-                   (long long)count, (long long)(miscounted_job + 1));
-    }
-    CHECK(miscounted_job < 0);
-  }
-}
-
 // Several threads running kernels on one backend at once (contexts are
 // shared between threads) get the same results as one thread.
 void test_concurrent_kernels(Backend &be) {
@@ -1257,8 +1165,6 @@ int main() {
   return test::run_suite(
       "backend kernels", 3,
       [](Context &ctx) {
-        test_thread_pool();
-        test_thread_pool_late_worker();
         g_be = &ctx.cpu();
         g_dev = -1;
         run_all(*g_be, "cpu");

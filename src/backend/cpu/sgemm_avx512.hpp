@@ -53,8 +53,11 @@ void sgemm_avx512_transpose_tile(const float *src, int64_t lds, float *dst, int6
 void sgemm_avx512_pack_b(const float *b, int64_t ldb, bool trans_b, int64_t n, int64_t k, float *out);
 
 // The blocked kernel's tiles of C have this many rows (and kSgemmBlockCols
-// columns): callers splitting a product over threads split rows in whole tiles.
+// columns). It finishes a panel's last rows in tiles of 8 and 4 at nearly
+// the same speed, so callers splitting a product's rows over threads split
+// them in multiples of kSgemmSplitRows, into near-equal parts.
 constexpr int64_t kSgemmTileRows = 12;
+constexpr int64_t kSgemmSplitRows = 4;
 
 // C[m, n] = alpha * A op(B) + beta * C (beta = 0 never reads C) for products
 // too large for sgemm_avx512_rows to keep in cache: blocked over k and rows
