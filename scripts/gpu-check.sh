@@ -394,7 +394,9 @@ ctest_stage() {
 
 # ---- test-safe, test-default, test ----------------------------------------------------
 stage_test_safe() { ctest_stage test-safe ctest-safe.log KILN_DISABLE=all --; }
-stage_test_default() { ctest_stage test-default ctest-default.log KILN_CHECK_STAGE=default -- -R '_cuda|_cudnn'; }
+# The default fast path whatever the caller's environment: empty lists
+# enable and disable nothing (core/program.cpp, fast_path_with_env).
+stage_test_default() { ctest_stage test-default ctest-default.log KILN_ENABLE= KILN_DISABLE= -- -R '_cuda|_cudnn'; }
 stage_test() { ctest_stage test ctest.log KILN_ENABLE=cudnn -- -R '_cuda|_cudnn'; }
 
 # ---- sanitize -------------------------------------------------------------------
@@ -449,8 +451,9 @@ stage_sanitize() {
       # memcheck without --leak-check: the CUDA backend is deliberately
       # kept until exit (src/backend/registry.cpp), so its pools, handles
       # and workspaces would be reported as leaks by design. (cuDNN's plan
-      # timing fills the buffers it reads first, so initcheck has nothing
-      # to report there: program.cpp's fill_step_inputs.)
+      # timing saves the step buffers before a step has written them: they
+      # are zeroed when allocated, Model::make_workspace and
+      # Trainer::ensure_capacity, so initcheck has nothing to report there.)
       secs=$(limit "$per" "$stage_end")
       (timed "$secs" "$out/sanitize-$tool-$t.log" bash "$out/tests/$t.sh" "$sanitizer" --tool "$tool" \
         --error-exitcode 1 >"$out/sanitize-$tool-$t.result") &

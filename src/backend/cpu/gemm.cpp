@@ -203,11 +203,13 @@ bool use_dots(bool trans_a, bool trans_b, int64_t n, int64_t k) {
 // instead, by both threads together before the panels, it made the large
 // products of a 784-1024-1024-10 step 1-6% slower on two threads
 // (alternating runs), likely because each thread then read half of it from
-// the other core's cache. Row panels
-// are cut in multiples of 4 rows, not of whole 12-row tiles: in tiles, the
-// 1024 rows of a weight gradient went 516 and 508 to two threads, and the
-// second waited for the first; cut evenly, its products ran about 0.8%
-// faster (784-1024-1024-10, batch 256, 2 threads, alternating runs).
+// the other core's cache.
+//
+// Row panels are cut in multiples of 4 rows, not of whole 12-row tiles: in
+// tiles, the 1024 rows of a weight gradient went 516 and 508 to two
+// threads, and the second waited for the first; cut evenly, its products
+// ran about 0.8% faster (784-1024-1024-10, batch 256, 2 threads,
+// alternating runs).
 void blocked_gemm(ThreadPool &pool, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                   const float *a, const float *b, float beta, float *c) {
   const int64_t lda = std::max<int64_t>(1, trans_a ? m : k), ldb = std::max<int64_t>(1, trans_b ? k : n);
