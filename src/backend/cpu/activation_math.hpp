@@ -83,4 +83,23 @@ struct SoftplusGrad {
   template <class C> C operator()(C dy, C x, C) const { return formulas::softplus_grad(dy, x, C(beta), C(threshold)); }
 };
 
+// Calls f(Grad{}) for the derivative of activation `act`, with its
+// parameters; INTERNAL for a unary op that is not an activation.
+template <class F>
+void with_act_grad(UnaryOp act, double alpha, double threshold, F &&f) {
+  switch (act) {
+    case UnaryOp::Relu: f(ReluGrad{}); return;
+    case UnaryOp::LeakyRelu: f(LeakyReluGrad{alpha}); return;
+    case UnaryOp::Tanh: f(TanhGrad{}); return;
+    case UnaryOp::Sigmoid: f(SigmoidGrad{}); return;
+    case UnaryOp::Gelu: f(GeluGrad{}); return;
+    case UnaryOp::Elu: f(EluGrad{alpha}); return;
+    case UnaryOp::Selu: f(SeluGrad{}); return;
+    case UnaryOp::Softplus: f(SoftplusGrad{alpha, threshold}); return;
+    case UnaryOp::Identity: f(IdentityGrad{}); return;
+    default: break;
+  }
+  fail(KILN_ERROR_INTERNAL, "an activation's backward called with a unary op that is not an activation");
+}
+
 }  // namespace kiln::cpu::act

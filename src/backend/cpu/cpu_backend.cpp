@@ -13,6 +13,7 @@
 #include <fstream>
 #include <string>
 
+#include "backend/cpu/flush_denormals.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "backend/cpu/packed_linear.hpp"
 #include "backend/cpu/program.hpp"
@@ -87,29 +88,6 @@ void host_memory(int64_t *total, int64_t *available) {
   if (*available < 0) *available = int64_t(sysconf(_SC_AVPHYS_PAGES)) * page;
 }
 
-// Denormal floats (softmax probabilities of confident predictions reach
-// 1e-40) cost about a hundred cycles per operation on x86, turning a 1 us
-// product into 10 us. Matrix products and the nn kernels (the training
-// step) run with flush-to-zero and denormals-are-zero, as ML libraries do;
-// elementwise tensor ops keep full IEEE behaviour. The caller's
-// floating-point mode is restored when the kernel returns (the pool's
-// workers copy it per job).
-class FlushDenormals {
- public:
-#if defined(__x86_64__)
-  FlushDenormals() : saved_(__builtin_ia32_stmxcsr()) {
-    constexpr unsigned kFlushToZero = 0x8000, kDenormalsAreZero = 0x0040;
-    __builtin_ia32_ldmxcsr(saved_ | kFlushToZero | kDenormalsAreZero);
-  }
-  ~FlushDenormals() { __builtin_ia32_ldmxcsr(saved_); }
-
- private:
-  unsigned saved_;
-#else
-  FlushDenormals() {}  // elsewhere the default floating-point mode stays
-#endif
-};
-
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int64_t threads) : pool_(threads) { cpu::init_blas(); }
@@ -148,64 +126,64 @@ class CpuBackend final : public Backend {
   void reduce(int64_t, const ReduceArgs &args) override { cpu::reduce(pool_, args); }
   void softmax(int64_t, const SoftmaxArgs &args) override { cpu::softmax(pool_, args); }
   void gemm(int64_t, const GemmArgs &args) override {
-    FlushDenormals guard;
+    cpu::FlushDenormals guard;
     cpu::gemm(pool_, args);
   }
 
   // ---- neural-network kernels ----
   void bias_act(int64_t, const BiasActArgs &args) override {
-    FlushDenormals guard;
+    cpu::FlushDenormals guard;
     cpu::bias_act(pool_, args);
   }
   void act_backward(int64_t, const ActBackwardArgs &args) override {
-    FlushDenormals guard;
+    cpu::FlushDenormals guard;
     cpu::act_backward(pool_, args);
   }
   void bias_grad(int64_t, const BiasGradArgs &args) override {
-    FlushDenormals guard;
+    cpu::FlushDenormals guard;
     cpu::bias_grad(pool_, args);
   }
   void cross_entropy(int64_t, const LossArgs &args) override {
-    FlushDenormals guard;
+    cpu::FlushDenormals guard;
     cpu::cross_entropy(pool_, args);
   }
   void mse(int64_t, const LossArgs &args) override {
-    FlushDenormals guard;
+    cpu::FlushDenormals guard;
     cpu::mse(pool_, args);
   }
   void bce_with_logits(int64_t, const LossArgs &args) override {
-    FlushDenormals guard;
+    cpu::FlushDenormals guard;
     cpu::bce_with_logits(pool_, args);
   }
   void dropout(int64_t, const DropoutArgs &args, const StepParams *step) override {
-    FlushDenormals guard;
+    cpu::FlushDenormals guard;
     cpu::dropout(pool_, args, step ? rng_bits(step->dropout_seed, args.stream) : args.stream);
   }
   void dropout_backward(int64_t, const DropoutBackwardArgs &args) override {
-    FlushDenormals guard;
+    cpu::FlushDenormals guard;
     cpu::dropout_backward(pool_, args);
   }
   void clip_grad_norm(int64_t, const ClipArgs &args) override {
-    FlushDenormals guard;
+    cpu::FlushDenormals guard;
     cpu::clip_grad_norm(pool_, args);
   }
   void sgd_update(int64_t, const SgdArgs &args, const StepParams *step) override {
-    FlushDenormals guard;
+    cpu::FlushDenormals guard;
     cpu::sgd_update(pool_, args, *step);
   }
   void adam_update(int64_t, const AdamArgs &args, const StepParams *step) override {
-    FlushDenormals guard;
+    cpu::FlushDenormals guard;
     cpu::adam_update(pool_, args, *step);
   }
   void gather(int64_t, const GatherArgs &args, const StepParams *step) override {
-    FlushDenormals guard;
+    cpu::FlushDenormals guard;
     cpu::gather(pool_, args, args.order + (step ? step->offset : 0));
   }
   void shuffle(int64_t, int64_t n, uint64_t seed, int64_t *out) override { cpu::shuffle(n, seed, out); }
 
   // ---- step programs ----
   std::unique_ptr<Executable> compile(int64_t index, const StepProgram &program) override {
-    return cpu::compile_cpu(*this, index, program);
+    return cpu::compile_cpu(*this, pool_, index, program);
   }
 
   // ---- inference ----
@@ -215,7 +193,7 @@ class CpuBackend final : public Backend {
     return packed ? std::move(packed) : Backend::pack_linear(index, t, w, out, in);
   }
   void linear_packed(int64_t index, const PackedLinearArgs &args) override {
-    FlushDenormals guard;
+    cpu::FlushDenormals guard;
     if (!cpu::linear_packed(pool_, args)) Backend::linear_packed(index, args);
   }
 

@@ -58,6 +58,13 @@ void set_bf16_products(Bf16Products how);
 void bias_act(ThreadPool &pool, const BiasActArgs &args);
 void act_backward(ThreadPool &pool, const ActBackwardArgs &args);
 void bias_grad(ThreadPool &pool, const BiasGradArgs &args);
+// act_backward then bias_grad over the dx it wrote (bias.dy == act.dx, act.n
+// == bias.rows * bias.cols, one dtype; else INTERNAL), in one pass: each row
+// of dx is summed while it is still in the L1. The same bits as the two
+// kernels. Apart, on two threads, bias_grad read half of dx from the other
+// core's cache: 1.5% of a 784-1024-1024-10 step at batch 256, against 0.3%
+// on one thread.
+void act_backward_bias_grad(ThreadPool &pool, const ActBackwardArgs &act, const BiasGradArgs &bias);
 void cross_entropy(ThreadPool &pool, const LossArgs &args);
 void mse(ThreadPool &pool, const LossArgs &args);
 void bce_with_logits(ThreadPool &pool, const LossArgs &args);

@@ -1,7 +1,8 @@
 // Neural-network kernels: fused bias + activation and its backward, bias
-// gradients, the three losses (value, gradient and statistics in one pass),
-// dropout, and batch assembly. Losses add per-chunk partial sums in chunk
-// order, so their statistics do not depend on thread timing.
+// gradients (alone or in one pass with the activation's backward), the
+// three losses (value, gradient and statistics in one pass), dropout, and
+// batch assembly. Losses add per-chunk partial sums in chunk order, so
+// their statistics do not depend on thread timing.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -9,6 +10,7 @@
 #include <utility>
 
 #include "backend/cpu/activation_math.hpp"
+#include "backend/cpu/aligned_buffer.hpp"
 #include "backend/cpu/dtype_traits.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "backend/cpu/vectorize.hpp"
@@ -76,22 +78,125 @@ void bias_act_rows(int64_t begin, int64_t end, int64_t cols, typename T::Storage
   }
 }
 
-// dx[i] = grad(dy[i], pre[i], y[i]) reading only the inputs grad needs.
+// dx[i] = grad(dy[i], pre[i], y[i]) for i in [begin, end), reading only the
+// inputs grad needs (pre or y null where it needs neither).
 template <class T, class Grad>
-void act_grad_loop(ThreadPool &pool, int64_t n, int64_t grain, const typename T::Storage *dy,
-                   const typename T::Storage *pre, const typename T::Storage *y, typename T::Storage *dx, Grad grad) {
+void act_grad_range(int64_t begin, int64_t end, const typename T::Storage *dy, const typename T::Storage *pre,
+                    const typename T::Storage *y, typename T::Storage *dx, Grad grad) {
   using C = typename T::Compute;
-  pool.parallel_for(n, grain, [&](int64_t begin, int64_t end) {
+  if (pre) {
+    for (int64_t i = begin; i < end; ++i) dx[i] = T::store(grad(T::load(dy[i]), T::load(pre[i]), C(0)));
+  } else if (y) {
+    for (int64_t i = begin; i < end; ++i) dx[i] = T::store(grad(T::load(dy[i]), C(0), T::load(y[i])));
+  } else {
+    for (int64_t i = begin; i < end; ++i) dx[i] = T::store(grad(T::load(dy[i]), C(0), C(0)));
+  }
+}
+
+// An activation's backward, as typed pointers: the inputs its gradient
+// does not read are null (act_grad_reads_pre), and INTERNAL where the one
+// it reads is missing.
+template <class T>
+struct ActGradOperands {
+  using S = typename T::Storage;
+  const S *dy, *pre, *y;
+  S *dx;
+
+  explicit ActGradOperands(const ActBackwardArgs &args) {
+    const bool needs_pre = act_grad_reads_pre(args.act), needs_y = !needs_pre && args.act != UnaryOp::Identity;
+    if ((needs_pre && args.pre == nullptr) || (needs_y && args.y == nullptr)) {
+      fail(KILN_ERROR_INTERNAL,
+           needs_pre ? "activation backward needs the pre-activation" : "activation backward needs y");
+    }
+    dy = static_cast<const S *>(args.dy);
+    pre = needs_pre ? static_cast<const S *>(args.pre) : nullptr;
+    y = needs_y ? static_cast<const S *>(args.y) : nullptr;
+    dx = static_cast<S *>(args.dx);
+  }
+};
+
+// Elements per chunk of an activation's backward on the pool.
+int64_t act_grad_grain(UnaryOp act) { return cheap(act) ? kElementwiseGrain : kElementwiseGrain / 16; }
+
+// A bias gradient sums dy's rows in blocks of `rows` rows, each block in
+// double from zero, then adds the blocks' sums in block order: the same
+// bits on any number of threads and any vector width (each column's sum
+// goes down the rows in order), from bias_grad and act_backward_bias_grad
+// alike. Blocks of kBiasBlockRows rows (a batch of 256 makes 8, enough for
+// two threads' chunks); longer ones where that would make more than
+// kMaxBiasBlocks, or more than kBiasPartialBytes of partial sums.
+struct BiasBlocks {
+  int64_t rows = 0;   // rows per block
+  int64_t count = 0;  // blocks, at least 1 (an empty one when dy has no rows)
+};
+constexpr int64_t kBiasBlockRows = 32, kMaxBiasBlocks = 64, kBiasPartialBytes = int64_t(4) << 20;
+
+BiasBlocks bias_blocks(int64_t rows, int64_t cols) {
+  const int64_t most =
+      std::clamp<int64_t>(kBiasPartialBytes / (int64_t(sizeof(double)) * cols), 1, kMaxBiasBlocks);
+  const int64_t per = std::max(kBiasBlockRows, (rows + most - 1) / most);
+  return {per, std::max<int64_t>(1, (rows + per - 1) / per)};
+}
+
+// Blocks per chunk of a bias gradient on the pool.
+int64_t bias_block_grain(const BiasBlocks &blocks, int64_t cols, int64_t grain) {
+  return std::max<int64_t>(1, grain / std::max<int64_t>(1, blocks.rows * cols));
+}
+
+// The calling thread's room for the blocks' partial sums, [count, cols]:
+// grown to the largest bias gradient seen, then reused.
+double *bias_partials(const BiasBlocks &blocks, int64_t cols) {
+  thread_local AlignedBuffer<double> partials;
+  return partials.reserve(blocks.count * cols, "for a bias gradient's partial sums");
+}
+
+// sum[c] += row[c] for the cols columns of one row of dy, in double.
+template <class T>
+void add_row(int64_t cols, const typename T::Storage *row, double *sum) {
+  for (int64_t c = 0; c < cols; ++c) sum[c] += double(T::load(row[c]));
+}
+
+// db = beta * db + the blocks' sums (partials[b * cols + c]), added in block
+// order; block 0's row of partials is overwritten with the totals.
+template <class T>
+void add_bias_partials(ThreadPool &pool, const BiasBlocks &blocks, int64_t cols, double *partials, double beta,
+                       typename T::Storage *db) {
+  using C = typename T::Compute;
+  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / blocks.count);
+  pool.parallel_for(cols, grain, [&](int64_t c0, int64_t c1) {
     vectorized([&] {
-      if (pre) {
-        for (int64_t i = begin; i < end; ++i) dx[i] = T::store(grad(T::load(dy[i]), T::load(pre[i]), C(0)));
-      } else if (y) {
-        for (int64_t i = begin; i < end; ++i) dx[i] = T::store(grad(T::load(dy[i]), C(0), T::load(y[i])));
-      } else {
-        for (int64_t i = begin; i < end; ++i) dx[i] = T::store(grad(T::load(dy[i]), C(0), C(0)));
+      for (int64_t b = 1; b < blocks.count; ++b) {
+        const double *block = partials + b * cols;
+        for (int64_t c = c0; c < c1; ++c) partials[c] += block[c];
+      }
+      for (int64_t c = c0; c < c1; ++c) {
+        // beta = 0 overwrites: whatever db held (NaN included) is ignored.
+        const double old = beta == 0 ? 0.0 : beta * double(T::load(db[c]));
+        db[c] = T::store(C(old + partials[c]));
       }
     });
   });
+}
+
+// db = beta * db + the column sums of the [rows, cols] rows that row(r)
+// returns, in BiasBlocks (row(r) may compute its row first), `grain`
+// elements or more per chunk on the pool.
+template <class T, class Row>
+void bias_grad_by_blocks(ThreadPool &pool, int64_t rows, int64_t cols, int64_t grain, double beta,
+                         typename T::Storage *db, const Row &row) {
+  const BiasBlocks blocks = bias_blocks(rows, cols);
+  double *const partials = bias_partials(blocks, cols);
+  pool.parallel_for(blocks.count, bias_block_grain(blocks, cols, grain), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      double *sum = partials + b * cols;
+      const int64_t r1 = std::min(rows, (b + 1) * blocks.rows);
+      vectorized([&] {
+        std::fill(sum, sum + cols, 0.0);
+        for (int64_t r = b * blocks.rows; r < r1; ++r) add_row<T>(cols, row(r), sum);
+      });
+    }
+  });
+  add_bias_partials<T>(pool, blocks, cols, partials, beta, db);
 }
 
 }  // namespace
@@ -126,78 +231,46 @@ void bias_act(ThreadPool &pool, const BiasActArgs &args) {
 }
 
 void act_backward(ThreadPool &pool, const ActBackwardArgs &args) {
-  const DType t = args.t;
-  const int64_t n = args.n;
-  const UnaryOp act = args.act;
-  const double alpha = args.alpha, threshold = args.threshold;
-  const void *dy = args.dy, *pre = args.pre, *y = args.y;
-  void *dx = args.dx;
-  if (n <= 0) return;
-  const bool needs_pre = act_grad_reads_pre(act), needs_y = !needs_pre && act != UnaryOp::Identity;
-  if ((needs_pre && pre == nullptr) || (needs_y && y == nullptr)) {
-    fail(KILN_ERROR_INTERNAL, needs_pre ? "activation backward needs the pre-activation" : "activation backward needs y");
-  }
-  const int64_t grain = cheap(act) ? kElementwiseGrain : kElementwiseGrain / 16;
-  dispatch_float(t, [&](auto traits) {
+  if (args.n <= 0) return;
+  dispatch_float(args.t, [&](auto traits) {
     using T = decltype(traits);
-    using S = typename T::Storage;
-    const S *pdy = static_cast<const S *>(dy);
-    const S *ppre = needs_pre ? static_cast<const S *>(pre) : nullptr;
-    const S *py = needs_y ? static_cast<const S *>(y) : nullptr;
-    S *pdx = static_cast<S *>(dx);
-    switch (act) {
-      case UnaryOp::Relu: act_grad_loop<T>(pool, n, grain, pdy, ppre, py, pdx, act::ReluGrad{}); return;
-      case UnaryOp::LeakyRelu: act_grad_loop<T>(pool, n, grain, pdy, ppre, py, pdx, act::LeakyReluGrad{alpha}); return;
-      case UnaryOp::Tanh: act_grad_loop<T>(pool, n, grain, pdy, ppre, py, pdx, act::TanhGrad{}); return;
-      case UnaryOp::Sigmoid: act_grad_loop<T>(pool, n, grain, pdy, ppre, py, pdx, act::SigmoidGrad{}); return;
-      case UnaryOp::Gelu: act_grad_loop<T>(pool, n, grain, pdy, ppre, py, pdx, act::GeluGrad{}); return;
-      case UnaryOp::Elu: act_grad_loop<T>(pool, n, grain, pdy, ppre, py, pdx, act::EluGrad{alpha}); return;
-      case UnaryOp::Selu: act_grad_loop<T>(pool, n, grain, pdy, ppre, py, pdx, act::SeluGrad{}); return;
-      case UnaryOp::Softplus:
-        act_grad_loop<T>(pool, n, grain, pdy, ppre, py, pdx, act::SoftplusGrad{alpha, threshold});
-        return;
-      case UnaryOp::Identity: act_grad_loop<T>(pool, n, grain, pdy, ppre, py, pdx, act::IdentityGrad{}); return;
-      default: break;
-    }
-    fail(KILN_ERROR_INTERNAL, "act_backward called with a unary op that is not an activation");
+    const ActGradOperands<T> x(args);
+    act::with_act_grad(args.act, args.alpha, args.threshold, [&](auto grad) {
+      pool.parallel_for(args.n, act_grad_grain(args.act), [&](int64_t begin, int64_t end) {
+        vectorized([&] { act_grad_range<T>(begin, end, x.dy, x.pre, x.y, x.dx, grad); });
+      });
+    });
   });
 }
 
 void bias_grad(ThreadPool &pool, const BiasGradArgs &args) {
-  const DType t = args.t;
-  const int64_t rows = args.rows, cols = args.cols;
-  const void *dy = args.dy;
-  void *db = args.db;
-  const double beta = args.beta;
-  if (cols <= 0) return;
-  constexpr int64_t kBlock = 256;  // columns summed together, in double
-  dispatch_float(t, [&](auto traits) {
+  if (args.cols <= 0) return;
+  dispatch_float(args.t, [&](auto traits) {
     using T = decltype(traits);
     using S = typename T::Storage;
-    using C = typename T::Compute;
-    const S *pdy = static_cast<const S *>(dy);
-    S *pdb = static_cast<S *>(db);
-    const int64_t blocks = (cols + kBlock - 1) / kBlock;
-    const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(1, rows * kBlock));
-    pool.parallel_for(blocks, grain, [&](int64_t begin, int64_t end) {
-      double sum[kBlock];
-      for (int64_t block = begin; block < end; ++block) {
-        const int64_t c0 = block * kBlock, w = std::min(kBlock, cols - c0);
-        std::fill(sum, sum + w, 0.0);
-        // Each column's sum in the same order on any vector width, so the
-        // result does not depend on the CPU.
-        vectorized([&] {
-          for (int64_t r = 0; r < rows; ++r) {
-            const S *row = pdy + r * cols + c0;
-            for (int64_t c = 0; c < w; ++c) sum[c] += double(T::load(row[c]));
-          }
-        });
-        for (int64_t c = 0; c < w; ++c) {
-          // beta = 0 overwrites: whatever db held (NaN included) is ignored.
-          const double old = beta == 0 ? 0.0 : beta * double(T::load(pdb[c0 + c]));
-          pdb[c0 + c] = T::store(C(old + sum[c]));
-        }
-      }
+    const S *dy = static_cast<const S *>(args.dy);
+    bias_grad_by_blocks<T>(pool, args.rows, args.cols, kElementwiseGrain, args.beta, static_cast<S *>(args.db),
+                           [&](int64_t r) { return dy + r * args.cols; });
+  });
+}
+
+void act_backward_bias_grad(ThreadPool &pool, const ActBackwardArgs &act, const BiasGradArgs &bias) {
+  const int64_t rows = bias.rows, cols = bias.cols;
+  if (act.t != bias.t || act.dx != bias.dy || act.n != rows * cols)
+    fail(KILN_ERROR_INTERNAL, "act_backward_bias_grad: the bias gradient is not over the activation's dx");
+  if (rows <= 0) return bias_grad(pool, bias);  // no dx to compute: db = beta * db
+  if (cols <= 0) return;
+  dispatch_float(act.t, [&](auto traits) {
+    using T = decltype(traits);
+    using S = typename T::Storage;
+    const ActGradOperands<T> x(act);
+    act::with_act_grad(act.act, act.alpha, act.threshold, [&](auto grad) {
+      // Each row of dx computed right before it is summed, from the L1.
+      bias_grad_by_blocks<T>(pool, rows, cols, act_grad_grain(act.act), bias.beta, static_cast<S *>(bias.db),
+                             [&](int64_t r) {
+                               act_grad_range<T>(r * cols, (r + 1) * cols, x.dy, x.pre, x.y, x.dx, grad);
+                               return x.dx + r * cols;
+                             });
     });
   });
 }

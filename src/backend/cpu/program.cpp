@@ -7,6 +7,9 @@
 #include <variant>
 #include <vector>
 
+#include "backend/cpu/flush_denormals.hpp"
+#include "backend/cpu/kernels.hpp"
+
 namespace kiln::cpu {
 
 namespace {
@@ -66,8 +69,8 @@ std::vector<FusedLayer> plan_fused_sgd(const StepProgram &p) {
 
 class CpuExecutable final : public Executable {
  public:
-  CpuExecutable(Backend &b, int64_t index, const StepProgram &p)
-      : Executable(p), backend_(b), index_(index), program_(p), fused_(plan_fused_sgd(p)) {}
+  CpuExecutable(Backend &b, ThreadPool &pool, int64_t index, const StepProgram &p)
+      : Executable(p), backend_(b), pool_(pool), index_(index), program_(p), fused_(plan_fused_sgd(p)) {}
 
   std::string describe() const override {
     if (fused_.empty()) return "kernels";
@@ -80,29 +83,50 @@ class CpuExecutable final : public Executable {
     const size_t ops = program_.ops.size();
     for (int64_t s = first; s < first + count; ++s) {
       const StepParams *step = program_.table + s;
-      if (fused_.empty()) {
-        for (const StepOp &op : program_.ops) run_op(backend_, index_, op, step);
-        continue;
-      }
-      // The last op, the SgdOp, is done by the fused layers.
-      for (size_t i = 0; i + 1 < ops; ++i) {
-        if (fused_[i].w) {
-          backward_and_update(std::get<LinearBackwardOp>(program_.ops[i]), fused_[i], *step);
+      for (size_t i = 0; i < ops; ++i) {
+        // With fused layers, the last op, the SgdOp, is done by them.
+        if (!fused_.empty() && i + 1 == ops) break;
+        const StepOp &op = program_.ops[i];
+        const auto *backward = std::get_if<LinearBackwardOp>(&op);
+        if (backward && !fused_.empty() && fused_[i].w) {
+          backward_and_update(*backward, fused_[i], *step);
+        } else if (backward) {
+          linear_backward(*backward);
         } else {
-          run_op(backend_, index_, program_.ops[i], step);
+          run_op(backend_, index_, op, step);
         }
       }
     }
   }
 
  private:
+  // The activation's backward and the bias gradient, in one pass where the
+  // layer has both (act_backward_bias_grad: the same bits as the two
+  // kernels).
+  void act_and_bias_backward(const LinearBackwardOp &op) {
+    if (op.act != UnaryOp::Identity && op.db) {
+      FlushDenormals guard;  // as CpuBackend runs the two kernels
+      act_backward_bias_grad(pool_, backward_act(op), bias_grad_of(op));
+      return;
+    }
+    if (op.act != UnaryOp::Identity) backend_.act_backward(index_, backward_act(op));
+    if (op.db) backend_.bias_grad(index_, bias_grad_of(op));
+  }
+
+  // core/program.cpp's linear_backward, in its order, with
+  // act_and_bias_backward.
+  void linear_backward(const LinearBackwardOp &op) {
+    act_and_bias_backward(op);
+    backend_.gemm(index_, weight_grad_product(op));
+    if (op.dx) backend_.gemm(index_, input_grad_product(op));
+  }
+
   // linear_backward's kernels, in its order (the bias gradient while dy is
   // in the cache), with the update folded in: dx first, while W still holds
   // this step's weights.
   void backward_and_update(const LinearBackwardOp &op, const FusedLayer &layer, const StepParams &step) {
     const SgdArgs &sgd = std::get<SgdOp>(program_.ops.back()).args;
-    if (op.act != UnaryOp::Identity) backend_.act_backward(index_, backward_act(op));
-    if (layer.b) backend_.bias_grad(index_, bias_grad_of(op));
+    act_and_bias_backward(op);
     if (op.dx) backend_.gemm(index_, input_grad_product(op));
     GemmArgs update = weight_grad_product(op);
     update.c = layer.w;
@@ -119,6 +143,7 @@ class CpuExecutable final : public Executable {
   }
 
   Backend &backend_;
+  ThreadPool &pool_;  // backend_'s
   int64_t index_;
   StepProgram program_;
   std::vector<FusedLayer> fused_;  // per op; empty: nothing fused
@@ -126,8 +151,9 @@ class CpuExecutable final : public Executable {
 
 }  // namespace
 
-std::unique_ptr<Executable> compile_cpu(Backend &backend, int64_t index, const StepProgram &program) {
-  return std::make_unique<CpuExecutable>(backend, index, program);
+std::unique_ptr<Executable> compile_cpu(Backend &backend, ThreadPool &pool, int64_t index,
+                                        const StepProgram &program) {
+  return std::make_unique<CpuExecutable>(backend, pool, index, program);
 }
 
 }  // namespace kiln::cpu

@@ -1,5 +1,7 @@
 // Backend::compile for the CPU: a step program (core/program.hpp) run as the
-// plain sequence of kernels, with one fusion under kFastEpilogues.
+// plain sequence of kernels, with one fusion under kFastEpilogues, and a
+// Linear layer's activation backward and bias gradient always in one pass
+// (act_backward_bias_grad, the same bits as the two kernels).
 //
 // Plain SGD folded into the weight-gradient products. Where the update is
 // f32 SGD without momentum, and nothing between the backward and the update
@@ -20,21 +22,26 @@
 // covers (the flat buffer's padding between parameters: zeros, with zero
 // gradients) are left as they are, as SGD would leave them.
 //
-// Not fused: the bias and activation after a forward product, and the ReLU
-// gradient and bias gradient after an input-gradient product. Done in the
-// blocked kernel's tiles (tried on 2026-11-27, bit for bit the separate
-// kernels' results), they saved nothing measurable on the 784-1024-1024-10
-// step at batch 256, on one thread or two: each of those passes over a
-// [256, 1024] activation takes about 0.1% of the step, from the L2.
+// Not fused into the products: the bias and activation after a forward
+// product, and the activation's backward and bias gradient around an
+// input-gradient product. Done in the blocked kernel's tiles (tried on
+// 2026-11-27, bit for bit the separate kernels' results), they saved nothing
+// measurable on the 784-1024-1024-10 step at batch 256, on one thread or
+// two: each of those passes over a [256, 1024] activation takes about 0.1%
+// of the step, from the L2.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 
 #include "core/program.hpp"
+#include "core/thread_pool.hpp"
 
 namespace kiln::cpu {
 
-std::unique_ptr<Executable> compile_cpu(Backend &backend, int64_t index, const StepProgram &program);
+// backend: the CPU backend, whose kernels the executable calls; pool: its
+// thread pool, for the kernels it calls directly.
+std::unique_ptr<Executable> compile_cpu(Backend &backend, ThreadPool &pool, int64_t index,
+                                        const StepProgram &program);
 
 }  // namespace kiln::cpu
