@@ -80,7 +80,7 @@ ASAN_LEFT_OUT='^(test_install|test_abi|test_no_gpu_cost|test_exit_low_memory|tes
 # data_parallel_test (a thread per replica, collectives between them); the
 # others run kiln from one thread, where TSan has nothing to check beyond
 # kiln's own pool, which these exercise too.
-TSAN_TESTS='^(test_context|test_tensor|test_dataset|test_dlpack|test_retain|test_release_race|test_inference|data_parallel_test|thread_pool_test)$'
+TSAN_TESTS='^(test_context|test_tensor|test_dataset|test_dlpack|test_retain|test_release_race|test_inference|data_parallel_test|thread_pool_test|cpu_bias_grad_test)$'
 
 "$root/scripts/install-deps.sh"
 "$root/scripts/build.sh"
@@ -162,7 +162,7 @@ if [[ "${KILN_SANITIZER_LANES:-1}" != "0" ]]; then
     "$ASAN_LEFT_OUT" "" "-O1 -g1"
   sanitizer_lane "threaded C tests under TSan" thread "$build-tsan" "$TSAN_TESTS" "" \
     "test_context test_tensor test_dataset test_dlpack test_retain test_release_race test_inference data_parallel_test \
-    thread_pool_test"
+    thread_pool_test cpu_bias_grad_test"
   unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS
 fi
 
