@@ -40,7 +40,10 @@ inference 2 x parameters. On the CPU, fraction_of_peak is model FLOP/s over
 the FMA peak that bench/fma_peak measures in the same run (fp32, every core):
 for a training workload, the median of the peaks measured right before and
 right after each of kiln's runs of it (a VM's clock drifts within minutes;
-the JSON keeps every figure), for inference the one measured first.
+the JSON keeps every figure), for inference the one measured first. With
+two threads or more, bench/core_round_trip's figure is taken at the same
+moments (_workload.core_round_trip_ns): what sharing a cache line between
+two cores costs then, which a two-thread step's time follows on a VM.
 Run it on an idle machine; the load average before and after is recorded.
 """
 import argparse
@@ -340,9 +343,13 @@ def markdown_tables(report, json_path, json_link):
               f"{p['median']:.1f} ({min(p['before_and_after_kiln_runs']):.1f} to "
               f"{max(p['before_and_after_kiln_runs']):.1f})"
               for name, rows in res.items() if (p := rows.get("_workload", {}).get("fma_peak_gflops"))]
+    trips = [f"{rows['_workload']['spec']} {min(t):.0f} to {max(t):.0f}"
+             for name, rows in res.items() if (t := rows.get("_workload", {}).get("core_round_trip_ns"))]
     lines += ["", "(kiln's row: the fastest PyTorch loop's time over kiln's." +
               (" Of FMA peak: over the median of bench/fma_peak's figures right before and after each of kiln's "
-               "runs of the workload, GFLOP/s: " + "; ".join(around) + ".)" if around else ")"), "",
+               "runs of the workload, GFLOP/s: " + "; ".join(around) + "." if around else "") +
+              (" Two threads: bench/core_round_trip's figures at the same moments, ns: " + "; ".join(trips) + "."
+               if trips else "") + ")", "",
               "| model | threads | batch | kiln samples/s | PyTorch samples/s | kiln / PyTorch | kiln latency µs | "
               "PyTorch latency µs |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, rows in res.items():
@@ -396,12 +403,21 @@ def measure(args, gpu, workloads, loops, kiln, py, threads, suffixed, results, p
             print(f"bench: {fma} not found; no fraction_of_peak (build the fma_peak target)")
     peak_gflops = peak["gflops"] if peak else None
 
+    trip = os.path.join(args.build_dir, "bench", "core_round_trip")
+    trips = []
+
     def fma_probe():
         """The FMA peak now, for the training runs' fractions: this machine's
         clock drifts by several percent within minutes, so a training
         workload's fraction is over the median of the peaks measured right
-        before and after each of kiln's runs of it, not over the one above."""
+        before and after each of kiln's runs of it, not over the one above.
+        With several threads, also the cores' round trip now, into `trips`
+        (bench/core_round_trip.c says why)."""
         r = run_json([fma, "--threads", str(threads)])
+        if threads > 1 and os.path.exists(trip):
+            t = run_json([trip])
+            if "round_trip_ns" in t:
+                trips.append(t["round_trip_ns"])
         return r.get("gflops")
 
     common = ["--device", args.device, "--threads", str(threads), "--data", args.data]
@@ -427,6 +443,7 @@ def measure(args, gpu, workloads, loops, kiln, py, threads, suffixed, results, p
                     continue  # the DataLoader loop is the tutorial's, for A
                 impls[f"torch-{loop}"] = torch_bench + ["--workload", w, "--loop", loop] + epochs + extra + common
         probes = []
+        trips.clear()
         runs = alternate(impls, args.repeats, name, {k: timeouts.get(k, args.timeout) for k in impls},
                          fma_probe if peak_gflops else None, probes)
         flops = train_flops(MODELS[w])
@@ -443,6 +460,9 @@ def measure(args, gpu, workloads, loops, kiln, py, threads, suffixed, results, p
             res["_workload"]["fma_peak_gflops"] = {"median": around, "before_and_after_kiln_runs": probes}
             print(f"  {name}: FMA peak around kiln's runs {min(probes)} to {max(probes)} GFLOP/s, "
                   f"median {around}", flush=True)
+        if trips:
+            res["_workload"]["core_round_trip_ns"] = list(trips)
+            print(f"  {name}: cores' round trip around kiln's runs {min(trips)} to {max(trips)} ns", flush=True)
         own[name] = res
 
     for w in workloads:
