@@ -217,15 +217,14 @@ def alternate(impls, repeats, label, timeouts=None, probe=None, probes=None):
     alike), with seed r in repeat r. An impl that failed by timing out is not
     run again (a slow compile would only time out again); past --time-budget
     no run starts and the runs left are recorded as skipped. With a probe
-    (a function returning a figure or None), kiln's runs are each bracketed
-    by a call to it, whose figures are appended to `probes`."""
+    (a function returning a dict of figures), kiln's runs are each bracketed
+    by a call to it, whose dicts are appended to `probes`."""
     timeouts = timeouts or {}
     runs = {k: [] for k in impls}
 
     def probed():
-        value = probe() if probe else None
-        if value is not None:
-            probes.append(value)
+        if probe:
+            probes.append(probe())
 
     for rep in range(repeats):
         for k, cmd in impls.items():
@@ -404,21 +403,19 @@ def measure(args, gpu, workloads, loops, kiln, py, threads, suffixed, results, p
     peak_gflops = peak["gflops"] if peak else None
 
     trip = os.path.join(args.build_dir, "bench", "core_round_trip")
-    trips = []
 
-    def fma_probe():
-        """The FMA peak now, for the training runs' fractions: this machine's
-        clock drifts by several percent within minutes, so a training
-        workload's fraction is over the median of the peaks measured right
-        before and after each of kiln's runs of it, not over the one above.
-        With several threads, also the cores' round trip now, into `trips`
-        (bench/core_round_trip.c says why)."""
-        r = run_json([fma, "--threads", str(threads)])
+    def machine_probe():
+        """The machine's state now: the FMA peak ("gflops"), for the training
+        runs' fractions (this machine's clock drifts by several percent within
+        minutes, so a training workload's fraction is over the median of the
+        peaks measured right before and after each of kiln's runs of it, not
+        over the one above), and with several threads the cores' round trip
+        ("round_trip_ns"; bench/core_round_trip.c says why). A figure that
+        could not be measured is left out."""
+        runs = [run_json([fma, "--threads", str(threads)])]
         if threads > 1 and os.path.exists(trip):
-            t = run_json([trip])
-            if "round_trip_ns" in t:
-                trips.append(t["round_trip_ns"])
-        return r.get("gflops")
+            runs.append(run_json([trip]))
+        return {k: r[k] for r in runs for k in ("gflops", "round_trip_ns") if k in r}
 
     common = ["--device", args.device, "--threads", str(threads), "--data", args.data]
     torch_bench = [py, os.path.join(HERE, "torch_bench.py")] if py else None
@@ -442,10 +439,11 @@ def measure(args, gpu, workloads, loops, kiln, py, threads, suffixed, results, p
                 if loop == "dataloader" and w != "A" and gpu:
                     continue  # the DataLoader loop is the tutorial's, for A
                 impls[f"torch-{loop}"] = torch_bench + ["--workload", w, "--loop", loop] + epochs + extra + common
-        probes = []
-        trips.clear()
+        states = []
         runs = alternate(impls, args.repeats, name, {k: timeouts.get(k, args.timeout) for k in impls},
-                         fma_probe if peak_gflops else None, probes)
+                         machine_probe if peak_gflops else None, states)
+        probes = [p["gflops"] for p in states if "gflops" in p]
+        trips = [p["round_trip_ns"] for p in states if "round_trip_ns" in p]
         flops = train_flops(MODELS[w])
         around = statistics.median(probes) if probes else peak_gflops
         res = {k: summarize(v, flops, around) for k, v in runs.items()}
@@ -461,7 +459,7 @@ def measure(args, gpu, workloads, loops, kiln, py, threads, suffixed, results, p
             print(f"  {name}: FMA peak around kiln's runs {min(probes)} to {max(probes)} GFLOP/s, "
                   f"median {around}", flush=True)
         if trips:
-            res["_workload"]["core_round_trip_ns"] = list(trips)
+            res["_workload"]["core_round_trip_ns"] = trips
             print(f"  {name}: cores' round trip around kiln's runs {min(trips)} to {max(trips)} ns", flush=True)
         own[name] = res
 
