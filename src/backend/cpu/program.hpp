@@ -28,7 +28,12 @@
 // 2026-11-27, bit for bit the separate kernels' results), they saved nothing
 // measurable on the 784-1024-1024-10 step at batch 256, on one thread or
 // two: each of those passes over a [256, 1024] activation takes about 0.1%
-// of the step, from the L2.
+// of the step, from the L2. Nor the output layer's input gradient (k = 10)
+// into the layer below's activation backward and bias gradient, computed
+// 8 rows at a time right before them (tried on 2026-11-27, gemm's kernel,
+// the same bits): within noise on that step, on one thread and two
+// (alternating runs), though apart it writes all of dy only for the next
+// pass to read it back.
 #pragma once
 
 #include <cstdint>
