@@ -491,10 +491,12 @@ constexpr int64_t kPackGroupRows = 4 * kTileRows;
 // step read 12 values, parts of one or two lines, and the next panel read
 // those lines again, likely evicted by then (a 4 KiB stride maps them all
 // to one L1 set): the two weight-gradient products of a 784-1024-1024-10
-// step at batch 256 took 1-2.3% longer, and the step 0-2% (9 alternating
-// pairs of runs on one and two threads, all won by the groups;
-// 2026-11-27). All panels at once (one pass down the steps) was 6% slower
-// than one at a time: its stores went to 86 panels 12 KiB apart.
+// step at batch 256 took 1-4% longer in 9 of 10 alternating pairs of runs
+// (one thread, either one first; 2026-11-27); B's epochs are within noise
+// of it (the groups won 9 of 9 pairs on one and two threads when run
+// second, 4 of 6 when run first). All panels at once (one pass down the
+// steps) was 6% slower than one at a time: its stores went to 86 panels
+// 12 KiB apart.
 KILN_AVX512 void pack_panels(const float *a, int64_t a_row, int64_t a_col, int64_t rows, int64_t kc, float *out) {
   if (a_row != 1) {
     for (int64_t i = 0; i < rows; i += kTileRows)
