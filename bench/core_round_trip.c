@@ -33,11 +33,12 @@ static double now(void) {
 static _Alignas(64) atomic_long turn;
 static long trips;
 
-static int pin(int cpu) {
+/* The set of CPU `cpu` alone. */
+static cpu_set_t only(int cpu) {
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);
-  return pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+  return set;
 }
 
 /* The second thread: answers each odd value with the next even one. */
@@ -58,9 +59,7 @@ static void *answer(void *arg) {
 static double round_ns(int second_cpu) {
   pthread_t t;
   pthread_attr_t attr;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(second_cpu, &set);
+  const cpu_set_t set = only(second_cpu);
   if (pthread_attr_init(&attr) != 0) return -1;
   int failed = pthread_attr_setaffinity_np(&attr, sizeof set, &set) != 0;
   atomic_store(&turn, 0);
@@ -99,7 +98,8 @@ int main(int argc, char **argv) {
     printf("{\"error\": \"needs two CPUs, has %d\"}\n", found);
     return 0;
   }
-  if (pin(cpus[0]) != 0) {
+  const cpu_set_t first = only(cpus[0]);
+  if (pthread_setaffinity_np(pthread_self(), sizeof first, &first) != 0) {
     printf("{\"error\": \"cannot pin a thread to CPU %d\"}\n", cpus[0]);
     return 0;
   }

@@ -40,6 +40,9 @@ bool cheap(UnaryOp op) {
          op == UnaryOp::Abs;
 }
 
+// Elements per chunk of an activation, or of its backward, on the pool.
+int64_t act_grain(UnaryOp act) { return cheap(act) ? kElementwiseGrain : kElementwiseGrain / 16; }
+
 // A grain for a reduction over n items that yields at most kMaxPartials chunks.
 int64_t partial_grain(int64_t n, int64_t grain) {
   return std::max(grain, (n + kMaxPartials - 1) / kMaxPartials);
@@ -114,9 +117,6 @@ struct ActGradOperands {
     dx = static_cast<S *>(args.dx);
   }
 };
-
-// Elements per chunk of an activation's backward on the pool.
-int64_t act_grad_grain(UnaryOp act) { return cheap(act) ? kElementwiseGrain : kElementwiseGrain / 16; }
 
 // A bias gradient sums dy's rows in blocks of `rows` rows, each block in
 // double from zero, then adds the blocks' sums in block order: the same
@@ -210,7 +210,7 @@ void bias_act(ThreadPool &pool, const BiasActArgs &args) {
   const double alpha = args.alpha, threshold = args.threshold;
   void *pre = args.pre;
   if (rows <= 0 || cols <= 0) return;
-  const int64_t grain = std::max<int64_t>(1, (cheap(act) ? kElementwiseGrain : kElementwiseGrain / 16) / cols);
+  const int64_t grain = std::max<int64_t>(1, act_grain(act) / cols);
   dispatch_float(t, [&](auto traits) {
     using T = decltype(traits);
     using S = typename T::Storage;
@@ -236,7 +236,7 @@ void act_backward(ThreadPool &pool, const ActBackwardArgs &args) {
     using T = decltype(traits);
     const ActGradOperands<T> x(args);
     act::with_act_grad(args.act, args.alpha, args.threshold, [&](auto grad) {
-      pool.parallel_for(args.n, act_grad_grain(args.act), [&](int64_t begin, int64_t end) {
+      pool.parallel_for(args.n, act_grain(args.act), [&](int64_t begin, int64_t end) {
         vectorized([&] { act_grad_range<T>(begin, end, x.dy, x.pre, x.y, x.dx, grad); });
       });
     });
@@ -266,7 +266,7 @@ void act_backward_bias_grad(ThreadPool &pool, const ActBackwardArgs &act, const 
     const ActGradOperands<T> x(act);
     act::with_act_grad(act.act, act.alpha, act.threshold, [&](auto grad) {
       // Each row of dx computed right before it is summed, from the L1.
-      bias_grad_by_blocks<T>(pool, rows, cols, act_grad_grain(act.act), bias.beta, static_cast<S *>(bias.db),
+      bias_grad_by_blocks<T>(pool, rows, cols, act_grain(act.act), bias.beta, static_cast<S *>(bias.db),
                              [&](int64_t r) {
                                act_grad_range<T>(r * cols, (r + 1) * cols, x.dy, x.pre, x.y, x.dx, grad);
                                return x.dx + r * cols;
