@@ -76,17 +76,23 @@ report nccl_cuda '========= Program hit cudaErrorNoKernelImageForDevice (error 2
 report bug_cuda '========= Invalid __global__ read of size 4 bytes' '=========     at kiln_kernel+0x10' '========= '
 report lost_cuda '========= Internal Sanitizer Error: Detected a failure to track a kernel launch.' '========= '
 report clean_cuda
+# A run the limit cuts short, after a finding: the partial log still counts.
+report slow_cuda '========= Invalid __global__ read of size 4 bytes' '=========     at kiln_kernel+0x20' '========= '
+echo 'exec sleep 20' >>"$b2/slow_cuda"
 report tests/sanitizer_canary
 cat >"$b2/CTestTestfile.cmake" <<CT
 add_test(nccl_cuda "$b2/nccl_cuda")
 add_test(bug_cuda "$b2/bug_cuda")
 add_test(lost_cuda "$b2/lost_cuda")
 add_test(clean_cuda "$b2/clean_cuda")
+add_test(slow_cuda "$b2/slow_cuda")
 CT
 cat >"$work/bin/compute-sanitizer" <<'SAN'
 #!/bin/bash
-# --tool TOOL --error-exitcode 1 PROGRAM ARGS...
+# --help | --tool TOOL --error-exitcode 1 [--kernel-name FILTER] PROGRAM ARGS...
+if [[ $1 == --help ]]; then echo '  --kernel-name arg   only the kernels the filter names'; exit 0; fi
 tool=$2; shift 4
+if [[ $1 == --kernel-name ]]; then echo "filter: $2"; shift 2; fi
 if [[ $1 == */sanitizer_canary ]]; then
   case $tool in
     memcheck) echo "========= Invalid __global__ write of size 4 bytes" ;;
@@ -95,16 +101,16 @@ if [[ $1 == */sanitizer_canary ]]; then
   esac
   exit 1
 fi
-out="$("$@")"
-echo "$out"
+out="$(mktemp)"
+"$@" | tee "$out"
 echo "========= ERROR SUMMARY: 0 errors"
-grep -q '^========= [A-Z]' <<<"$out" && exit 1
+grep -q '^========= [A-Z]' "$out" && exit 1
 exit 0
 SAN
 chmod +x "$work/bin/compute-sanitizer"
 rc=0
-PATH="$work/bin:$PATH" KILN_BUILD_DIR="$b2" KILN_CHECK_BUDGET=120 KILN_SANITIZE_JOBS=2 \
-  KILN_SANITIZE_RUNS="memcheck:nccl_cuda memcheck:bug_cuda racecheck:lost_cuda initcheck:clean_cuda" \
+PATH="$work/bin:$PATH" KILN_BUILD_DIR="$b2" KILN_CHECK_BUDGET=120 KILN_SANITIZE_JOBS=2 KILN_SANITIZER_TIMEOUT=8 \
+  KILN_SANITIZE_RUNS="memcheck:nccl_cuda memcheck:bug_cuda racecheck:lost_cuda initcheck:clean_cuda memcheck:slow_cuda" \
   "$root/scripts/gpu-check.sh" "$work/out2" sanitize >"$work/log2" 2>&1 || rc=$?
 summary="$work/out2/summary.txt"
 if [[ $rc -ne 1 ]]; then cat "$work/log2"; fail "gpu-check's sanitize exited $rc, expected 1 (a finding)"; fi
@@ -113,8 +119,9 @@ want='^sanitize canary memcheck +passed
 ^sanitize canary initcheck +passed
 ^sanitize memcheck nccl_cuda +passed .*API errors inside other libraries 1,.*\(libnccl.so.2\)
 ^sanitize memcheck bug_cuda +FAILED .*kiln.s 1,
-^sanitize racecheck lost_cuda +UNSURE .*tool lost track 1
-^sanitize initcheck clean_cuda +passed'
+^sanitize racecheck lost_cuda +UNSURE .*tool lost track 1.*\[kiln.s kernels only\]$
+^sanitize initcheck clean_cuda +passed [^[]*$
+^sanitize memcheck slow_cuda +FAILED +TIMEOUT before the limit: kiln.s 1,'
 mapfile -t lines <"$summary"
 i=0
 while IFS= read -r pattern; do
@@ -122,4 +129,8 @@ while IFS= read -r pattern; do
   i=$((i + 1))
 done <<<"$want"
 [[ ${#lines[@]} -eq $i ]] || { cat "$summary"; fail "the summary has ${#lines[@]} lines, expected $i"; }
+# racecheck, canary included, sees kiln's kernels only; memcheck every kernel.
+grep -qx 'filter: kns=kiln' "$work/out2/sanitize-racecheck-lost_cuda.log" || fail "racecheck ran without the filter"
+grep -qx 'filter: kns=kiln' "$work/out2/sanitize-canary-racecheck.log" || fail "racecheck's canary ran without the filter"
+if grep -q '^filter:' "$work/out2/sanitize-memcheck-bug_cuda.log"; then fail "memcheck ran with the filter"; fi
 echo "gpu_check_test: passed"

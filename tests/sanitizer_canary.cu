@@ -14,6 +14,10 @@
 #include <cstdio>
 #include <cstring>
 
+// In namespace kiln: gpu-check.sh has racecheck look at kernels whose names
+// hold "kiln" only, so the race canary also proves the filter lets kiln's
+// kernels through.
+namespace kiln {
 namespace {
 
 __global__ void write_past_end(int *p, int n) { p[n] = 1; }
@@ -37,6 +41,9 @@ bool ok(cudaError_t e, const char *what) {
 }
 
 }  // namespace
+}  // namespace kiln
+
+using namespace kiln;
 
 int main(int argc, char **argv) {
   if (argc != 2 || (std::strcmp(argv[1], "oob") && std::strcmp(argv[1], "race") && std::strcmp(argv[1], "uninit"))) {
