@@ -17,10 +17,12 @@ are not kiln's. Each report (a block of "========= " lines) is sorted into:
   tool        "Internal Sanitizer Error": the tool lost track (racecheck
               with many host threads launching at once); the run proves
               nothing about the kernels it missed
+  program     "Target application returned an error": the test program
+              itself failed (its log says why), which the tool counts too
 
-Prints one line of counts. Exit status: 0 when nothing is kiln's and the tool
-kept track, 3 when the tool lost track (inconclusive), 1 when something is
-kiln's, 2 when the log cannot be read.
+Prints one line of counts. Exit status: 0 when nothing is kiln's, the program
+passed and the tool kept track, 3 when the tool lost track (inconclusive), 1
+when something is kiln's or the program failed, 2 when the log cannot be read.
 """
 import re
 import sys
@@ -63,6 +65,8 @@ def classify(report):
     head = report[0]
     if "Internal Sanitizer Error" in head:
         return "tool", ""
+    if head.startswith("Target application returned an error"):
+        return "program", ""
     if head.startswith("Program hit"):
         library = first_library(report)
         if re.match(r"lib.*\.so", library) and not library.startswith(KILN_LIBRARIES + ("libcudart",)):
@@ -82,7 +86,7 @@ def main():
     except OSError as e:
         print(f"cannot read {sys.argv[1]}: {e}")
         return 2
-    counts = {"kiln": 0, "foreign": 0, "oom": 0, "tool": 0}
+    counts = {"kiln": 0, "foreign": 0, "oom": 0, "tool": 0, "program": 0}
     foreign, first_kiln = set(), ""
     for report in blocks(lines):
         kind, detail = classify(report)
@@ -93,12 +97,14 @@ def main():
             first_kiln = detail
     line = "kiln's %(kiln)d, API errors inside other libraries %(foreign)d, deliberate OOM %(oom)d, " \
            "tool lost track %(tool)d" % counts
+    if counts["program"]:
+        line += ", the test program failed"
     if foreign:
         line += " (" + ", ".join(sorted(foreign)) + ")"
     if first_kiln:
         line += "; first: " + first_kiln[:160]
     print(line)
-    if counts["kiln"]:
+    if counts["kiln"] or counts["program"]:
         return 1
     return 3 if counts["tool"] else 0
 

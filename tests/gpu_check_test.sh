@@ -79,6 +79,9 @@ report clean_cuda
 # A run the limit cuts short, after a finding: the partial log still counts.
 report slow_cuda '========= Invalid __global__ read of size 4 bytes' '=========     at kiln_kernel+0x20' '========= '
 echo 'exec sleep 20' >>"$b2/slow_cuda"
+# A test program that fails: the tool says so, and it is no finding of kiln's.
+report fails_cuda
+echo 'exit 1' >>"$b2/fails_cuda"
 report tests/sanitizer_canary
 cat >"$b2/CTestTestfile.cmake" <<CT
 add_test(nccl_cuda "$b2/nccl_cuda")
@@ -86,6 +89,7 @@ add_test(bug_cuda "$b2/bug_cuda")
 add_test(lost_cuda "$b2/lost_cuda")
 add_test(clean_cuda "$b2/clean_cuda")
 add_test(slow_cuda "$b2/slow_cuda")
+add_test(fails_cuda "$b2/fails_cuda")
 CT
 cat >"$work/bin/compute-sanitizer" <<'SAN'
 #!/bin/bash
@@ -103,14 +107,17 @@ if [[ $1 == */sanitizer_canary ]]; then
 fi
 out="$(mktemp)"
 "$@" | tee "$out"
+rc=${PIPESTATUS[0]}
+[[ $rc -eq 0 ]] || echo "========= Target application returned an error"
 echo "========= ERROR SUMMARY: 0 errors"
 grep -q '^========= [A-Z]' "$out" && exit 1
+[[ $rc -eq 0 ]] || exit 1
 exit 0
 SAN
 chmod +x "$work/bin/compute-sanitizer"
 rc=0
 PATH="$work/bin:$PATH" KILN_BUILD_DIR="$b2" KILN_CHECK_BUDGET=120 KILN_SANITIZE_JOBS=2 KILN_SANITIZER_TIMEOUT=8 \
-  KILN_SANITIZE_RUNS="memcheck:nccl_cuda memcheck:bug_cuda racecheck:lost_cuda initcheck:clean_cuda memcheck:slow_cuda" \
+  KILN_SANITIZE_RUNS="memcheck:nccl_cuda memcheck:bug_cuda racecheck:lost_cuda initcheck:clean_cuda memcheck:slow_cuda synccheck:fails_cuda" \
   "$root/scripts/gpu-check.sh" "$work/out2" sanitize >"$work/log2" 2>&1 || rc=$?
 summary="$work/out2/summary.txt"
 if [[ $rc -ne 1 ]]; then cat "$work/log2"; fail "gpu-check's sanitize exited $rc, expected 1 (a finding)"; fi
@@ -121,7 +128,8 @@ want='^sanitize canary memcheck +passed
 ^sanitize memcheck bug_cuda +FAILED .*kiln.s 1,
 ^sanitize racecheck lost_cuda +UNSURE .*tool lost track 1.*\[kiln.s kernels only\]$
 ^sanitize initcheck clean_cuda +passed [^[]*$
-^sanitize memcheck slow_cuda +FAILED +TIMEOUT before the limit: kiln.s 1,'
+^sanitize memcheck slow_cuda +FAILED +TIMEOUT before the limit: kiln.s 1,
+^sanitize synccheck fails_cuda +FAILED +FAILED\(rc=1\) kiln.s 0, .*, the test program failed'
 mapfile -t lines <"$summary"
 i=0
 while IFS= read -r pattern; do

@@ -101,7 +101,10 @@ Trainer::Trainer(std::shared_ptr<Model> model, const TrainerOptions &options)
   const Tensor &params = model_->flat();
   grads_ = Tensor::full(params.context(), params.shape(), params.dtype(), device_, 0.0);
   if (config_.work != params.dtype()) {
-    lp_params_ = Tensor::empty(params.context(), params.shape(), config_.work, device_);
+    // Zeroed like the step buffers (trainer_buffers.cpp): a CUDA program's
+    // compile times cuDNN and cuBLASLt on it before a step's cast writes it
+    // (initcheck on the H200, 2026-11-27, the bf16 Linear ops).
+    lp_params_ = Tensor::full(params.context(), params.shape(), config_.work, device_, 0.0);
     lp_grads_ = Tensor::full(params.context(), params.shape(), config_.work, device_, 0.0);
   }
   stats_ = Tensor::full(params.context(), Shape{int64_t(sizeof(StepStats) / sizeof(double))}, DType::F64, device_, 0.0);
