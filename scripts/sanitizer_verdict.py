@@ -20,9 +20,10 @@ are not kiln's. Each report (a block of "========= " lines) is sorted into:
   program     "Target application returned an error": the test program
               itself failed (its log says why), which the tool counts too
 
-Prints one line of counts. Exit status: 0 when nothing is kiln's, the program
-passed and the tool kept track, 3 when the tool lost track (inconclusive), 1
-when something is kiln's or the program failed, 2 when the log cannot be read.
+Prints one line of counts. Exit status: 1 when something is kiln's, else 3
+when the tool lost track (inconclusive, whether the program failed after it
+or not), else 1 when the program failed, else 0; 2 when the log cannot be
+read.
 """
 import re
 import sys
@@ -104,9 +105,15 @@ def main():
     if first_kiln:
         line += "; first: " + first_kiln[:160]
     print(line)
-    if counts["kiln"] or counts["program"]:
+    # A program that fails after the tool lost track may have failed because
+    # of it (racecheck's "failed to handle a hardware exception" left an
+    # illegal address behind in a test that passes under memcheck, H200,
+    # 2026-11-27): inconclusive, not a finding.
+    if counts["kiln"]:
         return 1
-    return 3 if counts["tool"] else 0
+    if counts["tool"]:
+        return 3
+    return 1 if counts["program"] else 0
 
 
 if __name__ == "__main__":

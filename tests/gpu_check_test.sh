@@ -82,6 +82,9 @@ echo 'exec sleep 20' >>"$b2/slow_cuda"
 # A test program that fails: the tool says so, and it is no finding of kiln's.
 report fails_cuda
 echo 'exit 1' >>"$b2/fails_cuda"
+# The tool lost track, then the program failed: inconclusive, not a finding.
+report lostfails_cuda '========= Internal Sanitizer Error: The Sanitizer failed to handle a hardware exception.' '========= '
+echo 'exit 1' >>"$b2/lostfails_cuda"
 report tests/sanitizer_canary
 cat >"$b2/CTestTestfile.cmake" <<CT
 add_test(nccl_cuda "$b2/nccl_cuda")
@@ -90,6 +93,7 @@ add_test(lost_cuda "$b2/lost_cuda")
 add_test(clean_cuda "$b2/clean_cuda")
 add_test(slow_cuda "$b2/slow_cuda")
 add_test(fails_cuda "$b2/fails_cuda")
+add_test(lostfails_cuda "$b2/lostfails_cuda")
 CT
 cat >"$work/bin/compute-sanitizer" <<'SAN'
 #!/bin/bash
@@ -117,7 +121,7 @@ SAN
 chmod +x "$work/bin/compute-sanitizer"
 rc=0
 PATH="$work/bin:$PATH" KILN_BUILD_DIR="$b2" KILN_CHECK_BUDGET=120 KILN_SANITIZE_JOBS=2 KILN_SANITIZER_TIMEOUT=8 \
-  KILN_SANITIZE_RUNS="memcheck:nccl_cuda memcheck:bug_cuda racecheck:lost_cuda initcheck:clean_cuda memcheck:slow_cuda synccheck:fails_cuda" \
+  KILN_SANITIZE_RUNS="memcheck:nccl_cuda memcheck:bug_cuda racecheck:lost_cuda initcheck:clean_cuda memcheck:slow_cuda synccheck:fails_cuda racecheck:lostfails_cuda" \
   "$root/scripts/gpu-check.sh" "$work/out2" sanitize >"$work/log2" 2>&1 || rc=$?
 summary="$work/out2/summary.txt"
 if [[ $rc -ne 1 ]]; then cat "$work/log2"; fail "gpu-check's sanitize exited $rc, expected 1 (a finding)"; fi
@@ -129,7 +133,8 @@ want='^sanitize canary memcheck +passed
 ^sanitize racecheck lost_cuda +UNSURE .*tool lost track 1.*\[kiln.s kernels only\]$
 ^sanitize initcheck clean_cuda +passed [^[]*$
 ^sanitize memcheck slow_cuda +FAILED +TIMEOUT before the limit: kiln.s 1,
-^sanitize synccheck fails_cuda +FAILED +FAILED\(rc=1\) kiln.s 0, .*, the test program failed'
+^sanitize synccheck fails_cuda +FAILED +FAILED\(rc=1\) kiln.s 0, .*, the test program failed
+^sanitize racecheck lostfails_cuda +UNSURE +FAILED\(rc=1\) kiln.s 0, .*tool lost track 1, the test program failed'
 mapfile -t lines <"$summary"
 i=0
 while IFS= read -r pattern; do
