@@ -8,6 +8,9 @@
 //  - plan_epilogues (planning/epilogue_plan.hpp) on step programs built op
 //    by op: which products pair into which cuBLASLt epilogues, and what
 //    happens when the heuristic refuses one half of a pair;
+//  - find_narrow_step (planning/narrow_step.hpp): which programs are the
+//    narrow one-hidden-layer step, with every buffer where the ops name it,
+//    and each condition it checks refusing on its own;
 //  - TimingGuard (planning/timing_guard.hpp) on host memory: every buffer a
 //    Linear op's timing fills or writes is back as it was afterwards (also
 //    when the timing throws, also with aliased buffers), fills come before
@@ -21,15 +24,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/planning/epilogue_plan.hpp"
 #include "backend/cuda/planning/graph_runs.hpp"
 #include "backend/cuda/planning/lt_layout.hpp"
+#include "backend/cuda/planning/narrow_step.hpp"
 #include "backend/cuda/planning/timing_guard.hpp"
 #include "backend_harness.hpp"
 #include "core/error.hpp"
@@ -341,6 +348,86 @@ void epilogue_planning() {
   check(relu_mask_ld(1) == 128 && relu_mask_ld(128) == 128 && relu_mask_ld(129) == 256, "mask ld rounds to 128");
 }
 
+// ---- the narrow step -------------------------------------------------------------
+
+// `in`-`hidden`-`classes` as the trainer builds it: [gather, linear0,
+// linear1, loss, backward1, backward0, sgd], each op reading what the one
+// before it wrote.
+std::vector<StepOp> narrow_mlp(int64_t in = 784, int64_t hidden = 32, int64_t classes = 10) {
+  const LinearOp l0 = linear(128, in, hidden, 1, 2, 3, UnaryOp::Relu),
+                 l1 = linear(128, hidden, classes, 2, 4, 5, UnaryOp::Identity);
+  LossOp loss;
+  loss.args.rows = 128, loss.args.cols = classes;
+  loss.args.pred = l1.y, loss.args.target = buf(20), loss.args.dpred = buf(10);
+  loss.args.grad_scale = 1.0 / 128, loss.args.label_smoothing = 0.1;
+  loss.args.stats = static_cast<double *>(buf(21));
+  return {GatherOp{}, l0, l1, loss, backward(l1, 10, 11, 12), backward(l0, 11, 0, 13), SgdOp{}};
+}
+
+template <class Op> Op &op_at(std::vector<StepOp> &ops, size_t i) { return std::get<Op>(ops[i]); }
+
+void narrow_step_planning() {
+  g_case = "narrow: 784-32-10";
+  {
+    std::vector<StepOp> ops = narrow_mlp();
+    const std::optional<NarrowStep> s = find_narrow_step(ops, kFastNarrow);
+    check(s.has_value(), "the tutorial's step is a narrow step");
+    if (s) {
+      check(s->first == 1 && s->last == 5, "it covers the five ops from linear0 to backward0");
+      check(s->rows == 128 && s->in == 784 && s->hidden == 32 && s->classes == 10, "its shape");
+      check(s->x == buf(1) && s->w1 == buf(102) && s->b1 == buf(3) && s->h == buf(2), "the hidden layer's buffers");
+      check(s->w2 == buf(104) && s->b2 == buf(5) && s->logits == buf(4), "the output layer's buffers");
+      check(s->labels == buf(20) && s->dlogits == buf(10) && s->stats == buf(21), "the loss's buffers");
+      check(s->grad_scale == 1.0 / 128 && s->smoothing == 0.1, "the loss's scale and smoothing");
+      check(s->dh == buf(11) && s->dw2 == buf(210) && s->db2 == buf(12), "the second backward's buffers");
+      check(s->dw1 == buf(211) && s->db1 == buf(13), "the first backward's buffers");
+      check(s->act == UnaryOp::Relu, "its activation");
+    }
+    check(!find_narrow_step(ops, kFastAll & ~uint32_t(kFastNarrow)), "not without kFastNarrow");
+  }
+  g_case = "narrow: limits and variants it takes";
+  {
+    check(find_narrow_step(narrow_mlp(5, 64, 32), kFastNarrow).has_value(), "64 hidden units and 32 classes");
+    check(find_narrow_step(narrow_mlp(1, 1, 1), kFastNarrow).has_value(), "1-1-1");
+    std::vector<StepOp> ops = narrow_mlp();
+    op_at<LinearOp>(ops, 1).act = UnaryOp::Identity, op_at<LinearBackwardOp>(ops, 5).act = UnaryOp::Identity;
+    op_at<LinearOp>(ops, 1).b = nullptr, op_at<LinearBackwardOp>(ops, 5).db = nullptr;
+    op_at<LinearOp>(ops, 2).b = nullptr, op_at<LinearBackwardOp>(ops, 4).db = nullptr;
+    const std::optional<NarrowStep> s = find_narrow_step(ops, kFastNarrow);
+    check(s && s->act == UnaryOp::Identity && !s->b1 && !s->b2 && !s->db1 && !s->db2,
+          "an identity hidden layer without biases");
+  }
+  // Each condition alone refuses.
+  const std::pair<const char *, std::function<void(std::vector<StepOp> &)>> refusals[] = {
+      {"65 hidden units", [](std::vector<StepOp> &o) { o = narrow_mlp(784, 65, 10); }},
+      {"33 classes", [](std::vector<StepOp> &o) { o = narrow_mlp(784, 32, 33); }},
+      {"bf16", [](std::vector<StepOp> &o) { op_at<LinearOp>(o, 1).t = DType::BF16; }},
+      {"f64 loss", [](std::vector<StepOp> &o) { op_at<LossOp>(o, 3).args.t = DType::F64; }},
+      {"GELU", [](std::vector<StepOp> &o) {
+         op_at<LinearOp>(o, 1).act = UnaryOp::Gelu, op_at<LinearBackwardOp>(o, 5).act = UnaryOp::Gelu;
+       }},
+      {"a kept pre-activation", [](std::vector<StepOp> &o) { op_at<LinearOp>(o, 1).pre = buf(30); }},
+      {"an activated output layer", [](std::vector<StepOp> &o) { op_at<LinearOp>(o, 2).act = UnaryOp::Relu; }},
+      {"MSE", [](std::vector<StepOp> &o) { op_at<LossOp>(o, 3).kind = KILN_LOSS_MSE; }},
+      {"a loss without gradient", [](std::vector<StepOp> &o) { op_at<LossOp>(o, 3).args.dpred = nullptr; }},
+      {"a loss of other logits", [](std::vector<StepOp> &o) { op_at<LossOp>(o, 3).args.pred = buf(40); }},
+      {"a backward of another gradient", [](std::vector<StepOp> &o) { op_at<LinearBackwardOp>(o, 4).dy = buf(41); }},
+      {"a first layer with dx", [](std::vector<StepOp> &o) { op_at<LinearBackwardOp>(o, 5).dx = buf(42); }},
+      {"a second layer without dx", [](std::vector<StepOp> &o) { op_at<LinearBackwardOp>(o, 4).dx = nullptr; }},
+      {"backward of another input", [](std::vector<StepOp> &o) { op_at<LinearBackwardOp>(o, 5).x = buf(43); }},
+      {"a bias without its gradient", [](std::vector<StepOp> &o) { op_at<LinearBackwardOp>(o, 5).db = nullptr; }},
+      {"an op between", [](std::vector<StepOp> &o) { o.insert(o.begin() + 3, DropoutOp{}); }},
+      {"rows that differ", [](std::vector<StepOp> &o) { op_at<LinearOp>(o, 2).rows = 64; }},
+      {"another Linear op", [](std::vector<StepOp> &o) { o.push_back(linear(128, 10, 10, 4, 6, 0, UnaryOp::Relu)); }},
+  };
+  for (const auto &[what, change] : refusals) {
+    g_case = std::string("narrow refuses: ") + what;
+    std::vector<StepOp> ops = narrow_mlp();
+    change(ops);
+    check(!find_narrow_step(ops, kFastAll), std::string("not a narrow step: ") + what);
+  }
+}
+
 // ---- cuBLASLt layouts -----------------------------------------------------------
 
 // C = op(A) op(B) with cuBLAS's column-major semantics and leading
@@ -562,6 +649,7 @@ void timing_guard() {
 int main() {
   graph_runs();
   epilogue_planning();
+  narrow_step_planning();
   lt_layouts();
   timing_guard();
   return kiln::test::finish("cuda_planning_test");

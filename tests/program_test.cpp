@@ -19,9 +19,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "backend/cuda/planning/narrow_step.hpp"
 #include "backend_harness.hpp"
 #include "thread_collective.hpp"
 #include "core/context.hpp"
@@ -784,6 +786,14 @@ void test_step_builder(Context &c) {
   const LossOp *loss = std::get_if<LossOp>(&p.ops[3]);
   CHECK(loss && loss->args.label_smoothing == 0.1 && loss->args.target == batch_y.data() &&
         loss->args.stats == stats_field(stats.data(), offsetof(StepStats, pass)) && loss->args.rows == 16);
+  // The trainer's own step of a one-hidden-layer model is what CUDA's
+  // narrow step kernels take (planning/narrow_step.hpp), buffers and all.
+  const std::optional<cuda::NarrowStep> narrow = cuda::find_narrow_step(p.ops, kFastAll);
+  CHECK(narrow && narrow->first == 1 && narrow->last == 5);
+  CHECK(narrow && narrow->rows == 16 && narrow->in == 6 && narrow->hidden == 8 && narrow->classes == 3);
+  CHECK(narrow && narrow->x == batch_x.data() && narrow->labels == batch_y.data() && narrow->smoothing == 0.1 &&
+        narrow->act == UnaryOp::Relu && narrow->b1 && narrow->b2);
+  CHECK(narrow && narrow->dw1 == grads.data() && narrow->stats == loss->args.stats);
 
   g_case = "step builder: evaluation of a caller's batch";
   b.trains = false, b.training = false, b.source = nullptr;
@@ -791,6 +801,7 @@ void test_step_builder(Context &c) {
   CHECK(names_of(p) == std::vector<std::string>({"linear", "linear", "loss"}));
   loss = std::get_if<LossOp>(&p.ops.back());
   CHECK(loss && loss->args.dpred == nullptr && loss->args.stats == stats_field(stats.data(), offsetof(StepStats, step)));
+  CHECK(!cuda::find_narrow_step(p.ops, kFastAll));  // no backward to fuse
 
   g_case = "step builder: clipping";
   config.grad_clip = 1.5;
@@ -871,6 +882,7 @@ void test_fast_path_with_env() {
   g_case = "cuDNN is off by default";
   CHECK(TrainerOptions{}.fast_path == kFastDefault);
   CHECK((kFastDefault & kFastCudnn) == 0);
+  CHECK((kFastDefault & kFastNarrow) == 0);
   CHECK(kFastDefault == (kFastEpilogues | kFastGraphs));
   struct Case { const char *enable, *disable; uint32_t asked, want; };
   const Case cases[] = {
@@ -882,8 +894,11 @@ void test_fast_path_with_env() {
       {nullptr, "epilogues,cudnn", kFastAll, kFastAll & ~uint32_t(kFastEpilogues | kFastCudnn)},
       {nullptr, "all", kFastAll, 0},
       {nullptr, "cudnn,,graphs", kFastAll, kFastAll & ~uint32_t(kFastGraphs | kFastCudnn)},
-      {"cudnn", nullptr, kFastDefault, kFastAll},
+      {"cudnn", nullptr, kFastDefault, kFastDefault | kFastCudnn},
+      {"cudnn,narrow", nullptr, kFastDefault, kFastAll},
       {"cudnn", nullptr, 0, kFastCudnn},
+      {"narrow", nullptr, 0, kFastNarrow},
+      {nullptr, "narrow", kFastAll, kFastAll & ~uint32_t(kFastNarrow)},
       {"all", nullptr, 0, kFastAll},
       {"cudnn", "cudnn", kFastDefault, kFastDefault},  // disabling wins
       {"all", "graphs", 0, kFastAll & ~uint32_t(kFastGraphs)},

@@ -1037,7 +1037,7 @@ static void test_step_errors(void **state) {
   assert_last_error_contains("eps must be > 0, got 0");
   assert_status(kiln_trainer_options_set_optimizer(o, (kiln_optimizer_kind)3), KILN_ERROR_INVALID_ARGUMENT);
   assert_last_error_contains("optimizer must be one of sgd, adam, adamw, got 3");
-  assert_status(kiln_trainer_options_set_fast_path(o, 8), KILN_ERROR_INVALID_ARGUMENT);
+  assert_status(kiln_trainer_options_set_fast_path(o, KILN_FAST_PATH_ALL + 1), KILN_ERROR_INVALID_ARGUMENT);
   assert_status(kiln_trainer_options_set_bucket_bytes(o, -1), KILN_ERROR_INVALID_ARGUMENT);
   assert_status(kiln_trainer_options_set_precision(o, (kiln_precision)3), KILN_ERROR_INVALID_ARGUMENT);
   assert_status(kiln_trainer_options_set_loss(o, (kiln_loss_kind)3), KILN_ERROR_INVALID_ARGUMENT);

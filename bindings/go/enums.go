@@ -232,6 +232,9 @@ const (
 	FastPathGraphs FastPath = C.KILN_FAST_PATH_GRAPHS
 	// FastPathCuDNN runs cuDNN's fused graphs.
 	FastPathCuDNN FastPath = C.KILN_FAST_PATH_CUDNN
+	// FastPathNarrow runs a narrow one-hidden-layer step as two of kiln's
+	// own CUDA kernels.
+	FastPathNarrow FastPath = C.KILN_FAST_PATH_NARROW
 	// FastPathNone runs every step as the plain sequence of kernels.
 	FastPathNone FastPath = 0
 	// FastPathAll is every part.

@@ -98,10 +98,11 @@ uint32_t fast_path_names(const char *var) {
     if (name == "epilogues") bits |= kFastEpilogues;
     else if (name == "graphs") bits |= kFastGraphs;
     else if (name == "cudnn") bits |= kFastCudnn;
+    else if (name == "narrow") bits |= kFastNarrow;
     else if (name == "all") bits |= kFastAll;
     else if (!name.empty())
       fail(KILN_ERROR_INVALID_ARGUMENT, std::string(var) + " names \"" + excerpt(name, 32) +
-                                            "\"; expected a comma-separated list of epilogues, graphs, cudnn or all");
+                                            "\"; expected a comma-separated list of epilogues, graphs, cudnn, narrow or all");
     if (comma == std::string::npos) break;
     start = comma + 1;
   }

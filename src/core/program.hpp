@@ -40,17 +40,20 @@ enum FastPath : uint32_t {
   kFastEpilogues = KILN_FAST_PATH_EPILOGUES,
   kFastGraphs = KILN_FAST_PATH_GRAPHS,  // steps captured as CUDA graphs and replayed
   kFastCudnn = KILN_FAST_PATH_CUDNN,    // cuDNN's fused graphs where measured faster
+  // CUDA: a one-hidden-layer step as two of kiln's own kernels
+  // (backend/cuda/planning/narrow_step.hpp).
+  kFastNarrow = KILN_FAST_PATH_NARROW,
   kFastAll = KILN_FAST_PATH_ALL,
-  // What a trainer uses unless told otherwise: cuDNN stays off until a GPU
-  // run has shown it correct and faster than the cuBLASLt path.
+  // What a trainer uses unless told otherwise: cuDNN and the narrow step
+  // stay off until a GPU run has shown them correct and faster.
   kFastDefault = kFastEpilogues | kFastGraphs,
 };
 
 // `asked` (a trainer's option, or kFastDefault), plus the parts the
 // KILN_ENABLE environment variable names, less those KILN_DISABLE names
 // (disabling wins). Each is a comma-separated list of "epilogues", "graphs",
-// "cudnn" or "all"; an unknown name throws INVALID_ARGUMENT naming it and
-// the variable.
+// "cudnn", "narrow" or "all"; an unknown name throws INVALID_ARGUMENT naming
+// it and the variable.
 uint32_t fast_path_with_env(uint32_t asked);
 
 // ---- ops. All pointers are device pointers of the program's device. -------

@@ -264,8 +264,10 @@ namespace Kiln
         Graphs = 2,
         /// <summary><c>KILN_FAST_PATH_CUDNN</c>.</summary>
         Cudnn = 4,
+        /// <summary><c>KILN_FAST_PATH_NARROW</c>.</summary>
+        Narrow = 8,
         /// <summary><c>KILN_FAST_PATH_ALL</c>.</summary>
-        All = 7,
+        All = 15,
     }
 
     /// <summary>When a progress report is made. Generated from <c>kiln_progress_phase</c>.</summary>

@@ -259,8 +259,10 @@ impl FastPath {
     pub const GRAPHS: FastPath = FastPath(sys::kiln_fast_path_KILN_FAST_PATH_GRAPHS);
     /// cuDNN's fused graphs.
     pub const CUDNN: FastPath = FastPath(sys::kiln_fast_path_KILN_FAST_PATH_CUDNN);
-    /// Every part (kiln's default is `EPILOGUES | GRAPHS`: cuDNN stays off
-    /// until a GPU run shows it correct and faster).
+    /// A narrow one-hidden-layer step as two of kiln's own CUDA kernels.
+    pub const NARROW: FastPath = FastPath(sys::kiln_fast_path_KILN_FAST_PATH_NARROW);
+    /// Every part (kiln's default is `EPILOGUES | GRAPHS`: cuDNN and the
+    /// narrow step stay off until a GPU run shows them correct and faster).
     pub const ALL: FastPath = FastPath(sys::kiln_fast_path_KILN_FAST_PATH_ALL);
 
     /// The kiln_fast_path bits.
