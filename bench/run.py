@@ -22,7 +22,9 @@ failure is recorded, not fatal). On a GPU kiln also runs as kiln-plain, with
 its fast path off (--fast-path 0: no CUDA graphs, cuBLASLt epilogues or cuDNN),
 and A and B as kiln-cudnn, with everything on, cuDNN included: its lines after
 the table give, per Linear op of each step program, cuDNN's time against the
-cuBLASLt path's and which one the plan took (kiln_bench --programs 1).
+cuBLASLt path's and which one the plan took (kiln_bench --programs 1); and A
+as kiln-narrow, the default with the narrow step (its forward, loss and
+backward as two of kiln's own kernels, KILN_FAST_PATH_NARROW).
 
 Each run is its own process (so peak memory is per run); repeat r uses seed r
 on every side. Every training run first does --warmup untimed epochs (default
@@ -434,6 +436,10 @@ def measure(args, gpu, workloads, loops, kiln, py, threads, suffixed, results, p
             # its programs say, per Linear op, cuDNN's time against the
             # cuBLASLt path's and which the plan took.
             impls["kiln-cudnn"] = impls["kiln"] + ["--fast-path", "7", "--programs", "1"]
+            # The default plus the narrow step's two kernels (off by default
+            # until measured), which only a one-hidden-layer model takes.
+            if w == "A":
+                impls["kiln-narrow"] = impls["kiln"] + ["--fast-path", "11", "--programs", "1"]
         if torch_bench:
             for loop in loops:
                 if loop == "dataloader" and w != "A" and gpu:

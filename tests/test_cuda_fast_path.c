@@ -8,7 +8,8 @@
  *    per-step lr / step / dropout seed / batch offset all reach the kernels;
  *  - everything vs nothing: equal to float rounding after one step
  *    (epilogues round the bias add once instead of twice and sum bias
- *    gradients in f32), and close after 48, where ReLU kinks and momentum
+ *    gradients in f32; the narrow step's kernels, which a one-hidden-layer
+ *    model takes with KILN_FAST_PATH_ALL, sum in another order), and close after 48, where ReLU kinks and momentum
  *    have amplified that rounding; in bf16 with Adam, all but a few
  *    weights (one with a near-zero gradient can go either way there);
  *  - CUDA vs CPU: the same, which needs the same shuffle permutation,
@@ -118,6 +119,7 @@ static void test_fast_path_matches_plain_kernels(void **state) {
       {"2-64-64-3", KILN_OPTIM_ADAM, KILN_PRECISION_FP32, 5},         /* runs of 5 and 1 steps */
       {"2-64-64-3:dropout=0.2", KILN_OPTIM_SGD, KILN_PRECISION_FP32, 0}, /* dropout breaks the pairs */
       {"2-64-64-3:gelu", KILN_OPTIM_SGD, KILN_PRECISION_FP32, 0},     /* GELU: kernels */
+      {"2-32-3", KILN_OPTIM_SGD, KILN_PRECISION_FP32, 0},             /* one hidden layer: the narrow step */
   };
   static double all[MAX_PARAMS], graphs[MAX_PARAMS], plain[MAX_PARAMS], host[MAX_PARAMS];
   for (size_t i = 0; i < sizeof configs / sizeof *configs; ++i) {

@@ -1,5 +1,5 @@
 // Host-side launchers of kiln's own CUDA kernels (elementwise.cu, reduce.cu,
-// nn_kernels.cu, optim.cu, shuffle.cu, steps.cu). Each queues its kernel(s) on
+// nn_kernels.cu, optim.cu, shuffle.cu, steps.cu, narrow_step.cu). Each queues its kernel(s) on
 // `L.stream` and checks the launch; the semantics are those of the same-named
 // Backend methods. A `step` argument is a device pointer to the StepParams
 // block of the step, read by the kernels, never by the host.
@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/planning/narrow_step.hpp"
 #include "core/backend.hpp"
 
 namespace kiln::cuda {
@@ -58,5 +59,9 @@ void shuffle(const Launch &L, int64_t n, uint64_t seed, int64_t *out, void *scra
 // increments *cursor, on the device, at the start of each captured step.
 void set_cursor(const Launch &L, int64_t *cursor, int64_t first);
 void advance_step(const Launch &L, const StepParams *table, int64_t *cursor, StepParams *current);
+
+// narrow_step.cu: the five ops of a narrow step (planning/narrow_step.hpp) as
+// two kernels; afterwards every buffer they name holds what the ops leave.
+void narrow_step(const Launch &L, const NarrowStep &step);
 
 }  // namespace kiln::cuda

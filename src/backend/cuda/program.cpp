@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_backend.hpp"
 #include "backend/cuda/planning/epilogue_plan.hpp"
 #include "backend/cuda/planning/graph_runs.hpp"
+#include "backend/cuda/planning/narrow_step.hpp"
 #include "backend/cuda/planning/timing_guard.hpp"
 
 namespace kiln::cuda {
@@ -105,6 +106,7 @@ class CudaExecutable final : public Executable, private StepLauncher {
   std::vector<void *> owned_;    // device memory: ReLU bit-masks, the cursor
   int fused_linear_ = 0, fused_backward_ = 0, linear_ = 0, backward_ = 0;
   int cudnn_linear_ = 0, cudnn_backward_ = 0;
+  std::string narrow_;  // describe()'s part for a narrow step: its shape
   std::string cudnn_;  // describe()'s cuDNN part: the per-op choices, or why cuDNN is unavailable
   Cursor *cursor_ = nullptr;
   cudaStream_t capture_stream_ = nullptr;
@@ -180,6 +182,21 @@ void CudaExecutable::plan_fused_ops() {
   const std::vector<StepOp> &ops = program_.ops;
   const uint32_t fast = program_.fast_path;
   Gemm &gemm = backend_.matmuls(index_);
+
+  // A narrow step's five ops are two kernels, and then its program has no
+  // other Linear op to fuse: the rest (gather, clipping, the optimizer) runs
+  // as kernels.
+  if (const std::optional<NarrowStep> narrow = find_narrow_step(ops, fast)) {
+    narrow_ = std::to_string(narrow->in) + "-" + std::to_string(narrow->hidden) + "-" +
+              std::to_string(narrow->classes) + " rows " + std::to_string(narrow->rows);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (i == narrow->first)
+        actions_.push_back([this, s = *narrow](const StepParams *) { narrow_step(backend_.launch(index_), s); });
+      else if (i < narrow->first || i > narrow->last)
+        actions_.push_back([this, o = ops[i]](const StepParams *step) { run_op(backend_, index_, o, step); });
+    }
+    return;
+  }
 
   // The bit-mask of every candidate pair; those of pairs the heuristic
   // refuses are freed again below. Zeroed once: cuBLASLt's epilogue kernels
@@ -373,7 +390,9 @@ StepLauncher::Graph CudaExecutable::capture(int64_t steps) {
 
 std::string CudaExecutable::describe() const {
   std::string s;
-  if (fused_linear_ + fused_backward_ > 0)
+  if (!narrow_.empty())
+    s = "narrow step kernels (" + narrow_ + ")";
+  else if (fused_linear_ + fused_backward_ > 0)
     s = "cublaslt epilogues (" + std::to_string(fused_linear_) + " of " + std::to_string(linear_) + " linear, " +
         std::to_string(fused_backward_) + " of " + std::to_string(backward_) + " linear_backward)";
   else

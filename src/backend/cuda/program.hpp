@@ -1,5 +1,5 @@
 // Backend::compile for CUDA: a step program (core/program.hpp) compiled into
-// a CudaExecutable, with three independent parts of the fast path.
+// a CudaExecutable, with four independent parts of the fast path.
 //
 // cuBLASLt epilogues (kFastEpilogues). A Linear layer's product, bias and
 // ReLU become one cuBLASLt call (RELU_BIAS, BIAS), and the backward's products
@@ -13,6 +13,12 @@
 // cuDNN (kFastCudnn). Each Linear op outside a ReLU pair is timed once per
 // shape against the path above and runs on cuDNN's fused graph where that is
 // faster (cudnn_engine.hpp); describe() lists the choices.
+//
+// The narrow step (kFastNarrow). A training step of a one-hidden-layer f32
+// MLP with at most 64 hidden units and 32 classes under cross-entropy (the
+// tutorial's 784-32-10) runs its forward, loss and backward as two kernels
+// of kiln's own (narrow_step.cu; planning/narrow_step.hpp says which steps),
+// instead of the parts above; the gather and the optimizer stay kernels.
 //
 // CUDA graphs (kFastGraphs). The executable's kernels read one StepParams
 // block it owns, `current`, instead of table + i. Each step begins with a
