@@ -223,10 +223,8 @@ void kiln_test_write_f64(kiln_tensor *tensor, const double *values, int64_t n) {
 
 /* ---- numerical comparison ----------------------------------------------- */
 
-/* How many elements fail the tolerance; *worst gets the index of the one that
- * exceeds it the most (-1 when none do). */
-static int64_t count_mismatches(const double *got, const double *want, int64_t n, double rtol, double atol,
-                                int64_t *worst) {
+int64_t kiln_test_count_mismatches(const double *got, const double *want, int64_t n, double rtol, double atol,
+                                   int64_t *worst) {
   int64_t bad = 0;
   double worst_excess = 0.0;
   *worst = -1;
@@ -261,7 +259,7 @@ static void report_mismatches(const double *got, const double *want, int64_t n, 
 void kiln_test_check_allclose(const double *got, const double *want, int64_t n, double rtol, double atol,
                               const char *file, int line) {
   int64_t worst;
-  int64_t bad = count_mismatches(got, want, n, rtol, atol, &worst);
+  int64_t bad = kiln_test_count_mismatches(got, want, n, rtol, atol, &worst);
   if (bad == 0) return;
   report_mismatches(got, want, n, rtol, atol, bad, worst);
   _fail(file, line);
@@ -273,7 +271,7 @@ void kiln_test_check_tensor_close(const kiln_tensor *tensor, const double *want,
   assert_non_null(got);
   kiln_test_read_f64(tensor, got, n);
   int64_t worst;
-  int64_t bad = count_mismatches(got, want, n, rtol, atol, &worst);
+  int64_t bad = kiln_test_count_mismatches(got, want, n, rtol, atol, &worst);
   if (bad) report_mismatches(got, want, n, rtol, atol, bad, worst);
   free(got); /* before _fail, which does not return */
   if (bad) _fail(file, line);

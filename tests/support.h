@@ -127,6 +127,10 @@ void kiln_test_write_f64(kiln_tensor *tensor, const double *values, int64_t n);
 
 void kiln_test_check_allclose(const double *got, const double *want, int64_t n, double rtol, double atol,
                               const char *file, int line);
+/* How many elements assert_allclose would find outside the bounds; *worst
+ * gets the index of the one that exceeds them the most (-1 when none do). */
+int64_t kiln_test_count_mismatches(const double *got, const double *want, int64_t n, double rtol, double atol,
+                                   int64_t *worst);
 void kiln_test_check_tensor_close(const kiln_tensor *tensor, const double *want, int64_t n, double rtol, double atol,
                                   const char *file, int line);
 

@@ -9,10 +9,11 @@
 
 #include <cstdint>
 
-#include "backend/cuda/planning/narrow_step.hpp"
 #include "core/backend.hpp"
 
 namespace kiln::cuda {
+
+struct NarrowStep;  // planning/narrow_step.hpp
 
 // Where and how wide to launch: grid-stride kernels use at most `max_blocks`
 // blocks (enough to fill every SM), so one launch serves any n.

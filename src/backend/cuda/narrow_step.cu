@@ -17,6 +17,7 @@
 // each, then a block per class for dW2's row and db2, then one for db1.
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.hpp"
+#include "backend/cuda/planning/narrow_step.hpp"
 #include "core/formulas/losses.hpp"
 
 namespace kiln::cuda {

@@ -81,6 +81,7 @@ class CudaExecutable final : public Executable, private StepLauncher {
   class DeviceTimingMemory;
 
   void plan_fused_ops();
+  Action kernels_of(const StepOp &op);
   void *alloc_owned(int64_t bytes);
   void run_step(const StepParams *step);
   void run_backward(const LinearBackwardOp &op, const BackwardPlan &plan);
@@ -193,7 +194,7 @@ void CudaExecutable::plan_fused_ops() {
       if (i == narrow->first)
         actions_.push_back([this, s = *narrow](const StepParams *) { narrow_step(backend_.launch(index_), s); });
       else if (i < narrow->first || i > narrow->last)
-        actions_.push_back([this, o = ops[i]](const StepParams *step) { run_op(backend_, index_, o, step); });
+        actions_.push_back(kernels_of(ops[i]));
     }
     return;
   }
@@ -277,7 +278,7 @@ void CudaExecutable::plan_fused_ops() {
 
   for (size_t i = 0; i < ops.size(); ++i) {
     const StepOp &op = ops[i];
-    Action kernels = [this, o = op](const StepParams *step) { run_op(backend_, index_, o, step); };
+    Action kernels = kernels_of(op);
     if (auto *f = std::get_if<LinearOp>(&op)) {
       ++linear_;
       const FusedProduct *forward = plan.find(i, ProductKind::Forward);
@@ -309,6 +310,11 @@ void CudaExecutable::plan_fused_ops() {
       actions_.push_back(kernels);
     }
   }
+}
+
+// The op as core's plain sequence of kernels (run_op).
+CudaExecutable::Action CudaExecutable::kernels_of(const StepOp &op) {
+  return [this, op](const StepParams *step) { run_op(backend_, index_, op, step); };
 }
 
 // core's linear_backward, with whichever parts `plan` fused.
