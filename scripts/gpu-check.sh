@@ -46,7 +46,8 @@
 #              before, FAILED when that holds a finding of kiln's
 #   bench      python3 bench/run.py --device cuda, short (1 repeat, 1 warm-up
 #              and 1 timed epoch, PyTorch eager and graphed)
-#   ncu        ncu: kernels and time per kernel of one training step of A and of B
+#   ncu        ncu: kernels and time per kernel of one training step of A (also with
+#              the narrow step), B (fp32 and tf32) and W (bf16)
 # A stage whose tool is missing is SKIPPED, one that runs out of time TIMEOUT,
 # one that fails FAILED; the rest go on either way. Exit status: 1 when a
 # stage FAILED, else 3 when one timed out or was UNSURE, else 0.
@@ -522,12 +523,18 @@ stage_ncu() {
   elif [[ ! -x $build/bench/kiln_bench ]]; then
     record ncu SKIPPED "no $build/bench/kiln_bench"
   else
-    for w in A B; do
-      if [[ $w == A ]]; then spec=784-32-10; batch=128; else spec=784-1024-1024-10; batch=1024; fi
+    # One step of each (name spec batch precision fast-path bits, 3 = the
+    # default): A and B as the benchmark trains them, A with the narrow step
+    # (8 + 3), B in tf32 and W in bf16, the precisions of their goals.
+    local profiles=("A 784-32-10 128 fp32 3" "A-narrow 784-32-10 128 fp32 11" "B 784-1024-1024-10 1024 fp32 3"
+      "B-tf32 784-1024-1024-10 1024 tf32 3" "W 4096-4096-4096-4096-4096-10 8192 bf16 3")
+    local profile w spec batch precision bits
+    for profile in "${profiles[@]}"; do
+      read -r w spec batch precision bits <<<"$profile"
       # One step between cuProfilerStart/Stop (kiln_bench --profile-steps), after warm-up steps.
       r=$(timed "$(limit 120)" "$out/ncu-$w.csv" "$ncu" --profile-from-start off --metrics gpu__time_duration.sum \
         --csv --print-units base "$build/bench/kiln_bench" --workload W --spec $spec --batch $batch \
-        --precision fp32 --steps 1 --windows 1 --profile-steps 1 --device cuda)
+        --precision $precision --fast-path $bits --steps 1 --windows 1 --profile-steps 1 --device cuda)
       if [[ $r == PASSED ]]; then
         "$python" "$root/bench/ncu_summary.py" "$out/ncu-$w.csv" --steps 1 >"$out/ncu-$w-summary.txt" 2>&1 ||
           r="FAILED(summary)"
