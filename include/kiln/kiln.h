@@ -1171,9 +1171,10 @@ KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_precision(kiln_trai
  * into the weight-gradient products), CUDA graphs, cuDNN's fused graphs
  * (for Linear layers in bf16, f16 or with TF32; strict f32 products stay on
  * cuBLAS, exact f32), and on CUDA the narrow step: the forward, loss and
- * backward of a one-hidden-layer f32 MLP with at most 64 hidden units and
- * 32 classes trained with cross-entropy (the tutorial's 784-32-10) as two
- * kernels of kiln's own instead of a dozen library kernels. A backend
+ * backward of a one-hidden-layer f32 MLP (not TF32) with at most 64 hidden
+ * units and 32 classes trained with cross-entropy (the tutorial's
+ * 784-32-10) as two kernels of kiln's own instead of a dozen library
+ * kernels. A backend
  * ignores the bits it has no part for, and results agree with every part off
  * within float rounding. */
 typedef enum kiln_fast_path {

@@ -21,6 +21,10 @@ std::optional<NarrowStep> find_narrow_step(const std::vector<StepOp> &ops, uint3
   const int64_t rows = hidden->rows, in = hidden->in, units = hidden->out, classes = output->out;
   const bool f32 = hidden->t == DType::F32 && output->t == DType::F32 && loss->args.t == DType::F32 &&
                    output_back->t == DType::F32 && hidden_back->t == DType::F32;
+  // The kernels multiply in f32 FMAs: a step asked for in TF32 keeps the
+  // tensor cores' products, so that it matches its plain kernels.
+  const bool exact = hidden->math == MathMode::Exact && output->math == MathMode::Exact &&
+                     output_back->math == MathMode::Exact && hidden_back->math == MathMode::Exact;
   const bool shapes = rows > 0 && in > 0 && units > 0 && units <= kNarrowMaxHidden && classes > 0 &&
                       classes <= kNarrowMaxClasses && output->rows == rows && output->in == units &&
                       loss->args.rows == rows && loss->args.cols == classes && output_back->rows == rows &&
@@ -38,7 +42,7 @@ std::optional<NarrowStep> find_narrow_step(const std::vector<StepOp> &ops, uint3
                        hidden_back->w == hidden->w && hidden_back->y == hidden->y && !hidden_back->dx &&
                        hidden_back->dw && (output_back->db != nullptr) == (output->b != nullptr) &&
                        (hidden_back->db != nullptr) == (hidden->b != nullptr);
-  if (!f32 || !shapes || !acts || !chained) return std::nullopt;
+  if (!f32 || !exact || !shapes || !acts || !chained) return std::nullopt;
 
   NarrowStep s;
   s.first = first, s.last = first + 4;

@@ -13,8 +13,10 @@
 //   linear (in -> hidden, ReLU or identity), linear (hidden -> classes),
 //   cross-entropy loss with its gradient, the second linear's backward (with
 //   dx), the first linear's backward (without dx: the first trained layer);
-// f32 throughout, no kept pre-activation, hidden <= kNarrowMaxHidden,
-// classes <= kNarrowMaxClasses, and no other Linear op in the program.
+// f32 throughout with exact products (not TF32: the kernels' FMAs would
+// not round as the plain kernels' tensor cores do), no kept pre-activation,
+// hidden <= kNarrowMaxHidden, classes <= kNarrowMaxClasses, and no other
+// Linear op in the program.
 #pragma once
 
 #include <cstddef>
