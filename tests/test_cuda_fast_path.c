@@ -13,7 +13,9 @@
  *    have amplified that rounding; in bf16 with Adam, all but a few
  *    weights (one with a near-zero gradient can go either way there);
  *  - CUDA vs CPU: the same, which needs the same shuffle permutation,
- *    dropout masks and optimizer arithmetic on both backends. */
+ *    dropout masks and optimizer arithmetic on both backends;
+ *  - the last epoch's loss and accuracy, which the loss kernels (or the
+ *    narrow step) add up on the device: the same three ways. */
 #include "support.h"
 
 #include <math.h>
@@ -40,11 +42,39 @@ static kiln_dataset *planar(kiln_context *ctx, uint64_t seed, int64_t n) {
   return kiln_test_dataset(ctx, x, y, n, 2, cpu);
 }
 
+/* `n` points of `features` values in [-2, 2], labelled by the largest of
+ * `classes` fixed linear scores (weights sin(1 + c * features + f)). */
+static kiln_dataset *scored(kiln_context *ctx, uint64_t seed, int64_t n, int64_t features, int64_t classes) {
+  kiln_test_rng rng = kiln_test_rng_make(seed);
+  float *x = malloc((size_t)(n * features) * sizeof *x);
+  int64_t *y = malloc((size_t)n * sizeof *y);
+  assert_non_null(x);
+  assert_non_null(y);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t f = 0; f < features; ++f) x[i * features + f] = (float)kiln_test_rng_uniform(&rng, -2, 2);
+    double best = -INFINITY;
+    for (int64_t c = 0; c < classes; ++c) {
+      double score = 0;
+      for (int64_t f = 0; f < features; ++f) score += x[i * features + f] * sin(1.0 + (double)(c * features + f));
+      if (score > best) best = score, y[i] = c;
+    }
+  }
+  kiln_dataset *ds = kiln_test_dataset(ctx, x, y, n, features, cpu);
+  free(x);
+  free(y);
+  return ds;
+}
+
 typedef struct {
   const char *spec;
   kiln_optimizer_kind optimizer;
   kiln_precision precision;
   int64_t interval; /* progress interval: runs of that many steps */
+  /* The data: 0 features for planar's (2 features, 3 classes), else
+   * scored's; `short_by` samples fewer than the runs' 32 and 512, so that
+   * the last batch is partial; the loss's label smoothing. */
+  int64_t features, classes, short_by;
+  double smoothing;
 } config;
 
 static int keep_going(void *user, const kiln_progress *p) {
@@ -55,11 +85,11 @@ static int keep_going(void *user, const kiln_progress *p) {
 
 /* Trains a fresh model of `c` on `device` with `fast_path` for `epochs`
  * epochs of `samples` points (batches of 32) and returns its parameters (as
- * doubles) and their count. */
+ * doubles) and their count, and the last epoch's statistics in *last. */
 static int64_t train(const config *c, kiln_device device, uint32_t fast_path, int64_t samples, int64_t epochs,
-                     double *params) {
+                     double *params, kiln_epoch_stats *last) {
   kiln_context *ctx = kiln_test_context_create(11);
-  kiln_dataset *ds = planar(ctx, 5, samples);
+  kiln_dataset *ds = c->features ? scored(ctx, 5, samples, c->features, c->classes) : planar(ctx, 5, samples);
   kiln_model_spec *spec = NULL;
   kiln_model *model = NULL;
   assert_kiln_ok(kiln_model_spec_create(&spec));
@@ -77,10 +107,13 @@ static int64_t train(const config *c, kiln_device device, uint32_t fast_path, in
   assert_kiln_ok(kiln_trainer_options_set_progress_interval(o, c->interval));
   assert_kiln_ok(kiln_trainer_options_set_precision(o, c->precision));
   assert_kiln_ok(kiln_trainer_options_set_fast_path(o, fast_path));
+  assert_kiln_ok(kiln_trainer_options_set_label_smoothing(o, c->smoothing));
   assert_kiln_ok(kiln_trainer_create(model, o, &trainer));
   kiln_trainer_options_release(o);
   kiln_history *h = NULL;
   assert_kiln_ok(kiln_trainer_fit(trainer, ds, NULL, epochs, c->interval ? keep_going : NULL, NULL, &h));
+  last->struct_size = sizeof *last;
+  assert_kiln_ok(kiln_history_get(h, epochs - 1, last));
   int64_t tensors = 0, at = 0;
   assert_kiln_ok(kiln_model_num_parameter_tensors(model, &tensors));
   for (int64_t i = 0; i < tensors; ++i) {
@@ -113,8 +146,16 @@ static void test_fast_path_matches_plain_kernels(void **state) {
       {"2-64-64-3:dropout=0.2", KILN_OPTIM_SGD, KILN_PRECISION_FP32, 0}, /* dropout breaks the pairs */
       {"2-64-64-3:gelu", KILN_OPTIM_SGD, KILN_PRECISION_FP32, 0},     /* GELU: kernels */
       {"2-32-3", KILN_OPTIM_SGD, KILN_PRECISION_FP32, 0},             /* one hidden layer: the narrow step */
+      /* The narrow step's edges: more than 32 inputs (two column tiles of
+       * dW1, several per lane), more than 32 hidden units (a second column
+       * of the backward's sums), batches of 30 (a partial block of 4 rows
+       * in the forward, of 32 in the backward), label smoothing. */
+      {"40-48-5", KILN_OPTIM_SGD, KILN_PRECISION_FP32, 0, 40, 5, 2, 0.1},
+      /* ... and an identity hidden layer without biases. */
+      {"linear(9,20,nobias);linear(20,4,nobias)", KILN_OPTIM_SGD, KILN_PRECISION_FP32, 0, 9, 4, 0, 0},
   };
   static double all[MAX_PARAMS], graphs[MAX_PARAMS], plain[MAX_PARAMS], host[MAX_PARAMS];
+  kiln_epoch_stats all_stats, graphs_stats, plain_stats, host_stats;
   for (size_t i = 0; i < sizeof configs / sizeof *configs; ++i) {
     const config *c = &configs[i];
     const int bf16 = c->precision == KILN_PRECISION_BF16, adam = c->optimizer == KILN_OPTIM_ADAM;
@@ -123,13 +164,16 @@ static void test_fast_path_matches_plain_kernels(void **state) {
      * near-zero gradient rounded to the other sign moves it by 2 lr (0.02
      * in bf16 on an H200, 2026-11-27); later steps average that out. */
     for (int long_run = adam; long_run < 2; ++long_run) {
-      const int64_t samples = long_run ? N_SAMPLES : 32, epochs = long_run ? 3 : 1;
+      const int64_t samples = (long_run ? N_SAMPLES : 32) - c->short_by, epochs = long_run ? 3 : 1;
       print_message("%s, optimizer %d, precision %d, interval %lld, %lld step(s)\n", c->spec, (int)c->optimizer,
-                    (int)c->precision, (long long)c->interval, (long long)(samples / 32 * epochs));
-      const int64_t n = train(c, gpu, 0, samples, epochs, plain);
-      assert_int_equal(train(c, gpu, KILN_FAST_PATH_GRAPHS, samples, epochs, graphs), n);
+                    (int)c->precision, (long long)c->interval, (long long)((samples + 31) / 32 * epochs));
+      const int64_t n = train(c, gpu, 0, samples, epochs, plain, &plain_stats);
+      assert_int_equal(train(c, gpu, KILN_FAST_PATH_GRAPHS, samples, epochs, graphs, &graphs_stats), n);
       assert_memory_equal(graphs, plain, (size_t)n * sizeof *plain);
-      assert_int_equal(train(c, gpu, KILN_FAST_PATH_ALL, samples, epochs, all), n);
+      /* The loss sums meet in double atomics, in any order. */
+      assert_true(fabs(graphs_stats.train_loss - plain_stats.train_loss) <= 1e-12 * fabs(plain_stats.train_loss));
+      assert_true(graphs_stats.train_accuracy == plain_stats.train_accuracy);
+      assert_int_equal(train(c, gpu, KILN_FAST_PATH_ALL, samples, epochs, all, &all_stats), n);
       /* After one SGD step, f32 rounding (~1e-7 relative in each gradient,
        * times lr) against a wrong op's O(lr * gradient) ~ 1e-3. After 48 the
        * rounding has grown where a ReLU unit flipped: up to 5.6e-5 absolute
@@ -155,8 +199,21 @@ static void test_fast_path_matches_plain_kernels(void **state) {
         continue;
       }
       assert_allclose(all, plain, n, rtol, atol);
-      assert_int_equal(train(c, cpu, 0, samples, epochs, host), n);
+      assert_int_equal(train(c, cpu, 0, samples, epochs, host, &host_stats), n);
       assert_allclose(plain, host, n, rtol, atol);
+      /* The epoch's loss and accuracy, which the loss kernels (or the
+       * narrow step's) add up: equal to rounding in the first epoch (the
+       * statistics are the forward's, before each update), near after three
+       * (the weights' own tolerance); a prediction or two may flip. */
+      const double loss_rtol = !long_run ? 1e-5 : adam ? 1e-2 : 1e-3, flips = 2.0 / (double)samples + 1e-12;
+      const double losses[] = {all_stats.train_loss, host_stats.train_loss}, accuracies[] = {all_stats.train_accuracy,
+                                                                                             host_stats.train_accuracy};
+      for (int k = 0; k < 2; ++k) {
+        print_message("  loss %.9g against %.9g, accuracy %.6g against %.6g\n", losses[k], plain_stats.train_loss,
+                      accuracies[k], plain_stats.train_accuracy);
+        assert_true(fabs(losses[k] - plain_stats.train_loss) <= loss_rtol * fabs(plain_stats.train_loss) + 1e-7);
+        assert_true(fabs(accuracies[k] - plain_stats.train_accuracy) <= flips);
+      }
     }
   }
 }
