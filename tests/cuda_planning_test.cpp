@@ -403,7 +403,8 @@ void narrow_step_planning() {
       {"33 classes", [](std::vector<StepOp> &o) { o = narrow_mlp(784, 32, 33); }},
       {"bf16", [](std::vector<StepOp> &o) { op_at<LinearOp>(o, 1).t = DType::BF16; }},
       {"f64 loss", [](std::vector<StepOp> &o) { op_at<LossOp>(o, 3).args.t = DType::F64; }},
-      {"TF32 products", [](std::vector<StepOp> &o) { op_at<LinearBackwardOp>(o, 5).math = MathMode::Tf32; }},
+      {"a TF32 forward", [](std::vector<StepOp> &o) { op_at<LinearOp>(o, 1).math = MathMode::Tf32; }},
+      {"a TF32 backward", [](std::vector<StepOp> &o) { op_at<LinearBackwardOp>(o, 5).math = MathMode::Tf32; }},
       {"GELU", [](std::vector<StepOp> &o) {
          op_at<LinearOp>(o, 1).act = UnaryOp::Gelu, op_at<LinearBackwardOp>(o, 5).act = UnaryOp::Gelu;
        }},
