@@ -523,18 +523,20 @@ stage_ncu() {
   elif [[ ! -x $build/bench/kiln_bench ]]; then
     record ncu SKIPPED "no $build/bench/kiln_bench"
   else
-    # One step of each (name spec batch precision fast-path bits, 3 = the
-    # default): A and B as the benchmark trains them, A with the narrow step
-    # (8 + 3), B in tf32 and W in bf16, the precisions of their goals.
-    local profiles=("A 784-32-10 128 fp32 3" "A-narrow 784-32-10 128 fp32 11" "B 784-1024-1024-10 1024 fp32 3"
-      "B-tf32 784-1024-1024-10 1024 tf32 3" "W 4096-4096-4096-4096-4096-10 8192 bf16 3")
-    local profile w spec batch precision bits
+    # One step of each (name spec batch precision, then the fast path's
+    # parts added to the library's default through KILN_ENABLE, - for none):
+    # A and B as the benchmark trains them, A with the narrow step, B in tf32
+    # and W in bf16, the precisions of their goals.
+    local profiles=("A 784-32-10 128 fp32 -" "A-narrow 784-32-10 128 fp32 narrow" "B 784-1024-1024-10 1024 fp32 -"
+      "B-tf32 784-1024-1024-10 1024 tf32 -" "W 4096-4096-4096-4096-4096-10 8192 bf16 -")
+    local profile w spec batch precision enable
     for profile in "${profiles[@]}"; do
-      read -r w spec batch precision bits <<<"$profile"
+      read -r w spec batch precision enable <<<"$profile"
+      [[ $enable == - ]] && enable=
       # One step between cuProfilerStart/Stop (kiln_bench --profile-steps), after warm-up steps.
-      r=$(timed "$(limit 120)" "$out/ncu-$w.csv" "$ncu" --profile-from-start off --metrics gpu__time_duration.sum \
-        --csv --print-units base "$build/bench/kiln_bench" --workload W --spec $spec --batch $batch \
-        --precision $precision --fast-path $bits --steps 1 --windows 1 --profile-steps 1 --device cuda)
+      r=$(KILN_ENABLE=$enable timed "$(limit 120)" "$out/ncu-$w.csv" "$ncu" --profile-from-start off \
+        --metrics gpu__time_duration.sum --csv --print-units base "$build/bench/kiln_bench" --workload W \
+        --spec $spec --batch $batch --precision $precision --steps 1 --windows 1 --profile-steps 1 --device cuda)
       if [[ $r == PASSED ]]; then
         "$python" "$root/bench/ncu_summary.py" "$out/ncu-$w.csv" --steps 1 >"$out/ncu-$w-summary.txt" 2>&1 ||
           r="FAILED(summary)"
