@@ -144,18 +144,7 @@ static kiln_trainer *make_reporting_trainer(fixture *f, const char *spec_text, i
 static double *read_weights(kiln_model *m, int64_t *n) {
   assert_kiln_ok(kiln_model_num_parameters(m, n));
   double *w = malloc((size_t)*n * sizeof *w);
-  int64_t tensors = 0, at = 0;
-  assert_kiln_ok(kiln_model_num_parameter_tensors(m, &tensors));
-  for (int64_t i = 0; i < tensors; ++i) {
-    kiln_tensor *p = NULL;
-    int64_t numel = 0;
-    assert_kiln_ok(kiln_model_parameter(m, i, &p));
-    assert_kiln_ok(kiln_tensor_numel(p, &numel));
-    kiln_test_read_f64(p, w + at, numel);
-    at += numel;
-    kiln_tensor_release(p);
-  }
-  assert_int_equal(at, *n);
+  assert_int_equal(kiln_test_read_params(m, w, *n), *n);
   return w;
 }
 
@@ -292,19 +281,9 @@ static void test_buckets_match_one_allreduce(void **state) {
 
 /* Sets every weight of `to` to `from`'s. */
 static void copy_weights(kiln_model *from, kiln_model *to) {
-  int64_t n = 0, tensors = 0, at = 0;
+  int64_t n = 0;
   double *w = read_weights(from, &n);
-  assert_kiln_ok(kiln_model_num_parameter_tensors(to, &tensors));
-  for (int64_t i = 0; i < tensors; ++i) {
-    kiln_tensor *p = NULL;
-    int64_t numel = 0;
-    assert_kiln_ok(kiln_model_parameter(to, i, &p));
-    assert_kiln_ok(kiln_tensor_numel(p, &numel));
-    kiln_test_write_f64(p, w + at, numel);
-    at += numel;
-    kiln_tensor_release(p);
-  }
-  assert_int_equal(at, n);
+  kiln_test_write_params(to, w, n);
   free(w);
 }
 

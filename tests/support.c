@@ -221,6 +221,36 @@ void kiln_test_write_f64(kiln_tensor *tensor, const double *values, int64_t n) {
   assert_kiln_ok(status);
 }
 
+/* Reads model's parameters into out, or writes them from in (the other one
+ * NULL), tensor after tensor; returns their count, failing past capacity. */
+static int64_t params_io(kiln_model *model, double *out, const double *in, int64_t capacity) {
+  int64_t tensors = 0, at = 0;
+  assert_kiln_ok(kiln_model_num_parameter_tensors(model, &tensors));
+  for (int64_t i = 0; i < tensors; ++i) {
+    kiln_tensor *p = NULL;
+    int64_t numel = 0;
+    assert_kiln_ok(kiln_model_parameter(model, i, &p));
+    assert_kiln_ok(kiln_tensor_numel(p, &numel));
+    if (at + numel > capacity) {
+      kiln_tensor_release(p);
+      fail_msg("the model has more than %lld parameters", (long long)capacity);
+    }
+    if (out) kiln_test_read_f64(p, out + at, numel);
+    else kiln_test_write_f64(p, in + at, numel);
+    at += numel;
+    kiln_tensor_release(p);
+  }
+  return at;
+}
+
+int64_t kiln_test_read_params(kiln_model *model, double *out, int64_t capacity) {
+  return params_io(model, out, NULL, capacity);
+}
+
+void kiln_test_write_params(kiln_model *model, const double *values, int64_t n) {
+  assert_int_equal(params_io(model, NULL, values, n), n);
+}
+
 /* ---- numerical comparison ----------------------------------------------- */
 
 int64_t kiln_test_count_mismatches(const double *got, const double *want, int64_t n, double rtol, double atol,

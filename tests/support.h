@@ -113,6 +113,13 @@ void kiln_test_read_f64(const kiln_tensor *tensor, double *out, int64_t n);
 /* Writes n doubles into an f32 or f64 tensor on any device (rounded to f32
  * for an f32 one). Fails the test unless its numel equals n. */
 void kiln_test_write_f64(kiln_tensor *tensor, const double *values, int64_t n);
+/* All of model's parameters, tensor after tensor as kiln_model_parameter
+ * numbers them, read into out as kiln_test_read_f64 reads one tensor;
+ * returns how many. Fails the test when they are more than capacity. */
+int64_t kiln_test_read_params(kiln_model *model, double *out, int64_t capacity);
+/* Writes all of model's parameters from values, in that order, as
+ * kiln_test_write_f64 writes one tensor. Fails the test unless they are n. */
+void kiln_test_write_params(kiln_model *model, const double *values, int64_t n);
 
 /* ---- numerical comparison ----------------------------------------------- */
 

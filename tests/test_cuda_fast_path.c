@@ -114,18 +114,7 @@ static int64_t train(const config *c, kiln_device device, uint32_t fast_path, in
   assert_kiln_ok(kiln_trainer_fit(trainer, ds, NULL, epochs, c->interval ? keep_going : NULL, NULL, &h));
   last->struct_size = sizeof *last;
   assert_kiln_ok(kiln_history_get(h, epochs - 1, last));
-  int64_t tensors = 0, at = 0;
-  assert_kiln_ok(kiln_model_num_parameter_tensors(model, &tensors));
-  for (int64_t i = 0; i < tensors; ++i) {
-    kiln_tensor *p = NULL;
-    int64_t k = 0;
-    assert_kiln_ok(kiln_model_parameter(model, i, &p));
-    assert_kiln_ok(kiln_tensor_numel(p, &k));
-    assert_true(at + k <= MAX_PARAMS);
-    kiln_test_read_f64(p, params + at, k);
-    at += k;
-    kiln_tensor_release(p);
-  }
+  const int64_t at = kiln_test_read_params(model, params, MAX_PARAMS);
   kiln_history_release(h);
   kiln_trainer_release(trainer);
   kiln_model_release(model);

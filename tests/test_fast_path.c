@@ -32,17 +32,7 @@ static kiln_dataset *make_dataset(kiln_context *ctx) {
 }
 
 static void read_weights(kiln_model *model, double *weights) {
-  int64_t at = 0;
-  for (int64_t i = 0; i < 4; ++i) {
-    kiln_tensor *p = NULL;
-    int64_t n = 0;
-    assert_kiln_ok(kiln_model_parameter(model, i, &p));
-    assert_kiln_ok(kiln_tensor_numel(p, &n));
-    kiln_test_read_f64(p, weights + at, n);
-    at += n;
-    kiln_tensor_release(p);
-  }
-  assert_int_equal(at, NPARAM);
+  assert_int_equal(kiln_test_read_params(model, weights, NPARAM), NPARAM);
 }
 
 /* Two epochs (12 steps of 16, with dropout) from a fixed seed with

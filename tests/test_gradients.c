@@ -41,40 +41,6 @@ static int64_t count_params(kiln_model *model, int64_t *tensors) {
   return n;
 }
 
-/* Reads (or, when write, writes) all parameters as one concatenated array,
- * for f64 models and (converted) f32 ones on any device. */
-static void params_io(kiln_model *model, double *all, int write) {
-  int64_t tensors = 0, at = 0;
-  count_params(model, &tensors);
-  for (int64_t i = 0; i < tensors; ++i) {
-    kiln_tensor *p = NULL;
-    int64_t n = 0;
-    kiln_dtype dtype;
-    assert_kiln_ok(kiln_model_parameter(model, i, &p));
-    assert_kiln_ok(kiln_tensor_numel(p, &n));
-    assert_kiln_ok(kiln_tensor_dtype(p, &dtype));
-    if (dtype == KILN_F64) {
-      if (write)
-        assert_kiln_ok(kiln_tensor_copy_from_host(p, all + at, n * (int64_t)sizeof(double)));
-      else
-        assert_kiln_ok(kiln_tensor_copy_to_host(p, all + at, n * (int64_t)sizeof(double)));
-    } else {
-      assert_int_equal(dtype, KILN_F32);
-      float *f = malloc((size_t)n * sizeof *f);
-      if (write) {
-        for (int64_t j = 0; j < n; ++j) f[j] = (float)all[at + j];
-        assert_kiln_ok(kiln_tensor_copy_from_host(p, f, n * (int64_t)sizeof(float)));
-      } else {
-        assert_kiln_ok(kiln_tensor_copy_to_host(p, f, n * (int64_t)sizeof(float)));
-        for (int64_t j = 0; j < n; ++j) all[at + j] = f[j];
-      }
-      free(f);
-    }
-    at += n;
-    kiln_tensor_release(p);
-  }
-}
-
 /* One SGD step at lr = 1: grad = params before - params after. */
 static void step_gradient(kiln_model *model, kiln_loss_kind loss, const kiln_tensor *x, const kiln_tensor *y,
                           const double *before, double *grad, double *step_loss) {
@@ -88,7 +54,7 @@ static void step_gradient(kiln_model *model, kiln_loss_kind loss, const kiln_ten
   assert_kiln_ok(kiln_trainer_options_set_lr(opts, 1.0));
   assert_kiln_ok(kiln_trainer_create(model, opts, &trainer));
   assert_kiln_ok(kiln_trainer_step(trainer, x, y, step_loss));
-  params_io(model, after, 0);
+  assert_int_equal(kiln_test_read_params(model, after, n), n);
   for (int64_t i = 0; i < n; ++i) grad[i] = before[i] - after[i];
   kiln_trainer_release(trainer);
   kiln_trainer_options_release(opts);
@@ -133,11 +99,11 @@ static void check_case(kiln_context *ctx, const grad_case *c) {
 
   double *before = malloc((size_t)n * sizeof *before);
   double *analytic = malloc((size_t)n * sizeof *analytic), *numeric = malloc((size_t)n * sizeof *numeric);
-  params_io(model, before, 0);
+  assert_int_equal(kiln_test_read_params(model, before, n), n);
   /* The GPU half compares an f32 model against this one: both start from the
    * same f32-rounded parameters. */
   for (int64_t i = 0; i < n; ++i) before[i] = (float)before[i];
-  params_io(model, before, 1);
+  kiln_test_write_params(model, before, n);
   const double loss0 = loss_of(model, c->loss, x, y);
 
   double step_loss = 0;
@@ -154,7 +120,7 @@ static void check_case(kiln_context *ctx, const grad_case *c) {
     kiln_device gpu = kiln_test_device(ctx);
     kiln_model *gm = make_model_on(ctx, c->spec, gpu, KILN_F32);
     if (c->eval_mode) assert_kiln_ok(kiln_model_set_training(gm, 0));
-    params_io(gm, before, 1);
+    kiln_test_write_params(gm, before, n);
     double *gpu_grad = malloc((size_t)n * sizeof *gpu_grad);
     double gpu_loss = 0;
     step_gradient(gm, c->loss, x, y, before, gpu_grad, &gpu_loss);
@@ -174,14 +140,14 @@ static void check_case(kiln_context *ctx, const grad_case *c) {
   }
 
   const double h = 1e-6;
-  params_io(model, before, 1);
+  kiln_test_write_params(model, before, n);
   for (int64_t i = 0; i < n; ++i) {
     const double p = before[i];
     before[i] = p + h;
-    params_io(model, before, 1);
+    kiln_test_write_params(model, before, n);
     const double up = loss_of(model, c->loss, x, y);
     before[i] = p - h;
-    params_io(model, before, 1);
+    kiln_test_write_params(model, before, n);
     const double down = loss_of(model, c->loss, x, y);
     before[i] = p;
     numeric[i] = (up - down) / (2 * h);
@@ -323,7 +289,7 @@ static void test_dropout_backward(void **state) {
       make_model_on(ctx, "linear(4,16);relu;dropout(0.5);linear(16,1)", dev, gpu ? KILN_F32 : KILN_F64);
   enum { NP = HID * IN + HID + HID + 1 };
   double before[NP];
-  params_io(model, before, 0);
+  assert_int_equal(kiln_test_read_params(model, before, NP), NP);
   const double *w1 = before, *b1 = before + HID * IN, *w2 = b1 + HID;
   kiln_test_rng rng = kiln_test_rng_make(8);
   double x[IN], t = 3; /* a target far from the output: d is O(1) */

@@ -585,18 +585,7 @@ static void train_run(uint64_t seed, const char *spec, double *weights, int64_t 
   kiln_trainer *trainer = make_trainer(model, KILN_OPTIM_SGD, 0.1, 16, 9, 0);
   kiln_history *h = NULL;
   assert_kiln_ok(kiln_trainer_fit(trainer, train, NULL, 3, NULL, NULL, &h));
-  int64_t tensors = 0, at = 0;
-  assert_kiln_ok(kiln_model_num_parameter_tensors(model, &tensors));
-  for (int64_t i = 0; i < tensors; ++i) {
-    kiln_tensor *p = NULL;
-    int64_t k = 0;
-    assert_kiln_ok(kiln_model_parameter(model, i, &p));
-    assert_kiln_ok(kiln_tensor_numel(p, &k));
-    kiln_test_read_f64(p, weights + at, k);
-    at += k;
-    kiln_tensor_release(p);
-  }
-  assert_int_equal(at, n);
+  assert_int_equal(kiln_test_read_params(model, weights, n), n);
   kiln_history_release(h);
   kiln_trainer_release(trainer);
   kiln_model_release(model);
