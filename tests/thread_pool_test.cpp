@@ -1,12 +1,15 @@
 // The CPU backend's thread pool (core/thread_pool.hpp) on its own: chunks,
-// errors, nesting, concurrent callers, and the job protocol under a stress
+// errors, nesting, concurrent callers, serial scopes, and the job protocol under a stress
 // that once broke it. Linked with kiln_internal. Fast enough for the TSan
 // lane (scripts/test.sh's TSAN_TESTS), where a chunk run late or twice is
 // also a data race on the caller's stack.
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <mutex>
+#include <set>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "backend_harness.hpp"
@@ -111,12 +114,90 @@ void test_late_worker() {
   }
 }
 
+// Where each chunk of a job ran: (chunk, begin, end, thread) in the order
+// the chunks started. Each chunk sleeps `pause`, so that a pool's workers,
+// if the job may use them, have time to wake and claim some.
+using Run = std::tuple<int64_t, int64_t, int64_t, std::thread::id>;
+std::vector<Run> chunks_run(ThreadPool &pool, int64_t n, int64_t grain, std::chrono::milliseconds pause) {
+  std::vector<Run> runs;
+  std::mutex m;
+  pool.parallel_chunks(n, grain, [&](int64_t c, int64_t b, int64_t e) {
+    {
+      std::lock_guard<std::mutex> lock(m);
+      runs.emplace_back(c, b, e, std::this_thread::get_id());
+    }
+    std::this_thread::sleep_for(pause);
+  });
+  return runs;
+}
+
+bool all_on(const std::vector<Run> &runs, std::thread::id id) {
+  for (const Run &r : runs) {
+    if (std::get<3>(r) != id) return false;
+  }
+  return true;
+}
+
+// A SerialScope runs its thread's jobs on that thread, chunk after chunk in
+// order, with the split the pool would use, so a reduction over chunks in
+// chunk order gives the same bits; it nests, and neither outlives itself
+// nor reaches other threads' jobs.
+void test_serial_scope() {
+  g_case = "thread pool: serial scope";
+  ThreadPool pool(4);
+  const auto me = std::this_thread::get_id();
+  const int64_t chunks = pool.chunk_count(1000, 10);
+  CHECK(chunks == 16);
+  std::vector<Run> serial;
+  {
+    ThreadPool::SerialScope scope;
+    serial = chunks_run(pool, 1000, 10, std::chrono::milliseconds(0));
+    {
+      ThreadPool::SerialScope inner;
+    }
+    CHECK(all_on(chunks_run(pool, 1000, 10, std::chrono::milliseconds(1)), me));  // still serial after `inner`
+    // Another thread's job may use the workers: some chunk runs off that thread.
+    std::thread other([&] {
+      const auto runs = chunks_run(pool, 1000, 10, std::chrono::milliseconds(3));
+      CHECK(!all_on(runs, std::this_thread::get_id()));
+    });
+    other.join();
+  }
+  CHECK(int64_t(serial.size()) == chunks && all_on(serial, me));
+  bool in_order = true;
+  for (int64_t c = 0; c < chunks; ++c) {
+    int64_t begin, end;
+    chunk_range(1000, chunks, c, &begin, &end);
+    in_order = in_order && serial[size_t(c)] == Run(c, begin, end, me);
+  }
+  CHECK(in_order);
+  // After the scope, the workers take part again.
+  CHECK(!all_on(chunks_run(pool, 1000, 10, std::chrono::milliseconds(3)), me));
+
+  // Partial sums per chunk, added in chunk order: the same bits either way.
+  std::vector<float> x(100000);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 1.0f / float(i + 1) * (i % 3 == 0 ? -1.0f : 1.0f);
+  auto sum = [&] {
+    std::vector<float> parts(size_t(pool.chunk_count(int64_t(x.size()), 1000)), 0.0f);
+    pool.parallel_chunks(int64_t(x.size()), 1000, [&](int64_t c, int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) parts[size_t(c)] += x[size_t(i)];
+    });
+    float total = 0;
+    for (float p : parts) total += p;
+    return total;
+  };
+  const float parallel = sum();
+  ThreadPool::SerialScope scope;
+  CHECK(sum() == parallel);
+}
+
 }  // namespace
 
 int main() {
   try {
     test_chunks_errors_and_callers();
     test_late_worker();
+    test_serial_scope();
   } catch (const std::exception &e) {
     std::fprintf(stderr, "thread_pool_test: unexpected exception: %s\n", e.what());
     return 1;

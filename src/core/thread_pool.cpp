@@ -62,7 +62,13 @@ int64_t available_cpus() {
   return hw > 0 ? int64_t(hw) : 1;
 }
 
+// Set by ThreadPool::SerialScope: this thread's jobs run on it alone.
+thread_local bool t_serial = false;
+
 }  // namespace
+
+ThreadPool::SerialScope::SerialScope() : outer_(t_serial) { t_serial = true; }
+ThreadPool::SerialScope::~SerialScope() { t_serial = outer_; }
 
 ThreadPool::ThreadPool(int64_t threads) {
   // Thousands of threads is never a sensible request, and each costs a stack.
@@ -105,7 +111,7 @@ int64_t ThreadPool::chunk_count(int64_t n, int64_t grain) const {
 void ThreadPool::run(int64_t n, int64_t chunks, Trampoline fn, void *ctx) {
   if (n <= 0) return;
   std::unique_lock<std::mutex> busy(busy_, std::defer_lock);
-  if (chunks <= 1 || workers_.empty() || !busy.try_lock()) {
+  if (chunks <= 1 || workers_.empty() || t_serial || !busy.try_lock()) {
     // Serial, with the same split, so chunked reductions give the same bits.
     for (int64_t c = 0; c < chunks; ++c) {
       int64_t begin, end;

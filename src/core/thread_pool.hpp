@@ -8,8 +8,9 @@
 // Concurrency: one job runs at a time. A caller that finds the pool busy
 // (another thread's job, or a parallel_for nested inside a job) runs its
 // loop serially on its own thread instead of waiting, so the pool never
-// deadlocks and concurrent callers never block each other. Results do not
-// depend on which of the two happens: the split into chunks is the same.
+// deadlocks and concurrent callers never block each other; so does a caller
+// inside a SerialScope. Results do not depend on which of the two happens:
+// the split into chunks is the same.
 //
 // Workers run each chunk with the submitting thread's floating-point
 // control state (x86 MXCSR: rounding, flush-to-zero), so results do not
@@ -49,6 +50,23 @@ class ThreadPool {
 
   // Threads that run a job, the caller included.
   int64_t size() const { return size_; }
+
+  // While one lives, every job its constructing thread submits (to any
+  // pool) runs on that thread alone, chunk after chunk in order, as a busy
+  // pool's jobs do: the same split, so the same results. For a caller that
+  // measured the workers to cost more than they save (short jobs on a busy
+  // machine, or cores whose caches are far apart). Nests; other threads'
+  // jobs are unaffected.
+  class SerialScope {
+   public:
+    SerialScope();
+    ~SerialScope();
+    SerialScope(const SerialScope &) = delete;
+    SerialScope &operator=(const SerialScope &) = delete;
+
+   private:
+    bool outer_;  // the thread's state before this scope
+  };
 
   // How many chunks a loop over n items with at least `grain` items per
   // chunk is split into: 1 when size() is 1, else at most a few per thread
