@@ -226,7 +226,12 @@ KILN_API void kiln_context_options_release(kiln_context_options *options);
 /* Any seed is valid; the same seed gives the same draws on every device. */
 KILN_NODISCARD KILN_API kiln_status kiln_context_options_set_seed(kiln_context_options *options, uint64_t seed);
 /* The context's CPU worker threads, the caller's included: 1..1024, or 0 for
- * one per core the process may run on (INVALID_ARGUMENT otherwise). */
+ * one per core the process may run on (INVALID_ARGUMENT otherwise). With
+ * more than one, each compiled CPU step of a trainer (a training or
+ * evaluation step) times itself now and then on all of them and on the
+ * calling thread alone, and runs the faster way until the next trial: a
+ * short step, or a machine busy with other work, can run faster on one.
+ * The results are the same bits either way. */
 KILN_NODISCARD KILN_API kiln_status kiln_context_options_set_num_threads(kiln_context_options *options,
                                                                          int64_t threads);
 /* Records below level are dropped; KILN_LOG_OFF drops all. */

@@ -2,13 +2,16 @@
 #include "backend/cpu/program.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "backend/cpu/flush_denormals.hpp"
 #include "backend/cpu/kernels.hpp"
+#include "backend/cpu/step_threading.hpp"
 
 namespace kiln::cpu {
 
@@ -70,7 +73,13 @@ std::vector<FusedLayer> plan_fused_sgd(const StepProgram &p) {
 class CpuExecutable final : public Executable {
  public:
   CpuExecutable(Backend &b, ThreadPool &pool, int64_t index, const StepProgram &p)
-      : Executable(p), backend_(b), pool_(pool), index_(index), program_(p), fused_(plan_fused_sgd(p)) {}
+      : Executable(p),
+        backend_(b),
+        pool_(pool),
+        index_(index),
+        program_(p),
+        fused_(plan_fused_sgd(p)),
+        threading_(pool.size()) {}
 
   std::string describe() const override {
     if (fused_.empty()) return "kernels";
@@ -80,26 +89,39 @@ class CpuExecutable final : public Executable {
 
  protected:
   void run_steps(int64_t first, int64_t count) override {
-    const size_t ops = program_.ops.size();
+    using Clock = std::chrono::steady_clock;
     for (int64_t s = first; s < first + count; ++s) {
-      const StepParams *step = program_.table + s;
-      for (size_t i = 0; i < ops; ++i) {
-        // With fused layers, the last op, the SgdOp, is done by them.
-        if (!fused_.empty() && i + 1 == ops) break;
-        const StepOp &op = program_.ops[i];
-        const auto *backward = std::get_if<LinearBackwardOp>(&op);
-        if (backward && !fused_.empty() && fused_[i].w) {
-          backward_and_update(*backward, fused_[i], *step);
-        } else if (backward) {
-          linear_backward(*backward);
-        } else {
-          run_op(backend_, index_, op, step);
-        }
+      if (!threading_.timing()) {
+        run_step(program_.table[s]);
+        continue;
       }
+      std::optional<ThreadPool::SerialScope> alone;
+      if (threading_.serial()) alone.emplace();
+      const Clock::time_point start = Clock::now();
+      run_step(program_.table[s]);
+      threading_.record(std::chrono::duration<double>(Clock::now() - start).count());
     }
   }
 
  private:
+  // One step's ops, on the threads that the caller's scope allows.
+  void run_step(const StepParams &step) {
+    const size_t ops = program_.ops.size();
+    for (size_t i = 0; i < ops; ++i) {
+      // With fused layers, the last op, the SgdOp, is done by them.
+      if (!fused_.empty() && i + 1 == ops) break;
+      const StepOp &op = program_.ops[i];
+      const auto *backward = std::get_if<LinearBackwardOp>(&op);
+      if (backward && !fused_.empty() && fused_[i].w) {
+        backward_and_update(*backward, fused_[i], step);
+      } else if (backward) {
+        linear_backward(*backward);
+      } else {
+        run_op(backend_, index_, op, &step);
+      }
+    }
+  }
+
   // The activation's backward and the bias gradient, in one pass where the
   // layer has both (act_backward_bias_grad: the same bits as the two
   // kernels).
@@ -147,6 +169,7 @@ class CpuExecutable final : public Executable {
   int64_t index_;
   StepProgram program_;
   std::vector<FusedLayer> fused_;  // per op; empty: nothing fused
+  StepThreading threading_;        // each step on the pool or on the caller alone
 };
 
 }  // namespace

@@ -1,7 +1,9 @@
 // Backend::compile for the CPU: a step program (core/program.hpp) run as the
 // plain sequence of kernels, with one fusion under kFastEpilogues, and a
 // Linear layer's activation backward and bias gradient always in one pass
-// (act_backward_bias_grad, the same bits as the two kernels).
+// (act_backward_bias_grad, the same bits as the two kernels). Each step runs
+// on the thread pool or on the calling thread alone, as StepThreading
+// (step_threading.hpp) chose by timing both: the same bits either way.
 //
 // Plain SGD folded into the weight-gradient products. Where the update is
 // f32 SGD without momentum, and nothing between the backward and the update

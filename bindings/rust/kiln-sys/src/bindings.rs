@@ -195,7 +195,12 @@ extern "C" {
 }
 extern "C" {
     #[doc = " The context's CPU worker threads, the caller's included: 1..1024, or 0 for"]
-    #[doc = " one per core the process may run on (INVALID_ARGUMENT otherwise)."]
+    #[doc = " one per core the process may run on (INVALID_ARGUMENT otherwise). With"]
+    #[doc = " more than one, each compiled CPU step of a trainer (a training or"]
+    #[doc = " evaluation step) times itself now and then on all of them and on the"]
+    #[doc = " calling thread alone, and runs the faster way until the next trial: a"]
+    #[doc = " short step, or a machine busy with other work, can run faster on one."]
+    #[doc = " The results are the same bits either way."]
     pub fn kiln_context_options_set_num_threads(
         options: *mut kiln_context_options,
         threads: i64,
