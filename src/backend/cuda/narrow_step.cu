@@ -15,6 +15,12 @@
 // batch, computed in a fixed order with no atomics, so a step's result does
 // not depend on the block schedule: blocks [0, tiles) own 32 columns of dW1
 // each, then a block per class for dW2's row and db2, then one for db1.
+//
+// That backward is ceil(in / 32) + classes + 1 blocks, each walking the whole
+// batch: 36 blocks for 784-32-10, a fraction of an H100's SMs, and a time that
+// grows with the batch. planning/narrow_step.cpp takes any batch, and the path
+// is off by default until a GPU has timed it: time it at the tutorial's batch
+// of 128 and at a large one (1024 or more) before it is turned on.
 #include "backend/cuda/device_math.cuh"
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/planning/narrow_step.hpp"
