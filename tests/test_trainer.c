@@ -1008,6 +1008,20 @@ static void test_step_errors(void **state) {
   kiln_history *h = NULL;
   assert_status(kiln_trainer_fit(trainer, ds, NULL, 0, NULL, NULL, &h), KILN_ERROR_INVALID_ARGUMENT);
   kiln_dataset_release(ds);
+  /* Float targets for the cross-entropy loss: the status of the step's
+   * float labels, from every call that takes a dataset. */
+  const int64_t ts[] = {2, 3};
+  kiln_tensor *targets = NULL;
+  assert_kiln_ok(kiln_tensor_zeros(ctx, ts, 2, KILN_F32, dev, &targets));
+  assert_kiln_ok(kiln_dataset_from_tensors(ctx, x, targets, &ds));
+  assert_status(kiln_trainer_epoch(trainer, ds, &s), KILN_ERROR_DTYPE_MISMATCH);
+  assert_last_error_contains("needs class labels");
+  assert_status(kiln_trainer_fit(trainer, ds, NULL, 1, NULL, NULL, &h), KILN_ERROR_DTYPE_MISMATCH);
+  assert_null(h);
+  double eval_loss = 1;
+  assert_status(kiln_trainer_evaluate(trainer, ds, &eval_loss, NULL), KILN_ERROR_DTYPE_MISMATCH);
+  kiln_dataset_release(ds);
+  kiln_tensor_release(targets);
 
   /* Bad options. */
   kiln_trainer_options *o = NULL;

@@ -141,13 +141,13 @@ void Trainer::check_dataset(const Dataset &ds, const char *what) const {
         std::string(what) + " has " + std::to_string(ds.num_features()) + " features per sample but the model takes " +
             std::to_string(in));
   if (options_.loss == KILN_LOSS_CROSS_ENTROPY) {
-    check(ds.has_class_labels(), KILN_ERROR_INVALID_ARGUMENT,
+    check(ds.has_class_labels(), KILN_ERROR_DTYPE_MISMATCH,
           std::string(what) + " has float targets but the cross-entropy loss needs class labels");
     check(ds.num_classes() <= out, KILN_ERROR_INVALID_ARGUMENT,
           std::string(what) + " has labels up to " + std::to_string(ds.num_classes() - 1) + " but the model has " +
               std::to_string(out) + " outputs (labels must be in [0, " + std::to_string(out) + "))");
   } else {
-    check(!ds.has_class_labels(), KILN_ERROR_INVALID_ARGUMENT,
+    check(!ds.has_class_labels(), KILN_ERROR_DTYPE_MISMATCH,
           std::string(what) + " has class labels but the " + loss_name(options_.loss) + " loss needs float targets");
     check(ds.target_width() == out, KILN_ERROR_SHAPE_MISMATCH,
           std::string(what) + " has targets of width " + std::to_string(ds.target_width()) + " but the model has " +
