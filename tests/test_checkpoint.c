@@ -353,6 +353,33 @@ static void test_counter_limits(void **state) {
   int64_t steps = 0;
   assert_kiln_ok(kiln_trainer_steps_done(t, &steps));
   assert_int_equal(steps, ((int64_t)1 << 62) - 1);
+  /* There the next step, or epoch, would count 2^62: refused before it
+   * changes anything, as fit refuses too many epochs. */
+  kiln_dataset *ds = random_dataset(ctx);
+  kiln_epoch_stats stats = {sizeof stats};
+  assert_status(kiln_trainer_epoch(t, ds, &stats), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("limit of kiln's counters");
+  kiln_history *h = NULL;
+  assert_status(kiln_trainer_fit(t, ds, NULL, 1, NULL, NULL, &h), KILN_ERROR_INVALID_ARGUMENT);
+  assert_null(h);
+  const int64_t xs[] = {2, 6}, ys[] = {2};
+  kiln_tensor *x = NULL, *y = NULL;
+  assert_kiln_ok(kiln_tensor_zeros(ctx, xs, 2, KILN_F32, dev, &x));
+  assert_kiln_ok(kiln_tensor_zeros(ctx, ys, 1, KILN_I64, dev, &y));
+  double loss = 1;
+  assert_status(kiln_trainer_step(t, x, y, &loss), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("limit of kiln's counters");
+  assert_kiln_ok(kiln_trainer_steps_done(t, &steps));
+  assert_int_equal(steps, ((int64_t)1 << 62) - 1);
+  /* One step below it, the last step is taken. */
+  set_metadata(path, edited, "steps_done", "4611686018427387902"); /* 2^62 - 2 */
+  assert_kiln_ok(kiln_trainer_load_checkpoint(t, edited));
+  assert_kiln_ok(kiln_trainer_step(t, x, y, &loss));
+  assert_kiln_ok(kiln_trainer_steps_done(t, &steps));
+  assert_int_equal(steps, ((int64_t)1 << 62) - 1);
+  kiln_tensor_release(x);
+  kiln_tensor_release(y);
+  kiln_dataset_release(ds);
   kiln_trainer_release(t);
   kiln_model_release(model);
   kiln_test_remove_tree(dir);

@@ -51,13 +51,10 @@ uint64_t parse_u64(const std::map<std::string, std::string> &meta, const std::st
   return uint64_t(v);
 }
 
-// A step, epoch or update count: the trainer adds to these as int64, so a
-// file's value must leave room to count on: below 2^62 (~10^18 steps), as
-// kiln.h promises and kiln_trainer_fit enforces.
+// A step, epoch or update count: below kCounterLimit.
 int64_t parse_counter(const std::map<std::string, std::string> &meta, const std::string &key, const std::string &path) {
-  constexpr uint64_t kCounterLimit = uint64_t(1) << 62;
   const uint64_t v = parse_u64(meta, key, path);
-  check(v < kCounterLimit, KILN_ERROR_FORMAT,
+  check(v < uint64_t(kCounterLimit), KILN_ERROR_FORMAT,
         path + ": metadata \"" + key + "\" is " + std::to_string(v) + ", not below 2^62, the limit of kiln's counters");
   return int64_t(v);
 }

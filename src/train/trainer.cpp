@@ -217,8 +217,22 @@ void Trainer::run_pass_steps(bool trains, int64_t first, int64_t count, int64_t 
   }
 }
 
+int64_t Trainer::batches_per_epoch(const Dataset &ds) const {
+  const int64_t n = shards_.count(ds.size(), true);
+  const int64_t batch = std::max<int64_t>(1, std::min(options_.batch_size, n));
+  return (n + batch - 1) / batch;
+}
+
+void Trainer::check_counters(int64_t steps) const {
+  KILN_CHECK(steps <= kCounterLimit - 1 - steps_done_ && epochs_done_ < kCounterLimit - 1,
+             KILN_ERROR_INVALID_ARGUMENT,
+             "this trainer has counted " + std::to_string(steps_done_) + " steps and " + std::to_string(epochs_done_) +
+                 " epochs: " + std::to_string(steps) + " more would pass 2^62, the limit of kiln's counters");
+}
+
 double Trainer::step(const Tensor &x, const Tensor &y, bool want_loss) {
   BusyScope busy(busy_, "kiln_trainer_step");
+  check_counters(1);
   check_model_device();
   const int64_t in = model_->input_size(), out = model_->output_size();
   KILN_CHECK(dtype_is_float(x.dtype()) || x.dtype() == DType::U8, KILN_ERROR_DTYPE_MISMATCH,
@@ -332,6 +346,7 @@ kiln_epoch_stats Trainer::run_epoch(const Dataset &ds, int64_t epoch_index, int6
 
 kiln_epoch_stats Trainer::epoch(const Dataset &dataset) {
   BusyScope busy(busy_, "kiln_trainer_epoch");
+  check_counters(batches_per_epoch(dataset));
   const kiln_epoch_stats s = run_epoch(dataset, epochs_done_ + 1, 1, nullptr, nullptr);
   check_finite(s);
   return s;
@@ -375,9 +390,7 @@ std::shared_ptr<History> Trainer::fit(const Dataset &train, const Dataset *valid
   check_model_device();
   check_dataset(train, "the training dataset");
   if (validation) check_dataset(*validation, "the validation dataset");
-  const int64_t n = shards_.count(train.size(), true);
-  const int64_t batch = std::min(options_.batch_size, n);
-  const int64_t batches = (n + batch - 1) / batch;
+  const int64_t batches = batches_per_epoch(train);
 
   // The cosine schedule without total_steps spans this fit; the end is
   // forgotten however fit leaves.
@@ -385,7 +398,9 @@ std::shared_ptr<History> Trainer::fit(const Dataset &train, const Dataset *valid
     int64_t &end;
     ~FitEnd() { end = 0; }
   } fit_end{fit_end_};
-  check(epochs <= (INT64_MAX / 2 - steps_done_) / batches, KILN_ERROR_INVALID_ARGUMENT,
+  check(epochs <= (kCounterLimit - 1 - steps_done_) / std::max<int64_t>(1, batches) &&
+            epochs < kCounterLimit - epochs_done_,
+        KILN_ERROR_INVALID_ARGUMENT,
         std::to_string(epochs) + " epochs of " + std::to_string(batches) + " steps are more steps than kiln counts");
   fit_end_ = steps_done_ + epochs * batches;
 

@@ -81,6 +81,11 @@ class BusyScope {
 // memory, an integer dtype) is in [0, classes).
 void check_host_labels(const Tensor &y, int64_t classes);
 
+// Steps, epochs and updates stay below this (~10^18): the trainer adds to
+// them as int64, and a checkpoint's must leave room to count on (kiln.h's
+// "Limits").
+constexpr int64_t kCounterLimit = int64_t(1) << 62;
+
 class Trainer {
  public:
   // Validates options (check_options: INVALID_ARGUMENT naming the value).
@@ -130,6 +135,11 @@ class Trainer {
 
   // Throws INVALID_ARGUMENT when the model left the trainer's device.
   void check_model_device() const;
+  // INVALID_ARGUMENT unless `steps` more steps and one more epoch stay
+  // below kCounterLimit.
+  void check_counters(int64_t steps) const;
+  // Steps in an epoch over ds: this rank's batches.
+  int64_t batches_per_epoch(const Dataset &ds) const;
   // Checks the dataset against the model and the loss.
   void check_dataset(const Dataset &dataset, const char *what) const;
   // (Re)allocates the workspace and batch buffers for batches of up to rows.
