@@ -143,7 +143,7 @@ static void test_mismatched_checkpoints(void **state) {
   assert_kiln_ok(kiln_model_parameter(other, 0, &w));
   assert_kiln_ok(kiln_tensor_copy_to_host(w, before, sizeof before));
   assert_status(kiln_trainer_load_checkpoint(to, path), KILN_ERROR_SHAPE_MISMATCH);
-  assert_last_error_contains("0.weight");
+  assert_last_error_contains("was written for the model 6-12-3 but this trainer's model is 6-10-3");
   float after[6 * 10];
   assert_kiln_ok(kiln_tensor_copy_to_host(w, after, sizeof after));
   assert_memory_equal(before, after, sizeof before);
@@ -385,12 +385,56 @@ static void test_counter_limits(void **state) {
   kiln_test_remove_tree(dir);
 }
 
+/* The architecture is the file's kiln.spec, not only its tensors' shapes:
+ * 6-12-3 with ReLU does not resume as 6-12-3:tanh. A file whose spec says
+ * the trainer's own is still checked tensor by tensor. */
+static void test_architecture_is_checked(void **state) {
+  kiln_context *ctx = *state;
+  char dir[512], path[700], edited[700];
+  kiln_test_make_temp_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/ckpt.safetensors", dir);
+  snprintf(edited, sizeof edited, "%s/edited.safetensors", dir);
+  kiln_model *relu = make_model(ctx, "6-12-3");
+  kiln_trainer *t = make_trainer(relu, KILN_OPTIM_SGD);
+  assert_kiln_ok(kiln_trainer_save_checkpoint(t, path));
+
+  kiln_model *tanh_model = make_model(ctx, "6-12-3:tanh");
+  kiln_trainer *tt = make_trainer(tanh_model, KILN_OPTIM_SGD);
+  float before[12 * 6], after[12 * 6];
+  kiln_tensor *w = NULL;
+  assert_kiln_ok(kiln_model_parameter(tanh_model, 0, &w));
+  assert_kiln_ok(kiln_tensor_copy_to_host(w, before, sizeof before));
+  assert_status(kiln_trainer_load_checkpoint(tt, path), KILN_ERROR_SHAPE_MISMATCH);
+  assert_last_error_contains("but this trainer's model is 6-12-3:tanh");
+  assert_kiln_ok(kiln_tensor_copy_to_host(w, after, sizeof after));
+  assert_memory_equal(before, after, sizeof before);
+  kiln_tensor_release(w);
+
+  kiln_model *narrow = make_model(ctx, "6-10-3");
+  kiln_trainer *tn = make_trainer(narrow, KILN_OPTIM_SGD);
+  set_metadata(path, edited, "kiln.spec", "6-10-3");
+  assert_status(kiln_trainer_load_checkpoint(tn, edited), KILN_ERROR_SHAPE_MISMATCH);
+  assert_last_error_contains("0.weight");
+  /* And its own spec back, the file loads. */
+  set_metadata(path, edited, "kiln.spec", "6-12-3");
+  assert_kiln_ok(kiln_trainer_load_checkpoint(t, edited));
+
+  kiln_trainer_release(tn);
+  kiln_trainer_release(tt);
+  kiln_trainer_release(t);
+  kiln_model_release(narrow);
+  kiln_model_release(tanh_model);
+  kiln_model_release(relu);
+  kiln_test_remove_tree(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_resume_is_exact),
       cmocka_unit_test(test_mismatched_checkpoints),
       cmocka_unit_test(test_other_optimizer_state_is_refused),
       cmocka_unit_test(test_counter_limits),
+      cmocka_unit_test(test_architecture_is_checked),
   };
   return cmocka_run_group_tests(tests, setup, kiln_test_context_teardown);
 }

@@ -1312,11 +1312,18 @@ KILN_NODISCARD KILN_API kiln_status kiln_trainer_current_lr(const kiln_trainer *
  * kiln_model_save writes (IO on failure, the old file intact). Allowed from
  * the trainer's own progress callback. */
 KILN_NODISCARD KILN_API kiln_status kiln_trainer_save_checkpoint(const kiln_trainer *trainer, const char *path);
-/* Restores a checkpoint written for the same architecture and optimizer
- * (else SHAPE_MISMATCH / INVALID_ARGUMENT); training then continues exactly
- * as the run that wrote it. On failure the trainer is unchanged. FORMAT for a
- * malformed file or counters of 2^62 and more, IO for an unreadable one,
- * BUSY from the trainer's own callback. */
+/* Restores a checkpoint written for the same architecture (the model's spec
+ * as the file records it, activations and dropout included, and the same
+ * tensors: else SHAPE_MISMATCH) and optimizer kind (else INVALID_ARGUMENT);
+ * training then continues exactly as the run that wrote it, from a
+ * checkpoint written between epochs. One written from a progress callback
+ * within an epoch (phase BATCH) holds the weights and counters of that
+ * moment, and training resumes with a new epoch: the rest of the
+ * interrupted one is not replayed. The trainer keeps its own options (lr,
+ * momentum, betas, schedule, ...): the file's copies of them are a record,
+ * not applied. On failure the trainer is unchanged. FORMAT for a malformed
+ * file or counters of 2^62 and more, IO for an unreadable one, BUSY from
+ * the trainer's own callback. */
 KILN_NODISCARD KILN_API kiln_status kiln_trainer_load_checkpoint(kiln_trainer *trainer, const char *path);
 
 /* Drops the caller's handle to a history (kiln_trainer_fit's result). */

@@ -114,6 +114,13 @@ void Trainer::load_checkpoint(const std::string &path) {
   auto format = meta.find("format");
   check(format != meta.end() && format->second == kFormat, KILN_ERROR_FORMAT,
         path + " is not a kiln checkpoint: its metadata lacks \"format\": \"kiln-checkpoint\"");
+  // The same parameter shapes are not enough: a checkpoint of 5-8-3 (ReLU)
+  // loaded into 5-8-3:tanh would not continue its run. Files without the
+  // key (not written by kiln) are checked by their tensors alone.
+  auto spec = meta.find("kiln.spec");
+  check(spec == meta.end() || spec->second == model_->description(), KILN_ERROR_SHAPE_MISMATCH,
+        path + " was written for the model " + excerpt(spec == meta.end() ? "" : spec->second) +
+            " but this trainer's model is " + excerpt(model_->description()));
   auto kind = meta.find("optimizer");
   check(kind != meta.end(), KILN_ERROR_FORMAT, path + " is not a complete kiln checkpoint: metadata lacks \"optimizer\"");
   const std::string mine = option_text(options_, Option::optimizer);

@@ -2519,11 +2519,18 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
-    #[doc = " Restores a checkpoint written for the same architecture and optimizer"]
-    #[doc = " (else SHAPE_MISMATCH / INVALID_ARGUMENT); training then continues exactly"]
-    #[doc = " as the run that wrote it. On failure the trainer is unchanged. FORMAT for a"]
-    #[doc = " malformed file or counters of 2^62 and more, IO for an unreadable one,"]
-    #[doc = " BUSY from the trainer's own callback."]
+    #[doc = " Restores a checkpoint written for the same architecture (the model's spec"]
+    #[doc = " as the file records it, activations and dropout included, and the same"]
+    #[doc = " tensors: else SHAPE_MISMATCH) and optimizer kind (else INVALID_ARGUMENT);"]
+    #[doc = " training then continues exactly as the run that wrote it, from a"]
+    #[doc = " checkpoint written between epochs. One written from a progress callback"]
+    #[doc = " within an epoch (phase BATCH) holds the weights and counters of that"]
+    #[doc = " moment, and training resumes with a new epoch: the rest of the"]
+    #[doc = " interrupted one is not replayed. The trainer keeps its own options (lr,"]
+    #[doc = " momentum, betas, schedule, ...): the file's copies of them are a record,"]
+    #[doc = " not applied. On failure the trainer is unchanged. FORMAT for a malformed"]
+    #[doc = " file or counters of 2^62 and more, IO for an unreadable one, BUSY from"]
+    #[doc = " the trainer's own callback."]
     pub fn kiln_trainer_load_checkpoint(
         trainer: *mut kiln_trainer,
         path: *const ::std::os::raw::c_char,
