@@ -114,6 +114,23 @@ static void test_reshape_errors(void **state) {
   const int64_t want[] = {0, 8};
   expect_shape(v, want, 2);
   kiln_tensor_release(v);
+  /* An empty view is held to the limit of an empty tensor created with its
+   * shape: [2^62, 0] f32 is refused by both (its bytes, the zero left out,
+   * pass int64), and [2^30, 0, 2^30] is taken by both. */
+  const int64_t huge_empty[] = {INT64_C(1) << 62, 0};
+  v = SENTINEL;
+  assert_status(kiln_tensor_reshape(t, huge_empty, 2, &v), KILN_ERROR_INVALID_ARGUMENT);
+  assert_null(v);
+  assert_last_error_contains("more bytes than fit in int64");
+  kiln_tensor *made = SENTINEL;
+  assert_status(kiln_tensor_zeros(ctx, huge_empty, 2, KILN_F32, cpu, &made), KILN_ERROR_INVALID_ARGUMENT);
+  const int64_t wide_empty[] = {INT64_C(1) << 30, 0, INT64_C(1) << 30};
+  assert_kiln_ok(kiln_tensor_reshape(t, wide_empty, 3, &v));
+  kiln_tensor *copy = NULL;
+  assert_kiln_ok(kiln_tensor_clone(v, &copy));
+  expect_shape(copy, wide_empty, 3);
+  kiln_tensor_release(copy);
+  kiln_tensor_release(v);
   kiln_tensor_release(t);
 }
 

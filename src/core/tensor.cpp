@@ -253,6 +253,9 @@ Tensor Tensor::reshape(const Shape &target) const {
   } else {
     check(known == numel(), KILN_ERROR_SHAPE_MISMATCH, what);
   }
+  // The limit every tensor is created under: an empty tensor's other
+  // dimensions too ([2^62, 0] f32 would be refused by every kernel).
+  byte_size(resolved, dtype_);
   Tensor t = *this;
   t.shape_ = resolved;
   return t;
