@@ -338,8 +338,13 @@ static void test_queries(void **state) {
   assert_memory_equal(got, shape, sizeof shape);
   assert_kiln_ok(kiln_tensor_shape(t, got, KILN_MAX_DIMS));
   assert_memory_equal(got, shape, sizeof shape);
+  got[0] = got[1] = got[2] = 7;
   assert_status(kiln_tensor_shape(t, got, 2), KILN_ERROR_INVALID_ARGUMENT);
   assert_last_error_contains("capacity 2");
+  /* The failed call's out-parameter is zeroed as far as its capacity. */
+  assert_int_equal(got[0], 0);
+  assert_int_equal(got[1], 0);
+  assert_int_equal(got[2], 7);
   assert_status(kiln_tensor_shape(t, NULL, 3), KILN_ERROR_INVALID_ARGUMENT);
 
   kiln_dtype dtype = KILN_F32;

@@ -82,8 +82,10 @@
  * CUDA runtime's and Open MPI's.
  *
  * Limits, each refused with the status named before anything is allocated:
- *  - tensors: at most KILN_MAX_DIMS dimensions, each >= 0, and a number of
- *    elements that fits int64 (INVALID_ARGUMENT); on the CPU a matrix product
+ *  - tensors: at most KILN_MAX_DIMS dimensions, each >= 0, and a size in
+ *    bytes that fits int64, counted over the non-zero dimensions (so an
+ *    empty tensor's other dimensions are bounded too; INVALID_ARGUMENT, for
+ *    a view from kiln_tensor_reshape as well); on the CPU a matrix product
  *    with a dimension above 2^31 - 1 is NOT_SUPPORTED (OpenBLAS's int);
  *  - models: at most KILN_MAX_PARAMETERS parameters in all (INVALID_ARGUMENT,
  *    from a spec or a file), so layers and widths are bounded by that total;
@@ -278,7 +280,9 @@ KILN_NODISCARD KILN_API kiln_status kiln_context_set_seed(kiln_context *ctx, uin
 
 typedef enum kiln_device_kind { KILN_DEVICE_CPU = 0, KILN_DEVICE_CUDA = 1 } kiln_device_kind;
 
-/* A device: {KILN_DEVICE_CPU, -1} ("cpu") or {KILN_DEVICE_CUDA, N} ("cuda:N"). */
+/* A device: {KILN_DEVICE_CPU, -1} ("cpu"; index 0 is taken as the same
+ * device, as "cpu:0" is) or {KILN_DEVICE_CUDA, N} ("cuda:N", 0 <= N <=
+ * 2^31 - 1). */
 typedef struct kiln_device {
   kiln_device_kind kind;
   int64_t index;
@@ -293,9 +297,10 @@ typedef struct kiln_device {
 KILN_NODISCARD KILN_API kiln_status kiln_device_parse(kiln_context *ctx, const char *text, kiln_device *out);
 /* Writes "cpu" or "cuda:N" with a terminating NUL into buf (buf_size bytes;
  * 32 fit every device). KILN_ERROR_INVALID_ARGUMENT if the device is
- * malformed (an unknown kind, a CPU index other than -1, a negative CUDA
- * index) or buf too small; buf is then "" when buf_size > 0. Every string it
- * writes, kiln_device_parse reads back as the same device. Any thread. */
+ * malformed (an unknown kind, a CPU index other than -1 or 0, a CUDA index
+ * outside [0, 2^31 - 1]) or buf too small; buf is then "" when buf_size > 0.
+ * Every string it writes, kiln_device_parse reads back as the same device.
+ * Any thread. */
 KILN_NODISCARD KILN_API kiln_status kiln_device_format(kiln_device device, char *buf, int64_t buf_size);
 
 /* *out = 1 when the CUDA backend loaded and sees at least one device. The
@@ -330,7 +335,8 @@ typedef struct kiln_device_info {
 } kiln_device_info;
 
 /* Fills *out (whose struct_size the caller sets; a smaller, older struct is
- * filled up to its size; INVALID_ARGUMENT below sizeof(uint32_t)).
+ * filled up to its size; INVALID_ARGUMENT below 24 bytes, the struct_size
+ * and device fields that every version has).
  * DEVICE_UNAVAILABLE for a device the context does not have. */
 KILN_NODISCARD KILN_API kiln_status kiln_device_get_info(kiln_context *ctx, kiln_device device, kiln_device_info *out);
 /* Waits until all work kiln queued on the device is done (at once on the
@@ -370,8 +376,9 @@ KILN_API int64_t kiln_dtype_size(kiln_dtype dtype);
  * shape may be NULL when ndim is 0: a scalar); the tensor is contiguous,
  * row-major, on device, and owned by the caller. empty leaves the contents
  * undefined; zeros, ones and full fill them. Errors: INVALID_ARGUMENT (bad
- * shape/dtype, a full value that is not finite or, for an integer dtype,
- * outside its range once truncated), DEVICE_UNAVAILABLE (a device the
+ * shape/dtype, a full value that for an integer dtype is not finite or is
+ * outside its range once truncated; a float dtype takes any value, NaN and
+ * infinities included, rounded to it), DEVICE_UNAVAILABLE (a device the
  * context does not have), OUT_OF_MEMORY (the context stays usable). Any
  * thread. */
 KILN_NODISCARD KILN_API kiln_status kiln_tensor_empty(kiln_context *ctx, const int64_t *shape, int64_t ndim,
@@ -396,7 +403,8 @@ KILN_NODISCARD KILN_API kiln_status kiln_tensor_rand(kiln_context *ctx, const in
 KILN_NODISCARD KILN_API kiln_status kiln_tensor_randn(kiln_context *ctx, const int64_t *shape, int64_t ndim,
                                                       kiln_dtype dtype, kiln_device device, kiln_tensor **out);
 /* Copies nbytes of host data (exactly numel * dtype size, else
- * INVALID_ARGUMENT) into a new tensor on device; data is not kept. */
+ * INVALID_ARGUMENT) into a new tensor on device; data is not kept, and may
+ * be NULL when nbytes is 0 (an empty tensor), as for the two copies below. */
 KILN_NODISCARD KILN_API kiln_status kiln_tensor_from_host(kiln_context *ctx, const void *data, int64_t nbytes,
                                                           const int64_t *shape, int64_t ndim, kiln_dtype dtype,
                                                           kiln_device device, kiln_tensor **out);
@@ -430,7 +438,8 @@ KILN_NODISCARD KILN_API kiln_status kiln_tensor_item(const kiln_tensor *tensor, 
  * DEVICE_UNAVAILABLE for a device the context does not have. */
 KILN_NODISCARD KILN_API kiln_status kiln_tensor_to(const kiln_tensor *tensor, kiln_device device, kiln_tensor **out);
 /* A copy converted to dtype (PyTorch's .to(dtype)); float to int truncates
- * toward zero. */
+ * toward zero and saturates at the integer dtype's limits (NaN gives 0);
+ * an integer to a narrower integer wraps. */
 KILN_NODISCARD KILN_API kiln_status kiln_tensor_cast(const kiln_tensor *tensor, kiln_dtype dtype, kiln_tensor **out);
 /* A contiguous copy on the same device. */
 KILN_NODISCARD KILN_API kiln_status kiln_tensor_clone(const kiln_tensor *tensor, kiln_tensor **out);

@@ -1,4 +1,5 @@
 // C entry points for tensors: kiln_tensor_* and kiln_dtype_*.
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -209,7 +210,7 @@ KILN_API kiln_status kiln_tensor_dim(const kiln_tensor *tensor, int64_t dim, int
 }
 
 KILN_API kiln_status kiln_tensor_shape(const kiln_tensor *tensor, int64_t *shape, int64_t capacity) {
-  return guard([&] {
+  const kiln_status status = guard([&] {
     Tensor t = value(tensor, "tensor");
     kiln::check(capacity >= t.ndim(), KILN_ERROR_INVALID_ARGUMENT,
                 "capacity " + std::to_string(capacity) + " is smaller than the tensor's " + std::to_string(t.ndim()) +
@@ -217,6 +218,11 @@ KILN_API kiln_status kiln_tensor_shape(const kiln_tensor *tensor, int64_t *shape
     if (t.ndim() > 0) require(shape, "shape");
     for (int i = 0; i < t.ndim(); ++i) shape[i] = t.dim(i);
   });
+  // A failed call's out-parameter is zeroed, as far as the caller said it
+  // goes (and no further than any shape could).
+  if (status != KILN_OK && shape)
+    for (int64_t i = 0; i < std::min<int64_t>(capacity, KILN_MAX_DIMS); ++i) shape[i] = 0;
+  return status;
 }
 
 KILN_API kiln_status kiln_tensor_numel(const kiln_tensor *tensor, int64_t *out) {

@@ -273,7 +273,9 @@ pub const kiln_device_kind_KILN_DEVICE_CUDA: kiln_device_kind = 1;
 #[doc = " Devices"]
 #[doc = " ======================================================================"]
 pub type kiln_device_kind = ::std::os::raw::c_uint;
-#[doc = " A device: {KILN_DEVICE_CPU, -1} (\"cpu\") or {KILN_DEVICE_CUDA, N} (\"cuda:N\")."]
+#[doc = " A device: {KILN_DEVICE_CPU, -1} (\"cpu\"; index 0 is taken as the same"]
+#[doc = " device, as \"cpu:0\" is) or {KILN_DEVICE_CUDA, N} (\"cuda:N\", 0 <= N <="]
+#[doc = " 2^31 - 1)."]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct kiln_device {
@@ -343,9 +345,10 @@ extern "C" {
 extern "C" {
     #[doc = " Writes \"cpu\" or \"cuda:N\" with a terminating NUL into buf (buf_size bytes;"]
     #[doc = " 32 fit every device). KILN_ERROR_INVALID_ARGUMENT if the device is"]
-    #[doc = " malformed (an unknown kind, a CPU index other than -1, a negative CUDA"]
-    #[doc = " index) or buf too small; buf is then \"\" when buf_size > 0. Every string it"]
-    #[doc = " writes, kiln_device_parse reads back as the same device. Any thread."]
+    #[doc = " malformed (an unknown kind, a CPU index other than -1 or 0, a CUDA index"]
+    #[doc = " outside [0, 2^31 - 1]) or buf too small; buf is then \"\" when buf_size > 0."]
+    #[doc = " Every string it writes, kiln_device_parse reads back as the same device."]
+    #[doc = " Any thread."]
     pub fn kiln_device_format(
         device: kiln_device,
         buf: *mut ::std::os::raw::c_char,
@@ -612,7 +615,8 @@ fn bindgen_test_layout_kiln_device_info() {
 }
 extern "C" {
     #[doc = " Fills *out (whose struct_size the caller sets; a smaller, older struct is"]
-    #[doc = " filled up to its size; INVALID_ARGUMENT below sizeof(uint32_t))."]
+    #[doc = " filled up to its size; INVALID_ARGUMENT below 24 bytes, the struct_size"]
+    #[doc = " and device fields that every version has)."]
     #[doc = " DEVICE_UNAVAILABLE for a device the context does not have."]
     pub fn kiln_device_get_info(
         ctx: *mut kiln_context,
@@ -653,8 +657,9 @@ extern "C" {
     #[doc = " shape may be NULL when ndim is 0: a scalar); the tensor is contiguous,"]
     #[doc = " row-major, on device, and owned by the caller. empty leaves the contents"]
     #[doc = " undefined; zeros, ones and full fill them. Errors: INVALID_ARGUMENT (bad"]
-    #[doc = " shape/dtype, a full value that is not finite or, for an integer dtype,"]
-    #[doc = " outside its range once truncated), DEVICE_UNAVAILABLE (a device the"]
+    #[doc = " shape/dtype, a full value that for an integer dtype is not finite or is"]
+    #[doc = " outside its range once truncated; a float dtype takes any value, NaN and"]
+    #[doc = " infinities included, rounded to it), DEVICE_UNAVAILABLE (a device the"]
     #[doc = " context does not have), OUT_OF_MEMORY (the context stays usable). Any"]
     #[doc = " thread."]
     pub fn kiln_tensor_empty(
@@ -736,7 +741,8 @@ extern "C" {
 }
 extern "C" {
     #[doc = " Copies nbytes of host data (exactly numel * dtype size, else"]
-    #[doc = " INVALID_ARGUMENT) into a new tensor on device; data is not kept."]
+    #[doc = " INVALID_ARGUMENT) into a new tensor on device; data is not kept, and may"]
+    #[doc = " be NULL when nbytes is 0 (an empty tensor), as for the two copies below."]
     pub fn kiln_tensor_from_host(
         ctx: *mut kiln_context,
         data: *const ::std::os::raw::c_void,
@@ -809,7 +815,8 @@ extern "C" {
 }
 extern "C" {
     #[doc = " A copy converted to dtype (PyTorch's .to(dtype)); float to int truncates"]
-    #[doc = " toward zero."]
+    #[doc = " toward zero and saturates at the integer dtype's limits (NaN gives 0);"]
+    #[doc = " an integer to a narrower integer wraps."]
     pub fn kiln_tensor_cast(
         tensor: *const kiln_tensor,
         dtype: kiln_dtype,
