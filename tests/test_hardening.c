@@ -252,6 +252,48 @@ static void test_save_targets(void **state) {
   kiln_model_release(model);
 }
 
+/* Whether text is well-formed UTF-8 with no control characters. */
+static int is_one_line_of_utf8(const char *text) {
+  const unsigned char *p = (const unsigned char *)text;
+  while (*p) {
+    int n = *p < 0x80 ? 1 : *p >= 0xC2 && *p <= 0xDF ? 2 : *p >= 0xE0 && *p <= 0xEF ? 3 : *p >= 0xF0 && *p <= 0xF4 ? 4 : 0;
+    if (n == 0 || (n == 1 && (*p < 0x20 || *p == 0x7f))) return 0;
+    for (int k = 1; k < n; ++k)
+      if ((p[k] & 0xC0) != 0x80) return 0;
+    p += n;
+  }
+  return 1;
+}
+
+/* kiln_last_error() is one line of UTF-8 of at most 1024 bytes whatever a
+ * path holds, and a long one keeps the reason at its end. Paths were quoted
+ * raw: a newline or the bytes 0xff 0xfe went into the message as they were,
+ * and a message cut at 1024 bytes lost the system's reason after the path. */
+static void test_messages_are_one_line(void **state) {
+  kiln_context *ctx = *state;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/no\nsuch\rfile\xff\xfe.safetensors", g_dir);
+  kiln_model *m = NULL;
+  assert_status(kiln_model_load(ctx, path, kCpu, &m), KILN_ERROR_IO);
+  assert_true(is_one_line_of_utf8(kiln_last_error()));
+  assert_last_error_contains("no?such?file??.safetensors");
+
+  kiln_model *model = small_model(ctx);
+  int n = snprintf(path, sizeof path, "%s/missing", g_dir);
+  for (int part = 0; part < 8; ++part) {
+    path[n++] = '/';
+    for (int i = 0; i < 200; ++i) path[n++] = 'd';
+  }
+  snprintf(path + n, sizeof path - (size_t)n, "/model.safetensors");
+  assert_status(kiln_model_save(model, path), KILN_ERROR_IO);
+  const char *message = kiln_last_error();
+  assert_true(strlen(message) <= 1024);
+  assert_true(is_one_line_of_utf8(message));
+  assert_last_error_contains("more bytes) ...");
+  assert_last_error_contains(strerror(ENOENT));
+  kiln_model_release(model);
+}
+
 /* A temporary left by a writer that died is removed by the next save of the
  * same path; a live writer's is left alone. */
 static void test_stale_temporaries_removed(void **state) {
@@ -478,6 +520,7 @@ int main(void) {
       cmocka_unit_test(test_released_handle_never_revives),
       cmocka_unit_test(test_fifo_is_refused_at_once),
       cmocka_unit_test(test_save_targets),
+      cmocka_unit_test(test_messages_are_one_line),
       cmocka_unit_test(test_stale_temporaries_removed),
       cmocka_unit_test(test_release_inside_callback),
       cmocka_unit_test(test_busy_trainer),

@@ -11,7 +11,10 @@
  *    usable, and kiln_last_error() describes what went wrong in one line of
  *    at most 1024 bytes of UTF-8: input it quotes (a spec, a name, a path,
  *    a model's description) is cut short, saying how many bytes were left
- *    out. Ignoring the status is a compiler warning (KILN_NODISCARD).
+ *    out, and shows control characters and bytes that are not UTF-8 as '?';
+ *    a message still too long keeps its start and its end (where the reason
+ *    is) and says how much of its middle it left out. Ignoring the status is
+ *    a compiler warning (KILN_NODISCARD).
  *  - Statuses every function may return, not repeated below:
  *      INVALID_ARGUMENT  a required pointer (handle, out-parameter, buffer,
  *                        string) is NULL, or an enum argument holds a value

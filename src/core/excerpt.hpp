@@ -89,10 +89,23 @@ inline std::string quoted(std::string_view text, size_t limit = 120) {
   return "\"" + printable(text, limit) + "\"";
 }
 
-// message when it fits in kMaxMessageBytes, else its excerpt, which does.
+// message as kiln_last_error() returns it: one line of UTF-8 (control
+// characters and bytes that are not UTF-8 shown as '?', whatever a path
+// or a name from a file held) of at most kMaxMessageBytes. A longer one
+// keeps its start and its last kMessageTail bytes, where the reason a call
+// failed usually is ("...: Read-only file system"), and says how much of
+// its middle it left out.
 inline std::string bounded_message(std::string_view message) {
-  constexpr size_t kNote = 40;  // room for "... (N more bytes)", any N
-  return message.size() <= kMaxMessageBytes ? std::string(message) : excerpt(message, kMaxMessageBytes - kNote);
+  constexpr size_t kMessageTail = 256;
+  constexpr size_t kNote = 48;  // room for "... (N more bytes) ...", any N
+  const std::string line = excerpt(message, message.size());  // never longer than message
+  if (line.size() <= kMaxMessageBytes) return line;
+  const auto continues = [&](size_t i) { return (static_cast<unsigned char>(line[i]) & 0xC0) == 0x80; };
+  size_t tail = line.size() - kMessageTail;
+  while (continues(tail)) ++tail;  // from a character's first byte
+  size_t head = kMaxMessageBytes - kNote - (line.size() - tail);
+  while (head > 0 && continues(head)) --head;  // up to one
+  return line.substr(0, head) + "... (" + std::to_string(tail - head) + " more bytes) ..." + line.substr(tail);
 }
 
 }  // namespace kiln
