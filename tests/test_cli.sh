@@ -80,6 +80,9 @@ usage_error "cuda:1 is listed twice" train --device cuda:1,cuda:1
 usage_error "distributed runs one device per rank" train --device cuda:0,cuda:1 --distributed
 usage_error "--bucket-mb: bucket_bytes must be >= 0, got -1048576" train --distributed --bucket-mb -1
 usage_error "--bucket-mb applies to data parallel training" train --bucket-mb 25
+usage_error "bad --threads 5000: .*1024" train --threads 5000
+usage_error "--count must be at least 1" predict model --count -1
+usage_error "--count must be at least 1" predict model --count 0
 usage_error "missing argument MODEL" eval
 usage_error "unexpected argument 'extra'" eval model extra
 

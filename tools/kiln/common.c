@@ -25,7 +25,10 @@ int open_context(const cli_command *cmd, const char *device_text, uint64_t seed,
   kiln_context_options *options = NULL;
   if (kiln_context_options_create(&options) != KILN_OK) return report_error(cmd, "cannot create context options");
   kiln_status st = kiln_context_options_set_seed(options, seed);
-  if (st == KILN_OK) st = kiln_context_options_set_num_threads(options, threads);
+  if (st == KILN_OK && kiln_context_options_set_num_threads(options, threads) != KILN_OK) {
+    kiln_context_options_release(options);
+    return cli_usage_error(cmd, "bad --threads %lld: %s", (long long)threads, kiln_last_error());
+  }
   if (st == KILN_OK && !is_auto && wanted.kind == KILN_DEVICE_CPU)
     st = kiln_context_options_set_enable_cuda(options, 0);
   if (st == KILN_OK) st = kiln_context_create(options, ctx);

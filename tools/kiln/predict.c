@@ -2,6 +2,7 @@
  * for the first test images of a dataset or for the images of an IDX file;
  * or, for scripts, its logits, probabilities or classes as CSV or JSON
  * (predict_output.c). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -101,7 +102,10 @@ static int predict(const cli_command *cmd, kiln_model *model, const kiln_tensor 
 int cmd_predict(int argc, char **argv) {
   const char *data = DEFAULT_DATA_DIR, *device = "auto", *spec = NULL, *input = NULL, *output = NULL,
              *format_name = "table";
-  int64_t count = -1;
+  /* Not given: no count a user can type but the most negative int64,
+   * which is refused as -1 is. */
+  const int64_t kCountNotGiven = INT64_MIN;
+  int64_t count = kCountNotGiven;
   const cli_option options[] = {
       {"data", CLI_STRING, &data, "DIR", "MNIST-layout dataset whose test images to classify (default " DEFAULT_DATA_DIR ")"},
       {"input", CLI_STRING, &input, "FILE", "classify the images of this IDX file (raw or .gz) instead"},
@@ -130,7 +134,7 @@ int cmd_predict(int argc, char **argv) {
   };
   int rc = cli_parse(&cmd, argc, argv);
   if (rc != CLI_CONTINUE) return rc;
-  if (count == 0 || count < -1) return cli_usage_error(&cmd, "--count must be at least 1");
+  if (count != kCountNotGiven && count < 1) return cli_usage_error(&cmd, "--count must be at least 1");
   predict_format format = PREDICT_TABLE;
   kiln_predict_kind kind = KILN_PREDICT_CLASSES;
   if (!predict_format_from_name(format_name, &format))
@@ -159,14 +163,14 @@ int cmd_predict(int argc, char **argv) {
       rc = EXIT_RUNTIME_ERROR;
     } else {
       if (kiln_tensor_dim(x_all, 0, &available) != KILN_OK) available = 0;
-      count = count < 0 || count > available ? available : count;
+      count = count == kCountNotGiven || count > available ? available : count;
       if (kiln_tensor_rows(x_all, 0, count, &x) != KILN_OK) rc = report_error(&cmd, "cannot select the images");
     }
   } else if (rc == CLI_CONTINUE) {
     rc = load_split(&cmd, ctx, data, "test", &test);
     if (rc == CLI_CONTINUE) {
       if (kiln_dataset_size(test, &available) != KILN_OK) available = 0;
-      count = count < 0 ? DEFAULT_COUNT : count;
+      count = count == kCountNotGiven ? DEFAULT_COUNT : count;
       count = count > available ? available : count;
       labels = malloc((size_t)count * sizeof *labels);
       if (!labels || kiln_dataset_batch(test, 0, count, cpu, &x, &y) != KILN_OK ||
