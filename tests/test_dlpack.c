@@ -432,6 +432,14 @@ static void import_refusals(void **state) {
   p->shape[1] = INT64_C(1) << 40;
   expect_refused(ctx, p, KILN_ERROR_INVALID_ARGUMENT, NULL, &deleted);
 
+  /* Offsets that put the tensor, or only its end, past the address space. */
+  p = make_producer(4, &deleted);
+  p->managed.dl_tensor.byte_offset = UINT64_MAX - (uint64_t)(uintptr_t)p->managed.dl_tensor.data + 1;
+  expect_refused(ctx, p, KILN_ERROR_INVALID_ARGUMENT, "address space", &deleted);
+  p = make_producer(4, &deleted);
+  p->managed.dl_tensor.byte_offset = UINT64_MAX - (uint64_t)(uintptr_t)p->managed.dl_tensor.data - 7;
+  expect_refused(ctx, p, KILN_ERROR_INVALID_ARGUMENT, "address space", &deleted); /* 16 bytes from the last 8 */
+
   /* NULL arguments and a released context. */
   p = make_producer(4, &deleted);
   t = (kiln_tensor *)(uintptr_t)1;
@@ -442,8 +450,8 @@ static void import_refusals(void **state) {
   kiln_context *dead = kiln_test_context_create(0);
   kiln_context_release(dead);
   assert_status(kiln_tensor_from_dlpack(dead, &p->managed, &t), KILN_ERROR_INVALID_HANDLE);
-  /* 13 refusals and 8 bad dtypes freed by the test, 1 import released. */
-  assert_int_equal(atomic_load(&deleted), 13 + 8 + 1);
+  /* 15 refusals and 8 bad dtypes freed by the test, 1 import released. */
+  assert_int_equal(atomic_load(&deleted), 15 + 8 + 1);
   p->managed.deleter(&p->managed);
 }
 

@@ -176,8 +176,8 @@ KILN_NODISCARD KILN_API kiln_status kiln_tensor_to_dlpack(const kiln_tensor *ten
  *   INVALID_ARGUMENT  NULL ctx, managed or out; ndim < 0 or NULL shape with
  *                     ndim > 0; a negative size; sizes whose product
  *                     overflows int64; NULL data with elements; a
- *                     byte_offset that wraps past the end of the address
- *                     space;
+ *                     byte_offset that puts the tensor's first or last
+ *                     byte past the end of the address space;
  *   NOT_SUPPORTED     another major version (the message names both), a
  *                     dtype kiln lacks (bool, complex, vectors of lanes,
  *                     i8, i16, u16, ...), a device kind kiln does not run

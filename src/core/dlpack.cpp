@@ -199,6 +199,17 @@ void from_dlpack(const std::shared_ptr<Context> &ctx, DLManagedTensorVersioned *
   // address space describes no memory (and the sum would be undefined).
   check(!d.data || d.byte_offset <= UINTPTR_MAX - reinterpret_cast<uintptr_t>(d.data), KILN_ERROR_INVALID_ARGUMENT,
         "the DLPack tensor's byte_offset " + std::to_string(d.byte_offset) + " runs past the end of the address space");
+  // So must its last byte: a tensor that runs past the end describes no
+  // memory either (data + byte_offset = 2^64 - 64 with 256 bytes after it).
+  if (d.data && !empty) {
+    const uintptr_t start = reinterpret_cast<uintptr_t>(d.data) + uintptr_t(d.byte_offset);
+    uint64_t bytes = 0;
+    check(!__builtin_mul_overflow(uint64_t(product), uint64_t(dtype_size(dtype)), &bytes) &&
+              bytes - 1 <= UINTPTR_MAX - start,
+          KILN_ERROR_INVALID_ARGUMENT,
+          "the DLPack tensor of shape " + shape.str() + " at byte_offset " + std::to_string(d.byte_offset) +
+              " runs past the end of the address space");
+  }
   void *data = d.data ? static_cast<char *>(d.data) + d.byte_offset : nullptr;
   // Ownership passes only when adopt returns: wrap never runs release when
   // it throws, and a throwing adopt disarms it before the tensor goes.
