@@ -14,6 +14,7 @@
  * Built without libonnx-dev (KILN_TEST_HAVE_ONNX 0), it checks that both
  * functions say NOT_SUPPORTED and why; with KILN_TEST_NO_ONNX_PLUGIN set
  * (test_onnx_no_plugin), that they do so when the plugin is not found. */
+#define _GNU_SOURCE /* memmem */
 #include "support.h"
 
 #include <math.h>
@@ -412,6 +413,31 @@ static void export_round_trips(void **state) {
   round_trip(f, "input(4)", KILN_F64, "input(4)");
 }
 
+/* The initializers are named as kiln_model_parameter_name names the
+ * parameters, the Flatten before the first Linear counted as nn.Sequential
+ * counts it ("1.weight"): they were numbered without it ("0.weight"). */
+static void export_names_parameters_as_kiln(void **state) {
+  fixture *f = *state;
+  kiln_model *model = make_model(f->ctx, "4-6-3:flatten", KILN_F32);
+  assert_kiln_ok(kiln_model_export_onnx(model, f->path));
+  FILE *in = fopen(f->path, "rb");
+  assert_non_null(in);
+  static char bytes[1 << 16];
+  const size_t size = fread(bytes, 1, sizeof bytes, in);
+  fclose(in);
+  assert_true(size > 0 && size < sizeof bytes);
+  int64_t count = 0;
+  assert_kiln_ok(kiln_model_num_parameter_tensors(model, &count));
+  assert_int_equal(count, 4);
+  for (int64_t i = 0; i < count; ++i) {
+    const char *name = NULL;
+    assert_kiln_ok(kiln_model_parameter_name(model, i, &name));
+    if (!memmem(bytes, size, name, strlen(name))) fail_msg("the ONNX file has no initializer \"%s\"", name);
+  }
+  assert_null(memmem(bytes, size, "0.weight", 8));
+  kiln_model_release(model);
+}
+
 /* Parameters in a data file beside the model, on request: the model file
  * refers to "<name>.data" by its SHA-1, and reads back; a data file changed
  * afterwards or gone is refused. */
@@ -768,6 +794,7 @@ int main(void) {
 #if KILN_TEST_HAVE_ONNX
       /* First, while the process is small: it measures the peak RSS. */
       cmocka_unit_test_setup_teardown(many_empty_messages, setup, teardown),
+      cmocka_unit_test_setup_teardown(export_names_parameters_as_kiln, setup, teardown),
       cmocka_unit_test_setup_teardown(imports_gemm, setup, teardown),
       cmocka_unit_test_setup_teardown(imports_matmul_add_f64, setup, teardown),
       cmocka_unit_test_setup_teardown(imports_gelu, setup, teardown),

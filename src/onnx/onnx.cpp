@@ -98,9 +98,12 @@ void export_onnx(const Model &model, const std::string &path, bool external_data
     graph.dtype = model.dtype() == DType::F64 ? KILN_F64 : KILN_F32;
     graph.input_features = model.input_size();
     size_t next = 0;  // the model's parameters come in layer order: weight, then bias
-    for (const LayerSpec &spec : model.spec().layers()) {
+    const std::vector<LayerSpec> &layers = model.spec().layers();
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const LayerSpec &spec = layers[i];
       OnnxLayer l;
       l.kind = spec.kind;
+      l.module = model.spec().module_index(i);
       l.arg = spec.arg;
       l.arg2 = spec.arg2;
       if (spec.kind == KILN_LAYER_LINEAR) {

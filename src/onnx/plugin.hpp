@@ -32,6 +32,9 @@ struct OnnxLayer {
   std::string weight, bias;
   int64_t weight_offset = -1, bias_offset = -1;
   std::string node;  // import: the ONNX node it came from, for messages
+  // Export: the layer's index in nn.Sequential (nn/spec.hpp's module_index,
+  // which counts a Flatten), the prefix of its parameters' names.
+  int64_t module = 0;
 };
 
 struct OnnxGraph {

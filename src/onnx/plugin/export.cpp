@@ -158,7 +158,7 @@ void build(const OnnxGraph &g, const char *producer_version, onnx::ModelProto *m
   for (size_t i = 0; i < g.layers.size(); ++i) {
     const OnnxLayer &l = g.layers[i];
     if (l.kind == KILN_LAYER_DROPOUT) continue;
-    const std::string prefix = std::to_string(i);
+    const std::string prefix = std::to_string(l.module);
     const std::string out = i + 1 == last ? output : prefix + ".out";
     switch (l.kind) {
       case KILN_LAYER_LINEAR: {
