@@ -716,7 +716,10 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_parameter(kiln_model *model, int6
 KILN_NODISCARD KILN_API kiln_status kiln_model_parameter_name(const kiln_model *model, int64_t index, const char **out);
 
 /* Forward pass without gradients: x is [batch, input_size] (any float dtype
- * or u8, converted to the model's dtype), on the model's device; *out is
+ * or u8, converted to the model's dtype as it is: u8 pixels stay 0..255,
+ * where a dataset's batches are normalized (kiln_dataset_set_normalization:
+ * 1/255 by default for u8), so a model trained on those needs its input
+ * normalized the same way first), on the model's device; *out is
  * [batch, output_size] logits, or the rows of the model's output transform
  * when it ends in softmax or log_softmax (kiln_model_spec_parse). x may come from any context (a tensor is
  * memory on a device; the model's context runs the pass and owns *out),
@@ -1018,7 +1021,9 @@ typedef struct kiln_history kiln_history;
 typedef enum kiln_loss_kind {
   KILN_LOSS_CROSS_ENTROPY = 0,  /* logits [B, C], labels [B] integer */
   KILN_LOSS_MSE = 1,            /* pred [B, K], target [B, K] float */
-  KILN_LOSS_BCE_WITH_LOGITS = 2 /* logits [B, K], target [B, K] in [0, 1] */
+  KILN_LOSS_BCE_WITH_LOGITS = 2 /* logits [B, K], target [B, K] in [0, 1] (not checked,
+                                 * as PyTorch does not: outside it the loss is no
+                                 * longer a cross-entropy and can be negative) */
 } kiln_loss_kind;
 
 typedef enum kiln_optimizer_kind { KILN_OPTIM_SGD = 0, KILN_OPTIM_ADAM = 1, KILN_OPTIM_ADAMW = 2 } kiln_optimizer_kind;
@@ -1099,8 +1104,9 @@ KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_grad_clip(kiln_trai
 KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_schedule(kiln_trainer_options *options,
                                                                       kiln_lr_schedule schedule, int64_t step_size,
                                                                       double gamma, int64_t total_steps, double min_lr);
-/* Linear warmup from 0 to the scheduled lr over the first steps steps;
- * steps >= 0 (0 = none). */
+/* Linear warmup over the first steps steps: step t (counted from 0) takes
+ * (t + 1) / steps of the scheduled lr, so the first is not 0 and step
+ * steps - 1 takes all of it; steps >= 0 (0 = none). */
 KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_warmup(kiln_trainer_options *options, int64_t steps);
 /* The seed of the epochs' shuffles (any value); unset, it is drawn from the
  * model's context when the trainer is created. */
@@ -1239,8 +1245,9 @@ KILN_NODISCARD KILN_API kiln_status kiln_trainer_retain(kiln_trainer *trainer, k
  * once, pinned host tensors included (for those the call waits for the
  * copy, and so for the steps queued before it). Without a loss to read, the
  * step itself may still be running on a GPU when the call returns.
- * SHAPE_MISMATCH for x without `in` elements per sample or y not of B
- * samples; DTYPE_MISMATCH for labels that are not integers (cross-entropy)
+ * SHAPE_MISMATCH for x without `in` elements per sample, an empty batch
+ * (B = 0) or y not of B samples; DTYPE_MISMATCH for labels that are not
+ * integers (cross-entropy)
  * or targets that are not float; INVALID_ARGUMENT for labels outside the
  * model's classes; BUSY from the trainer's own callback; NUMERIC is not
  * raised here (a NaN loss is returned as it is). */
@@ -1296,8 +1303,10 @@ typedef struct kiln_progress {
  * KILN_ERROR_BUSY. */
 typedef int (*kiln_progress_fn)(void *user, const kiln_progress *progress);
 
-/* Trains for epochs epochs, evaluating validation (may be NULL) after each,
- * and returns the history (caller releases). callback may be NULL.
+/* Trains for epochs more epochs (after kiln_trainer_load_checkpoint too:
+ * they follow the epochs it restored), evaluating validation (may be NULL)
+ * after each, and returns the history (caller releases). callback may be
+ * NULL.
  * KILN_ERROR_NUMERIC, naming the epoch and its figures, when an epoch's mean
  * loss is NaN or infinite (the updates done so far stay in the model; the
  * same for kiln_trainer_epoch); KILN_ERROR_INVALID_ARGUMENT when epochs < 1

@@ -215,7 +215,7 @@ namespace Kiln
         CrossEntropy = 0,
         /// <summary><c>KILN_LOSS_MSE</c>: pred [B, K], target [B, K] float</summary>
         Mse = 1,
-        /// <summary><c>KILN_LOSS_BCE_WITH_LOGITS</c>: logits [B, K], target [B, K] in [0, 1]</summary>
+        /// <summary><c>KILN_LOSS_BCE_WITH_LOGITS</c>: logits [B, K], target [B, K] in [0, 1] (not checked, as PyTorch does not: outside it the loss is no longer a cross-entropy and can be negative)</summary>
         BceWithLogits = 2,
     }
 

@@ -1355,7 +1355,10 @@ extern "C" {
 }
 extern "C" {
     #[doc = " Forward pass without gradients: x is [batch, input_size] (any float dtype"]
-    #[doc = " or u8, converted to the model's dtype), on the model's device; *out is"]
+    #[doc = " or u8, converted to the model's dtype as it is: u8 pixels stay 0..255,"]
+    #[doc = " where a dataset's batches are normalized (kiln_dataset_set_normalization:"]
+    #[doc = " 1/255 by default for u8), so a model trained on those needs its input"]
+    #[doc = " normalized the same way first), on the model's device; *out is"]
     #[doc = " [batch, output_size] logits, or the rows of the model's output transform"]
     #[doc = " when it ends in softmax or log_softmax (kiln_model_spec_parse). x may come from any context (a tensor is"]
     #[doc = " memory on a device; the model's context runs the pass and owns *out),"]
@@ -1731,7 +1734,9 @@ pub struct kiln_history {
 pub const kiln_loss_kind_KILN_LOSS_CROSS_ENTROPY: kiln_loss_kind = 0;
 #[doc = " pred [B, K], target [B, K] float"]
 pub const kiln_loss_kind_KILN_LOSS_MSE: kiln_loss_kind = 1;
-#[doc = " logits [B, K], target [B, K] in [0, 1]"]
+#[doc = " logits [B, K], target [B, K] in [0, 1] (not checked,"]
+#[doc = " as PyTorch does not: outside it the loss is no"]
+#[doc = " longer a cross-entropy and can be negative)"]
 pub const kiln_loss_kind_KILN_LOSS_BCE_WITH_LOGITS: kiln_loss_kind = 2;
 pub type kiln_loss_kind = ::std::os::raw::c_uint;
 pub const kiln_optimizer_kind_KILN_OPTIM_SGD: kiln_optimizer_kind = 0;
@@ -1879,8 +1884,9 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
-    #[doc = " Linear warmup from 0 to the scheduled lr over the first steps steps;"]
-    #[doc = " steps >= 0 (0 = none)."]
+    #[doc = " Linear warmup over the first steps steps: step t (counted from 0) takes"]
+    #[doc = " (t + 1) / steps of the scheduled lr, so the first is not 0 and step"]
+    #[doc = " steps - 1 takes all of it; steps >= 0 (0 = none)."]
     pub fn kiln_trainer_options_set_warmup(
         options: *mut kiln_trainer_options,
         steps: i64,
@@ -2024,8 +2030,9 @@ extern "C" {
     #[doc = " once, pinned host tensors included (for those the call waits for the"]
     #[doc = " copy, and so for the steps queued before it). Without a loss to read, the"]
     #[doc = " step itself may still be running on a GPU when the call returns."]
-    #[doc = " SHAPE_MISMATCH for x without `in` elements per sample or y not of B"]
-    #[doc = " samples; DTYPE_MISMATCH for labels that are not integers (cross-entropy)"]
+    #[doc = " SHAPE_MISMATCH for x without `in` elements per sample, an empty batch"]
+    #[doc = " (B = 0) or y not of B samples; DTYPE_MISMATCH for labels that are not"]
+    #[doc = " integers (cross-entropy)"]
     #[doc = " or targets that are not float; INVALID_ARGUMENT for labels outside the"]
     #[doc = " model's classes; BUSY from the trainer's own callback; NUMERIC is not"]
     #[doc = " raised here (a NaN loss is returned as it is)."]
@@ -2474,8 +2481,10 @@ pub type kiln_progress_fn = ::std::option::Option<
     ) -> ::std::os::raw::c_int,
 >;
 extern "C" {
-    #[doc = " Trains for epochs epochs, evaluating validation (may be NULL) after each,"]
-    #[doc = " and returns the history (caller releases). callback may be NULL."]
+    #[doc = " Trains for epochs more epochs (after kiln_trainer_load_checkpoint too:"]
+    #[doc = " they follow the epochs it restored), evaluating validation (may be NULL)"]
+    #[doc = " after each, and returns the history (caller releases). callback may be"]
+    #[doc = " NULL."]
     #[doc = " KILN_ERROR_NUMERIC, naming the epoch and its figures, when an epoch's mean"]
     #[doc = " loss is NaN or infinite (the updates done so far stay in the model; the"]
     #[doc = " same for kiln_trainer_epoch); KILN_ERROR_INVALID_ARGUMENT when epochs < 1"]
