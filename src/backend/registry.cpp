@@ -33,7 +33,7 @@ CudaBackendLoad load_cuda_plugin() {
     std::string origin;
     const std::string dir = plugin_directory(&origin);
     load.searched = (dir.empty() ? std::string(kPluginFile) : dir + "/" + kPluginFile) + " (from " + origin +
-                    "), not loaded: the CUDA driver has no usable device";
+                    "), not loaded: the CUDA driver probe failed (the reason follows)";
     return load;
   }
   const PluginLibrary library = open_plugin({kPluginFile, "CUDA", "", {"kiln_backend_cuda_create"}});
