@@ -939,7 +939,10 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_export_onnx_v2(const kiln_model *
  *                  ONNX), a constant whose data does not match its shape or
  *                  with a dimension larger than any file holds, an empty
  *                  weight, an omitted ("") input the op needs, shapes that
- *                  do not chain, a parameter whose type differs from the
+ *                  do not chain (an input's declared features are taken as
+ *                  symbolic when a dimension is not positive or their
+ *                  product passes KILN_MAX_PARAMETERS: the first Linear
+ *                  decides), a parameter whose type differs from the
  *                  input's, non-finite values, bad attributes, an op the
  *                  file's opset does not have, external data as above;
  *   IO             a file cannot be opened or read, or is not a regular file;
