@@ -116,6 +116,128 @@ static void check_resume(kiln_optimizer_kind kind, const char *spec) {
   kiln_test_remove_tree(dir);
 }
 
+/* fit's callback for the runs below: a checkpoint after batch 3 of epoch 2,
+ * then cancel, when `path` is set; else nothing. */
+typedef struct {
+  const char *path;
+  kiln_trainer *trainer;
+} save_within;
+
+static int save_within_epoch(void *user, const kiln_progress *p) {
+  save_within *s = user;
+  if (!s->path || p->phase != KILN_PROGRESS_BATCH || p->epoch != 2 || p->batch != 3) return 0;
+  assert_kiln_ok(kiln_trainer_save_checkpoint(s->trainer, s->path));
+  return 1;
+}
+
+/* SGD with momentum, a cosine schedule over each fit, a report per batch. */
+static kiln_trainer *reporting_trainer(kiln_model *model) {
+  kiln_trainer *t = NULL;
+  kiln_trainer_options *o = NULL;
+  assert_kiln_ok(kiln_trainer_options_create(&o));
+  assert_kiln_ok(kiln_trainer_options_set_lr(o, 0.05));
+  assert_kiln_ok(kiln_trainer_options_set_momentum(o, 0.9));
+  assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 16));
+  assert_kiln_ok(kiln_trainer_options_set_schedule(o, KILN_LR_COSINE, 0, 0, 0, 0.001));
+  assert_kiln_ok(kiln_trainer_options_set_progress_interval(o, 1));
+  assert_kiln_ok(kiln_trainer_create(model, o, &t));
+  kiln_trainer_options_release(o);
+  return t;
+}
+
+/* A checkpoint written from fit's callback within an epoch finishes that
+ * epoch when training resumes: the same order, dropout masks, learning
+ * rates (a cosine schedule over the fit) and epoch statistics, so the
+ * weights and the history come out bit for bit those of the run that was
+ * not interrupted. A step in between starts a new epoch instead. */
+static void test_resume_within_an_epoch(void **state) {
+  (void)state;
+  char dir[512], path[600];
+  kiln_test_make_temp_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/within.safetensors", dir);
+  const char *spec = "6-12-3:dropout=0.25";
+  float a[NPARAM], c[NPARAM];
+
+  kiln_context *ctx = kiln_test_context_create(3);
+  kiln_dataset *ds = random_dataset(ctx);
+  kiln_model *model = make_model(ctx, spec);
+  kiln_trainer *t = reporting_trainer(model);
+  save_within none = {NULL, t};
+  kiln_history *whole = NULL;
+  assert_kiln_ok(kiln_trainer_fit(t, ds, NULL, 3, save_within_epoch, &none, &whole));
+  read_weights(model, a);
+  kiln_trainer_release(t);
+  kiln_model_release(model);
+
+  /* The same run from the start (a context of the same seed), cut within
+   * epoch 2 by the callback, which writes the checkpoint first. */
+  kiln_context *same = kiln_test_context_create(3);
+  kiln_dataset *ds_same = random_dataset(same);
+  model = make_model(same, spec);
+  t = reporting_trainer(model);
+  save_within saving = {path, t};
+  kiln_history *cut = NULL;
+  assert_status(kiln_trainer_fit(t, ds_same, NULL, 3, save_within_epoch, &saving, &cut), KILN_ERROR_CANCELLED);
+  kiln_trainer_release(t);
+  kiln_model_release(model);
+
+  /* Resumed in another context (other initial weights and shuffle seed). */
+  kiln_context *other = kiln_test_context_create(999);
+  kiln_dataset *ds2 = random_dataset(other);
+  model = make_model(other, spec);
+  t = reporting_trainer(model);
+  assert_kiln_ok(kiln_trainer_load_checkpoint(t, path));
+  int64_t done = 0, steps = 0;
+  assert_kiln_ok(kiln_trainer_epochs_done(t, &done));
+  assert_kiln_ok(kiln_trainer_steps_done(t, &steps));
+  assert_int_equal(done, 1);
+  assert_int_equal(steps, 7 + 3);
+  kiln_history *rest = NULL;
+  assert_kiln_ok(kiln_trainer_fit(t, ds2, NULL, 2, NULL, NULL, &rest));
+  read_weights(model, c);
+  assert_memory_equal(a, c, sizeof a);
+  assert_kiln_ok(kiln_trainer_steps_done(t, &steps));
+  assert_int_equal(steps, 21);
+  for (int64_t e = 0; e < 2; ++e) {
+    kiln_epoch_stats want = {sizeof want}, got = {sizeof got};
+    assert_kiln_ok(kiln_history_get(whole, e + 1, &want));
+    assert_kiln_ok(kiln_history_get(rest, e, &got));
+    assert_memory_equal(&got.train_loss, &want.train_loss, sizeof want.train_loss);
+    assert_memory_equal(&got.train_accuracy, &want.train_accuracy, sizeof want.train_accuracy);
+  }
+  kiln_history_release(rest);
+  kiln_trainer_release(t);
+  kiln_model_release(model);
+
+  /* A step in between: the next epoch is a new one, all 7 of its batches
+   * (a step schedule here: the cosine one spans a fit). */
+  model = make_model(other, spec);
+  t = make_trainer(model, KILN_OPTIM_SGD);
+  assert_kiln_ok(kiln_trainer_load_checkpoint(t, path));
+  const int64_t xs[] = {2, 6}, ys[] = {2};
+  kiln_tensor *x = NULL, *y = NULL;
+  assert_kiln_ok(kiln_tensor_zeros(other, xs, 2, KILN_F32, dev, &x));
+  assert_kiln_ok(kiln_tensor_zeros(other, ys, 1, KILN_I64, dev, &y));
+  assert_kiln_ok(kiln_trainer_step(t, x, y, NULL));
+  kiln_epoch_stats s = {sizeof s};
+  assert_kiln_ok(kiln_trainer_epoch(t, ds2, &s));
+  assert_kiln_ok(kiln_trainer_steps_done(t, &steps));
+  assert_int_equal(steps, 7 + 3 + 1 + 7);
+  kiln_tensor_release(x);
+  kiln_tensor_release(y);
+  kiln_trainer_release(t);
+  kiln_model_release(model);
+
+  kiln_history_release(whole);
+  kiln_dataset_release(ds);
+  kiln_dataset_release(ds_same);
+  kiln_dataset_release(ds2);
+  kiln_context_release(ctx);
+  kiln_context_release(same);
+  kiln_context_release(other);
+  kiln_test_remove_tree(dir);
+}
+
 static void test_resume_is_exact(void **state) {
   (void)state;
   check_resume(KILN_OPTIM_SGD, "6-12-3:dropout=0.25");
@@ -431,6 +553,7 @@ static void test_architecture_is_checked(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_resume_is_exact),
+      cmocka_unit_test(test_resume_within_an_epoch),
       cmocka_unit_test(test_mismatched_checkpoints),
       cmocka_unit_test(test_other_optimizer_state_is_refused),
       cmocka_unit_test(test_counter_limits),

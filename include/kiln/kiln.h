@@ -1339,11 +1339,14 @@ KILN_NODISCARD KILN_API kiln_status kiln_trainer_save_checkpoint(const kiln_trai
 /* Restores a checkpoint written for the same architecture (the model's spec
  * as the file records it, activations and dropout included, and the same
  * tensors: else SHAPE_MISMATCH) and optimizer kind (else INVALID_ARGUMENT);
- * training then continues exactly as the run that wrote it, from a
- * checkpoint written between epochs. One written from a progress callback
- * within an epoch (phase BATCH) holds the weights and counters of that
- * moment, and training resumes with a new epoch: the rest of the
- * interrupted one is not replayed. The trainer keeps its own options (lr,
+ * training then continues exactly as the run that wrote it. One written
+ * from a progress callback within an epoch (phase BATCH) records where the
+ * epoch stood: the next epoch (kiln_trainer_epoch, or the first of
+ * kiln_trainer_fit's, which counts it) finishes it, in its order, with its
+ * statistics so far, when it runs over a dataset of the same size with the
+ * same batch size; otherwise, after a kiln_trainer_step in between, and in
+ * data-parallel training (whose ranks' statistics differ), training resumes
+ * with a new epoch. The trainer keeps its own options (lr,
  * momentum, betas, schedule, ...): the file's copies of them are a record,
  * not applied. On failure the trainer is unchanged. FORMAT for a malformed
  * file or counters of 2^62 and more, IO for an unreadable one, BUSY from

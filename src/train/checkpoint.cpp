@@ -1,13 +1,18 @@
 // Training checkpoints: one safetensors file with the model's parameters
 // (under their nn.Sequential names, as in a model file), the
 // optimizer state per parameter ("optimizer.exp_avg.0.weight", ...) and
-// metadata: the counters, the shuffle generator's position, the spec, and
-// the options the table marks KILN_OPTION_CHECKPOINT (train/options_table.h:
-// the optimizer kind and hyper-parameters, by the table's names and texts). Loading checks everything against
-// the trainer, reads into staging buffers, and only then commits, so a bad
-// file leaves the trainer unchanged.
-#include <cerrno>
+// metadata: the counters, the shuffle generator's position, the spec, the
+// options the table marks KILN_OPTION_CHECKPOINT (train/options_table.h:
+// the optimizer kind and hyper-parameters, by the table's names and texts)
+// and, when written from a progress callback within an epoch, where that
+// epoch stands ("epoch_*": its batches done, its shuffle, its statistics
+// so far), so that the next epoch finishes it. Loading checks everything
+// against the trainer, reads into staging buffers, and only then commits,
+// so a bad file leaves the trainer unchanged.
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 
@@ -59,6 +64,27 @@ int64_t parse_counter(const std::map<std::string, std::string> &meta, const std:
   return int64_t(v);
 }
 
+// A double as text that strtod reads back to the same bits.
+std::string exact_text(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", v);
+  return text;
+}
+
+double parse_double(const std::map<std::string, std::string> &meta, const std::string &key, const std::string &path) {
+  auto it = meta.find(key);
+  check(it != meta.end(), KILN_ERROR_FORMAT, path + " is not a complete kiln checkpoint: metadata lacks \"" + key + "\"");
+  errno = 0;
+  char *end = nullptr;
+  const double v = std::strtod(it->second.c_str(), &end);
+  check(!it->second.empty() && *end == '\0' && errno == 0 && std::isfinite(v), KILN_ERROR_FORMAT,
+        path + ": metadata \"" + key + "\" is \"" + excerpt(it->second) + "\", not a finite number");
+  return v;
+}
+
+// The keys of a position within an epoch (Trainer::in_epoch_).
+constexpr const char *kEpochBatches = "epoch_batches_done";
+
 }  // namespace
 
 void Trainer::write_checkpoint(const std::string &path) const {
@@ -75,6 +101,15 @@ void Trainer::write_checkpoint(const std::string &path) const {
       {"shuffle_seed", std::to_string(rng_seed_)},  // the generator's seed in use, set or drawn
       {"shuffle_counter", std::to_string(rng_counter_)},
   };
+  if (in_epoch_.batches > 0) {  // written from within an epoch: where it stands
+    meta.emplace(kEpochBatches, std::to_string(in_epoch_.batches));
+    meta.emplace("epoch_samples", std::to_string(in_epoch_.samples));
+    meta.emplace("epoch_batch", std::to_string(in_epoch_.batch));
+    meta.emplace("epoch_shuffle", std::to_string(in_epoch_.shuffle));
+    meta.emplace("epoch_loss_sum", exact_text(in_epoch_.so_far.loss_sum));
+    meta.emplace("epoch_correct", exact_text(in_epoch_.so_far.correct));
+    meta.emplace("epoch_bad_labels", exact_text(in_epoch_.so_far.bad_labels));
+  }
   const TrainerOptions resolved = options_.resolved();
   for (int i = 0; i < kOptionCount; ++i)
     if (option_info(Option(i)).flags & KILN_OPTION_CHECKPOINT)
@@ -129,6 +164,21 @@ void Trainer::load_checkpoint(const std::string &path) {
   const int64_t epochs = parse_counter(meta, "epochs_done", path), steps = parse_counter(meta, "steps_done", path);
   const int64_t optimizer_steps = parse_counter(meta, "optimizer_steps", path);
   const uint64_t seed = parse_u64(meta, "shuffle_seed", path), counter = parse_u64(meta, "shuffle_counter", path);
+  EpochPosition position;
+  if (meta.count(kEpochBatches)) {
+    position.batches = parse_counter(meta, kEpochBatches, path);
+    position.samples = parse_counter(meta, "epoch_samples", path);
+    position.batch = parse_counter(meta, "epoch_batch", path);
+    position.shuffle = parse_u64(meta, "epoch_shuffle", path);
+    position.so_far = {parse_double(meta, "epoch_loss_sum", path), parse_double(meta, "epoch_correct", path),
+                       parse_double(meta, "epoch_bad_labels", path)};
+    check(position.batches >= 1 && position.samples >= 1 && position.batch >= 1 && position.shuffle < counter &&
+              position.batches <= steps,
+          KILN_ERROR_FORMAT,
+          path + ": its position within an epoch (" + std::to_string(position.batches) + " batches of " +
+              std::to_string(position.batch) + " over " + std::to_string(position.samples) +
+              " samples, shuffle " + std::to_string(position.shuffle) + ") does not fit its counters");
+  }
 
   // Staging buffers in the trainer's layout; the committed buffers are
   // untouched until every tensor has been checked and read.
@@ -165,6 +215,7 @@ void Trainer::load_checkpoint(const std::string &path) {
   steps_done_ = steps;
   rng_seed_ = seed;
   rng_counter_ = counter;
+  resume_ = position;
 }
 
 }  // namespace kiln

@@ -155,26 +155,27 @@ void Trainer::check_dataset(const Dataset &ds, const char *what) const {
   }
 }
 
-void Trainer::write_table(int64_t count, int64_t batch) {
-  const int64_t first_opt = optimizer_.steps();
+void Trainer::write_table(int64_t count, int64_t batch, int64_t done) {
+  const int64_t first = steps_done_ - done, first_opt = optimizer_.steps() - done;
   for (int64_t i = 0; i < count; ++i) {
     StepParams &e = table_host_[size_t(i)];
-    e.lr = scheduled_lr(schedule_, options_.lr, steps_done_ + i, fit_end_);
+    e.lr = scheduled_lr(schedule_, options_.lr, first + i, fit_end_);
     e.step = first_opt + i;
-    e.dropout_seed = rng_bits(rng_seed_ ^ kDropoutStream, uint64_t(steps_done_ + i));
+    e.dropout_seed = rng_bits(rng_seed_ ^ kDropoutStream, uint64_t(first + i));
     e.offset = i * batch;
   }
   table_.rows(0, count * int64_t(sizeof(StepParams)))
       .copy_from_host(table_host_.data(), count * int64_t(sizeof(StepParams)));
 }
 
-void Trainer::pass_order(const Dataset &ds, const Dataset::GatherSource &source, bool shuffle, bool pad) {
+void Trainer::pass_order(const Dataset &ds, const Dataset::GatherSource &source, const uint64_t *shuffle,
+                         bool pad) {
   const int64_t n = ds.size();
   Backend &b = stats_.backend();
   int64_t *order = order_device_.data_as<int64_t>();
   // The same permutation on every rank: the seed is rank 0's (attach) and
   // every rank draws the same number of shuffles.
-  if (shuffle) b.shuffle(device_.index, n, rng_bits(rng_seed_ ^ kShuffleStream, rng_counter_++), order);
+  if (shuffle) b.shuffle(device_.index, n, rng_bits(rng_seed_ ^ kShuffleStream, *shuffle), order);
   else b.arange(device_.index, ArangeArgs{DType::I64, n, order, 0, 1});
   const int64_t count = shards_.count(n, pad);
   if (comm_ && count > 0) {  // this rank's positions of the order
@@ -217,6 +218,13 @@ void Trainer::run_pass_steps(bool trains, int64_t first, int64_t count, int64_t 
   }
 }
 
+int64_t Trainer::resumed_batches(const Dataset &ds) const {
+  const int64_t n = shards_.count(ds.size(), true);
+  const int64_t batch = std::max<int64_t>(1, std::min(options_.batch_size, n));
+  const bool same = resume_.samples == ds.size() && resume_.batch == batch && resume_.batches < (n + batch - 1) / batch;
+  return resume_.batches > 0 && same && shards_.ranks == 1 ? resume_.batches : 0;
+}
+
 int64_t Trainer::batches_per_epoch(const Dataset &ds) const {
   const int64_t n = shards_.count(ds.size(), true);
   const int64_t batch = std::max<int64_t>(1, std::min(options_.batch_size, n));
@@ -234,6 +242,7 @@ double Trainer::step(const Tensor &x, const Tensor &y, bool want_loss) {
   BusyScope busy(busy_, "kiln_trainer_step");
   check_counters(1);
   check_model_device();
+  resume_ = EpochPosition{};  // a step between: the epoch's steps would no longer follow on
   const int64_t in = model_->input_size(), out = model_->output_size();
   KILN_CHECK(dtype_is_float(x.dtype()) || x.dtype() == DType::U8, KILN_ERROR_DTYPE_MISMATCH,
              std::string("x must be a float or u8 tensor, got ") + dtype_name(x.dtype()));
@@ -275,6 +284,10 @@ void Trainer::clear_stats(size_t offset) {
   stats_.backend().fill(device_.index, FillArgs{DType::F64, 3, stats_field(stats_.data(), offset), 0.0});
 }
 
+void Trainer::write_stats(size_t offset, const PassStats &s) {
+  stats_.rows(int64_t(offset / sizeof(double)), int64_t(offset / sizeof(double)) + 3).copy_from_host(&s, sizeof s);
+}
+
 PassStats Trainer::read_stats(size_t offset) const {
   PassStats s;
   stats_.rows(int64_t(offset / sizeof(double)), int64_t(offset / sizeof(double)) + 3).copy_to_host(&s, sizeof s);
@@ -295,18 +308,32 @@ kiln_epoch_stats Trainer::run_epoch(const Dataset &ds, int64_t epoch_index, int6
   ensure_order(ds.size());
   const Clock::time_point start = Clock::now();
   const Dataset::GatherSource source = ds.gather_source(device_);
-  pass_order(ds, source, true, true);
+  // A checkpoint written within an epoch over this data resumes it: its
+  // order, its steps' table entries and its statistics so far.
+  const int64_t resumed = resumed_batches(ds);
+  const uint64_t shuffle = resumed ? resume_.shuffle : rng_counter_++;
+  const PassStats so_far_before = resume_.so_far;
+  resume_ = EpochPosition{};
+  pass_order(ds, source, &shuffle, true);
   window_valid_ = false;
-  write_table(batches, batch);
+  write_table(batches, batch, resumed);
 
-  clear_stats(kPassStats);
+  if (resumed) write_stats(kPassStats, so_far_before);
+  else clear_stats(kPassStats);
   const SourceView view = view_of(source);
   const int64_t interval = callback && options_.progress_interval > 0 ? options_.progress_interval : batches;
-  for (int64_t first = 0; first < batches; first += interval) {
+  for (int64_t first = resumed; first < batches; first += interval) {
     const int64_t count = std::min(interval, batches - first);
     run_pass_steps(true, first, count, n, batch, view);
     if (first + count < batches) {  // a progress report within the epoch: this rank's loss, not reduced
       const PassStats so_far = read_stats(kPassStats);
+      // What a checkpoint written from the callback records (one process
+      // only: another rank's statistics differ, and rank 0 writes).
+      struct Position {
+        EpochPosition &p;
+        ~Position() { p = EpochPosition{}; }
+      } position{in_epoch_};
+      if (shards_.ranks == 1) in_epoch_ = EpochPosition{first + count, ds.size(), batch, shuffle, so_far};
       const double elapsed = seconds_since(start);
       const int64_t done = std::min(n, (first + count) * batch);
       kiln_progress p{};
@@ -368,7 +395,7 @@ void Trainer::evaluate_pass(const Dataset &ds, double *loss, double *accuracy) {
   ensure_capacity(batch);
   ensure_order(n);
   const Dataset::GatherSource source = ds.gather_source(device_);
-  pass_order(ds, source, false, false);
+  pass_order(ds, source, nullptr, false);
   window_valid_ = false;
   if (batches > 0) write_table(batches, batch);
   clear_stats(kPassStats);
@@ -402,7 +429,7 @@ std::shared_ptr<History> Trainer::fit(const Dataset &train, const Dataset *valid
             epochs < kCounterLimit - epochs_done_,
         KILN_ERROR_INVALID_ARGUMENT,
         std::to_string(epochs) + " epochs of " + std::to_string(batches) + " steps are more steps than kiln counts");
-  fit_end_ = steps_done_ + epochs * batches;
+  fit_end_ = steps_done_ - resumed_batches(train) + epochs * batches;
 
   auto history = std::make_shared<History>();
   history->epochs.reserve(size_t(std::min<int64_t>(epochs, 1024)));  // grows past that as epochs finish

@@ -86,6 +86,15 @@ void check_host_labels(const Tensor &y, int64_t classes);
 // "Limits").
 constexpr int64_t kCounterLimit = int64_t(1) << 62;
 
+// An epoch after `batches` of its batches, over `samples` samples in
+// batches of `batch`, shuffled by shuffle number `shuffle`, with this
+// rank's statistics so far.
+struct EpochPosition {
+  int64_t batches = 0, samples = 0, batch = 0;
+  uint64_t shuffle = 0;
+  PassStats so_far;
+};
+
 class Trainer {
  public:
   // Validates options (check_options: INVALID_ARGUMENT naming the value).
@@ -154,13 +163,18 @@ class Trainer {
   // The program for (trains, training, rows, source): from the cache, else
   // built and compiled. source null: the caller's batch staged in batch_x_.
   Executable &program(bool trains, bool training, int64_t rows, const SourceView *source);
-  // Writes table entries [0, count) for steps steps_done_ + i, batch offsets
-  // i * batch, and copies them to the device.
-  void write_table(int64_t count, int64_t batch);
-  // The device order of this rank's share of one pass over ds (shuffled or
-  // in sample order; shards_.count(ds.size(), pad) samples), mapped to rows
-  // of the data for a split.
-  void pass_order(const Dataset &ds, const Dataset::GatherSource &source, bool shuffle, bool pad);
+  // Writes table entries [0, count) for steps steps_done_ - done + i (done:
+  // the steps of the pass already taken), batch offsets i * batch, and
+  // copies them to the device.
+  void write_table(int64_t count, int64_t batch, int64_t done = 0);
+  // The device order of this rank's share of one pass over ds (shuffled by
+  // the shuffle numbered *shuffle, or in sample order when it is null;
+  // shards_.count(ds.size(), pad) samples), mapped to rows of the data for
+  // a split.
+  void pass_order(const Dataset &ds, const Dataset::GatherSource &source, const uint64_t *shuffle, bool pad);
+  // The batches of resume_ when the next epoch over ds takes it up: ds of
+  // the size and batch it was written for; else 0.
+  int64_t resumed_batches(const Dataset &ds) const;
   // Sums the pass statistics over the ranks (no-op without a communicator).
   void reduce_stats(PassStats &stats) const;
   // INVALID_ARGUMENT on every rank unless every rank passed a dataset of the
@@ -174,10 +188,11 @@ class Trainer {
                              void *user);
   // evaluate without the busy check (fit's validation).
   void evaluate_pass(const Dataset &dataset, double *loss, double *accuracy);
-  // Zeroes, or reads back, the statistics at offset (offsetof(StepStats, pass)
-  // or step).
+  // Zeroes, reads back or sets the statistics at offset (offsetof(StepStats,
+  // pass) or step).
   void clear_stats(size_t offset);
   PassStats read_stats(size_t offset) const;
+  void write_stats(size_t offset, const PassStats &stats);
 
   // Throws NUMERIC when an epoch's mean loss is not finite.
   void check_finite(const kiln_epoch_stats &s) const;
@@ -217,6 +232,12 @@ class Trainer {
   bool window_valid_ = false;
   int64_t window_first_ = 0, window_opt_steps_ = 0, window_fit_end_ = 0;
   uint64_t rng_seed_ = 0, rng_counter_ = 0;  // rng_counter_: shuffles drawn
+  // Where an epoch stands between two of its batches: in_epoch_ while
+  // run_epoch's progress callback runs (what a checkpoint written there
+  // records), resume_ after loading such a checkpoint (where the next epoch
+  // over the same data picks up; dropped by a step, or once an epoch took
+  // it or started without it). batches == 0: no position.
+  EpochPosition in_epoch_, resume_;
   int64_t steps_done_ = 0, epochs_done_ = 0;
   int64_t fit_end_ = 0;  // steps_done at the end of the running fit; 0 outside fit
 };
