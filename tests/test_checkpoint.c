@@ -389,7 +389,9 @@ static void test_other_optimizer_state_is_refused(void **state) {
     kiln_status status;
     const char *message;
   } cases[] = {
-      {KILN_OPTIM_SGD, KILN_OPTIM_SGD, 0.9, 0, KILN_ERROR_SHAPE_MISMATCH, "holds 8 tensors but this trainer has 4"},
+      {KILN_OPTIM_SGD, KILN_OPTIM_SGD, 0.9, 0, KILN_ERROR_SHAPE_MISMATCH,
+       "holds 8 tensors but this trainer has 4 (model 6-12-3, sgd with this trainer's settings): it has "
+       "\"optimizer.momentum_buffer.0.weight\""},
       {KILN_OPTIM_SGD, KILN_OPTIM_SGD, 0, 0.9, KILN_ERROR_SHAPE_MISMATCH,
        "has no tensor \"optimizer.momentum_buffer.0.weight\""},
       {KILN_OPTIM_ADAM, KILN_OPTIM_ADAMW, 0, 0, KILN_ERROR_INVALID_ARGUMENT,

@@ -202,9 +202,22 @@ void Trainer::load_checkpoint(const std::string &path) {
           "\"" + s.name + "\" is " + dtype_name(e->dtype) + " in " + path + " but " + dtype_name(s.target.dtype()) +
               " in the trainer");
   }
-  check(file.entries().size() == expected.size(), KILN_ERROR_SHAPE_MISMATCH,
-        path + " holds " + std::to_string(file.entries().size()) + " tensors but this trainer has " +
-            std::to_string(expected.size()) + " (" + model + ")");
+  if (file.entries().size() != expected.size()) {
+    // Every slot was found, so the file has more: name one, whose prefix
+    // says which optimizer state it is ("optimizer.momentum_buffer.").
+    std::string extra;
+    for (const io::SafetensorsFile::Entry &e : file.entries()) {
+      const bool known = std::any_of(expected.begin(), expected.end(), [&](const Slot &s) { return s.name == e.name; });
+      if (!known) {
+        extra = e.name;
+        break;
+      }
+    }
+    fail(KILN_ERROR_SHAPE_MISMATCH, path + " holds " + std::to_string(file.entries().size()) +
+                                        " tensors but this trainer has " + std::to_string(expected.size()) + " (" +
+                                        model + ", " + mine + " with this trainer's settings): it has " +
+                                        quoted(extra) + ", another optimizer setting's state");
+  }
   for (const Slot &s : expected) file.read_into(s.name, s.target);
 
   model_->flat().copy_from(staged_params);
