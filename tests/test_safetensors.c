@@ -188,6 +188,18 @@ static void test_hostile_lengths(void **state) {
   assert_null(model);
   assert_last_error_contains("is empty (0 bytes)");
 
+  /* A bare pickle (pickle.dumps({'a': 1}, protocol=4)) is told as one, not
+   * as a safetensors file with a header length of 2^62 or so. */
+  static const unsigned char pickle[] = {0x80, 0x04, 0x95, 0x0a, 0, 0, 0, 0, 0, 0, 0, 0x7d,
+                                         0x94, 0x8c, 0x01, 0x61, 0x94, 0x4b, 0x01, 0x73, 0x2e};
+  fp = fopen(f->path, "wb");
+  assert_int_equal(fwrite(pickle, 1, sizeof pickle, fp), sizeof pickle);
+  fclose(fp);
+  model = (kiln_model *)(uintptr_t)1;
+  assert_status(kiln_model_load(f->ctx, f->path, cpu, &model), KILN_ERROR_FORMAT);
+  assert_null(model);
+  assert_last_error_contains("is a bare pickle stream");
+
   fp = fopen(f->path, "wb");
   assert_int_equal(fwrite("\x02\0\0\0\0\0\0", 1, 7, fp), 7);
   fclose(fp);

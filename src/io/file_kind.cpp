@@ -40,6 +40,11 @@ FileKind file_kind(const std::string &head, int64_t file_size) {
       std::memcmp(head.data() + 2, kLegacyMagic, sizeof kLegacyMagic) == 0)
     return FileKind::kTorchLegacy;
   if (is_tar(head)) return FileKind::kTar;
+  // PROTO 2 to 5 opens a pickle; byte 8 tells it from a safetensors file
+  // whose header length starts with the same two bytes (0x280 to 0x580).
+  if (head.size() >= 2 && static_cast<unsigned char>(head[0]) == 0x80 && head[1] >= 2 && head[1] <= 5 &&
+      (head.size() < 9 || head[8] != '{'))
+    return FileKind::kPickle;
   return FileKind::kOther;
 }
 
@@ -75,6 +80,10 @@ std::string not_safetensors_reason(FileKind kind, const std::string &path) {
     case FileKind::kTorchLegacy:
     case FileKind::kTar:
       return legacy_torch_reason(kind, path);
+    case FileKind::kPickle:
+      return "'" + path +
+             "' is a bare pickle stream (pickle.dump's, not torch.save's zip archive), which kiln does not read: save "
+             "the state_dict with torch.save (the default format since PyTorch 1.6) or safetensors.torch.save_file";
     case FileKind::kOther:
       break;
   }

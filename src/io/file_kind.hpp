@@ -13,6 +13,7 @@ enum class FileKind {
   kZip,          // a zip archive: torch.save's format since PyTorch 1.6
   kTorchLegacy,  // torch.save(..., _use_new_zipfile_serialization=False)
   kTar,          // a tar archive: torch.save's format in the earliest PyTorch releases
+  kPickle,       // a bare pickle stream (protocol 2 to 5): pickle.dump, not torch.save
   kOther,        // none of these (safetensors, or anything else)
 };
 

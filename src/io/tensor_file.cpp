@@ -73,6 +73,7 @@ std::unique_ptr<TensorFile> open_tensor_file(const std::string &path) {
     case FileKind::kEmpty:
     case FileKind::kTorchLegacy:
     case FileKind::kTar:
+    case FileKind::kPickle:
       break;
   }
   fail(KILN_ERROR_FORMAT, not_safetensors_reason(kind, path));
