@@ -45,14 +45,21 @@ std::vector<Slot> slots(const Model &model, const std::vector<std::pair<std::str
   return out;
 }
 
-uint64_t parse_u64(const std::map<std::string, std::string> &meta, const std::string &key, const std::string &path) {
+// The text of a metadata key the checkpoint must have.
+const std::string &required_text(const std::map<std::string, std::string> &meta, const std::string &key,
+                                 const std::string &path) {
   auto it = meta.find(key);
   check(it != meta.end(), KILN_ERROR_FORMAT, path + " is not a complete kiln checkpoint: metadata lacks \"" + key + "\"");
+  return it->second;
+}
+
+uint64_t parse_u64(const std::map<std::string, std::string> &meta, const std::string &key, const std::string &path) {
+  const std::string &text = required_text(meta, key, path);
   errno = 0;
   char *end = nullptr;
-  const unsigned long long v = std::strtoull(it->second.c_str(), &end, 10);
-  check(!it->second.empty() && *end == '\0' && errno == 0 && it->second[0] != '-', KILN_ERROR_FORMAT,
-        path + ": metadata \"" + key + "\" is \"" + excerpt(it->second) + "\", not an unsigned integer");
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  check(!text.empty() && *end == '\0' && errno == 0 && text[0] != '-', KILN_ERROR_FORMAT,
+        path + ": metadata \"" + key + "\" is \"" + excerpt(text) + "\", not an unsigned integer");
   return uint64_t(v);
 }
 
@@ -72,13 +79,12 @@ std::string exact_text(double v) {
 }
 
 double parse_double(const std::map<std::string, std::string> &meta, const std::string &key, const std::string &path) {
-  auto it = meta.find(key);
-  check(it != meta.end(), KILN_ERROR_FORMAT, path + " is not a complete kiln checkpoint: metadata lacks \"" + key + "\"");
+  const std::string &text = required_text(meta, key, path);
   errno = 0;
   char *end = nullptr;
-  const double v = std::strtod(it->second.c_str(), &end);
-  check(!it->second.empty() && *end == '\0' && errno == 0 && std::isfinite(v), KILN_ERROR_FORMAT,
-        path + ": metadata \"" + key + "\" is \"" + excerpt(it->second) + "\", not a finite number");
+  const double v = std::strtod(text.c_str(), &end);
+  check(!text.empty() && *end == '\0' && errno == 0 && std::isfinite(v), KILN_ERROR_FORMAT,
+        path + ": metadata \"" + key + "\" is \"" + excerpt(text) + "\", not a finite number");
   return v;
 }
 

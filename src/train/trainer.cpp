@@ -219,15 +219,17 @@ void Trainer::run_pass_steps(bool trains, int64_t first, int64_t count, int64_t 
 }
 
 int64_t Trainer::resumed_batches(const Dataset &ds) const {
-  const int64_t n = shards_.count(ds.size(), true);
-  const int64_t batch = std::max<int64_t>(1, std::min(options_.batch_size, n));
-  const bool same = resume_.samples == ds.size() && resume_.batch == batch && resume_.batches < (n + batch - 1) / batch;
+  const bool same = resume_.samples == ds.size() && resume_.batch == epoch_batch(ds) &&
+                    resume_.batches < batches_per_epoch(ds);
   return resume_.batches > 0 && same && shards_.ranks == 1 ? resume_.batches : 0;
 }
 
+int64_t Trainer::epoch_batch(const Dataset &ds) const {
+  return std::max<int64_t>(1, std::min(options_.batch_size, shards_.count(ds.size(), true)));
+}
+
 int64_t Trainer::batches_per_epoch(const Dataset &ds) const {
-  const int64_t n = shards_.count(ds.size(), true);
-  const int64_t batch = std::max<int64_t>(1, std::min(options_.batch_size, n));
+  const int64_t n = shards_.count(ds.size(), true), batch = epoch_batch(ds);
   return (n + batch - 1) / batch;
 }
 

@@ -147,7 +147,9 @@ class Trainer {
   // INVALID_ARGUMENT unless `steps` more steps and one more epoch stay
   // below kCounterLimit.
   void check_counters(int64_t steps) const;
-  // Steps in an epoch over ds: this rank's batches.
+  // The rows of an epoch's batches over ds (the last may have fewer), and
+  // its steps: this rank's batches.
+  int64_t epoch_batch(const Dataset &ds) const;
   int64_t batches_per_epoch(const Dataset &ds) const;
   // Checks the dataset against the model and the loss.
   void check_dataset(const Dataset &dataset, const char *what) const;
