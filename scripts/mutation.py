@@ -6,10 +6,13 @@ tests most likely to notice it first and, if they all pass, the rest of the
 suite, then restores the source. A mutant is killed when a test fails or
 times out, survives when the whole suite passes, is stale when its original
 text no longer occurs exactly once in its file (the code moved on: the list
-must follow), and is broken when it does not compile (a bad entry).
+must follow), is broken when it does not compile (a bad entry), and is
+skipped, unplanted and not counted, when this CPU lacks a feature its `cpu`
+names (kiln would never run the mutated code here, so no test could kill it).
 
 Mutants come from the curated list, tests/mutants/*.toml (one [[mutant]]
-table each: id, file, original, mutant, tests, why; see tests/mutants/README.md),
+table each: id, file, original, mutant, tests, why, and cpu where the mutated
+code runs only on CPUs with those features; see tests/mutants/README.md),
 or, with --generate, from universalmutator (PyPI) over the given files: a
 seeded sample of its mutants, each tried against the suite in the order the
 curated entries of the same file name.
@@ -48,6 +51,18 @@ def log(message=""):
     print(message, flush=True)
 
 
+def cpu_flags():
+    """The feature flags of this machine's CPU, as /proc/cpuinfo names them (empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
 def load_curated(paths):
     mutants, seen = [], set()
     for path in paths:
@@ -61,6 +76,8 @@ def load_curated(paths):
                 sys.exit(f"mutation: {path}: mutant id {m['id']} repeats")
             if m["original"] == m["mutant"]:
                 sys.exit(f"mutation: {path}: mutant {m['id']} changes nothing")
+            if not isinstance(m.get("cpu", []), list):
+                sys.exit(f"mutation: {path}: mutant {m['id']}: cpu is a list of /proc/cpuinfo flags")
             seen.add(m["id"])
             m["list"] = os.path.relpath(path, ROOT)
             mutants.append(m)
@@ -206,6 +223,7 @@ def main():
 
     suite = [n for n in ctest_names(args.build) if n not in NEVER]
     results, start = [], time.monotonic()
+    flags = cpu_flags()
     originals = {}
 
     def restore():
@@ -220,6 +238,12 @@ def main():
                 log(f"mutation: the budget of {args.budget:.0f} s is spent; {len(mutants) - i} mutants not run")
                 results += [{"id": n["id"], "file": n["file"], "outcome": "not run"} for n in mutants[i:]]
                 break
+            lacking = [f for f in m.get("cpu", []) if f not in flags]
+            if lacking:
+                results.append({"id": m["id"], "file": m["file"], "outcome": "skipped",
+                                "change": m["why"] if "text" in m else m["mutant"]})
+                log(f"SKIPPED  {m['id']:44} {m['file']} (this CPU lacks {', '.join(lacking)}: the code never runs here)")
+                continue
             path = os.path.join(ROOT, m["file"])
             with open(path) as f:
                 text = f.read()
@@ -271,7 +295,7 @@ def main():
         with open(args.json, "w") as f:
             json.dump({"mutants": len(counted), "killed": killed, "survived": len(survivors),
                        "seconds": round(elapsed), "results": results}, f, indent=1)
-    bad = survivors or [r for r in other if r["outcome"] != "stillborn"]
+    bad = survivors or [r for r in other if r["outcome"] not in ("stillborn", "skipped")]
     return 1 if bad else 0
 
 
