@@ -20,6 +20,9 @@
 #include <thread>
 #include <vector>
 
+#include "backend/cpu/kernels.hpp"
+#include "backend/cpu/sgemm_avx2.hpp"
+#include "backend/cpu/sgemm_avx512.hpp"
 #include "backend_harness.hpp"
 #include "core/context.hpp"
 #include "core/error.hpp"
@@ -526,14 +529,19 @@ void test_gemm(Backend &be) {
   // Shapes of the tutorial MLP, odd tails, narrow blocks, packed-B cases
   // (m >= 256, n a multiple of 256; the last one big enough that the packing
   // is split over the pool) and k = 0; then, in f32 only, products above 2^26
-  // multiply-adds (the CPU's blocked kernel on AVX-512): column panels with
-  // a partial last block of 16 and 263 = 21 x 12 + 8 + 3 rows, in passes
-  // of 704 steps along k (as deep as 263 rows allow) with a last one of 692,
-  // not a multiple of 16; row panels (1096 = 91 x 12 + 4 rows, cut in
-  // multiples of 4 over the suite's three threads: 368 = 30 x 12 + 8 rows
-  // and twice 364 = 30 x 12 + 4, each in one pass of 500 steps); and column
-  // panels of 1040 rows, more than one row block of 256 steps holds (1032),
-  // so in two.
+  // multiply-adds (the CPU's blocked kernels, AVX-512 and AVX2). On AVX-512:
+  // column panels with a partial last block of 16 and 263 = 21 x 12 + 8 + 3
+  // rows, in passes of 704 steps along k (as deep as 263 rows allow) with a
+  // last one of 692, not a multiple of 16; row panels (1096 = 91 x 12 + 4
+  // rows, cut in multiples of 4 over the suite's three threads: 368 = 30 x
+  // 12 + 8 rows and twice 364 = 30 x 12 + 4, each in one pass of 500 steps);
+  // and column panels of 1040 rows, more than one row block of 256 steps
+  // holds (1032), so in two. On AVX2 (tiles of 6 x 16, passes of at most
+  // 256 steps in multiples of 8): the last tile of a panel 5 (263), 1 (259),
+  // 3 (261), 4 (1096 in rows of 366, 366 and 364) and 2 (1040) rows high;
+  // partial last blocks of 12 (300) and 5 (293) columns; last passes whose
+  // depth is not a multiple of 8 (2100 = 8 x 240 + 180, 500 = 256 + 244, 900
+  // = 3 x 232 + 204).
   // Blocks of at most 16 columns take one vector per row on AVX-512: 10
   // (a classifier's last layer, long k) and 16 do, 17 does not. With k <=
   // 16 the register-blocked kernel goes along C's rows (50 x 70 x 10: 7
@@ -544,18 +552,22 @@ void test_gemm(Backend &be) {
   const Size sizes[] = {{1, 1, 1},       {3, 5, 7},       {128, 32, 784},   {32, 784, 128},  {128, 10, 32},
                         {256, 10, 1024}, {40, 16, 50},    {40, 17, 50},     {257, 129, 65},  {300, 256, 40},
                         {4, 3, 0},       {50, 70, 10},    {10, 70, 33},     {300, 1000, 10}, {256, 512, 300},
-                        {263, 304, 2100}, {1096, 300, 500}, {1040, 1056, 256}};
-  // C = alpha op(A) op(B) + beta C against a float64 reference.
+                        {263, 304, 2100}, {1096, 300, 500}, {1040, 1056, 256}, {259, 320, 1000},
+                        {261, 293, 900}};
+  // The f32 kernels the CPU has, each in turn (cpu::set_f32_products): the
+  // widest (Auto), AVX2 where the widest is AVX-512, and OpenBLAS alone.
+  std::vector<std::pair<const char *, cpu::F32Products>> f32_paths = {{"", cpu::F32Products::Auto}};
+  if (on_cpu()) {
+    if (cpu::avx512_available() && cpu::avx2_fma_available()) f32_paths.push_back({" avx2", cpu::F32Products::Avx2});
+    if (cpu::avx2_fma_available()) f32_paths.push_back({" blas", cpu::F32Products::Blas});
+  }
+  // C = alpha op(A) op(B) + beta C against a float64 reference, on each f32
+  // path.
   auto check_product = [&](DType t, const Size &s, bool ta, bool tb, double beta) {
-    g_case = std::string("gemm ") + dtype_name(t) + " " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
-             std::to_string(s.k) + (ta ? " A^T" : "") + (tb ? " B^T" : "") + (beta == 0 ? " beta 0" : "");
     std::vector<double> a = rounded(t, randoms(size_t(s.m * s.k), 61, -1, 1));
     std::vector<double> b = rounded(t, randoms(size_t(s.k * s.n), 62, -1, 1));
     std::vector<double> c = rounded(t, randoms(size_t(s.m * s.n), 63, -1, 1));
-    Buf ba(t, a), bb(t, b), bc(t, c);
     const double alpha = 1.5;
-    if (beta == 0) bc.set(0, std::numeric_limits<double>::quiet_NaN());  // beta = 0 ignores C
-    be.gemm(D, gemm_args(t, ta, tb, s.m, s.n, s.k, alpha, ba.data(), bb.data(), beta, bc.data()));
     std::vector<double> want(size_t(s.m * s.n));
     for (int64_t i = 0; i < s.m; ++i) {
       for (int64_t j = 0; j < s.n; ++j) {
@@ -569,7 +581,17 @@ void test_gemm(Backend &be) {
       }
     }
     const double tol = t == DType::F64 ? 1e-12 : t == DType::F32 ? 1e-5 : rtol_of(t) * 2;
-    check_close("values", bc.values(), want, tol, tol * std::sqrt(double(s.k) + 1));
+    for (const auto &[path, which] : f32_paths) {
+      if (t != DType::F32 && which != cpu::F32Products::Auto) continue;
+      g_case = std::string("gemm ") + dtype_name(t) + path + " " + std::to_string(s.m) + "x" + std::to_string(s.n) +
+               "x" + std::to_string(s.k) + (ta ? " A^T" : "") + (tb ? " B^T" : "") + (beta == 0 ? " beta 0" : "");
+      Buf ba(t, a), bb(t, b), bc(t, c);
+      if (beta == 0) bc.set(0, std::numeric_limits<double>::quiet_NaN());  // beta = 0 ignores C
+      if (on_cpu()) cpu::set_f32_products(which);
+      be.gemm(D, gemm_args(t, ta, tb, s.m, s.n, s.k, alpha, ba.data(), bb.data(), beta, bc.data()));
+      if (on_cpu()) cpu::set_f32_products(cpu::F32Products::Auto);
+      check_close("values", bc.values(), want, tol, tol * std::sqrt(double(s.k) + 1));
+    }
   };
   for (DType t : kFloats) {
     for (const Size &s : sizes) {

@@ -1,7 +1,8 @@
 // Matrix products: on CPUs with AVX-512, kiln's own f32 kernels
 // (sgemm_avx512.hpp), the register-blocked one up to kOwnKernelMax
-// multiply-adds and the cache-blocked one above; OpenBLAS (row-major CBLAS)
-// for everything else.
+// multiply-adds and the cache-blocked one above; on CPUs with AVX2 and FMA
+// only, the cache-blocked one of sgemm_avx2.hpp above kOwnKernelMax;
+// OpenBLAS (row-major CBLAS) for everything else.
 //
 // Threading: OpenBLAS runs one thread and kiln splits each product into row
 // (or column) panels over its own pool, whose workers already spin between
@@ -45,6 +46,7 @@
 #include "backend/cpu/cblas_api.hpp"
 #include "backend/cpu/dtype_traits.hpp"
 #include "backend/cpu/kernels.hpp"
+#include "backend/cpu/sgemm_avx2.hpp"
 #include "backend/cpu/sgemm_avx512.hpp"
 
 namespace kiln::cpu {
@@ -150,6 +152,14 @@ struct Blas<double> {
   }
 };
 
+std::atomic<F32Products> g_f32_products{F32Products::Auto};
+
+// Whether kiln's AVX-512 f32 kernels may run: the CPU has them, and
+// set_f32_products did not rule them out.
+bool avx512_f32() {
+  return avx512_available() && g_f32_products.load(std::memory_order_relaxed) == F32Products::Auto;
+}
+
 // Products up to this many multiply-adds use the register-blocked AVX-512
 // kernel where the CPU has it (no packing of A, no per-call setup); larger
 // ones the cache-blocked one, whose packing repays itself there.
@@ -169,7 +179,7 @@ bool should_pack_b(bool trans_b, int64_t m, int64_t n) { return trans_b || (m >=
 // Whether one of kiln's AVX-512 kernels runs this product: on CPUs that
 // have it, except a transposed B under kPackMinRows rows, which BLAS reads
 // in place.
-bool avx512_kernels_apply(bool trans_b, int64_t m) { return avx512_available() && !(trans_b && m < kPackMinRows); }
+bool avx512_kernels_apply(bool trans_b, int64_t m) { return avx512_f32() && !(trans_b && m < kPackMinRows); }
 
 // Whether the register-blocked AVX-512 kernel runs this product: the
 // products up to kOwnKernelMax.
@@ -177,15 +187,29 @@ bool use_own_kernel(bool trans_b, int64_t m, int64_t n, int64_t k) {
   return avx512_kernels_apply(trans_b, m) && m * n * k <= kOwnKernelMax;
 }
 
-// Whether the blocked AVX-512 kernel runs this f32 product: the products
-// above kOwnKernelMax (a training step of 784-1024-1024-10 is made of them).
-// On that step's products it matches OpenBLAS
-// 0.3.21's SkylakeX kernels to within a few percent either way, and beats
-// them split over threads (one panel per thread packs each operand once,
-// where BLAS calls per chunk repack); on CPUs newer than the OpenBLAS, which
-// then runs pre-AVX-512 kernels, it is several times faster.
-bool use_blocked_kernel(bool trans_b, int64_t m, int64_t n, int64_t k) {
-  return avx512_kernels_apply(trans_b, m) && m * n * k > kOwnKernelMax;
+// A cache-blocked f32 kernel and how its products split between threads:
+// rows at multiples of split_rows, columns at multiples of block_cols.
+struct BlockedKernel {
+  decltype(&sgemm_avx512_blocked) run;
+  int64_t split_rows, block_cols;
+};
+
+// The blocked kernel that runs this f32 product, or null: the products above
+// kOwnKernelMax (a training step of 784-1024-1024-10 is made of them), but
+// a transposed B under kPackMinRows rows, on the widest kernel the CPU runs.
+// On that step's products the AVX-512 kernel matches OpenBLAS 0.3.21's
+// SkylakeX kernels to within a few percent either way, and beats them split
+// over threads (one panel per thread packs each operand once, where BLAS
+// calls per chunk repack); on CPUs newer than the OpenBLAS, which then runs
+// pre-AVX-512 kernels, it is several times faster. The AVX2 kernel is for
+// the CPUs without AVX-512 (sgemm_avx2.hpp).
+const BlockedKernel *blocked_kernel(bool trans_b, int64_t m, int64_t n, int64_t k) {
+  static constexpr BlockedKernel avx512{sgemm_avx512_blocked, kSgemmSplitRows, kSgemmBlockCols};
+  static constexpr BlockedKernel avx2{sgemm_avx2_blocked, kSgemmAvx2SplitRows, kSgemmAvx2BlockCols};
+  if (m * n * k <= kOwnKernelMax || (trans_b && m < kPackMinRows)) return nullptr;
+  if (avx512_f32()) return &avx512;
+  const bool avx2_allowed = g_f32_products.load(std::memory_order_relaxed) != F32Products::Blas;
+  return avx2_allowed && avx2_fma_available() ? &avx2 : nullptr;
 }
 
 // Steps of k from which a narrow A B^T is worth its dot products' sums.
@@ -194,7 +218,7 @@ constexpr int64_t kDotsMinDepth = 128;
 // Whether sgemm_avx512_dots runs this product: A B^T with both stored
 // row-major along k, at most kSgemmDotsMaxCols columns, deep enough.
 bool use_dots(bool trans_a, bool trans_b, int64_t n, int64_t k) {
-  return avx512_available() && !trans_a && trans_b && n <= kSgemmDotsMaxCols && k >= kDotsMinDepth;
+  return avx512_f32() && !trans_a && trans_b && n <= kSgemmDotsMaxCols && k >= kDotsMinDepth;
 }
 
 // C = alpha * op(A) op(B) + beta * C on the blocked kernel, one panel of C
@@ -205,20 +229,20 @@ bool use_dots(bool trans_a, bool trans_b, int64_t n, int64_t k) {
 // (alternating runs), likely because each thread then read half of it from
 // the other core's cache.
 //
-// Row panels are cut in multiples of 4 rows, not of whole 12-row tiles: in
-// tiles, the 1024 rows of a weight gradient went 516 and 508 to two
-// threads, and the second waited for the first; cut evenly, its products
-// ran about 0.8% faster (784-1024-1024-10, batch 256, 2 threads,
-// alternating runs).
-void blocked_gemm(ThreadPool &pool, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                  const float *a, const float *b, float beta, float *c) {
+// Row panels are cut in multiples of the kernel's split_rows (4 on
+// AVX-512), not of whole tiles (12 rows there): in tiles, the 1024 rows of a
+// weight gradient went 516 and 508 to two threads, and the second waited
+// for the first; cut evenly, its products ran about 0.8% faster
+// (784-1024-1024-10, batch 256, 2 threads, alternating runs).
+void blocked_gemm(ThreadPool &pool, const BlockedKernel &kernel, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                  int64_t k, float alpha, const float *a, const float *b, float beta, float *c) {
   const int64_t lda = std::max<int64_t>(1, trans_a ? m : k), ldb = std::max<int64_t>(1, trans_b ? k : n);
   auto panel = [&](int64_t i0, int64_t mp, int64_t j0, int64_t np) {
-    sgemm_avx512_blocked(mp, np, k, alpha, trans_a ? a + i0 : a + i0 * lda, trans_a ? 1 : lda, trans_a ? lda : 1,
-                         trans_b ? b + j0 * ldb : b + j0, ldb, trans_b, beta, c + i0 * n + j0, n);
+    kernel.run(mp, np, k, alpha, trans_a ? a + i0 : a + i0 * lda, trans_a ? 1 : lda, trans_a ? lda : 1,
+               trans_b ? b + j0 * ldb : b + j0, ldb, trans_b, beta, c + i0 * n + j0, n);
   };
   const bool by_rows = m >= n;
-  const int64_t unit = by_rows ? kSgemmSplitRows : kSgemmBlockCols, extent = by_rows ? m : n;
+  const int64_t unit = by_rows ? kernel.split_rows : kernel.block_cols, extent = by_rows ? m : n;
   pool.parallel_ranges((extent + unit - 1) / unit, pool.size(), [&](int64_t begin, int64_t end) {
     const int64_t lo = begin * unit, hi = std::min(extent, end * unit);
     if (by_rows) {
@@ -265,8 +289,8 @@ void split_gemm(ThreadPool &pool, bool trans_a, bool trans_b, int64_t m, int64_t
   bool own_kernel = false, packed = false;
   const S *b_packed = nullptr;
   if constexpr (std::is_same_v<S, float>) {
-    if (use_blocked_kernel(trans_b, m, n, k)) {
-      blocked_gemm(pool, trans_a, trans_b, m, n, k, float(alpha), a, b, float(beta), c);
+    if (const BlockedKernel *kernel = blocked_kernel(trans_b, m, n, k)) {
+      blocked_gemm(pool, *kernel, trans_a, trans_b, m, n, k, float(alpha), a, b, float(beta), c);
       return;
     }
     if (use_dots(trans_a, trans_b, n, k)) {
@@ -377,6 +401,8 @@ void scale_c(int64_t count, double beta, void *c) {
 }
 
 }  // namespace
+
+void set_f32_products(F32Products which) { g_f32_products.store(which, std::memory_order_relaxed); }
 
 void set_bf16_products(Bf16Products how) { g_bf16_products.store(how, std::memory_order_relaxed); }
 

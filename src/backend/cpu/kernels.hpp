@@ -48,6 +48,14 @@ void init_blas();
 // copies of the operands; both multiply bf16 values exactly and accumulate
 // in fp32.
 void gemm(ThreadPool &pool, const GemmArgs &args);
+// Which kernels run f32 products, process-wide: Auto (the default) the
+// widest of kiln's own that the CPU has (AVX-512, else AVX2 + FMA) where
+// they apply, OpenBLAS for the rest; Avx2 never AVX-512; Blas OpenBLAS
+// alone. So a test can check each path on one CPU, or a wrong result be
+// bisected.
+enum class F32Products { Auto, Avx2, Blas };
+void set_f32_products(F32Products which);
+
 // Which of the two runs bf16 products, process-wide: Auto (the default)
 // picks AVX-512 BF16 where the CPU has it; Convert always converts, so a
 // test can compare the two on one CPU, or a wrong result be bisected.

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "backend/cpu/activation_math.hpp"
+#include "backend/cpu/sgemm_avx2.hpp"
 #include "backend/cpu/sgemm_avx512.hpp"
 
 #if defined(__x86_64__)
@@ -89,35 +90,10 @@ KILN_ISA_TARGET inline V vleaky(V x, float alpha) {
   const V negative = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
   return _mm256_blendv_ps(x, _mm256_mul_ps(x, _mm256_set1_ps(alpha)), negative);
 }
-// dst[i * ldd + j] = src[j * lds + i] over 16 x 16, as four 8 x 8 tiles
-// (unpacks, then 128-bit lane permutes).
-KILN_ISA_TARGET inline void transpose8(const float *src, int64_t lds, float *dst, int64_t ldd) {
-  __m256 r[8], t[8];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
-#pragma GCC unroll 4
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-#pragma GCC unroll 2
-  for (int i = 0; i < 8; i += 4) {
-    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
-    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    t[i] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x20);
-    t[i + 4] = _mm256_permute2f128_ps(r[i], r[i + 4], 0x31);
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + i * ldd, t[i]);
-}
+// dst[i * ldd + j] = src[j * lds + i] over 16 x 16, as four 8 x 8 tiles.
 KILN_ISA_TARGET inline void transpose16(const float *src, int64_t lds, float *dst, int64_t ldd) {
   for (int i = 0; i < 16; i += 8)
-    for (int j = 0; j < 16; j += 8) transpose8(src + j * lds + i, lds, dst + i * ldd + j, ldd);
+    for (int j = 0; j < 16; j += 8) sgemm_avx2_transpose8(src + j * lds + i, lds, dst + i * ldd + j, ldd);
 }
 #include "backend/cpu/packed_linear_kernels.inc"
 #undef KILN_ISA_TARGET
@@ -138,11 +114,7 @@ const PackedKernels *avx512_packed_kernels() {
 
 const PackedKernels *avx2_packed_kernels() {
   static const PackedKernels kernels{"avx2", avx2::kBlockCols, avx2::kTileRows, 25.0, avx2::pack, avx2::product};
-  static const bool usable = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  return usable ? &kernels : nullptr;
+  return avx2_fma_available() ? &kernels : nullptr;
 }
 
 #else  // not x86-64: the default path does every product

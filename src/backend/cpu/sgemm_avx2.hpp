@@ -1,0 +1,45 @@
+// kiln's cache-blocked single-precision product for CPUs with AVX2 and FMA
+// but without AVX-512 (Haswell to Alder Lake, AMD Zen 1 to 3), for the
+// large f32 products of MLP training, where sgemm_avx512.hpp's kernels do
+// not run and OpenBLAS did them before. On a 2-core Zen 3 EPYC VM, the
+// products of a 784-1024-1024-10 step at batch 256 (bench/
+// kiln_cpu_products_bench, this kernel and OpenBLAS 0.3.21's Zen kernels
+// in alternating steps): on one thread within 3% of OpenBLAS either way
+// (both at 65 to 83% of the core's FMA peak as the VM's state moved), on
+// two threads 3 to 8% faster, since each thread packs the operands of its
+// panel once where each BLAS call repacks its own. Like the AVX-512
+// kernels it does not depend on the BLAS recognising the CPU. Row-major.
+#pragma once
+
+#include <cstdint>
+
+namespace kiln::cpu {
+
+// Whether this CPU runs AVX2 and FMA code.
+bool avx2_fma_available();
+
+// The kernel's tiles of C have up to kSgemmAvx2TileRows rows and
+// kSgemmAvx2BlockCols columns (two vectors of 8 floats: 12 accumulators of
+// the 16 registers). Callers splitting a product over threads split its
+// columns at multiples of kSgemmAvx2BlockCols (blocks are packed whole) and
+// its rows at multiples of kSgemmAvx2SplitRows.
+constexpr int64_t kSgemmAvx2BlockCols = 16;
+constexpr int64_t kSgemmAvx2TileRows = 6;
+constexpr int64_t kSgemmAvx2SplitRows = 2;
+
+// C[m, n] = alpha * A op(B) + beta * C (beta = 0 never reads C), as
+// sgemm_avx512_blocked: A(i, p) = a[i * a_row + p * a_col] (a_col = 1, or
+// a_row = 1 for an A stored transposed), op(B)(p, j) = trans_b ? b[j * ldb +
+// p] : b[p * ldb + j]. Blocked over k and rows of A; A packed into panels
+// of kSgemmAvx2TileRows rows, op(B) one [depth, 16] block at a time (L1-
+// sized). The packing buffers are per calling thread, grown once and
+// reused; growing one can throw OUT_OF_MEMORY.
+void sgemm_avx2_blocked(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t a_row, int64_t a_col,
+                        const float *b, int64_t ldb, bool trans_b, float beta, float *c, int64_t ldc);
+
+// dst[i * ldd + j] = src[j * lds + i] for an 8 x 8 tile of floats (also
+// used to pack the inference weights, packed_linear_x86.cpp). Only on a CPU
+// where avx2_fma_available().
+void sgemm_avx2_transpose8(const float *src, int64_t lds, float *dst, int64_t ldd);
+
+}  // namespace kiln::cpu
