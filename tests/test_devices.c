@@ -55,7 +55,7 @@ static void test_parse_rejects_malformed_text(void **state) {
   static const char *const bad[] = {
       "", "gpu", "GPU", "CPU", "Cuda:0", "cuda:", "cuda:-1", "cuda:+1", "cuda:abc", "cuda:1x", "cuda:0 ",
       " cpu", "cpu ", "cpu:1", "cpu:-1", "cpu:", "cuda:99999999999999999999", "cuda:2147483648", "cuda::0",
-      "cuda0", "cudaa", "auto ", "cuda:1.5", "cuda:0x1",
+      "cuda0", "cudaa", "auto ", "cuda:1.5", "cuda:0x1", "cuda:01", "cuda:00", "cpu:00",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
     /* Malformed is malformed with or without a context. */

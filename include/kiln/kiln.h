@@ -291,9 +291,10 @@ typedef struct kiln_device {
   int64_t index;
 } kiln_device;
 
-/* Parses "cpu", "cpu:0", "cuda" (= "cuda:0"), "cuda:N" or "auto". "auto" is
- * the first usable CUDA device, else the CPU, and needs ctx; for the others
- * ctx may be NULL (syntax only). With a ctx, a CUDA device that is not there
+/* Parses "cpu", "cpu:0", "cuda" (= "cuda:0"), "cuda:N" (N in decimal
+ * without leading zeros, as PyTorch reads it: "cuda:01" is malformed) or
+ * "auto". "auto" is the first usable CUDA device, else the CPU, and needs
+ * ctx; for the others ctx may be NULL (syntax only). With a ctx, a CUDA device that is not there
  * fails with KILN_ERROR_DEVICE_UNAVAILABLE and a message that says why (no
  * plugin, no driver, index out of range and how many there are). Malformed
  * text gives KILN_ERROR_INVALID_ARGUMENT. */

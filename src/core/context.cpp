@@ -77,6 +77,8 @@ Device Context::parse_device_syntax(const std::string &text) {
   }
   std::string digits = text.substr(prefix.size());
   if (digits.empty()) bad_device_text(text, "the index after \"cuda:\" is missing");
+  // As PyTorch's parser: one spelling per device, so "cuda:01" is no alias of "cuda:1".
+  if (digits.size() > 1 && digits[0] == '0') bad_device_text(text, "the index has a leading zero");
   // CUDA numbers devices with an int, so a larger index can never exist.
   int64_t index = 0;
   for (char c : digits) {

@@ -330,9 +330,10 @@ fn bindgen_test_layout_kiln_device() {
     test_field_index();
 }
 extern "C" {
-    #[doc = " Parses \"cpu\", \"cpu:0\", \"cuda\" (= \"cuda:0\"), \"cuda:N\" or \"auto\". \"auto\" is"]
-    #[doc = " the first usable CUDA device, else the CPU, and needs ctx; for the others"]
-    #[doc = " ctx may be NULL (syntax only). With a ctx, a CUDA device that is not there"]
+    #[doc = " Parses \"cpu\", \"cpu:0\", \"cuda\" (= \"cuda:0\"), \"cuda:N\" (N in decimal"]
+    #[doc = " without leading zeros, as PyTorch reads it: \"cuda:01\" is malformed) or"]
+    #[doc = " \"auto\". \"auto\" is the first usable CUDA device, else the CPU, and needs"]
+    #[doc = " ctx; for the others ctx may be NULL (syntax only). With a ctx, a CUDA device that is not there"]
     #[doc = " fails with KILN_ERROR_DEVICE_UNAVAILABLE and a message that says why (no"]
     #[doc = " plugin, no driver, index out of range and how many there are). Malformed"]
     #[doc = " text gives KILN_ERROR_INVALID_ARGUMENT."]
