@@ -4,12 +4,12 @@
 // not run and OpenBLAS did them before. On a 2-core Zen 3 EPYC VM, the
 // products of a 784-1024-1024-10 step at batch 256 (bench/
 // kiln_cpu_products_bench, this kernel and OpenBLAS 0.3.21's Zen kernels
-// in alternating steps): on one thread within 3% of OpenBLAS either way
-// (both at 65 to 83% of the core's FMA peak as the VM's state moved), on
-// two threads 7% faster (3 to 8% with the other row blocks tried), since
-// each thread packs the operands of its panel once where each BLAS call
-// repacks its own (bench/results/cpu-avx2-2026-11-28.md). Like the AVX-512
-// kernels it does not depend on the BLAS recognising the CPU. Row-major.
+// in alternating steps): on one thread 3 to 4% faster than OpenBLAS (both
+// at 65 to 86% of the core's FMA peak as the VM's state moved), on two
+// threads 16 to 19% faster, since each thread packs the operands of its
+// panel once where each BLAS call repacks its own (bench/results/
+// cpu-avx2-2026-11-28.md). Like the AVX-512 kernels it does not depend on
+// the BLAS recognising the CPU. Row-major.
 #pragma once
 
 #include <cstdint>
