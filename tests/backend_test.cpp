@@ -20,9 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "backend/cpu/cpu_features.hpp"
 #include "backend/cpu/kernels.hpp"
-#include "backend/cpu/sgemm_avx2.hpp"
-#include "backend/cpu/sgemm_avx512.hpp"
 #include "backend_harness.hpp"
 #include "core/context.hpp"
 #include "core/error.hpp"

@@ -14,8 +14,8 @@
 #include <limits>
 #include <vector>
 
-#include "backend/cpu/bf16_gemm_avx512.hpp"
 #include "backend/cpu/cpu_backend.hpp"
+#include "backend/cpu/cpu_features.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "backend_harness.hpp"
 #include "core/rng.hpp"

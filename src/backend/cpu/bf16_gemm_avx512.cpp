@@ -34,14 +34,6 @@ void bf16_pack_b(const uint16_t *b, bool trans_b, int64_t n, int64_t k, uint32_t
 
 #if defined(__x86_64__)
 
-bool avx512_bf16_available() {
-  static const bool available = [] {
-    __builtin_cpu_init();  // harmless if done, needed if we run before libgcc's constructor
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
-  }();
-  return available;
-}
-
 #define KILN_AVX512_BF16 __attribute__((target("avx512f,avx512bf16")))
 
 namespace {
@@ -109,7 +101,6 @@ KILN_AVX512_BF16 void bf16_gemm_avx512_rows(int64_t m, int64_t n, int64_t k, flo
 
 #else  // not x86-64: bf16 products go through the f32 conversion
 
-bool avx512_bf16_available() { return false; }
 void bf16_gemm_avx512_rows(int64_t, int64_t, int64_t, float, const uint16_t *, int64_t, int64_t, const uint32_t *,
                            float, uint16_t *, int64_t) {}
 

@@ -3,9 +3,7 @@
 // values exactly and adds them into fp32 accumulators, so the products are
 // the conversion path's (bf16 inputs widened to f32, fp32 multiply-adds)
 // and only the order of the fp32 additions differs. gemm.cpp runs it for
-// bf16 products where avx512_bf16_available() says yes.
-//
-// NOTE: written and compiled on a machine without AVX-512; it has never run.
+// bf16 products where avx512_bf16_available() (cpu_features.hpp) says yes.
 // tests/cpu_bf16_gemm_test.cpp checks it against the conversion path and a
 // float64 reference on a CPU that has it (and skips elsewhere).
 #pragma once
@@ -13,9 +11,6 @@
 #include <cstdint>
 
 namespace kiln::cpu {
-
-// Whether this CPU runs AVX-512 F and BF16 code.
-bool avx512_bf16_available();
 
 // The kernel computes C in blocks of this many columns.
 constexpr int64_t kBf16BlockCols = 32;

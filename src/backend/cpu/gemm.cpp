@@ -44,6 +44,7 @@
 #include "backend/cpu/aligned_buffer.hpp"
 #include "backend/cpu/bf16_gemm_avx512.hpp"
 #include "backend/cpu/cblas_api.hpp"
+#include "backend/cpu/cpu_features.hpp"
 #include "backend/cpu/dtype_traits.hpp"
 #include "backend/cpu/kernels.hpp"
 #include "backend/cpu/sgemm_avx2.hpp"

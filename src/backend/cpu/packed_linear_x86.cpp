@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "backend/cpu/activation_math.hpp"
+#include "backend/cpu/cpu_features.hpp"
 #include "backend/cpu/sgemm_avx2.hpp"
 #include "backend/cpu/sgemm_avx512.hpp"
 
@@ -78,12 +79,9 @@ KILN_ISA_TARGET inline V vzero() { return _mm256_setzero_ps(); }
 KILN_ISA_TARGET inline V vset1(float x) { return _mm256_set1_ps(x); }
 KILN_ISA_TARGET inline V vadd(V a, V b) { return _mm256_add_ps(a, b); }
 KILN_ISA_TARGET inline V vload(const float *p) { return _mm256_loadu_ps(p); }
-KILN_ISA_TARGET inline __m256i first_lanes(int n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-KILN_ISA_TARGET inline V vload_first(const float *p, int n) { return _mm256_maskload_ps(p, first_lanes(n)); }
+KILN_ISA_TARGET inline V vload_first(const float *p, int n) { return _mm256_maskload_ps(p, avx2_first_lanes(n)); }
 KILN_ISA_TARGET inline void vstore(float *p, V v) { _mm256_storeu_ps(p, v); }
-KILN_ISA_TARGET inline void vstore_first(float *p, V v, int n) { _mm256_maskstore_ps(p, first_lanes(n), v); }
+KILN_ISA_TARGET inline void vstore_first(float *p, V v, int n) { _mm256_maskstore_ps(p, avx2_first_lanes(n), v); }
 KILN_ISA_TARGET inline V vfmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
 KILN_ISA_TARGET inline V vrelu(V x) { return _mm256_max_ps(_mm256_setzero_ps(), x); }
 KILN_ISA_TARGET inline V vleaky(V x, float alpha) {
@@ -104,12 +102,7 @@ const PackedKernels *avx512_packed_kernels() {
   // 80 multiply-adds per ns at best; 50 leaves room for clocks and loads.
   static const PackedKernels kernels{"avx512", avx512::kBlockCols, avx512::kTileRows, 50.0, avx512::pack,
                                      avx512::product};
-  static const bool usable = [] {
-    __builtin_cpu_init();  // harmless if done, needed if we run before libgcc's constructor
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma");
-  }();
-  return usable ? &kernels : nullptr;
+  return avx512_available() && avx2_fma_available() ? &kernels : nullptr;
 }
 
 const PackedKernels *avx2_packed_kernels() {

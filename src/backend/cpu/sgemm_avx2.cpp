@@ -16,14 +16,6 @@ namespace kiln::cpu {
 
 #if defined(__x86_64__)
 
-bool avx2_fma_available() {
-  static const bool available = [] {
-    __builtin_cpu_init();  // harmless if done, needed if we run before libgcc's constructor
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  return available;
-}
-
 #define KILN_AVX2 __attribute__((target("avx2,fma")))
 
 namespace {
@@ -64,13 +56,6 @@ KILN_AVX2 inline __attribute__((always_inline)) void transpose_in_registers(__m2
   }
 #pragma GCC unroll 8
   for (int i = 0; i < 8; ++i) r[i] = t[i];
-}
-
-// Lanes [0, count) of a vector, count clamped to [0, 8], as maskload and
-// maskstore take them.
-KILN_AVX2 inline __m256i lanes(int64_t count) {
-  const int n = int(std::clamp<int64_t>(count, 0, 8));
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
 // The panel of rows [0, rows) (rows <= MR) of a row-major A over kc steps:
@@ -129,7 +114,7 @@ KILN_AVX2 void pack_panels(const float *a, int64_t a_row, int64_t a_col, int64_t
 // columns past w zeros, so that the tiles always compute whole vectors.
 KILN_AVX2 void pack_b(const float *b, int64_t ldb, bool trans_b, int64_t w, int64_t kc, float *out) {
   if (!trans_b) {
-    const __m256i mask0 = lanes(w), mask1 = lanes(w - 8);
+    const __m256i mask0 = avx2_first_lanes(w), mask1 = avx2_first_lanes(w - 8);
     for (int64_t p = 0; p < kc; ++p) {
       const float *row = b + p * ldb;
       _mm256_storeu_ps(out + p * NR, _mm256_maskload_ps(row, mask0));
@@ -170,6 +155,39 @@ KILN_AVX2 __attribute__((always_inline)) inline void tile_step(const float *a, c
   }
 }
 
+// A vector of C: 8 floats, or the lanes of `mask` (the last block's).
+template <bool kWhole>
+KILN_AVX2 inline __m256 load_c(const float *c, __m256i mask) {
+  if constexpr (kWhole) return _mm256_loadu_ps(c);
+  else return _mm256_maskload_ps(c, mask);
+}
+template <bool kWhole>
+KILN_AVX2 inline void store_c(float *c, __m256i mask, __m256 v) {
+  if constexpr (kWhole) _mm256_storeu_ps(c, v);
+  else _mm256_maskstore_ps(c, mask, v);
+}
+
+// C[R, w] = alpha * acc + beta * C (beta = 0 never reads C): whole vectors
+// for a whole block of 16 columns, masked ones for a last block of w.
+template <int64_t R, bool kWhole>
+KILN_AVX2 __attribute__((always_inline)) inline void store_tile(const __m256 (&acc0)[R], const __m256 (&acc1)[R],
+                                                                int64_t w, float alpha, float beta, float *c,
+                                                                int64_t ldc) {
+  const __m256 alpha_v = _mm256_set1_ps(alpha), beta_v = _mm256_set1_ps(beta);
+  const __m256i mask0 = avx2_first_lanes(w), mask1 = avx2_first_lanes(w - 8);
+#pragma GCC unroll 6
+  for (int64_t r = 0; r < R; ++r) {
+    float *cr = c + r * ldc;
+    __m256 v0 = _mm256_mul_ps(acc0[r], alpha_v), v1 = _mm256_mul_ps(acc1[r], alpha_v);
+    if (beta != 0) {
+      v0 = _mm256_fmadd_ps(beta_v, load_c<kWhole>(cr, mask0), v0);
+      v1 = _mm256_fmadd_ps(beta_v, load_c<kWhole>(cr + 8, mask1), v1);
+    }
+    store_c<kWhole>(cr, mask0, v0);
+    store_c<kWhole>(cr + 8, mask1, v1);
+  }
+}
+
 // C[R, w] = alpha * A B + beta * C over kc steps: A R rows of a packed [kc,
 // MR] panel, B a packed [kc, NR] block, asking for C's R lines and then
 // for `ahead` on the way, one line per `every` steps.
@@ -190,32 +208,10 @@ KILN_AVX2 void tile(int64_t kc, const float *a, const float *b, int64_t w, float
   }
 #pragma GCC unroll 4
   for (; p < kc; ++p) tile_step<R>(a + p * MR, b + p * NR, acc0, acc1);
-  const __m256 alpha_v = _mm256_set1_ps(alpha), beta_v = _mm256_set1_ps(beta);
   if (w == NR) {
-#pragma GCC unroll 6
-    for (int64_t r = 0; r < R; ++r) {
-      float *cr = c + r * ldc;
-      __m256 v0 = _mm256_mul_ps(acc0[r], alpha_v), v1 = _mm256_mul_ps(acc1[r], alpha_v);
-      if (beta != 0) {
-        v0 = _mm256_fmadd_ps(beta_v, _mm256_loadu_ps(cr), v0);
-        v1 = _mm256_fmadd_ps(beta_v, _mm256_loadu_ps(cr + 8), v1);
-      }
-      _mm256_storeu_ps(cr, v0);
-      _mm256_storeu_ps(cr + 8, v1);
-    }
-    return;
-  }
-  const __m256i mask0 = lanes(w), mask1 = lanes(w - 8);
-#pragma GCC unroll 6
-  for (int64_t r = 0; r < R; ++r) {
-    float *cr = c + r * ldc;
-    __m256 v0 = _mm256_mul_ps(acc0[r], alpha_v), v1 = _mm256_mul_ps(acc1[r], alpha_v);
-    if (beta != 0) {
-      v0 = _mm256_fmadd_ps(beta_v, _mm256_maskload_ps(cr, mask0), v0);
-      v1 = _mm256_fmadd_ps(beta_v, _mm256_maskload_ps(cr + 8, mask1), v1);
-    }
-    _mm256_maskstore_ps(cr, mask0, v0);
-    _mm256_maskstore_ps(cr + 8, mask1, v1);
+    store_tile<R, true>(acc0, acc1, w, alpha, beta, c, ldc);
+  } else {
+    store_tile<R, false>(acc0, acc1, w, alpha, beta, c, ldc);
   }
 }
 
@@ -268,7 +264,6 @@ void sgemm_avx2_blocked(int64_t m, int64_t n, int64_t k, float alpha, const floa
 
 #else  // not x86-64: the BLAS does all products
 
-bool avx2_fma_available() { return false; }
 void sgemm_avx2_blocked(int64_t, int64_t, int64_t, float, const float *, int64_t, int64_t, const float *, int64_t,
                         bool, float, float *, int64_t) {}
 void sgemm_avx2_transpose8(const float *, int64_t, float *, int64_t) {}

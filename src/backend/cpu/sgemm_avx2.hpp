@@ -12,12 +12,14 @@
 // the BLAS recognising the CPU. Row-major.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
-namespace kiln::cpu {
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
-// Whether this CPU runs AVX2 and FMA code.
-bool avx2_fma_available();
+namespace kiln::cpu {
 
 // The kernel's tiles of C have up to kSgemmAvx2TileRows rows and
 // kSgemmAvx2BlockCols columns (two vectors of 8 floats: 12 accumulators of
@@ -40,7 +42,17 @@ void sgemm_avx2_blocked(int64_t m, int64_t n, int64_t k, float alpha, const floa
 
 // dst[i * ldd + j] = src[j * lds + i] for an 8 x 8 tile of floats (also
 // used to pack the inference weights, packed_linear_x86.cpp). Only on a CPU
-// where avx2_fma_available().
+// where avx2_fma_available() (cpu_features.hpp).
 void sgemm_avx2_transpose8(const float *src, int64_t lds, float *dst, int64_t ldd);
+
+#if defined(__x86_64__)
+// Lanes [0, count) of a vector of 8 floats, count clamped to [0, 8], as
+// _mm256_maskload_ps and _mm256_maskstore_ps take them (also for the
+// inference kernels' partial vectors).
+__attribute__((target("avx2"))) inline __m256i avx2_first_lanes(int64_t count) {
+  const int n = int(std::clamp<int64_t>(count, 0, 8));
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+#endif
 
 }  // namespace kiln::cpu

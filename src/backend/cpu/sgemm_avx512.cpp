@@ -22,15 +22,6 @@ namespace kiln::cpu {
 
 #if defined(__x86_64__)
 
-bool avx512_available() {
-  static const bool available = [] {
-    __builtin_cpu_init();  // harmless if done, needed if we run before libgcc's constructor
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  }();
-  return available;
-}
-
 #define KILN_AVX512 __attribute__((target("avx512f")))
 
 namespace {
@@ -511,7 +502,6 @@ void sgemm_avx512_blocked(int64_t m, int64_t n, int64_t k, float alpha, const fl
 
 #else  // not x86-64: the BLAS does all products
 
-bool avx512_available() { return false; }
 void sgemm_avx512_rows(int64_t, int64_t, int64_t, float, const float *, int64_t, int64_t, const float *, int64_t,
                        int64_t, float, float *, int64_t) {}
 void sgemm_avx512_pack_b(const float *, int64_t, bool, int64_t, int64_t, float *) {}

@@ -10,9 +10,6 @@
 
 namespace kiln::cpu {
 
-// Whether this CPU runs AVX-512 F, BW, VL and DQ code (Skylake-X and later).
-bool avx512_available();
-
 // The kernel computes C in blocks of this many columns.
 constexpr int64_t kSgemmBlockCols = 32;
 

@@ -9,7 +9,7 @@
 // contraction), never in meaning.
 #pragma once
 
-#include "backend/cpu/sgemm_avx512.hpp"
+#include "backend/cpu/cpu_features.hpp"
 
 namespace kiln::cpu {
 
