@@ -2,7 +2,16 @@
 // so each extension is named here, in one place, rather than looked up.
 #include "backend/cpu/cpu_features.hpp"
 
+#include <atomic>
+
 namespace kiln::cpu {
+
+namespace {
+std::atomic<LoopVectors> g_loop_vectors{LoopVectors::Auto};
+}  // namespace
+
+void set_loop_vectors(LoopVectors which) { g_loop_vectors.store(which, std::memory_order_relaxed); }
+LoopVectors loop_vectors() { return g_loop_vectors.load(std::memory_order_relaxed); }
 
 #if defined(__x86_64__)
 

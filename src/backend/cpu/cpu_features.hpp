@@ -16,4 +16,13 @@ bool avx512_available();
 // AVX-512 F and BF16 (Cooper Lake, Sapphire Rapids, AMD Zen 4 and later).
 bool avx512_bf16_available();
 
+// Which of vectorized()'s variants (vectorize.hpp) the element-wise
+// kernels run, process-wide: Auto (the default) the widest the CPU has,
+// Avx2 never AVX-512, Baseline the x86-64 baseline build's. So a test can
+// compare them on one CPU, or a wrong result be bisected. Any thread; the
+// kernels started after the call see it.
+enum class LoopVectors { Auto, Avx2, Baseline };
+void set_loop_vectors(LoopVectors which);
+LoopVectors loop_vectors();
+
 }  // namespace kiln::cpu
