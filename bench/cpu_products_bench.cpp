@@ -1,17 +1,19 @@
-// Times the matrix products of one 784-1024-1024-10 SGD training step on the
-// CPU backend (workload B of bench/run.py), product by product, in the
-// step's order, so that each finds the cache as the step leaves it: where
+// Times the matrix products of one SGD training step on the CPU backend
+// (workload B of bench/run.py, 784-1024-1024-10, by default), product by
+// product, in the step's order, so that each finds the cache as the step
+// leaves it: where
 // the step's time goes against the FMA peak, to tune the blocked kernel
 // (sgemm_avx512.cpp). The weight-gradient products are the fused SGD
 // updates (C = W, alpha = -lr, beta = 1), as the step program runs them.
 // Built with the benchmarks, over libkiln's internal symbols:
 //   ninja -C build bench/kiln_cpu_products_bench
-//   build/bench/kiln_cpu_products_bench [threads] [steps] [batch] [peak GFLOP/s] [kernels]
+//   build/bench/kiln_cpu_products_bench [threads] [steps] [batch] [peak GFLOP/s] [kernels] [spec]
 // Medians over the steps; given a peak (bench/fma_peak's GFLOP/s for that
 // thread count), each line also shows its fraction of it. kernels is a
 // comma-separated list of auto, avx2 and blas (cpu::set_f32_products; auto
 // alone by default): each step runs with the next of them in turn, and each
 // gets its own table, so that two kernels are compared in alternating steps.
+// spec is the model (784-1024-1024-10 by default; 784-32-10 is workload A).
 // This machine's speed drifts by 10% within minutes: compare two libkiln
 // builds in alternating runs (LD_LIBRARY_PATH picks the library).
 #include <algorithm>
@@ -30,12 +32,12 @@ using namespace kiln;
 namespace {
 
 struct Product {
-  const char *name;
   bool trans_a, trans_b;
   int64_t m, n, k;
   const float *a, *b;
   float *c;
   double alpha, beta;
+  const char *name = "";
 };
 
 // A buffer from the backend's own allocator, as a tensor gets (2 MiB
@@ -85,23 +87,44 @@ int main(int argc, char **argv) {
     else if (name == "blas") kernels.push_back({name, cpu::F32Products::Blas});
     else return std::fprintf(stderr, "kernels: auto, avx2 or blas, not '%s'\n", name.c_str()), 2;
   }
-  const int64_t in = 784, hidden = 1024, classes = 10;
+  // The model, as bench/run.py spells it: B's by default.
+  std::vector<int64_t> widths;
+  for (std::string spec = argc > 6 ? argv[6] : "784-1024-1024-10"; !spec.empty();) {
+    const size_t dash = spec.find('-');
+    widths.push_back(std::atoll(spec.substr(0, dash).c_str()));
+    spec = dash == std::string::npos ? "" : spec.substr(dash + 1);
+  }
+  if (widths.size() < 2 || *std::min_element(widths.begin(), widths.end()) < 1)
+    return std::fprintf(stderr, "spec: widths such as 784-32-10\n"), 2;
+  const size_t layers = widths.size() - 1;
   const double lr = 1e-6;  // small: the weights stay where they started
   Backend &be = *backend;
-  Buffer x(be, batch * in), h1(be, batch * hidden), h2(be, batch * hidden);
-  Buffer logits(be, batch * classes), dlogits(be, batch * classes);
-  Buffer dh2(be, batch * hidden), dh1(be, batch * hidden);
-  Buffer w1(be, hidden * in), w2(be, hidden * hidden), w3(be, classes * hidden);
-  const std::vector<Product> products = {
-      {"X W1^T", false, true, batch, hidden, in, x.get(), w1.get(), h1.get(), 1, 0},
-      {"H1 W2^T", false, true, batch, hidden, hidden, h1.get(), w2.get(), h2.get(), 1, 0},
-      {"H2 W3^T", false, true, batch, classes, hidden, h2.get(), w3.get(), logits.get(), 1, 0},
-      {"W3 -= dL^T H2", true, false, classes, hidden, batch, dlogits.get(), h2.get(), w3.get(), -lr, 1},
-      {"dL W3", false, false, batch, hidden, classes, dlogits.get(), w3.get(), dh2.get(), 1, 0},
-      {"dH2 W2", false, false, batch, hidden, hidden, dh2.get(), w2.get(), dh1.get(), 1, 0},
-      {"W2 -= dH2^T H1", true, false, hidden, hidden, batch, dh2.get(), h1.get(), w2.get(), -lr, 1},
-      {"W1 -= dH1^T X", true, false, hidden, in, batch, dh1.get(), x.get(), w1.get(), -lr, 1},
+  // h[l]: layer l's input [batch, widths[l]] (h[0] = X, h[layers] the
+  // logits), dh[l] its gradient, w[l] layer l's weight [widths[l + 1],
+  // widths[l]].
+  std::vector<std::unique_ptr<Buffer>> h, dh, w;
+  for (size_t l = 0; l <= layers; ++l) {
+    h.push_back(std::make_unique<Buffer>(be, batch * widths[l]));
+    dh.push_back(std::make_unique<Buffer>(be, batch * widths[l]));
+    if (l < layers) w.push_back(std::make_unique<Buffer>(be, widths[l + 1] * widths[l]));
+  }
+  auto name = [&](const char *prefix, size_t l) {
+    return std::string(prefix) + (l == 0 ? "X" : l == layers ? "L" : "H" + std::to_string(l));
   };
+  std::vector<std::string> names;
+  std::vector<Product> products;
+  for (size_t l = 0; l < layers; ++l) {  // forward
+    names.push_back(name("", l) + " W" + std::to_string(l + 1) + "^T");
+    products.push_back({false, true, batch, widths[l + 1], widths[l], h[l]->get(), w[l]->get(), h[l + 1]->get(), 1, 0});
+  }
+  for (size_t l = layers; l-- > 0;) {  // backward, the SGD update fused into the weight gradient's product
+    names.push_back("W" + std::to_string(l + 1) + " -= " + name("d", l + 1) + "^T " + name("", l));
+    products.push_back({true, false, widths[l + 1], widths[l], batch, dh[l + 1]->get(), h[l]->get(), w[l]->get(), -lr, 1});
+    if (l == 0) break;
+    names.push_back(name("d", l + 1) + " W" + std::to_string(l + 1));
+    products.push_back({false, false, batch, widths[l], widths[l + 1], dh[l + 1]->get(), w[l]->get(), dh[l]->get(), 1, 0});
+  }
+  for (size_t i = 0; i < products.size(); ++i) products[i].name = names[i].c_str();
   const size_t runs = kernels.size();
   std::vector<std::vector<std::vector<double>>> us(runs, std::vector<std::vector<double>>(products.size()));
   std::vector<std::vector<double>> step_us(runs);
