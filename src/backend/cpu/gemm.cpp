@@ -1,7 +1,8 @@
 // Matrix products: on CPUs with AVX-512, kiln's own f32 kernels
 // (sgemm_avx512.hpp), the register-blocked one up to kOwnKernelMax
 // multiply-adds and the cache-blocked one above; on CPUs with AVX2 and FMA
-// only, the cache-blocked one of sgemm_avx2.hpp above kOwnKernelMax;
+// only, the cache-blocked one of sgemm_avx2.hpp above kOwnKernelMax, and
+// above kAvx2BlockedMin where C is tall and wide enough for it;
 // OpenBLAS (row-major CBLAS) for everything else.
 //
 // Threading: OpenBLAS runs one thread and kiln splits each product into row
@@ -195,22 +196,37 @@ struct BlockedKernel {
   int64_t split_rows, block_cols;
 };
 
-// The blocked kernel that runs this f32 product, or null: the products above
-// kOwnKernelMax (a training step of 784-1024-1024-10 is made of them), but
-// a transposed B under kPackMinRows rows, on the widest kernel the CPU runs.
-// On that step's products the AVX-512 kernel matches OpenBLAS 0.3.21's
-// SkylakeX kernels to within a few percent either way, and beats them split
-// over threads (one panel per thread packs each operand once, where BLAS
-// calls per chunk repack); on CPUs newer than the OpenBLAS, which then runs
-// pre-AVX-512 kernels, it is several times faster. The AVX2 kernel is for
-// the CPUs without AVX-512 (sgemm_avx2.hpp).
+// Without AVX-512, products from this many multiply-adds also run on the
+// AVX2 kernel when C has at least kAvx2BlockedMinRows rows and a whole
+// block of columns: there its packing repays itself. X W1^T of the
+// tutorial's step (128 x 32 x 784) took 7 to 10% less time than on
+// OpenBLAS on one Zen 3 thread and 35% less on two (kiln_cpu_products_bench
+// ... 784-32-10, alternating steps); its weight gradient (32 x 784 x 128,
+// 32 rows) took 5 to 7% more, and a classifier's 256 x 10 x 1024 (one
+// block, 10 of its 16 columns used) was no faster: those stay on OpenBLAS.
+constexpr int64_t kAvx2BlockedMin = int64_t(1) << 20;
+constexpr int64_t kAvx2BlockedMinRows = 64;
+
+// The blocked kernel that runs this f32 product, or null: on AVX-512 the
+// products above kOwnKernelMax (a training step of 784-1024-1024-10 is made
+// of them), on AVX2 those and the ones above kAvx2BlockedMin with enough
+// rows; never a transposed B under kPackMinRows rows. On that step's
+// products the AVX-512 kernel matches OpenBLAS 0.3.21's SkylakeX kernels to
+// within a few percent either way, and beats them split over threads (one
+// panel per thread packs each operand once, where BLAS calls per chunk
+// repack); on CPUs newer than the OpenBLAS, which then runs pre-AVX-512
+// kernels, it is several times faster. The AVX2 kernel is for the CPUs
+// without AVX-512 (sgemm_avx2.hpp).
 const BlockedKernel *blocked_kernel(bool trans_b, int64_t m, int64_t n, int64_t k) {
   static constexpr BlockedKernel avx512{sgemm_avx512_blocked, kSgemmSplitRows, kSgemmBlockCols};
   static constexpr BlockedKernel avx2{sgemm_avx2_blocked, kSgemmAvx2SplitRows, kSgemmAvx2BlockCols};
-  if (m * n * k <= kOwnKernelMax || (trans_b && m < kPackMinRows)) return nullptr;
-  if (avx512_f32()) return &avx512;
+  if (trans_b && m < kPackMinRows) return nullptr;
+  const int64_t size = m * n * k;
+  if (avx512_f32()) return size > kOwnKernelMax ? &avx512 : nullptr;
   const bool avx2_allowed = g_f32_products.load(std::memory_order_relaxed) != F32Products::Blas;
-  return avx2_allowed && avx2_fma_available() ? &avx2 : nullptr;
+  const bool large = size > kOwnKernelMax ||
+                     (size > kAvx2BlockedMin && m >= kAvx2BlockedMinRows && n >= kSgemmAvx2BlockCols);
+  return avx2_allowed && large && avx2_fma_available() ? &avx2 : nullptr;
 }
 
 // Steps of k from which a narrow A B^T is worth its dot products' sums.
