@@ -48,6 +48,13 @@ struct Builder {
     o->mutable_shape()->add_dim()->set_dim_value(outputs);
   }
 
+  // The graph's batch fixed at `batch` instead of "N", as torch.onnx.export
+  // writes it without dynamic axes.
+  void fixed_batch(int64_t batch) {
+    g->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0)->set_dim_value(batch);
+    g->mutable_output(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0)->set_dim_value(batch);
+  }
+
   // A parameter of dims filled with value(k, i), as raw data of `type`.
   onnx::TensorProto *param(const std::string &name, std::vector<int64_t> dims, int32_t type = -1) {
     onnx::TensorProto *t = g->add_initializer();
@@ -257,6 +264,17 @@ int main(int argc, char **argv) {
     b.node("Gelu", "gelu", {"h"}, "a");
     b.gemm("fc2", "a", "y", 2, 3);
     b.write(dir, "gelu_op.onnx");
+  }
+  {  // torch.onnx.export's nn.Flatten of a traced batch of 1, without dynamic axes: input [1, 1, 4],
+     // Reshape by [1, 4] -> Gemm -> Relu -> Gemm.
+    Builder b(18, F32, {1, 4}, 2);
+    b.fixed_batch(1);
+    b.ints("shape", {1, 4});
+    b.node("Reshape", "node_view", {"x", "shape"}, "flat");
+    b.gemm("fc1", "flat", "h", 3, 4);
+    b.node("Relu", "relu", {"h"}, "a");
+    b.gemm("fc2", "a", "y", 2, 3);
+    b.write(dir, "reshape_fixed_batch.onnx");
   }
   {  // Gemm -> GELU's erf form over Constant nodes, as torch.onnx.export writes nn.GELU -> Gemm.
     Builder b(13, F32, {4}, 2);
@@ -507,6 +525,21 @@ int main(int argc, char **argv) {
     b.ints("shape", {-1, 3});
     b.node("Reshape", "late_reshape", {"h", "shape"}, "y");
     b.write(dir, "late_reshape.onnx");
+  }
+  {  // A Reshape to a written-out batch that is not the input's: [2, 1, 4] to [1, 8] merges samples.
+    Builder b(18, F32, {1, 4}, 2);
+    b.fixed_batch(2);
+    b.ints("shape", {1, 8});
+    b.node("Reshape", "merging_reshape", {"x", "shape"}, "flat");
+    b.gemm("fc1", "flat", "y", 2, 8);
+    b.write(dir, "reshape_other_batch.onnx");
+  }
+  {  // A Reshape to a written-out batch of 1 where the input's batch is symbolic.
+    Builder b(18, F32, {1, 4}, 2);
+    b.ints("shape", {1, 4});
+    b.node("Reshape", "one_row_reshape", {"x", "shape"}, "flat");
+    b.gemm("fc1", "flat", "y", 2, 4);
+    b.write(dir, "reshape_symbolic_batch.onnx");
   }
   // ---- hostile graphs (issue 21): each refused before a loop or an
   // allocation that follows what it claims -------------------------------

@@ -364,6 +364,9 @@ static void imports_matmul_add_f64(void **state) {
 
 static void imports_gelu(void **state) {
   check_import(*state, "gelu_op.onnx", KILN_F32, "4-3-2:gelu", ref_gelu);
+  /* The batch of the traced example written into the Reshape: the model
+   * takes any batch (ROWS rows here). */
+  check_import(*state, "reshape_fixed_batch.onnx", KILN_F32, "4-3-2", ref_gemm_relu);
   check_import(*state, "gelu_erf.onnx", KILN_F32, "4-3-2:gelu", ref_gelu);
   check_import(*state, "gelu_erf_torch_export.onnx", KILN_F32, "4-3-2:gelu", ref_gelu);
 }
@@ -562,6 +565,12 @@ static void refusals(void **state) {
       {"no_output.onnx", KILN_ERROR_FORMAT, "\"mute_relu\" (\"Relu\") has no output"},
       {"two_input_relu.onnx", KILN_ERROR_FORMAT, "\"double_relu\" (\"Relu\") has 2 inputs, Relu takes 1 to 1"},
       {"late_reshape.onnx", KILN_ERROR_NOT_SUPPORTED, "\"late_reshape\" (\"Reshape\") comes after the first layer"},
+      {"reshape_other_batch.onnx", KILN_ERROR_NOT_SUPPORTED,
+       "\"merging_reshape\" (\"Reshape\") reshapes to [1, 8]; kiln reads [-1, features], [0, features] or, where the "
+       "graph's input fixes its batch, [batch, features] (here 2)"},
+      {"reshape_symbolic_batch.onnx", KILN_ERROR_NOT_SUPPORTED,
+       "\"one_row_reshape\" (\"Reshape\") reshapes to [1, 4]; kiln reads [-1, features], [0, features] or, where the "
+       "graph's input fixes its batch, [batch, features]"},
       {"stray_node.onnx", KILN_ERROR_NOT_SUPPORTED, "\"stray_relu\" (\"Relu\") is not on the chain"},
       /* Issue 21: refused before the loops their claims would drive (the
        * first hung for good), an omitted weight is the file's fault

@@ -908,7 +908,10 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_export_onnx_v2(const kiln_model *
  * form) and GELU's erf form as above (its two products in either order),
  * Tanh, Sigmoid, Identity, Dropout (kept as kiln's Dropout of its ratio, so
  * the model trains as it was built; training_mode true is refused), Flatten
- * (axis 1) or Reshape to [-1 or 0, features] before the first layer, and
+ * (axis 1) or Reshape to [-1 or 0, features] before the first layer (or to
+ * [B, features] where the graph's input fixes its batch at B, as
+ * torch.onnx.export writes it without dynamic axes: the model then takes
+ * any batch), and
  * Softmax or LogSoftmax as the last node, over each sample's features, as
  * the model's output transform (axis 1 before opset 13; axis 1 or -1 of a
  * rank-2 value from 13). A graph without Gemm or MatMul is a model without

@@ -145,6 +145,10 @@ class Reader {
   int32_t elem_ = 0;       // the graph's float type
   int64_t features_ = 0;   // the width of the value at hand (0: not known yet)
   int64_t rank_ = 0;       // the rank of the value at hand (0: not known)
+  // The graph input's batch when the file fixes it (0: symbolic or absent),
+  // as torch.onnx.export writes it without dynamic axes: the batch of the
+  // example it traced, often 1.
+  int64_t fixed_batch_ = 0;
   int64_t decode_left_;    // values constant() may still decode
   OnnxGraph out_;
 
@@ -515,6 +519,7 @@ class Reader {
           refuse(KILN_ERROR_NOT_SUPPORTED, "the graph input " + quoted(v.name()) + " has " +
                                                std::to_string(shape.dim_size()) +
                                                " dimensions; kiln reads [batch, features...]");
+        if (shape.dim(0).has_dim_value() && shape.dim(0).dim_value() > 0) fixed_batch_ = shape.dim(0).dim_value();
         int64_t features = 1;
         for (int d = 1; d < shape.dim_size() && features; ++d) {
           const int64_t n = shape.dim(d).has_dim_value() ? shape.dim(d).dim_value() : 0;
@@ -1001,10 +1006,16 @@ class Reader {
                                            " dimensions; kiln reads a Reshape to [batch, features]");
     const int64_t batch = shape.i[0], width = shape.i[1];
     const bool zero_copies = int_attribute(n, "allowzero", 0) == 0;
-    const bool batch_kept = batch == -1 || (batch == 0 && zero_copies);
+    // A batch written out is the input's fixed one: the Reshape flattens
+    // each sample of the traced batch, and kiln's model then takes any.
+    const bool batch_kept =
+        batch == -1 || (batch == 0 && zero_copies) || (batch > 0 && fixed_batch_ > 0 && batch == fixed_batch_);
     if (!batch_kept || width == 0 || width < -1 || (width == -1 && (batch == -1 || !features_)))
-      refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + " reshapes to [" + std::to_string(batch) + ", " +
-                                           std::to_string(width) + "]; kiln reads [-1, features] or [0, features]");
+      refuse(KILN_ERROR_NOT_SUPPORTED,
+             node_name(n) + " reshapes to [" + std::to_string(batch) + ", " + std::to_string(width) +
+                 "]; kiln reads [-1, features], [0, features] or, where the graph's input fixes its batch, "
+                 "[batch, features]" +
+                 (fixed_batch_ > 0 ? " (here " + std::to_string(fixed_batch_) + ")" : ""));
     if (width > 0) {
       if (features_ && width != features_)
         refuse(KILN_ERROR_FORMAT, node_name(n) + " reshapes rows of " + std::to_string(features_) + " features to " +
