@@ -32,12 +32,12 @@ using namespace kiln;
 namespace {
 
 struct Product {
+  std::string name;
   bool trans_a, trans_b;
   int64_t m, n, k;
   const float *a, *b;
   float *c;
   double alpha, beta;
-  const char *name = "";
 };
 
 // A buffer from the backend's own allocator, as a tensor gets (2 MiB
@@ -108,23 +108,21 @@ int main(int argc, char **argv) {
     dh.push_back(std::make_unique<Buffer>(be, batch * widths[l]));
     if (l < layers) w.push_back(std::make_unique<Buffer>(be, widths[l + 1] * widths[l]));
   }
-  auto name = [&](const char *prefix, size_t l) {
+  auto value = [&](const char *prefix, size_t l) {
     return std::string(prefix) + (l == 0 ? "X" : l == layers ? "L" : "H" + std::to_string(l));
   };
-  std::vector<std::string> names;
   std::vector<Product> products;
   for (size_t l = 0; l < layers; ++l) {  // forward
-    names.push_back(name("", l) + " W" + std::to_string(l + 1) + "^T");
-    products.push_back({false, true, batch, widths[l + 1], widths[l], h[l]->get(), w[l]->get(), h[l + 1]->get(), 1, 0});
+    products.push_back({value("", l) + " W" + std::to_string(l + 1) + "^T", false, true, batch, widths[l + 1],
+                        widths[l], h[l]->get(), w[l]->get(), h[l + 1]->get(), 1, 0});
   }
   for (size_t l = layers; l-- > 0;) {  // backward, the SGD update fused into the weight gradient's product
-    names.push_back("W" + std::to_string(l + 1) + " -= " + name("d", l + 1) + "^T " + name("", l));
-    products.push_back({true, false, widths[l + 1], widths[l], batch, dh[l + 1]->get(), h[l]->get(), w[l]->get(), -lr, 1});
+    products.push_back({"W" + std::to_string(l + 1) + " -= " + value("d", l + 1) + "^T " + value("", l), true, false,
+                        widths[l + 1], widths[l], batch, dh[l + 1]->get(), h[l]->get(), w[l]->get(), -lr, 1});
     if (l == 0) break;
-    names.push_back(name("d", l + 1) + " W" + std::to_string(l + 1));
-    products.push_back({false, false, batch, widths[l], widths[l + 1], dh[l + 1]->get(), w[l]->get(), dh[l]->get(), 1, 0});
+    products.push_back({value("d", l + 1) + " W" + std::to_string(l + 1), false, false, batch, widths[l], widths[l + 1],
+                        dh[l + 1]->get(), w[l]->get(), dh[l]->get(), 1, 0});
   }
-  for (size_t i = 0; i < products.size(); ++i) products[i].name = names[i].c_str();
   const size_t runs = kernels.size();
   std::vector<std::vector<std::vector<double>>> us(runs, std::vector<std::vector<double>>(products.size()));
   std::vector<std::vector<double>> step_us(runs);
@@ -155,7 +153,7 @@ int main(int argc, char **argv) {
       const Product &p = products[i];
       const double f = 2.0 * double(p.m) * double(p.n) * double(p.k), t = median(us[run][i]);
       flops += f;
-      std::printf("%-16s %5lld x %5lld x %5lld %9.1f us %7.1f GFLOP/s", p.name, (long long)p.m, (long long)p.n,
+      std::printf("%-16s %5lld x %5lld x %5lld %9.1f us %7.1f GFLOP/s", p.name.c_str(), (long long)p.m, (long long)p.n,
                   (long long)p.k, t, f / t / 1e3);
       if (peak > 0) std::printf(" %5.1f%%", 100 * f / t / 1e3 / peak);
       std::printf("\n");
