@@ -1,6 +1,7 @@
-// What the CPU's cache-blocked products (sgemm_avx512.cpp, sgemm_avx2.cpp)
-// share: the sizes of the blocks they cut a matrix into, and the lines of
-// the next block of op(B) that their tiles prefetch.
+// What the CPU's own products (sgemm_avx512.cpp, sgemm_avx2.cpp) share:
+// the depth up to which they write C row by row, the sizes of the blocks
+// they cut a matrix into, and the lines of the next block of op(B) that
+// their tiles prefetch.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,12 @@
 #endif
 
 namespace kiln::cpu {
+
+// Steps of k up to which the register-blocked kernels (sgemm_avx512_rows,
+// sgemm_avx2_rows) write C row block by row block (a product bound by
+// writing C); callers splitting such a product over threads split its
+// rows, so that each writes whole rows too.
+constexpr int64_t kSgemmShortDepth = 16;
 
 // The size of the fewest equal parts of `extent`, at most `most` each,
 // rounded up to a multiple of `unit`: the depth of the passes over k (whole

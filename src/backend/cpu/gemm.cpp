@@ -1,9 +1,10 @@
 // Matrix products: on CPUs with AVX-512, kiln's own f32 kernels
 // (sgemm_avx512.hpp), the register-blocked one up to kOwnKernelMax
 // multiply-adds and the cache-blocked one above; on CPUs with AVX2 and FMA
-// only, the cache-blocked one of sgemm_avx2.hpp above kOwnKernelMax, and
-// above kAvx2BlockedMin where C is tall and wide enough for it;
-// OpenBLAS (row-major CBLAS) for everything else.
+// only, those of sgemm_avx2.hpp: the register-blocked one up to
+// kOwnKernelMax where it reads A from near caches (avx2_rows_fit), the
+// cache-blocked one above kOwnKernelMax and above kAvx2BlockedMin where C
+// is tall enough for it; OpenBLAS (row-major CBLAS) for everything else.
 //
 // Threading: OpenBLAS runs one thread and kiln splits each product into row
 // (or column) panels over its own pool, whose workers already spin between
@@ -44,6 +45,7 @@
 
 #include "backend/cpu/aligned_buffer.hpp"
 #include "backend/cpu/bf16_gemm_avx512.hpp"
+#include "backend/cpu/blocking.hpp"
 #include "backend/cpu/cblas_api.hpp"
 #include "backend/cpu/cpu_features.hpp"
 #include "backend/cpu/dtype_traits.hpp"
@@ -171,22 +173,51 @@ constexpr int64_t kOwnKernelMax = int64_t(1) << 26;
 // reads B in place instead, each thread over its own columns.
 constexpr int64_t kPackMinRows = 8;
 
-// Whether to pack B before the AVX-512 kernel: always when B is transposed
+// Whether to pack B before a register-blocked kernel: always when B is transposed
 // (the kernel needs contiguous rows); otherwise when A has enough rows that
 // the copy is cheap next to the product and B's row stride is a multiple of
 // 1 KiB, where the k rows the kernel walks map onto few L1 sets and evict
 // each other.
 bool should_pack_b(bool trans_b, int64_t m, int64_t n) { return trans_b || (m >= 256 && n % 256 == 0); }
 
-// Whether one of kiln's AVX-512 kernels runs this product: on CPUs that
-// have it, except a transposed B under kPackMinRows rows, which BLAS reads
-// in place.
-bool avx512_kernels_apply(bool trans_b, int64_t m) { return avx512_f32() && !(trans_b && m < kPackMinRows); }
+// A register-blocked f32 kernel, the packing of B it can read, and the
+// width of its blocks of B's columns.
+struct RowsKernel {
+  decltype(&sgemm_avx512_rows) run;
+  decltype(&sgemm_avx512_pack_b) pack_b;
+  int64_t block_cols;
+};
 
-// Whether the register-blocked AVX-512 kernel runs this product: the
-// products up to kOwnKernelMax.
-bool use_own_kernel(bool trans_b, int64_t m, int64_t n, int64_t k) {
-  return avx512_kernels_apply(trans_b, m) && m * n * k <= kOwnKernelMax;
+// Whether kiln's AVX2 kernels may run: the CPU has AVX2 and FMA, and
+// set_f32_products did not ask for OpenBLAS alone.
+bool avx2_f32() { return avx2_fma_available() && g_f32_products.load(std::memory_order_relaxed) != F32Products::Blas; }
+
+// Without AVX-512, sgemm_avx2_rows takes the products up to kOwnKernelMax
+// whose A it reads in place from near caches: C at most kAvx2RowsMaxCols
+// wide (A is read once per 16 columns of C, so at most 8 times), or an A of
+// at most kAvx2RowsMaxA floats (32 KiB, which stays in the L1 while every
+// block of columns reads it). On one Zen 3 thread (kiln_cpu_products_bench
+// ... auto,blas, and against the previous choices in alternating runs,
+// 2026-11-28): the tutorial's X W1^T (128 x 32 x 784) in 86 to 94 us
+// against 103 to 116 on the blocked kernel, its weight gradient (32 x 784 x
+// 128) in 97 to 112 against 105 to 123 on OpenBLAS, a classifier's last
+// layer (256 x 10 x 1024 and its two gradients) 1.2 to 1.9 times as fast as
+// on OpenBLAS, and 1024 x 64 x 784 as fast as the blocked kernel or
+// faster. Wider, with a larger A, the blocked kernel is faster (above).
+constexpr int64_t kAvx2RowsMaxCols = 128;
+constexpr int64_t kAvx2RowsMaxA = 8192;
+
+bool avx2_rows_fit(int64_t m, int64_t n, int64_t k) { return n <= kAvx2RowsMaxCols || m * k <= kAvx2RowsMaxA; }
+
+// The register-blocked kernel that runs this product, or null: on AVX-512
+// the products up to kOwnKernelMax, on AVX2 those that avx2_rows_fit;
+// never a transposed B under kPackMinRows rows, which BLAS reads in place.
+const RowsKernel *rows_kernel(bool trans_b, int64_t m, int64_t n, int64_t k) {
+  static constexpr RowsKernel avx512{sgemm_avx512_rows, sgemm_avx512_pack_b, kSgemmBlockCols};
+  static constexpr RowsKernel avx2{sgemm_avx2_rows, sgemm_avx2_pack_b, kSgemmAvx2BlockCols};
+  if ((trans_b && m < kPackMinRows) || m * n * k > kOwnKernelMax) return nullptr;
+  if (avx512_f32()) return &avx512;
+  return avx2_f32() && avx2_rows_fit(m, n, k) ? &avx2 : nullptr;
 }
 
 // A cache-blocked f32 kernel and how its products split between threads:
@@ -196,21 +227,19 @@ struct BlockedKernel {
   int64_t split_rows, block_cols;
 };
 
-// Without AVX-512, products from this many multiply-adds also run on the
-// AVX2 kernel when C has at least kAvx2BlockedMinRows rows and a whole
-// block of columns: there its packing repays itself. X W1^T of the
-// tutorial's step (128 x 32 x 784) took 7 to 10% less time than on
-// OpenBLAS on one Zen 3 thread and 35% less on two (kiln_cpu_products_bench
-// ... 784-32-10, alternating steps); its weight gradient (32 x 784 x 128,
-// 32 rows) took 5 to 7% more, and a classifier's 256 x 10 x 1024 (one
-// block, 10 of its 16 columns used) was no faster: those stay on OpenBLAS.
+// Without AVX-512, products from this many multiply-adds that
+// sgemm_avx2_rows does not take (avx2_rows_fit) run on the AVX2 blocked
+// kernel when C has at least kAvx2BlockedMinRows rows: there its packing
+// repays itself. The products of a 784-256-256-10 step at batch 128 took
+// 10 to 30% less time on it than on sgemm_avx2_rows (128 x 256 x 784, 256 x
+// 784 x 128; one Zen 3 thread, alternating runs).
 constexpr int64_t kAvx2BlockedMin = int64_t(1) << 20;
 constexpr int64_t kAvx2BlockedMinRows = 64;
 
 // The blocked kernel that runs this f32 product, or null: on AVX-512 the
 // products above kOwnKernelMax (a training step of 784-1024-1024-10 is made
 // of them), on AVX2 those and the ones above kAvx2BlockedMin with enough
-// rows; never a transposed B under kPackMinRows rows. On that step's
+// rows that sgemm_avx2_rows does not take; never a transposed B under kPackMinRows rows. On that step's
 // products the AVX-512 kernel matches OpenBLAS 0.3.21's SkylakeX kernels to
 // within a few percent either way, and beats them split over threads (one
 // panel per thread packs each operand once, where BLAS calls per chunk
@@ -223,10 +252,9 @@ const BlockedKernel *blocked_kernel(bool trans_b, int64_t m, int64_t n, int64_t 
   if (trans_b && m < kPackMinRows) return nullptr;
   const int64_t size = m * n * k;
   if (avx512_f32()) return size > kOwnKernelMax ? &avx512 : nullptr;
-  const bool avx2_allowed = g_f32_products.load(std::memory_order_relaxed) != F32Products::Blas;
-  const bool large = size > kOwnKernelMax ||
-                     (size > kAvx2BlockedMin && m >= kAvx2BlockedMinRows && n >= kSgemmAvx2BlockCols);
-  return avx2_allowed && large && avx2_fma_available() ? &avx2 : nullptr;
+  const bool large =
+      size > kOwnKernelMax || (size > kAvx2BlockedMin && m >= kAvx2BlockedMinRows && !avx2_rows_fit(m, n, k));
+  return large && avx2_f32() ? &avx2 : nullptr;
 }
 
 // Steps of k from which a narrow A B^T is worth its dot products' sums.
@@ -281,7 +309,7 @@ void blocked_gemm(ThreadPool &pool, const BlockedKernel &kernel, bool trans_a, b
 template <class Panel>
 void for_panels(ThreadPool &pool, int64_t m, int64_t n, int64_t k, const Panel &panel) {
   constexpr int64_t NR = kSgemmBlockCols;
-  static_assert(kBf16BlockCols == NR, "both kernels' packed B share the column blocks");
+  static_assert(kBf16BlockCols == NR && NR % kSgemmAvx2BlockCols == 0, "every kernel's packed blocks are whole");
   if (m >= n || k <= kSgemmShortDepth) {
     const int64_t grain = std::max<int64_t>(1, kGemmGrain / std::max<int64_t>(1, n * k));
     pool.parallel_for(m, grain, [&](int64_t begin, int64_t end) { panel(begin, end - begin, 0, n); });
@@ -302,8 +330,7 @@ void split_gemm(ThreadPool &pool, bool trans_a, bool trans_b, int64_t m, int64_t
                 const S *a, const S *b, double beta, S *c) {
   const int64_t lda = std::max<int64_t>(1, trans_a ? m : k), ldb = std::max<int64_t>(1, trans_b ? k : n);
   const int64_t ldc = std::max<int64_t>(1, n);
-  constexpr int64_t NR = kSgemmBlockCols;
-  bool own_kernel = false, packed = false;
+  const RowsKernel *own_kernel = nullptr;
   const S *b_packed = nullptr;
   if constexpr (std::is_same_v<S, float>) {
     if (const BlockedKernel *kernel = blocked_kernel(trans_b, m, n, k)) {
@@ -317,10 +344,10 @@ void split_gemm(ThreadPool &pool, bool trans_a, bool trans_b, int64_t m, int64_t
       });
       return;
     }
-    own_kernel = use_own_kernel(trans_b, m, n, k);
+    own_kernel = rows_kernel(trans_b, m, n, k);
     if (own_kernel && should_pack_b(trans_b, m, n)) {
       thread_local AlignedBuffer<float> scratch;  // grows to the largest B, then reused
-      const int64_t blocks = (n + NR - 1) / NR;
+      const int64_t NR = own_kernel->block_cols, blocks = (n + NR - 1) / NR;
       // The caller's buffer: `scratch` names each worker's own.
       float *out = scratch.reserve(blocks * NR * k, "for a packed matrix operand");
       // On the pool too: a training step of 784-1024-1024-10 packs 3 to 4
@@ -328,26 +355,27 @@ void split_gemm(ThreadPool &pool, bool trans_a, bool trans_b, int64_t m, int64_t
       // alone would leave the others waiting for.
       pool.parallel_for(blocks, std::max<int64_t>(1, kPackGrain / (NR * k)), [&](int64_t jb0, int64_t jb1) {
         const int64_t j0 = jb0 * NR, j1 = std::min(n, jb1 * NR);
-        sgemm_avx512_pack_b(trans_b ? b + j0 * ldb : b + j0, ldb, trans_b, j1 - j0, k, out + jb0 * NR * k);
+        own_kernel->pack_b(trans_b ? b + j0 * ldb : b + j0, ldb, trans_b, j1 - j0, k, out + jb0 * NR * k);
       });
       b_packed = out;
-      packed = true;
     }
   }
   // One panel: rows [i0, i0 + mp) and columns [j0, j0 + np) of C, with j0 a
-  // multiple of NR when B is packed.
+  // multiple of the kernel's block when B is packed (for_panels cuts at
+  // multiples of kSgemmBlockCols, itself one of every kernel's).
   auto panel = [&](int64_t i0, int64_t mp, int64_t j0, int64_t np) {
     const S *ap = trans_a ? a + i0 : a + i0 * k;
     S *cp = c + i0 * ldc + j0;
     if constexpr (std::is_same_v<S, float>) {
-      if (packed) {
-        sgemm_avx512_rows(mp, np, k, float(alpha), ap, trans_a ? 1 : lda, trans_a ? lda : 1, b_packed + j0 * k, NR,
-                          NR * k, float(beta), cp, ldc);
-        return;
-      }
       if (own_kernel) {
-        sgemm_avx512_rows(mp, np, k, float(alpha), ap, trans_a ? 1 : lda, trans_a ? lda : 1, b + j0, ldb, NR,
+        const int64_t NR = own_kernel->block_cols;
+        if (b_packed) {
+          own_kernel->run(mp, np, k, float(alpha), ap, trans_a ? 1 : lda, trans_a ? lda : 1, b_packed + j0 * k, NR,
+                          NR * k, float(beta), cp, ldc);
+        } else {
+          own_kernel->run(mp, np, k, float(alpha), ap, trans_a ? 1 : lda, trans_a ? lda : 1, b + j0, ldb, NR,
                           float(beta), cp, ldc);
+        }
         return;
       }
     }

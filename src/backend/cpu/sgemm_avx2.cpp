@@ -215,6 +215,53 @@ KILN_AVX2 void tile(int64_t kc, const float *a, const float *b, int64_t w, float
   }
 }
 
+// One step of k of rows_tile: two vectors of B (masked for a last block
+// narrower than NR, whose row may end the matrix) times R values of A read
+// in place, a_row apart.
+template <int64_t R, bool kWhole>
+KILN_AVX2 __attribute__((always_inline)) inline void rows_step(const float *a, int64_t a_row, const float *b,
+                                                               __m256i mask0, __m256i mask1, __m256 (&acc0)[R],
+                                                               __m256 (&acc1)[R]) {
+  const __m256 b0 = load_c<kWhole>(b, mask0), b1 = load_c<kWhole>(b + 8, mask1);
+#pragma GCC unroll 6
+  for (int64_t r = 0; r < R; ++r) {
+    const __m256 av = _mm256_broadcast_ss(a + r * a_row);
+    acc0[r] = _mm256_fmadd_ps(av, b0, acc0[r]);
+    acc1[r] = _mm256_fmadd_ps(av, b1, acc1[r]);
+  }
+}
+
+// C[R, w] = alpha * A B + beta * C over all k steps for sgemm_avx2_rows: A
+// read in place, A(r, p) = a[r * a_row + p * a_col], and B's rows of w <=
+// NR columns ldb apart.
+template <int64_t R, bool kWhole>
+KILN_AVX2 void rows_tile(int64_t k, const float *a, int64_t a_row, int64_t a_col, const float *b, int64_t ldb,
+                         int64_t w, float alpha, float beta, float *c, int64_t ldc) {
+  const __m256i mask0 = avx2_first_lanes(w), mask1 = avx2_first_lanes(w - 8);
+  __m256 acc0[R], acc1[R];
+#pragma GCC unroll 6
+  for (int64_t r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
+#pragma GCC unroll 2
+  for (int64_t p = 0; p < k; ++p) rows_step<R, kWhole>(a + p * a_col, a_row, b + p * ldb, mask0, mask1, acc0, acc1);
+  store_tile<R, kWhole>(acc0, acc1, w, alpha, beta, c, ldc);
+}
+
+using RowsTile = void (*)(int64_t, const float *, int64_t, int64_t, const float *, int64_t, int64_t, float, float,
+                          float *, int64_t);
+// rows_tile<r, whole> at [whole][r - 1].
+constexpr RowsTile kRowsTiles[2][MR] = {{rows_tile<1, false>, rows_tile<2, false>, rows_tile<3, false>,
+                                         rows_tile<4, false>, rows_tile<5, false>, rows_tile<6, false>},
+                                        {rows_tile<1, true>, rows_tile<2, true>, rows_tile<3, true>, rows_tile<4, true>,
+                                         rows_tile<5, true>, rows_tile<6, true>}};
+
+// The height of the next tile of sgemm_avx2_rows with `left` rows to go:
+// MR, but the last MR + 1 to 2 MR - 1 rows in two near-equal tiles, whose
+// 8 or more accumulators still cover the FMA's latency (32 rows as 6, 6,
+// 6, 6, 4, 4; a last tile of 2 rows would run at half speed).
+inline int64_t rows_tile_height(int64_t left) {
+  return left <= MR || left >= 2 * MR ? std::min(MR, left) : (left + 1) / 2;
+}
+
 using Tile = void (*)(int64_t, const float *, const float *, int64_t, float, float, float *, int64_t,
                       const LinesAhead &);
 // tile<r> at index r - 1: a panel's last rows run a tile of their height.
@@ -229,6 +276,36 @@ KILN_AVX2 void sgemm_avx2_transpose8(const float *src, int64_t lds, float *dst, 
   transpose_in_registers(r);
 #pragma GCC unroll 8
   for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + i * ldd, r[i]);
+}
+
+void sgemm_avx2_rows(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t a_row, int64_t a_col,
+                     const float *b, int64_t ldb, int64_t b_block, float beta, float *c, int64_t ldc) {
+  auto block = [&](int64_t i0, int64_t rows, int64_t j0) {
+    const int64_t w = std::min(NR, n - j0);
+    kRowsTiles[w == NR][rows - 1](k, a + i0 * a_row, a_row, a_col, b + (j0 / NR) * b_block, ldb, w, alpha, beta,
+                                  c + i0 * ldc + j0, ldc);
+  };
+  // As sgemm_avx512_rows: with a few steps of k, C's rows are written whole,
+  // one block of rows after the other, while all of B stays in the L1;
+  // otherwise one block of B's columns stays in the cache while every block
+  // of rows uses it. (Asking for the next block's lines on the way, as the
+  // blocked tiles do, made the tutorial's weight gradient, 32 x 784 x 128
+  // with B read in place, 20% slower on a Zen 3 core: likely two blocks of
+  // B and all of A no longer fit in the L1 together.)
+  if (k <= kSgemmShortDepth) {
+    for (int64_t i0 = 0, rows; i0 < m; i0 += rows) {
+      rows = rows_tile_height(m - i0);
+      for (int64_t j0 = 0; j0 < n; j0 += NR) block(i0, rows, j0);
+    }
+    return;
+  }
+  for (int64_t j0 = 0; j0 < n; j0 += NR)
+    for (int64_t i0 = 0, rows; i0 < m; i0 += rows) block(i0, rows = rows_tile_height(m - i0), j0);
+}
+
+void sgemm_avx2_pack_b(const float *b, int64_t ldb, bool trans_b, int64_t n, int64_t k, float *out) {
+  for (int64_t j0 = 0; j0 < n; j0 += NR)
+    pack_b(trans_b ? b + j0 * ldb : b + j0, ldb, trans_b, std::min(NR, n - j0), k, out + j0 * k);
 }
 
 void sgemm_avx2_blocked(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t a_row, int64_t a_col,
@@ -267,6 +344,9 @@ void sgemm_avx2_blocked(int64_t m, int64_t n, int64_t k, float alpha, const floa
 void sgemm_avx2_blocked(int64_t, int64_t, int64_t, float, const float *, int64_t, int64_t, const float *, int64_t,
                         bool, float, float *, int64_t) {}
 void sgemm_avx2_transpose8(const float *, int64_t, float *, int64_t) {}
+void sgemm_avx2_rows(int64_t, int64_t, int64_t, float, const float *, int64_t, int64_t, const float *, int64_t, int64_t,
+                     float, float *, int64_t) {}
+void sgemm_avx2_pack_b(const float *, int64_t, bool, int64_t, int64_t, float *) {}
 
 #endif
 

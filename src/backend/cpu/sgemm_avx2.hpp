@@ -1,15 +1,17 @@
-// kiln's cache-blocked single-precision product for CPUs with AVX2 and FMA
-// but without AVX-512 (Haswell to Alder Lake, AMD Zen 1 to 3), for the
-// large f32 products of MLP training, where sgemm_avx512.hpp's kernels do
-// not run and OpenBLAS did them before. On a 2-core Zen 3 EPYC VM, the
-// products of a 784-1024-1024-10 step at batch 256 (bench/
-// kiln_cpu_products_bench, this kernel and OpenBLAS 0.3.21's Zen kernels
-// in alternating steps): on one thread 3 to 4% faster than OpenBLAS (both
-// at 65 to 86% of the core's FMA peak as the VM's state moved), on two
-// threads 16 to 19% faster, since each thread packs the operands of its
-// panel once where each BLAS call repacks its own (bench/results/
-// cpu-avx2-2026-11-28.md). Like the AVX-512 kernels it does not depend on
-// the BLAS recognising the CPU. Row-major.
+// kiln's single-precision products for CPUs with AVX2 and FMA but without
+// AVX-512 (Haswell to Alder Lake, AMD Zen 1 to 3), where sgemm_avx512.hpp's
+// kernels do not run and OpenBLAS did the products before: a cache-blocked
+// kernel for the large f32 products of MLP training and a register-blocked
+// one for the small ones (gemm.cpp chooses). On a 2-core Zen 3 EPYC VM,
+// with OpenBLAS 0.3.21's Zen kernels in alternating steps (bench/
+// kiln_cpu_products_bench; bench/results/cpu-avx2-2026-11-28.md): the
+// blocked kernel ran the products of a 784-1024-1024-10 step at batch 256
+// 3 to 4% faster on one thread (both at 65 to 86% of the core's FMA peak
+// as the VM's state moved) and 16 to 19% faster on two, since each thread
+// packs the operands of its panel once where each BLAS call repacks its
+// own; the register-blocked one ran that step's output-layer products 1.2
+// to 1.9 times as fast. Like the AVX-512 kernels they do not depend on the
+// BLAS recognising the CPU. Row-major.
 #pragma once
 
 #include <algorithm>
@@ -39,6 +41,22 @@ constexpr int64_t kSgemmAvx2SplitRows = 2;
 // reused; growing one can throw OUT_OF_MEMORY.
 void sgemm_avx2_blocked(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t a_row, int64_t a_col,
                         const float *b, int64_t ldb, bool trans_b, float beta, float *c, int64_t ldc);
+
+// C[m, n] = alpha * A B + beta * C (beta = 0 never reads C) in registers
+// alone, as sgemm_avx512_rows: tiles of up to kSgemmAvx2TileRows rows by
+// kSgemmAvx2BlockCols columns over all of k, A read in place, A(i, p) =
+// a[i * a_row + p * a_col], and B read in blocks of 16 columns with
+// contiguous rows, B(p, j) = b[(j / 16) * b_block + p * ldb + j % 16] (a
+// plain row-major B has b_block = 16, one packed by sgemm_avx2_pack_b has
+// ldb = 16 and b_block = 16 * k). For the products too small to repay
+// sgemm_avx2_blocked's packing of A.
+void sgemm_avx2_rows(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t a_row, int64_t a_col,
+                     const float *b, int64_t ldb, int64_t b_block, float beta, float *c, int64_t ldc);
+
+// Packs op(B) [k, n] into sgemm_avx2_rows's blocked layout (ldb = 16,
+// b_block = 16 * k): op(B)(p, j) = trans_b ? b[j * ldb + p] : b[p * ldb + j].
+// out holds ceil(n / 16) * 16 * k floats; columns past n are zeros.
+void sgemm_avx2_pack_b(const float *b, int64_t ldb, bool trans_b, int64_t n, int64_t k, float *out);
 
 // dst[i * ldd + j] = src[j * lds + i] for an 8 x 8 tile of floats (also
 // used to pack the inference weights, packed_linear_x86.cpp). Only on a CPU

@@ -34,11 +34,6 @@ void sgemm_avx512_dots(int64_t m, int64_t n, int64_t k, float alpha, const float
                        int64_t ldb, float beta, float *c, int64_t ldc);
 constexpr int64_t kSgemmDotsMaxCols = 12;
 
-// Steps of k up to which sgemm_avx512_rows writes C row block by row block
-// (a product bound by writing C); callers splitting such a product over
-// threads split its rows, so that each writes whole rows too.
-constexpr int64_t kSgemmShortDepth = 16;
-
 // dst[i * ldd + j] = src[j * lds + i] for a 16 x 16 tile of floats (also
 // used to pack the inference weights, packed_linear_x86.cpp).
 void sgemm_avx512_transpose_tile(const float *src, int64_t lds, float *dst, int64_t ldd);
