@@ -6,7 +6,8 @@
    `kiln export MODEL --onnx OUT` (and with --external-data), pass
    onnx.checker (full_check, with shape inference) and ONNX Runtime gives
    kiln's outputs to 1e-5, for batches of several sizes (the batch dimension
-   is symbolic); Dropout is left out; ELU, SELU, Softplus (with a beta and a
+   is symbolic); a Dropout is ONNX's Dropout (the identity in inference)
+   and a Flatten ONNX's Flatten; ELU, SELU, Softplus (with a beta and a
    threshold), Softmax and LogSoftmax, and a model without a Linear.
 2. PyTorch -> kiln: torch.onnx.export of nn.Sequential MLPs (f32 and f64;
    ReLU, GELU, LeakyReLU, Tanh, Sigmoid, ELU, SELU, Softplus, Dropout; a
@@ -14,7 +15,8 @@
    PyTorch 2's exporters (torch.export, the default, with its weights in
    X.onnx.data for the larger models; and the TorchScript one), read with
    `kiln import IN --save MODEL` give PyTorch's outputs to 1e-5; an f64 one
-   goes back out through `kiln export` into ONNX Runtime; and a model
+   goes back out through `kiln export` into ONNX Runtime; the imported
+   parameters carry the names of the module's state_dict; and a model
    converted to opset 7 with onnx.version_converter reads the same.
 3. The tutorial model, 784-32-10 ReLU behind nn.Flatten, trained briefly
    with PyTorch on Fashion-MNIST, exported with torch.onnx.export and
@@ -25,6 +27,7 @@ Exits 77 (skipped) when no Python at hand imports numpy, onnx, onnxruntime
 and torch (tests/python_reexec.py).
 """
 import gzip
+import json
 import os
 import shutil
 import struct
@@ -97,6 +100,19 @@ def ort_logits(path, x):
     return session.run([out.name], {inp.name: x})[0]
 
 
+def check_names(model_path, module, what):
+    """The parameters of kiln's model file carry the names of module.state_dict()."""
+    global checks
+    with open(model_path, "rb") as f:
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    got = sorted(name for name in header if name != "__metadata__")
+    want = sorted(module.state_dict())
+    if got != want:
+        sys.exit("FAIL: %s: kiln's parameters are %s, PyTorch's state_dict has %s" % (what, got, want))
+    checks += 1
+    print("ok: %s: PyTorch's state_dict names (%s)" % (what, " ".join(want)))
+
+
 def check_export(model_path, what, features, dtype=np.float32, output="logits", external=False):
     """kiln export MODEL -> onnx.checker and ONNX Runtime against kiln."""
     global checks
@@ -113,7 +129,9 @@ def check_export(model_path, what, features, dtype=np.float32, output="logits", 
     opset = [o.version for o in m.opset_import if o.domain in ("", "ai.onnx")]
     (inp,), (out,) = m.graph.input, m.graph.output
     batch = inp.type.tensor_type.shape.dim[0]
-    if "Dropout" in ops or opset != [13] or inp.name != "input" or out.name != output or not batch.dim_param:
+    spec = what.lower()
+    layers_kept = ("Dropout" in ops) == ("dropout" in spec) and ("Flatten" in ops) == ("flatten" in spec)
+    if not layers_kept or opset != [13] or inp.name != "input" or out.name != output or not batch.dim_param:
         sys.exit("FAIL: %s: ops %s, opset %s, input %s, output %s, batch %s" % (
             what, ops, opset, inp.name, out.name, batch))
     checks += 1
@@ -130,6 +148,7 @@ def check_export(model_path, what, features, dtype=np.float32, output="logits", 
 for spec, features, output, external in [
     ("784-32-10", 784, "logits", False),
     ("784-32-10", 784, "logits", True),
+    ("784-32-10:flatten", 784, "logits", False),
     ("6-16-8-3:gelu", 6, "logits", False),
     ("linear(5,7);leaky_relu(0.1);dropout(0.3);linear(7,6,nobias);tanh;linear(6,4);sigmoid;linear(4,3)", 5, "logits",
      False),
@@ -201,6 +220,7 @@ for (what, module, dtype), (exporter, options) in [(c, e) for c in cases for e i
     check_close(kiln_logits(kiln_path, x.double().numpy()), want,
                 "%s %s%s -> kiln import (%s)" % (exporter, what, " (external data)" if external else "",
                                                  out.splitlines()[0]))
+    check_names(kiln_path, module, "%s %s -> kiln import" % (exporter, what))
     if "torch.onnx.data" in what and exporter == "torch.export" and not external:
         sys.exit("FAIL: the torch.export exporter wrote no torch.onnx.data for %s" % what)
     if dtype == torch.float64 and exporter == EXPORTERS[0][0]:
@@ -221,6 +241,7 @@ for opset in (7, 8):
         want = module(x).double().numpy()
     check_close(kiln_logits(kiln_path, x.double().numpy()), want,
                 "TorchScript opset %d -> kiln import (%s)" % (opset, out.splitlines()[0]))
+    check_names(kiln_path, module, "TorchScript opset %d -> kiln import" % opset)
 
 # ---- 3. the tutorial model on Fashion-MNIST ------------------------------------
 data = os.environ.get("KILN_FASHION_MNIST", "/usr/share/datasets/fashion-mnist")
@@ -257,6 +278,7 @@ else:
     torch.onnx.export(model, test_x[:1], onnx_path, input_names=["image"], output_names=["logits"],
                       dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}})  # the default exporter
     run([CLI, "import", onnx_path, "--save", kiln_path])
+    check_names(kiln_path, model, "tutorial 784-32-10 -> kiln import")
     check_close(kiln_logits(kiln_path, test_x[:256].numpy()), test_logits[:256].numpy(),
                 "tutorial 784-32-10: kiln's logits = PyTorch's on 256 test images")
     out = run([CLI, "eval", kiln_path, "--data", data, "--device", "cpu"])

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <onnx/onnx_pb.h>
@@ -130,10 +131,15 @@ struct Builder {
   }
 
   // The usual 4-3-2: Gemm(transB) -> activation node(s) -> Gemm(transB).
-  void gemm(const std::string &name, const std::string &in, const std::string &out, int64_t o, int64_t i) {
-    param(name + ".w", {o, i});
-    param(name + ".b", {o});
-    attr_int(node("Gemm", name, {in, name + ".w", name + ".b"}, out), "transB", 1);
+  // Its parameters are name.w and name.b, or module.weight and module.bias
+  // (as PyTorch names them) given a module.
+  void gemm(const std::string &name, const std::string &in, const std::string &out, int64_t o, int64_t i,
+            const std::string &module = "") {
+    const std::string w = module.empty() ? name + ".w" : module + ".weight";
+    const std::string bias = module.empty() ? name + ".b" : module + ".bias";
+    param(w, {o, i});
+    param(bias, {o});
+    attr_int(node("Gemm", name, {in, w, bias}, out), "transB", 1);
   }
 
   void write(const std::string &dir, const std::string &file) const {
@@ -525,6 +531,40 @@ int main(int argc, char **argv) {
     b.ints("shape", {-1, 3});
     b.node("Reshape", "late_reshape", {"h", "shape"}, "y");
     b.write(dir, "late_reshape.onnx");
+  }
+  // Gemm -> Relu -> Gemm with the initializers named as PyTorch's state_dict names them: an index
+  // the names skip (an nn.Dropout the exporter left out), a Flatten at the input outside the
+  // nn.Sequential (PyTorch's quickstart) and inside it, and names that do not keep the indices in order.
+  for (const auto &[file, flatten, first, second] :
+       std::vector<std::tuple<std::string, bool, std::string, std::string>>{
+           {"names_left_out.onnx", false, "0", "3"},
+           {"names_outside_flatten.onnx", true, "linear_relu_stack.0", "linear_relu_stack.2"},
+           {"names_inside_flatten.onnx", true, "1", "3"},
+           {"names_out_of_order.onnx", false, "40", "0"}}) {
+    Builder b(13, F32, flatten ? std::vector<int64_t>{2, 2} : std::vector<int64_t>{4}, 2);
+    if (flatten) b.node("Flatten", "flatten", {"x"}, "flat");
+    b.gemm("fc1", flatten ? "flat" : "x", "h", 3, 4, first);
+    b.node("Relu", "relu", {"h"}, "a");
+    b.gemm("fc2", "a", "y", 2, 3, second);
+    b.write(dir, file);
+  }
+  {  // Gemm -> Flatten (of [N, 3]: the same values) -> Relu -> Gemm: an nn.Flatten() between layers.
+    Builder b(13, F32, {4}, 2);
+    b.gemm("fc1", "x", "h", 3, 4);
+    b.node("Flatten", "mid_flatten", {"h"}, "f");
+    b.node("Relu", "relu", {"f"}, "a");
+    b.gemm("fc2", "a", "y", 2, 3);
+    b.write(dir, "flatten_mid_chain.onnx");
+  }
+  {  // An input of unknown shape -> MatMul -> Flatten: of [N, 2, 4], the MatMul would make [N, 2, 3] and
+     // the Flatten [N, 6].
+    Builder b(13, F32, {4}, 2);
+    b.g->mutable_input(0)->mutable_type()->mutable_tensor_type()->clear_shape();
+    b.param("w", {4, 3});
+    b.node("MatMul", "mm", {"x", "w"}, "h");
+    b.node("Flatten", "flatten_unknown_rank", {"h"}, "f");
+    b.gemm("fc2", "f", "y", 2, 3);
+    b.write(dir, "flatten_unknown_rank.onnx");
   }
   {  // A Reshape to a written-out batch that is not the input's: [2, 1, 4] to [1, 8] merges samples.
     Builder b(18, F32, {1, 4}, 2);

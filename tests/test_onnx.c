@@ -266,7 +266,7 @@ static void imports_folded_constants(void **state) {
  * Softmax's coerced-2-D axis 1 (the output transform). */
 static void imports_opsets_7_and_8(void **state) {
   check_import(*state, "opset7.onnx", KILN_F32, "linear(4,3);dropout(0.25);relu;linear(3,2)", ref_opset7);
-  check_import(*state, "opset8_softmax.onnx", KILN_F32, "4-3-2:leaky_relu=0.2:softmax", ref_opset8_softmax);
+  check_import(*state, "opset8_softmax.onnx", KILN_F32, "4-3-2:leaky_relu=0.2:flatten:softmax", ref_opset8_softmax);
 }
 
 /* Elu, Selu, Softplus (alone, and with a beta as torch.onnx.export writes
@@ -326,7 +326,14 @@ static void imports_torch_default_export(void **state) {
   assert_kiln_ok(kiln_model_import_onnx(f->ctx, path, &model));
   const char *description = NULL;
   assert_kiln_ok(kiln_model_describe(model, &description));
-  assert_string_equal(description, "64-32-10:softplus=2,5:log_softmax");
+  /* Its nn.Flatten() (a Reshape in the file) takes index 0, as in PyTorch:
+   * the parameters have PyTorch's names, those of the file's initializers. */
+  assert_string_equal(description, "64-32-10:softplus=2,5:flatten:log_softmax");
+  const char *name = NULL;
+  assert_kiln_ok(kiln_model_parameter_name(model, 0, &name));
+  assert_string_equal(name, "1.weight");
+  assert_kiln_ok(kiln_model_parameter_name(model, 3, &name));
+  assert_string_equal(name, "3.bias");
   float x[5 * 64], want[5 * 10];
   snprintf(path, sizeof path, "%s/input.f32", dir);
   FILE *in = fopen(path, "rb");
@@ -358,21 +365,52 @@ static void imports_gemm(void **state) {
 
 /* Dropout stays, with its ratio: the model trains as it was built. */
 static void imports_matmul_add_f64(void **state) {
-  check_import(*state, "matmul_add_f64.onnx", KILN_F64, "linear(4,3);leaky_relu(0.2);dropout(0.25);linear(3,2);sigmoid",
+  check_import(*state, "matmul_add_f64.onnx", KILN_F64,
+               "flatten;linear(4,3);leaky_relu(0.2);dropout(0.25);linear(3,2);sigmoid",
                ref_matmul_add);
 }
 
 static void imports_gelu(void **state) {
-  check_import(*state, "gelu_op.onnx", KILN_F32, "4-3-2:gelu", ref_gelu);
+  check_import(*state, "gelu_op.onnx", KILN_F32, "4-3-2:gelu:flatten", ref_gelu);
   /* The batch of the traced example written into the Reshape: the model
    * takes any batch (ROWS rows here). */
-  check_import(*state, "reshape_fixed_batch.onnx", KILN_F32, "4-3-2", ref_gemm_relu);
+  check_import(*state, "reshape_fixed_batch.onnx", KILN_F32, "4-3-2:flatten", ref_gemm_relu);
+  /* A Flatten between layers takes its index too. */
+  check_import(*state, "flatten_mid_chain.onnx", KILN_F32, "linear(4,3);flatten;relu;linear(3,2)", ref_gemm_relu);
   check_import(*state, "gelu_erf.onnx", KILN_F32, "4-3-2:gelu", ref_gelu);
   check_import(*state, "gelu_erf_torch_export.onnx", KILN_F32, "4-3-2:gelu", ref_gelu);
 }
 
-/* export -> import gives the same model: the same layers (Dropout left out)
- * and the same logits. */
+/* The parameters keep the names of the file's initializers where those are
+ * PyTorch's nn.Sequential indices in order: a skipped index (an nn.Dropout
+ * the exporter left out) is a Flatten, which computes nothing; a Flatten at
+ * the input takes an index only where the names count it. */
+static void imports_pytorch_names(void **state) {
+  const struct {
+    const char *file, *description, *names[4];
+  } cases[] = {
+      {"names_left_out.onnx", "linear(4,3);relu;flatten;linear(3,2)", {"0.weight", "0.bias", "3.weight", "3.bias"}},
+      {"names_outside_flatten.onnx", "4-3-2", {"0.weight", "0.bias", "2.weight", "2.bias"}},
+      {"names_inside_flatten.onnx", "4-3-2:flatten", {"1.weight", "1.bias", "3.weight", "3.bias"}},
+      /* 40 skips more than an exporter leaves out, and 0 goes back: kiln's own indices. */
+      {"names_out_of_order.onnx", "4-3-2", {"0.weight", "0.bias", "2.weight", "2.bias"}},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
+    check_import(*state, cases[c].file, KILN_F32, cases[c].description, ref_gemm_relu);
+    fixture *f = *state;
+    kiln_model *model = NULL;
+    assert_kiln_ok(kiln_model_import_onnx(f->ctx, fixture_path(cases[c].file), &model));
+    for (int64_t i = 0; i < 4; ++i) {
+      const char *name = NULL;
+      assert_kiln_ok(kiln_model_parameter_name(model, i, &name));
+      assert_string_equal(name, cases[c].names[i]);
+    }
+    kiln_model_release(model);
+  }
+}
+
+/* export -> import gives the same model: the same layers (Dropouts and
+ * Flattens included), the same parameter names and the same logits. */
 static void round_trip(fixture *f, const char *spec, kiln_dtype dtype, const char *want_description) {
   kiln_model *model = make_model(f->ctx, spec, dtype);
   assert_kiln_ok(kiln_model_export_onnx(model, f->path));
@@ -382,6 +420,16 @@ static void round_trip(fixture *f, const char *spec, kiln_dtype dtype, const cha
   assert_kiln_ok(kiln_model_describe(back, &description));
   assert_string_equal(description, want_description);
   assert_int_equal(model_dtype(back), dtype);
+  int64_t tensors = 0, back_tensors = 0;
+  assert_kiln_ok(kiln_model_num_parameter_tensors(model, &tensors));
+  assert_kiln_ok(kiln_model_num_parameter_tensors(back, &back_tensors));
+  assert_int_equal(back_tensors, tensors);
+  for (int64_t i = 0; i < tensors; ++i) {
+    const char *name = NULL, *back_name = NULL;
+    assert_kiln_ok(kiln_model_parameter_name(model, i, &name));
+    assert_kiln_ok(kiln_model_parameter_name(back, i, &back_name));
+    assert_string_equal(back_name, name);
+  }
   int64_t outputs = 0;
   assert_kiln_ok(kiln_model_output_size(model, &outputs));
   double x[ROWS * 4], want[ROWS * 8], got[ROWS * 8];
@@ -398,11 +446,12 @@ static void export_round_trips(void **state) {
   fixture *f = *state;
   round_trip(f, "4-8-3", KILN_F32, "4-8-3");
   round_trip(f, "4-8-3", KILN_F64, "4-8-3");
-  round_trip(f, "4-6-5-3:gelu:dropout=0.3", KILN_F32, "4-6-5-3:gelu");
+  round_trip(f, "4-6-5-3:gelu:dropout=0.3", KILN_F32, "4-6-5-3:gelu:dropout=0.3");
   round_trip(f, "linear(4,6);leaky_relu(0.125);linear(6,5,nobias);tanh;dropout(0.5);linear(5,4);sigmoid;linear(4,2)",
-             KILN_F64, "linear(4,6);leaky_relu(0.125);linear(6,5,nobias);tanh;linear(5,4);sigmoid;linear(4,2)");
+             KILN_F64,
+             "linear(4,6);leaky_relu(0.125);linear(6,5,nobias);tanh;dropout(0.5);linear(5,4);sigmoid;linear(4,2)");
   /* A model that starts with an activation and ends with a Dropout. */
-  round_trip(f, "relu;linear(4,3);dropout(0.2)", KILN_F32, "relu;linear(4,3)");
+  round_trip(f, "relu;linear(4,3);dropout(0.2)", KILN_F32, "relu;linear(4,3);dropout(0.2)");
   /* ELU, SELU, Softplus: ONNX's ops, Softplus with PyTorch's Mul/Div form
    * for a beta and an exact Where form for a threshold; output transforms. */
   round_trip(f, "4-6-5-3:elu", KILN_F32, "4-6-5-3:elu");
@@ -411,7 +460,14 @@ static void export_round_trips(void **state) {
   round_trip(f, "4-6-5-3:softplus", KILN_F64, "4-6-5-3:softplus");
   round_trip(f, "linear(4,6);softplus(1.5);linear(6,3);softplus(0.5,0.25);linear(3,2)", KILN_F64,
              "linear(4,6);softplus(1.5,20);linear(6,3);softplus(0.5,0.25);linear(3,2)");
+  /* Flattens first, between layers and last: each a Flatten node, each
+   * taking its index of nn.Sequential. */
+  round_trip(f, "4-8-3:flatten", KILN_F32, "4-8-3:flatten");
+  round_trip(f, "4-6-3:tanh:dropout=0.5:flatten:log_softmax", KILN_F64, "4-6-3:tanh:dropout=0.5:flatten:log_softmax");
+  round_trip(f, "flatten;linear(4,6);flatten;relu;dropout(0.1);linear(6,3);flatten", KILN_F32,
+             "flatten;linear(4,6);flatten;relu;dropout(0.1);linear(6,3);flatten");
   /* Models without a Linear. */
+  round_trip(f, "input(4);flatten;elu(0.5);softmax", KILN_F32, "input(4);flatten;elu(0.5);softmax");
   round_trip(f, "input(4);elu(0.5);softmax", KILN_F32, "input(4);elu(0.5);softmax");
   round_trip(f, "input(4)", KILN_F64, "input(4)");
 }
@@ -565,6 +621,8 @@ static void refusals(void **state) {
       {"no_output.onnx", KILN_ERROR_FORMAT, "\"mute_relu\" (\"Relu\") has no output"},
       {"two_input_relu.onnx", KILN_ERROR_FORMAT, "\"double_relu\" (\"Relu\") has 2 inputs, Relu takes 1 to 1"},
       {"late_reshape.onnx", KILN_ERROR_NOT_SUPPORTED, "\"late_reshape\" (\"Reshape\") comes after the first layer"},
+      {"flatten_unknown_rank.onnx", KILN_ERROR_NOT_SUPPORTED,
+       "\"flatten_unknown_rank\" (\"Flatten\") flattens a value of unknown rank after a Linear"},
       {"reshape_other_batch.onnx", KILN_ERROR_NOT_SUPPORTED,
        "\"merging_reshape\" (\"Reshape\") reshapes to [1, 8]; kiln reads [-1, features], [0, features] or, where the "
        "graph's input fixes its batch, [batch, features] (here 2)"},
@@ -813,6 +871,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(imports_activation_only, setup, teardown),
       cmocka_unit_test_setup_teardown(imports_external_data, setup, teardown),
       cmocka_unit_test_setup_teardown(imports_torch_default_export, setup, teardown),
+      cmocka_unit_test_setup_teardown(imports_pytorch_names, setup, teardown),
       cmocka_unit_test_setup_teardown(export_round_trips, setup, teardown),
       cmocka_unit_test_setup_teardown(export_external_data, setup, teardown),
       cmocka_unit_test_setup_teardown(export_files, setup, teardown),

@@ -851,9 +851,12 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_load_with_spec(kiln_context *ctx,
  * ONNX's Softplus has no threshold, and differs from kiln's by less than
  * 2e-9 past it), Mul(x, beta) -> Softplus -> Div(beta) for another beta (as
  * torch.onnx.export writes it), and that under Where(Greater(beta x,
- * threshold), x, .) for another threshold, which is exact; Dropout is left
- * out (the inference form); a model without a Linear is its activations (an
- * Identity when it has none). ONNX Runtime's CPU kernels of Elu, Selu,
+ * threshold), x, .) for another threshold, which is exact; Dropout is
+ * Dropout of its ratio (a DOUBLE initializer) without training_mode, the
+ * identity in inference; a flatten is Flatten (axis 1) at its place, taking
+ * its index; a model without a Linear is its activations (an Identity when
+ * it has none). kiln_model_import_onnx reads the file back as the same
+ * model, with the same parameter names. ONNX Runtime's CPU kernels of Elu, Selu,
  * Softplus, LeakyRelu and Erf are float only: an f64 model with those
  * layers is valid ONNX that ONNX Runtime does not run. The parameters are
  * inline unless the file would exceed KILN_ONNX_MAX_FILE_BYTES: then they go
@@ -911,10 +914,20 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_export_onnx_v2(const kiln_model *
  * (axis 1) or Reshape to [-1 or 0, features] before the first layer (or to
  * [B, features] where the graph's input fixes its batch at B, as
  * torch.onnx.export writes it without dynamic axes: the model then takes
- * any batch), and
+ * any batch) and Flatten (axis 1) of a [batch, features] value after it,
+ * each the spec's flatten (nn.Flatten()), and
  * Softmax or LogSoftmax as the last node, over each sample's features, as
  * the model's output transform (axis 1 before opset 13; axis 1 or -1 of a
- * rank-2 value from 13). A graph without Gemm or MatMul is a model without
+ * rank-2 value from 13). Each layer and flatten takes the next index of
+ * nn.Sequential (kiln_model_parameter_name), except where a Linear's weight
+ * is named as PyTorch's state_dict names it ("3.weight",
+ * "linear_relu_stack.3.weight") with an index that keeps them in order:
+ * the Linear then takes that index, so the parameters keep the file's
+ * names. Up to 16 indices the names skip (layers the exporter left out, as
+ * torch.onnx.export leaves out an nn.Dropout in eval mode) become flattens,
+ * which compute nothing, and a Flatten or Reshape at the input whose index
+ * the first weight's name does not count (a model that flattens outside
+ * its nn.Sequential, as PyTorch's quickstart does) takes none. A graph without Gemm or MatMul is a model without
  * a Linear (input(N) in kiln_model_spec_parse), its width the input's
  * declared features (at most KILN_ONNX_MAX_FILE_BYTES). Opsets 7 to 28 of
  * the ONNX domain (older ones: convert them with onnx.version_converter),

@@ -82,6 +82,8 @@ class ModelSpec {
   const std::vector<LayerSpec> &layers() const { return layers_; }
   // Layer i's index in nn.Sequential: i plus the Flattens before it.
   int64_t module_index(size_t i) const { return index_[i]; }
+  // The nn.Sequential indices taken: every layer's and every Flatten's.
+  int64_t module_count() const { return modules_; }
   // First Linear's in / last Linear's out; without a Linear, the declared
   // input's features (add_input), or 0.
   int64_t input_size() const;

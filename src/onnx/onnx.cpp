@@ -97,6 +97,7 @@ void export_onnx(const Model &model, const std::string &path, bool external_data
     OnnxGraph graph;
     graph.dtype = model.dtype() == DType::F64 ? KILN_F64 : KILN_F32;
     graph.input_features = model.input_size();
+    graph.modules = model.spec().module_count();
     size_t next = 0;  // the model's parameters come in layer order: weight, then bias
     const std::vector<LayerSpec> &layers = model.spec().layers();
     for (size_t i = 0; i < layers.size(); ++i) {
@@ -154,14 +155,19 @@ std::shared_ptr<Model> import_onnx(const std::shared_ptr<Context> &ctx, const st
     bool linear = false;
     for (const OnnxLayer &l : graph.layers) linear = linear || l.kind == KILN_LAYER_LINEAR;
     if (!linear) spec.add_input(graph.input_features);  // the plugin refuses a graph without either
+    // The indices between the layers' are the graph's Flattens.
     for (const OnnxLayer &l : graph.layers) {
       try {
+        while (spec.module_count() < l.module) spec.add_flatten();
         if (l.kind == KILN_LAYER_LINEAR) spec.add_linear(l.in, l.out, l.has_bias);
         else spec.add(l.kind, l.arg, l.arg2);
       } catch (const Error &e) {
         fail(KILN_ERROR_FORMAT, l.node + ": " + e.what());
       }
+      check(spec.module_index(spec.layers().size() - 1) == l.module, KILN_ERROR_INTERNAL,
+            "the ONNX plugin numbered " + l.node + " out of order");
     }
+    while (spec.module_count() < graph.modules) spec.add_flatten();
     check(!graph.input_features || graph.input_features == spec.input_size(), KILN_ERROR_FORMAT,
           "the graph's input has " + std::to_string(graph.input_features) +
               " features per sample but its first layer takes " + std::to_string(spec.input_size()));

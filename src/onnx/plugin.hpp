@@ -32,8 +32,10 @@ struct OnnxLayer {
   std::string weight, bias;
   int64_t weight_offset = -1, bias_offset = -1;
   std::string node;  // import: the ONNX node it came from, for messages
-  // Export: the layer's index in nn.Sequential (nn/spec.hpp's module_index,
-  // which counts a Flatten), the prefix of its parameters' names.
+  // The layer's index in nn.Sequential (nn/spec.hpp's module_index, which
+  // counts a Flatten), the prefix of its parameters' names. The indices
+  // that no layer has (below OnnxGraph::modules) are Flattens: the export
+  // writes a Flatten node there, and the import reads one as such.
   int64_t module = 0;
 };
 
@@ -44,6 +46,9 @@ struct OnnxGraph {
   // are symbolic. Export: the model's input size.
   int64_t input_features = 0;
   std::vector<OnnxLayer> layers;
+  // The nn.Sequential indices the model takes, its layers' and its
+  // Flattens' (ModelSpec::module_count): layers.size() plus the Flattens.
+  int64_t modules = 0;
   // Export only: the file beside the model that holds every parameter (its
   // name, relative to the model's folder) and the SHA-1 of its contents in
   // hex, as ONNX's external_data records them; empty: parameters inline.

@@ -15,9 +15,16 @@
 // differs from it by less than 2e-9 past it), Mul(x, beta) -> Softplus ->
 // Div(beta) for another beta (as torch.onnx.export writes it), and that
 // under Where(Greater(beta x, threshold), x, .) for another threshold, which
-// is exact. Dropout is an identity in inference and is left out.
+// is exact. Dropout is ONNX's Dropout of its ratio, which without
+// training_mode is the identity in inference, and a Flatten (at any index
+// that no layer has) ONNX's Flatten at axis 1: kiln's import reads both
+// back, and each keeps its index of nn.Sequential, so the parameters after
+// it keep their names.
 #include <exception>
 #include <new>
+#include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include <onnx/onnx_pb.h>
 
@@ -146,20 +153,32 @@ void build(const OnnxGraph &g, const char *producer_version, onnx::ModelProto *m
 
   std::string current = "input";
   bool gelu_constants = false;
-  // The last layer that is not a Dropout writes the output; a model ending
-  // in a Dropout still needs its last real node to do so.
-  size_t last = g.layers.size();
-  while (last > 0 && g.layers[last - 1].kind == KILN_LAYER_DROPOUT) --last;
-  const std::string output = last == 0 ? "logits"
-                             : g.layers[last - 1].kind == KILN_LAYER_SOFTMAX     ? "probabilities"
-                             : g.layers[last - 1].kind == KILN_LAYER_LOG_SOFTMAX ? "log_probabilities"
-                                                                                  : "logits";
-  if (last == 0) add_node(graph, "Identity", "identity", {current}, output);  // a model of its input alone
-  for (size_t i = 0; i < g.layers.size(); ++i) {
-    const OnnxLayer &l = g.layers[i];
-    if (l.kind == KILN_LAYER_DROPOUT) continue;
-    const std::string prefix = std::to_string(l.module);
-    const std::string out = i + 1 == last ? output : prefix + ".out";
+  // The nodes in nn.Sequential's order: each index's layer, or a Flatten
+  // (null) where no layer has it. The last writes the output, named for the
+  // last layer.
+  std::vector<std::pair<int64_t, const OnnxLayer *>> steps;
+  const OnnxLayer *last_layer = nullptr;
+  size_t next = 0;
+  for (int64_t m = 0; m < g.modules; ++m) {
+    const OnnxLayer *l = next < g.layers.size() && g.layers[next].module == m ? &g.layers[next++] : nullptr;
+    steps.push_back({m, l});
+    if (l) last_layer = l;
+  }
+  if (next != g.layers.size()) throw std::logic_error("the layers' nn.Sequential indices are not below modules");
+  const kiln_layer_kind last_kind = last_layer ? last_layer->kind : KILN_LAYER_LINEAR;
+  const std::string output = last_kind == KILN_LAYER_SOFTMAX       ? "probabilities"
+                             : last_kind == KILN_LAYER_LOG_SOFTMAX ? "log_probabilities"
+                                                                   : "logits";
+  if (steps.empty()) add_node(graph, "Identity", "identity", {current}, output);  // a model of its input alone
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const std::string prefix = std::to_string(steps[s].first);
+    const std::string out = s + 1 == steps.size() ? output : prefix + ".out";
+    if (!steps[s].second) {  // nn.Flatten() of [batch, features]: the same values
+      set_int(add_node(graph, "Flatten", prefix + ".flatten", {current}, out), "axis", 1);
+      current = out;
+      continue;
+    }
+    const OnnxLayer &l = *steps[s].second;
     switch (l.kind) {
       case KILN_LAYER_LINEAR: {
         features = l.out;
@@ -204,7 +223,12 @@ void build(const OnnxGraph &g, const char *producer_version, onnx::ModelProto *m
                          out),
                 "axis", 1);
         break;
-      case KILN_LAYER_DROPOUT: break;
+      case KILN_LAYER_DROPOUT:  // without training_mode: the identity in inference
+        // The ratio in double (ONNX lets it have its own float type) reads
+        // back as the same p in a float model too.
+        add_scalar(graph, prefix + ".ratio", onnx::TensorProto_DataType_DOUBLE, l.arg);
+        add_node(graph, "Dropout", prefix + ".dropout", {current, prefix + ".ratio"}, out);
+        break;
     }
     current = out;
   }

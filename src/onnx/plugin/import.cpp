@@ -99,6 +99,9 @@ constexpr int32_t kFloat = onnx::TensorProto_DataType_FLOAT;
 constexpr int32_t kDouble = onnx::TensorProto_DataType_DOUBLE;
 constexpr int32_t kInt64 = onnx::TensorProto_DataType_INT64;
 constexpr int32_t kBool = onnx::TensorProto_DataType_BOOL;
+// Most nn.Sequential indices that a weight's name may skip (layers the
+// exporter left out); a larger skip is not taken from the name.
+constexpr int64_t kMaxLeftOut = 16;
 
 // The opset that introduced the form of `op` kiln reads (every other op kiln
 // reads has it in every opset kiln reads).
@@ -145,6 +148,8 @@ class Reader {
   int32_t elem_ = 0;       // the graph's float type
   int64_t features_ = 0;   // the width of the value at hand (0: not known yet)
   int64_t rank_ = 0;       // the rank of the value at hand (0: not known)
+  int64_t modules_ = 0;    // nn.Sequential indices taken so far: layers and Flattens
+  int64_t input_flattens_ = 0;  // of them, the Flattens and Reshapes before any layer
   // The graph input's batch when the file fixes it (0: symbolic or absent),
   // as torch.onnx.export writes it without dynamic axes: the batch of the
   // example it traced, often 1.
@@ -872,6 +877,7 @@ class Reader {
   // A Linear from node n: weight [out, in] and an optional bias [out]
   // (weight_of checked the sizes).
   void add_linear(int n, int64_t in, int64_t out, const std::vector<double> &weight, const std::vector<double> *bias) {
+    follow_weight_name(g_.node(n).input(1));
     OnnxLayer l;
     l.kind = KILN_LAYER_LINEAR;
     l.in = in;
@@ -882,8 +888,33 @@ class Reader {
       l.bias = bytes_of(*bias, elem_);
     }
     l.node = node_name(n);
+    l.module = modules_++;
     out_.layers.push_back(std::move(l));
     features_ = out;
+  }
+
+  // The nn.Sequential index that a Linear's weight named as PyTorch names
+  // it ("3.weight", "linear_relu_stack.3.weight") gives it, where that
+  // keeps the indices in order: an exporter leaves out the layers that do
+  // nothing in inference (torch.onnx.export drops nn.Dropout in eval mode),
+  // whose indices are then Flattens here, which compute nothing either; and
+  // a Flatten at the input that the name shows was outside the
+  // nn.Sequential (PyTorch's quickstart flattens in forward(), before its
+  // linear_relu_stack) takes no index. So the imported parameters keep the
+  // file's names, those of the model's state_dict.
+  void follow_weight_name(const std::string &name) {
+    static const std::string suffix = ".weight";
+    if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return;
+    const std::string stem = name.substr(0, name.size() - suffix.size());
+    const std::string digits = stem.substr(stem.rfind('.') == std::string::npos ? 0 : stem.rfind('.') + 1);
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return;
+    const int64_t index = std::stoll(digits);
+    if (index > modules_ && index - modules_ <= kMaxLeftOut) {
+      modules_ = index;
+    } else if (index < modules_ && out_.layers.empty() && modules_ - index <= input_flattens_) {
+      input_flattens_ -= modules_ - index;
+      modules_ = index;
+    }
   }
 
   void add_layer(int n, kiln_layer_kind kind, double arg = 0, double arg2 = 0) {
@@ -892,6 +923,7 @@ class Reader {
     l.arg = arg;
     l.arg2 = arg2;
     l.node = node_name(n);
+    l.module = modules_++;
     out_.layers.push_back(std::move(l));
   }
 
@@ -985,17 +1017,33 @@ class Reader {
     return result;
   }
 
-  // Flatten or Reshape to [batch, features], before any layer.
+  // Flatten or Reshape to [batch, features] before any layer, or a Flatten
+  // after one that changes nothing in kiln's [batch, features]: an
+  // nn.Flatten(), which takes an index of nn.Sequential and so names the
+  // parameters after it as PyTorch does (1.weight behind a Flatten).
+  // torch.onnx.export writes nn.Flatten() as Flatten (TorchScript) or as
+  // Reshape (torch.export).
   std::string reshape(int n, const std::string &current, bool flatten) {
-    if (!out_.layers.empty())
-      refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + " comes after the first layer; kiln reads Flatten and "
-                                                      "Reshape only at the input");
+    if (!out_.layers.empty() && !flatten)
+      refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + " comes after the first layer; kiln reads Reshape only at "
+                                                      "the input");
     if (flatten) {
       allow_attributes(n, {"axis"});
       const std::string &result = take(n, current, 1, 1);
       if (int_attribute(n, "axis", 1) != 1)
         refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + " flattens at another axis than 1");
+      // Before the first Linear the layers work element by element, on
+      // kiln's [batch, features] as on any shape; after it only a value of
+      // rank 2 is already flat.
+      bool linear = false;
+      for (const OnnxLayer &l : out_.layers) linear = linear || l.kind == KILN_LAYER_LINEAR;
+      if (linear && rank_ != 2)
+        refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + " flattens a value of " +
+                                             (rank_ ? "rank " + std::to_string(rank_) : std::string("unknown rank")) +
+                                             " after a Linear; kiln reads a Flatten there only of [batch, features]");
       rank_ = 2;
+      if (out_.layers.empty()) ++input_flattens_;
+      ++modules_;
       return result;
     }
     allow_attributes(n, {"allowzero"});
@@ -1024,6 +1072,8 @@ class Reader {
       out_.input_features = width;
     }
     rank_ = 2;
+    ++input_flattens_;
+    ++modules_;
     return result;
   }
 
@@ -1268,6 +1318,7 @@ class Reader {
         refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + " is not on the chain from the input " + quoted(input_) +
                                              " to the output " + quoted(output_) +
                                              "; kiln reads MLPs whose nodes form one chain");
+    out_.modules = modules_;
     bool linear = false;
     for (const OnnxLayer &l : out_.layers) linear = linear || l.kind == KILN_LAYER_LINEAR;
     if (!linear && !out_.input_features)
@@ -1283,7 +1334,7 @@ class Reader {
 
   std::string not_read(int n) const {
     return node_name(n) + " is an op kiln does not read; kiln reads Gemm, MatMul (+ Add), Relu, LeakyRelu, Elu, "
-                          "Selu, Softplus, Gelu, Tanh, Sigmoid, Identity, Dropout, Flatten or Reshape at the input, "
+                          "Selu, Softplus, Gelu, Tanh, Sigmoid, Identity, Dropout, Flatten, Reshape at the input, "
                           "Softmax or LogSoftmax at the end, and Transpose, Reshape, Cast, Unsqueeze, Squeeze and "
                           "Identity of constants";
   }
