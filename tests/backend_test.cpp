@@ -552,12 +552,13 @@ void test_gemm(Backend &be) {
   // at most 128 columns wide or with an A of at most 8192 floats: tiles of
   // 1 to 6 rows (1, 2, 3; 32 as 6 x 4 + 4 + 4, 40 as 6 x 5 + 5 + 5, 257 as 6
   // x 42 + 5, 50 x 70 x 10 as 6 x 7 + 4 + 4 along C's rows), last blocks of
-  // 1, 5, 6, 8 and 10 columns, and 300 x 1000 x 10 (an A of 3000 floats) by
-  // its second rule.
+  // 1, 5, 6, 8 and 10 columns, and 300 x 1000 x 10 (an A of 3000 floats)
+  // and 256 x 256 x 24 (B packed although not transposed: a stride of 1
+  // KiB) by its second rule.
   const Size sizes[] = {{1, 1, 1},       {3, 5, 7},       {128, 32, 784},   {32, 784, 128},  {128, 10, 32},
                         {256, 10, 1024}, {40, 16, 50},    {40, 17, 50},     {257, 129, 65},  {300, 256, 40},
                         {4, 3, 0},       {50, 70, 10},    {10, 70, 33},     {300, 1000, 10}, {256, 512, 300},
-                        {2, 40, 24},
+                        {2, 40, 24},     {256, 256, 24},
                         {263, 304, 2100}, {1096, 300, 500}, {1040, 1056, 256}, {259, 320, 1000},
                         {261, 293, 900}};
   // The f32 kernels the CPU has, each in turn (cpu::set_f32_products): the

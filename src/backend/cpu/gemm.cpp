@@ -173,11 +173,11 @@ constexpr int64_t kOwnKernelMax = int64_t(1) << 26;
 // reads B in place instead, each thread over its own columns.
 constexpr int64_t kPackMinRows = 8;
 
-// Whether to pack B before a register-blocked kernel: always when B is transposed
-// (the kernel needs contiguous rows); otherwise when A has enough rows that
-// the copy is cheap next to the product and B's row stride is a multiple of
-// 1 KiB, where the k rows the kernel walks map onto few L1 sets and evict
-// each other.
+// Whether to pack B before a register-blocked kernel: always when B is
+// transposed (the kernel needs contiguous rows); otherwise when A has
+// enough rows that the copy is cheap next to the product and B's row stride
+// is a multiple of 1 KiB, where the k rows the kernel walks map onto few L1
+// sets and evict each other.
 bool should_pack_b(bool trans_b, int64_t m, int64_t n) { return trans_b || (m >= 256 && n % 256 == 0); }
 
 // A register-blocked f32 kernel, the packing of B it can read, and the
@@ -198,9 +198,9 @@ bool avx2_f32() { return avx2_fma_available() && g_f32_products.load(std::memory
 // at most kAvx2RowsMaxA floats (32 KiB, which stays in the L1 while every
 // block of columns reads it). On one Zen 3 thread (kiln_cpu_products_bench
 // ... auto,blas, and against the previous choices in alternating runs,
-// 2026-11-28): the tutorial's X W1^T (128 x 32 x 784) in 86 to 94 us
-// against 103 to 116 on the blocked kernel, its weight gradient (32 x 784 x
-// 128) in 97 to 112 against 105 to 123 on OpenBLAS, a classifier's last
+// 2026-11-28): the tutorial's X W1^T (128 x 32 x 784) in 76 to 95 us
+// against 96 to 119 on the blocked kernel, its weight gradient (32 x 784 x
+// 128) in 78 to 102 against 97 to 119 on OpenBLAS, a classifier's last
 // layer (256 x 10 x 1024 and its two gradients) 1.2 to 1.9 times as fast as
 // on OpenBLAS, and 1024 x 64 x 784 as fast as the blocked kernel or
 // faster. Wider, with a larger A, the blocked kernel is faster (above).
@@ -239,12 +239,13 @@ constexpr int64_t kAvx2BlockedMinRows = 64;
 // The blocked kernel that runs this f32 product, or null: on AVX-512 the
 // products above kOwnKernelMax (a training step of 784-1024-1024-10 is made
 // of them), on AVX2 those and the ones above kAvx2BlockedMin with enough
-// rows that sgemm_avx2_rows does not take; never a transposed B under kPackMinRows rows. On that step's
-// products the AVX-512 kernel matches OpenBLAS 0.3.21's SkylakeX kernels to
-// within a few percent either way, and beats them split over threads (one
-// panel per thread packs each operand once, where BLAS calls per chunk
-// repack); on CPUs newer than the OpenBLAS, which then runs pre-AVX-512
-// kernels, it is several times faster. The AVX2 kernel is for the CPUs
+// rows that sgemm_avx2_rows does not take; never a transposed B under
+// kPackMinRows rows. On that step's products the AVX-512 kernel matches
+// OpenBLAS 0.3.21's SkylakeX kernels to within a few percent either way,
+// and beats them split over threads (one panel per thread packs each
+// operand once, where BLAS calls per chunk repack); on CPUs newer than the
+// OpenBLAS, which then runs pre-AVX-512 kernels, it is several times
+// faster. The AVX2 kernel is for the CPUs
 // without AVX-512 (sgemm_avx2.hpp).
 const BlockedKernel *blocked_kernel(bool trans_b, int64_t m, int64_t n, int64_t k) {
   static constexpr BlockedKernel avx512{sgemm_avx512_blocked, kSgemmSplitRows, kSgemmBlockCols};
