@@ -23,8 +23,6 @@
 #include <exception>
 #include <new>
 #include <stdexcept>
-#include <utility>
-#include <vector>
 
 #include <onnx/onnx_pb.h>
 
@@ -154,31 +152,23 @@ void build(const OnnxGraph &g, const char *producer_version, onnx::ModelProto *m
   std::string current = "input";
   bool gelu_constants = false;
   // The nodes in nn.Sequential's order: each index's layer, or a Flatten
-  // (null) where no layer has it. The last writes the output, named for the
-  // last layer.
-  std::vector<std::pair<int64_t, const OnnxLayer *>> steps;
-  const OnnxLayer *last_layer = nullptr;
-  size_t next = 0;
-  for (int64_t m = 0; m < g.modules; ++m) {
-    const OnnxLayer *l = next < g.layers.size() && g.layers[next].module == m ? &g.layers[next++] : nullptr;
-    steps.push_back({m, l});
-    if (l) last_layer = l;
-  }
-  if (next != g.layers.size()) throw std::logic_error("the layers' nn.Sequential indices are not below modules");
-  const kiln_layer_kind last_kind = last_layer ? last_layer->kind : KILN_LAYER_LINEAR;
+  // where no layer has it. The last writes the output, named for the last
+  // layer.
+  const kiln_layer_kind last_kind = g.layers.empty() ? KILN_LAYER_LINEAR : g.layers.back().kind;
   const std::string output = last_kind == KILN_LAYER_SOFTMAX       ? "probabilities"
                              : last_kind == KILN_LAYER_LOG_SOFTMAX ? "log_probabilities"
                                                                    : "logits";
-  if (steps.empty()) add_node(graph, "Identity", "identity", {current}, output);  // a model of its input alone
-  for (size_t s = 0; s < steps.size(); ++s) {
-    const std::string prefix = std::to_string(steps[s].first);
-    const std::string out = s + 1 == steps.size() ? output : prefix + ".out";
-    if (!steps[s].second) {  // nn.Flatten() of [batch, features]: the same values
+  if (g.modules == 0) add_node(graph, "Identity", "identity", {current}, output);  // a model of its input alone
+  size_t next = 0;  // the next layer; the indices between layers are Flattens
+  for (int64_t m = 0; m < g.modules; ++m) {
+    const std::string prefix = std::to_string(m);
+    const std::string out = m + 1 == g.modules ? output : prefix + ".out";
+    if (next == g.layers.size() || g.layers[next].module != m) {  // nn.Flatten() of [batch, features]
       set_int(add_node(graph, "Flatten", prefix + ".flatten", {current}, out), "axis", 1);
       current = out;
       continue;
     }
-    const OnnxLayer &l = *steps[s].second;
+    const OnnxLayer &l = g.layers[next++];
     switch (l.kind) {
       case KILN_LAYER_LINEAR: {
         features = l.out;
@@ -232,6 +222,7 @@ void build(const OnnxGraph &g, const char *producer_version, onnx::ModelProto *m
     }
     current = out;
   }
+  if (next != g.layers.size()) throw std::logic_error("the layers' nn.Sequential indices are not below modules");
   set_tensor_type(graph->add_output(), elem, features);
   graph->mutable_output(0)->set_name(output);
 }

@@ -906,7 +906,7 @@ class Reader {
     static const std::string suffix = ".weight";
     if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return;
     const std::string stem = name.substr(0, name.size() - suffix.size());
-    const std::string digits = stem.substr(stem.rfind('.') == std::string::npos ? 0 : stem.rfind('.') + 1);
+    const std::string digits = stem.substr(stem.find_last_of('.') + 1);  // npos + 1 == 0: all of it
     if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return;
     const int64_t index = std::stoll(digits);
     if (index > modules_ && index - modules_ <= kMaxLeftOut) {
@@ -915,6 +915,12 @@ class Reader {
       input_flattens_ -= modules_ - index;
       modules_ = index;
     }
+  }
+
+  bool has_linear() const {
+    for (const OnnxLayer &l : out_.layers)
+      if (l.kind == KILN_LAYER_LINEAR) return true;
+    return false;
   }
 
   void add_layer(int n, kiln_layer_kind kind, double arg = 0, double arg2 = 0) {
@@ -1035,9 +1041,7 @@ class Reader {
       // Before the first Linear the layers work element by element, on
       // kiln's [batch, features] as on any shape; after it only a value of
       // rank 2 is already flat.
-      bool linear = false;
-      for (const OnnxLayer &l : out_.layers) linear = linear || l.kind == KILN_LAYER_LINEAR;
-      if (linear && rank_ != 2)
+      if (has_linear() && rank_ != 2)
         refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + " flattens a value of " +
                                              (rank_ ? "rank " + std::to_string(rank_) : std::string("unknown rank")) +
                                              " after a Linear; kiln reads a Flatten there only of [batch, features]");
@@ -1319,8 +1323,7 @@ class Reader {
                                              " to the output " + quoted(output_) +
                                              "; kiln reads MLPs whose nodes form one chain");
     out_.modules = modules_;
-    bool linear = false;
-    for (const OnnxLayer &l : out_.layers) linear = linear || l.kind == KILN_LAYER_LINEAR;
+    const bool linear = has_linear();
     if (!linear && !out_.input_features)
       refuse(KILN_ERROR_NOT_SUPPORTED, "the graph has no Gemm or MatMul, and its input " + quoted(input_) +
                                            " does not give the features of a sample (symbolic dimensions): a kiln "
