@@ -536,11 +536,12 @@ void test_gemm(Backend &be) {
   // 12 + 8 rows and twice 364 = 30 x 12 + 4, each in one pass of 500 steps);
   // and column panels of 1040 rows, more than one row block of 256 steps
   // holds (1032), so in two. On AVX2 (tiles of 6 x 16, passes of at most
-  // 256 steps in multiples of 8): the last tile of a panel 5 (263), 1 (259),
-  // 3 (261), 4 (1096 in rows of 366, 366 and 364) and 2 (1040) rows high;
-  // partial last blocks of 12 (300) and 5 (293) columns; last passes whose
-  // depth is not a multiple of 8 (2100 = 8 x 240 + 180, 500 = 256 + 244, 900
-  // = 3 x 232 + 204).
+  // 512 steps in multiples of 8, op(B) transposed 16 steps at a time, then
+  // 8, then one): the last tile of a panel 5 (263), 1 (259), 3 (261), 4
+  // (1096 in rows of 366, 366 and 364) and 2 (1040, in two row blocks of
+  // 522) rows high; partial last blocks of 12 (300) and 5 (293) columns;
+  // last passes whose depth is not a multiple of 8 or 16 (2100 = 4 x 424 +
+  // 404, 500 in one, 900 = 456 + 444, 1000 = 504 + 496).
   // Blocks of at most 16 columns take one vector per row on AVX-512: 10
   // (a classifier's last layer, long k) and 16 do, 17 does not. With k <=
   // 16 the register-blocked kernel goes along C's rows (50 x 70 x 10: 7
