@@ -26,19 +26,20 @@ constexpr int64_t NR = kSgemmAvx2BlockCols, MR = kSgemmAvx2TileRows;
 // product. Passes of 512 steps (a packed [512, 16] block of op(B), 32 KiB,
 // which beside the panel of A no longer fits the L1: part of it streams
 // from the L2) make half as many as passes of 256, whose block stayed in
-// the L1. The five large
-// products of a 784-1024-1024-10 step at batch 256 took 3 to 3.5% less
-// time (the forward ones 6 to 12% less), in 15 of 16 alternating rounds on
-// a Zen 3 core; passes of 768 or 1024 steps were no faster again.
+// the L1: the five large products of a 784-1024-1024-10 step at batch 256
+// took 0.943 to 0.980 times as long on a Zen 3 core (bench/sgemm_avx2_ab.sh,
+// four runs; the kernel against itself 0.99 to 1.02). Passes of 384 or 768
+// steps were no faster.
 constexpr int64_t kMaxDepth = 512;
 // Floats of A packed at once (a row block), 1 MiB: the 256 rows of a batch
 // in one block at 512 steps and a weight gradient's 1024 rows at 256, so
 // each block of op(B) is packed once per pass (each row block packs all of
 // op(B) again). The block is larger than a Zen 3 core's 512 KiB L2, but each
 // tile reads its panel of A in order, 24 bytes a step, and the hardware's
-// prefetcher streams it in; with 128K floats (three row blocks for a weight
-// gradient, two for a batch of 256 at 512 steps) those products took 1.5%
-// longer.
+// prefetcher streams it in: with 512 KiB blocks (three row blocks for a
+// weight gradient, two for a batch of 256 at 512 steps) the products were
+// no faster (1 to 2% slower, about as much as the kernel varies against
+// itself).
 constexpr int64_t kPackedA = 256 * 1024;
 // Most steps of k between two of a tile's prefetches (LinesAhead).
 constexpr int64_t kStepsPerLine = 8;
@@ -138,8 +139,8 @@ KILN_AVX2 void pack_b(const float *b, int64_t ldb, bool trans_b, int64_t w, int6
     // its second half was read after the other 15 rows' lines, which (rows
     // 4 KiB apart, as for a weight of 1024 inputs) share its L1 set and had
     // often evicted it. The step's products took 0.976 and 0.990 times as
-    // long, winning 18 of 24 alternating rounds each time (the code against
-    // itself: 0.988 and 0.993, 12 and 14 of 24): about 1%.
+    // long, 18 of 24 alternating rounds won each time: about 1%, no more
+    // than the kernel varies against itself (0.99 to 1.02).
     for (; p0 + 16 <= kc; p0 += 16) {
       for (int64_t j = 0; j < NR; j += 8) {
         sgemm_avx2_transpose8(b + j * ldb + p0, ldb, out + p0 * NR + j, NR);

@@ -37,8 +37,8 @@ constexpr int64_t kSgemmAvx2SplitRows = 2;
 // a_row = 1 for an A stored transposed), op(B)(p, j) = trans_b ? b[j * ldb +
 // p] : b[p * ldb + j]. Blocked over k and rows of A; A packed into panels
 // of kSgemmAvx2TileRows rows, op(B) one [depth, 16] block at a time (up to
-// 512 steps deep, 32 KiB). The packing buffers are per calling thread, grown once and
-// reused; growing one can throw OUT_OF_MEMORY.
+// 512 steps deep, 32 KiB). The packing buffers are per calling thread,
+// grown once and reused; growing one can throw OUT_OF_MEMORY.
 void sgemm_avx2_blocked(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t a_row, int64_t a_col,
                         const float *b, int64_t ldb, bool trans_b, float beta, float *c, int64_t ldc);
 
