@@ -26,6 +26,7 @@
 
 #include "backend/cpu/cpu_backend.hpp"
 #include "backend/cpu/kernels.hpp"
+#include "products_common.hpp"
 
 using namespace kiln;
 
@@ -41,13 +42,12 @@ struct Product {
 };
 
 // A buffer from the backend's own allocator, as a tensor gets (2 MiB
-// aligned with huge pages from 2 MiB up), filled with small values that
-// stay far from denormals through the repeated updates.
+// aligned with huge pages from 2 MiB up), filled with bench::operand_value.
 class Buffer {
  public:
   Buffer(Backend &backend, int64_t count)
       : backend_(backend), data_(static_cast<float *>(backend.alloc(-1, count * int64_t(sizeof(float))))) {
-    for (int64_t i = 0; i < count; ++i) data_[i] = float((uint64_t(i) * 2654435761u) % 1000) * 1e-4f - 0.05f;
+    for (int64_t i = 0; i < count; ++i) data_[i] = bench::operand_value(i);
   }
   ~Buffer() { backend_.free(-1, data_); }
   Buffer(const Buffer &) = delete;
@@ -58,11 +58,6 @@ class Buffer {
   Backend &backend_;
   float *data_;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 }  // namespace
 
@@ -151,14 +146,14 @@ int main(int argc, char **argv) {
     double flops = 0;
     for (size_t i = 0; i < products.size(); ++i) {
       const Product &p = products[i];
-      const double f = 2.0 * double(p.m) * double(p.n) * double(p.k), t = median(us[run][i]);
+      const double f = 2.0 * double(p.m) * double(p.n) * double(p.k), t = bench::median(us[run][i]);
       flops += f;
       std::printf("%-16s %5lld x %5lld x %5lld %9.1f us %7.1f GFLOP/s", p.name.c_str(), (long long)p.m, (long long)p.n,
                   (long long)p.k, t, f / t / 1e3);
       if (peak > 0) std::printf(" %5.1f%%", 100 * f / t / 1e3 / peak);
       std::printf("\n");
     }
-    const double t = median(step_us[run]);
+    const double t = bench::median(step_us[run]);
     std::printf("%-34s %9.1f us %7.1f GFLOP/s", "all products", t, flops / t / 1e3);
     if (peak > 0) std::printf(" %5.1f%%", 100 * flops / t / 1e3 / peak);
     std::printf("\n");

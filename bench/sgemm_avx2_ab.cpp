@@ -5,12 +5,13 @@
 // more than a change to a kernel does; within one process, alternating
 // calls see the same machine. Built and run by bench/sgemm_avx2_ab.sh, which
 // compiles each version into its own namespace (kiln::cpu::v0, v1).
-#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
+
+#include "products_common.hpp"
 
 namespace kiln::cpu {
 namespace v0 {
@@ -36,18 +37,12 @@ double seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-double median(std::vector<double> x) {
-  std::sort(x.begin(), x.end());
-  return x[x.size() / 2];
-}
-
-// 2 MiB aligned, as the backend's tensors, with small values that stay far
-// from denormals through the repeated updates.
+// 2 MiB aligned, as the backend's tensors, filled with bench::operand_value.
 float *filled(int64_t count) {
   const size_t bytes = (size_t(count) * sizeof(float) + (size_t(2) << 20) - 1) / (size_t(2) << 20) * (size_t(2) << 20);
   auto *p = static_cast<float *>(std::aligned_alloc(size_t(2) << 20, bytes));
   if (!p) std::abort();
-  for (int64_t i = 0; i < count; ++i) p[i] = float((uint64_t(i) * 2654435761u) % 1000) * 1e-4f - 0.05f;
+  for (int64_t i = 0; i < count; ++i) p[i] = bench::operand_value(i);
   return p;
 }
 
@@ -94,11 +89,12 @@ int main(int argc, char **argv) {
   std::printf("medians of %d rounds, us and GFLOP/s: v0 (the given revision), v1 (the working tree)\n", rounds);
   for (int i = 0; i < kProducts; ++i) {
     const Product &p = products[i];
-    const double flops = 2.0 * double(p.m * p.n * p.k), t0 = median(each[0][i]), t1 = median(each[1][i]);
+    const double flops = 2.0 * double(p.m * p.n * p.k);
+    const double t0 = bench::median(each[0][i]), t1 = bench::median(each[1][i]);
     std::printf("%-16s %4lld x %4lld x %4lld  v0 %7.0f us %5.1f  v1 %7.0f us %5.1f\n", p.name, (long long)p.m,
                 (long long)p.n, (long long)p.k, t0 * 1e6, flops / t0 / 1e9, t1 * 1e6, flops / t1 / 1e9);
   }
-  const double t0 = median(total[0]), t1 = median(total[1]);
+  const double t0 = bench::median(total[0]), t1 = bench::median(total[1]);
   std::printf("all five: v0 %.0f us, v1 %.0f us, v1 / v0 %.3f, v1 faster in %d of %d rounds\n", t0 * 1e6, t1 * 1e6,
               t1 / t0, v1_wins, rounds);
 }

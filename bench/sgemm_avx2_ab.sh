@@ -17,7 +17,7 @@ trap 'rm -rf "$work"' EXIT
 rename() { sed -e "s/^namespace kiln::cpu {/namespace kiln::cpu::$1 {/"; }
 git -C "$root" show "$rev:src/backend/cpu/sgemm_avx2.cpp" | rename v0 > "$work/v0.cpp"
 rename v1 < "$root/src/backend/cpu/sgemm_avx2.cpp" > "$work/v1.cpp"
-flags=(-O3 -std=c++17 -fPIC -I"$root/src" -I"$root/include" -I"$build/include")
+flags=(-O3 -std=c++17 -fPIC -I"$root/src" -I"$root/include")
 for f in v0 v1; do g++ "${flags[@]}" -c "$work/$f.cpp" -o "$work/$f.o" & done
 g++ "${flags[@]}" -c "$root/bench/sgemm_avx2_ab.cpp" -o "$work/main.o"
 wait
