@@ -509,6 +509,55 @@ static void test_counter_limits(void **state) {
   kiln_test_remove_tree(dir);
 }
 
+/* A checkpoint written within an epoch carries the epoch's statistics so
+ * far; ones that its samples seen could not give are FORMAT, and the
+ * trainer is unchanged. Cut after 3 batches of 16, 48 samples were seen:
+ * 48 of them right is taken, 49 is not. (Taken, 2^61 right made the
+ * resumed epoch's accuracy 2.3e17, and a bad label counted the whole
+ * epoch trained before INVALID_ARGUMENT.) */
+static void test_statistics_within_an_epoch(void **state) {
+  kiln_context *ctx = *state;
+  char dir[512], path[700], edited[700];
+  kiln_test_make_temp_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/within.safetensors", dir);
+  snprintf(edited, sizeof edited, "%s/edited.safetensors", dir);
+  kiln_dataset *ds = random_dataset(ctx);
+  kiln_model *model = make_model(ctx, "6-12-3");
+  kiln_trainer *t = reporting_trainer(model);
+  save_within saving = {path, t};
+  kiln_history *cut = NULL;
+  assert_status(kiln_trainer_fit(t, ds, NULL, 3, save_within_epoch, &saving, &cut), KILN_ERROR_CANCELLED);
+  kiln_trainer_release(t);
+
+  t = reporting_trainer(model);
+  const struct {
+    const char *key, *value;
+  } bad[] = {{"epoch_correct", "49"},     {"epoch_correct", "2305843009213693952"},
+             {"epoch_correct", "-1"},     {"epoch_correct", "2.5"},
+             {"epoch_bad_labels", "1"},   {"epoch_loss_sum", "-0.5"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    set_metadata(path, edited, bad[i].key, bad[i].value);
+    assert_status(kiln_trainer_load_checkpoint(t, edited), KILN_ERROR_FORMAT);
+    assert_last_error_contains("do not fit 48 samples seen");
+    int64_t steps = -1;
+    assert_kiln_ok(kiln_trainer_steps_done(t, &steps));
+    assert_int_equal(steps, 0);
+  }
+  set_metadata(path, edited, "epoch_correct", "48");
+  assert_kiln_ok(kiln_trainer_load_checkpoint(t, edited));
+  kiln_history *rest = NULL;
+  assert_kiln_ok(kiln_trainer_fit(t, ds, NULL, 1, NULL, NULL, &rest));
+  kiln_epoch_stats s = {sizeof s};
+  assert_kiln_ok(kiln_history_get(rest, 0, &s));
+  assert_true(s.train_accuracy >= 0.48 && s.train_accuracy <= 1);
+  kiln_history_release(rest);
+
+  kiln_trainer_release(t);
+  kiln_model_release(model);
+  kiln_dataset_release(ds);
+  kiln_test_remove_tree(dir);
+}
+
 /* The architecture is the file's kiln.spec, not only its tensors' shapes:
  * 6-12-3 with ReLU does not resume as 6-12-3:tanh. A file whose spec says
  * the trainer's own is still checked tensor by tensor. */
@@ -559,6 +608,7 @@ int main(void) {
       cmocka_unit_test(test_mismatched_checkpoints),
       cmocka_unit_test(test_other_optimizer_state_is_refused),
       cmocka_unit_test(test_counter_limits),
+      cmocka_unit_test(test_statistics_within_an_epoch),
       cmocka_unit_test(test_architecture_is_checked),
   };
   return cmocka_run_group_tests(tests, setup, kiln_test_context_teardown);

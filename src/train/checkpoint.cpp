@@ -184,6 +184,19 @@ void Trainer::load_checkpoint(const std::string &path) {
           path + ": its position within an epoch (" + std::to_string(position.batches) + " batches of " +
               std::to_string(position.batch) + " over " + std::to_string(position.samples) +
               " samples, shuffle " + std::to_string(position.shuffle) + ") does not fit its counters");
+    // The statistics of the samples seen so far: every loss is >= 0, at most
+    // each seen sample is right, and none has a bad label (the dataset's
+    // labels are checked before an epoch starts).
+    const int64_t seen = position.batches > (position.samples - 1) / position.batch
+                             ? position.samples
+                             : position.batches * position.batch;
+    const PassStats &so_far = position.so_far;
+    check(so_far.loss_sum >= 0 && so_far.correct >= 0 && so_far.correct <= double(seen) &&
+              so_far.correct == std::floor(so_far.correct) && so_far.bad_labels == 0,
+          KILN_ERROR_FORMAT,
+          path + ": its statistics within an epoch (loss sum " + exact_text(so_far.loss_sum) + ", " +
+              exact_text(so_far.correct) + " right, " + exact_text(so_far.bad_labels) + " bad labels) do not fit " +
+              std::to_string(seen) + " samples seen");
   }
 
   // Staging buffers in the trainer's layout; the committed buffers are
