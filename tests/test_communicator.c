@@ -184,6 +184,16 @@ static void test_local_argument_checks(void **state) {
   assert_last_error_contains("cpu is not one");
   assert_status(kiln_communicator_create_local(ctx, missing, 1, out), KILN_ERROR_DEVICE_UNAVAILABLE);
   assert_null(out[0]); /* the failed call's outputs are NULL */
+  /* The list is checked before any device is looked for: the same status
+   * with CUDA or without (it was DEVICE_UNAVAILABLE without). */
+  const kiln_device twice[2] = {{KILN_DEVICE_CUDA, 99}, {KILN_DEVICE_CUDA, 99}};
+  const kiln_device gpu_and_cpu[2] = {{KILN_DEVICE_CUDA, 99}, {KILN_DEVICE_CPU, -1}};
+  assert_status(kiln_communicator_create_local(ctx, twice, 2, out), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("cuda:99 is listed twice");
+  assert_status(kiln_communicator_create_local(ctx, gpu_and_cpu, 2, out), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("cpu is not one");
+  assert_null(out[0]);
+  assert_null(out[1]);
   /* A count that cannot be right says nothing about out[]: it is left as it
    * is (it used to be cleared first, 2^40 pointers of it). */
   const int64_t bad_counts[] = {(int64_t)1 << 40, KILN_MAX_DATA_PARALLEL_DEVICES + 1, -1};

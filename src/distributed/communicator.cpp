@@ -40,15 +40,17 @@ std::shared_ptr<Collective> create_mpi_communicator(const Context &ctx) {
 std::vector<std::shared_ptr<Collective>> create_local_communicators(const Context &ctx,
                                                                     const std::vector<Device> &devices) {
   check(!devices.empty(), KILN_ERROR_INVALID_ARGUMENT, "a local communicator needs at least one device");
+  // The list itself first: a CPU or a repeated device is the caller's
+  // mistake (INVALID_ARGUMENT) on any machine, with CUDA or without.
   std::vector<int64_t> indices;
   for (const Device &d : devices) {
     check(!d.is_cpu(), KILN_ERROR_INVALID_ARGUMENT,
           "a local communicator runs NCCL on GPUs; " + d.str() + " is not one (CPU ranks run under mpirun)");
-    ctx.validate(d);
     for (int64_t seen : indices)
       check(seen != d.index, KILN_ERROR_INVALID_ARGUMENT, d.str() + " is listed twice");
     indices.push_back(d.index);
   }
+  for (const Device &d : devices) ctx.validate(d);
   const auto create_local = entry<kiln_dist_create_local_fn>(ctx, "kiln_dist_create_local");
   std::vector<Collective *> raw(devices.size(), nullptr);
   char reason[512] = {};
