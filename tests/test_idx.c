@@ -334,11 +334,15 @@ static void test_bad_headers(void **state) {
   write_raw(path, "", 0);
   expect_bad_images(f, path, KILN_ERROR_FORMAT, "too short");
 
-  /* i32 images are not features kiln batches. */
+  /* Signed integer images are not features kiln batches; an i8 file is not
+   * "wider than u8", as its message once said. */
   const unsigned char i32[24 * 4] = {0};
   idx_bytes(&b, 0x0C, 3, dims, i32, sizeof i32, 0);
   write_bad(f, "i32-images", &b, 0, path, sizeof path);
   expect_bad_images(f, path, KILN_ERROR_FORMAT, "u8 or float");
+  idx_bytes(&b, 0x09, 3, dims, i32, 24, 0);
+  write_bad(f, "i8-images", &b, 0, path, sizeof path);
+  expect_bad_images(f, path, KILN_ERROR_FORMAT, "holds signed integers (i8, i16 or i32)");
 }
 
 /* 2^31 x 2^31 elements (and the largest dims there are) in a tiny file are

@@ -146,7 +146,7 @@ std::shared_ptr<Dataset> Dataset::from_idx(const std::shared_ptr<Context> &ctx, 
   Tensor images = io::read_idx(images_path, ctx);
   Tensor labels = io::read_idx(labels_path, ctx);
   check(images.dtype() != DType::I32, KILN_ERROR_FORMAT,
-        "IDX image file '" + images_path + "' holds integers wider than u8; kiln reads u8 or float images");
+        "IDX image file '" + images_path + "' holds signed integers (i8, i16 or i32); kiln reads u8 or float images");
   check(labels.ndim() == 1 && is_label_dtype(labels.dtype()), KILN_ERROR_FORMAT,
         "IDX label file '" + labels_path + "' must hold one integer label per sample, but holds " +
             dtype_name(labels.dtype()) + " " + labels.shape().str());
