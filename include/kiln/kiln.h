@@ -394,8 +394,10 @@ KILN_NODISCARD KILN_API kiln_status kiln_tensor_ones(kiln_context *ctx, const in
 KILN_NODISCARD KILN_API kiln_status kiln_tensor_full(kiln_context *ctx, const int64_t *shape, int64_t ndim,
                                                      kiln_dtype dtype, kiln_device device, double value,
                                                      kiln_tensor **out);
-/* A 1-D tensor start, start+step, ... below end (above end for step < 0).
- * INVALID_ARGUMENT for step 0, a non-finite argument, more than 2^53
+/* A 1-D tensor start, start+step, ... below end (above end for step < 0):
+ * ceil((end - start) / step) elements, start + i * step each, as in
+ * PyTorch, so a quotient that rounds up can take the last one to end
+ * (arange(1, 1.3, 0.1) has 4 elements, the last 1.3). INVALID_ARGUMENT for step 0, a non-finite argument, more than 2^53
  * elements, or values an integer dtype cannot hold. */
 KILN_NODISCARD KILN_API kiln_status kiln_tensor_arange(kiln_context *ctx, double start, double end, double step,
                                                        kiln_dtype dtype, kiln_device device, kiln_tensor **out);
@@ -669,8 +671,9 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_spec_parse(kiln_model_spec *spec,
  * context's generator as PyTorch's nn.Linear (kaiming-uniform weights with
  * a = sqrt(5), uniform(+-1/sqrt(in)) biases). The model starts in training
  * mode. The model keeps ctx alive; the caller owns *out. Errors:
- * INVALID_ARGUMENT (a spec without a Linear), DEVICE_UNAVAILABLE, OOM. Any
- * thread (each draws from ctx's generator in turn). */
+ * INVALID_ARGUMENT (an empty spec, or one with neither a Linear nor
+ * input(N)), DEVICE_UNAVAILABLE, OOM. Any thread (each draws from ctx's
+ * generator in turn). */
 KILN_NODISCARD KILN_API kiln_status kiln_model_create(kiln_context *ctx, const kiln_model_spec *spec,
                                                       kiln_device device, kiln_model **out);
 /* As kiln_model_create with parameters of dtype: f32, or f64 on the CPU
@@ -803,7 +806,8 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_load_weights(kiln_model *model, c
  *   FORMAT          a malformed, truncated, damaged (a CRC) or hostile
  *                   file (never read past its end), an empty one; IO an
  *                   unreadable one;
- *   INVALID_ARGUMENT NULL ctx/path/spec/out or a spec without a Linear;
+ *   INVALID_ARGUMENT NULL ctx/path/spec/out, or a spec that is empty or
+ *                   has neither a Linear nor input(N);
  *   INVALID_HANDLE  a released ctx or spec; DEVICE_UNAVAILABLE; OOM.
  * Thread: any (ctx may be shared; spec must not be changed meanwhile). */
 KILN_NODISCARD KILN_API kiln_status kiln_model_load_with_spec(kiln_context *ctx, const char *path,
@@ -984,12 +988,14 @@ typedef struct kiln_dataset kiln_dataset;
  * lives in one context). The caller owns *out. */
 KILN_NODISCARD KILN_API kiln_status kiln_dataset_from_tensors(kiln_context *ctx, const kiln_tensor *x,
                                                               const kiln_tensor *y, kiln_dataset **out);
-/* Reads an IDX image file and an IDX label file (raw, or gzip when the name
- * ends in .gz), as MNIST and Fashion-MNIST ship them. Images stay u8 and are
- * scaled to [0, 1] when batched. IO for a missing, unreadable or special
- * file; FORMAT for a malformed or hostile one (wrong magic, sizes that
- * disagree with the file or each other, no samples, a .gz that claims more
- * than deflate can hold), never allocating more than the file can hold. */
+/* Reads an IDX image file and an IDX label file, raw or gzip (told apart by
+ * their first bytes, not their names), as MNIST and Fashion-MNIST ship
+ * them. u8 images stay u8 and are scaled to [0, 1] when batched; f32 and
+ * f64 images (IDX types 0x0D, 0x0E) are taken as they are; signed integer
+ * images are FORMAT. IO for a missing, unreadable or special file; FORMAT
+ * for a malformed or hostile one (wrong magic, sizes that disagree with the
+ * file or each other, no samples, a gzip file that claims more than deflate
+ * can hold), never allocating more than the file can hold. */
 KILN_NODISCARD KILN_API kiln_status kiln_dataset_load_idx(kiln_context *ctx, const char *images_path,
                                                           const char *labels_path, kiln_dataset **out);
 /* Loads the "train" or "test" split of an MNIST-layout directory
@@ -1131,8 +1137,10 @@ KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_warmup(kiln_trainer
 /* The seed of the epochs' shuffles (any value); unset, it is drawn from the
  * model's context when the trainer is created. */
 KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_shuffle_seed(kiln_trainer_options *options, uint64_t seed);
-/* Call the progress callback every n batches (0 = once per epoch; n >= 0).
- * Each call reads the loss back from the device. */
+/* Call the progress callback every n batches (0 = once per epoch; n >= 0):
+ * a KILN_PROGRESS_BATCH call after every n-th batch within an epoch, and
+ * after its last batch the KILN_PROGRESS_EPOCH call instead. Each call
+ * reads the loss back from the device. */
 KILN_NODISCARD KILN_API kiln_status kiln_trainer_options_set_progress_interval(kiln_trainer_options *options,
                                                                                int64_t batches);
 
@@ -1296,7 +1304,7 @@ KILN_NODISCARD KILN_API kiln_status kiln_trainer_epoch(kiln_trainer *trainer, co
                                                        kiln_epoch_stats *out);
 
 typedef enum kiln_progress_phase {
-  KILN_PROGRESS_BATCH = 0, /* every progress_interval batches */
+  KILN_PROGRESS_BATCH = 0, /* every progress_interval batches, but the last */
   KILN_PROGRESS_EPOCH = 1  /* at the end of each epoch, after validation */
 } kiln_progress_phase;
 

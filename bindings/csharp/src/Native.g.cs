@@ -273,7 +273,7 @@ namespace Kiln
     /// <summary>When a progress report is made. Generated from <c>kiln_progress_phase</c>.</summary>
     public enum ProgressPhase
     {
-        /// <summary><c>KILN_PROGRESS_BATCH</c>: every progress_interval batches</summary>
+        /// <summary><c>KILN_PROGRESS_BATCH</c>: every progress_interval batches, but the last</summary>
         Batch = 0,
         /// <summary><c>KILN_PROGRESS_EPOCH</c>: at the end of each epoch, after validation</summary>
         Epoch = 1,

@@ -704,8 +704,10 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
-    #[doc = " A 1-D tensor start, start+step, ... below end (above end for step < 0)."]
-    #[doc = " INVALID_ARGUMENT for step 0, a non-finite argument, more than 2^53"]
+    #[doc = " A 1-D tensor start, start+step, ... below end (above end for step < 0):"]
+    #[doc = " ceil((end - start) / step) elements, start + i * step each, as in"]
+    #[doc = " PyTorch, so a quotient that rounds up can take the last one to end"]
+    #[doc = " (arange(1, 1.3, 0.1) has 4 elements, the last 1.3). INVALID_ARGUMENT for step 0, a non-finite argument, more than 2^53"]
     #[doc = " elements, or values an integer dtype cannot hold."]
     pub fn kiln_tensor_arange(
         ctx: *mut kiln_context,
@@ -1252,8 +1254,9 @@ extern "C" {
     #[doc = " context's generator as PyTorch's nn.Linear (kaiming-uniform weights with"]
     #[doc = " a = sqrt(5), uniform(+-1/sqrt(in)) biases). The model starts in training"]
     #[doc = " mode. The model keeps ctx alive; the caller owns *out. Errors:"]
-    #[doc = " INVALID_ARGUMENT (a spec without a Linear), DEVICE_UNAVAILABLE, OOM. Any"]
-    #[doc = " thread (each draws from ctx's generator in turn)."]
+    #[doc = " INVALID_ARGUMENT (an empty spec, or one with neither a Linear nor"]
+    #[doc = " input(N)), DEVICE_UNAVAILABLE, OOM. Any thread (each draws from ctx's"]
+    #[doc = " generator in turn)."]
     pub fn kiln_model_create(
         ctx: *mut kiln_context,
         spec: *const kiln_model_spec,
@@ -1469,7 +1472,8 @@ extern "C" {
     #[doc = "   FORMAT          a malformed, truncated, damaged (a CRC) or hostile"]
     #[doc = "                   file (never read past its end), an empty one; IO an"]
     #[doc = "                   unreadable one;"]
-    #[doc = "   INVALID_ARGUMENT NULL ctx/path/spec/out or a spec without a Linear;"]
+    #[doc = "   INVALID_ARGUMENT NULL ctx/path/spec/out, or a spec that is empty or"]
+    #[doc = "                   has neither a Linear nor input(N);"]
     #[doc = "   INVALID_HANDLE  a released ctx or spec; DEVICE_UNAVAILABLE; OOM."]
     #[doc = " Thread: any (ctx may be shared; spec must not be changed meanwhile)."]
     pub fn kiln_model_load_with_spec(
@@ -1645,12 +1649,14 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
-    #[doc = " Reads an IDX image file and an IDX label file (raw, or gzip when the name"]
-    #[doc = " ends in .gz), as MNIST and Fashion-MNIST ship them. Images stay u8 and are"]
-    #[doc = " scaled to [0, 1] when batched. IO for a missing, unreadable or special"]
-    #[doc = " file; FORMAT for a malformed or hostile one (wrong magic, sizes that"]
-    #[doc = " disagree with the file or each other, no samples, a .gz that claims more"]
-    #[doc = " than deflate can hold), never allocating more than the file can hold."]
+    #[doc = " Reads an IDX image file and an IDX label file, raw or gzip (told apart by"]
+    #[doc = " their first bytes, not their names), as MNIST and Fashion-MNIST ship"]
+    #[doc = " them. u8 images stay u8 and are scaled to [0, 1] when batched; f32 and"]
+    #[doc = " f64 images (IDX types 0x0D, 0x0E) are taken as they are; signed integer"]
+    #[doc = " images are FORMAT. IO for a missing, unreadable or special file; FORMAT"]
+    #[doc = " for a malformed or hostile one (wrong magic, sizes that disagree with the"]
+    #[doc = " file or each other, no samples, a gzip file that claims more than deflate"]
+    #[doc = " can hold), never allocating more than the file can hold."]
     pub fn kiln_dataset_load_idx(
         ctx: *mut kiln_context,
         images_path: *const ::std::os::raw::c_char,
@@ -1921,8 +1927,10 @@ extern "C" {
     ) -> kiln_status;
 }
 extern "C" {
-    #[doc = " Call the progress callback every n batches (0 = once per epoch; n >= 0)."]
-    #[doc = " Each call reads the loss back from the device."]
+    #[doc = " Call the progress callback every n batches (0 = once per epoch; n >= 0):"]
+    #[doc = " a KILN_PROGRESS_BATCH call after every n-th batch within an epoch, and"]
+    #[doc = " after its last batch the KILN_PROGRESS_EPOCH call instead. Each call"]
+    #[doc = " reads the loss back from the device."]
     pub fn kiln_trainer_options_set_progress_interval(
         options: *mut kiln_trainer_options,
         batches: i64,
@@ -2278,7 +2286,7 @@ extern "C" {
         out: *mut kiln_epoch_stats,
     ) -> kiln_status;
 }
-#[doc = " every progress_interval batches"]
+#[doc = " every progress_interval batches, but the last"]
 pub const kiln_progress_phase_KILN_PROGRESS_BATCH: kiln_progress_phase = 0;
 #[doc = " at the end of each epoch, after validation"]
 pub const kiln_progress_phase_KILN_PROGRESS_EPOCH: kiln_progress_phase = 1;
