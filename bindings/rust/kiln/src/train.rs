@@ -153,7 +153,10 @@ impl Iterator for Batches<'_, '_> {
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let n = ((self.len - self.next).max(0) + self.batch_size - 1) / self.batch_size;
+        // Not (left + batch_size - 1) / batch_size: that overflows for a
+        // batch size near i64::MAX, and len() then said 0 for one batch.
+        let left = (self.len - self.next).max(0);
+        let n = left / self.batch_size + i64::from(left % self.batch_size != 0);
         (n as usize, Some(n as usize))
     }
 }

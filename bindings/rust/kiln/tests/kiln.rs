@@ -680,6 +680,11 @@ fn batches_cover_the_dataset_in_order_for_step_wise_training() {
     assert_eq!(sizes, vec![32, 32, 32, 4]);
     assert_eq!((got_x, got_y), (xs, ys));
     assert_eq!(data.batches(0, Device::Cpu).unwrap_err().status, Status::InvalidArgument);
+    // The largest batch size is one batch of all 100, in len() as in the items.
+    let whole = data.batches(i64::MAX, Device::Cpu).unwrap();
+    assert_eq!(whole.len(), 1);
+    let sizes: Vec<i64> = whole.map(|b| b.unwrap().0.shape().unwrap()[0]).collect();
+    assert_eq!(sizes, vec![100]);
 
     // Step-wise training with the pull forms: the loss falls.
     let mut model = Model::from_text(&ctx, "16-32-4", Device::Cpu).unwrap();
