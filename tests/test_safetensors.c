@@ -135,7 +135,7 @@ static const hostile HOSTILE[] = {
     {"{" META ",\"0.weight\":{\"dtype\":\"F32\",\"shape\":[-3,2],\"data_offsets\":[0,24]}," BIAS "}", 36,
      "non-negative"},
     {"{" META ",\"0.weight\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,4],\"data_offsets\":[0,24]}," BIAS "}",
-     36, "too large"},
+     36, "shape [4611686018427387904, 4] is too large"}, /* the whole shape, not its dims up to the overflow */
     /* empty, but the other sizes multiply past 64 bits */
     {"{" META "," WEIGHT "," BIAS ",\"x\":{\"dtype\":\"F32\",\"shape\":[0,4611686018427387904,4],"
      "\"data_offsets\":[36,36]}}", 36, "too large"},

@@ -101,8 +101,10 @@ class HeaderReader {
       if (d.kind != json::Value::Kind::Integer || d.integer < 0)
         error(where + ": \"shape\" must hold non-negative integers");
       e.shape.d[e.shape.ndim++] = d.integer;
-      if (d.integer == 0) empty = true;
-      else if (__builtin_mul_overflow(nonzero_bytes, d.integer, &nonzero_bytes))
+    }
+    for (int64_t i = 0; i < e.shape.ndim; ++i) {  // after: the message names the whole shape
+      if (e.shape.d[i] == 0) empty = true;
+      else if (__builtin_mul_overflow(nonzero_bytes, e.shape.d[i], &nonzero_bytes))
         error(where + ": shape " + e.shape.str() + " is too large");
     }
     const int64_t bytes = empty ? 0 : nonzero_bytes;
