@@ -546,8 +546,10 @@ typedef enum kiln_reduce_op {
 
 /* Reduces dimension dim (negative counts from the end); keepdim keeps it with
  * size 1. ARGMAX gives i64 (first index of the maximum); MEAN needs a float
- * dtype; SUM/MAX/ARGMAX accept all. Reducing an empty dimension with MAX or
- * ARGMAX is INVALID_ARGUMENT. */
+ * dtype; SUM/MAX/ARGMAX accept all. SUM keeps the input's dtype: float sums
+ * accumulate in double; an integer sum wraps to the dtype's width, where
+ * PyTorch would give i64 (cast to i64 first for that). Reducing an empty
+ * dimension with MAX or ARGMAX is INVALID_ARGUMENT. */
 KILN_NODISCARD KILN_API kiln_status kiln_tensor_reduce(kiln_reduce_op op, const kiln_tensor *a, int64_t dim,
                                                        int keepdim, kiln_tensor **out);
 

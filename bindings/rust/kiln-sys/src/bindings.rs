@@ -1079,8 +1079,10 @@ pub type kiln_reduce_op = ::std::os::raw::c_uint;
 extern "C" {
     #[doc = " Reduces dimension dim (negative counts from the end); keepdim keeps it with"]
     #[doc = " size 1. ARGMAX gives i64 (first index of the maximum); MEAN needs a float"]
-    #[doc = " dtype; SUM/MAX/ARGMAX accept all. Reducing an empty dimension with MAX or"]
-    #[doc = " ARGMAX is INVALID_ARGUMENT."]
+    #[doc = " dtype; SUM/MAX/ARGMAX accept all. SUM keeps the input's dtype: float sums"]
+    #[doc = " accumulate in double; an integer sum wraps to the dtype's width, where"]
+    #[doc = " PyTorch would give i64 (cast to i64 first for that). Reducing an empty"]
+    #[doc = " dimension with MAX or ARGMAX is INVALID_ARGUMENT."]
     pub fn kiln_tensor_reduce(
         op: kiln_reduce_op,
         a: *const kiln_tensor,
