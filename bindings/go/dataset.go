@@ -23,6 +23,24 @@ func (c *Context) dataset(h *uintptr, err error) (*Dataset, error) {
 	return d, nil
 }
 
+// loadedDataset is dataset for one that read its samples from files into
+// memory of its own, which it counts as a tensor's buffer is (see
+// noteAlloc): a byte per feature, what IDX's u8 images take and the least
+// any takes, since kiln does not tell the dtype. The others share tensors or
+// another dataset's data, counted there.
+func (c *Context) loadedDataset(h *uintptr, err error) (*Dataset, error) {
+	d, err := c.dataset(h, err)
+	if err != nil {
+		return nil, err
+	}
+	n, err1 := d.Size()
+	features, err2 := d.NumFeatures()
+	if err1 == nil && err2 == nil {
+		d.owns(n * features)
+	}
+	return d, nil
+}
+
 // NewDataset references x (float or U8) and y (integer class labels [N] or
 // float targets [N, k]); they are not copied.
 func (c *Context) NewDataset(x, y *Tensor) (*Dataset, error) {
@@ -36,20 +54,32 @@ func (c *Context) NewDataset(x, y *Tensor) (*Dataset, error) {
 // LoadIDX reads an IDX image file and label file (raw or .gz). A file that
 // does not exist gives an error matching fs.ErrNotExist.
 func (c *Context) LoadIDX(imagesPath, labelsPath string) (*Dataset, error) {
+	if err := checkCString("imagesPath", imagesPath); err != nil {
+		return nil, err
+	}
+	if err := checkCString("labelsPath", labelsPath); err != nil {
+		return nil, err
+	}
 	defer runtime.KeepAlive(c)
 	var h uintptr
 	err := capi.Dataset_load_idx(c.h, imagesPath, labelsPath, &h)
-	return c.dataset(&h, withPath(err, "open", imagesPath, labelsPath))
+	return c.loadedDataset(&h, withPath(err, "open", imagesPath, labelsPath))
 }
 
 // LoadMNIST reads the "train" or "test" split of an MNIST-layout directory
 // (MNIST, Fashion-MNIST). A directory that does not exist gives an error
 // matching fs.ErrNotExist.
 func (c *Context) LoadMNIST(dir, split string) (*Dataset, error) {
+	if err := checkCString("dir", dir); err != nil {
+		return nil, err
+	}
+	if err := checkCString("split", split); err != nil {
+		return nil, err
+	}
 	defer runtime.KeepAlive(c)
 	var h uintptr
 	err := capi.Dataset_load_mnist(c.h, dir, split, &h)
-	return c.dataset(&h, withPath(err, "open", filepath.Clean(dir)))
+	return c.loadedDataset(&h, withPath(err, "open", filepath.Clean(dir)))
 }
 
 // String is "Dataset(60000 samples, 784 features, 10 classes)", or

@@ -591,6 +591,59 @@ func TestLoggerPanic(t *testing.T) {
 	must(kiln.NewTrainer(m)).Close()
 }
 
+// A string with a NUL byte would reach C cut at the NUL, naming another
+// file, device or spec than the caller's: every string argument refuses it,
+// naming the argument, and nothing is read or written.
+func TestNULInStrings(t *testing.T) {
+	ctx := newContext(t)
+	dir := t.TempDir()
+	images, labels := writeMNIST(t, dir, 8)
+	m := must(ctx.NewModelFromText("4-2", kiln.CPU))
+	defer m.Close()
+	tr := must(kiln.NewTrainer(m))
+	defer tr.Close()
+	spec := must(kiln.ParseModelSpec("4-2"))
+	defer spec.Close()
+	saved, checkpoint := filepath.Join(dir, "m.safetensors"), filepath.Join(dir, "c.safetensors")
+	if err := m.Save(saved); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.SaveCheckpoint(checkpoint); err != nil {
+		t.Fatal(err)
+	}
+	cut := filepath.Join(dir, "cut") // what the paths written below would be cut to
+	for name, c := range map[string]struct {
+		err error
+		arg string
+	}{
+		"ParseDevice":       {second(ctx.ParseDevice("cpu\x00garbage")), "text"},
+		"ParseModelSpec":    {second(kiln.ParseModelSpec("4-2\x00-3")), "text"},
+		"NewModelFromText":  {second(ctx.NewModelFromText("4-2\x00-3", kiln.CPU)), "text"},
+		"LoadModel":         {second(ctx.LoadModel(saved+"\x00.bak", kiln.CPU)), "path"},
+		"LoadModelWithSpec": {second(ctx.LoadModelWithSpec(saved+"\x00.bak", spec, kiln.CPU)), "path"},
+		"LoadWeights":       {m.LoadWeights(saved + "\x00.bak"), "path"},
+		"LoadCheckpoint":    {tr.LoadCheckpoint(checkpoint + "\x00.bak"), "path"},
+		"ImportONNX":        {second(ctx.ImportONNX(cut + ".onnx\x00.bak")), "path"},
+		"Save":              {m.Save(cut + ".safetensors\x00.bak"), "path"},
+		"SaveCheckpoint":    {tr.SaveCheckpoint(cut + ".ckpt\x00.bak"), "path"},
+		"ExportONNX":        {m.ExportONNX(cut + ".onnx\x00.bak"), "path"},
+		"ExportONNXWith":    {m.ExportONNXWith(cut+".onnx\x00.bak", kiln.ONNXExportExternalData), "path"},
+		"LoadIDX images":    {second(ctx.LoadIDX(images+"\x00.bak", labels)), "imagesPath"},
+		"LoadIDX labels":    {second(ctx.LoadIDX(images, labels+"\x00.bak")), "labelsPath"},
+		"LoadMNIST dir":     {second(ctx.LoadMNIST(dir+"\x00.bak", "train")), "dir"},
+		"LoadMNIST split":   {second(ctx.LoadMNIST(dir, "train\x00.bak")), "split"},
+	} {
+		var ke *kiln.Error
+		if !errors.Is(c.err, kiln.ErrInvalidArgument) || !errors.As(c.err, &ke) ||
+			!strings.HasPrefix(ke.Message, c.arg+" ") || !strings.HasSuffix(ke.Message, "contains a NUL byte") {
+			t.Errorf("%s: %v, want ErrInvalidArgument saying %s contains a NUL byte", name, c.err, c.arg)
+		}
+	}
+	if written, _ := filepath.Glob(cut + "*"); len(written) != 0 {
+		t.Errorf("paths cut at the NUL were written: %v", written)
+	}
+}
+
 // A nil object passed as an argument is kiln's ErrInvalidArgument with a
 // message, not a panic; so are bad option values.
 func TestNilAndBadArguments(t *testing.T) {
@@ -628,6 +681,23 @@ func TestNilAndBadArguments(t *testing.T) {
 			t.Errorf("%s: %v, want ErrInvalidArgument with a message", name, err)
 		}
 	}
+	// The package-level functions take their object as an argument too: kiln's
+	// message names it, as it names the C parameter.
+	for name, c := range map[string]struct {
+		call func() error
+		want string
+	}{
+		"FromSlice(nil)":  {func() error { return second(kiln.FromSlice(nil, []float32{1}, []int64{1}, kiln.CPU)) }, "ctx is NULL"},
+		"ToSlice(nil)":    {func() error { return second(kiln.ToSlice[float32](nil)) }, "tensor is NULL"},
+		"CopyFrom(nil)":   {func() error { return kiln.CopyFrom[float32](nil, []float32{1}) }, "tensor is NULL"},
+		"NewTrainer(nil)": {func() error { return second(kiln.NewTrainer(nil, kiln.WithLR(0.1))) }, "model is NULL"},
+	} {
+		var ke *kiln.Error
+		if err := recovered(c.call); !errors.Is(err, kiln.ErrInvalidArgument) || !errors.As(err, &ke) ||
+			!strings.Contains(ke.Message, c.want) {
+			t.Errorf("%s: %v, want ErrInvalidArgument saying %q", name, err, c.want)
+		}
+	}
 	// The objects are still usable.
 	if _, err := tr.Step(x, must(ctx.Zeros([]int64{2}, kiln.I64, kiln.CPU))); err != nil {
 		t.Fatal(err)
@@ -635,3 +705,14 @@ func TestNilAndBadArguments(t *testing.T) {
 }
 
 func third[A, B any](_ A, _ B, err error) error { return err }
+
+// recovered is call's error, or its panic as an error, so that one case
+// that panics does not hide the others.
+func recovered(call func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("panic: %v", v)
+		}
+	}()
+	return call()
+}

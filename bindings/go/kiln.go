@@ -13,12 +13,13 @@
 // defer) to release the memory deterministically. Close may be called more
 // than once and from several goroutines at once; calls on a closed object
 // fail with ErrClosed. A finalizer releases objects that were never closed.
-// Tensors also tell the package how much native memory they hold until they
-// are closed or finalized, and once that grows past twice the least it came
-// down to since the last collection (and 32 MiB), the allocating goroutine
-// runs a garbage collection, so that a loop that never closes its tensors
-// stays bounded (as GOGC=100 bounds the Go heap); a program that closes its
-// tensors never triggers one.
+// Tensors, models, trainers and datasets read from files also tell the
+// package how much native memory they hold until they are closed or
+// finalized (see NativeMemory), and once that grows past twice the least it
+// came down to since the last collection (and 32 MiB), the allocating
+// goroutine runs a garbage collection, so that a loop that never closes its
+// objects stays bounded (as GOGC=100 bounds the Go heap); a program that
+// closes them never triggers one.
 //
 // Errors are *Error values carrying the kiln Status and the library's
 // message; the Status constants (ErrShapeMismatch, ...) and ErrClosed are
@@ -36,6 +37,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/cgo"
+	"strings"
 	"sync/atomic"
 
 	"github.com/kiln-ml/kiln/bindings/go/internal/capi"
@@ -108,6 +110,17 @@ func withWritePath(err error, path string) error {
 	return withPath(err, "create", filepath.Dir(path))
 }
 
+// checkCString refuses a string with a NUL byte, which C would read only up
+// to the NUL: another path, device or spec than the caller's. name is the
+// parameter, as kiln's own messages name theirs. Every string argument goes
+// through it before the raw layer copies it into a C string.
+func checkCString(name, s string) error {
+	if strings.IndexByte(s, 0) < 0 {
+		return nil
+	}
+	return &Error{Status: ErrInvalidArgument, Message: fmt.Sprintf("%s %q contains a NUL byte", name, s)}
+}
+
 // handle is a native handle released exactly once. The value itself never
 // changes, so reading it needs no synchronisation: after Close, calls pass
 // the released handle and kiln, whose handles are never reused, answers
@@ -116,28 +129,53 @@ func withWritePath(err error, path string) error {
 type handle struct {
 	h      uintptr
 	closed atomic.Bool
+	// bytes is the native memory the object owns, as counted in native (see
+	// owns); 0 for one that shares another's.
+	bytes int64
+}
+
+// owns records that the new object owns n bytes of native memory, until it
+// is released.
+func (h *handle) owns(n int64) {
+	h.bytes = n
+	noteAlloc(n)
 }
 
 // release frees the handle with free unless that was done already; obj is
 // the object whose finalizer is then cleared.
-func (h *handle) release(obj any, free func(uintptr)) bool {
+func (h *handle) release(obj any, free func(uintptr)) {
 	if h.closed.Swap(true) {
-		return false
+		return
 	}
 	free(h.h)
+	noteFree(h.bytes)
 	runtime.SetFinalizer(obj, nil)
-	return true
 }
 
 // The handles of arguments: a nil object passes NULL, which kiln refuses
 // with ErrInvalidArgument and a message naming the parameter, as it does in
-// C, instead of a nil-pointer panic here. (A nil receiver panics, as Go
-// methods do.)
+// C, instead of a nil-pointer panic here; so does the object of a
+// package-level function (ToSlice's tensor, NewTrainer's model). (A nil
+// receiver panics, as Go methods do.)
+func (c *Context) ptr() uintptr {
+	if c == nil {
+		return 0
+	}
+	return c.h
+}
+
 func (t *Tensor) ptr() uintptr {
 	if t == nil {
 		return 0
 	}
 	return t.h
+}
+
+func (m *Model) ptr() uintptr {
+	if m == nil {
+		return 0
+	}
+	return m.h
 }
 
 func (d *Dataset) ptr() uintptr {

@@ -138,6 +138,30 @@ func TestTensorRoundTrip(t *testing.T) {
 	}
 }
 
+// CopyFrom, like ToSlice, takes only a slice of the tensor's own dtype:
+// another one of the same byte count would otherwise be copied in as it is
+// and read back as other numbers.
+func TestCopyFromChecksDType(t *testing.T) {
+	ctx := newContext(t)
+	x := must(ctx.Zeros([]int64{4}, kiln.F32, kiln.CPU))
+	defer x.Close()
+	for name, err := range map[string]error{
+		"[]float64{1, 2}":     kiln.CopyFrom(x, []float64{1, 2}),
+		"[]int32{1, 2, 3, 4}": kiln.CopyFrom(x, []int32{1, 2, 3, 4}),
+	} {
+		var ke *kiln.Error
+		if !errors.Is(err, kiln.ErrDTypeMismatch) || !errors.As(err, &ke) || !strings.Contains(ke.Message, "f32") {
+			t.Errorf("CopyFrom(%s) into an f32 tensor: %v, want ErrDTypeMismatch naming f32", name, err)
+		}
+	}
+	if got := must(kiln.ToSlice[float32](x)); got[0] != 0 || got[1] != 0 || got[2] != 0 || got[3] != 0 {
+		t.Fatalf("refused copies changed the tensor to %v", got)
+	}
+	if err := kiln.CopyFrom(x, []float32{1, 2, 3, 4}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func statusOf(err error) kiln.Status {
 	var ke *kiln.Error
 	if errors.As(err, &ke) {

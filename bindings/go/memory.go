@@ -5,19 +5,20 @@ import (
 	"sync/atomic"
 )
 
-// The garbage collector sees a Tensor as a few words of Go memory, not the
-// native buffer behind it, so a loop that drops tensors without Close would
-// run for gigabytes before a collection ran their finalizers. Go has no
-// AddMemoryPressure, so the package keeps that count itself: the bytes
-// tensors hold now (added when one is made, taken off when it is closed or
-// finalized), and runs a collection when they grow past twice the least they
-// came down to since the last one, and at least minGCBytes: as GOGC=100 lets
-// the heap grow to twice what the last collection left. What the finalizers
-// free after a collection lowers that least value, so the next limit follows
-// the tensors really in use; and a program that closes its tensors never
-// grows the count, so it never pays for a collection.
+// The garbage collector sees a Tensor, a Model, a Trainer or a Dataset as a
+// few words of Go memory, not the native memory behind it, so a loop that
+// drops them without Close would run for gigabytes before a collection ran
+// their finalizers. Go has no AddMemoryPressure, so the package keeps that
+// count itself: the bytes those objects own now (handle.owns: added when one
+// is made, taken off when it is closed or finalized), and runs a collection
+// when they grow past twice the least they came down to since the last one,
+// and at least minGCBytes: as GOGC=100 lets the heap grow to twice what the
+// last collection left. What the finalizers free after a collection lowers
+// that least value, so the next limit follows the objects really in use; and
+// a program that closes its objects never grows the count, so it never pays
+// for a collection.
 var native struct {
-	held        atomic.Int64 // bytes of counted tensors not yet released
+	held        atomic.Int64 // bytes of counted objects not yet released
 	least       atomic.Int64 // the smallest held has been since the last forced collection
 	collecting  atomic.Bool  // a goroutine is running the forced collection
 	collections atomic.Int64 // collections forced so far
@@ -69,9 +70,11 @@ func noteFree(n int64) {
 	}
 }
 
-// NativeMemory reports the bytes held by tensors not yet closed or
-// finalized (views count nothing: they share their source's storage) and
-// the number of garbage collections this package has run because of them.
+// NativeMemory reports the bytes held by objects not yet closed or
+// finalized: tensors (views count nothing: they share their source's
+// storage), models (their parameters), trainers (their gradients) and
+// datasets read from files (their samples, a byte per feature); and the
+// number of garbage collections this package has run because of them.
 func NativeMemory() (held int64, collections int64) {
 	return native.held.Load(), native.collections.Load()
 }

@@ -42,6 +42,9 @@ func (s *ModelSpec) Close() { s.release(s, capi.Model_spec_release) }
 
 // Parse appends the layers a compact spec describes.
 func (s *ModelSpec) Parse(text string) error {
+	if err := checkCString("text", text); err != nil {
+		return err
+	}
 	defer runtime.KeepAlive(s)
 	return capi.Model_spec_parse(s.h, text)
 }
@@ -85,6 +88,12 @@ func (c *Context) model(h *uintptr, err error) (*Model, error) {
 		return nil, err
 	}
 	m := &Model{handle{h: *h}, c}
+	// Its parameters, counted as a tensor's buffer is (see noteAlloc).
+	if n, err := m.NumParameters(); err == nil && n > 0 {
+		if dt, err := m.dtype(); err == nil {
+			m.owns(n * int64(dt.Size()))
+		}
+	}
 	runtime.SetFinalizer(m, (*Model).Close)
 	return m, nil
 }
@@ -118,6 +127,9 @@ func (c *Context) NewModelFromText(text string, dev Device) (*Model, error) {
 
 // LoadModel creates a model from a file Model.Save wrote.
 func (c *Context) LoadModel(path string, dev Device) (*Model, error) {
+	if err := checkCString("path", path); err != nil {
+		return nil, err
+	}
 	defer runtime.KeepAlive(c)
 	var h uintptr
 	return c.model(&h, withPath(capi.Model_load(c.h, path, dev.c(), &h), "open", path))
@@ -130,6 +142,9 @@ func (c *Context) LoadModel(path string, dev Device) (*Model, error) {
 // alone decides the layers; the file's dtype (F32, or F64 on the CPU) is the
 // model's. Each error message names the offending tensor.
 func (c *Context) LoadModelWithSpec(path string, spec *ModelSpec, dev Device) (*Model, error) {
+	if err := checkCString("path", path); err != nil {
+		return nil, err
+	}
 	defer runtime.KeepAlive(c)
 	defer runtime.KeepAlive(spec)
 	var h uintptr
@@ -145,6 +160,9 @@ func (c *Context) LoadModelWithSpec(path string, spec *ModelSpec, dev Device) (*
 // file matches fs.ErrNotExist; ErrNotSupported too when kiln was built
 // without libonnx-dev.
 func (c *Context) ImportONNX(path string) (*Model, error) {
+	if err := checkCString("path", path); err != nil {
+		return nil, err
+	}
 	defer runtime.KeepAlive(c)
 	var h uintptr
 	return c.model(&h, withPath(capi.Model_import_onnx(c.h, path, &h), "open", path))
@@ -155,6 +173,9 @@ func (c *Context) ImportONNX(path string) (*Model, error) {
 // transform, a symbolic batch dimension; Dropout left out) that ONNX
 // Runtime runs, atomically like Save.
 func (m *Model) ExportONNX(path string) error {
+	if err := checkCString("path", path); err != nil {
+		return err
+	}
 	defer runtime.KeepAlive(m)
 	return withWritePath(capi.Model_export_onnx(m.h, path), path)
 }
@@ -162,6 +183,9 @@ func (m *Model) ExportONNX(path string) error {
 // ExportONNXWith is ExportONNX with flags: ONNXExportExternalData writes the
 // weights to path+".data" beside the model.
 func (m *Model) ExportONNXWith(path string, flags ONNXExportFlags) error {
+	if err := checkCString("path", path); err != nil {
+		return err
+	}
 	defer runtime.KeepAlive(m)
 	return withWritePath(capi.Model_export_onnx_v2(m.h, path, uint(flags)), path)
 }
@@ -175,14 +199,22 @@ func (m *Model) String() string {
 	if err2 == nil && n == 0 { // a model without a Linear: no parameter to tell its dtype
 		return closedOr("Model", fmt.Sprintf("%s, 0 parameters, %v", spec, dev), err1, err3)
 	}
-	p, _, err4 := m.Parameter(0)
-	var dt DType
-	var err5 error
-	if err4 == nil {
-		dt, err5 = p.dtype()
-		p.Close()
+	dt, err4 := m.dtype()
+	return closedOr("Model", fmt.Sprintf("%s, %d parameters, %v, %v", spec, n, dt, dev), err1, err2, err3, err4)
+}
+
+// dtype is the parameters' dtype, read from the first of them: kiln has no
+// query of its own for it, and a model without a Linear has none.
+func (m *Model) dtype() (DType, error) {
+	defer runtime.KeepAlive(m)
+	var h uintptr
+	if err := capi.Model_parameter(m.h, 0, &h); err != nil {
+		return -1, err
 	}
-	return closedOr("Model", fmt.Sprintf("%s, %d parameters, %v, %v", spec, n, dt, dev), err1, err2, err3, err4, err5)
+	defer capi.Tensor_release(h)
+	var dt int32
+	err := capi.Tensor_dtype(h, &dt)
+	return DType(dt), err
 }
 
 // Close releases the caller's reference (a trainer keeps its model alive).
@@ -286,12 +318,18 @@ func (m *Model) Predict(x *Tensor, kind PredictKind) (*Tensor, error) {
 
 // Save writes the weights as safetensors, atomically.
 func (m *Model) Save(path string) error {
+	if err := checkCString("path", path); err != nil {
+		return err
+	}
 	defer runtime.KeepAlive(m)
 	return withWritePath(capi.Model_save(m.h, path), path)
 }
 
 // LoadWeights reads weights of the same architecture from a file.
 func (m *Model) LoadWeights(path string) error {
+	if err := checkCString("path", path); err != nil {
+		return err
+	}
 	defer runtime.KeepAlive(m)
 	return withPath(capi.Model_load_weights(m.h, path), "open", path)
 }

@@ -52,9 +52,6 @@ func asBytes[T Element](s []T) []byte {
 type Tensor struct {
 	handle
 	ctx *Context // keeps the context's logger alive; see Context.log
-	// bytes is the native memory this handle allocated (0 for a view), as
-	// counted in native.
-	bytes int64
 }
 
 // tensor wraps the handle a call produced, or returns its error; the
@@ -68,8 +65,7 @@ func (c *Context) tensor(h *uintptr, err error) (*Tensor, error) {
 	var n int64
 	var dt int32
 	if capi.Tensor_numel(t.h, &n) == nil && capi.Tensor_dtype(t.h, &dt) == nil {
-		t.bytes = n * int64(DType(dt).Size())
-		noteAlloc(t.bytes)
+		t.owns(n * int64(DType(dt).Size()))
 	}
 	runtime.SetFinalizer(t, (*Tensor).Close)
 	return t, nil
@@ -88,11 +84,7 @@ func (c *Context) view(h *uintptr, err error) (*Tensor, error) {
 
 // Close releases the tensor's memory (or its reference to shared storage).
 // It may be called more than once, from any goroutine.
-func (t *Tensor) Close() {
-	if t.release(t, capi.Tensor_release) {
-		noteFree(t.bytes)
-	}
-}
+func (t *Tensor) Close() { t.release(t, capi.Tensor_release) }
 
 // String is "Tensor(shape=[2 3], dtype=f32, device=cpu)", or
 // "Tensor(closed)".
@@ -108,23 +100,35 @@ func (t *Tensor) String() string {
 func FromSlice[T Element](c *Context, data []T, shape []int64, dev Device) (*Tensor, error) {
 	defer runtime.KeepAlive(c)
 	var h uintptr
-	return c.tensor(&h, capi.Tensor_from_host(c.h, asBytes(data), shape, int(DTypeOf[T]()), dev.c(), &h))
+	return c.tensor(&h, capi.Tensor_from_host(c.ptr(), asBytes(data), shape, int(DTypeOf[T]()), dev.c(), &h))
+}
+
+// elementsOf is the number of t's elements, once its dtype is T's: kiln
+// copies bytes, and would take those of another type of the same size as
+// they are.
+func elementsOf[T Element](t *Tensor) (int64, error) {
+	defer runtime.KeepAlive(t)
+	var n int64
+	if err := capi.Tensor_numel(t.ptr(), &n); err != nil {
+		return 0, err
+	}
+	// The dtype's own error, not a mismatch with -1, when a Close on
+	// another goroutine came between the two reads.
+	var dt int32
+	if err := capi.Tensor_dtype(t.ptr(), &dt); err != nil {
+		return 0, err
+	}
+	if want := DTypeOf[T](); DType(dt) != want {
+		return 0, &Error{Status: ErrDTypeMismatch, Message: fmt.Sprintf("tensor is %v, not %v", DType(dt), want)}
+	}
+	return n, nil
 }
 
 // ToSlice copies the tensor's elements to a new slice; T must match its dtype.
 func ToSlice[T Element](t *Tensor) ([]T, error) {
-	n, err := t.NumEl()
+	n, err := elementsOf[T](t)
 	if err != nil {
 		return nil, err
-	}
-	// The dtype's own error, not a mismatch with -1, when a Close on
-	// another goroutine came between the two reads.
-	dt, err := t.dtype()
-	if err != nil {
-		return nil, err
-	}
-	if want := DTypeOf[T](); dt != want {
-		return nil, &Error{Status: ErrDTypeMismatch, Message: fmt.Sprintf("tensor is %v, not %v", dt, want)}
 	}
 	out := make([]T, n)
 	defer runtime.KeepAlive(t)
@@ -133,6 +137,9 @@ func ToSlice[T Element](t *Tensor) ([]T, error) {
 
 // CopyFrom overwrites the tensor's elements with data (same dtype and count).
 func CopyFrom[T Element](t *Tensor, data []T) error {
+	if _, err := elementsOf[T](t); err != nil {
+		return err
+	}
 	defer runtime.KeepAlive(t)
 	return capi.Tensor_copy_from_host(t.h, asBytes(data))
 }

@@ -170,10 +170,14 @@ func NewTrainer(m *Model, opts ...TrainerOption) (*Trainer, error) {
 	}
 	defer runtime.KeepAlive(m)
 	var h uintptr
-	if err := capi.Trainer_create(m.h, o, &h); err != nil {
+	if err := capi.Trainer_create(m.ptr(), o, &h); err != nil {
 		return nil, err
 	}
 	t := &Trainer{handle{h: h}, m.ctx}
+	// Its gradients, as large as the model's parameters: the least a trainer
+	// holds. kiln does not tell the rest (the optimizer's state: none for
+	// plain SGD, twice the parameters for Adam; a lower precision's copies).
+	t.owns(m.bytes)
 	runtime.SetFinalizer(t, (*Trainer).Close)
 	return t, nil
 }
@@ -377,12 +381,18 @@ func (t *Trainer) CurrentLR() (float64, error) {
 
 // SaveCheckpoint writes weights, optimizer state and counters atomically.
 func (t *Trainer) SaveCheckpoint(path string) error {
+	if err := checkCString("path", path); err != nil {
+		return err
+	}
 	defer runtime.KeepAlive(t)
 	return withWritePath(capi.Trainer_save_checkpoint(t.h, path), path)
 }
 
 // LoadCheckpoint restores a checkpoint of the same architecture and optimizer.
 func (t *Trainer) LoadCheckpoint(path string) error {
+	if err := checkCString("path", path); err != nil {
+		return err
+	}
 	defer runtime.KeepAlive(t)
 	return withPath(capi.Trainer_load_checkpoint(t.h, path), "open", path)
 }
