@@ -132,8 +132,11 @@ class Generator:
         if stars == 0:
             return self.value_type(base, where), name
         if base == "char":
+            # A string goes as the bytes Arg.Text makes (NUL-terminated UTF-8,
+            # checked for NULs and null), never as a string the marshaller
+            # converts: C would read one holding a NUL only up to it.
             if stars == 1:
-                return ("string" if const else "byte[]"), name
+                return "byte[]", name
             if stars == 2 and const:
                 return "out IntPtr", name
         if base == "void" and stars == 1:
@@ -254,13 +257,7 @@ class Generator:
             self.emit("    /// <summary>Owns one reference to a <c>%s</c>; releasing calls %s.</summary>" % (base, release))
             self.emit("    internal sealed partial class %s : KilnHandle" % self.handle(base))
             self.emit("    {")
-            self.emit("        partial void OnRelease();")
-            self.emit("        protected override bool ReleaseHandle()")
-            self.emit("        {")
-            self.emit("            OnRelease();")
-            self.emit("            NativeMethods.%s(handle);" % release)
-            self.emit("            return true;")
-            self.emit("        }")
+            self.emit("        protected override void Release(IntPtr pointer) => NativeMethods.%s(pointer);" % release)
             self.emit("    }")
             self.emit()
 

@@ -8,9 +8,11 @@ namespace Kiln
     /// Attach it to a trainer with Trainer.AttachCommunicator.</summary>
     public sealed class Communicator : IDisposable
     {
-        internal readonly CommunicatorHandle Handle;
+        readonly CommunicatorHandle handle;
 
-        Communicator(CommunicatorHandle handle) { Handle = handle; }
+        Communicator(CommunicatorHandle handle) { this.handle = handle; }
+
+        internal CommunicatorHandle Handle => Arg.Live(handle, this);
 
         /// <summary>A communicator over every process of the MPI job (collective: each
         /// calls it; a process not started by mpirun is a job of one).
@@ -29,7 +31,7 @@ namespace Kiln
         /// NotSupportedException for a plugin without NCCL.</summary>
         public static Communicator[] CreateLocal(Context ctx, params Device[] devices)
         {
-            devices = devices ?? new Device[0];
+            Arg.NotNull(devices, nameof(devices));
             var raw = new IntPtr[Math.Max(devices.Length, 1)];
             Native.Check(NativeMethods.kiln_communicator_create_local(Arg.Of(ctx, nameof(ctx)), devices, devices.Length, raw));
             var result = new Communicator[devices.Length];
@@ -43,7 +45,7 @@ namespace Kiln
         }
 
         /// <summary>Releases this reference (an attached trainer keeps its own).</summary>
-        public void Dispose() => Handle.Dispose();
+        public void Dispose() => handle.Dispose();
 
         /// <summary>This process's rank in [0, Size).</summary>
         public long Rank { get { Native.Check(NativeMethods.kiln_communicator_rank(Handle, out long n)); return n; } }
@@ -59,6 +61,6 @@ namespace Kiln
             Native.Check(NativeMethods.kiln_communicator_set_timeout(Handle, timeout.TotalSeconds));
 
         /// <summary>"Communicator(rank 0 of 1)".</summary>
-        public override string ToString() => Handle.IsClosed ? "Communicator(disposed)" : $"Communicator(rank {Rank} of {Size})";
+        public override string ToString() => handle.IsClosed ? "Communicator(disposed)" : $"Communicator(rank {Rank} of {Size})";
     }
 }

@@ -9,7 +9,7 @@ namespace Kiln
     /// created from one. Safe to share between threads.</summary>
     public sealed class Context : IDisposable
     {
-        internal readonly ContextHandle Handle;
+        readonly ContextHandle handle;
         readonly long logId;
 
         /// <summary>Creates a context: the CPU backend and, when it loads, CUDA.
@@ -36,7 +36,7 @@ namespace Kiln
                 }
                 try
                 {
-                    Native.Check(NativeMethods.kiln_context_create(options, out Handle));
+                    Native.Check(NativeMethods.kiln_context_create(options, out handle));
                 }
                 catch
                 {
@@ -46,11 +46,13 @@ namespace Kiln
             }
         }
 
+        internal ContextHandle Handle => Arg.Live(handle, this);
+
         /// <summary>Releases this reference; objects made from the context keep
         /// kiln's context alive. Log records they produce afterwards go to stderr.</summary>
         public void Dispose()
         {
-            Handle.Dispose();
+            handle.Dispose();
             Logs.Unregister(logId);
         }
 
@@ -68,7 +70,7 @@ namespace Kiln
         /// ArgumentException.</summary>
         public Device ParseDevice(string text)
         {
-            Native.Check(NativeMethods.kiln_device_parse(Handle, text, out Device d));
+            Native.Check(NativeMethods.kiln_device_parse(Handle, Arg.Text(text, nameof(text)), out Device d));
             return d;
         }
 
@@ -110,7 +112,7 @@ namespace Kiln
         public void Synchronize(Device device) => Native.Check(NativeMethods.kiln_device_synchronize(Handle, device));
 
         /// <summary>"Context(default device)".</summary>
-        public override string ToString() => Handle.IsClosed ? "Context(disposed)" : "Context(" + DefaultDevice + ")";
+        public override string ToString() => handle.IsClosed ? "Context(disposed)" : "Context(" + DefaultDevice + ")";
     }
 
     /// <summary>Log callbacks. kiln keeps the function pointer and an integer id,

@@ -8,7 +8,11 @@ namespace Kiln
     public readonly struct Batch : IDisposable
     {
         /// <summary>A batch of x and y.</summary>
-        public Batch(Tensor x, Tensor y) { X = x; Y = y; }
+        public Batch(Tensor x, Tensor y)
+        {
+            X = Arg.NotNull(x, nameof(x));
+            Y = Arg.NotNull(y, nameof(y));
+        }
         /// <summary>Features [count, features].</summary>
         public Tensor X { get; }
         /// <summary>Labels [count] or targets [count, k].</summary>
@@ -24,39 +28,54 @@ namespace Kiln
     /// <summary>Samples x [N, features...] and labels or targets y.</summary>
     public sealed class Dataset : IDisposable
     {
-        internal readonly DatasetHandle Handle;
+        readonly DatasetHandle handle;
 
-        Dataset(DatasetHandle handle) { Handle = handle; }
+        Dataset(DatasetHandle handle) { this.handle = handle; }
 
         /// <summary>References x (float or byte) and y (integer labels [N] or float
         /// targets [N, k]) of ctx without copying them.</summary>
         public Dataset(Context ctx, Tensor x, Tensor y)
         {
-            Native.Check(NativeMethods.kiln_dataset_from_tensors(Arg.Of(ctx, nameof(ctx)), Arg.Of(x, nameof(x)), Arg.Of(y, nameof(y)), out Handle));
+            Native.Check(NativeMethods.kiln_dataset_from_tensors(Arg.Of(ctx, nameof(ctx)), Arg.Of(x, nameof(x)), Arg.Of(y, nameof(y)), out handle));
+        }
+
+        /// <summary>A dataset that read its samples from files into memory of its
+        /// own, which the garbage collector is told of as a tensor's storage is: a
+        /// byte per feature, what IDX images take, since kiln does not tell the
+        /// dtype. The others share tensors or another dataset's samples, counted there.</summary>
+        static Dataset Loaded(DatasetHandle h)
+        {
+            var d = new Dataset(h);
+            h.Track(d.Count * d.NumFeatures);
+            return d;
         }
 
         /// <summary>The "train" or "test" split of an MNIST-layout directory.</summary>
         public static Dataset LoadMnist(Context ctx, string dir, string split)
         {
-            Native.Check(NativeMethods.kiln_dataset_load_mnist(Arg.Of(ctx, nameof(ctx)), dir, split, out DatasetHandle h), dir);
-            return new Dataset(h);
+            Native.Check(NativeMethods.kiln_dataset_load_mnist(Arg.Of(ctx, nameof(ctx)), Arg.Text(dir, nameof(dir)), Arg.Text(split, nameof(split)),
+                                                               out DatasetHandle h), dir);
+            return Loaded(h);
         }
 
-        /// <summary>An IDX image file and label file (raw, or gzip when the name ends in .gz).</summary>
+        /// <summary>An IDX image file and label file, raw or gzip (told apart by their first bytes).</summary>
         public static Dataset LoadIdx(Context ctx, string images, string labels)
         {
-            Status s = NativeMethods.kiln_dataset_load_idx(Arg.Of(ctx, nameof(ctx)), images, labels, out DatasetHandle h);
+            Status s = NativeMethods.kiln_dataset_load_idx(Arg.Of(ctx, nameof(ctx)), Arg.Text(images, nameof(images)),
+                                                           Arg.Text(labels, nameof(labels)), out DatasetHandle h);
             Native.Check(s, Native.Exists(images) ? labels : images);
-            return new Dataset(h);
+            return Loaded(h);
         }
 
+        internal DatasetHandle Handle => Arg.Live(handle, this);
+
         /// <summary>Releases this reference (splits and trainers keep theirs).</summary>
-        public void Dispose() => Handle.Dispose();
+        public void Dispose() => handle.Dispose();
 
         /// <summary>"Dataset(60000 samples, 784 features, 10 classes)", or
         /// "Dataset(disposed)".</summary>
         public override string ToString() =>
-            Handle.IsClosed ? "Dataset(disposed)" : $"Dataset({Count} samples, {NumFeatures} features, {NumClasses} classes)";
+            handle.IsClosed ? "Dataset(disposed)" : $"Dataset({Count} samples, {NumFeatures} features, {NumClasses} classes)";
 
         /// <summary>The number of samples.</summary>
         public long Count { get { Native.Check(NativeMethods.kiln_dataset_size(Handle, out long n)); return n; } }
@@ -95,8 +114,13 @@ namespace Kiln
 
         IEnumerable<Batch> BatchesFrom(long count, long batchSize, Device device)
         {
-            for (long start = 0; start < count; start += batchSize)
-                yield return Batch(start, Math.Min(batchSize, count - start), device);
+            for (long start = 0; start < count;)
+            {
+                // What is left, not batchSize: start + batchSize can overflow.
+                long size = Math.Min(batchSize, count - start);
+                yield return Batch(start, size, device);
+                start += size;
+            }
         }
     }
 }

@@ -29,7 +29,7 @@ namespace Kiln
         /// ArgumentException.</summary>
         public static Device Parse(string text)
         {
-            Native.Check(NativeMethods.kiln_device_parse(ContextHandle.Null, text, out Device d));
+            Native.Check(NativeMethods.kiln_device_parse(ContextHandle.Null, Arg.Text(text, nameof(text)), out Device d));
             return d;
         }
 

@@ -33,6 +33,7 @@ namespace Kiln
         public Status Status { get; }
         /// <summary>An exception for status with kiln's message.</summary>
         public KilnArgumentException(Status status, string message) : base(message) { Status = status; }
+        internal KilnArgumentException(Status status, string message, string paramName) : base(message, paramName) { Status = status; }
     }
 
     /// <summary>InvalidHandle: a handle kiln no longer knows (use after Dispose is
@@ -61,6 +62,15 @@ namespace Kiln
         public Status Status => Status.IO;
         /// <summary>An exception with kiln's message for the missing path.</summary>
         public KilnFileNotFoundException(string message, string path) : base(message, path) { }
+    }
+
+    /// <summary>IO writing into a directory that does not exist.</summary>
+    public class KilnDirectoryNotFoundException : DirectoryNotFoundException, IKilnException
+    {
+        /// <inheritdoc/>
+        public Status Status => Status.IO;
+        /// <summary>An exception with kiln's message.</summary>
+        public KilnDirectoryNotFoundException(string message) : base(message) { }
     }
 
     /// <summary>IO: a file that exists could not be opened, read or written.</summary>
@@ -121,8 +131,9 @@ namespace Kiln
 
     internal static class KilnErrors
     {
-        /// <summary>The exception for a failed call: "KILN_ERROR_X: message".</summary>
-        internal static Exception Create(Status status, string message, string path = null,
+        /// <summary>The exception for a failed call: "KILN_ERROR_X: message".
+        /// path and written as Native.Check takes them.</summary>
+        internal static Exception Create(Status status, string message, string path = null, string written = null,
                                          CancellationToken token = default(CancellationToken))
         {
             string text = Library.StatusName(status) + ": " + message;
@@ -134,8 +145,9 @@ namespace Kiln
                 case Status.InvalidHandle: return new KilnObjectDisposedException(text);
                 case Status.OutOfMemory: return new KilnOutOfMemoryException(text);
                 case Status.IO:
-                    return path != null && !Native.Exists(path) ? (Exception)new KilnFileNotFoundException(text, path)
-                                                                : new KilnIOException(text);
+                    if (path != null && !Native.Exists(path)) return new KilnFileNotFoundException(text, path);
+                    if (Native.DirectoryMissing(written)) return new KilnDirectoryNotFoundException(text);
+                    return new KilnIOException(text);
                 case Status.Format: return new KilnFormatException(text);
                 case Status.NotSupported: return new KilnNotSupportedException(text);
                 case Status.Cancelled: return new KilnOperationCanceledException(text, token);

@@ -6,25 +6,37 @@ namespace Kiln
     /// (which copies it).</summary>
     public sealed class ModelSpec : IDisposable
     {
-        internal readonly ModelSpecHandle Handle;
+        readonly ModelSpecHandle handle;
 
         /// <summary>An empty spec.</summary>
-        public ModelSpec() { Native.Check(NativeMethods.kiln_model_spec_create(out Handle)); }
+        public ModelSpec() { Native.Check(NativeMethods.kiln_model_spec_create(out handle)); }
 
         /// <summary>A spec from compact text: "784-32-10" (ReLU between layers),
         /// "784-256-10:gelu:dropout=0.2".</summary>
-        public ModelSpec(string text) : this()
+        public ModelSpec(string text) : this(Arg.Text(text, nameof(text))) { }
+
+        ModelSpec(byte[] text) : this()
         {
-            try { Parse(text); }
-            catch { Handle.Dispose(); throw; }
+            try { Native.Check(NativeMethods.kiln_model_spec_parse(handle, text)); }
+            catch { handle.Dispose(); throw; }
         }
 
+        /// <summary>A spec of compact text its caller checked with Arg.Text, under
+        /// the caller's own parameter name.</summary>
+        internal static ModelSpec FromText(byte[] text) => new ModelSpec(text);
+
+        internal ModelSpecHandle Handle => Arg.Live(handle, this);
+
         /// <summary>Releases the spec.</summary>
-        public void Dispose() => Handle.Dispose();
+        public void Dispose() => handle.Dispose();
 
         /// <summary>Appends the layers of text after the last one (its first size must
         /// equal the last Linear's output: ArgumentException otherwise).</summary>
-        public ModelSpec Parse(string text) { Native.Check(NativeMethods.kiln_model_spec_parse(Handle, text)); return this; }
+        public ModelSpec Parse(string text)
+        {
+            Native.Check(NativeMethods.kiln_model_spec_parse(Handle, Arg.Text(text, nameof(text))));
+            return this;
+        }
 
         /// <summary>Appends Linear(inFeatures, outFeatures).</summary>
         public ModelSpec AddLinear(long inFeatures, long outFeatures, bool bias = true)
@@ -53,7 +65,7 @@ namespace Kiln
         /// <summary>Appends Linear(sizes[0], sizes[1]), activation, ..., Linear(sizes[n-2], sizes[n-1]).</summary>
         public ModelSpec AddMlp(LayerKind activation, params long[] sizes)
         {
-            Native.Check(NativeMethods.kiln_model_spec_add_mlp(Handle, sizes, sizes?.Length ?? 0, activation));
+            Native.Check(NativeMethods.kiln_model_spec_add_mlp(Handle, Arg.NotNull(sizes, nameof(sizes)), sizes.Length, activation));
             return this;
         }
     }
@@ -61,34 +73,62 @@ namespace Kiln
     /// <summary>A sequential MLP. Forward and Predict may run on several threads at once.</summary>
     public sealed class Model : IDisposable
     {
-        internal readonly ModelHandle Handle;
+        readonly ModelHandle handle;
 
-        Model(ModelHandle handle) { Handle = handle; }
+        /// <summary>Wraps a new handle, whose parameters the garbage collector is
+        /// told of as a tensor's storage is.</summary>
+        Model(ModelHandle handle)
+        {
+            this.handle = handle;
+            // kiln has no query for a model's dtype: its first parameter's is (a
+            // model without a Linear has no parameter).
+            Native.Check(NativeMethods.kiln_model_num_parameters(handle, out long parameters));
+            if (parameters > 0)
+            {
+                Native.Check(NativeMethods.kiln_model_parameter(handle, 0, out TensorHandle first));
+                using (first)
+                {
+                    Native.Check(NativeMethods.kiln_tensor_dtype(first, out DType dtype));
+                    ParameterBytes = parameters * Library.DTypeSize(dtype);
+                }
+            }
+            handle.Track(ParameterBytes);
+        }
 
         /// <summary>A model of spec on device, initialised from the context's generator
         /// as PyTorch's nn.Linear, with parameters of dtype (null: kiln's default, f32;
         /// F64 on the CPU only).</summary>
         public Model(Context ctx, ModelSpec spec, Device device, DType? dtype = null)
-        {
-            Native.Check(dtype.HasValue
-                ? NativeMethods.kiln_model_create_dtype(Arg.Of(ctx, nameof(ctx)), Arg.Of(spec, nameof(spec)), device, dtype.Value, out Handle)
-                : NativeMethods.kiln_model_create(Arg.Of(ctx, nameof(ctx)), Arg.Of(spec, nameof(spec)), device, out Handle));
-        }
+            : this(Create(Arg.Of(ctx, nameof(ctx)), Arg.Of(spec, nameof(spec)), device, dtype)) { }
 
         /// <summary>A model of a compact spec ("784-32-10").</summary>
         public Model(Context ctx, string spec, Device device, DType? dtype = null)
+            : this(Create(Arg.Of(ctx, nameof(ctx)), Arg.Text(spec, nameof(spec)), device, dtype)) { }
+
+        static ModelHandle Create(ContextHandle ctx, ModelSpecHandle spec, Device device, DType? dtype)
         {
-            using (var s = new ModelSpec(spec))
-                Native.Check(dtype.HasValue
-                    ? NativeMethods.kiln_model_create_dtype(Arg.Of(ctx, nameof(ctx)), s.Handle, device, dtype.Value, out Handle)
-                    : NativeMethods.kiln_model_create(Arg.Of(ctx, nameof(ctx)), s.Handle, device, out Handle));
+            ModelHandle h;
+            Native.Check(dtype.HasValue ? NativeMethods.kiln_model_create_dtype(ctx, spec, device, dtype.Value, out h)
+                                        : NativeMethods.kiln_model_create(ctx, spec, device, out h));
+            return h;
         }
+
+        static ModelHandle Create(ContextHandle ctx, byte[] spec, Device device, DType? dtype)
+        {
+            using (var s = ModelSpec.FromText(spec))
+                return Create(ctx, s.Handle, device, dtype);
+        }
+
+        internal ModelHandle Handle => Arg.Live(handle, this);
+
+        /// <summary>The bytes of the parameters, counted for the garbage collector.</summary>
+        internal long ParameterBytes { get; }
 
         /// <summary>A model from a file Save wrote. FileNotFoundException when there
         /// is no such file, FormatException for a malformed one.</summary>
         public static Model Load(Context ctx, string path, Device device)
         {
-            Native.Check(NativeMethods.kiln_model_load(Arg.Of(ctx, nameof(ctx)), path, device, out ModelHandle h), path);
+            Native.Check(NativeMethods.kiln_model_load(Arg.Of(ctx, nameof(ctx)), Arg.Text(path, nameof(path)), device, out ModelHandle h), path);
             return new Model(h);
         }
 
@@ -98,7 +138,8 @@ namespace Kiln
         /// file's.</summary>
         public static Model LoadWithSpec(Context ctx, string path, ModelSpec spec, Device device)
         {
-            Native.Check(NativeMethods.kiln_model_load_with_spec(Arg.Of(ctx, nameof(ctx)), path, Arg.Of(spec, nameof(spec)), device, out ModelHandle h), path);
+            Native.Check(NativeMethods.kiln_model_load_with_spec(Arg.Of(ctx, nameof(ctx)), Arg.Text(path, nameof(path)), Arg.Of(spec, nameof(spec)),
+                                                                 device, out ModelHandle h), path);
             return new Model(h);
         }
 
@@ -110,29 +151,30 @@ namespace Kiln
         /// kiln was built without ONNX.</summary>
         public static Model ImportOnnx(Context ctx, string path)
         {
-            Native.Check(NativeMethods.kiln_model_import_onnx(Arg.Of(ctx, nameof(ctx)), path, out ModelHandle h), path);
+            Native.Check(NativeMethods.kiln_model_import_onnx(Arg.Of(ctx, nameof(ctx)), Arg.Text(path, nameof(path)), out ModelHandle h), path);
             return new Model(h);
         }
 
         /// <summary>Writes the model as an ONNX file (opset 13; input "input", output "logits",
         /// or "probabilities"/"log_probabilities" after an output transform, a symbolic batch
         /// dimension; Dropout left out) that ONNX Runtime runs, atomically like Save.</summary>
-        public void ExportOnnx(string path) => Native.Check(NativeMethods.kiln_model_export_onnx(Handle, path));
+        public void ExportOnnx(string path) =>
+            Native.Check(NativeMethods.kiln_model_export_onnx(Handle, Arg.Text(path, nameof(path))), written: path);
 
         /// <summary>ExportOnnx with flags: OnnxExportFlags.ExternalData writes the weights to
         /// path + ".data" beside the model.</summary>
         public void ExportOnnx(string path, OnnxExportFlags flags) =>
-            Native.Check(NativeMethods.kiln_model_export_onnx_v2(Handle, path, (uint)flags));
+            Native.Check(NativeMethods.kiln_model_export_onnx_v2(Handle, Arg.Text(path, nameof(path)), (uint)flags), written: path);
 
         /// <summary>Releases this reference (a trainer keeps its model alive).</summary>
-        public void Dispose() => Handle.Dispose();
+        public void Dispose() => handle.Dispose();
 
         /// <summary>Writes the weights as safetensors, atomically.</summary>
-        public void Save(string path) => Native.Check(NativeMethods.kiln_model_save(Handle, path));
+        public void Save(string path) => Native.Check(NativeMethods.kiln_model_save(Handle, Arg.Text(path, nameof(path))), written: path);
 
         /// <summary>Loads weights Save wrote into this model (ArgumentException for
         /// another architecture; the weights are then unchanged).</summary>
-        public void LoadWeights(string path) => Native.Check(NativeMethods.kiln_model_load_weights(Handle, path), path);
+        public void LoadWeights(string path) => Native.Check(NativeMethods.kiln_model_load_weights(Handle, Arg.Text(path, nameof(path))), path);
 
         /// <summary>Moves the parameters to device; trainers made before must be recreated.</summary>
         public void To(Device device) => Native.Check(NativeMethods.kiln_model_to(Handle, device));
@@ -186,6 +228,6 @@ namespace Kiln
         }
 
         /// <summary>"Model(784-32-10, cpu)".</summary>
-        public override string ToString() => Handle.IsClosed ? "Model(disposed)" : "Model(" + Describe() + ", " + Device + ")";
+        public override string ToString() => handle.IsClosed ? "Model(disposed)" : "Model(" + Describe() + ", " + Device + ")";
     }
 }

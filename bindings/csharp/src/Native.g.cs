@@ -369,121 +369,61 @@ namespace Kiln
     /// <summary>Owns one reference to a <c>kiln_context</c>; releasing calls kiln_context_release.</summary>
     internal sealed partial class ContextHandle : KilnHandle
     {
-        partial void OnRelease();
-        protected override bool ReleaseHandle()
-        {
-            OnRelease();
-            NativeMethods.kiln_context_release(handle);
-            return true;
-        }
+        protected override void Release(IntPtr pointer) => NativeMethods.kiln_context_release(pointer);
     }
 
     /// <summary>Owns one reference to a <c>kiln_context_options</c>; releasing calls kiln_context_options_release.</summary>
     internal sealed partial class ContextOptionsHandle : KilnHandle
     {
-        partial void OnRelease();
-        protected override bool ReleaseHandle()
-        {
-            OnRelease();
-            NativeMethods.kiln_context_options_release(handle);
-            return true;
-        }
+        protected override void Release(IntPtr pointer) => NativeMethods.kiln_context_options_release(pointer);
     }
 
     /// <summary>Owns one reference to a <c>kiln_tensor</c>; releasing calls kiln_tensor_release.</summary>
     internal sealed partial class TensorHandle : KilnHandle
     {
-        partial void OnRelease();
-        protected override bool ReleaseHandle()
-        {
-            OnRelease();
-            NativeMethods.kiln_tensor_release(handle);
-            return true;
-        }
+        protected override void Release(IntPtr pointer) => NativeMethods.kiln_tensor_release(pointer);
     }
 
     /// <summary>Owns one reference to a <c>kiln_model_spec</c>; releasing calls kiln_model_spec_release.</summary>
     internal sealed partial class ModelSpecHandle : KilnHandle
     {
-        partial void OnRelease();
-        protected override bool ReleaseHandle()
-        {
-            OnRelease();
-            NativeMethods.kiln_model_spec_release(handle);
-            return true;
-        }
+        protected override void Release(IntPtr pointer) => NativeMethods.kiln_model_spec_release(pointer);
     }
 
     /// <summary>Owns one reference to a <c>kiln_model</c>; releasing calls kiln_model_release.</summary>
     internal sealed partial class ModelHandle : KilnHandle
     {
-        partial void OnRelease();
-        protected override bool ReleaseHandle()
-        {
-            OnRelease();
-            NativeMethods.kiln_model_release(handle);
-            return true;
-        }
+        protected override void Release(IntPtr pointer) => NativeMethods.kiln_model_release(pointer);
     }
 
     /// <summary>Owns one reference to a <c>kiln_dataset</c>; releasing calls kiln_dataset_release.</summary>
     internal sealed partial class DatasetHandle : KilnHandle
     {
-        partial void OnRelease();
-        protected override bool ReleaseHandle()
-        {
-            OnRelease();
-            NativeMethods.kiln_dataset_release(handle);
-            return true;
-        }
+        protected override void Release(IntPtr pointer) => NativeMethods.kiln_dataset_release(pointer);
     }
 
     /// <summary>Owns one reference to a <c>kiln_trainer_options</c>; releasing calls kiln_trainer_options_release.</summary>
     internal sealed partial class TrainerOptionsHandle : KilnHandle
     {
-        partial void OnRelease();
-        protected override bool ReleaseHandle()
-        {
-            OnRelease();
-            NativeMethods.kiln_trainer_options_release(handle);
-            return true;
-        }
+        protected override void Release(IntPtr pointer) => NativeMethods.kiln_trainer_options_release(pointer);
     }
 
     /// <summary>Owns one reference to a <c>kiln_trainer</c>; releasing calls kiln_trainer_release.</summary>
     internal sealed partial class TrainerHandle : KilnHandle
     {
-        partial void OnRelease();
-        protected override bool ReleaseHandle()
-        {
-            OnRelease();
-            NativeMethods.kiln_trainer_release(handle);
-            return true;
-        }
+        protected override void Release(IntPtr pointer) => NativeMethods.kiln_trainer_release(pointer);
     }
 
     /// <summary>Owns one reference to a <c>kiln_history</c>; releasing calls kiln_history_release.</summary>
     internal sealed partial class HistoryHandle : KilnHandle
     {
-        partial void OnRelease();
-        protected override bool ReleaseHandle()
-        {
-            OnRelease();
-            NativeMethods.kiln_history_release(handle);
-            return true;
-        }
+        protected override void Release(IntPtr pointer) => NativeMethods.kiln_history_release(pointer);
     }
 
     /// <summary>Owns one reference to a <c>kiln_communicator</c>; releasing calls kiln_communicator_release.</summary>
     internal sealed partial class CommunicatorHandle : KilnHandle
     {
-        partial void OnRelease();
-        protected override bool ReleaseHandle()
-        {
-            OnRelease();
-            NativeMethods.kiln_communicator_release(handle);
-            return true;
-        }
+        protected override void Release(IntPtr pointer) => NativeMethods.kiln_communicator_release(pointer);
     }
 
     /// <summary>One P/Invoke declaration per KILN_API function, named as in C.</summary>
@@ -525,7 +465,7 @@ namespace Kiln
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_context_set_seed(ContextHandle ctx, ulong seed);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
-        internal static extern Status kiln_device_parse(ContextHandle ctx, string text, out Device @out);
+        internal static extern Status kiln_device_parse(ContextHandle ctx, byte[] text, out Device @out);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_device_format(Device device, byte[] buf, long buf_size);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
@@ -627,7 +567,7 @@ namespace Kiln
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_model_spec_add_mlp(ModelSpecHandle spec, long[] sizes, long n, LayerKind activation);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
-        internal static extern Status kiln_model_spec_parse(ModelSpecHandle spec, string text);
+        internal static extern Status kiln_model_spec_parse(ModelSpecHandle spec, byte[] text);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_model_create(ContextHandle ctx, ModelSpecHandle spec, Device device, out ModelHandle @out);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
@@ -663,25 +603,25 @@ namespace Kiln
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_model_predict(ModelHandle model, TensorHandle x, PredictKind kind, out TensorHandle @out);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
-        internal static extern Status kiln_model_save(ModelHandle model, string path);
+        internal static extern Status kiln_model_save(ModelHandle model, byte[] path);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
-        internal static extern Status kiln_model_load(ContextHandle ctx, string path, Device device, out ModelHandle @out);
+        internal static extern Status kiln_model_load(ContextHandle ctx, byte[] path, Device device, out ModelHandle @out);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
-        internal static extern Status kiln_model_load_weights(ModelHandle model, string path);
+        internal static extern Status kiln_model_load_weights(ModelHandle model, byte[] path);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
-        internal static extern Status kiln_model_load_with_spec(ContextHandle ctx, string path, ModelSpecHandle spec, Device device, out ModelHandle @out);
+        internal static extern Status kiln_model_load_with_spec(ContextHandle ctx, byte[] path, ModelSpecHandle spec, Device device, out ModelHandle @out);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
-        internal static extern Status kiln_model_export_onnx(ModelHandle model, string path);
+        internal static extern Status kiln_model_export_onnx(ModelHandle model, byte[] path);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
-        internal static extern Status kiln_model_export_onnx_v2(ModelHandle model, string path, uint flags);
+        internal static extern Status kiln_model_export_onnx_v2(ModelHandle model, byte[] path, uint flags);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
-        internal static extern Status kiln_model_import_onnx(ContextHandle ctx, string path, out ModelHandle @out);
+        internal static extern Status kiln_model_import_onnx(ContextHandle ctx, byte[] path, out ModelHandle @out);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_dataset_from_tensors(ContextHandle ctx, TensorHandle x, TensorHandle y, out DatasetHandle @out);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
-        internal static extern Status kiln_dataset_load_idx(ContextHandle ctx, string images_path, string labels_path, out DatasetHandle @out);
+        internal static extern Status kiln_dataset_load_idx(ContextHandle ctx, byte[] images_path, byte[] labels_path, out DatasetHandle @out);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
-        internal static extern Status kiln_dataset_load_mnist(ContextHandle ctx, string dir, string split, out DatasetHandle @out);
+        internal static extern Status kiln_dataset_load_mnist(ContextHandle ctx, byte[] dir, byte[] split, out DatasetHandle @out);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern void kiln_dataset_release(IntPtr dataset);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
@@ -763,9 +703,9 @@ namespace Kiln
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern Status kiln_trainer_current_lr(TrainerHandle trainer, out double @out);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
-        internal static extern Status kiln_trainer_save_checkpoint(TrainerHandle trainer, string path);
+        internal static extern Status kiln_trainer_save_checkpoint(TrainerHandle trainer, byte[] path);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
-        internal static extern Status kiln_trainer_load_checkpoint(TrainerHandle trainer, string path);
+        internal static extern Status kiln_trainer_load_checkpoint(TrainerHandle trainer, byte[] path);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]
         internal static extern void kiln_history_release(IntPtr history);
         [DllImport(Lib, CallingConvention = CallingConvention.Cdecl, ExactSpelling = true)]

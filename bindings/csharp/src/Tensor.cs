@@ -12,24 +12,26 @@ namespace Kiln
     /// operator chains).</summary>
     public sealed class Tensor : IDisposable
     {
-        internal readonly TensorHandle Handle;
+        readonly TensorHandle handle;
         internal DisposeScope Scope;
 
         /// <summary>Wraps a new handle. storage: the handle owns new storage (not a
         /// view), whose size the garbage collector is told.</summary>
         internal Tensor(TensorHandle handle, bool storage = true)
         {
-            Handle = handle;
+            this.handle = handle;
             if (storage) handle.Track(NumEl * Library.DTypeSize(DType));
             DisposeScope.Register(this);
         }
 
+        internal TensorHandle Handle => Arg.Live(handle, this);
+
         /// <summary>Releases the tensor's reference to its storage (views and
         /// datasets keep theirs). A second Dispose does nothing.</summary>
-        public void Dispose() => Handle.Dispose();
+        public void Dispose() => handle.Dispose();
 
         /// <summary>Whether Dispose was called.</summary>
-        public bool IsDisposed => Handle.IsClosed;
+        public bool IsDisposed => handle.IsClosed;
 
         /// <summary>The dtype of T: float F32, double F64, int I32, long I64, byte
         /// U8. mcs (C# 7.2) has no <c>unmanaged</c> constraint, so the generic
@@ -64,10 +66,10 @@ namespace Kiln
         /// <summary>A CPU tensor holding a copy of data with the given shape; no
         /// shape gives a 1-D tensor of data.Length elements.</summary>
         public static Tensor FromArray<T>(Context ctx, T[] data, params long[] shape) where T : struct =>
-            FromArray(ctx, new ReadOnlySpan<T>(data), shape != null && shape.Length == 0 && data != null
-                                                          ? new long[] { data.Length } : shape);
+            FromArray(ctx, new ReadOnlySpan<T>(Arg.NotNull(data, nameof(data))),
+                      Arg.NotNull(shape, nameof(shape)).Length == 0 ? new long[] { data.Length } : shape);
 
-        static long Rank(long[] shape) => shape?.Length ?? 0;
+        static long Rank(long[] shape) => Arg.NotNull(shape, nameof(shape)).Length;
 
         delegate Status Creator(ContextHandle ctx, long[] shape, long ndim, DType dtype, Device device, out TensorHandle h);
 
@@ -250,24 +252,28 @@ namespace Kiln
         public Tensor Matmul(Tensor other) =>
             Make((TensorHandle a, out TensorHandle h) => NativeMethods.kiln_tensor_matmul(a, Arg.Of(other, nameof(other)), out h));
 
+        // The operators' operands, checked under the operators' parameter names.
+        static Tensor Apply(BinaryOp op, Tensor a, Tensor b) => Arg.NotNull(a, nameof(a)).Binary(op, Arg.NotNull(b, nameof(b)));
+        static Tensor Apply(BinaryOp op, Tensor a, double s) => Arg.NotNull(a, nameof(a)).Scalar(op, s);
+
         /// <summary>Elementwise sum with broadcasting.</summary>
-        public static Tensor operator +(Tensor a, Tensor b) => a.Binary(BinaryOp.Add, b);
+        public static Tensor operator +(Tensor a, Tensor b) => Apply(BinaryOp.Add, a, b);
         /// <summary>Elementwise difference with broadcasting.</summary>
-        public static Tensor operator -(Tensor a, Tensor b) => a.Binary(BinaryOp.Sub, b);
+        public static Tensor operator -(Tensor a, Tensor b) => Apply(BinaryOp.Sub, a, b);
         /// <summary>Elementwise product with broadcasting.</summary>
-        public static Tensor operator *(Tensor a, Tensor b) => a.Binary(BinaryOp.Mul, b);
+        public static Tensor operator *(Tensor a, Tensor b) => Apply(BinaryOp.Mul, a, b);
         /// <summary>Elementwise quotient with broadcasting (integers truncate; x/0 is 0).</summary>
-        public static Tensor operator /(Tensor a, Tensor b) => a.Binary(BinaryOp.Div, b);
+        public static Tensor operator /(Tensor a, Tensor b) => Apply(BinaryOp.Div, a, b);
         /// <summary>Adds a scalar.</summary>
-        public static Tensor operator +(Tensor a, double s) => a.Scalar(BinaryOp.Add, s);
+        public static Tensor operator +(Tensor a, double s) => Apply(BinaryOp.Add, a, s);
         /// <summary>Subtracts a scalar.</summary>
-        public static Tensor operator -(Tensor a, double s) => a.Scalar(BinaryOp.Sub, s);
+        public static Tensor operator -(Tensor a, double s) => Apply(BinaryOp.Sub, a, s);
         /// <summary>Multiplies by a scalar.</summary>
-        public static Tensor operator *(Tensor a, double s) => a.Scalar(BinaryOp.Mul, s);
+        public static Tensor operator *(Tensor a, double s) => Apply(BinaryOp.Mul, a, s);
         /// <summary>Divides by a scalar.</summary>
-        public static Tensor operator /(Tensor a, double s) => a.Scalar(BinaryOp.Div, s);
+        public static Tensor operator /(Tensor a, double s) => Apply(BinaryOp.Div, a, s);
         /// <summary>Elementwise negation.</summary>
-        public static Tensor operator -(Tensor a) => a.Unary(UnaryOp.Neg);
+        public static Tensor operator -(Tensor a) => Arg.NotNull(a, nameof(a)).Unary(UnaryOp.Neg);
 
         /// <summary>Moves this tensor from the innermost DisposeScope to the one
         /// around it (or out of all of them): the value an operator chain returns.</summary>
@@ -287,7 +293,7 @@ namespace Kiln
         /// <summary>"Tensor(shape=[2, 3], dtype=f32, device=cpu)".</summary>
         public override string ToString()
         {
-            if (Handle.IsClosed) return "Tensor(disposed)";
+            if (handle.IsClosed) return "Tensor(disposed)";
             return "Tensor(shape=[" + string.Join(", ", Shape) + "], dtype=" + Library.DTypeName(DType) +
                    ", device=" + Device + ")";
         }

@@ -91,6 +91,11 @@ namespace Kiln
         /// after the backward. Every rank must use the same value.</summary>
         public long? BucketBytes { get; set; }
 
+        /// <summary>Copies of the parameters the optimizer keeps: Adam's two
+        /// moments, the momentum buffer of SGD with momentum.</summary>
+        internal int StateCopies =>
+            Optimizer == OptimizerKind.Adam || Optimizer == OptimizerKind.AdamW ? 2 : (Momentum ?? 0) != 0 ? 1 : 0;
+
         internal TrainerOptionsHandle ToNative()
         {
             Native.Check(NativeMethods.kiln_trainer_options_create(out TrainerOptionsHandle h));
@@ -236,10 +241,17 @@ namespace Kiln
         /// <summary>A trainer for model on the model's device; options null keeps every default.</summary>
         public Trainer(Model model, TrainerOptions options = null)
         {
-            device = (model ?? throw new ArgumentNullException(nameof(model))).Device;
-            using (var o = (options ?? new TrainerOptions()).ToNative())
+            device = Arg.NotNull(model, nameof(model)).Device;
+            options = options ?? new TrainerOptions();
+            using (var o = options.ToNative())
                 Native.Check(NativeMethods.kiln_trainer_create(Arg.Of(model, nameof(model)), o, out handle));
+            // Gradients as large as the parameters and the optimizer's state,
+            // counted as a tensor's storage is, since kiln tells neither; the
+            // copies a lower precision keeps are left out.
+            handle.Track(model.ParameterBytes * (1 + options.StateCopies));
         }
+
+        TrainerHandle Handle => Arg.Live(handle, this);
 
         /// <summary>Releases the trainer (a Fit in progress keeps it until it returns).</summary>
         public void Dispose() => handle.Dispose();
@@ -249,14 +261,14 @@ namespace Kiln
         public unsafe double Step(Tensor x, Tensor y)
         {
             double loss;
-            Native.Check(NativeMethods.kiln_trainer_step(handle, Arg.Of(x, nameof(x)), Arg.Of(y, nameof(y)), &loss));
+            Native.Check(NativeMethods.kiln_trainer_step(Handle, Arg.Of(x, nameof(x)), Arg.Of(y, nameof(y)), &loss));
             return loss;
         }
 
         /// <summary>One optimisation step without reading the loss back, so on a GPU
         /// it may still be running when this returns. x and y may be refilled at once.</summary>
         public unsafe void StepWithoutLoss(Tensor x, Tensor y) =>
-            Native.Check(NativeMethods.kiln_trainer_step(handle, Arg.Of(x, nameof(x)), Arg.Of(y, nameof(y)), null));
+            Native.Check(NativeMethods.kiln_trainer_step(Handle, Arg.Of(x, nameof(x)), Arg.Of(y, nameof(y)), null));
 
         /// <summary>The pull form of an epoch: a step per batch of batchSize samples of
         /// data, in order (not shuffled), made as the enumeration asks for it; stop
@@ -266,7 +278,8 @@ namespace Kiln
             if (data == null) throw new ArgumentNullException(nameof(data));
             if (batchSize < 1) throw new ArgumentOutOfRangeException(nameof(batchSize), batchSize, "must be at least 1");
             long count = data.Count;
-            return StepsFrom(data, batchSize, (count + batchSize - 1) / batchSize);
+            // Not (count + batchSize - 1) / batchSize, which overflows for a batchSize near long.MaxValue.
+            return StepsFrom(data, batchSize, count / batchSize + (count % batchSize != 0 ? 1 : 0));
         }
 
         IEnumerable<StepResult> StepsFrom(Dataset data, long batchSize, long batches)
@@ -289,7 +302,7 @@ namespace Kiln
         public EpochStats Epoch(Dataset data)
         {
             var stats = EpochStats.Raw();
-            Native.Check(NativeMethods.kiln_trainer_epoch(handle, Arg.Of(data, nameof(data)), ref stats));
+            Native.Check(NativeMethods.kiln_trainer_epoch(Handle, Arg.Of(data, nameof(data)), ref stats));
             return new EpochStats(stats);
         }
 
@@ -349,7 +362,7 @@ namespace Kiln
             Status status;
             try
             {
-                status = NativeMethods.kiln_trainer_fit(handle, Arg.Of(train, nameof(train)), validation == null ? DatasetHandle.Null : Arg.Of(validation, nameof(validation)), epochs,
+                status = NativeMethods.kiln_trainer_fit(Handle, Arg.Of(train, nameof(train)), validation == null ? DatasetHandle.Null : Arg.Of(validation, nameof(validation)), epochs,
                                                         report ? ProgressThunk : null, GCHandle.ToIntPtr(pin), out history);
             }
             finally
@@ -377,7 +390,7 @@ namespace Kiln
         /// <summary>The model's mean loss and accuracy over data, in evaluation mode.</summary>
         public (double Loss, double Accuracy) Evaluate(Dataset data)
         {
-            Native.Check(NativeMethods.kiln_trainer_evaluate(handle, Arg.Of(data, nameof(data)), out double loss, out double accuracy));
+            Native.Check(NativeMethods.kiln_trainer_evaluate(Handle, Arg.Of(data, nameof(data)), out double loss, out double accuracy));
             return (loss, accuracy);
         }
 
@@ -389,24 +402,24 @@ namespace Kiln
                               CurrentLr.ToString(System.Globalization.CultureInfo.InvariantCulture) + ")";
 
         /// <summary>Epochs done (checkpoints restore it).</summary>
-        public long EpochsDone { get { Native.Check(NativeMethods.kiln_trainer_epochs_done(handle, out long n)); return n; } }
+        public long EpochsDone { get { Native.Check(NativeMethods.kiln_trainer_epochs_done(Handle, out long n)); return n; } }
         /// <summary>Optimisation steps done (checkpoints restore it).</summary>
-        public long StepsDone { get { Native.Check(NativeMethods.kiln_trainer_steps_done(handle, out long n)); return n; } }
+        public long StepsDone { get { Native.Check(NativeMethods.kiln_trainer_steps_done(Handle, out long n)); return n; } }
         /// <summary>The learning rate the next step uses.</summary>
-        public double CurrentLr { get { Native.Check(NativeMethods.kiln_trainer_current_lr(handle, out double v)); return v; } }
+        public double CurrentLr { get { Native.Check(NativeMethods.kiln_trainer_current_lr(Handle, out double v)); return v; } }
 
         /// <summary>Writes weights, optimizer state, counters and the shuffle generator, atomically.</summary>
-        public void SaveCheckpoint(string path) => Native.Check(NativeMethods.kiln_trainer_save_checkpoint(handle, path));
+        public void SaveCheckpoint(string path) => Native.Check(NativeMethods.kiln_trainer_save_checkpoint(Handle, Arg.Text(path, nameof(path))), written: path);
 
         /// <summary>Restores a checkpoint of the same architecture and optimizer; training
         /// then continues exactly as the run that wrote it. On failure nothing changes.</summary>
-        public void LoadCheckpoint(string path) => Native.Check(NativeMethods.kiln_trainer_load_checkpoint(handle, path), path);
+        public void LoadCheckpoint(string path) => Native.Check(NativeMethods.kiln_trainer_load_checkpoint(Handle, Arg.Text(path, nameof(path))), path);
 
         /// <summary>Makes this trainer one rank of data-parallel training over
         /// communicator (collective: every rank calls it); the trainer keeps it alive.
         /// ArgumentException when the ranks' models or options differ.</summary>
         public void AttachCommunicator(Communicator communicator) =>
-            Native.Check(NativeMethods.kiln_trainer_attach_communicator(handle, Arg.Of(communicator, nameof(communicator))));
+            Native.Check(NativeMethods.kiln_trainer_attach_communicator(Handle, Arg.Of(communicator, nameof(communicator))));
 
         /// <summary>The mean loss of pred against target, as a trainer computes it.</summary>
         public static double Loss(LossKind kind, Tensor pred, Tensor target)

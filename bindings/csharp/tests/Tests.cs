@@ -261,8 +261,18 @@ static partial class Tests
                     Check(one.Count == 1 && one.NumFeatures == 1 && one.NumClasses == 4, "a 1-image IDX pair");
                 var nf2 = Throws<FileNotFoundException>(() => Dataset.LoadIdx(ctx, images, labels + ".missing"));
                 Check(nf2.FileName == labels + ".missing", "the missing one of two paths: " + nf2.FileName);
-                var s = Throws<IOException>(() => { using (var m = new Model(ctx, "4-2", Device.Cpu)) m.Save("/nonexistent/dir/m.safetensors"); });
-                Check(StatusOf(s) == Status.IO, "save into a missing directory");
+                // Writing: DirectoryNotFoundException when the directory is missing,
+                // another IOException when the path cannot be written for another reason.
+                using (var m = new Model(ctx, "4-2", Device.Cpu))
+                using (var trainer = new Trainer(m))
+                    foreach (var write in new Action<string>[] { m.Save, trainer.SaveCheckpoint })
+                    {
+                        var s = Throws<DirectoryNotFoundException>(() => write("/nonexistent/dir/m.safetensors"));
+                        Check(StatusOf(s) == Status.IO && s.Message.Contains("KILN_ERROR_IO"), "save into a missing directory: " + s.Message);
+                        var busy = Throws<IOException>(() => write(dir));
+                        Check(!(busy is DirectoryNotFoundException) && !(busy is FileNotFoundException) && StatusOf(busy) == Status.IO,
+                              "save onto a directory: " + busy.GetType().Name + ": " + busy.Message);
+                    }
             }
             finally
             {
@@ -297,6 +307,10 @@ static partial class Tests
         }
     }
 
+    /// A null argument is ArgumentNullException naming the parameter, strings and
+    /// arrays as objects (a null path reached kiln as NULL, a null array as an
+    /// empty one); use after Dispose is ObjectDisposedException naming the type
+    /// of the object disposed, whether it is called or passed.
     public static void NullAndDisposedArguments()
     {
         var ctx = new Context();
@@ -305,35 +319,105 @@ static partial class Tests
         var data = new Dataset(ctx, t, Tensor.Zeros(ctx, DType.I64, Device.Cpu, 2));
         var trainer = new Trainer(model);
         var spec = new ModelSpec("2-2");
-        foreach (var call in new Action[]
+        const string file = "/nonexistent/m", dir = "/nonexistent";
+        foreach (var entry in new (string Name, Action Call)[]
         {
-            () => Tensor.Zeros(null, DType.F32, Device.Cpu, 1), () => t.Matmul(null), () => Console.Write(t + (Tensor)null),
-            () => new Model(null, "2-2", Device.Cpu), () => new Model(ctx, (ModelSpec)null, Device.Cpu),
-            () => model.Forward(null), () => model.Predict(null), () => new Dataset(ctx, null, t),
-            () => new Trainer(null), () => trainer.Step(t, null), () => trainer.Epoch(null), () => trainer.Fit(null, null, 1),
-            () => trainer.Evaluate(null), () => trainer.Steps(null, 1), () => trainer.AttachCommunicator(null),
-            () => Trainer.Loss(LossKind.Mse, null, t), () => Communicator.CreateMpi(null), () => Model.Load(null, "m", Device.Cpu),
+            ("ctx", () => Tensor.Zeros(null, DType.F32, Device.Cpu, 1)), ("other", () => t.Matmul(null)),
+            ("a", () => Console.Write((Tensor)null + t)), ("b", () => Console.Write(t + (Tensor)null)),
+            ("a", () => Console.Write((Tensor)null * 2)), ("a", () => Console.Write(-(Tensor)null)),
+            ("ctx", () => new Model(null, "2-2", Device.Cpu)), ("spec", () => new Model(ctx, (ModelSpec)null, Device.Cpu)),
+            ("x", () => model.Forward(null)), ("x", () => model.Predict(null)), ("x", () => new Dataset(ctx, null, t)),
+            ("model", () => new Trainer(null)), ("y", () => trainer.Step(t, null)), ("data", () => trainer.Epoch(null)),
+            ("train", () => trainer.Fit(null, null, 1)), ("data", () => trainer.Evaluate(null)), ("data", () => trainer.Steps(null, 1)),
+            ("communicator", () => trainer.AttachCommunicator(null)), ("pred", () => Trainer.Loss(LossKind.Mse, null, t)),
+            ("ctx", () => Communicator.CreateMpi(null)), ("devices", () => Communicator.CreateLocal(ctx, null)),
+            ("ctx", () => Model.Load(null, file, Device.Cpu)), ("x", () => new Batch(null, t)), ("y", () => new Batch(t, null)),
+            ("text", () => ctx.ParseDevice(null)), ("text", () => Device.Parse(null)), ("text", () => new ModelSpec(null)),
+            ("text", () => spec.Parse(null)), ("spec", () => new Model(ctx, (string)null, Device.Cpu)),
+            ("path", () => Model.Load(ctx, null, Device.Cpu)), ("path", () => Model.LoadWithSpec(ctx, null, spec, Device.Cpu)),
+            ("spec", () => Model.LoadWithSpec(ctx, file, null, Device.Cpu)), ("path", () => Model.ImportOnnx(ctx, null)),
+            ("path", () => model.ExportOnnx(null)), ("path", () => model.ExportOnnx(null, OnnxExportFlags.ExternalData)),
+            ("path", () => model.Save(null)), ("path", () => model.LoadWeights(null)),
+            ("dir", () => Dataset.LoadMnist(ctx, null, "test")), ("split", () => Dataset.LoadMnist(ctx, dir, null)),
+            ("images", () => Dataset.LoadIdx(ctx, null, file)), ("labels", () => Dataset.LoadIdx(ctx, file, null)),
+            ("path", () => trainer.SaveCheckpoint(null)), ("path", () => trainer.LoadCheckpoint(null)),
+            ("data", () => Tensor.FromArray(ctx, (float[])null)), ("shape", () => Tensor.FromArray(ctx, new float[1], null)),
+            ("shape", () => Tensor.FromArray(ctx, new ReadOnlySpan<float>(new float[1]), null)),
+            ("shape", () => Tensor.Zeros(ctx, DType.F32, Device.Cpu, null)), ("shape", () => Tensor.EmptyPinned(ctx, DType.F32, null)),
+            ("shape", () => Tensor.Full(ctx, 1, DType.F32, Device.Cpu, null)), ("shape", () => t.Reshape(null)),
+            ("sizes", () => new ModelSpec().AddMlp(LayerKind.Relu, null)),
         })
-            Throws<ArgumentNullException>(call);
-        // NULL strings reach kiln, which refuses them.
-        Check(StatusOf(Throws<ArgumentException>(() => Model.Load(ctx, null, Device.Cpu))) == Status.InvalidArgument, "NULL path");
-        Check(StatusOf(Throws<ArgumentException>(() => new ModelSpec(null))) == Status.InvalidArgument, "NULL spec text");
-        Check(StatusOf(Throws<ArgumentException>(() => ctx.ParseDevice(null))) == Status.InvalidArgument, "NULL device text");
+        {
+            var (name, call) = entry;
+            var e = Throws<ArgumentNullException>(call);
+            Check(e.ParamName == name, $"null {name}: ArgumentNullException for {e.ParamName ?? "null"}");
+        }
+        var gone = Tensor.Ones(ctx, DType.F32, Device.Cpu, 2, 2);
+        gone.Dispose();
         trainer.Dispose();
         spec.Dispose();
         data.Dispose();
-        Throws<ObjectDisposedException>(() => trainer.Epoch(data));
-        Throws<ObjectDisposedException>(() => Console.Write(trainer.StepsDone));
-        Throws<ObjectDisposedException>(() => new Model(ctx, spec, Device.Cpu));
-        Throws<ObjectDisposedException>(() => Console.Write(data.Count));
-        using (var other = new Trainer(model)) Throws<ObjectDisposedException>(() => other.Epoch(data));
-        ctx.Dispose();
-        Throws<ObjectDisposedException>(() => Tensor.Zeros(ctx, DType.F32, Device.Cpu, 1));
-        Check(ctx.ToString() == "Context(disposed)", ctx.ToString());
-        // What was made from the context keeps kiln's context alive.
-        Check(model.NumParameters == 6 && t.ToArray<float>().Sum() == 4, "objects outlive their Context wrapper");
         model.Dispose();
+        var disposed = new List<(string, Action)>(new (string, Action)[]
+        {
+            ("Tensor", () => Console.Write(gone.NumEl)), ("Tensor", () => Console.Write(gone + t)), ("Tensor", () => t.Matmul(gone)),
+            ("Trainer", () => trainer.Epoch(data)), ("Trainer", () => Console.Write(trainer.StepsDone)),
+            ("ModelSpec", () => new Model(ctx, spec, Device.Cpu)), ("ModelSpec", () => spec.AddLinear(2, 2)),
+            ("Dataset", () => Console.Write(data.Count)), ("Model", () => model.Describe()), ("Model", () => model.Save(file)),
+            ("Model", () => new Trainer(model)),
+        });
+        using (var live = new Model(ctx, "2-2", Device.Cpu))
+        using (var other = new Trainer(live))
+        {
+            disposed.Add(("Dataset", () => other.Epoch(data)));
+            ctx.Dispose();
+            disposed.Add(("Context", () => Tensor.Zeros(ctx, DType.F32, Device.Cpu, 1)));
+            disposed.Add(("Context", () => Console.Write(ctx.DefaultDevice)));
+            foreach (var entry in disposed)
+            {
+                var (type, call) = entry;
+                var e = Throws<ObjectDisposedException>(call);
+                Check(e.ObjectName == type, $"disposed {type}: ObjectName {e.ObjectName ?? "null"} ({e.Message})");
+            }
+            Check(ctx.ToString() == "Context(disposed)", ctx.ToString());
+            // What was made from the context keeps kiln's context alive.
+            Check(live.NumParameters == 6 && t.ToArray<float>().Sum() == 4, "objects outlive their Context wrapper");
+        }
         t.Dispose();
+    }
+
+    /// kiln reads a string up to its first NUL: "784-10\0-999-999" built a 784-10
+    /// model and Save("m\0.bak") wrote m. A string holding a NUL is refused,
+    /// naming its parameter, before kiln is called.
+    public static void StringsWithANulAreRefused()
+    {
+        using (var ctx = new Context())
+        using (var model = new Model(ctx, "4-2", Device.Cpu))
+        using (var spec = new ModelSpec("4-2"))
+        using (var trainer = new Trainer(model))
+        {
+            string path = Temp("nul.safetensors"), cut = path + "\0.bak", dir = Path.GetTempPath();
+            foreach (var entry in new (string Name, Action Call)[]
+            {
+                ("text", () => ctx.ParseDevice("cpu\0junk")), ("text", () => Device.Parse("cpu\0junk")),
+                ("text", () => new ModelSpec("4-2\0-9")), ("text", () => spec.Parse("2-3\0-9")),
+                ("spec", () => new Model(ctx, "784-10\0-999-999", Device.Cpu)),
+                ("path", () => model.Save(cut)), ("path", () => model.LoadWeights(cut)), ("path", () => Model.Load(ctx, cut, Device.Cpu)),
+                ("path", () => Model.LoadWithSpec(ctx, cut, spec, Device.Cpu)), ("path", () => Model.ImportOnnx(ctx, cut)),
+                ("path", () => model.ExportOnnx(cut)), ("path", () => model.ExportOnnx(cut, OnnxExportFlags.ExternalData)),
+                ("path", () => trainer.SaveCheckpoint(cut)), ("path", () => trainer.LoadCheckpoint(cut)),
+                ("dir", () => Dataset.LoadMnist(ctx, dir + "\0/garbage", "test")), ("split", () => Dataset.LoadMnist(ctx, dir, "test\0x")),
+                ("images", () => Dataset.LoadIdx(ctx, cut, path)), ("labels", () => Dataset.LoadIdx(ctx, path, cut)),
+            })
+            {
+                var (name, call) = entry;
+                var e = Throws<ArgumentException>(call);
+                Check(e is IKilnException && StatusOf(e) == Status.InvalidArgument && e.ParamName == name &&
+                      e.Message.Contains(name + " contains a NUL character"), $"a NUL in {name}: {e.GetType().Name}: {e.Message}");
+            }
+            Check(!File.Exists(path), "Save wrote the path cut at its NUL");
+            using (var unchanged = new Model(ctx, spec, Device.Cpu)) Check(unchanged.Describe() == "4-2", "spec " + unchanged.Describe());
+        }
     }
 
     static (float[] X, long[] Y) Blobs(int n, int features, int classes, int seed)
