@@ -302,6 +302,12 @@ static void test_spec_errors(void **state) {
   assert_status(kiln_model_spec_add_linear(in, 4, 2, 1), KILN_ERROR_SHAPE_MISMATCH);
   assert_last_error_contains("cannot follow an input of 5 features");
   kiln_model_spec_release(in);
+  /* ... or the Linear before it, through an activation. */
+  kiln_model_spec *after = spec_from("linear(6,3);relu");
+  assert_status(kiln_model_spec_add_linear(after, 4, 2, 1), KILN_ERROR_SHAPE_MISMATCH);
+  assert_last_error_contains("Linear(4, 2) cannot follow a Linear with 3 outputs: in_features must be 3");
+  assert_kiln_ok(kiln_model_spec_add_linear(after, 3, 2, 1));
+  kiln_model_spec_release(after);
   /* Bad dtypes and devices. */
   assert_status(kiln_model_create_dtype(ctx, spec, cpu, KILN_F16, &model), KILN_ERROR_INVALID_ARGUMENT);
   assert_null(model);
