@@ -54,15 +54,17 @@ func (c *Context) NewDataset(x, y *Tensor) (*Dataset, error) {
 // LoadIDX reads an IDX image file and label file (raw or .gz). A file that
 // does not exist gives an error matching fs.ErrNotExist.
 func (c *Context) LoadIDX(imagesPath, labelsPath string) (*Dataset, error) {
-	if err := checkCString("imagesPath", imagesPath); err != nil {
+	cImagesPath, err := textOf("imagesPath", imagesPath)
+	if err != nil {
 		return nil, err
 	}
-	if err := checkCString("labelsPath", labelsPath); err != nil {
+	cLabelsPath, err := textOf("labelsPath", labelsPath)
+	if err != nil {
 		return nil, err
 	}
 	defer runtime.KeepAlive(c)
 	var h uintptr
-	err := capi.Dataset_load_idx(c.h, imagesPath, labelsPath, &h)
+	err = capi.Dataset_load_idx(c.h, cImagesPath, cLabelsPath, &h)
 	return c.loadedDataset(&h, withPath(err, "open", imagesPath, labelsPath))
 }
 
@@ -70,15 +72,17 @@ func (c *Context) LoadIDX(imagesPath, labelsPath string) (*Dataset, error) {
 // (MNIST, Fashion-MNIST). A directory that does not exist gives an error
 // matching fs.ErrNotExist.
 func (c *Context) LoadMNIST(dir, split string) (*Dataset, error) {
-	if err := checkCString("dir", dir); err != nil {
+	cDir, err := textOf("dir", dir)
+	if err != nil {
 		return nil, err
 	}
-	if err := checkCString("split", split); err != nil {
+	cSplit, err := textOf("split", split)
+	if err != nil {
 		return nil, err
 	}
 	defer runtime.KeepAlive(c)
 	var h uintptr
-	err := capi.Dataset_load_mnist(c.h, dir, split, &h)
+	err = capi.Dataset_load_mnist(c.h, cDir, cSplit, &h)
 	return c.loadedDataset(&h, withPath(err, "open", filepath.Clean(dir)))
 }
 

@@ -35,12 +35,13 @@ func fromC(d capi.Device) Device { return Device{DeviceKind(d.Kind), int(d.Index
 // ParseDevice reads "cpu", "cuda", "cuda:N" or "auto" and checks that the
 // device is there: an absent GPU is an error that says why.
 func (c *Context) ParseDevice(text string) (Device, error) {
-	if err := checkCString("text", text); err != nil {
+	cText, err := textOf("text", text)
+	if err != nil {
 		return Device{}, err
 	}
 	defer runtime.KeepAlive(c)
 	var d capi.Device
-	err := capi.Device_parse(c.h, text, &d)
+	err = capi.Device_parse(c.h, cText, &d)
 	return fromC(d), err
 }
 

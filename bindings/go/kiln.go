@@ -37,7 +37,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/cgo"
-	"strings"
 	"sync/atomic"
 
 	"github.com/kiln-ml/kiln/bindings/go/internal/capi"
@@ -110,15 +109,16 @@ func withWritePath(err error, path string) error {
 	return withPath(err, "create", filepath.Dir(path))
 }
 
-// checkCString refuses a string with a NUL byte, which C would read only up
-// to the NUL: another path, device or spec than the caller's. name is the
-// parameter, as kiln's own messages name theirs. Every string argument goes
-// through it before the raw layer copies it into a C string.
-func checkCString(name, s string) error {
-	if strings.IndexByte(s, 0) < 0 {
-		return nil
+// textOf is s as a string argument of the raw layer, which takes only a
+// capi.Text: a string with a NUL byte is refused, since C would read it only
+// up to the NUL (another path, device or spec than the caller's). name is the
+// parameter, as kiln's own messages name theirs.
+func textOf(name, s string) (capi.Text, error) {
+	t, ok := capi.TextOf(s)
+	if !ok {
+		return t, &Error{Status: ErrInvalidArgument, Message: fmt.Sprintf("%s %q contains a NUL byte", name, s)}
 	}
-	return &Error{Status: ErrInvalidArgument, Message: fmt.Sprintf("%s %q contains a NUL byte", name, s)}
+	return t, nil
 }
 
 // handle is a native handle released exactly once. The value itself never

@@ -42,11 +42,12 @@ func (s *ModelSpec) Close() { s.release(s, capi.Model_spec_release) }
 
 // Parse appends the layers a compact spec describes.
 func (s *ModelSpec) Parse(text string) error {
-	if err := checkCString("text", text); err != nil {
+	cText, err := textOf("text", text)
+	if err != nil {
 		return err
 	}
 	defer runtime.KeepAlive(s)
-	return capi.Model_spec_parse(s.h, text)
+	return capi.Model_spec_parse(s.h, cText)
 }
 
 // AddLinear appends Linear(in, out); in must equal the previous out.
@@ -127,12 +128,13 @@ func (c *Context) NewModelFromText(text string, dev Device) (*Model, error) {
 
 // LoadModel creates a model from a file Model.Save wrote.
 func (c *Context) LoadModel(path string, dev Device) (*Model, error) {
-	if err := checkCString("path", path); err != nil {
+	cPath, err := textOf("path", path)
+	if err != nil {
 		return nil, err
 	}
 	defer runtime.KeepAlive(c)
 	var h uintptr
-	return c.model(&h, withPath(capi.Model_load(c.h, path, dev.c(), &h), "open", path))
+	return c.model(&h, withPath(capi.Model_load(c.h, cPath, dev.c(), &h), "open", path))
 }
 
 // LoadModelWithSpec creates a model of spec on dev from a safetensors file
@@ -142,13 +144,14 @@ func (c *Context) LoadModel(path string, dev Device) (*Model, error) {
 // alone decides the layers; the file's dtype (F32, or F64 on the CPU) is the
 // model's. Each error message names the offending tensor.
 func (c *Context) LoadModelWithSpec(path string, spec *ModelSpec, dev Device) (*Model, error) {
-	if err := checkCString("path", path); err != nil {
+	cPath, err := textOf("path", path)
+	if err != nil {
 		return nil, err
 	}
 	defer runtime.KeepAlive(c)
 	defer runtime.KeepAlive(spec)
 	var h uintptr
-	return c.model(&h, withPath(capi.Model_load_with_spec(c.h, path, spec.ptr(), dev.c(), &h), "open", path))
+	return c.model(&h, withPath(capi.Model_load_with_spec(c.h, cPath, spec.ptr(), dev.c(), &h), "open", path))
 }
 
 // ImportONNX creates a CPU model from an ONNX file holding an MLP (Gemm or
@@ -160,12 +163,13 @@ func (c *Context) LoadModelWithSpec(path string, spec *ModelSpec, dev Device) (*
 // file matches fs.ErrNotExist; ErrNotSupported too when kiln was built
 // without libonnx-dev.
 func (c *Context) ImportONNX(path string) (*Model, error) {
-	if err := checkCString("path", path); err != nil {
+	cPath, err := textOf("path", path)
+	if err != nil {
 		return nil, err
 	}
 	defer runtime.KeepAlive(c)
 	var h uintptr
-	return c.model(&h, withPath(capi.Model_import_onnx(c.h, path, &h), "open", path))
+	return c.model(&h, withPath(capi.Model_import_onnx(c.h, cPath, &h), "open", path))
 }
 
 // ExportONNX writes the model as an ONNX file (opset 13; input "input",
@@ -173,21 +177,23 @@ func (c *Context) ImportONNX(path string) (*Model, error) {
 // transform, a symbolic batch dimension; Dropout left out) that ONNX
 // Runtime runs, atomically like Save.
 func (m *Model) ExportONNX(path string) error {
-	if err := checkCString("path", path); err != nil {
+	cPath, err := textOf("path", path)
+	if err != nil {
 		return err
 	}
 	defer runtime.KeepAlive(m)
-	return withWritePath(capi.Model_export_onnx(m.h, path), path)
+	return withWritePath(capi.Model_export_onnx(m.h, cPath), path)
 }
 
 // ExportONNXWith is ExportONNX with flags: ONNXExportExternalData writes the
 // weights to path+".data" beside the model.
 func (m *Model) ExportONNXWith(path string, flags ONNXExportFlags) error {
-	if err := checkCString("path", path); err != nil {
+	cPath, err := textOf("path", path)
+	if err != nil {
 		return err
 	}
 	defer runtime.KeepAlive(m)
-	return withWritePath(capi.Model_export_onnx_v2(m.h, path, uint(flags)), path)
+	return withWritePath(capi.Model_export_onnx_v2(m.h, cPath, uint(flags)), path)
 }
 
 // String is "Model(784-32-10, 25450 parameters, f32, cpu)", or
@@ -318,18 +324,20 @@ func (m *Model) Predict(x *Tensor, kind PredictKind) (*Tensor, error) {
 
 // Save writes the weights as safetensors, atomically.
 func (m *Model) Save(path string) error {
-	if err := checkCString("path", path); err != nil {
+	cPath, err := textOf("path", path)
+	if err != nil {
 		return err
 	}
 	defer runtime.KeepAlive(m)
-	return withWritePath(capi.Model_save(m.h, path), path)
+	return withWritePath(capi.Model_save(m.h, cPath), path)
 }
 
 // LoadWeights reads weights of the same architecture from a file.
 func (m *Model) LoadWeights(path string) error {
-	if err := checkCString("path", path); err != nil {
+	cPath, err := textOf("path", path)
+	if err != nil {
 		return err
 	}
 	defer runtime.KeepAlive(m)
-	return withPath(capi.Model_load_weights(m.h, path), "open", path)
+	return withPath(capi.Model_load_weights(m.h, cPath), "open", path)
 }

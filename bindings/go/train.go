@@ -381,18 +381,20 @@ func (t *Trainer) CurrentLR() (float64, error) {
 
 // SaveCheckpoint writes weights, optimizer state and counters atomically.
 func (t *Trainer) SaveCheckpoint(path string) error {
-	if err := checkCString("path", path); err != nil {
+	cPath, err := textOf("path", path)
+	if err != nil {
 		return err
 	}
 	defer runtime.KeepAlive(t)
-	return withWritePath(capi.Trainer_save_checkpoint(t.h, path), path)
+	return withWritePath(capi.Trainer_save_checkpoint(t.h, cPath), path)
 }
 
 // LoadCheckpoint restores a checkpoint of the same architecture and optimizer.
 func (t *Trainer) LoadCheckpoint(path string) error {
-	if err := checkCString("path", path); err != nil {
+	cPath, err := textOf("path", path)
+	if err != nil {
 		return err
 	}
 	defer runtime.KeepAlive(t)
-	return withPath(capi.Trainer_load_checkpoint(t.h, path), "open", path)
+	return withPath(capi.Trainer_load_checkpoint(t.h, cPath), "open", path)
 }

@@ -257,6 +257,33 @@ KILN_GO_HANDLE(kiln_communicator)
 %typemap(gotype) int *out "*int32"
 %typemap(in) int64_t *out, double *out, double *loss, double *accuracy, int *out %{ $1 = ($1_ltype)$input; %}
 
+/* String arguments are a Text, which only TextOf makes, and only of a
+ * string without a NUL byte: C would read such a string up to the NUL, which
+ * is another path, device or spec than the caller's. So no string argument,
+ * today's or one a new kiln.h adds, reaches C unchecked. The strings that
+ * kiln returns stay strings (for a return value SWIG matches the function's
+ * name; a new function returning one fails to compile until it is named
+ * here). */
+%insert(go_wrapper) %{
+// Text is a string argument of a kiln function: made by TextOf alone.
+type Text struct{ s string }
+
+// TextOf is s as a Text, and false where s holds a NUL byte.
+func TextOf(s string) (Text, bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return Text{}, false
+		}
+	}
+	return Text{s}, true
+}
+%}
+%typemap(gotype) const char * "Text"
+%typemap(imtype) const char * "string"
+%typemap(goin) const char * "$result = $input.s"
+%typemap(gotype) const char *kiln_version_string, const char *kiln_status_name, const char *kiln_last_error,
+                 const char *kiln_dtype_name "string"
+
 /* Owned strings: copied into Go memory within the call. */
 %typemap(gotype) const char **out "*string"
 %typemap(in) const char **out (const char *swig_str = NULL) %{ $1 = ($1_ltype)&swig_str; %}

@@ -240,156 +240,156 @@ typedef _gostring_ swig_type_207;
 typedef _gostring_ swig_type_208;
 typedef _gostring_ swig_type_209;
 typedef _gostring_ swig_type_210;
-extern void _wrap_Swig_free_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern uintptr_t _wrap_Swig_malloc_capi_3ee356cb97fe4fba(swig_intgo arg1);
-extern swig_type_1 _wrap_version_string_capi_3ee356cb97fe4fba(void);
-extern swig_intgo _wrap_abi_version_capi_3ee356cb97fe4fba(void);
-extern swig_type_2 _wrap_status_name_capi_3ee356cb97fe4fba(swig_intgo arg1);
-extern swig_type_3 _wrap_last_error_capi_3ee356cb97fe4fba(void);
-extern swig_type_4 _wrap_context_options_create_capi_3ee356cb97fe4fba(swig_voidp arg1);
-extern void _wrap_context_options_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_5 _wrap_context_options_set_seed_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_6 arg2);
-extern swig_type_7 _wrap_context_options_set_num_threads_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_8 arg2);
-extern swig_type_9 _wrap_context_options_set_log_level_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_10 _wrap_context_options_set_log_callback_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3);
-extern swig_type_11 _wrap_context_options_set_enable_cuda_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_12 _wrap_context_create_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern void _wrap_context_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_13 _wrap_context_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_14 _wrap_context_set_seed_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_15 arg2);
-extern swig_type_16 _wrap_device_parse_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_17 arg2, swig_voidp arg3);
-extern swig_type_18 _wrap_cuda_is_available_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_19 _wrap_cuda_unavailable_reason_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_20 _wrap_device_count_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
-extern swig_type_21 _wrap_default_device_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_22 _wrap_device_get_info_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_23 arg2, swig_voidp arg3);
-extern swig_type_24 _wrap_device_synchronize_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_25 arg2);
-extern swig_type_26 _wrap_dtype_name_capi_3ee356cb97fe4fba(swig_intgo arg1);
-extern swig_type_27 _wrap_dtype_size_capi_3ee356cb97fe4fba(swig_intgo arg1);
-extern swig_type_28 _wrap_tensor_empty_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_29 arg2, swig_intgo arg3, swig_type_30 arg4, swig_voidp arg5);
-extern swig_type_31 _wrap_tensor_zeros_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_32 arg2, swig_intgo arg3, swig_type_33 arg4, swig_voidp arg5);
-extern swig_type_34 _wrap_tensor_ones_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_35 arg2, swig_intgo arg3, swig_type_36 arg4, swig_voidp arg5);
-extern swig_type_37 _wrap_tensor_full_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_38 arg2, swig_intgo arg3, swig_type_39 arg4, double arg5, swig_voidp arg6);
-extern swig_type_40 _wrap_tensor_arange_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2, double arg3, double arg4, swig_intgo arg5, swig_type_41 arg6, swig_voidp arg7);
-extern swig_type_42 _wrap_tensor_rand_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_43 arg2, swig_intgo arg3, swig_type_44 arg4, swig_voidp arg5);
-extern swig_type_45 _wrap_tensor_randn_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_46 arg2, swig_intgo arg3, swig_type_47 arg4, swig_voidp arg5);
-extern swig_type_48 _wrap_tensor_from_host_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_49 arg2, swig_type_50 arg3, swig_intgo arg4, swig_type_51 arg5, swig_voidp arg6);
-extern swig_type_52 _wrap_tensor_empty_pinned_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_53 arg2, swig_intgo arg3, swig_voidp arg4);
-extern void _wrap_tensor_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_54 _wrap_tensor_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_55 _wrap_tensor_copy_to_host_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_56 arg2);
-extern swig_type_57 _wrap_tensor_copy_from_host_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_58 arg2);
-extern swig_type_59 _wrap_tensor_item_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_60 _wrap_tensor_to_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_61 arg2, swig_voidp arg3);
-extern swig_type_62 _wrap_tensor_cast_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
-extern swig_type_63 _wrap_tensor_clone_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_64 _wrap_tensor_ndim_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_65 _wrap_tensor_dim_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_66 arg2, swig_voidp arg3);
-extern swig_type_67 _wrap_tensor_shape_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_68 arg2);
-extern swig_type_69 _wrap_tensor_numel_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_70 _wrap_tensor_dtype_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_71 _wrap_tensor_device_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_72 _wrap_tensor_get_device_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_73 _wrap_tensor_is_pinned_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_74 _wrap_tensor_reshape_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_75 arg2, swig_voidp arg3);
-extern swig_type_76 _wrap_tensor_rows_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_77 arg2, swig_type_78 arg3, swig_voidp arg4);
-extern swig_type_79 _wrap_tensor_binary_capi_3ee356cb97fe4fba(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_80 _wrap_tensor_scalar_capi_3ee356cb97fe4fba(swig_intgo arg1, uintptr_t arg2, double arg3, swig_voidp arg4);
-extern swig_type_81 _wrap_tensor_compare_capi_3ee356cb97fe4fba(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_82 _wrap_tensor_unary_capi_3ee356cb97fe4fba(swig_intgo arg1, uintptr_t arg2, double arg3, swig_voidp arg4);
-extern swig_type_83 _wrap_tensor_softmax_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_84 arg2, swig_voidp arg3);
-extern swig_type_85 _wrap_tensor_log_softmax_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_86 arg2, swig_voidp arg3);
-extern swig_type_87 _wrap_tensor_reduce_capi_3ee356cb97fe4fba(swig_intgo arg1, uintptr_t arg2, swig_type_88 arg3, swig_intgo arg4, swig_voidp arg5);
-extern swig_type_89 _wrap_tensor_matmul_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_90 _wrap_model_spec_create_capi_3ee356cb97fe4fba(swig_voidp arg1);
-extern void _wrap_model_spec_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_91 _wrap_model_spec_add_linear_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_92 arg2, swig_type_93 arg3, swig_intgo arg4);
-extern swig_type_94 _wrap_model_spec_add_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2, double arg3);
-extern swig_type_95 _wrap_model_spec_add_v2_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2, double arg3, double arg4);
-extern swig_type_96 _wrap_model_spec_add_mlp_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_97 arg2, swig_intgo arg3);
-extern swig_type_98 _wrap_model_spec_parse_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_99 arg2);
-extern swig_type_100 _wrap_model_create_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_type_101 arg3, swig_voidp arg4);
-extern swig_type_102 _wrap_model_create_dtype_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_type_103 arg3, swig_intgo arg4, swig_voidp arg5);
-extern void _wrap_model_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_104 _wrap_model_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_105 _wrap_model_to_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_106 arg2);
-extern swig_type_107 _wrap_model_device_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_108 _wrap_model_set_training_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_109 _wrap_model_is_training_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_110 _wrap_model_num_parameters_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_111 _wrap_model_input_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_112 _wrap_model_output_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_113 _wrap_model_describe_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_114 _wrap_model_num_parameter_tensors_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_115 _wrap_model_parameter_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_116 arg2, swig_voidp arg3);
-extern swig_type_117 _wrap_model_parameter_name_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_118 arg2, swig_voidp arg3);
-extern swig_type_119 _wrap_model_forward_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_120 _wrap_model_predict_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_type_121 _wrap_model_save_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_122 arg2);
-extern swig_type_123 _wrap_model_load_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_124 arg2, swig_type_125 arg3, swig_voidp arg4);
-extern swig_type_126 _wrap_model_load_weights_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_127 arg2);
-extern swig_type_128 _wrap_model_load_with_spec_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_129 arg2, uintptr_t arg3, swig_type_130 arg4, swig_voidp arg5);
-extern swig_type_131 _wrap_model_export_onnx_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_132 arg2);
-extern swig_type_133 _wrap_model_export_onnx_v2_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_134 arg2, swig_intgo arg3);
-extern swig_type_135 _wrap_model_import_onnx_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_136 arg2, swig_voidp arg3);
-extern swig_type_137 _wrap_dataset_from_tensors_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_138 _wrap_dataset_load_idx_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_139 arg2, swig_type_140 arg3, swig_voidp arg4);
-extern swig_type_141 _wrap_dataset_load_mnist_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_142 arg2, swig_type_143 arg3, swig_voidp arg4);
-extern void _wrap_dataset_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_144 _wrap_dataset_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_145 _wrap_dataset_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_146 _wrap_dataset_num_features_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_147 _wrap_dataset_num_classes_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_148 _wrap_dataset_set_normalization_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2, double arg3, double arg4);
-extern swig_type_149 _wrap_dataset_split_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2, swig_type_150 arg3, swig_voidp arg4, swig_voidp arg5);
-extern swig_type_151 _wrap_dataset_batch_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_152 arg2, swig_type_153 arg3, swig_type_154 arg4, swig_voidp arg5, swig_voidp arg6);
-extern swig_type_155 _wrap_loss_capi_3ee356cb97fe4fba(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_156 _wrap_trainer_options_create_capi_3ee356cb97fe4fba(swig_voidp arg1);
-extern void _wrap_trainer_options_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_157 _wrap_trainer_options_set_loss_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_158 _wrap_trainer_options_set_optimizer_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_159 _wrap_trainer_options_set_lr_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_160 _wrap_trainer_options_set_momentum_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_161 _wrap_trainer_options_set_nesterov_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_162 _wrap_trainer_options_set_weight_decay_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_163 _wrap_trainer_options_set_betas_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2, double arg3);
-extern swig_type_164 _wrap_trainer_options_set_eps_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_165 _wrap_trainer_options_set_batch_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_166 arg2);
-extern swig_type_167 _wrap_trainer_options_set_label_smoothing_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_168 _wrap_trainer_options_set_grad_clip_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_169 _wrap_trainer_options_set_schedule_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2, swig_type_170 arg3, double arg4, swig_type_171 arg5, double arg6);
-extern swig_type_172 _wrap_trainer_options_set_warmup_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_173 arg2);
-extern swig_type_174 _wrap_trainer_options_set_shuffle_seed_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_175 arg2);
-extern swig_type_176 _wrap_trainer_options_set_progress_interval_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_177 arg2);
-extern swig_type_178 _wrap_trainer_options_set_devices_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_179 arg2);
-extern swig_type_180 _wrap_trainer_options_set_bucket_bytes_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_181 arg2);
-extern swig_type_182 _wrap_trainer_options_set_precision_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_intgo arg2);
-extern swig_type_183 _wrap_trainer_options_set_fast_path_capi_3ee356cb97fe4fba(uintptr_t arg1, int arg2);
-extern swig_type_184 _wrap_trainer_create_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern void _wrap_trainer_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_185 _wrap_trainer_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_186 _wrap_trainer_step_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
-extern swig_type_187 _wrap_trainer_epoch_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_type_188 _wrap_trainer_fit_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_type_189 arg4, uintptr_t arg5, uintptr_t arg6, swig_voidp arg7);
-extern swig_type_190 _wrap_trainer_evaluate_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3, swig_voidp arg4);
-extern swig_type_191 _wrap_trainer_epochs_done_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_192 _wrap_trainer_steps_done_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_193 _wrap_trainer_current_lr_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_194 _wrap_trainer_save_checkpoint_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_195 arg2);
-extern swig_type_196 _wrap_trainer_load_checkpoint_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_197 arg2);
-extern void _wrap_history_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_198 _wrap_history_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_199 _wrap_history_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_200 _wrap_history_get_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_201 arg2, swig_voidp arg3);
-extern swig_type_202 _wrap_communicator_create_mpi_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_203 _wrap_communicator_create_local_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_type_204 arg2, swig_voidp arg3);
-extern void _wrap_communicator_release_capi_3ee356cb97fe4fba(uintptr_t arg1);
-extern swig_type_205 _wrap_communicator_retain_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_206 _wrap_communicator_rank_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_207 _wrap_communicator_size_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_208 _wrap_communicator_local_rank_capi_3ee356cb97fe4fba(uintptr_t arg1, swig_voidp arg2);
-extern swig_type_209 _wrap_communicator_set_timeout_capi_3ee356cb97fe4fba(uintptr_t arg1, double arg2);
-extern swig_type_210 _wrap_trainer_attach_communicator_capi_3ee356cb97fe4fba(uintptr_t arg1, uintptr_t arg2);
+extern void _wrap_Swig_free_capi_77dc8abd19545fee(uintptr_t arg1);
+extern uintptr_t _wrap_Swig_malloc_capi_77dc8abd19545fee(swig_intgo arg1);
+extern swig_type_1 _wrap_version_string_capi_77dc8abd19545fee(void);
+extern swig_intgo _wrap_abi_version_capi_77dc8abd19545fee(void);
+extern swig_type_2 _wrap_status_name_capi_77dc8abd19545fee(swig_intgo arg1);
+extern swig_type_3 _wrap_last_error_capi_77dc8abd19545fee(void);
+extern swig_type_4 _wrap_context_options_create_capi_77dc8abd19545fee(swig_voidp arg1);
+extern void _wrap_context_options_release_capi_77dc8abd19545fee(uintptr_t arg1);
+extern swig_type_5 _wrap_context_options_set_seed_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_6 arg2);
+extern swig_type_7 _wrap_context_options_set_num_threads_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_8 arg2);
+extern swig_type_9 _wrap_context_options_set_log_level_capi_77dc8abd19545fee(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_10 _wrap_context_options_set_log_callback_capi_77dc8abd19545fee(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3);
+extern swig_type_11 _wrap_context_options_set_enable_cuda_capi_77dc8abd19545fee(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_12 _wrap_context_create_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern void _wrap_context_release_capi_77dc8abd19545fee(uintptr_t arg1);
+extern swig_type_13 _wrap_context_retain_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_14 _wrap_context_set_seed_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_15 arg2);
+extern swig_type_16 _wrap_device_parse_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_17 arg2, swig_voidp arg3);
+extern swig_type_18 _wrap_cuda_is_available_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_19 _wrap_cuda_unavailable_reason_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_20 _wrap_device_count_capi_77dc8abd19545fee(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
+extern swig_type_21 _wrap_default_device_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_22 _wrap_device_get_info_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_23 arg2, swig_voidp arg3);
+extern swig_type_24 _wrap_device_synchronize_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_25 arg2);
+extern swig_type_26 _wrap_dtype_name_capi_77dc8abd19545fee(swig_intgo arg1);
+extern swig_type_27 _wrap_dtype_size_capi_77dc8abd19545fee(swig_intgo arg1);
+extern swig_type_28 _wrap_tensor_empty_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_29 arg2, swig_intgo arg3, swig_type_30 arg4, swig_voidp arg5);
+extern swig_type_31 _wrap_tensor_zeros_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_32 arg2, swig_intgo arg3, swig_type_33 arg4, swig_voidp arg5);
+extern swig_type_34 _wrap_tensor_ones_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_35 arg2, swig_intgo arg3, swig_type_36 arg4, swig_voidp arg5);
+extern swig_type_37 _wrap_tensor_full_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_38 arg2, swig_intgo arg3, swig_type_39 arg4, double arg5, swig_voidp arg6);
+extern swig_type_40 _wrap_tensor_arange_capi_77dc8abd19545fee(uintptr_t arg1, double arg2, double arg3, double arg4, swig_intgo arg5, swig_type_41 arg6, swig_voidp arg7);
+extern swig_type_42 _wrap_tensor_rand_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_43 arg2, swig_intgo arg3, swig_type_44 arg4, swig_voidp arg5);
+extern swig_type_45 _wrap_tensor_randn_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_46 arg2, swig_intgo arg3, swig_type_47 arg4, swig_voidp arg5);
+extern swig_type_48 _wrap_tensor_from_host_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_49 arg2, swig_type_50 arg3, swig_intgo arg4, swig_type_51 arg5, swig_voidp arg6);
+extern swig_type_52 _wrap_tensor_empty_pinned_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_53 arg2, swig_intgo arg3, swig_voidp arg4);
+extern void _wrap_tensor_release_capi_77dc8abd19545fee(uintptr_t arg1);
+extern swig_type_54 _wrap_tensor_retain_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_55 _wrap_tensor_copy_to_host_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_56 arg2);
+extern swig_type_57 _wrap_tensor_copy_from_host_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_58 arg2);
+extern swig_type_59 _wrap_tensor_item_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_60 _wrap_tensor_to_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_61 arg2, swig_voidp arg3);
+extern swig_type_62 _wrap_tensor_cast_capi_77dc8abd19545fee(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
+extern swig_type_63 _wrap_tensor_clone_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_64 _wrap_tensor_ndim_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_65 _wrap_tensor_dim_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_66 arg2, swig_voidp arg3);
+extern swig_type_67 _wrap_tensor_shape_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_68 arg2);
+extern swig_type_69 _wrap_tensor_numel_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_70 _wrap_tensor_dtype_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_71 _wrap_tensor_device_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_72 _wrap_tensor_get_device_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_73 _wrap_tensor_is_pinned_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_74 _wrap_tensor_reshape_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_75 arg2, swig_voidp arg3);
+extern swig_type_76 _wrap_tensor_rows_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_77 arg2, swig_type_78 arg3, swig_voidp arg4);
+extern swig_type_79 _wrap_tensor_binary_capi_77dc8abd19545fee(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_80 _wrap_tensor_scalar_capi_77dc8abd19545fee(swig_intgo arg1, uintptr_t arg2, double arg3, swig_voidp arg4);
+extern swig_type_81 _wrap_tensor_compare_capi_77dc8abd19545fee(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_82 _wrap_tensor_unary_capi_77dc8abd19545fee(swig_intgo arg1, uintptr_t arg2, double arg3, swig_voidp arg4);
+extern swig_type_83 _wrap_tensor_softmax_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_84 arg2, swig_voidp arg3);
+extern swig_type_85 _wrap_tensor_log_softmax_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_86 arg2, swig_voidp arg3);
+extern swig_type_87 _wrap_tensor_reduce_capi_77dc8abd19545fee(swig_intgo arg1, uintptr_t arg2, swig_type_88 arg3, swig_intgo arg4, swig_voidp arg5);
+extern swig_type_89 _wrap_tensor_matmul_capi_77dc8abd19545fee(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_90 _wrap_model_spec_create_capi_77dc8abd19545fee(swig_voidp arg1);
+extern void _wrap_model_spec_release_capi_77dc8abd19545fee(uintptr_t arg1);
+extern swig_type_91 _wrap_model_spec_add_linear_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_92 arg2, swig_type_93 arg3, swig_intgo arg4);
+extern swig_type_94 _wrap_model_spec_add_capi_77dc8abd19545fee(uintptr_t arg1, swig_intgo arg2, double arg3);
+extern swig_type_95 _wrap_model_spec_add_v2_capi_77dc8abd19545fee(uintptr_t arg1, swig_intgo arg2, double arg3, double arg4);
+extern swig_type_96 _wrap_model_spec_add_mlp_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_97 arg2, swig_intgo arg3);
+extern swig_type_98 _wrap_model_spec_parse_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_99 arg2);
+extern swig_type_100 _wrap_model_create_capi_77dc8abd19545fee(uintptr_t arg1, uintptr_t arg2, swig_type_101 arg3, swig_voidp arg4);
+extern swig_type_102 _wrap_model_create_dtype_capi_77dc8abd19545fee(uintptr_t arg1, uintptr_t arg2, swig_type_103 arg3, swig_intgo arg4, swig_voidp arg5);
+extern void _wrap_model_release_capi_77dc8abd19545fee(uintptr_t arg1);
+extern swig_type_104 _wrap_model_retain_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_105 _wrap_model_to_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_106 arg2);
+extern swig_type_107 _wrap_model_device_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_108 _wrap_model_set_training_capi_77dc8abd19545fee(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_109 _wrap_model_is_training_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_110 _wrap_model_num_parameters_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_111 _wrap_model_input_size_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_112 _wrap_model_output_size_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_113 _wrap_model_describe_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_114 _wrap_model_num_parameter_tensors_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_115 _wrap_model_parameter_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_116 arg2, swig_voidp arg3);
+extern swig_type_117 _wrap_model_parameter_name_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_118 arg2, swig_voidp arg3);
+extern swig_type_119 _wrap_model_forward_capi_77dc8abd19545fee(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_120 _wrap_model_predict_capi_77dc8abd19545fee(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_type_121 _wrap_model_save_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_122 arg2);
+extern swig_type_123 _wrap_model_load_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_124 arg2, swig_type_125 arg3, swig_voidp arg4);
+extern swig_type_126 _wrap_model_load_weights_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_127 arg2);
+extern swig_type_128 _wrap_model_load_with_spec_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_129 arg2, uintptr_t arg3, swig_type_130 arg4, swig_voidp arg5);
+extern swig_type_131 _wrap_model_export_onnx_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_132 arg2);
+extern swig_type_133 _wrap_model_export_onnx_v2_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_134 arg2, swig_intgo arg3);
+extern swig_type_135 _wrap_model_import_onnx_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_136 arg2, swig_voidp arg3);
+extern swig_type_137 _wrap_dataset_from_tensors_capi_77dc8abd19545fee(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_138 _wrap_dataset_load_idx_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_139 arg2, swig_type_140 arg3, swig_voidp arg4);
+extern swig_type_141 _wrap_dataset_load_mnist_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_142 arg2, swig_type_143 arg3, swig_voidp arg4);
+extern void _wrap_dataset_release_capi_77dc8abd19545fee(uintptr_t arg1);
+extern swig_type_144 _wrap_dataset_retain_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_145 _wrap_dataset_size_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_146 _wrap_dataset_num_features_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_147 _wrap_dataset_num_classes_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_148 _wrap_dataset_set_normalization_capi_77dc8abd19545fee(uintptr_t arg1, double arg2, double arg3, double arg4);
+extern swig_type_149 _wrap_dataset_split_capi_77dc8abd19545fee(uintptr_t arg1, double arg2, swig_type_150 arg3, swig_voidp arg4, swig_voidp arg5);
+extern swig_type_151 _wrap_dataset_batch_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_152 arg2, swig_type_153 arg3, swig_type_154 arg4, swig_voidp arg5, swig_voidp arg6);
+extern swig_type_155 _wrap_loss_capi_77dc8abd19545fee(swig_intgo arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_156 _wrap_trainer_options_create_capi_77dc8abd19545fee(swig_voidp arg1);
+extern void _wrap_trainer_options_release_capi_77dc8abd19545fee(uintptr_t arg1);
+extern swig_type_157 _wrap_trainer_options_set_loss_capi_77dc8abd19545fee(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_158 _wrap_trainer_options_set_optimizer_capi_77dc8abd19545fee(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_159 _wrap_trainer_options_set_lr_capi_77dc8abd19545fee(uintptr_t arg1, double arg2);
+extern swig_type_160 _wrap_trainer_options_set_momentum_capi_77dc8abd19545fee(uintptr_t arg1, double arg2);
+extern swig_type_161 _wrap_trainer_options_set_nesterov_capi_77dc8abd19545fee(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_162 _wrap_trainer_options_set_weight_decay_capi_77dc8abd19545fee(uintptr_t arg1, double arg2);
+extern swig_type_163 _wrap_trainer_options_set_betas_capi_77dc8abd19545fee(uintptr_t arg1, double arg2, double arg3);
+extern swig_type_164 _wrap_trainer_options_set_eps_capi_77dc8abd19545fee(uintptr_t arg1, double arg2);
+extern swig_type_165 _wrap_trainer_options_set_batch_size_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_166 arg2);
+extern swig_type_167 _wrap_trainer_options_set_label_smoothing_capi_77dc8abd19545fee(uintptr_t arg1, double arg2);
+extern swig_type_168 _wrap_trainer_options_set_grad_clip_capi_77dc8abd19545fee(uintptr_t arg1, double arg2);
+extern swig_type_169 _wrap_trainer_options_set_schedule_capi_77dc8abd19545fee(uintptr_t arg1, swig_intgo arg2, swig_type_170 arg3, double arg4, swig_type_171 arg5, double arg6);
+extern swig_type_172 _wrap_trainer_options_set_warmup_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_173 arg2);
+extern swig_type_174 _wrap_trainer_options_set_shuffle_seed_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_175 arg2);
+extern swig_type_176 _wrap_trainer_options_set_progress_interval_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_177 arg2);
+extern swig_type_178 _wrap_trainer_options_set_devices_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_179 arg2);
+extern swig_type_180 _wrap_trainer_options_set_bucket_bytes_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_181 arg2);
+extern swig_type_182 _wrap_trainer_options_set_precision_capi_77dc8abd19545fee(uintptr_t arg1, swig_intgo arg2);
+extern swig_type_183 _wrap_trainer_options_set_fast_path_capi_77dc8abd19545fee(uintptr_t arg1, int arg2);
+extern swig_type_184 _wrap_trainer_create_capi_77dc8abd19545fee(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern void _wrap_trainer_release_capi_77dc8abd19545fee(uintptr_t arg1);
+extern swig_type_185 _wrap_trainer_retain_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_186 _wrap_trainer_step_capi_77dc8abd19545fee(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_voidp arg4);
+extern swig_type_187 _wrap_trainer_epoch_capi_77dc8abd19545fee(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_type_188 _wrap_trainer_fit_capi_77dc8abd19545fee(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3, swig_type_189 arg4, uintptr_t arg5, uintptr_t arg6, swig_voidp arg7);
+extern swig_type_190 _wrap_trainer_evaluate_capi_77dc8abd19545fee(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3, swig_voidp arg4);
+extern swig_type_191 _wrap_trainer_epochs_done_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_192 _wrap_trainer_steps_done_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_193 _wrap_trainer_current_lr_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_194 _wrap_trainer_save_checkpoint_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_195 arg2);
+extern swig_type_196 _wrap_trainer_load_checkpoint_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_197 arg2);
+extern void _wrap_history_release_capi_77dc8abd19545fee(uintptr_t arg1);
+extern swig_type_198 _wrap_history_retain_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_199 _wrap_history_size_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_200 _wrap_history_get_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_201 arg2, swig_voidp arg3);
+extern swig_type_202 _wrap_communicator_create_mpi_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_203 _wrap_communicator_create_local_capi_77dc8abd19545fee(uintptr_t arg1, swig_type_204 arg2, swig_voidp arg3);
+extern void _wrap_communicator_release_capi_77dc8abd19545fee(uintptr_t arg1);
+extern swig_type_205 _wrap_communicator_retain_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_206 _wrap_communicator_rank_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_207 _wrap_communicator_size_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_208 _wrap_communicator_local_rank_capi_77dc8abd19545fee(uintptr_t arg1, swig_voidp arg2);
+extern swig_type_209 _wrap_communicator_set_timeout_capi_77dc8abd19545fee(uintptr_t arg1, double arg2);
+extern swig_type_210 _wrap_trainer_attach_communicator_capi_77dc8abd19545fee(uintptr_t arg1, uintptr_t arg2);
 #undef intgo
 */
 import "C"
@@ -432,13 +432,13 @@ func swigCopyString(s string) string {
 
 func Swig_free(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_Swig_free_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0))
+	C._wrap_Swig_free_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0))
 }
 
 func Swig_malloc(arg1 int) (_swig_ret uintptr) {
 	var swig_r uintptr
 	_swig_i_0 := arg1
-	swig_r = (uintptr)(C._wrap_Swig_malloc_capi_3ee356cb97fe4fba(C.swig_intgo(_swig_i_0)))
+	swig_r = (uintptr)(C._wrap_Swig_malloc_capi_77dc8abd19545fee(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
@@ -515,13 +515,27 @@ type EpochStats struct {
 	Lr               float64
 }
 
+
+// Text is a string argument of a kiln function: made by TextOf alone.
+type Text struct{ s string }
+
+// TextOf is s as a Text, and false where s holds a NUL byte.
+func TextOf(s string) (Text, bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return Text{}, false
+		}
+	}
+	return Text{s}, true
+}
+
 const KILN_VERSION_MAJOR int = 0
 const KILN_VERSION_MINOR int = 1
 const KILN_VERSION_PATCH int = 0
 const KILN_ABI_VERSION int = 1
 func Version_string() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_version_string_capi_3ee356cb97fe4fba()
+	swig_r_p := C._wrap_version_string_capi_77dc8abd19545fee()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
  swig_r_1 = swigCopyString(swig_r) 
@@ -530,14 +544,14 @@ func Version_string() (_swig_ret string) {
 
 func Abi_version() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_abi_version_capi_3ee356cb97fe4fba())
+	swig_r = (int)(C._wrap_abi_version_capi_77dc8abd19545fee())
 	return swig_r
 }
 
 func Status_name(arg1 int) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_status_name_capi_3ee356cb97fe4fba(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_status_name_capi_77dc8abd19545fee(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
  swig_r_1 = swigCopyString(swig_r) 
@@ -546,7 +560,7 @@ func Status_name(arg1 int) (_swig_ret string) {
 
 func Last_error() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_last_error_capi_3ee356cb97fe4fba()
+	swig_r_p := C._wrap_last_error_capi_77dc8abd19545fee()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
  swig_r_1 = swigCopyString(swig_r) 
@@ -556,7 +570,7 @@ func Last_error() (_swig_ret string) {
 func Context_options_create(arg1 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_context_options_create_capi_3ee356cb97fe4fba(C.swig_voidp(_swig_i_0))
+	swig_r_p := C._wrap_context_options_create_capi_77dc8abd19545fee(C.swig_voidp(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -574,14 +588,14 @@ func Context_options_create(arg1 *uintptr) (_swig_ret error) {
 
 func Context_options_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_context_options_release_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0))
+	C._wrap_context_options_release_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0))
 }
 
 func Context_options_set_seed(arg1 uintptr, arg2 uint64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_options_set_seed_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_6(_swig_i_1))
+	swig_r_p := C._wrap_context_options_set_seed_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_type_6(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -601,7 +615,7 @@ func Context_options_set_num_threads(arg1 uintptr, arg2 int64) (_swig_ret error)
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_options_set_num_threads_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_8(_swig_i_1))
+	swig_r_p := C._wrap_context_options_set_num_threads_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_type_8(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -621,7 +635,7 @@ func Context_options_set_log_level(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_options_set_log_level_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_context_options_set_log_level_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -642,7 +656,7 @@ func Context_options_set_log_callback(arg1 uintptr, arg2 uintptr, arg3 uintptr) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_context_options_set_log_callback_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2))
+	swig_r_p := C._wrap_context_options_set_log_callback_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -662,7 +676,7 @@ func Context_options_set_enable_cuda(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_options_set_enable_cuda_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_context_options_set_enable_cuda_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -682,7 +696,7 @@ func Context_create(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_create_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_context_create_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -700,14 +714,14 @@ func Context_create(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 
 func Context_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_context_release_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0))
+	C._wrap_context_release_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0))
 }
 
 func Context_retain(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_retain_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_context_retain_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -727,7 +741,7 @@ func Context_set_seed(arg1 uintptr, arg2 uint64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_context_set_seed_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_15(_swig_i_1))
+	swig_r_p := C._wrap_context_set_seed_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_type_15(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -743,15 +757,16 @@ func Context_set_seed(arg1 uintptr, arg2 uint64) (_swig_ret error) {
 	return swig_r_1
 }
 
-func Device_parse(arg1 uintptr, arg2 string, arg3 *Device) (_swig_ret error) {
+func Device_parse(arg1 uintptr, arg2 Text, arg3 *Device) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	_swig_i_1 := arg2
+	var _swig_i_1 string
+_swig_i_1 = arg2.s
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_device_parse_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_17)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_device_parse_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_17)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
-		Swig_escape_val = arg2
+		Swig_escape_val = _swig_i_1
 	}
 	var swig_r_1 error
 
@@ -771,7 +786,7 @@ func Cuda_is_available(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_cuda_is_available_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_cuda_is_available_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -791,7 +806,7 @@ func Cuda_unavailable_reason(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_cuda_unavailable_reason_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_cuda_unavailable_reason_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 
 	if len(*arg2) > 0 {
@@ -817,7 +832,7 @@ func Device_count(arg1 uintptr, arg2 int, arg3 *int64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_device_count_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_device_count_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -837,7 +852,7 @@ func Default_device(arg1 uintptr, arg2 *Device) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_default_device_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_default_device_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -859,7 +874,7 @@ func Device_get_info(arg1 uintptr, arg2 Device, arg3 *DeviceInfo) (_swig_ret err
 	var _swig_i_1 []int64
 _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_device_get_info_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_23)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_device_get_info_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_23)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_1
@@ -883,7 +898,7 @@ func Device_synchronize(arg1 uintptr, arg2 Device) (_swig_ret error) {
 	_swig_i_0 := arg1
 	var _swig_i_1 []int64
 _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
-	swig_r_p := C._wrap_device_synchronize_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_25)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_device_synchronize_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_25)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_1
@@ -906,7 +921,7 @@ const KILN_MAX_DIMS int = 8
 func Dtype_name(arg1 int) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_dtype_name_capi_3ee356cb97fe4fba(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_dtype_name_capi_77dc8abd19545fee(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
  swig_r_1 = swigCopyString(swig_r) 
@@ -916,7 +931,7 @@ func Dtype_name(arg1 int) (_swig_ret string) {
 func Dtype_size(arg1 int) (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_dtype_size_capi_3ee356cb97fe4fba(C.swig_intgo(_swig_i_0)))
+	swig_r = (int64)(C._wrap_dtype_size_capi_77dc8abd19545fee(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
@@ -928,7 +943,7 @@ func Tensor_empty(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintp
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_empty_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_29)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_30)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_empty_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_29)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_30)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -958,7 +973,7 @@ func Tensor_zeros(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintp
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_zeros_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_32)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_33)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_zeros_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_32)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_33)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -988,7 +1003,7 @@ func Tensor_ones(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintpt
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_ones_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_35)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_36)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_ones_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_35)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_36)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1019,7 +1034,7 @@ func Tensor_full(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 float64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_tensor_full_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_38)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_39)(unsafe.Pointer(&_swig_i_3)), C.double(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_tensor_full_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_38)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_39)(unsafe.Pointer(&_swig_i_3)), C.double(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1051,7 +1066,7 @@ func Tensor_arange(arg1 uintptr, arg2 float64, arg3 float64, arg4 float64, arg5 
 	var _swig_i_5 []int64
 _swig_i_5 = []int64{int64(arg6.Kind), arg6.Index}
 	_swig_i_6 := arg7
-	swig_r_p := C._wrap_tensor_arange_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_41)(unsafe.Pointer(&_swig_i_5)), C.swig_voidp(_swig_i_6))
+	swig_r_p := C._wrap_tensor_arange_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_41)(unsafe.Pointer(&_swig_i_5)), C.swig_voidp(_swig_i_6))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_5
@@ -1078,7 +1093,7 @@ func Tensor_rand(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintpt
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_rand_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_43)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_44)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_rand_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_43)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_44)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1108,7 +1123,7 @@ func Tensor_randn(arg1 uintptr, arg2 []int64, arg3 int, arg4 Device, arg5 *uintp
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_randn_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_46)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_47)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_randn_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_46)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_47)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1139,7 +1154,7 @@ func Tensor_from_host(arg1 uintptr, arg2 []byte, arg3 []int64, arg4 int, arg5 De
 	var _swig_i_4 []int64
 _swig_i_4 = []int64{int64(arg5.Kind), arg5.Index}
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_tensor_from_host_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_49)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_50)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), *(*C.swig_type_51)(unsafe.Pointer(&_swig_i_4)), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_tensor_from_host_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_49)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_50)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), *(*C.swig_type_51)(unsafe.Pointer(&_swig_i_4)), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1170,7 +1185,7 @@ func Tensor_empty_pinned(arg1 uintptr, arg2 []int64, arg3 int, arg4 *uintptr) (_
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_empty_pinned_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_53)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_empty_pinned_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_53)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1191,14 +1206,14 @@ func Tensor_empty_pinned(arg1 uintptr, arg2 []int64, arg3 int, arg4 *uintptr) (_
 
 func Tensor_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_tensor_release_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0))
+	C._wrap_tensor_release_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0))
 }
 
 func Tensor_retain(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_retain_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_retain_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1218,7 +1233,7 @@ func Tensor_copy_to_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_copy_to_host_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_56)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_tensor_copy_to_host_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_56)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1241,7 +1256,7 @@ func Tensor_copy_from_host(arg1 uintptr, arg2 []byte) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_copy_from_host_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_58)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_tensor_copy_from_host_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_58)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1264,7 +1279,7 @@ func Tensor_item(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_item_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_item_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1286,7 +1301,7 @@ func Tensor_to(arg1 uintptr, arg2 Device, arg3 *uintptr) (_swig_ret error) {
 	var _swig_i_1 []int64
 _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_to_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_61)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_to_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_61)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_1
@@ -1310,7 +1325,7 @@ func Tensor_cast(arg1 uintptr, arg2 int, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_cast_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_cast_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1330,7 +1345,7 @@ func Tensor_clone(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_clone_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_clone_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1350,7 +1365,7 @@ func Tensor_ndim(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_ndim_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_ndim_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1371,7 +1386,7 @@ func Tensor_dim(arg1 uintptr, arg2 int64, arg3 *int64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_dim_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_66(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_dim_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_type_66(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1391,7 +1406,7 @@ func Tensor_shape(arg1 uintptr, arg2 []int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_shape_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_68)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_tensor_shape_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_68)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1414,7 +1429,7 @@ func Tensor_numel(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_numel_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_numel_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1434,7 +1449,7 @@ func Tensor_dtype(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_dtype_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_dtype_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1454,7 +1469,7 @@ func Tensor_device(arg1 uintptr, arg2 *Device) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_device_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_device_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1474,7 +1489,7 @@ func Tensor_get_device(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_get_device_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_get_device_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1494,7 +1509,7 @@ func Tensor_is_pinned(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_tensor_is_pinned_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_tensor_is_pinned_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1515,7 +1530,7 @@ func Tensor_reshape(arg1 uintptr, arg2 []int64, arg3 *uintptr) (_swig_ret error)
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_reshape_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_75)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_reshape_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_75)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1540,7 +1555,7 @@ func Tensor_rows(arg1 uintptr, arg2 int64, arg3 int64, arg4 *uintptr) (_swig_ret
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_rows_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_77(_swig_i_1), C.swig_type_78(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_rows_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_type_77(_swig_i_1), C.swig_type_78(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1562,7 +1577,7 @@ func Tensor_binary(arg1 int, arg2 uintptr, arg3 uintptr, arg4 *uintptr) (_swig_r
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_binary_capi_3ee356cb97fe4fba(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_binary_capi_77dc8abd19545fee(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1584,7 +1599,7 @@ func Tensor_scalar(arg1 int, arg2 uintptr, arg3 float64, arg4 *uintptr) (_swig_r
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_scalar_capi_3ee356cb97fe4fba(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_scalar_capi_77dc8abd19545fee(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1606,7 +1621,7 @@ func Tensor_compare(arg1 int, arg2 uintptr, arg3 uintptr, arg4 *uintptr) (_swig_
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_compare_capi_3ee356cb97fe4fba(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_compare_capi_77dc8abd19545fee(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1628,7 +1643,7 @@ func Tensor_unary(arg1 int, arg2 uintptr, arg3 float64, arg4 *uintptr) (_swig_re
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_tensor_unary_capi_3ee356cb97fe4fba(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_tensor_unary_capi_77dc8abd19545fee(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.double(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1649,7 +1664,7 @@ func Tensor_softmax(arg1 uintptr, arg2 int64, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_softmax_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_84(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_softmax_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_type_84(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1670,7 +1685,7 @@ func Tensor_log_softmax(arg1 uintptr, arg2 int64, arg3 *uintptr) (_swig_ret erro
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_log_softmax_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_86(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_log_softmax_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_type_86(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1693,7 +1708,7 @@ func Tensor_reduce(arg1 int, arg2 uintptr, arg3 int64, arg4 int, arg5 *uintptr) 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_tensor_reduce_capi_3ee356cb97fe4fba(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_type_88(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_tensor_reduce_capi_77dc8abd19545fee(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_type_88(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1714,7 +1729,7 @@ func Tensor_matmul(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_tensor_matmul_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_tensor_matmul_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1733,7 +1748,7 @@ func Tensor_matmul(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) 
 func Model_spec_create(arg1 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_model_spec_create_capi_3ee356cb97fe4fba(C.swig_voidp(_swig_i_0))
+	swig_r_p := C._wrap_model_spec_create_capi_77dc8abd19545fee(C.swig_voidp(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1751,7 +1766,7 @@ func Model_spec_create(arg1 *uintptr) (_swig_ret error) {
 
 func Model_spec_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_model_spec_release_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0))
+	C._wrap_model_spec_release_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0))
 }
 
 func Model_spec_add_linear(arg1 uintptr, arg2 int64, arg3 int64, arg4 int) (_swig_ret error) {
@@ -1760,7 +1775,7 @@ func Model_spec_add_linear(arg1 uintptr, arg2 int64, arg3 int64, arg4 int) (_swi
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_spec_add_linear_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_92(_swig_i_1), C.swig_type_93(_swig_i_2), C.swig_intgo(_swig_i_3))
+	swig_r_p := C._wrap_model_spec_add_linear_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_type_92(_swig_i_1), C.swig_type_93(_swig_i_2), C.swig_intgo(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1781,7 +1796,7 @@ func Model_spec_add(arg1 uintptr, arg2 int, arg3 float64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_spec_add_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.double(_swig_i_2))
+	swig_r_p := C._wrap_model_spec_add_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.double(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1803,7 +1818,7 @@ func Model_spec_add_v2(arg1 uintptr, arg2 int, arg3 float64, arg4 float64) (_swi
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_spec_add_v2_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3))
+	swig_r_p := C._wrap_model_spec_add_v2_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1824,7 +1839,7 @@ func Model_spec_add_mlp(arg1 uintptr, arg2 []int64, arg3 int) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_spec_add_mlp_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_97)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2))
+	swig_r_p := C._wrap_model_spec_add_mlp_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_97)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1843,14 +1858,15 @@ func Model_spec_add_mlp(arg1 uintptr, arg2 []int64, arg3 int) (_swig_ret error) 
 	return swig_r_1
 }
 
-func Model_spec_parse(arg1 uintptr, arg2 string) (_swig_ret error) {
+func Model_spec_parse(arg1 uintptr, arg2 Text) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_spec_parse_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_99)(unsafe.Pointer(&_swig_i_1)))
+	var _swig_i_1 string
+_swig_i_1 = arg2.s
+	swig_r_p := C._wrap_model_spec_parse_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_99)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
-		Swig_escape_val = arg2
+		Swig_escape_val = _swig_i_1
 	}
 	var swig_r_1 error
 
@@ -1873,7 +1889,7 @@ func Model_create(arg1 uintptr, arg2 uintptr, arg3 Device, arg4 *uintptr) (_swig
 	var _swig_i_2 []int64
 _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_create_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_101)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_model_create_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_101)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_2
@@ -1900,7 +1916,7 @@ func Model_create_dtype(arg1 uintptr, arg2 uintptr, arg3 Device, arg4 int, arg5 
 _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_model_create_dtype_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_103)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_model_create_dtype_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_103)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_2
@@ -1921,14 +1937,14 @@ _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 
 func Model_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_model_release_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0))
+	C._wrap_model_release_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0))
 }
 
 func Model_retain(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_retain_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_retain_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1949,7 +1965,7 @@ func Model_to(arg1 uintptr, arg2 Device) (_swig_ret error) {
 	_swig_i_0 := arg1
 	var _swig_i_1 []int64
 _swig_i_1 = []int64{int64(arg2.Kind), arg2.Index}
-	swig_r_p := C._wrap_model_to_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_106)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_model_to_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_106)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_1
@@ -1972,7 +1988,7 @@ func Model_device(arg1 uintptr, arg2 *Device) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_device_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_device_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -1992,7 +2008,7 @@ func Model_set_training(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_set_training_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_model_set_training_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2012,7 +2028,7 @@ func Model_is_training(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_is_training_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_is_training_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2032,7 +2048,7 @@ func Model_num_parameters(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_num_parameters_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_num_parameters_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2052,7 +2068,7 @@ func Model_input_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_input_size_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_input_size_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2072,7 +2088,7 @@ func Model_output_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_output_size_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_output_size_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2092,7 +2108,7 @@ func Model_describe(arg1 uintptr, arg2 *string) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_describe_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_describe_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 
 	if len(*arg2) > 0 {
@@ -2117,7 +2133,7 @@ func Model_num_parameter_tensors(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_num_parameter_tensors_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_model_num_parameter_tensors_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2138,7 +2154,7 @@ func Model_parameter(arg1 uintptr, arg2 int64, arg3 *uintptr) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_parameter_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_116(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_model_parameter_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_type_116(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2159,7 +2175,7 @@ func Model_parameter_name(arg1 uintptr, arg2 int64, arg3 *string) (_swig_ret err
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_parameter_name_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_118(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_model_parameter_name_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_type_118(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 
 	if len(*arg3) > 0 {
@@ -2185,7 +2201,7 @@ func Model_forward(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_forward_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_model_forward_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2207,7 +2223,7 @@ func Model_predict(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (_swig_r
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_predict_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_model_predict_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2223,14 +2239,15 @@ func Model_predict(arg1 uintptr, arg2 uintptr, arg3 int, arg4 *uintptr) (_swig_r
 	return swig_r_1
 }
 
-func Model_save(arg1 uintptr, arg2 string) (_swig_ret error) {
+func Model_save(arg1 uintptr, arg2 Text) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_save_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_122)(unsafe.Pointer(&_swig_i_1)))
+	var _swig_i_1 string
+_swig_i_1 = arg2.s
+	swig_r_p := C._wrap_model_save_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_122)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
-		Swig_escape_val = arg2
+		Swig_escape_val = _swig_i_1
 	}
 	var swig_r_1 error
 
@@ -2246,17 +2263,18 @@ func Model_save(arg1 uintptr, arg2 string) (_swig_ret error) {
 	return swig_r_1
 }
 
-func Model_load(arg1 uintptr, arg2 string, arg3 Device, arg4 *uintptr) (_swig_ret error) {
+func Model_load(arg1 uintptr, arg2 Text, arg3 Device, arg4 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	_swig_i_1 := arg2
+	var _swig_i_1 string
+_swig_i_1 = arg2.s
 	var _swig_i_2 []int64
 _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_model_load_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_124)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_125)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_model_load_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_124)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_125)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
-		Swig_escape_val = arg2
+		Swig_escape_val = _swig_i_1
 	}
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_2
@@ -2275,14 +2293,15 @@ _swig_i_2 = []int64{int64(arg3.Kind), arg3.Index}
 	return swig_r_1
 }
 
-func Model_load_weights(arg1 uintptr, arg2 string) (_swig_ret error) {
+func Model_load_weights(arg1 uintptr, arg2 Text) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_load_weights_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_127)(unsafe.Pointer(&_swig_i_1)))
+	var _swig_i_1 string
+_swig_i_1 = arg2.s
+	swig_r_p := C._wrap_model_load_weights_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_127)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
-		Swig_escape_val = arg2
+		Swig_escape_val = _swig_i_1
 	}
 	var swig_r_1 error
 
@@ -2298,18 +2317,19 @@ func Model_load_weights(arg1 uintptr, arg2 string) (_swig_ret error) {
 	return swig_r_1
 }
 
-func Model_load_with_spec(arg1 uintptr, arg2 string, arg3 uintptr, arg4 Device, arg5 *uintptr) (_swig_ret error) {
+func Model_load_with_spec(arg1 uintptr, arg2 Text, arg3 uintptr, arg4 Device, arg5 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	_swig_i_1 := arg2
+	var _swig_i_1 string
+_swig_i_1 = arg2.s
 	_swig_i_2 := arg3
 	var _swig_i_3 []int64
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_model_load_with_spec_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_129)(unsafe.Pointer(&_swig_i_1)), C.uintptr_t(_swig_i_2), *(*C.swig_type_130)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_model_load_with_spec_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_129)(unsafe.Pointer(&_swig_i_1)), C.uintptr_t(_swig_i_2), *(*C.swig_type_130)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
-		Swig_escape_val = arg2
+		Swig_escape_val = _swig_i_1
 	}
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_3
@@ -2329,14 +2349,15 @@ _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 }
 
 const KILN_ONNX_MAX_NODES int = 4096
-func Model_export_onnx(arg1 uintptr, arg2 string) (_swig_ret error) {
+func Model_export_onnx(arg1 uintptr, arg2 Text) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	_swig_i_1 := arg2
-	swig_r_p := C._wrap_model_export_onnx_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_132)(unsafe.Pointer(&_swig_i_1)))
+	var _swig_i_1 string
+_swig_i_1 = arg2.s
+	swig_r_p := C._wrap_model_export_onnx_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_132)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
-		Swig_escape_val = arg2
+		Swig_escape_val = _swig_i_1
 	}
 	var swig_r_1 error
 
@@ -2353,15 +2374,16 @@ func Model_export_onnx(arg1 uintptr, arg2 string) (_swig_ret error) {
 }
 
 type Enum_SS_kiln_onnx_export_flags int
-func Model_export_onnx_v2(arg1 uintptr, arg2 string, arg3 uint) (_swig_ret error) {
+func Model_export_onnx_v2(arg1 uintptr, arg2 Text, arg3 uint) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	_swig_i_1 := arg2
+	var _swig_i_1 string
+_swig_i_1 = arg2.s
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_export_onnx_v2_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_134)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2))
+	swig_r_p := C._wrap_model_export_onnx_v2_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_134)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
-		Swig_escape_val = arg2
+		Swig_escape_val = _swig_i_1
 	}
 	var swig_r_1 error
 
@@ -2377,15 +2399,16 @@ func Model_export_onnx_v2(arg1 uintptr, arg2 string, arg3 uint) (_swig_ret error
 	return swig_r_1
 }
 
-func Model_import_onnx(arg1 uintptr, arg2 string, arg3 *uintptr) (_swig_ret error) {
+func Model_import_onnx(arg1 uintptr, arg2 Text, arg3 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	_swig_i_1 := arg2
+	var _swig_i_1 string
+_swig_i_1 = arg2.s
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_model_import_onnx_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_136)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_model_import_onnx_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_136)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
-		Swig_escape_val = arg2
+		Swig_escape_val = _swig_i_1
 	}
 	var swig_r_1 error
 
@@ -2407,7 +2430,7 @@ func Dataset_from_tensors(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *uintpt
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_from_tensors_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_dataset_from_tensors_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2423,19 +2446,21 @@ func Dataset_from_tensors(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *uintpt
 	return swig_r_1
 }
 
-func Dataset_load_idx(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (_swig_ret error) {
+func Dataset_load_idx(arg1 uintptr, arg2 Text, arg3 Text, arg4 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	_swig_i_1 := arg2
-	_swig_i_2 := arg3
+	var _swig_i_1 string
+_swig_i_1 = arg2.s
+	var _swig_i_2 string
+_swig_i_2 = arg3.s
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_load_idx_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_139)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_140)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_dataset_load_idx_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_139)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_140)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
-		Swig_escape_val = arg2
+		Swig_escape_val = _swig_i_1
 	}
 	if Swig_escape_always_false {
-		Swig_escape_val = arg3
+		Swig_escape_val = _swig_i_2
 	}
 	var swig_r_1 error
 
@@ -2451,19 +2476,21 @@ func Dataset_load_idx(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (_s
 	return swig_r_1
 }
 
-func Dataset_load_mnist(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (_swig_ret error) {
+func Dataset_load_mnist(arg1 uintptr, arg2 Text, arg3 Text, arg4 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	_swig_i_1 := arg2
-	_swig_i_2 := arg3
+	var _swig_i_1 string
+_swig_i_1 = arg2.s
+	var _swig_i_2 string
+_swig_i_2 = arg3.s
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_load_mnist_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_142)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_143)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_dataset_load_mnist_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_142)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_143)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
-		Swig_escape_val = arg2
+		Swig_escape_val = _swig_i_1
 	}
 	if Swig_escape_always_false {
-		Swig_escape_val = arg3
+		Swig_escape_val = _swig_i_2
 	}
 	var swig_r_1 error
 
@@ -2481,14 +2508,14 @@ func Dataset_load_mnist(arg1 uintptr, arg2 string, arg3 string, arg4 *uintptr) (
 
 func Dataset_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_dataset_release_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0))
+	C._wrap_dataset_release_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0))
 }
 
 func Dataset_retain(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_dataset_retain_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_dataset_retain_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2508,7 +2535,7 @@ func Dataset_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_dataset_size_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_dataset_size_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2528,7 +2555,7 @@ func Dataset_num_features(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_dataset_num_features_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_dataset_num_features_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2548,7 +2575,7 @@ func Dataset_num_classes(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_dataset_num_classes_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_dataset_num_classes_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2570,7 +2597,7 @@ func Dataset_set_normalization(arg1 uintptr, arg2 float64, arg3 float64, arg4 fl
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_dataset_set_normalization_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3))
+	swig_r_p := C._wrap_dataset_set_normalization_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2), C.double(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2593,7 +2620,7 @@ func Dataset_split(arg1 uintptr, arg2 float64, arg3 uint64, arg4 *uintptr, arg5 
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r_p := C._wrap_dataset_split_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.swig_type_150(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
+	swig_r_p := C._wrap_dataset_split_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.swig_type_150(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2618,7 +2645,7 @@ func Dataset_batch(arg1 uintptr, arg2 int64, arg3 int64, arg4 Device, arg5 *uint
 _swig_i_3 = []int64{int64(arg4.Kind), arg4.Index}
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_dataset_batch_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_152(_swig_i_1), C.swig_type_153(_swig_i_2), *(*C.swig_type_154)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
+	swig_r_p := C._wrap_dataset_batch_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_type_152(_swig_i_1), C.swig_type_153(_swig_i_2), *(*C.swig_type_154)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4), C.swig_voidp(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = _swig_i_3
@@ -2643,7 +2670,7 @@ func Loss(arg1 int, arg2 uintptr, arg3 uintptr, arg4 *float64) (_swig_ret error)
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_loss_capi_3ee356cb97fe4fba(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_loss_capi_77dc8abd19545fee(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2662,7 +2689,7 @@ func Loss(arg1 int, arg2 uintptr, arg3 uintptr, arg4 *float64) (_swig_ret error)
 func Trainer_options_create(arg1 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_trainer_options_create_capi_3ee356cb97fe4fba(C.swig_voidp(_swig_i_0))
+	swig_r_p := C._wrap_trainer_options_create_capi_77dc8abd19545fee(C.swig_voidp(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2680,14 +2707,14 @@ func Trainer_options_create(arg1 *uintptr) (_swig_ret error) {
 
 func Trainer_options_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_trainer_options_release_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0))
+	C._wrap_trainer_options_release_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0))
 }
 
 func Trainer_options_set_loss(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_loss_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_loss_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2707,7 +2734,7 @@ func Trainer_options_set_optimizer(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_optimizer_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_optimizer_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2727,7 +2754,7 @@ func Trainer_options_set_lr(arg1 uintptr, arg2 float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_lr_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_lr_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2747,7 +2774,7 @@ func Trainer_options_set_momentum(arg1 uintptr, arg2 float64) (_swig_ret error) 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_momentum_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_momentum_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2767,7 +2794,7 @@ func Trainer_options_set_nesterov(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_nesterov_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_nesterov_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2787,7 +2814,7 @@ func Trainer_options_set_weight_decay(arg1 uintptr, arg2 float64) (_swig_ret err
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_weight_decay_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_weight_decay_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2808,7 +2835,7 @@ func Trainer_options_set_betas(arg1 uintptr, arg2 float64, arg3 float64) (_swig_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_trainer_options_set_betas_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2))
+	swig_r_p := C._wrap_trainer_options_set_betas_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.double(_swig_i_1), C.double(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2828,7 +2855,7 @@ func Trainer_options_set_eps(arg1 uintptr, arg2 float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_eps_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_eps_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2848,7 +2875,7 @@ func Trainer_options_set_batch_size(arg1 uintptr, arg2 int64) (_swig_ret error) 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_batch_size_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_166(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_batch_size_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_type_166(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2868,7 +2895,7 @@ func Trainer_options_set_label_smoothing(arg1 uintptr, arg2 float64) (_swig_ret 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_label_smoothing_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_label_smoothing_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2888,7 +2915,7 @@ func Trainer_options_set_grad_clip(arg1 uintptr, arg2 float64) (_swig_ret error)
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_grad_clip_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_grad_clip_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2912,7 +2939,7 @@ func Trainer_options_set_schedule(arg1 uintptr, arg2 int, arg3 int64, arg4 float
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r_p := C._wrap_trainer_options_set_schedule_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_170(_swig_i_2), C.double(_swig_i_3), C.swig_type_171(_swig_i_4), C.double(_swig_i_5))
+	swig_r_p := C._wrap_trainer_options_set_schedule_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_170(_swig_i_2), C.double(_swig_i_3), C.swig_type_171(_swig_i_4), C.double(_swig_i_5))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2932,7 +2959,7 @@ func Trainer_options_set_warmup(arg1 uintptr, arg2 int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_warmup_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_173(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_warmup_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_type_173(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2952,7 +2979,7 @@ func Trainer_options_set_shuffle_seed(arg1 uintptr, arg2 uint64) (_swig_ret erro
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_shuffle_seed_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_175(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_shuffle_seed_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_type_175(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2972,7 +2999,7 @@ func Trainer_options_set_progress_interval(arg1 uintptr, arg2 int64) (_swig_ret 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_progress_interval_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_177(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_progress_interval_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_type_177(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -2993,7 +3020,7 @@ func Trainer_options_set_devices(arg1 uintptr, arg2 []Device) (_swig_ret error) 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_devices_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_179)(unsafe.Pointer(&_swig_i_1)))
+	swig_r_p := C._wrap_trainer_options_set_devices_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_179)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -3016,7 +3043,7 @@ func Trainer_options_set_bucket_bytes(arg1 uintptr, arg2 int64) (_swig_ret error
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_bucket_bytes_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_181(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_bucket_bytes_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_type_181(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3036,7 +3063,7 @@ func Trainer_options_set_precision(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_precision_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_precision_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3056,7 +3083,7 @@ func Trainer_options_set_fast_path(arg1 uintptr, arg2 uint32) (_swig_ret error) 
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_options_set_fast_path_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.int(_swig_i_1))
+	swig_r_p := C._wrap_trainer_options_set_fast_path_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.int(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3077,7 +3104,7 @@ func Trainer_create(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error)
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_trainer_create_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_trainer_create_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3095,14 +3122,14 @@ func Trainer_create(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret error)
 
 func Trainer_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_trainer_release_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0))
+	C._wrap_trainer_release_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0))
 }
 
 func Trainer_retain(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_retain_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_trainer_retain_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3124,7 +3151,7 @@ func Trainer_step(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 *float64) (_swi
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_trainer_step_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_trainer_step_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3145,7 +3172,7 @@ func Trainer_epoch(arg1 uintptr, arg2 uintptr, arg3 *EpochStats) (_swig_ret erro
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_trainer_epoch_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_trainer_epoch_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3170,7 +3197,7 @@ func Trainer_fit(arg1 uintptr, arg2 uintptr, arg3 uintptr, arg4 int64, arg5 uint
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r_p := C._wrap_trainer_fit_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_type_189(_swig_i_3), C.uintptr_t(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6))
+	swig_r_p := C._wrap_trainer_fit_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_type_189(_swig_i_3), C.uintptr_t(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3192,7 +3219,7 @@ func Trainer_evaluate(arg1 uintptr, arg2 uintptr, arg3 *float64, arg4 *float64) 
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r_p := C._wrap_trainer_evaluate_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
+	swig_r_p := C._wrap_trainer_evaluate_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3212,7 +3239,7 @@ func Trainer_epochs_done(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_epochs_done_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_trainer_epochs_done_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3232,7 +3259,7 @@ func Trainer_steps_done(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_steps_done_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_trainer_steps_done_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3252,7 +3279,7 @@ func Trainer_current_lr(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_current_lr_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_trainer_current_lr_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3268,14 +3295,15 @@ func Trainer_current_lr(arg1 uintptr, arg2 *float64) (_swig_ret error) {
 	return swig_r_1
 }
 
-func Trainer_save_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
+func Trainer_save_checkpoint(arg1 uintptr, arg2 Text) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_save_checkpoint_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_195)(unsafe.Pointer(&_swig_i_1)))
+	var _swig_i_1 string
+_swig_i_1 = arg2.s
+	swig_r_p := C._wrap_trainer_save_checkpoint_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_195)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
-		Swig_escape_val = arg2
+		Swig_escape_val = _swig_i_1
 	}
 	var swig_r_1 error
 
@@ -3291,14 +3319,15 @@ func Trainer_save_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 	return swig_r_1
 }
 
-func Trainer_load_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
+func Trainer_load_checkpoint(arg1 uintptr, arg2 Text) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
-	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_load_checkpoint_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_197)(unsafe.Pointer(&_swig_i_1)))
+	var _swig_i_1 string
+_swig_i_1 = arg2.s
+	swig_r_p := C._wrap_trainer_load_checkpoint_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_197)(unsafe.Pointer(&_swig_i_1)))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
-		Swig_escape_val = arg2
+		Swig_escape_val = _swig_i_1
 	}
 	var swig_r_1 error
 
@@ -3316,14 +3345,14 @@ func Trainer_load_checkpoint(arg1 uintptr, arg2 string) (_swig_ret error) {
 
 func History_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_history_release_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0))
+	C._wrap_history_release_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0))
 }
 
 func History_retain(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_history_retain_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_history_retain_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3343,7 +3372,7 @@ func History_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_history_size_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_history_size_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3364,7 +3393,7 @@ func History_get(arg1 uintptr, arg2 int64, arg3 *EpochStats) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_history_get_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_type_201(_swig_i_1), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_history_get_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_type_201(_swig_i_1), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3384,7 +3413,7 @@ func Communicator_create_mpi(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_communicator_create_mpi_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_communicator_create_mpi_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3405,7 +3434,7 @@ func Communicator_create_local(arg1 uintptr, arg2 []Device, arg3 *uintptr) (_swi
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r_p := C._wrap_communicator_create_local_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), *(*C.swig_type_204)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
+	swig_r_p := C._wrap_communicator_create_local_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), *(*C.swig_type_204)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -3426,14 +3455,14 @@ func Communicator_create_local(arg1 uintptr, arg2 []Device, arg3 *uintptr) (_swi
 
 func Communicator_release(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_communicator_release_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0))
+	C._wrap_communicator_release_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0))
 }
 
 func Communicator_retain(arg1 uintptr, arg2 *uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_communicator_retain_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_communicator_retain_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3453,7 +3482,7 @@ func Communicator_rank(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_communicator_rank_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_communicator_rank_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3473,7 +3502,7 @@ func Communicator_size(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_communicator_size_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_communicator_size_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3493,7 +3522,7 @@ func Communicator_local_rank(arg1 uintptr, arg2 *int64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_communicator_local_rank_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
+	swig_r_p := C._wrap_communicator_local_rank_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3513,7 +3542,7 @@ func Communicator_set_timeout(arg1 uintptr, arg2 float64) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_communicator_set_timeout_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	swig_r_p := C._wrap_communicator_set_timeout_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 
@@ -3533,7 +3562,7 @@ func Trainer_attach_communicator(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r string
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r_p := C._wrap_trainer_attach_communicator_capi_3ee356cb97fe4fba(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
+	swig_r_p := C._wrap_trainer_attach_communicator_capi_77dc8abd19545fee(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 error
 

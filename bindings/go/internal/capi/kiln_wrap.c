@@ -200,7 +200,7 @@ static void* Swig_malloc(int c) {
 extern "C" {
 #endif
 
-void _wrap_Swig_free_capi_3ee356cb97fe4fba(void *_swig_go_0) {
+void _wrap_Swig_free_capi_77dc8abd19545fee(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = *(void **)&_swig_go_0; 
@@ -210,7 +210,7 @@ void _wrap_Swig_free_capi_3ee356cb97fe4fba(void *_swig_go_0) {
 }
 
 
-void *_wrap_Swig_malloc_capi_3ee356cb97fe4fba(intgo _swig_go_0) {
+void *_wrap_Swig_malloc_capi_77dc8abd19545fee(intgo _swig_go_0) {
   int arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -223,7 +223,7 @@ void *_wrap_Swig_malloc_capi_3ee356cb97fe4fba(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_version_string_capi_3ee356cb97fe4fba() {
+_gostring_ _wrap_version_string_capi_77dc8abd19545fee() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -234,7 +234,7 @@ _gostring_ _wrap_version_string_capi_3ee356cb97fe4fba() {
 }
 
 
-intgo _wrap_abi_version_capi_3ee356cb97fe4fba() {
+intgo _wrap_abi_version_capi_77dc8abd19545fee() {
   int result;
   intgo _swig_go_result;
   
@@ -245,7 +245,7 @@ intgo _wrap_abi_version_capi_3ee356cb97fe4fba() {
 }
 
 
-_gostring_ _wrap_status_name_capi_3ee356cb97fe4fba(intgo _swig_go_0) {
+_gostring_ _wrap_status_name_capi_77dc8abd19545fee(intgo _swig_go_0) {
   kiln_status arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -258,7 +258,7 @@ _gostring_ _wrap_status_name_capi_3ee356cb97fe4fba(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_last_error_capi_3ee356cb97fe4fba() {
+_gostring_ _wrap_last_error_capi_77dc8abd19545fee() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -269,7 +269,7 @@ _gostring_ _wrap_last_error_capi_3ee356cb97fe4fba() {
 }
 
 
-_gostring_ _wrap_context_options_create_capi_3ee356cb97fe4fba(kiln_context_options **_swig_go_0) {
+_gostring_ _wrap_context_options_create_capi_77dc8abd19545fee(kiln_context_options **_swig_go_0) {
   kiln_context_options **arg1 = (kiln_context_options **) 0 ;
   kiln_status result;
   _gostring_ _swig_go_result;
@@ -302,7 +302,7 @@ _gostring_ _wrap_context_options_create_capi_3ee356cb97fe4fba(kiln_context_optio
 }
 
 
-void _wrap_context_options_release_capi_3ee356cb97fe4fba(kiln_context_options *_swig_go_0) {
+void _wrap_context_options_release_capi_77dc8abd19545fee(kiln_context_options *_swig_go_0) {
   kiln_context_options *arg1 = (kiln_context_options *) 0 ;
   
   arg1 = (kiln_context_options *)_swig_go_0; 
@@ -312,7 +312,7 @@ void _wrap_context_options_release_capi_3ee356cb97fe4fba(kiln_context_options *_
 }
 
 
-_gostring_ _wrap_context_options_set_seed_capi_3ee356cb97fe4fba(kiln_context_options *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_context_options_set_seed_capi_77dc8abd19545fee(kiln_context_options *_swig_go_0, long long _swig_go_1) {
   kiln_context_options *arg1 = (kiln_context_options *) 0 ;
   uint64_t arg2 ;
   kiln_status result;
@@ -347,7 +347,7 @@ _gostring_ _wrap_context_options_set_seed_capi_3ee356cb97fe4fba(kiln_context_opt
 }
 
 
-_gostring_ _wrap_context_options_set_num_threads_capi_3ee356cb97fe4fba(kiln_context_options *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_context_options_set_num_threads_capi_77dc8abd19545fee(kiln_context_options *_swig_go_0, long long _swig_go_1) {
   kiln_context_options *arg1 = (kiln_context_options *) 0 ;
   int64_t arg2 ;
   kiln_status result;
@@ -382,7 +382,7 @@ _gostring_ _wrap_context_options_set_num_threads_capi_3ee356cb97fe4fba(kiln_cont
 }
 
 
-_gostring_ _wrap_context_options_set_log_level_capi_3ee356cb97fe4fba(kiln_context_options *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_context_options_set_log_level_capi_77dc8abd19545fee(kiln_context_options *_swig_go_0, intgo _swig_go_1) {
   kiln_context_options *arg1 = (kiln_context_options *) 0 ;
   kiln_log_level arg2 ;
   kiln_status result;
@@ -417,7 +417,7 @@ _gostring_ _wrap_context_options_set_log_level_capi_3ee356cb97fe4fba(kiln_contex
 }
 
 
-_gostring_ _wrap_context_options_set_log_callback_capi_3ee356cb97fe4fba(kiln_context_options *_swig_go_0, kiln_log_fn _swig_go_1, void *_swig_go_2) {
+_gostring_ _wrap_context_options_set_log_callback_capi_77dc8abd19545fee(kiln_context_options *_swig_go_0, kiln_log_fn _swig_go_1, void *_swig_go_2) {
   kiln_context_options *arg1 = (kiln_context_options *) 0 ;
   kiln_log_fn arg2 = (kiln_log_fn) 0 ;
   void *arg3 = (void *) 0 ;
@@ -454,7 +454,7 @@ _gostring_ _wrap_context_options_set_log_callback_capi_3ee356cb97fe4fba(kiln_con
 }
 
 
-_gostring_ _wrap_context_options_set_enable_cuda_capi_3ee356cb97fe4fba(kiln_context_options *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_context_options_set_enable_cuda_capi_77dc8abd19545fee(kiln_context_options *_swig_go_0, intgo _swig_go_1) {
   kiln_context_options *arg1 = (kiln_context_options *) 0 ;
   int arg2 ;
   kiln_status result;
@@ -489,7 +489,7 @@ _gostring_ _wrap_context_options_set_enable_cuda_capi_3ee356cb97fe4fba(kiln_cont
 }
 
 
-_gostring_ _wrap_context_create_capi_3ee356cb97fe4fba(kiln_context_options *_swig_go_0, kiln_context **_swig_go_1) {
+_gostring_ _wrap_context_create_capi_77dc8abd19545fee(kiln_context_options *_swig_go_0, kiln_context **_swig_go_1) {
   kiln_context_options *arg1 = (kiln_context_options *) 0 ;
   kiln_context **arg2 = (kiln_context **) 0 ;
   kiln_status result;
@@ -524,7 +524,7 @@ _gostring_ _wrap_context_create_capi_3ee356cb97fe4fba(kiln_context_options *_swi
 }
 
 
-void _wrap_context_release_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0) {
+void _wrap_context_release_capi_77dc8abd19545fee(kiln_context *_swig_go_0) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   
   arg1 = (kiln_context *)_swig_go_0; 
@@ -534,7 +534,7 @@ void _wrap_context_release_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_context_retain_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, kiln_context **_swig_go_1) {
+_gostring_ _wrap_context_retain_capi_77dc8abd19545fee(kiln_context *_swig_go_0, kiln_context **_swig_go_1) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   kiln_context **arg2 = (kiln_context **) 0 ;
   kiln_status result;
@@ -569,7 +569,7 @@ _gostring_ _wrap_context_retain_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_context_set_seed_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_context_set_seed_capi_77dc8abd19545fee(kiln_context *_swig_go_0, long long _swig_go_1) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   uint64_t arg2 ;
   kiln_status result;
@@ -604,7 +604,7 @@ _gostring_ _wrap_context_set_seed_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0
 }
 
 
-_gostring_ _wrap_device_parse_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _gostring_ _swig_go_1, kiln_device *_swig_go_2) {
+_gostring_ _wrap_device_parse_capi_77dc8abd19545fee(kiln_context *_swig_go_0, _gostring_ _swig_go_1, kiln_device *_swig_go_2) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_device *arg3 = (kiln_device *) 0 ;
@@ -646,7 +646,7 @@ _gostring_ _wrap_device_parse_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _g
 }
 
 
-_gostring_ _wrap_cuda_is_available_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_cuda_is_available_capi_77dc8abd19545fee(kiln_context *_swig_go_0, int *_swig_go_1) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   int *arg2 = (int *) 0 ;
   kiln_status result;
@@ -681,7 +681,7 @@ _gostring_ _wrap_cuda_is_available_capi_3ee356cb97fe4fba(kiln_context *_swig_go_
 }
 
 
-_gostring_ _wrap_cuda_unavailable_reason_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _gostring_* _swig_go_1) {
+_gostring_ _wrap_cuda_unavailable_reason_capi_77dc8abd19545fee(kiln_context *_swig_go_0, _gostring_* _swig_go_1) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   char **arg2 = (char **) 0 ;
   char const *swig_str2 = NULL ;
@@ -725,7 +725,7 @@ _gostring_ _wrap_cuda_unavailable_reason_capi_3ee356cb97fe4fba(kiln_context *_sw
 }
 
 
-_gostring_ _wrap_device_count_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, intgo _swig_go_1, long long *_swig_go_2) {
+_gostring_ _wrap_device_count_capi_77dc8abd19545fee(kiln_context *_swig_go_0, intgo _swig_go_1, long long *_swig_go_2) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   kiln_device_kind arg2 ;
   int64_t *arg3 = (int64_t *) 0 ;
@@ -762,7 +762,7 @@ _gostring_ _wrap_device_count_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, in
 }
 
 
-_gostring_ _wrap_default_device_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, kiln_device *_swig_go_1) {
+_gostring_ _wrap_default_device_capi_77dc8abd19545fee(kiln_context *_swig_go_0, kiln_device *_swig_go_1) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   kiln_device *arg2 = (kiln_device *) 0 ;
   kiln_status result;
@@ -797,7 +797,7 @@ _gostring_ _wrap_default_device_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_device_get_info_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _goslice_ _swig_go_1, kiln_device_info *_swig_go_2) {
+_gostring_ _wrap_device_get_info_capi_77dc8abd19545fee(kiln_context *_swig_go_0, _goslice_ _swig_go_1, kiln_device_info *_swig_go_2) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   kiln_device arg2 ;
   kiln_device_info *arg3 = (kiln_device_info *) 0 ;
@@ -837,7 +837,7 @@ _gostring_ _wrap_device_get_info_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0,
 }
 
 
-_gostring_ _wrap_device_synchronize_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_device_synchronize_capi_77dc8abd19545fee(kiln_context *_swig_go_0, _goslice_ _swig_go_1) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   kiln_device arg2 ;
   kiln_status result;
@@ -875,7 +875,7 @@ _gostring_ _wrap_device_synchronize_capi_3ee356cb97fe4fba(kiln_context *_swig_go
 }
 
 
-_gostring_ _wrap_dtype_name_capi_3ee356cb97fe4fba(intgo _swig_go_0) {
+_gostring_ _wrap_dtype_name_capi_77dc8abd19545fee(intgo _swig_go_0) {
   kiln_dtype arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -888,7 +888,7 @@ _gostring_ _wrap_dtype_name_capi_3ee356cb97fe4fba(intgo _swig_go_0) {
 }
 
 
-long long _wrap_dtype_size_capi_3ee356cb97fe4fba(intgo _swig_go_0) {
+long long _wrap_dtype_size_capi_77dc8abd19545fee(intgo _swig_go_0) {
   kiln_dtype arg1 ;
   int64_t result;
   long long _swig_go_result;
@@ -901,7 +901,7 @@ long long _wrap_dtype_size_capi_3ee356cb97fe4fba(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_tensor_empty_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
+_gostring_ _wrap_tensor_empty_capi_77dc8abd19545fee(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -946,7 +946,7 @@ _gostring_ _wrap_tensor_empty_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _g
 }
 
 
-_gostring_ _wrap_tensor_zeros_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
+_gostring_ _wrap_tensor_zeros_capi_77dc8abd19545fee(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -991,7 +991,7 @@ _gostring_ _wrap_tensor_zeros_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _g
 }
 
 
-_gostring_ _wrap_tensor_ones_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
+_gostring_ _wrap_tensor_ones_capi_77dc8abd19545fee(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -1036,7 +1036,7 @@ _gostring_ _wrap_tensor_ones_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _go
 }
 
 
-_gostring_ _wrap_tensor_full_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, double _swig_go_4, kiln_tensor **_swig_go_5) {
+_gostring_ _wrap_tensor_full_capi_77dc8abd19545fee(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, double _swig_go_4, kiln_tensor **_swig_go_5) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -1083,7 +1083,7 @@ _gostring_ _wrap_tensor_full_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _go
 }
 
 
-_gostring_ _wrap_tensor_arange_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, double _swig_go_1, double _swig_go_2, double _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, kiln_tensor **_swig_go_6) {
+_gostring_ _wrap_tensor_arange_capi_77dc8abd19545fee(kiln_context *_swig_go_0, double _swig_go_1, double _swig_go_2, double _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, kiln_tensor **_swig_go_6) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   double arg2 ;
   double arg3 ;
@@ -1131,7 +1131,7 @@ _gostring_ _wrap_tensor_arange_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, d
 }
 
 
-_gostring_ _wrap_tensor_rand_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
+_gostring_ _wrap_tensor_rand_capi_77dc8abd19545fee(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -1176,7 +1176,7 @@ _gostring_ _wrap_tensor_rand_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _go
 }
 
 
-_gostring_ _wrap_tensor_randn_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
+_gostring_ _wrap_tensor_randn_capi_77dc8abd19545fee(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -1221,7 +1221,7 @@ _gostring_ _wrap_tensor_randn_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _g
 }
 
 
-_gostring_ _wrap_tensor_from_host_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _goslice_ _swig_go_1, _goslice_ _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, kiln_tensor **_swig_go_5) {
+_gostring_ _wrap_tensor_from_host_capi_77dc8abd19545fee(kiln_context *_swig_go_0, _goslice_ _swig_go_1, _goslice_ _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, kiln_tensor **_swig_go_5) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   void *arg2 = (void *) 0 ;
   int64_t arg3 ;
@@ -1269,7 +1269,7 @@ _gostring_ _wrap_tensor_from_host_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0
 }
 
 
-_gostring_ _wrap_tensor_empty_pinned_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, kiln_tensor **_swig_go_3) {
+_gostring_ _wrap_tensor_empty_pinned_capi_77dc8abd19545fee(kiln_context *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, kiln_tensor **_swig_go_3) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -1309,7 +1309,7 @@ _gostring_ _wrap_tensor_empty_pinned_capi_3ee356cb97fe4fba(kiln_context *_swig_g
 }
 
 
-void _wrap_tensor_release_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0) {
+void _wrap_tensor_release_capi_77dc8abd19545fee(kiln_tensor *_swig_go_0) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   
   arg1 = (kiln_tensor *)_swig_go_0; 
@@ -1319,7 +1319,7 @@ void _wrap_tensor_release_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_tensor_retain_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, kiln_tensor **_swig_go_1) {
+_gostring_ _wrap_tensor_retain_capi_77dc8abd19545fee(kiln_tensor *_swig_go_0, kiln_tensor **_swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   kiln_tensor **arg2 = (kiln_tensor **) 0 ;
   kiln_status result;
@@ -1354,7 +1354,7 @@ _gostring_ _wrap_tensor_retain_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, ki
 }
 
 
-_gostring_ _wrap_tensor_copy_to_host_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_tensor_copy_to_host_capi_77dc8abd19545fee(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   void *arg2 = (void *) 0 ;
   int64_t arg3 ;
@@ -1390,7 +1390,7 @@ _gostring_ _wrap_tensor_copy_to_host_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go
 }
 
 
-_gostring_ _wrap_tensor_copy_from_host_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_tensor_copy_from_host_capi_77dc8abd19545fee(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   void *arg2 = (void *) 0 ;
   int64_t arg3 ;
@@ -1426,7 +1426,7 @@ _gostring_ _wrap_tensor_copy_from_host_capi_3ee356cb97fe4fba(kiln_tensor *_swig_
 }
 
 
-_gostring_ _wrap_tensor_item_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, double *_swig_go_1) {
+_gostring_ _wrap_tensor_item_capi_77dc8abd19545fee(kiln_tensor *_swig_go_0, double *_swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   double *arg2 = (double *) 0 ;
   kiln_status result;
@@ -1461,7 +1461,7 @@ _gostring_ _wrap_tensor_item_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, doub
 }
 
 
-_gostring_ _wrap_tensor_to_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1, kiln_tensor **_swig_go_2) {
+_gostring_ _wrap_tensor_to_capi_77dc8abd19545fee(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1, kiln_tensor **_swig_go_2) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   kiln_device arg2 ;
   kiln_tensor **arg3 = (kiln_tensor **) 0 ;
@@ -1501,7 +1501,7 @@ _gostring_ _wrap_tensor_to_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, _gosli
 }
 
 
-_gostring_ _wrap_tensor_cast_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, intgo _swig_go_1, kiln_tensor **_swig_go_2) {
+_gostring_ _wrap_tensor_cast_capi_77dc8abd19545fee(kiln_tensor *_swig_go_0, intgo _swig_go_1, kiln_tensor **_swig_go_2) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   kiln_dtype arg2 ;
   kiln_tensor **arg3 = (kiln_tensor **) 0 ;
@@ -1538,7 +1538,7 @@ _gostring_ _wrap_tensor_cast_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, intg
 }
 
 
-_gostring_ _wrap_tensor_clone_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, kiln_tensor **_swig_go_1) {
+_gostring_ _wrap_tensor_clone_capi_77dc8abd19545fee(kiln_tensor *_swig_go_0, kiln_tensor **_swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   kiln_tensor **arg2 = (kiln_tensor **) 0 ;
   kiln_status result;
@@ -1573,7 +1573,7 @@ _gostring_ _wrap_tensor_clone_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, kil
 }
 
 
-_gostring_ _wrap_tensor_ndim_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_tensor_ndim_capi_77dc8abd19545fee(kiln_tensor *_swig_go_0, long long *_swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -1608,7 +1608,7 @@ _gostring_ _wrap_tensor_ndim_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, long
 }
 
 
-_gostring_ _wrap_tensor_dim_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, long long _swig_go_1, long long *_swig_go_2) {
+_gostring_ _wrap_tensor_dim_capi_77dc8abd19545fee(kiln_tensor *_swig_go_0, long long _swig_go_1, long long *_swig_go_2) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t arg2 ;
   int64_t *arg3 = (int64_t *) 0 ;
@@ -1645,7 +1645,7 @@ _gostring_ _wrap_tensor_dim_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, long 
 }
 
 
-_gostring_ _wrap_tensor_shape_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_tensor_shape_capi_77dc8abd19545fee(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -1681,7 +1681,7 @@ _gostring_ _wrap_tensor_shape_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, _go
 }
 
 
-_gostring_ _wrap_tensor_numel_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_tensor_numel_capi_77dc8abd19545fee(kiln_tensor *_swig_go_0, long long *_swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -1716,7 +1716,7 @@ _gostring_ _wrap_tensor_numel_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, lon
 }
 
 
-_gostring_ _wrap_tensor_dtype_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_tensor_dtype_capi_77dc8abd19545fee(kiln_tensor *_swig_go_0, int *_swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   kiln_dtype *arg2 = (kiln_dtype *) 0 ;
   kiln_status result;
@@ -1751,7 +1751,7 @@ _gostring_ _wrap_tensor_dtype_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, int
 }
 
 
-_gostring_ _wrap_tensor_device_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, kiln_device *_swig_go_1) {
+_gostring_ _wrap_tensor_device_capi_77dc8abd19545fee(kiln_tensor *_swig_go_0, kiln_device *_swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   kiln_device *arg2 = (kiln_device *) 0 ;
   kiln_status result;
@@ -1786,7 +1786,7 @@ _gostring_ _wrap_tensor_device_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, ki
 }
 
 
-_gostring_ _wrap_tensor_get_device_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_tensor_get_device_capi_77dc8abd19545fee(kiln_tensor *_swig_go_0, long long *_swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -1821,7 +1821,7 @@ _gostring_ _wrap_tensor_get_device_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0
 }
 
 
-_gostring_ _wrap_tensor_is_pinned_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_tensor_is_pinned_capi_77dc8abd19545fee(kiln_tensor *_swig_go_0, int *_swig_go_1) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int *arg2 = (int *) 0 ;
   kiln_status result;
@@ -1856,7 +1856,7 @@ _gostring_ _wrap_tensor_is_pinned_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0,
 }
 
 
-_gostring_ _wrap_tensor_reshape_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1, kiln_tensor **_swig_go_2) {
+_gostring_ _wrap_tensor_reshape_capi_77dc8abd19545fee(kiln_tensor *_swig_go_0, _goslice_ _swig_go_1, kiln_tensor **_swig_go_2) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -1894,7 +1894,7 @@ _gostring_ _wrap_tensor_reshape_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, _
 }
 
 
-_gostring_ _wrap_tensor_rows_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, long long _swig_go_1, long long _swig_go_2, kiln_tensor **_swig_go_3) {
+_gostring_ _wrap_tensor_rows_capi_77dc8abd19545fee(kiln_tensor *_swig_go_0, long long _swig_go_1, long long _swig_go_2, kiln_tensor **_swig_go_3) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t arg2 ;
   int64_t arg3 ;
@@ -1933,7 +1933,7 @@ _gostring_ _wrap_tensor_rows_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, long
 }
 
 
-_gostring_ _wrap_tensor_binary_capi_3ee356cb97fe4fba(intgo _swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, kiln_tensor **_swig_go_3) {
+_gostring_ _wrap_tensor_binary_capi_77dc8abd19545fee(intgo _swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, kiln_tensor **_swig_go_3) {
   kiln_binary_op arg1 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   kiln_tensor *arg3 = (kiln_tensor *) 0 ;
@@ -1972,7 +1972,7 @@ _gostring_ _wrap_tensor_binary_capi_3ee356cb97fe4fba(intgo _swig_go_0, kiln_tens
 }
 
 
-_gostring_ _wrap_tensor_scalar_capi_3ee356cb97fe4fba(intgo _swig_go_0, kiln_tensor *_swig_go_1, double _swig_go_2, kiln_tensor **_swig_go_3) {
+_gostring_ _wrap_tensor_scalar_capi_77dc8abd19545fee(intgo _swig_go_0, kiln_tensor *_swig_go_1, double _swig_go_2, kiln_tensor **_swig_go_3) {
   kiln_binary_op arg1 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   double arg3 ;
@@ -2011,7 +2011,7 @@ _gostring_ _wrap_tensor_scalar_capi_3ee356cb97fe4fba(intgo _swig_go_0, kiln_tens
 }
 
 
-_gostring_ _wrap_tensor_compare_capi_3ee356cb97fe4fba(intgo _swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, kiln_tensor **_swig_go_3) {
+_gostring_ _wrap_tensor_compare_capi_77dc8abd19545fee(intgo _swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, kiln_tensor **_swig_go_3) {
   kiln_compare_op arg1 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   kiln_tensor *arg3 = (kiln_tensor *) 0 ;
@@ -2050,7 +2050,7 @@ _gostring_ _wrap_tensor_compare_capi_3ee356cb97fe4fba(intgo _swig_go_0, kiln_ten
 }
 
 
-_gostring_ _wrap_tensor_unary_capi_3ee356cb97fe4fba(intgo _swig_go_0, kiln_tensor *_swig_go_1, double _swig_go_2, kiln_tensor **_swig_go_3) {
+_gostring_ _wrap_tensor_unary_capi_77dc8abd19545fee(intgo _swig_go_0, kiln_tensor *_swig_go_1, double _swig_go_2, kiln_tensor **_swig_go_3) {
   kiln_unary_op arg1 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   double arg3 ;
@@ -2089,7 +2089,7 @@ _gostring_ _wrap_tensor_unary_capi_3ee356cb97fe4fba(intgo _swig_go_0, kiln_tenso
 }
 
 
-_gostring_ _wrap_tensor_softmax_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, long long _swig_go_1, kiln_tensor **_swig_go_2) {
+_gostring_ _wrap_tensor_softmax_capi_77dc8abd19545fee(kiln_tensor *_swig_go_0, long long _swig_go_1, kiln_tensor **_swig_go_2) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t arg2 ;
   kiln_tensor **arg3 = (kiln_tensor **) 0 ;
@@ -2126,7 +2126,7 @@ _gostring_ _wrap_tensor_softmax_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, l
 }
 
 
-_gostring_ _wrap_tensor_log_softmax_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, long long _swig_go_1, kiln_tensor **_swig_go_2) {
+_gostring_ _wrap_tensor_log_softmax_capi_77dc8abd19545fee(kiln_tensor *_swig_go_0, long long _swig_go_1, kiln_tensor **_swig_go_2) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   int64_t arg2 ;
   kiln_tensor **arg3 = (kiln_tensor **) 0 ;
@@ -2163,7 +2163,7 @@ _gostring_ _wrap_tensor_log_softmax_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_
 }
 
 
-_gostring_ _wrap_tensor_reduce_capi_3ee356cb97fe4fba(intgo _swig_go_0, kiln_tensor *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, kiln_tensor **_swig_go_4) {
+_gostring_ _wrap_tensor_reduce_capi_77dc8abd19545fee(intgo _swig_go_0, kiln_tensor *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, kiln_tensor **_swig_go_4) {
   kiln_reduce_op arg1 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   int64_t arg3 ;
@@ -2204,7 +2204,7 @@ _gostring_ _wrap_tensor_reduce_capi_3ee356cb97fe4fba(intgo _swig_go_0, kiln_tens
 }
 
 
-_gostring_ _wrap_tensor_matmul_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor **_swig_go_2) {
+_gostring_ _wrap_tensor_matmul_capi_77dc8abd19545fee(kiln_tensor *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor **_swig_go_2) {
   kiln_tensor *arg1 = (kiln_tensor *) 0 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   kiln_tensor **arg3 = (kiln_tensor **) 0 ;
@@ -2241,7 +2241,7 @@ _gostring_ _wrap_tensor_matmul_capi_3ee356cb97fe4fba(kiln_tensor *_swig_go_0, ki
 }
 
 
-_gostring_ _wrap_model_spec_create_capi_3ee356cb97fe4fba(kiln_model_spec **_swig_go_0) {
+_gostring_ _wrap_model_spec_create_capi_77dc8abd19545fee(kiln_model_spec **_swig_go_0) {
   kiln_model_spec **arg1 = (kiln_model_spec **) 0 ;
   kiln_status result;
   _gostring_ _swig_go_result;
@@ -2274,7 +2274,7 @@ _gostring_ _wrap_model_spec_create_capi_3ee356cb97fe4fba(kiln_model_spec **_swig
 }
 
 
-void _wrap_model_spec_release_capi_3ee356cb97fe4fba(kiln_model_spec *_swig_go_0) {
+void _wrap_model_spec_release_capi_77dc8abd19545fee(kiln_model_spec *_swig_go_0) {
   kiln_model_spec *arg1 = (kiln_model_spec *) 0 ;
   
   arg1 = (kiln_model_spec *)_swig_go_0; 
@@ -2284,7 +2284,7 @@ void _wrap_model_spec_release_capi_3ee356cb97fe4fba(kiln_model_spec *_swig_go_0)
 }
 
 
-_gostring_ _wrap_model_spec_add_linear_capi_3ee356cb97fe4fba(kiln_model_spec *_swig_go_0, long long _swig_go_1, long long _swig_go_2, intgo _swig_go_3) {
+_gostring_ _wrap_model_spec_add_linear_capi_77dc8abd19545fee(kiln_model_spec *_swig_go_0, long long _swig_go_1, long long _swig_go_2, intgo _swig_go_3) {
   kiln_model_spec *arg1 = (kiln_model_spec *) 0 ;
   int64_t arg2 ;
   int64_t arg3 ;
@@ -2323,7 +2323,7 @@ _gostring_ _wrap_model_spec_add_linear_capi_3ee356cb97fe4fba(kiln_model_spec *_s
 }
 
 
-_gostring_ _wrap_model_spec_add_capi_3ee356cb97fe4fba(kiln_model_spec *_swig_go_0, intgo _swig_go_1, double _swig_go_2) {
+_gostring_ _wrap_model_spec_add_capi_77dc8abd19545fee(kiln_model_spec *_swig_go_0, intgo _swig_go_1, double _swig_go_2) {
   kiln_model_spec *arg1 = (kiln_model_spec *) 0 ;
   kiln_layer_kind arg2 ;
   double arg3 ;
@@ -2360,7 +2360,7 @@ _gostring_ _wrap_model_spec_add_capi_3ee356cb97fe4fba(kiln_model_spec *_swig_go_
 }
 
 
-_gostring_ _wrap_model_spec_add_v2_capi_3ee356cb97fe4fba(kiln_model_spec *_swig_go_0, intgo _swig_go_1, double _swig_go_2, double _swig_go_3) {
+_gostring_ _wrap_model_spec_add_v2_capi_77dc8abd19545fee(kiln_model_spec *_swig_go_0, intgo _swig_go_1, double _swig_go_2, double _swig_go_3) {
   kiln_model_spec *arg1 = (kiln_model_spec *) 0 ;
   kiln_layer_kind arg2 ;
   double arg3 ;
@@ -2399,7 +2399,7 @@ _gostring_ _wrap_model_spec_add_v2_capi_3ee356cb97fe4fba(kiln_model_spec *_swig_
 }
 
 
-_gostring_ _wrap_model_spec_add_mlp_capi_3ee356cb97fe4fba(kiln_model_spec *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2) {
+_gostring_ _wrap_model_spec_add_mlp_capi_77dc8abd19545fee(kiln_model_spec *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2) {
   kiln_model_spec *arg1 = (kiln_model_spec *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t arg3 ;
@@ -2437,7 +2437,7 @@ _gostring_ _wrap_model_spec_add_mlp_capi_3ee356cb97fe4fba(kiln_model_spec *_swig
 }
 
 
-_gostring_ _wrap_model_spec_parse_capi_3ee356cb97fe4fba(kiln_model_spec *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_model_spec_parse_capi_77dc8abd19545fee(kiln_model_spec *_swig_go_0, _gostring_ _swig_go_1) {
   kiln_model_spec *arg1 = (kiln_model_spec *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_status result;
@@ -2477,7 +2477,7 @@ _gostring_ _wrap_model_spec_parse_capi_3ee356cb97fe4fba(kiln_model_spec *_swig_g
 }
 
 
-_gostring_ _wrap_model_create_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, kiln_model_spec *_swig_go_1, _goslice_ _swig_go_2, kiln_model **_swig_go_3) {
+_gostring_ _wrap_model_create_capi_77dc8abd19545fee(kiln_context *_swig_go_0, kiln_model_spec *_swig_go_1, _goslice_ _swig_go_2, kiln_model **_swig_go_3) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   kiln_model_spec *arg2 = (kiln_model_spec *) 0 ;
   kiln_device arg3 ;
@@ -2519,7 +2519,7 @@ _gostring_ _wrap_model_create_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, ki
 }
 
 
-_gostring_ _wrap_model_create_dtype_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, kiln_model_spec *_swig_go_1, _goslice_ _swig_go_2, intgo _swig_go_3, kiln_model **_swig_go_4) {
+_gostring_ _wrap_model_create_dtype_capi_77dc8abd19545fee(kiln_context *_swig_go_0, kiln_model_spec *_swig_go_1, _goslice_ _swig_go_2, intgo _swig_go_3, kiln_model **_swig_go_4) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   kiln_model_spec *arg2 = (kiln_model_spec *) 0 ;
   kiln_device arg3 ;
@@ -2563,7 +2563,7 @@ _gostring_ _wrap_model_create_dtype_capi_3ee356cb97fe4fba(kiln_context *_swig_go
 }
 
 
-void _wrap_model_release_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0) {
+void _wrap_model_release_capi_77dc8abd19545fee(kiln_model *_swig_go_0) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   
   arg1 = (kiln_model *)_swig_go_0; 
@@ -2573,7 +2573,7 @@ void _wrap_model_release_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_model_retain_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, kiln_model **_swig_go_1) {
+_gostring_ _wrap_model_retain_capi_77dc8abd19545fee(kiln_model *_swig_go_0, kiln_model **_swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   kiln_model **arg2 = (kiln_model **) 0 ;
   kiln_status result;
@@ -2608,7 +2608,7 @@ _gostring_ _wrap_model_retain_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, kiln
 }
 
 
-_gostring_ _wrap_model_to_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_model_to_capi_77dc8abd19545fee(kiln_model *_swig_go_0, _goslice_ _swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   kiln_device arg2 ;
   kiln_status result;
@@ -2646,7 +2646,7 @@ _gostring_ _wrap_model_to_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, _goslice
 }
 
 
-_gostring_ _wrap_model_device_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, kiln_device *_swig_go_1) {
+_gostring_ _wrap_model_device_capi_77dc8abd19545fee(kiln_model *_swig_go_0, kiln_device *_swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   kiln_device *arg2 = (kiln_device *) 0 ;
   kiln_status result;
@@ -2681,7 +2681,7 @@ _gostring_ _wrap_model_device_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, kiln
 }
 
 
-_gostring_ _wrap_model_set_training_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_model_set_training_capi_77dc8abd19545fee(kiln_model *_swig_go_0, intgo _swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   int arg2 ;
   kiln_status result;
@@ -2716,7 +2716,7 @@ _gostring_ _wrap_model_set_training_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0
 }
 
 
-_gostring_ _wrap_model_is_training_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, int *_swig_go_1) {
+_gostring_ _wrap_model_is_training_capi_77dc8abd19545fee(kiln_model *_swig_go_0, int *_swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   int *arg2 = (int *) 0 ;
   kiln_status result;
@@ -2751,7 +2751,7 @@ _gostring_ _wrap_model_is_training_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0,
 }
 
 
-_gostring_ _wrap_model_num_parameters_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_model_num_parameters_capi_77dc8abd19545fee(kiln_model *_swig_go_0, long long *_swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -2786,7 +2786,7 @@ _gostring_ _wrap_model_num_parameters_capi_3ee356cb97fe4fba(kiln_model *_swig_go
 }
 
 
-_gostring_ _wrap_model_input_size_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_model_input_size_capi_77dc8abd19545fee(kiln_model *_swig_go_0, long long *_swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -2821,7 +2821,7 @@ _gostring_ _wrap_model_input_size_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_model_output_size_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_model_output_size_capi_77dc8abd19545fee(kiln_model *_swig_go_0, long long *_swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -2856,7 +2856,7 @@ _gostring_ _wrap_model_output_size_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0,
 }
 
 
-_gostring_ _wrap_model_describe_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, _gostring_* _swig_go_1) {
+_gostring_ _wrap_model_describe_capi_77dc8abd19545fee(kiln_model *_swig_go_0, _gostring_* _swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   char **arg2 = (char **) 0 ;
   char const *swig_str2 = NULL ;
@@ -2900,7 +2900,7 @@ _gostring_ _wrap_model_describe_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, _g
 }
 
 
-_gostring_ _wrap_model_num_parameter_tensors_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_model_num_parameter_tensors_capi_77dc8abd19545fee(kiln_model *_swig_go_0, long long *_swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -2935,7 +2935,7 @@ _gostring_ _wrap_model_num_parameter_tensors_capi_3ee356cb97fe4fba(kiln_model *_
 }
 
 
-_gostring_ _wrap_model_parameter_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, long long _swig_go_1, kiln_tensor **_swig_go_2) {
+_gostring_ _wrap_model_parameter_capi_77dc8abd19545fee(kiln_model *_swig_go_0, long long _swig_go_1, kiln_tensor **_swig_go_2) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   int64_t arg2 ;
   kiln_tensor **arg3 = (kiln_tensor **) 0 ;
@@ -2972,7 +2972,7 @@ _gostring_ _wrap_model_parameter_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, l
 }
 
 
-_gostring_ _wrap_model_parameter_name_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, long long _swig_go_1, _gostring_* _swig_go_2) {
+_gostring_ _wrap_model_parameter_name_capi_77dc8abd19545fee(kiln_model *_swig_go_0, long long _swig_go_1, _gostring_* _swig_go_2) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   int64_t arg2 ;
   char **arg3 = (char **) 0 ;
@@ -3018,7 +3018,7 @@ _gostring_ _wrap_model_parameter_name_capi_3ee356cb97fe4fba(kiln_model *_swig_go
 }
 
 
-_gostring_ _wrap_model_forward_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor **_swig_go_2) {
+_gostring_ _wrap_model_forward_capi_77dc8abd19545fee(kiln_model *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor **_swig_go_2) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   kiln_tensor **arg3 = (kiln_tensor **) 0 ;
@@ -3055,7 +3055,7 @@ _gostring_ _wrap_model_forward_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, kil
 }
 
 
-_gostring_ _wrap_model_predict_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, kiln_tensor *_swig_go_1, intgo _swig_go_2, kiln_tensor **_swig_go_3) {
+_gostring_ _wrap_model_predict_capi_77dc8abd19545fee(kiln_model *_swig_go_0, kiln_tensor *_swig_go_1, intgo _swig_go_2, kiln_tensor **_swig_go_3) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   kiln_predict_kind arg3 ;
@@ -3094,7 +3094,7 @@ _gostring_ _wrap_model_predict_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, kil
 }
 
 
-_gostring_ _wrap_model_save_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_model_save_capi_77dc8abd19545fee(kiln_model *_swig_go_0, _gostring_ _swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_status result;
@@ -3134,7 +3134,7 @@ _gostring_ _wrap_model_save_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, _gostr
 }
 
 
-_gostring_ _wrap_model_load_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _gostring_ _swig_go_1, _goslice_ _swig_go_2, kiln_model **_swig_go_3) {
+_gostring_ _wrap_model_load_capi_77dc8abd19545fee(kiln_context *_swig_go_0, _gostring_ _swig_go_1, _goslice_ _swig_go_2, kiln_model **_swig_go_3) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_device arg3 ;
@@ -3181,7 +3181,7 @@ _gostring_ _wrap_model_load_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _gos
 }
 
 
-_gostring_ _wrap_model_load_weights_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_model_load_weights_capi_77dc8abd19545fee(kiln_model *_swig_go_0, _gostring_ _swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_status result;
@@ -3221,7 +3221,7 @@ _gostring_ _wrap_model_load_weights_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0
 }
 
 
-_gostring_ _wrap_model_load_with_spec_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _gostring_ _swig_go_1, kiln_model_spec *_swig_go_2, _goslice_ _swig_go_3, kiln_model **_swig_go_4) {
+_gostring_ _wrap_model_load_with_spec_capi_77dc8abd19545fee(kiln_context *_swig_go_0, _gostring_ _swig_go_1, kiln_model_spec *_swig_go_2, _goslice_ _swig_go_3, kiln_model **_swig_go_4) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_model_spec *arg3 = (kiln_model_spec *) 0 ;
@@ -3270,7 +3270,7 @@ _gostring_ _wrap_model_load_with_spec_capi_3ee356cb97fe4fba(kiln_context *_swig_
 }
 
 
-_gostring_ _wrap_model_export_onnx_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_model_export_onnx_capi_77dc8abd19545fee(kiln_model *_swig_go_0, _gostring_ _swig_go_1) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_status result;
@@ -3310,7 +3310,7 @@ _gostring_ _wrap_model_export_onnx_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0,
 }
 
 
-_gostring_ _wrap_model_export_onnx_v2_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, _gostring_ _swig_go_1, intgo _swig_go_2) {
+_gostring_ _wrap_model_export_onnx_v2_capi_77dc8abd19545fee(kiln_model *_swig_go_0, _gostring_ _swig_go_1, intgo _swig_go_2) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   char *arg2 = (char *) 0 ;
   uint32_t arg3 ;
@@ -3352,7 +3352,7 @@ _gostring_ _wrap_model_export_onnx_v2_capi_3ee356cb97fe4fba(kiln_model *_swig_go
 }
 
 
-_gostring_ _wrap_model_import_onnx_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _gostring_ _swig_go_1, kiln_model **_swig_go_2) {
+_gostring_ _wrap_model_import_onnx_capi_77dc8abd19545fee(kiln_context *_swig_go_0, _gostring_ _swig_go_1, kiln_model **_swig_go_2) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_model **arg3 = (kiln_model **) 0 ;
@@ -3394,7 +3394,7 @@ _gostring_ _wrap_model_import_onnx_capi_3ee356cb97fe4fba(kiln_context *_swig_go_
 }
 
 
-_gostring_ _wrap_dataset_from_tensors_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, kiln_dataset **_swig_go_3) {
+_gostring_ _wrap_dataset_from_tensors_capi_77dc8abd19545fee(kiln_context *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, kiln_dataset **_swig_go_3) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   kiln_tensor *arg3 = (kiln_tensor *) 0 ;
@@ -3433,7 +3433,7 @@ _gostring_ _wrap_dataset_from_tensors_capi_3ee356cb97fe4fba(kiln_context *_swig_
 }
 
 
-_gostring_ _wrap_dataset_load_idx_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2, kiln_dataset **_swig_go_3) {
+_gostring_ _wrap_dataset_load_idx_capi_77dc8abd19545fee(kiln_context *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2, kiln_dataset **_swig_go_3) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   char *arg2 = (char *) 0 ;
   char *arg3 = (char *) 0 ;
@@ -3482,7 +3482,7 @@ _gostring_ _wrap_dataset_load_idx_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0
 }
 
 
-_gostring_ _wrap_dataset_load_mnist_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2, kiln_dataset **_swig_go_3) {
+_gostring_ _wrap_dataset_load_mnist_capi_77dc8abd19545fee(kiln_context *_swig_go_0, _gostring_ _swig_go_1, _gostring_ _swig_go_2, kiln_dataset **_swig_go_3) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   char *arg2 = (char *) 0 ;
   char *arg3 = (char *) 0 ;
@@ -3531,7 +3531,7 @@ _gostring_ _wrap_dataset_load_mnist_capi_3ee356cb97fe4fba(kiln_context *_swig_go
 }
 
 
-void _wrap_dataset_release_capi_3ee356cb97fe4fba(kiln_dataset *_swig_go_0) {
+void _wrap_dataset_release_capi_77dc8abd19545fee(kiln_dataset *_swig_go_0) {
   kiln_dataset *arg1 = (kiln_dataset *) 0 ;
   
   arg1 = (kiln_dataset *)_swig_go_0; 
@@ -3541,7 +3541,7 @@ void _wrap_dataset_release_capi_3ee356cb97fe4fba(kiln_dataset *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_dataset_retain_capi_3ee356cb97fe4fba(kiln_dataset *_swig_go_0, kiln_dataset **_swig_go_1) {
+_gostring_ _wrap_dataset_retain_capi_77dc8abd19545fee(kiln_dataset *_swig_go_0, kiln_dataset **_swig_go_1) {
   kiln_dataset *arg1 = (kiln_dataset *) 0 ;
   kiln_dataset **arg2 = (kiln_dataset **) 0 ;
   kiln_status result;
@@ -3576,7 +3576,7 @@ _gostring_ _wrap_dataset_retain_capi_3ee356cb97fe4fba(kiln_dataset *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_dataset_size_capi_3ee356cb97fe4fba(kiln_dataset *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_dataset_size_capi_77dc8abd19545fee(kiln_dataset *_swig_go_0, long long *_swig_go_1) {
   kiln_dataset *arg1 = (kiln_dataset *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -3611,7 +3611,7 @@ _gostring_ _wrap_dataset_size_capi_3ee356cb97fe4fba(kiln_dataset *_swig_go_0, lo
 }
 
 
-_gostring_ _wrap_dataset_num_features_capi_3ee356cb97fe4fba(kiln_dataset *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_dataset_num_features_capi_77dc8abd19545fee(kiln_dataset *_swig_go_0, long long *_swig_go_1) {
   kiln_dataset *arg1 = (kiln_dataset *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -3646,7 +3646,7 @@ _gostring_ _wrap_dataset_num_features_capi_3ee356cb97fe4fba(kiln_dataset *_swig_
 }
 
 
-_gostring_ _wrap_dataset_num_classes_capi_3ee356cb97fe4fba(kiln_dataset *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_dataset_num_classes_capi_77dc8abd19545fee(kiln_dataset *_swig_go_0, long long *_swig_go_1) {
   kiln_dataset *arg1 = (kiln_dataset *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -3681,7 +3681,7 @@ _gostring_ _wrap_dataset_num_classes_capi_3ee356cb97fe4fba(kiln_dataset *_swig_g
 }
 
 
-_gostring_ _wrap_dataset_set_normalization_capi_3ee356cb97fe4fba(kiln_dataset *_swig_go_0, double _swig_go_1, double _swig_go_2, double _swig_go_3) {
+_gostring_ _wrap_dataset_set_normalization_capi_77dc8abd19545fee(kiln_dataset *_swig_go_0, double _swig_go_1, double _swig_go_2, double _swig_go_3) {
   kiln_dataset *arg1 = (kiln_dataset *) 0 ;
   double arg2 ;
   double arg3 ;
@@ -3720,7 +3720,7 @@ _gostring_ _wrap_dataset_set_normalization_capi_3ee356cb97fe4fba(kiln_dataset *_
 }
 
 
-_gostring_ _wrap_dataset_split_capi_3ee356cb97fe4fba(kiln_dataset *_swig_go_0, double _swig_go_1, long long _swig_go_2, kiln_dataset **_swig_go_3, kiln_dataset **_swig_go_4) {
+_gostring_ _wrap_dataset_split_capi_77dc8abd19545fee(kiln_dataset *_swig_go_0, double _swig_go_1, long long _swig_go_2, kiln_dataset **_swig_go_3, kiln_dataset **_swig_go_4) {
   kiln_dataset *arg1 = (kiln_dataset *) 0 ;
   double arg2 ;
   uint64_t arg3 ;
@@ -3761,7 +3761,7 @@ _gostring_ _wrap_dataset_split_capi_3ee356cb97fe4fba(kiln_dataset *_swig_go_0, d
 }
 
 
-_gostring_ _wrap_dataset_batch_capi_3ee356cb97fe4fba(kiln_dataset *_swig_go_0, long long _swig_go_1, long long _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4, kiln_tensor **_swig_go_5) {
+_gostring_ _wrap_dataset_batch_capi_77dc8abd19545fee(kiln_dataset *_swig_go_0, long long _swig_go_1, long long _swig_go_2, _goslice_ _swig_go_3, kiln_tensor **_swig_go_4, kiln_tensor **_swig_go_5) {
   kiln_dataset *arg1 = (kiln_dataset *) 0 ;
   int64_t arg2 ;
   int64_t arg3 ;
@@ -3807,7 +3807,7 @@ _gostring_ _wrap_dataset_batch_capi_3ee356cb97fe4fba(kiln_dataset *_swig_go_0, l
 }
 
 
-_gostring_ _wrap_loss_capi_3ee356cb97fe4fba(intgo _swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, double *_swig_go_3) {
+_gostring_ _wrap_loss_capi_77dc8abd19545fee(intgo _swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, double *_swig_go_3) {
   kiln_loss_kind arg1 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   kiln_tensor *arg3 = (kiln_tensor *) 0 ;
@@ -3846,7 +3846,7 @@ _gostring_ _wrap_loss_capi_3ee356cb97fe4fba(intgo _swig_go_0, kiln_tensor *_swig
 }
 
 
-_gostring_ _wrap_trainer_options_create_capi_3ee356cb97fe4fba(kiln_trainer_options **_swig_go_0) {
+_gostring_ _wrap_trainer_options_create_capi_77dc8abd19545fee(kiln_trainer_options **_swig_go_0) {
   kiln_trainer_options **arg1 = (kiln_trainer_options **) 0 ;
   kiln_status result;
   _gostring_ _swig_go_result;
@@ -3879,7 +3879,7 @@ _gostring_ _wrap_trainer_options_create_capi_3ee356cb97fe4fba(kiln_trainer_optio
 }
 
 
-void _wrap_trainer_options_release_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0) {
+void _wrap_trainer_options_release_capi_77dc8abd19545fee(kiln_trainer_options *_swig_go_0) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   
   arg1 = (kiln_trainer_options *)_swig_go_0; 
@@ -3889,7 +3889,7 @@ void _wrap_trainer_options_release_capi_3ee356cb97fe4fba(kiln_trainer_options *_
 }
 
 
-_gostring_ _wrap_trainer_options_set_loss_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_loss_capi_77dc8abd19545fee(kiln_trainer_options *_swig_go_0, intgo _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   kiln_loss_kind arg2 ;
   kiln_status result;
@@ -3924,7 +3924,7 @@ _gostring_ _wrap_trainer_options_set_loss_capi_3ee356cb97fe4fba(kiln_trainer_opt
 }
 
 
-_gostring_ _wrap_trainer_options_set_optimizer_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_optimizer_capi_77dc8abd19545fee(kiln_trainer_options *_swig_go_0, intgo _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   kiln_optimizer_kind arg2 ;
   kiln_status result;
@@ -3959,7 +3959,7 @@ _gostring_ _wrap_trainer_options_set_optimizer_capi_3ee356cb97fe4fba(kiln_traine
 }
 
 
-_gostring_ _wrap_trainer_options_set_lr_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_lr_capi_77dc8abd19545fee(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   double arg2 ;
   kiln_status result;
@@ -3994,7 +3994,7 @@ _gostring_ _wrap_trainer_options_set_lr_capi_3ee356cb97fe4fba(kiln_trainer_optio
 }
 
 
-_gostring_ _wrap_trainer_options_set_momentum_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_momentum_capi_77dc8abd19545fee(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   double arg2 ;
   kiln_status result;
@@ -4029,7 +4029,7 @@ _gostring_ _wrap_trainer_options_set_momentum_capi_3ee356cb97fe4fba(kiln_trainer
 }
 
 
-_gostring_ _wrap_trainer_options_set_nesterov_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_nesterov_capi_77dc8abd19545fee(kiln_trainer_options *_swig_go_0, intgo _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   int arg2 ;
   kiln_status result;
@@ -4064,7 +4064,7 @@ _gostring_ _wrap_trainer_options_set_nesterov_capi_3ee356cb97fe4fba(kiln_trainer
 }
 
 
-_gostring_ _wrap_trainer_options_set_weight_decay_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_weight_decay_capi_77dc8abd19545fee(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   double arg2 ;
   kiln_status result;
@@ -4099,7 +4099,7 @@ _gostring_ _wrap_trainer_options_set_weight_decay_capi_3ee356cb97fe4fba(kiln_tra
 }
 
 
-_gostring_ _wrap_trainer_options_set_betas_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, double _swig_go_1, double _swig_go_2) {
+_gostring_ _wrap_trainer_options_set_betas_capi_77dc8abd19545fee(kiln_trainer_options *_swig_go_0, double _swig_go_1, double _swig_go_2) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   double arg2 ;
   double arg3 ;
@@ -4136,7 +4136,7 @@ _gostring_ _wrap_trainer_options_set_betas_capi_3ee356cb97fe4fba(kiln_trainer_op
 }
 
 
-_gostring_ _wrap_trainer_options_set_eps_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_eps_capi_77dc8abd19545fee(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   double arg2 ;
   kiln_status result;
@@ -4171,7 +4171,7 @@ _gostring_ _wrap_trainer_options_set_eps_capi_3ee356cb97fe4fba(kiln_trainer_opti
 }
 
 
-_gostring_ _wrap_trainer_options_set_batch_size_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_batch_size_capi_77dc8abd19545fee(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   int64_t arg2 ;
   kiln_status result;
@@ -4206,7 +4206,7 @@ _gostring_ _wrap_trainer_options_set_batch_size_capi_3ee356cb97fe4fba(kiln_train
 }
 
 
-_gostring_ _wrap_trainer_options_set_label_smoothing_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_label_smoothing_capi_77dc8abd19545fee(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   double arg2 ;
   kiln_status result;
@@ -4241,7 +4241,7 @@ _gostring_ _wrap_trainer_options_set_label_smoothing_capi_3ee356cb97fe4fba(kiln_
 }
 
 
-_gostring_ _wrap_trainer_options_set_grad_clip_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_grad_clip_capi_77dc8abd19545fee(kiln_trainer_options *_swig_go_0, double _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   double arg2 ;
   kiln_status result;
@@ -4276,7 +4276,7 @@ _gostring_ _wrap_trainer_options_set_grad_clip_capi_3ee356cb97fe4fba(kiln_traine
 }
 
 
-_gostring_ _wrap_trainer_options_set_schedule_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, double _swig_go_3, long long _swig_go_4, double _swig_go_5) {
+_gostring_ _wrap_trainer_options_set_schedule_capi_77dc8abd19545fee(kiln_trainer_options *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, double _swig_go_3, long long _swig_go_4, double _swig_go_5) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   kiln_lr_schedule arg2 ;
   int64_t arg3 ;
@@ -4319,7 +4319,7 @@ _gostring_ _wrap_trainer_options_set_schedule_capi_3ee356cb97fe4fba(kiln_trainer
 }
 
 
-_gostring_ _wrap_trainer_options_set_warmup_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_warmup_capi_77dc8abd19545fee(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   int64_t arg2 ;
   kiln_status result;
@@ -4354,7 +4354,7 @@ _gostring_ _wrap_trainer_options_set_warmup_capi_3ee356cb97fe4fba(kiln_trainer_o
 }
 
 
-_gostring_ _wrap_trainer_options_set_shuffle_seed_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_shuffle_seed_capi_77dc8abd19545fee(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   uint64_t arg2 ;
   kiln_status result;
@@ -4389,7 +4389,7 @@ _gostring_ _wrap_trainer_options_set_shuffle_seed_capi_3ee356cb97fe4fba(kiln_tra
 }
 
 
-_gostring_ _wrap_trainer_options_set_progress_interval_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_progress_interval_capi_77dc8abd19545fee(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   int64_t arg2 ;
   kiln_status result;
@@ -4424,7 +4424,7 @@ _gostring_ _wrap_trainer_options_set_progress_interval_capi_3ee356cb97fe4fba(kil
 }
 
 
-_gostring_ _wrap_trainer_options_set_devices_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, _goslice_ _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_devices_capi_77dc8abd19545fee(kiln_trainer_options *_swig_go_0, _goslice_ _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   kiln_device *arg2 = (kiln_device *) 0 ;
   int64_t arg3 ;
@@ -4460,7 +4460,7 @@ _gostring_ _wrap_trainer_options_set_devices_capi_3ee356cb97fe4fba(kiln_trainer_
 }
 
 
-_gostring_ _wrap_trainer_options_set_bucket_bytes_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_bucket_bytes_capi_77dc8abd19545fee(kiln_trainer_options *_swig_go_0, long long _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   int64_t arg2 ;
   kiln_status result;
@@ -4495,7 +4495,7 @@ _gostring_ _wrap_trainer_options_set_bucket_bytes_capi_3ee356cb97fe4fba(kiln_tra
 }
 
 
-_gostring_ _wrap_trainer_options_set_precision_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, intgo _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_precision_capi_77dc8abd19545fee(kiln_trainer_options *_swig_go_0, intgo _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   kiln_precision arg2 ;
   kiln_status result;
@@ -4530,7 +4530,7 @@ _gostring_ _wrap_trainer_options_set_precision_capi_3ee356cb97fe4fba(kiln_traine
 }
 
 
-_gostring_ _wrap_trainer_options_set_fast_path_capi_3ee356cb97fe4fba(kiln_trainer_options *_swig_go_0, int _swig_go_1) {
+_gostring_ _wrap_trainer_options_set_fast_path_capi_77dc8abd19545fee(kiln_trainer_options *_swig_go_0, int _swig_go_1) {
   kiln_trainer_options *arg1 = (kiln_trainer_options *) 0 ;
   uint32_t arg2 ;
   kiln_status result;
@@ -4565,7 +4565,7 @@ _gostring_ _wrap_trainer_options_set_fast_path_capi_3ee356cb97fe4fba(kiln_traine
 }
 
 
-_gostring_ _wrap_trainer_create_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, kiln_trainer_options *_swig_go_1, kiln_trainer **_swig_go_2) {
+_gostring_ _wrap_trainer_create_capi_77dc8abd19545fee(kiln_model *_swig_go_0, kiln_trainer_options *_swig_go_1, kiln_trainer **_swig_go_2) {
   kiln_model *arg1 = (kiln_model *) 0 ;
   kiln_trainer_options *arg2 = (kiln_trainer_options *) 0 ;
   kiln_trainer **arg3 = (kiln_trainer **) 0 ;
@@ -4602,7 +4602,7 @@ _gostring_ _wrap_trainer_create_capi_3ee356cb97fe4fba(kiln_model *_swig_go_0, ki
 }
 
 
-void _wrap_trainer_release_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0) {
+void _wrap_trainer_release_capi_77dc8abd19545fee(kiln_trainer *_swig_go_0) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   
   arg1 = (kiln_trainer *)_swig_go_0; 
@@ -4612,7 +4612,7 @@ void _wrap_trainer_release_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_trainer_retain_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, kiln_trainer **_swig_go_1) {
+_gostring_ _wrap_trainer_retain_capi_77dc8abd19545fee(kiln_trainer *_swig_go_0, kiln_trainer **_swig_go_1) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   kiln_trainer **arg2 = (kiln_trainer **) 0 ;
   kiln_status result;
@@ -4647,7 +4647,7 @@ _gostring_ _wrap_trainer_retain_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_trainer_step_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, double *_swig_go_3) {
+_gostring_ _wrap_trainer_step_capi_77dc8abd19545fee(kiln_trainer *_swig_go_0, kiln_tensor *_swig_go_1, kiln_tensor *_swig_go_2, double *_swig_go_3) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   kiln_tensor *arg2 = (kiln_tensor *) 0 ;
   kiln_tensor *arg3 = (kiln_tensor *) 0 ;
@@ -4686,7 +4686,7 @@ _gostring_ _wrap_trainer_step_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, ki
 }
 
 
-_gostring_ _wrap_trainer_epoch_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, kiln_dataset *_swig_go_1, kiln_epoch_stats *_swig_go_2) {
+_gostring_ _wrap_trainer_epoch_capi_77dc8abd19545fee(kiln_trainer *_swig_go_0, kiln_dataset *_swig_go_1, kiln_epoch_stats *_swig_go_2) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   kiln_dataset *arg2 = (kiln_dataset *) 0 ;
   kiln_epoch_stats *arg3 = (kiln_epoch_stats *) 0 ;
@@ -4723,7 +4723,7 @@ _gostring_ _wrap_trainer_epoch_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, k
 }
 
 
-_gostring_ _wrap_trainer_fit_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, kiln_dataset *_swig_go_1, kiln_dataset *_swig_go_2, long long _swig_go_3, kiln_progress_fn _swig_go_4, void *_swig_go_5, kiln_history **_swig_go_6) {
+_gostring_ _wrap_trainer_fit_capi_77dc8abd19545fee(kiln_trainer *_swig_go_0, kiln_dataset *_swig_go_1, kiln_dataset *_swig_go_2, long long _swig_go_3, kiln_progress_fn _swig_go_4, void *_swig_go_5, kiln_history **_swig_go_6) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   kiln_dataset *arg2 = (kiln_dataset *) 0 ;
   kiln_dataset *arg3 = (kiln_dataset *) 0 ;
@@ -4768,7 +4768,7 @@ _gostring_ _wrap_trainer_fit_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, kil
 }
 
 
-_gostring_ _wrap_trainer_evaluate_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, kiln_dataset *_swig_go_1, double *_swig_go_2, double *_swig_go_3) {
+_gostring_ _wrap_trainer_evaluate_capi_77dc8abd19545fee(kiln_trainer *_swig_go_0, kiln_dataset *_swig_go_1, double *_swig_go_2, double *_swig_go_3) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   kiln_dataset *arg2 = (kiln_dataset *) 0 ;
   double *arg3 = (double *) 0 ;
@@ -4807,7 +4807,7 @@ _gostring_ _wrap_trainer_evaluate_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0
 }
 
 
-_gostring_ _wrap_trainer_epochs_done_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_trainer_epochs_done_capi_77dc8abd19545fee(kiln_trainer *_swig_go_0, long long *_swig_go_1) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -4842,7 +4842,7 @@ _gostring_ _wrap_trainer_epochs_done_capi_3ee356cb97fe4fba(kiln_trainer *_swig_g
 }
 
 
-_gostring_ _wrap_trainer_steps_done_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_trainer_steps_done_capi_77dc8abd19545fee(kiln_trainer *_swig_go_0, long long *_swig_go_1) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -4877,7 +4877,7 @@ _gostring_ _wrap_trainer_steps_done_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go
 }
 
 
-_gostring_ _wrap_trainer_current_lr_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, double *_swig_go_1) {
+_gostring_ _wrap_trainer_current_lr_capi_77dc8abd19545fee(kiln_trainer *_swig_go_0, double *_swig_go_1) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   double *arg2 = (double *) 0 ;
   kiln_status result;
@@ -4912,7 +4912,7 @@ _gostring_ _wrap_trainer_current_lr_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go
 }
 
 
-_gostring_ _wrap_trainer_save_checkpoint_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_trainer_save_checkpoint_capi_77dc8abd19545fee(kiln_trainer *_swig_go_0, _gostring_ _swig_go_1) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_status result;
@@ -4952,7 +4952,7 @@ _gostring_ _wrap_trainer_save_checkpoint_capi_3ee356cb97fe4fba(kiln_trainer *_sw
 }
 
 
-_gostring_ _wrap_trainer_load_checkpoint_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, _gostring_ _swig_go_1) {
+_gostring_ _wrap_trainer_load_checkpoint_capi_77dc8abd19545fee(kiln_trainer *_swig_go_0, _gostring_ _swig_go_1) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   char *arg2 = (char *) 0 ;
   kiln_status result;
@@ -4992,7 +4992,7 @@ _gostring_ _wrap_trainer_load_checkpoint_capi_3ee356cb97fe4fba(kiln_trainer *_sw
 }
 
 
-void _wrap_history_release_capi_3ee356cb97fe4fba(kiln_history *_swig_go_0) {
+void _wrap_history_release_capi_77dc8abd19545fee(kiln_history *_swig_go_0) {
   kiln_history *arg1 = (kiln_history *) 0 ;
   
   arg1 = (kiln_history *)_swig_go_0; 
@@ -5002,7 +5002,7 @@ void _wrap_history_release_capi_3ee356cb97fe4fba(kiln_history *_swig_go_0) {
 }
 
 
-_gostring_ _wrap_history_retain_capi_3ee356cb97fe4fba(kiln_history *_swig_go_0, kiln_history **_swig_go_1) {
+_gostring_ _wrap_history_retain_capi_77dc8abd19545fee(kiln_history *_swig_go_0, kiln_history **_swig_go_1) {
   kiln_history *arg1 = (kiln_history *) 0 ;
   kiln_history **arg2 = (kiln_history **) 0 ;
   kiln_status result;
@@ -5037,7 +5037,7 @@ _gostring_ _wrap_history_retain_capi_3ee356cb97fe4fba(kiln_history *_swig_go_0, 
 }
 
 
-_gostring_ _wrap_history_size_capi_3ee356cb97fe4fba(kiln_history *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_history_size_capi_77dc8abd19545fee(kiln_history *_swig_go_0, long long *_swig_go_1) {
   kiln_history *arg1 = (kiln_history *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -5072,7 +5072,7 @@ _gostring_ _wrap_history_size_capi_3ee356cb97fe4fba(kiln_history *_swig_go_0, lo
 }
 
 
-_gostring_ _wrap_history_get_capi_3ee356cb97fe4fba(kiln_history *_swig_go_0, long long _swig_go_1, kiln_epoch_stats *_swig_go_2) {
+_gostring_ _wrap_history_get_capi_77dc8abd19545fee(kiln_history *_swig_go_0, long long _swig_go_1, kiln_epoch_stats *_swig_go_2) {
   kiln_history *arg1 = (kiln_history *) 0 ;
   int64_t arg2 ;
   kiln_epoch_stats *arg3 = (kiln_epoch_stats *) 0 ;
@@ -5109,7 +5109,7 @@ _gostring_ _wrap_history_get_capi_3ee356cb97fe4fba(kiln_history *_swig_go_0, lon
 }
 
 
-_gostring_ _wrap_communicator_create_mpi_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, kiln_communicator **_swig_go_1) {
+_gostring_ _wrap_communicator_create_mpi_capi_77dc8abd19545fee(kiln_context *_swig_go_0, kiln_communicator **_swig_go_1) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   kiln_communicator **arg2 = (kiln_communicator **) 0 ;
   kiln_status result;
@@ -5144,7 +5144,7 @@ _gostring_ _wrap_communicator_create_mpi_capi_3ee356cb97fe4fba(kiln_context *_sw
 }
 
 
-_gostring_ _wrap_communicator_create_local_capi_3ee356cb97fe4fba(kiln_context *_swig_go_0, _goslice_ _swig_go_1, kiln_communicator **_swig_go_2) {
+_gostring_ _wrap_communicator_create_local_capi_77dc8abd19545fee(kiln_context *_swig_go_0, _goslice_ _swig_go_1, kiln_communicator **_swig_go_2) {
   kiln_context *arg1 = (kiln_context *) 0 ;
   kiln_device *arg2 = (kiln_device *) 0 ;
   int64_t arg3 ;
@@ -5182,7 +5182,7 @@ _gostring_ _wrap_communicator_create_local_capi_3ee356cb97fe4fba(kiln_context *_
 }
 
 
-void _wrap_communicator_release_capi_3ee356cb97fe4fba(kiln_communicator *_swig_go_0) {
+void _wrap_communicator_release_capi_77dc8abd19545fee(kiln_communicator *_swig_go_0) {
   kiln_communicator *arg1 = (kiln_communicator *) 0 ;
   
   arg1 = (kiln_communicator *)_swig_go_0; 
@@ -5192,7 +5192,7 @@ void _wrap_communicator_release_capi_3ee356cb97fe4fba(kiln_communicator *_swig_g
 }
 
 
-_gostring_ _wrap_communicator_retain_capi_3ee356cb97fe4fba(kiln_communicator *_swig_go_0, kiln_communicator **_swig_go_1) {
+_gostring_ _wrap_communicator_retain_capi_77dc8abd19545fee(kiln_communicator *_swig_go_0, kiln_communicator **_swig_go_1) {
   kiln_communicator *arg1 = (kiln_communicator *) 0 ;
   kiln_communicator **arg2 = (kiln_communicator **) 0 ;
   kiln_status result;
@@ -5227,7 +5227,7 @@ _gostring_ _wrap_communicator_retain_capi_3ee356cb97fe4fba(kiln_communicator *_s
 }
 
 
-_gostring_ _wrap_communicator_rank_capi_3ee356cb97fe4fba(kiln_communicator *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_communicator_rank_capi_77dc8abd19545fee(kiln_communicator *_swig_go_0, long long *_swig_go_1) {
   kiln_communicator *arg1 = (kiln_communicator *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -5262,7 +5262,7 @@ _gostring_ _wrap_communicator_rank_capi_3ee356cb97fe4fba(kiln_communicator *_swi
 }
 
 
-_gostring_ _wrap_communicator_size_capi_3ee356cb97fe4fba(kiln_communicator *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_communicator_size_capi_77dc8abd19545fee(kiln_communicator *_swig_go_0, long long *_swig_go_1) {
   kiln_communicator *arg1 = (kiln_communicator *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -5297,7 +5297,7 @@ _gostring_ _wrap_communicator_size_capi_3ee356cb97fe4fba(kiln_communicator *_swi
 }
 
 
-_gostring_ _wrap_communicator_local_rank_capi_3ee356cb97fe4fba(kiln_communicator *_swig_go_0, long long *_swig_go_1) {
+_gostring_ _wrap_communicator_local_rank_capi_77dc8abd19545fee(kiln_communicator *_swig_go_0, long long *_swig_go_1) {
   kiln_communicator *arg1 = (kiln_communicator *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   kiln_status result;
@@ -5332,7 +5332,7 @@ _gostring_ _wrap_communicator_local_rank_capi_3ee356cb97fe4fba(kiln_communicator
 }
 
 
-_gostring_ _wrap_communicator_set_timeout_capi_3ee356cb97fe4fba(kiln_communicator *_swig_go_0, double _swig_go_1) {
+_gostring_ _wrap_communicator_set_timeout_capi_77dc8abd19545fee(kiln_communicator *_swig_go_0, double _swig_go_1) {
   kiln_communicator *arg1 = (kiln_communicator *) 0 ;
   double arg2 ;
   kiln_status result;
@@ -5367,7 +5367,7 @@ _gostring_ _wrap_communicator_set_timeout_capi_3ee356cb97fe4fba(kiln_communicato
 }
 
 
-_gostring_ _wrap_trainer_attach_communicator_capi_3ee356cb97fe4fba(kiln_trainer *_swig_go_0, kiln_communicator *_swig_go_1) {
+_gostring_ _wrap_trainer_attach_communicator_capi_77dc8abd19545fee(kiln_trainer *_swig_go_0, kiln_communicator *_swig_go_1) {
   kiln_trainer *arg1 = (kiln_trainer *) 0 ;
   kiln_communicator *arg2 = (kiln_communicator *) 0 ;
   kiln_status result;
