@@ -181,12 +181,22 @@ static void test_resume_within_an_epoch(void **state) {
   kiln_trainer_release(t);
   kiln_model_release(model);
 
-  /* Resumed in another context (other initial weights and shuffle seed). */
+  /* Resumed in another context (other initial weights and shuffle seed),
+   * from the checkpoint loaded and saved again before any training (as a
+   * job's preemption hook may): the position within the epoch goes with it. */
   kiln_context *other = kiln_test_context_create(999);
   kiln_dataset *ds2 = random_dataset(other);
+  char saved_again[640];
+  snprintf(saved_again, sizeof saved_again, "%s/saved-again.safetensors", dir);
   model = make_model(other, spec);
   t = reporting_trainer(model);
   assert_kiln_ok(kiln_trainer_load_checkpoint(t, path));
+  assert_kiln_ok(kiln_trainer_save_checkpoint(t, saved_again));
+  kiln_trainer_release(t);
+  kiln_model_release(model);
+  model = make_model(other, spec);
+  t = reporting_trainer(model);
+  assert_kiln_ok(kiln_trainer_load_checkpoint(t, saved_again));
   int64_t done = 0, steps = 0;
   assert_kiln_ok(kiln_trainer_epochs_done(t, &done));
   assert_kiln_ok(kiln_trainer_steps_done(t, &steps));

@@ -1361,7 +1361,9 @@ KILN_NODISCARD KILN_API kiln_status kiln_trainer_current_lr(const kiln_trainer *
 /* Writes a training checkpoint (weights, optimizer state, epoch and step
  * counters, shuffle generator) as safetensors, atomically, as
  * kiln_model_save writes (IO on failure, the old file intact). Allowed from
- * the trainer's own progress callback. */
+ * the trainer's own progress callback. It records where an epoch stands
+ * (see kiln_trainer_load_checkpoint) when written from that callback within
+ * an epoch, or after loading such a checkpoint before training took it up. */
 KILN_NODISCARD KILN_API kiln_status kiln_trainer_save_checkpoint(const kiln_trainer *trainer, const char *path);
 /* Restores a checkpoint written for the same architecture (the model's spec
  * as the file records it, activations and dropout included, and the same

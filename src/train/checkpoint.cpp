@@ -107,14 +107,18 @@ void Trainer::write_checkpoint(const std::string &path) const {
       {"shuffle_seed", std::to_string(rng_seed_)},  // the generator's seed in use, set or drawn
       {"shuffle_counter", std::to_string(rng_counter_)},
   };
-  if (in_epoch_.batches > 0) {  // written from within an epoch: where it stands
-    meta.emplace(kEpochBatches, std::to_string(in_epoch_.batches));
-    meta.emplace("epoch_samples", std::to_string(in_epoch_.samples));
-    meta.emplace("epoch_batch", std::to_string(in_epoch_.batch));
-    meta.emplace("epoch_shuffle", std::to_string(in_epoch_.shuffle));
-    meta.emplace("epoch_loss_sum", exact_text(in_epoch_.so_far.loss_sum));
-    meta.emplace("epoch_correct", exact_text(in_epoch_.so_far.correct));
-    meta.emplace("epoch_bad_labels", exact_text(in_epoch_.so_far.bad_labels));
+  // Where an epoch stands: written from within one, or after loading a
+  // checkpoint that was, before training took its position up (a file saved
+  // again at once, as a job's preemption hook does, resumes the same).
+  const EpochPosition &at = in_epoch_.batches > 0 ? in_epoch_ : resume_;
+  if (at.batches > 0) {
+    meta.emplace(kEpochBatches, std::to_string(at.batches));
+    meta.emplace("epoch_samples", std::to_string(at.samples));
+    meta.emplace("epoch_batch", std::to_string(at.batch));
+    meta.emplace("epoch_shuffle", std::to_string(at.shuffle));
+    meta.emplace("epoch_loss_sum", exact_text(at.so_far.loss_sum));
+    meta.emplace("epoch_correct", exact_text(at.so_far.correct));
+    meta.emplace("epoch_bad_labels", exact_text(at.so_far.bad_labels));
   }
   const TrainerOptions resolved = options_.resolved();
   for (int i = 0; i < kOptionCount; ++i)

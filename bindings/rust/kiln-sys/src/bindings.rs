@@ -2558,7 +2558,9 @@ extern "C" {
     #[doc = " Writes a training checkpoint (weights, optimizer state, epoch and step"]
     #[doc = " counters, shuffle generator) as safetensors, atomically, as"]
     #[doc = " kiln_model_save writes (IO on failure, the old file intact). Allowed from"]
-    #[doc = " the trainer's own progress callback."]
+    #[doc = " the trainer's own progress callback. It records where an epoch stands"]
+    #[doc = " (see kiln_trainer_load_checkpoint) when written from that callback within"]
+    #[doc = " an epoch, or after loading such a checkpoint before training took it up."]
     pub fn kiln_trainer_save_checkpoint(
         trainer: *const kiln_trainer,
         path: *const ::std::os::raw::c_char,
