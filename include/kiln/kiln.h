@@ -1377,7 +1377,10 @@ KILN_NODISCARD KILN_API kiln_status kiln_trainer_save_checkpoint(const kiln_trai
  * data-parallel training (whose ranks' statistics differ), training resumes
  * with a new epoch. The trainer keeps its own options (lr,
  * momentum, betas, schedule, ...): the file's copies of them are a record,
- * not applied. On failure the trainer is unchanged. FORMAT for a malformed
+ * not applied. So SGD's momentum may differ from the writer's: a trainer
+ * with momentum starts its buffers at zero from a file without them (the
+ * next update takes the gradient as its buffer, as torch.optim's first
+ * does), and one without leaves a file's buffers unread. On failure the trainer is unchanged. FORMAT for a malformed
  * file or counters of 2^62 and more, IO for an unreadable one, BUSY from
  * the trainer's own callback. */
 KILN_NODISCARD KILN_API kiln_status kiln_trainer_load_checkpoint(kiln_trainer *trainer, const char *path);

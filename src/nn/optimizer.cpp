@@ -50,7 +50,7 @@ StepOp Optimizer::update_op(const Tensor &params, void *grads) const {
 std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
   if (config_.kind == KILN_OPTIM_SGD) {
     if (!first_.defined()) return {};
-    return {{"momentum_buffer", first_}};
+    return {{kMomentumBuffer, first_}};
   }
   return {{"exp_avg", first_}, {"exp_avg_sq", second_}};
 }

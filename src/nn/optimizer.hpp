@@ -39,8 +39,11 @@ class Optimizer {
   int64_t steps() const { return steps_; }
   void set_steps(int64_t steps) { steps_ = steps; }
   // The state buffers by name, as torch.optim's state_dict calls them
-  // ("momentum_buffer", "exp_avg", "exp_avg_sq"); empty for plain SGD.
+  // (kMomentumBuffer, "exp_avg", "exp_avg_sq"); empty for plain SGD.
   std::vector<std::pair<std::string, Tensor>> state() const;
+  // SGD's one buffer, which only momentum needs: a checkpoint may hold it or
+  // not whatever this optimizer's momentum (train/checkpoint.cpp).
+  static constexpr const char *kMomentumBuffer = "momentum_buffer";
 
  private:
   OptimizerConfig config_;

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <set>
 
 #include "core/excerpt.hpp"
 #include "core/version.hpp"
@@ -212,8 +213,21 @@ void Trainer::load_checkpoint(const std::string &path) {
   std::vector<std::pair<std::string, Tensor>> staged_state;
   for (const auto &s : optimizer_.state()) staged_state.emplace_back(s.first, zeros_like(s.second));
   const std::vector<Slot> expected = slots(*model_, staged_state, staged_params);
+  // SGD's momentum buffers exist with momentum alone, one of the options the
+  // trainer keeps as its own (kiln.h): a file without them leaves them at
+  // zero, which the next update takes as torch.optim takes a buffer it has
+  // not made yet (buf = grad), and a trainer without momentum leaves a
+  // file's buffers unread.
+  const std::string momentum_prefix = std::string("optimizer.") + Optimizer::kMomentumBuffer + ".";
+  const auto is_momentum = [&](const std::string &name) { return name.rfind(momentum_prefix, 0) == 0; };
+  const size_t file_momentum = size_t(std::count_if(file.entries().begin(), file.entries().end(),
+                                                    [&](const io::SafetensorsFile::Entry &e) { return is_momentum(e.name); }));
+  const bool has_momentum = std::any_of(expected.begin(), expected.end(), [&](const Slot &s) { return is_momentum(s.name); });
+  std::vector<Slot> read;
+  for (const Slot &s : expected)
+    if (file_momentum > 0 || !is_momentum(s.name)) read.push_back(s);
   const std::string model = "model " + excerpt(model_->description());
-  for (const Slot &s : expected) {
+  for (const Slot &s : read) {
     const io::SafetensorsFile::Entry *e = file.find(s.name);
     check(e != nullptr, KILN_ERROR_SHAPE_MISMATCH,
           path + " has no tensor \"" + s.name + "\": it was written for another architecture or optimizer setting "
@@ -225,23 +239,24 @@ void Trainer::load_checkpoint(const std::string &path) {
           "\"" + s.name + "\" is " + dtype_name(e->dtype) + " in " + path + " but " + dtype_name(s.target.dtype()) +
               " in the trainer");
   }
-  if (file.entries().size() != expected.size()) {
-    // Every slot was found, so the file has more: name one, whose prefix
-    // says which optimizer state it is ("optimizer.momentum_buffer.").
+  const size_t unread = !has_momentum && optimizer_.config().kind == KILN_OPTIM_SGD ? file_momentum : 0;
+  if (file.entries().size() != read.size() + unread) {
+    // Every slot read was found, so the file has more: name one.
+    std::set<std::string> known;
+    for (const Slot &s : read) known.insert(s.name);
     std::string extra;
     for (const io::SafetensorsFile::Entry &e : file.entries()) {
-      const bool known = std::any_of(expected.begin(), expected.end(), [&](const Slot &s) { return s.name == e.name; });
-      if (!known) {
+      if (!known.count(e.name) && !(unread > 0 && is_momentum(e.name))) {
         extra = e.name;
         break;
       }
     }
     fail(KILN_ERROR_SHAPE_MISMATCH, path + " holds " + std::to_string(file.entries().size()) +
-                                        " tensors but this trainer has " + std::to_string(expected.size()) + " (" +
-                                        model + ", " + mine + " with this trainer's settings): it has " +
-                                        quoted(extra) + ", another optimizer setting's state");
+                                        " tensors but this trainer reads " + std::to_string(read.size() + unread) +
+                                        " (" + model + ", " + mine + " with this trainer's settings): it has " +
+                                        quoted(extra) + ", which is no parameter or optimizer state of this trainer");
   }
-  for (const Slot &s : expected) file.read_into(s.name, s.target);
+  for (const Slot &s : read) file.read_into(s.name, s.target);
 
   model_->flat().copy_from(staged_params);
   const auto state = optimizer_.state();

@@ -2579,7 +2579,10 @@ extern "C" {
     #[doc = " data-parallel training (whose ranks' statistics differ), training resumes"]
     #[doc = " with a new epoch. The trainer keeps its own options (lr,"]
     #[doc = " momentum, betas, schedule, ...): the file's copies of them are a record,"]
-    #[doc = " not applied. On failure the trainer is unchanged. FORMAT for a malformed"]
+    #[doc = " not applied. So SGD's momentum may differ from the writer's: a trainer"]
+    #[doc = " with momentum starts its buffers at zero from a file without them (the"]
+    #[doc = " next update takes the gradient as its buffer, as torch.optim's first"]
+    #[doc = " does), and one without leaves a file's buffers unread. On failure the trainer is unchanged. FORMAT for a malformed"]
     #[doc = " file or counters of 2^62 and more, IO for an unreadable one, BUSY from"]
     #[doc = " the trainer's own callback."]
     pub fn kiln_trainer_load_checkpoint(
