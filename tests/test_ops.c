@@ -635,6 +635,48 @@ static void test_reduce_empty_and_errors(void **state) {
   kiln_tensor_release(i);
 }
 
+/* A 0-d tensor takes dim 0 and -1 in softmax and reductions, as PyTorch's
+ * (torch.tensor(2.5).softmax(0) is 1, .sum(-1) 2.5, .argmax(0) 0), though it
+ * has no dimension for kiln_tensor_dim; other dims are refused, saying the
+ * range. */
+static void test_scalar_dims(void **state) {
+  kiln_context *ctx = *state;
+  const float v = 2.5f;
+  kiln_tensor *a = NULL, *out = SENTINEL;
+  assert_kiln_ok(kiln_tensor_from_host(ctx, &v, sizeof v, NULL, 0, KILN_F32, cpu, &a));
+  for (int64_t dim = -1; dim <= 0; ++dim) {
+    const double one = 1, zero = 0, same = 2.5;
+    assert_kiln_ok(kiln_tensor_softmax(a, dim, &out));
+    expect_meta(out, NULL, 0, KILN_F32, cpu);
+    assert_tensor_close(out, &one, 1, 0.0, 0.0);
+    kiln_tensor_release(out);
+    assert_kiln_ok(kiln_tensor_log_softmax(a, dim, &out));
+    assert_tensor_close(out, &zero, 1, 0.0, 0.0);
+    kiln_tensor_release(out);
+    assert_kiln_ok(kiln_tensor_reduce(KILN_SUM, a, dim, 0, &out));
+    expect_meta(out, NULL, 0, KILN_F32, cpu);
+    assert_tensor_close(out, &same, 1, 0.0, 0.0);
+    kiln_tensor_release(out);
+    assert_kiln_ok(kiln_tensor_reduce(KILN_ARGMAX, a, dim, 1, &out));
+    expect_meta(out, NULL, 0, KILN_I64, cpu);
+    assert_tensor_close(out, &zero, 1, 0.0, 0.0);
+    kiln_tensor_release(out);
+    int64_t size = -1;
+    assert_status(kiln_tensor_dim(a, dim, &size), KILN_ERROR_INVALID_ARGUMENT);
+    assert_last_error_contains("0-d tensor: it has no dimensions");
+  }
+  const int64_t refused[] = {1, -2};
+  for (int r = 0; r < 2; ++r) {
+    out = SENTINEL;
+    assert_status(kiln_tensor_softmax(a, refused[r], &out), KILN_ERROR_INVALID_ARGUMENT);
+    assert_null(out);
+    assert_last_error_contains("need -1 <= dim < 1");
+    assert_status(kiln_tensor_reduce(KILN_MAX, a, refused[r], 0, &out), KILN_ERROR_INVALID_ARGUMENT);
+    assert_last_error_contains("need -1 <= dim < 1");
+  }
+  kiln_tensor_release(a);
+}
+
 /* ---- matmul -------------------------------------------------------------------- */
 
 typedef struct mm_case {
@@ -731,6 +773,7 @@ int main(void) {
       cmocka_unit_test(test_softmax),
       cmocka_unit_test(test_reduce),
       cmocka_unit_test(test_reduce_empty_and_errors),
+      cmocka_unit_test(test_scalar_dims),
       cmocka_unit_test(test_matmul),
   };
   return cmocka_run_group_tests(tests, kiln_test_context_setup, kiln_test_context_teardown);

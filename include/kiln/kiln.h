@@ -397,8 +397,10 @@ KILN_NODISCARD KILN_API kiln_status kiln_tensor_full(kiln_context *ctx, const in
 /* A 1-D tensor start, start+step, ... below end (above end for step < 0):
  * ceil((end - start) / step) elements, start + i * step each, as in
  * PyTorch, so a quotient that rounds up can take the last one to end
- * (arange(1, 1.3, 0.1) has 4 elements, the last 1.3). INVALID_ARGUMENT for step 0, a non-finite argument, more than 2^53
- * elements, or values an integer dtype cannot hold. */
+ * (arange(1, 1.3, 0.1) has 4 elements, the last 1.3). An end on the other
+ * side of start than step goes gives no elements (as NumPy; PyTorch
+ * refuses). INVALID_ARGUMENT for step 0, a non-finite argument, more than
+ * 2^53 elements, or values an integer dtype cannot hold. */
 KILN_NODISCARD KILN_API kiln_status kiln_tensor_arange(kiln_context *ctx, double start, double end, double step,
                                                        kiln_dtype dtype, kiln_device device, kiln_tensor **out);
 /* Uniform in [0, 1) / standard normal, from the context's generator. The
@@ -532,7 +534,8 @@ KILN_NODISCARD KILN_API kiln_status kiln_tensor_unary(kiln_unary_op op, const ki
                                                       kiln_tensor **out);
 
 /* Softmax / log-softmax along dim (negative counts from the end;
- * INVALID_ARGUMENT outside [-ndim, ndim)). Float dtypes (DTYPE_MISMATCH). */
+ * INVALID_ARGUMENT outside [-ndim, ndim), except that a 0-d tensor takes 0
+ * and -1, as in PyTorch). Float dtypes (DTYPE_MISMATCH). */
 KILN_NODISCARD KILN_API kiln_status kiln_tensor_softmax(const kiln_tensor *a, int64_t dim, kiln_tensor **out);
 KILN_NODISCARD KILN_API kiln_status kiln_tensor_log_softmax(const kiln_tensor *a, int64_t dim, kiln_tensor **out);
 
@@ -544,8 +547,9 @@ typedef enum kiln_reduce_op {
   KILN_REDUCE_ARGMAX = KILN_ARGMAX
 } kiln_reduce_op;
 
-/* Reduces dimension dim (negative counts from the end); keepdim keeps it with
- * size 1. ARGMAX gives i64 (first index of the maximum); MEAN needs a float
+/* Reduces dimension dim (negative counts from the end; INVALID_ARGUMENT
+ * outside [-ndim, ndim), except that a 0-d tensor takes 0 and -1, as in
+ * PyTorch); keepdim keeps it with size 1. ARGMAX gives i64 (first index of the maximum); MEAN needs a float
  * dtype; SUM/MAX/ARGMAX accept all. SUM keeps the input's dtype: float sums
  * accumulate in double; an integer sum wraps to the dtype's width, where
  * PyTorch would give i64 (cast to i64 first for that). Reducing an empty
@@ -1020,8 +1024,8 @@ KILN_NODISCARD KILN_API kiln_status kiln_dataset_num_features(const kiln_dataset
 /* 1 + the largest label for class datasets; the target width otherwise. */
 KILN_NODISCARD KILN_API kiln_status kiln_dataset_num_classes(const kiln_dataset *dataset, int64_t *out);
 /* Batched features become (x * scale - mean) / std. Defaults: scale 1/255
- * for u8, 1 for floats; mean 0; std 1. All finite and std > 0, else
- * INVALID_ARGUMENT. Splits made before keep their own normalisation. Not
+ * for u8, 1 for floats; mean 0; std 1. All finite, std > 0 and scale / std
+ * and mean / std finite too, else INVALID_ARGUMENT. Splits made before keep their own normalisation. Not
  * while another thread batches from the dataset. */
 KILN_NODISCARD KILN_API kiln_status kiln_dataset_set_normalization(kiln_dataset *dataset, double scale, double mean,
                                                                    double std);

@@ -707,8 +707,10 @@ extern "C" {
     #[doc = " A 1-D tensor start, start+step, ... below end (above end for step < 0):"]
     #[doc = " ceil((end - start) / step) elements, start + i * step each, as in"]
     #[doc = " PyTorch, so a quotient that rounds up can take the last one to end"]
-    #[doc = " (arange(1, 1.3, 0.1) has 4 elements, the last 1.3). INVALID_ARGUMENT for step 0, a non-finite argument, more than 2^53"]
-    #[doc = " elements, or values an integer dtype cannot hold."]
+    #[doc = " (arange(1, 1.3, 0.1) has 4 elements, the last 1.3). An end on the other"]
+    #[doc = " side of start than step goes gives no elements (as NumPy; PyTorch"]
+    #[doc = " refuses). INVALID_ARGUMENT for step 0, a non-finite argument, more than"]
+    #[doc = " 2^53 elements, or values an integer dtype cannot hold."]
     pub fn kiln_tensor_arange(
         ctx: *mut kiln_context,
         start: f64,
@@ -1045,7 +1047,8 @@ extern "C" {
 }
 extern "C" {
     #[doc = " Softmax / log-softmax along dim (negative counts from the end;"]
-    #[doc = " INVALID_ARGUMENT outside [-ndim, ndim)). Float dtypes (DTYPE_MISMATCH)."]
+    #[doc = " INVALID_ARGUMENT outside [-ndim, ndim), except that a 0-d tensor takes 0"]
+    #[doc = " and -1, as in PyTorch). Float dtypes (DTYPE_MISMATCH)."]
     pub fn kiln_tensor_softmax(
         a: *const kiln_tensor,
         dim: i64,
@@ -1077,8 +1080,9 @@ pub const kiln_reduce_op_KILN_REDUCE_MAX: kiln_reduce_op = 2;
 pub const kiln_reduce_op_KILN_REDUCE_ARGMAX: kiln_reduce_op = 3;
 pub type kiln_reduce_op = ::std::os::raw::c_uint;
 extern "C" {
-    #[doc = " Reduces dimension dim (negative counts from the end); keepdim keeps it with"]
-    #[doc = " size 1. ARGMAX gives i64 (first index of the maximum); MEAN needs a float"]
+    #[doc = " Reduces dimension dim (negative counts from the end; INVALID_ARGUMENT"]
+    #[doc = " outside [-ndim, ndim), except that a 0-d tensor takes 0 and -1, as in"]
+    #[doc = " PyTorch); keepdim keeps it with size 1. ARGMAX gives i64 (first index of the maximum); MEAN needs a float"]
     #[doc = " dtype; SUM/MAX/ARGMAX accept all. SUM keeps the input's dtype: float sums"]
     #[doc = " accumulate in double; an integer sum wraps to the dtype's width, where"]
     #[doc = " PyTorch would give i64 (cast to i64 first for that). Reducing an empty"]
@@ -1706,8 +1710,8 @@ extern "C" {
 }
 extern "C" {
     #[doc = " Batched features become (x * scale - mean) / std. Defaults: scale 1/255"]
-    #[doc = " for u8, 1 for floats; mean 0; std 1. All finite and std > 0, else"]
-    #[doc = " INVALID_ARGUMENT. Splits made before keep their own normalisation. Not"]
+    #[doc = " for u8, 1 for floats; mean 0; std 1. All finite, std > 0 and scale / std"]
+    #[doc = " and mean / std finite too, else INVALID_ARGUMENT. Splits made before keep their own normalisation. Not"]
     #[doc = " while another thread batches from the dataset."]
     pub fn kiln_dataset_set_normalization(
         dataset: *mut kiln_dataset,
