@@ -239,6 +239,9 @@ static void test_batch_and_normalisation_errors(void **state) {
   for (size_t i = 0; i < sizeof bad_norm / sizeof bad_norm[0]; ++i)
     assert_status(kiln_dataset_set_normalization(ds, bad_norm[i][0], bad_norm[i][1], bad_norm[i][2]),
                   KILN_ERROR_INVALID_ARGUMENT);
+  /* The message gives the values as they read back, not as "%f" would
+   * (0.000000 for a std of 1e-320). */
+  assert_last_error_contains("std 1e-320 is too small for scale 1 and mean 0");
   /* A failed setting leaves the old one: still x / 255. */
   assert_kiln_ok(kiln_dataset_batch(ds, 0, 1, cpu, &x, &y));
   double want[6];

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/context.hpp"
+#include "core/number_text.hpp"
 
 namespace kiln {
 
@@ -53,7 +54,7 @@ void check_value_fits(DType dtype, double value, const char *what) {
   double t = std::trunc(value);
   bool fits = std::isfinite(value) && t >= lo && (dtype == DType::I64 ? t < hi : t <= hi);
   check(fits, KILN_ERROR_INVALID_ARGUMENT,
-        std::string(what) + " " + std::to_string(value) + " does not fit in " + dtype_name(dtype));
+        std::string(what) + " " + number_text(value) + " does not fit in " + dtype_name(dtype));
 }
 
 void Storage::note_async(Backend *b, int64_t index) {
@@ -198,13 +199,13 @@ Tensor Tensor::full(const std::shared_ptr<Context> &ctx, const Shape &shape, DTy
 Tensor Tensor::arange(const std::shared_ptr<Context> &ctx, double start, double end, double step, DType dtype,
                       Device device) {
   check(std::isfinite(start) && std::isfinite(end) && std::isfinite(step), KILN_ERROR_INVALID_ARGUMENT,
-        "arange needs finite start, end and step, got " + std::to_string(start) + ", " + std::to_string(end) +
-            ", " + std::to_string(step));
+        "arange needs finite start, end and step, got " + number_text(start) + ", " + number_text(end) + ", " +
+            number_text(step));
   check(step != 0.0, KILN_ERROR_INVALID_ARGUMENT, "arange step must not be 0");
   double count = std::ceil((end - start) / step);
   if (!(count > 0.0)) count = 0.0;  // also catches NaN from overflowing end - start
   check(count < 9007199254740992.0, KILN_ERROR_INVALID_ARGUMENT,
-        "arange(" + std::to_string(start) + ", " + std::to_string(end) + ", " + std::to_string(step) +
+        "arange(" + number_text(start) + ", " + number_text(end) + ", " + number_text(step) +
             ") would have more than 2^53 elements");
   int64_t n = int64_t(count);
   if (n > 0) {

@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "core/excerpt.hpp"
+#include "core/number_text.hpp"
 
 namespace kiln {
 
@@ -28,19 +29,6 @@ std::vector<std::string> split(const std::string &s, char sep) {
     if (pos == std::string::npos) return parts;
     start = pos + 1;
   }
-}
-
-// The shortest decimal text that reads back as exactly v, so describe() and
-// parse() round-trip every double.
-std::string format_double(double v) {
-  // Plain digits ("10", not "1e+01") unless the exponent is far from 0.
-  const bool exponent_ok = std::fabs(v) < 1e-4 || std::fabs(v) >= 1e15;
-  char buf[32];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
-    if (std::strtod(buf, nullptr) == v && (exponent_ok || !std::strchr(buf, 'e'))) break;
-  }
-  return buf;
 }
 
 // Messages quote at most excerpt()'s share of the text: a spec of a megabyte
@@ -299,22 +287,22 @@ void ModelSpec::add(kiln_layer_kind kind, double arg, double arg2) {
       fail(KILN_ERROR_INVALID_ARGUMENT, "a Linear layer needs sizes: use kiln_model_spec_add_linear");
     case KILN_LAYER_LEAKY_RELU:
       check(std::isfinite(arg), KILN_ERROR_INVALID_ARGUMENT,
-            "LeakyReLU negative slope must be finite, got " + format_double(arg));
+            "LeakyReLU negative slope must be finite, got " + number_text(arg));
       arg2 = 0;
       break;
     case KILN_LAYER_ELU:
-      check(std::isfinite(arg), KILN_ERROR_INVALID_ARGUMENT, "ELU alpha must be finite, got " + format_double(arg));
+      check(std::isfinite(arg), KILN_ERROR_INVALID_ARGUMENT, "ELU alpha must be finite, got " + number_text(arg));
       arg2 = 0;
       break;
     case KILN_LAYER_SOFTPLUS:
       check(std::isfinite(arg) && arg != 0, KILN_ERROR_INVALID_ARGUMENT,
-            "Softplus beta must be finite and not 0, got " + format_double(arg));
+            "Softplus beta must be finite and not 0, got " + number_text(arg));
       check(std::isfinite(arg2), KILN_ERROR_INVALID_ARGUMENT,
-            "Softplus threshold must be finite, got " + format_double(arg2));
+            "Softplus threshold must be finite, got " + number_text(arg2));
       break;
     case KILN_LAYER_DROPOUT:
       check(arg >= 0 && arg < 1, KILN_ERROR_INVALID_ARGUMENT,
-            "Dropout probability must be in [0, 1), got " + format_double(arg));
+            "Dropout probability must be in [0, 1), got " + number_text(arg));
       arg2 = 0;
       break;
     case KILN_LAYER_RELU: case KILN_LAYER_GELU: case KILN_LAYER_TANH: case KILN_LAYER_SIGMOID:
@@ -405,8 +393,8 @@ std::string list_item(const LayerSpec &l) {
   if (l.kind == KILN_LAYER_LINEAR)
     return text + "(" + std::to_string(l.in) + "," + std::to_string(l.out) + (l.bias ? ")" : ",nobias)");
   const int values = parameter_count(l.kind);
-  if (values == 1) text += "(" + format_double(l.arg) + ")";
-  if (values == 2) text += "(" + format_double(l.arg) + "," + format_double(l.arg2) + ")";
+  if (values == 1) text += "(" + number_text(l.arg) + ")";
+  if (values == 2) text += "(" + number_text(l.arg) + "," + number_text(l.arg2) + ")";
   return text;
 }
 
@@ -417,8 +405,8 @@ std::string compact_option(const LayerSpec &l) {
   if (l.kind == KILN_LAYER_RELU) return "";
   std::string text = std::string(":") + layer_kind_name(l.kind);
   if (l.kind == KILN_LAYER_SOFTPLUS && l.arg2 != def.arg2)
-    return text + "=" + format_double(l.arg) + "," + format_double(l.arg2);
-  if (parameter_count(l.kind) > 0 && l.arg != def.arg) text += "=" + format_double(l.arg);
+    return text + "=" + number_text(l.arg) + "," + number_text(l.arg2);
+  if (parameter_count(l.kind) > 0 && l.arg != def.arg) text += "=" + number_text(l.arg);
   return text;
 }
 
@@ -463,7 +451,7 @@ std::string ModelSpec::describe() const {
   if (compact && single) return sizes + last_options;
   if (compact) {
     std::string text = sizes + compact_option(first[0]);
-    if (first.size() == 2) text += ":dropout=" + format_double(first[1].arg);
+    if (first.size() == 2) text += ":dropout=" + number_text(first[1].arg);
     return text + last_options;
   }
   // A model without a Linear says how wide its input is.

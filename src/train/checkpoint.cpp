@@ -18,6 +18,7 @@
 #include <set>
 
 #include "core/excerpt.hpp"
+#include "core/number_text.hpp"
 #include "core/version.hpp"
 #include "io/safetensors.hpp"
 #include "train/trainer.hpp"
@@ -72,13 +73,6 @@ int64_t parse_counter(const std::map<std::string, std::string> &meta, const std:
   return int64_t(v);
 }
 
-// A double as text that strtod reads back to the same bits.
-std::string exact_text(double v) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.17g", v);
-  return text;
-}
-
 double parse_double(const std::map<std::string, std::string> &meta, const std::string &key, const std::string &path) {
   const std::string &text = required_text(meta, key, path);
   errno = 0;
@@ -117,9 +111,9 @@ void Trainer::write_checkpoint(const std::string &path) const {
     meta.emplace("epoch_samples", std::to_string(at.samples));
     meta.emplace("epoch_batch", std::to_string(at.batch));
     meta.emplace("epoch_shuffle", std::to_string(at.shuffle));
-    meta.emplace("epoch_loss_sum", exact_text(at.so_far.loss_sum));
-    meta.emplace("epoch_correct", exact_text(at.so_far.correct));
-    meta.emplace("epoch_bad_labels", exact_text(at.so_far.bad_labels));
+    meta.emplace("epoch_loss_sum", number_text(at.so_far.loss_sum));
+    meta.emplace("epoch_correct", number_text(at.so_far.correct));
+    meta.emplace("epoch_bad_labels", number_text(at.so_far.bad_labels));
   }
   const TrainerOptions resolved = options_.resolved();
   for (int i = 0; i < kOptionCount; ++i)
@@ -199,8 +193,8 @@ void Trainer::load_checkpoint(const std::string &path) {
     check(so_far.loss_sum >= 0 && so_far.correct >= 0 && so_far.correct <= double(seen) &&
               so_far.correct == std::floor(so_far.correct) && so_far.bad_labels == 0,
           KILN_ERROR_FORMAT,
-          path + ": its statistics within an epoch (loss sum " + exact_text(so_far.loss_sum) + ", " +
-              exact_text(so_far.correct) + " right, " + exact_text(so_far.bad_labels) + " bad labels) do not fit " +
+          path + ": its statistics within an epoch (loss sum " + number_text(so_far.loss_sum) + ", " +
+              number_text(so_far.correct) + " right, " + number_text(so_far.bad_labels) + " bad labels) do not fit " +
               std::to_string(seen) + " samples seen");
   }
 

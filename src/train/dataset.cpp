@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "core/context.hpp"
+#include "core/number_text.hpp"
 #include "core/rng.hpp"
 #include "io/idx.hpp"
 
@@ -185,13 +186,14 @@ int64_t Dataset::target_width() const { return data_->labels ? 0 : data_->y.dim(
 
 void Dataset::set_normalization(double scale, double mean, double std) {
   check(std::isfinite(scale) && std::isfinite(mean) && std::isfinite(std), KILN_ERROR_INVALID_ARGUMENT,
-        "normalisation values must be finite (scale " + std::to_string(scale) + ", mean " + std::to_string(mean) +
-            ", std " + std::to_string(std) + ")");
-  check(std > 0, KILN_ERROR_INVALID_ARGUMENT, "normalisation std must be > 0, got " + std::to_string(std));
+        "normalisation values must be finite (scale " + number_text(scale) + ", mean " + number_text(mean) + ", std " +
+            number_text(std) + ")");
+  check(std > 0, KILN_ERROR_INVALID_ARGUMENT, "normalisation std must be > 0, got " + number_text(std));
   // (x * scale - mean) / std == x * (scale / std) + (-mean / std)
   Normalization norm{scale / std, -mean / std};
   check(std::isfinite(norm.scale) && std::isfinite(norm.shift), KILN_ERROR_INVALID_ARGUMENT,
-        "normalisation overflows: std " + std::to_string(std) + " is too small for scale and mean");
+        "normalisation overflows: std " + number_text(std) + " is too small for scale " + number_text(scale) +
+            " and mean " + number_text(mean));
   std::lock_guard<std::mutex> lock(mutex_);
   norm_ = norm;
 }
@@ -203,11 +205,11 @@ Dataset::Normalization Dataset::normalization() const {
 
 std::pair<std::shared_ptr<Dataset>, std::shared_ptr<Dataset>> Dataset::split(double fraction, uint64_t seed) const {
   check(fraction > 0 && fraction < 1, KILN_ERROR_INVALID_ARGUMENT,
-        "validation fraction must be in (0, 1), got " + std::to_string(fraction));
+        "validation fraction must be in (0, 1), got " + number_text(fraction));
   const int64_t n = size_;
   const int64_t n_val = std::llround(double(n) * fraction);
   check(n_val > 0 && n_val < n, KILN_ERROR_INVALID_ARGUMENT,
-        "splitting " + std::to_string(n) + " samples with fraction " + std::to_string(fraction) + " leaves " +
+        "splitting " + std::to_string(n) + " samples with fraction " + number_text(fraction) + " leaves " +
             std::to_string(n_val) + " for validation and " + std::to_string(n - n_val) +
             " for training; both need at least one");
 

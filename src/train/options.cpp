@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "core/error.hpp"
+#include "core/number_text.hpp"
 
 namespace kiln {
 
@@ -17,12 +18,6 @@ constexpr OptionInfo kInfo[] = {
 #include "train/options_table.h"
 };
 static_assert(sizeof kInfo / sizeof kInfo[0] == size_t(kOptionCount), "one OptionInfo per row");
-
-std::string number_text(double v) {
-  char text[40];
-  std::snprintf(text, sizeof text, "%.17g", v);
-  return text;
-}
 
 // A bound as the table would print it: integers without a fraction.
 std::string bound_text(double v) {

@@ -105,7 +105,7 @@ void check_options(const TrainerOptions &o);
 std::vector<std::pair<std::string, std::string>> agreed_options(const TrainerOptions &o);
 
 // The value of option id as exact text: an enumerator's name, a double that
-// reads back to the same bits (%.17g), an integer in decimal, devices as
+// reads back to the same bits (number_text), an integer in decimal, devices as
 // "cuda:0,cuda:1"; "default" for an unset KILN_OPTION_DEFAULT_VARIES option.
 std::string option_text(const TrainerOptions &o, Option id);
 

@@ -41,6 +41,7 @@
 
 #include "core/excerpt.hpp"
 #include "core/formulas/activations.hpp"
+#include "core/number_text.hpp"
 #include "nn/spec.hpp"
 #include "onnx/plugin/common.hpp"
 #include "onnx/plugin/wire_census.hpp"
@@ -751,13 +752,6 @@ class Reader {
     return scalar_value(n, name, &v) && std::fabs(v - want) <= 1e-6 * std::fabs(want);
   }
 
-  // v in the shortest decimal that reads back as it, for messages.
-  static std::string number(double v) {
-    char text[32];
-    *std::to_chars(text, text + sizeof text - 1, v).ptr = '\0';
-    return text;
-  }
-
   // The shortest decimal that reads back as f, as a double: ONNX attributes
   // and FLOAT constants are float32, so 0.1 arrives as 0.100000001490116,
   // and the writer meant 0.1 (which keeps a model's description,
@@ -1018,7 +1012,7 @@ class Reader {
                                                         "inference, which kiln's Dropout does only while training");
     }
     if (!(p >= 0 && p < 1))
-      refuse(KILN_ERROR_FORMAT, node_name(n) + " has ratio " + std::to_string(p) + "; kiln's Dropout takes [0, 1)");
+      refuse(KILN_ERROR_FORMAT, node_name(n) + " has ratio " + kiln::number_text(p) + "; kiln's Dropout takes [0, 1)");
     add_layer(n, KILN_LAYER_DROPOUT, p);
     return result;
   }
@@ -1349,7 +1343,8 @@ class Reader {
     const double alpha = float_attribute(n, "alpha", kiln::formulas::kSeluAlpha);
     const double gamma = float_attribute(n, "gamma", kiln::formulas::kSeluScale);
     if (std::fabs(alpha - kiln::formulas::kSeluAlpha) > 1e-6 || std::fabs(gamma - kiln::formulas::kSeluScale) > 1e-6)
-      refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + " has alpha " + number(alpha) + " and gamma " + number(gamma) +
+      refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + " has alpha " + kiln::number_text(alpha) + " and gamma " +
+                                           kiln::number_text(gamma) +
                                            "; kiln's SELU is PyTorch's (alpha 1.6732632, scale 1.0507010)");
   }
 };
