@@ -619,6 +619,66 @@ static void test_counter_limits(void **state) {
   kiln_test_remove_tree(dir);
 }
 
+/* Metadata a kiln checkpoint could not hold is FORMAT, and the trainer is
+ * unchanged: a counter with a sign or a space before its digits (strtoull
+ * takes both), counters that do not fit each other (every optimizer update
+ * and every epoch takes steps), an optimizer kiln does not know (not a
+ * mismatch with the trainer's), a spec that is not one. After one epoch of
+ * 100 samples in batches of 16 the file counts 7 steps, 7 updates, 1 epoch. */
+static void test_metadata_is_checked(void **state) {
+  kiln_context *ctx = *state;
+  char dir[512], path[700], edited[700];
+  kiln_test_make_temp_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/ckpt.safetensors", dir);
+  snprintf(edited, sizeof edited, "%s/edited.safetensors", dir);
+  kiln_dataset *ds = random_dataset(ctx);
+  kiln_model *writer_model = make_model(ctx, "6-12-3");
+  kiln_trainer *writer = make_trainer(writer_model, KILN_OPTIM_SGD);
+  epochs(writer, ds, 1);
+  assert_kiln_ok(kiln_trainer_save_checkpoint(writer, path));
+  kiln_model *model = make_model(ctx, "6-12-3");
+  kiln_trainer *t = make_trainer(model, KILN_OPTIM_SGD);
+  float before[NPARAM], after[NPARAM];
+  read_weights(model, before);
+  const struct {
+    const char *key, *value, *message;
+  } bad[] = {
+      {"steps_done", " 7", "not an unsigned integer"},
+      {"steps_done", "+7", "not an unsigned integer"},
+      {"optimizer_steps", "-0", "not an unsigned integer"},
+      {"optimizer_steps", "8", "counters do not fit each other: 7 steps, 8 optimizer updates and 1 epochs"},
+      {"epochs_done", "8", "counters do not fit each other: 7 steps, 7 optimizer updates and 8 epochs"},
+      {"optimizer", "rmsprop", "metadata \"optimizer\" is \"rmsprop\", not one of sgd|adam|adamw"},
+      {"kiln.spec", "6-x-3", "metadata \"kiln.spec\" is \"6-x-3\", which is not a model spec"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    set_metadata(path, edited, bad[i].key, bad[i].value);
+    assert_status(kiln_trainer_load_checkpoint(t, edited), KILN_ERROR_FORMAT);
+    assert_last_error_contains(bad[i].message);
+    int64_t steps = -1;
+    assert_kiln_ok(kiln_trainer_steps_done(t, &steps));
+    assert_int_equal(steps, 0);
+    read_weights(model, after);
+    assert_memory_equal(before, after, sizeof before);
+  }
+  /* Fewer updates than steps, and no epoch finished, fit. */
+  set_metadata(path, edited, "optimizer_steps", "3");
+  set_metadata(edited, edited, "epochs_done", "0");
+  assert_kiln_ok(kiln_trainer_load_checkpoint(t, edited));
+  int64_t steps = 0, epochs_done = -1;
+  assert_kiln_ok(kiln_trainer_steps_done(t, &steps));
+  assert_kiln_ok(kiln_trainer_epochs_done(t, &epochs_done));
+  assert_int_equal(steps, 7);
+  assert_int_equal(epochs_done, 0);
+
+  kiln_trainer_release(t);
+  kiln_trainer_release(writer);
+  kiln_model_release(model);
+  kiln_model_release(writer_model);
+  kiln_dataset_release(ds);
+  kiln_test_remove_tree(dir);
+}
+
 /* A checkpoint written within an epoch carries the epoch's statistics so
  * far; ones that its samples seen could not give are FORMAT, and the
  * trainer is unchanged. Cut after 3 batches of 16, 48 samples were seen:
@@ -719,6 +779,7 @@ int main(void) {
       cmocka_unit_test(test_other_optimizer_kind_is_refused),
       cmocka_unit_test(test_momentum_is_the_trainers_own),
       cmocka_unit_test(test_counter_limits),
+      cmocka_unit_test(test_metadata_is_checked),
       cmocka_unit_test(test_statistics_within_an_epoch),
       cmocka_unit_test(test_architecture_is_checked),
   };

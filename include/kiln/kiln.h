@@ -1384,9 +1384,12 @@ KILN_NODISCARD KILN_API kiln_status kiln_trainer_save_checkpoint(const kiln_trai
  * not applied. So SGD's momentum may differ from the writer's: a trainer
  * with momentum starts its buffers at zero from a file without them (the
  * next update takes the gradient as its buffer, as torch.optim's first
- * does), and one without leaves a file's buffers unread. On failure the trainer is unchanged. FORMAT for a malformed
- * file or counters of 2^62 and more, IO for an unreadable one, BUSY from
- * the trainer's own callback. */
+ * does), and one without leaves a file's buffers unread. On failure the
+ * trainer is unchanged. FORMAT for a malformed file: counters that are not
+ * decimal digits, of 2^62 and more, or that no run could count (more
+ * optimizer updates or epochs than steps), an optimizer or a spec kiln does
+ * not know; IO for an unreadable file, BUSY from the trainer's own
+ * callback. */
 KILN_NODISCARD KILN_API kiln_status kiln_trainer_load_checkpoint(kiln_trainer *trainer, const char *path);
 
 /* Drops the caller's handle to a history (kiln_trainer_fit's result). */

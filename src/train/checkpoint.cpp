@@ -10,6 +10,7 @@
 // against the trainer, reads into staging buffers, and only then commits,
 // so a bad file leaves the trainer unchanged.
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include "core/number_text.hpp"
 #include "core/version.hpp"
 #include "io/safetensors.hpp"
+#include "nn/spec.hpp"
 #include "train/trainer.hpp"
 
 namespace kiln {
@@ -51,7 +53,8 @@ std::vector<Slot> slots(const Model &model, const std::vector<std::pair<std::str
 const std::string &required_text(const std::map<std::string, std::string> &meta, const std::string &key,
                                  const std::string &path) {
   auto it = meta.find(key);
-  check(it != meta.end(), KILN_ERROR_FORMAT, path + " is not a complete kiln checkpoint: metadata lacks \"" + key + "\"");
+  check(it != meta.end(), KILN_ERROR_FORMAT,
+        path + " is not a complete kiln checkpoint: metadata lacks \"" + key + "\"");
   return it->second;
 }
 
@@ -60,8 +63,9 @@ uint64_t parse_u64(const std::map<std::string, std::string> &meta, const std::st
   errno = 0;
   char *end = nullptr;
   const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-  check(!text.empty() && *end == '\0' && errno == 0 && text[0] != '-', KILN_ERROR_FORMAT,
-        path + ": metadata \"" + key + "\" is \"" + excerpt(text) + "\", not an unsigned integer");
+  // Digits alone: strtoull would also take leading spaces and a sign.
+  check(!text.empty() && std::isdigit(static_cast<unsigned char>(text[0])) && *end == '\0' && errno == 0,
+        KILN_ERROR_FORMAT, path + ": metadata \"" + key + "\" is \"" + excerpt(text) + "\", not an unsigned integer");
   return uint64_t(v);
 }
 
@@ -158,16 +162,34 @@ void Trainer::load_checkpoint(const std::string &path) {
   // loaded into 5-8-3:tanh would not continue its run. Files without the
   // key (not written by kiln) are checked by their tensors alone.
   auto spec = meta.find("kiln.spec");
+  if (spec != meta.end() && spec->second != model_->description()) {
+    try {
+      ModelSpec().parse(spec->second);
+    } catch (const Error &e) {
+      fail(KILN_ERROR_FORMAT,
+           path + ": metadata \"kiln.spec\" is " + quoted(spec->second) + ", which is not a model spec: " + e.what());
+    }
+  }
   check(spec == meta.end() || spec->second == model_->description(), KILN_ERROR_SHAPE_MISMATCH,
         path + " was written for the model " + excerpt(spec == meta.end() ? "" : spec->second) +
             " but this trainer's model is " + excerpt(model_->description()));
   auto kind = meta.find("optimizer");
-  check(kind != meta.end(), KILN_ERROR_FORMAT, path + " is not a complete kiln checkpoint: metadata lacks \"optimizer\"");
+  check(kind != meta.end(), KILN_ERROR_FORMAT,
+        path + " is not a complete kiln checkpoint: metadata lacks \"optimizer\"");
   const std::string mine = option_text(options_, Option::optimizer);
+  const std::string known = std::string("|") + option_info(Option::optimizer).names + "|";
+  check(known.find("|" + kind->second + "|") != std::string::npos, KILN_ERROR_FORMAT,
+        path + ": metadata \"optimizer\" is " + quoted(kind->second) + ", not one of " +
+            option_info(Option::optimizer).names);
   check(kind->second == mine, KILN_ERROR_INVALID_ARGUMENT,
         path + " holds the state of the " + excerpt(kind->second) + " optimizer but this trainer uses " + mine);
   const int64_t epochs = parse_counter(meta, "epochs_done", path), steps = parse_counter(meta, "steps_done", path);
   const int64_t optimizer_steps = parse_counter(meta, "optimizer_steps", path);
+  // Every update and every epoch is taken by steps, so neither counts more.
+  check(optimizer_steps <= steps && epochs <= steps, KILN_ERROR_FORMAT,
+        path + ": its counters do not fit each other: " + std::to_string(steps) + " steps, " +
+            std::to_string(optimizer_steps) + " optimizer updates and " + std::to_string(epochs) +
+            " epochs (each update and each epoch takes steps)");
   const uint64_t seed = parse_u64(meta, "shuffle_seed", path), counter = parse_u64(meta, "shuffle_counter", path);
   EpochPosition position;
   if (meta.count(kEpochBatches)) {
@@ -214,9 +236,11 @@ void Trainer::load_checkpoint(const std::string &path) {
   // file's buffers unread.
   const std::string momentum_prefix = std::string("optimizer.") + Optimizer::kMomentumBuffer + ".";
   const auto is_momentum = [&](const std::string &name) { return name.rfind(momentum_prefix, 0) == 0; };
-  const size_t file_momentum = size_t(std::count_if(file.entries().begin(), file.entries().end(),
-                                                    [&](const io::SafetensorsFile::Entry &e) { return is_momentum(e.name); }));
-  const bool has_momentum = std::any_of(expected.begin(), expected.end(), [&](const Slot &s) { return is_momentum(s.name); });
+  const size_t file_momentum =
+      size_t(std::count_if(file.entries().begin(), file.entries().end(),
+                           [&](const io::SafetensorsFile::Entry &e) { return is_momentum(e.name); }));
+  const bool has_momentum =
+      std::any_of(expected.begin(), expected.end(), [&](const Slot &s) { return is_momentum(s.name); });
   std::vector<Slot> read;
   for (const Slot &s : expected)
     if (file_momentum > 0 || !is_momentum(s.name)) read.push_back(s);

@@ -2586,9 +2586,12 @@ extern "C" {
     #[doc = " not applied. So SGD's momentum may differ from the writer's: a trainer"]
     #[doc = " with momentum starts its buffers at zero from a file without them (the"]
     #[doc = " next update takes the gradient as its buffer, as torch.optim's first"]
-    #[doc = " does), and one without leaves a file's buffers unread. On failure the trainer is unchanged. FORMAT for a malformed"]
-    #[doc = " file or counters of 2^62 and more, IO for an unreadable one, BUSY from"]
-    #[doc = " the trainer's own callback."]
+    #[doc = " does), and one without leaves a file's buffers unread. On failure the"]
+    #[doc = " trainer is unchanged. FORMAT for a malformed file: counters that are not"]
+    #[doc = " decimal digits, of 2^62 and more, or that no run could count (more"]
+    #[doc = " optimizer updates or epochs than steps), an optimizer or a spec kiln does"]
+    #[doc = " not know; IO for an unreadable file, BUSY from the trainer's own"]
+    #[doc = " callback."]
     pub fn kiln_trainer_load_checkpoint(
         trainer: *mut kiln_trainer,
         path: *const ::std::os::raw::c_char,
