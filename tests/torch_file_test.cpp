@@ -90,6 +90,7 @@ void test_mlps(Context &ctx) {
   check_mlp(ctx, "mlp_shared.pt", DType::F32);
   check_mlp(ctx, "mlp_big_endian.pt", DType::F32);
   check_mlp(ctx, "mlp_no_byteorder.pt", DType::F32);
+  check_mlp(ctx, "mlp_no_crc32.pt", DType::F32);  // every CRC-32 0: none written
   check_mlp(ctx, "mlp_deflated.pt", DType::F32);
   check_mlp(ctx, "mlp_zip64.pt", DType::F32);
 }
@@ -199,6 +200,29 @@ void test_damage(Context &ctx) {
   Tensor t = Tensor::empty(ctx.shared_from_this(), Shape{3, 4}, DType::F32, Device::cpu());
   CHECK(file && status_of([&] { file->read_into("0.weight", t); }, &message) == KILN_ERROR_FORMAT);
   CHECK(message.find("CRC-32") != std::string::npos);
+
+  // A CRC-32 of 0 is checked where the other records have theirs (only an
+  // archive whose every sum is 0 was written without them): mlp.pt with
+  // the central directory's sum of its first storage zeroed.
+  g_case = "one zeroed CRC-32";
+  full = bytes_of(fixture("mlp.pt"));
+  const std::string header = "PK\x01\x02", storage = "/data/0";
+  int zeroed = 0;
+  for (auto h = std::search(full.begin(), full.end(), header.begin(), header.end()); h != full.end();
+       h = std::search(h + 1, full.end(), header.begin(), header.end())) {
+    const size_t name_len = size_t((unsigned char)h[28]) | size_t((unsigned char)h[29]) << 8;
+    const std::string name(h + 46, h + 46 + std::ptrdiff_t(name_len));
+    if (name.size() >= storage.size() && name.compare(name.size() - storage.size(), storage.size(), storage) == 0) {
+      std::fill(h + 16, h + 20, char(0));
+      ++zeroed;
+    }
+  }
+  CHECK(zeroed == 1);
+  write_bytes(tmp, full, full.size());
+  CHECK(status_of([&] { file = io::open_tensor_file(tmp); }) == KILN_OK);
+  message.clear();
+  CHECK(file && status_of([&] { file->read_into("0.weight", t); }, &message) == KILN_ERROR_FORMAT);
+  CHECK(message.find("fails its CRC-32 check") != std::string::npos);
   std::remove(tmp.c_str());
 }
 

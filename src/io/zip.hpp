@@ -50,7 +50,9 @@ class ZipArchive {
   // inside the content (INTERNAL otherwise: callers check it first). A
   // stored entry is read in place, its CRC-32 checked when the range is the
   // whole entry; a deflated one is inflated whole on first use (CRC-32
-  // checked) and kept for later reads. Safe from several threads at once.
+  // checked) and kept for later reads. An archive whose every CRC-32 is 0
+  // was written without them (PyTorch's compute_crc32 = False) and is read
+  // unchecked, as torch.load reads it. Safe from several threads at once.
   void read(const Entry &e, int64_t offset, int64_t n, void *dst) const;
   // The whole content of e, refused with FORMAT naming `what` when it holds
   // more than limit bytes.
@@ -64,6 +66,7 @@ class ZipArchive {
   std::string path_;
   std::vector<Entry> entries_;
   std::unordered_map<std::string, size_t> index_;
+  bool crc_recorded_ = true;  // false: every record's CRC-32 is 0 (none written)
   mutable std::mutex mutex_;  // guards inflated_
   mutable std::unordered_map<const Entry *, std::shared_ptr<const std::string>> inflated_;
 };

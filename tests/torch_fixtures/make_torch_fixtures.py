@@ -3,7 +3,7 @@ kiln's torch.save reader (src/io/torch_file.cpp) without PyTorch.
 
     /work/venv/bin/python tests/torch_fixtures/make_torch_fixtures.py
 
-Needs PyTorch 2.1 or later (it has been run with 2.15). Run it again after changing it; the files are then
+Needs PyTorch 2.6 or later (it has been run with 2.15). Run it again after changing it; the files are then
 committed. torch.save stamps each file with a random serialization id, so
 the bytes change from run to run but not what the tests read.
 
@@ -25,6 +25,8 @@ Written by PyTorch itself (torch.save):
                         (stride (1, 2)), as the flat parameter buffers of some
                         optimizers and kiln itself keep them
   mlp_no_byteorder.pt   mlp.pt without the byteorder record (as older releases wrote it)
+  mlp_no_crc32.pt       mlp.pt saved with torch.utils.serialization.config.save.compute_crc32
+                        = False (PyTorch 2.6 and later): every record's CRC-32 is 0
   dtypes.pt             f32 f64 f16 bf16 i32 i64: (arange(6) - 2).reshape(2, 3);
                         u8: arange(6) * 40 + 3; f16_t: f16's transpose (a view,
                         stride (1, 3)); i64_tail: i64.flatten()[3:] (offset 3);
@@ -73,6 +75,7 @@ import zipfile
 import zlib
 
 import torch
+import torch.utils.serialization
 from torch import nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -250,6 +253,12 @@ def main():
     torch.save(flat.state_dict(), path("mlp_flatten.pt"))
     torch.save(mlp().state_dict(keep_vars=True), path("mlp_parameters_p5.pt"), pickle_protocol=5)
     torch.save(mlp().state_dict(), path("mlp_no_byteorder.pt"), _disable_byteorder_record=True)
+    save_config = torch.utils.serialization.config.save
+    save_config.compute_crc32 = False
+    try:
+        torch.save(mlp().state_dict(), path("mlp_no_crc32.pt"))
+    finally:
+        save_config.compute_crc32 = True
 
     buf = torch.zeros(40)
     shared = collections.OrderedDict()
