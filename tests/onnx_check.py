@@ -16,8 +16,9 @@
    X.onnx.data for the larger models; and the TorchScript one), read with
    `kiln import IN --save MODEL` give PyTorch's outputs to 1e-5; an f64 one
    goes back out through `kiln export` into ONNX Runtime; the imported
-   parameters carry the names of the module's state_dict; and a model
-   converted to opset 7 with onnx.version_converter reads the same.
+   parameters carry the names of the module's state_dict (the quickstart's
+   NeuralNetwork: its linear_relu_stack's); and a model converted to
+   opset 7 with onnx.version_converter reads the same.
 3. The tutorial model, 784-32-10 ReLU behind nn.Flatten, trained briefly
    with PyTorch on Fashion-MNIST, exported with torch.onnx.export and
    imported: `kiln eval` prints PyTorch's test accuracy (when the dataset
@@ -242,6 +243,30 @@ for opset in (7, 8):
     check_close(kiln_logits(kiln_path, x.double().numpy()), want,
                 "TorchScript opset %d -> kiln import (%s)" % (opset, out.splitlines()[0]))
     check_names(kiln_path, module, "TorchScript opset %d -> kiln import" % opset)
+
+# ---- PyTorch's quickstart NeuralNetwork: its Sequential's names, prefix dropped ----
+class NeuralNetwork(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.flatten = nn.Flatten()
+        self.linear_relu_stack = nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(),
+                                               nn.Linear(16, 5))
+
+    def forward(self, x):
+        return self.linear_relu_stack(self.flatten(x))
+
+
+quickstart = NeuralNetwork().eval()
+for exporter, options in EXPORTERS:
+    onnx_path, kiln_path = os.path.join(work, "quickstart.onnx"), os.path.join(work, "quickstart.safetensors")
+    torch_export(quickstart, torch.randn(3, 3, 4), onnx_path, options)
+    run([CLI, "import", onnx_path, "--save", kiln_path])
+    what = "%s quickstart NeuralNetwork -> kiln import" % exporter
+    check_names(kiln_path, quickstart.linear_relu_stack, what)
+    x = torch.randn(7, 3, 4)
+    with torch.no_grad():
+        want = quickstart(x).double().numpy()
+    check_close(kiln_logits(kiln_path, x.reshape(7, 12).double().numpy()), want, what)
 
 # ---- 3. the tutorial model on Fashion-MNIST ------------------------------------
 data = os.environ.get("KILN_FASHION_MNIST", "/usr/share/datasets/fashion-mnist")

@@ -932,8 +932,9 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_export_onnx_v2(const kiln_model *
  * nn.Sequential (kiln_model_parameter_name), except where a Linear's weight
  * is named as PyTorch's state_dict names it ("3.weight",
  * "linear_relu_stack.3.weight") with an index that keeps them in order:
- * the Linear then takes that index, so the parameters keep the file's
- * names. Up to 16 indices the names skip (layers the exporter left out, as
+ * the Linear then takes that index, so the parameters keep the names of
+ * the nn.Sequential's own state_dict (a prefix is not kept:
+ * "linear_relu_stack.3.weight" imports as "3.weight"). Up to 16 indices the names skip (layers the exporter left out, as
  * torch.onnx.export leaves out an nn.Dropout in eval mode) become flattens,
  * which compute nothing, and a Flatten or Reshape at the input whose index
  * the first weight's name does not count (a model that flattens outside

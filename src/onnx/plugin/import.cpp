@@ -895,7 +895,8 @@ class Reader {
   // a Flatten at the input that the name shows was outside the
   // nn.Sequential (PyTorch's quickstart flattens in forward(), before its
   // linear_relu_stack) takes no index. So the imported parameters keep the
-  // file's names, those of the model's state_dict.
+  // names of the nn.Sequential's state_dict, without the prefix before its
+  // index (kiln's model is one nn.Sequential).
   void follow_weight_name(const std::string &name) {
     static const std::string suffix = ".weight";
     if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return;
