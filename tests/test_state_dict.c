@@ -375,8 +375,10 @@ static kiln_status load_torch(fixture *f, const char *name, const char *spec_tex
 /* Each of these files holds the 4-3-2 MLP of value() as PyTorch saved it. */
 static void loads_torch_save_files(void **state) {
   fixture *f = *state;
-  static const char *const files[] = {"mlp.pt",       "mlp_shared.pt",        "mlp_big_endian.pt",   "mlp_deflated.pt",
-                                      "mlp_zip64.pt", "mlp_parameters_p5.pt", "mlp_no_byteorder.pt", "mlp_no_crc32.pt"};
+  static const char *const files[] = {
+      "mlp.pt",          "mlp_shared.pt",        "mlp_big_endian.pt",   "mlp_deflated.pt",
+      "mlp_zip64.pt",    "mlp_parameters_p5.pt", "mlp_no_byteorder.pt", "mlp_no_crc32.pt",
+      "mlp_protocol1.pt"};
   for (size_t n = 0; n < sizeof files / sizeof files[0]; ++n) {
     print_message("torch.save file %s\n", files[n]);
     kiln_model *model = NULL;

@@ -91,6 +91,7 @@ void test_mlps(Context &ctx) {
   check_mlp(ctx, "mlp_big_endian.pt", DType::F32);
   check_mlp(ctx, "mlp_no_byteorder.pt", DType::F32);
   check_mlp(ctx, "mlp_no_crc32.pt", DType::F32);  // every CRC-32 0: none written
+  check_mlp(ctx, "mlp_protocol1.pt", DType::F32);  // requires_grad as INT "00"
   check_mlp(ctx, "mlp_deflated.pt", DType::F32);
   check_mlp(ctx, "mlp_zip64.pt", DType::F32);
 }
@@ -146,6 +147,10 @@ void test_refusals() {
   expect_refused("hostile_eval.pt", KILN_ERROR_FORMAT, {"its pickle calls builtins.eval", no_code});
   expect_refused("hostile_in_state_dict.pt", KILN_ERROR_FORMAT, {"its pickle calls posix.system"});
   expect_refused("hostile_newobj.pt", KILN_ERROR_FORMAT, {"NEWOBJ"});
+  expect_refused("hostile_int_text.pt", KILN_ERROR_FORMAT,
+                 {"INT \"1234567890123456789\" is not an integer of at most 18 digits"});
+  expect_refused("mlp_protocol0.pt", KILN_ERROR_FORMAT,
+                 {"written with protocol 0", "torch.load cannot read either", "default pickle_protocol"});
   expect_refused("hostile_storage_key.pt", KILN_ERROR_FORMAT, {"\"../../../etc/passwd\" is not in the archive"});
   expect_refused("hostile_view.pt", KILN_ERROR_FORMAT, {"reaches element 12 of a storage of 12"});
   expect_refused("hostile_storage_size.pt", KILN_ERROR_FORMAT, {"holds 48 bytes, but 13 elements of torch.float32 need 52"});

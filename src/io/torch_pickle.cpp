@@ -129,12 +129,23 @@ class Unpickler {
     return std::string(reinterpret_cast<const char *>(p), size_t(n));
   }
   // A line of GLOBAL's text form, without its newline.
-  std::string take_line() {
+  std::string take_line(const char *what) {
     const size_t end = data_.find('\n', pos_);
-    if (end == std::string::npos) error("GLOBAL's name has no end of line");
+    if (end == std::string::npos) error(std::string(what) + " has no end of line");
     std::string line = data_.substr(pos_, end - pos_);
     pos_ = end + 1;
     return line;
+  }
+  // A decimal integer on a line (protocol 0 and 1's INT and LONG, the
+  // latter with Python 2's trailing L): an optional '-' and 1 to 18 digits,
+  // so that it fits int64 unchecked.
+  int64_t take_decimal(const char *what) {
+    std::string line = take_line(what);
+    if (!line.empty() && line.back() == 'L') line.pop_back();
+    const size_t digits = line.size() - (!line.empty() && line[0] == '-');
+    if (digits == 0 || digits > 18 || line.find_first_not_of("0123456789", line.size() - digits) != std::string::npos)
+      error(std::string(what) + " \"" + excerpt(line, 40) + "\" is not an integer of at most 18 digits");
+    return std::stoll(line);
   }
   // A little-endian two's complement integer of n bytes (LONG1, LONG4).
   int64_t take_long(uint64_t n) {
@@ -393,6 +404,22 @@ class Unpickler {
         case 'N': push(add(Kind::None)); break;
         case 0x88: push(add(Kind::Bool, 1)); break;  // NEWTRUE
         case 0x89: push(add(Kind::Bool, 0)); break;  // NEWFALSE
+        case 'I': {  // INT: protocol 0 and 1's, which write True and False as "01" and "00"
+          const size_t at = pos_;
+          const size_t end = data_.find('\n', at);
+          if (end == at + 2 && (data_.compare(at, 3, "01\n") == 0 || data_.compare(at, 3, "00\n") == 0)) {
+            push(add(Kind::Bool, data_[at + 1] == '1'));
+            pos_ = end + 1;
+          } else {
+            push(add(Kind::Int, take_decimal("INT")));
+          }
+          break;
+        }
+        case 'L': push(add(Kind::Int, take_decimal("LONG"))); break;  // LONG (text)
+        case 'P': case 'p': case 'g':  // PERSID, PUT, GET: protocol 0's, with text arguments
+          error(
+              "the pickle was written with protocol 0 (torch.save(..., pickle_protocol=0)), which torch.load "
+              "cannot read either: save it again with the default pickle_protocol");
         case 'J': push(add(Kind::Int, int64_t(int32_t(uint32_t(take_le(4)))))); break;  // BININT
         case 'K': push(add(Kind::Int, int64_t(take_le(1)))); break;                      // BININT1
         case 'M': push(add(Kind::Int, int64_t(take_le(2)))); break;                      // BININT2
@@ -452,8 +479,8 @@ class Unpickler {
         }
         case 'u': add_items("SETITEMS", pop_mark()); break;  // SETITEMS
         case 'c': {                                            // GLOBAL
-          const std::string module = take_line();
-          global(module, take_line());
+          const std::string module = take_line("GLOBAL's module");
+          global(module, take_line("GLOBAL's name"));
           break;
         }
         case 0x93: {  // STACK_GLOBAL
@@ -484,8 +511,7 @@ class Unpickler {
           char hex[8];
           std::snprintf(hex, sizeof hex, "0x%02x", op);
           error(std::string("opcode ") + hex +
-                " is not one that a state_dict pickled with protocol 2 to 5 uses (text-mode protocol 0 and 1 "
-                "opcodes included)");
+                " is not one that kiln reads in a state_dict's pickle (torch.save's protocols 1 to 5)");
         }
       }
     }

@@ -2,7 +2,8 @@
 //
 // Written from the pickle protocol's definition (CPython's
 // Lib/pickletools.py documents every opcode), it runs the opcodes of
-// protocols 2 to 5 that a state_dict uses and never executes anything: the
+// protocols 1 to 5 that a state_dict uses (protocol 0, whose persistent ids
+// are text, torch.load cannot read either) and never executes anything: the
 // only globals it resolves are the few a state_dict of tensors needs, each
 // mapped to a fixed action of its own:
 //   collections.OrderedDict()              an empty dict (its _metadata

@@ -25,6 +25,10 @@ Written by PyTorch itself (torch.save):
                         (stride (1, 2)), as the flat parameter buffers of some
                         optimizers and kiln itself keep them
   mlp_no_byteorder.pt   mlp.pt without the byteorder record (as older releases wrote it)
+  mlp_protocol1.pt      pickle_protocol=1: its requires_grad as INT "00" (torch.load reads it
+                        with weights_only=False)
+  mlp_protocol0.pt      pickle_protocol=0: text persistent ids, which torch.load cannot read
+                        (kiln refuses it saying so)
   mlp_no_crc32.pt       mlp.pt saved with torch.utils.serialization.config.save.compute_crc32
                         = False (PyTorch 2.6 and later): every record's CRC-32 is 0
   dtypes.pt             f32 f64 f16 bf16 i32 i64: (arange(6) - 2).reshape(2, 3);
@@ -62,6 +66,7 @@ only): mlp.pt's records with data.pkl replaced by
   hostile_in_state_dict.pt a state_dict whose first tensor is fine and whose
                            second value reduces to posix.system
   hostile_newobj.pt        NEWOBJ of collections.OrderedDict
+  hostile_int_text.pt      a text INT (protocol 0 and 1) of 19 digits, past int64's reach
   hostile_storage_key.pt   a storage key "../../../etc/passwd"
   hostile_view.pt          a view reaching past its storage (size 13 of 12)
   hostile_storage_size.pt  a storage whose numel does not match its record
@@ -253,6 +258,8 @@ def main():
     torch.save(flat.state_dict(), path("mlp_flatten.pt"))
     torch.save(mlp().state_dict(keep_vars=True), path("mlp_parameters_p5.pt"), pickle_protocol=5)
     torch.save(mlp().state_dict(), path("mlp_no_byteorder.pt"), _disable_byteorder_record=True)
+    torch.save(mlp().state_dict(), path("mlp_protocol1.pt"), pickle_protocol=1)
+    torch.save(mlp().state_dict(), path("mlp_protocol0.pt"), pickle_protocol=0)
     save_config = torch.utils.serialization.config.save
     save_config.compute_crc32 = False
     try:
@@ -322,6 +329,7 @@ def main():
     system = glob("posix", "system") + s("exit 0") + b"\x85R"
     with_pickle("hostile_in_state_dict.pt",
                 state_dict([("0.weight", tensor("0", 12, 0, [3, 4], [4, 1])), ("0.bias", system)]))
+    with_pickle("hostile_int_text.pt", b"I1234567890123456789\n.")
     with_pickle("hostile_newobj.pt", b"\x80\x02" + glob("collections", "OrderedDict") + b")\x81.")
     with_pickle("hostile_storage_key.pt", state_dict([("0.weight", tensor("../../../etc/passwd", 12, 0, [3, 4], [4, 1]))]))
     with_pickle("hostile_view.pt", state_dict([("0.weight", tensor("0", 12, 0, [13], [1]))]))
