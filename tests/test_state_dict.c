@@ -480,6 +480,32 @@ static void messages_say_what_fits(void **state) {
   assert_status(load_torch(f, "batchnorm.pt", "4-3-2", &model), KILN_ERROR_SHAPE_MISMATCH);
   assert_last_error_contains("BatchNorm1d running statistics at 1.*: kiln has no BatchNorm");
   assert_true(strstr(kiln_last_error(), "spec that fits") == NULL);
+  /* Linears in a form PyTorch saves them in but kiln does not read: how to
+   * save them plainly (the bias apart from a parametrized weight is not
+   * listed as a layer of its own). */
+  static const struct {
+    const char *file, *says;
+  } saved_otherwise[] = {
+      {"weight_norm.pt",
+       "It holds a parametrized weight (weight_norm's or another parametrization's original0, ...) "
+       "at 0.parametrizations.weight.*: save it after "
+       "torch.nn.utils.parametrize.remove_parametrizations(layer, \"weight\"); Linear(3, 2) at 2."},
+      {"weight_norm_g_v.pt",
+       "It holds a layer under torch.nn.utils.weight_norm (weight_g, weight_v) at 0.*: save it "
+       "after torch.nn.utils.remove_weight_norm(layer); Linear(3, 2) at 2."},
+      {"pruned.pt",
+       "It holds a pruned layer (weight_orig, weight_mask) at 0.*: save it after "
+       "torch.nn.utils.prune.remove(layer, \"weight\"); Linear(3, 2) at 2."},
+      {"weight_saved_once.pt",
+       "It holds Linear(4, 3) at 0; a bias without its weight at 2.*: a weight shared with "
+       "another layer is saved once by safetensors' save_model; "
+       "torch.save(model.state_dict(), PATH) keeps every name."},
+  };
+  for (size_t i = 0; i < sizeof saved_otherwise / sizeof saved_otherwise[0]; ++i) {
+    assert_status(load_torch(f, saved_otherwise[i].file, "4-3-2", &model), KILN_ERROR_SHAPE_MISMATCH);
+    assert_last_error_contains(saved_otherwise[i].says);
+    assert_true(strstr(kiln_last_error(), "spec that fits") == NULL);
+  }
   /* The quickstart tutorial's model: its Sequential under a name. */
   assert_status(load_torch(f, "tutorial.pt", "4-8-8-2", &model), KILN_ERROR_SHAPE_MISMATCH);
   assert_last_error_contains("Linear(4, 8) at linear_relu_stack.0");

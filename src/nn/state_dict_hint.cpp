@@ -40,7 +40,15 @@ struct Reading {
   bool bias = false;
   std::string text;     // "Linear(784, 32) at 0"
   std::string missing;  // "BatchNorm", "convolutions", ...: what kiln lacks; "" for a Linear
+  std::string advice;   // how to save a layer kiln has in a form it reads (with missing set)
 };
+
+bool ends_with(const std::string &text, const std::string &end) {
+  return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
+}
+
+// torch.nn.utils.parametrize keeps a layer's weight under this module path.
+const std::string kParametrized = "parametrizations.weight";
 
 std::string where(const Module &m) { return m.path.empty() ? " at the top level" : " at " + printable(m.path, 60) + ".*"; }
 
@@ -54,6 +62,18 @@ Reading read_module(const Module &m, bool convolutions) {
   } else if (m.has_prefix("weight_ih") || m.has_prefix("weight_hh")) {
     r.text = "a recurrent layer (RNN, LSTM or GRU)" + where(m);
     r.missing = "recurrent layers";
+  } else if (m.get("weight_g") && m.get("weight_v")) {
+    r.text = "a layer under torch.nn.utils.weight_norm (weight_g, weight_v)" + where(m);
+    r.missing = "weight_norm";
+    r.advice = "save it after torch.nn.utils.remove_weight_norm(layer)";
+  } else if (m.get("weight_orig") && m.get("weight_mask")) {
+    r.text = "a pruned layer (weight_orig, weight_mask)" + where(m);
+    r.missing = "pruning";
+    r.advice = "save it after torch.nn.utils.prune.remove(layer, \"weight\")";
+  } else if (m.path == kParametrized || ends_with(m.path, "." + kParametrized)) {
+    r.text = "a parametrized weight (weight_norm's or another parametrization's original0, ...)" + where(m);
+    r.missing = "parametrizations";
+    r.advice = "save it after torch.nn.utils.parametrize.remove_parametrizations(layer, \"weight\")";
   } else if (m.get("in_proj_weight")) {
     r.text = "MultiheadAttention" + where(m);
     r.missing = "attention";
@@ -72,6 +92,14 @@ Reading read_module(const Module &m, bool convolutions) {
   } else if (only_weight_bias && weight->shape.ndim == 1) {
     r.text = "a LayerNorm (or another normalisation's scale and shift)" + where(m);
     r.missing = "LayerNorm";
+  } else if (bias && m.tensors.size() == 1 && bias->shape.ndim == 1) {
+    // nn.Linear's weight, tied to another layer's, which
+    // safetensors.torch.save_model writes under one name only.
+    r.text = "a bias without its weight" + where(m);
+    r.missing = "tied weights";
+    r.advice =
+        "a weight shared with another layer is saved once by safetensors' save_model; "
+        "torch.save(model.state_dict(), PATH) keeps every name";
   } else {
     std::string names;
     for (size_t i = 0; i < m.tensors.size() && i < 3; ++i)
@@ -141,9 +169,21 @@ StateDictHint read_state_dict_hint(const std::vector<io::TensorFile::Entry> &ent
   std::vector<std::pair<int64_t, Reading>> linears;
   bool sequential = true;
   std::string common_prefix;
+  size_t listed = 0;
   for (size_t i = 0; i < modules.size(); ++i) {
+    // A parametrized Linear keeps its bias apart from its weight: the
+    // parametrization's own entry says what it is.
+    if (index.count(modules[i].path + (modules[i].path.empty() ? "" : ".") + kParametrized) &&
+        modules[i].tensors.size() == 1 && modules[i].get("bias")) {
+      complete = false;
+      continue;
+    }
     Reading r = read_module(modules[i], convolutions);
-    if (i < kListed) hint.layers += (i ? "; " : "") + r.text + (r.missing.empty() ? "" : ": kiln has no " + r.missing);
+    if (listed++ < kListed)
+      hint.layers += (hint.layers.empty() ? "" : "; ") + r.text +
+                     (!r.advice.empty()   ? ": " + r.advice
+                      : r.missing.empty() ? ""
+                                          : ": kiln has no " + r.missing);
     complete = complete && r.missing.empty();
     std::string prefix;
     const int64_t at = sequential_index(modules[i].path, &prefix);
@@ -151,7 +191,7 @@ StateDictHint read_state_dict_hint(const std::vector<io::TensorFile::Entry> &ent
     common_prefix = prefix;
     if (r.linear) linears.emplace_back(at, std::move(r));
   }
-  if (modules.size() > kListed) hint.layers += " and " + std::to_string(modules.size() - kListed) + " more";
+  if (listed > kListed) hint.layers += " and " + std::to_string(listed - kListed) + " more";
   if (complete && sequential) {
     std::stable_sort(linears.begin(), linears.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
     hint.spec = fitting_spec(linears);

@@ -44,6 +44,13 @@ Written by PyTorch itself (torch.save):
   whole_model.pt        torch.save(model): a pickled nn.Sequential
   bool.pt               {"mask": a bool tensor}
   legacy.pt             mlp with _use_new_zipfile_serialization=False
+  weight_norm.pt        mlp with torch.nn.utils.parametrizations.weight_norm on 0: names
+                        0.bias, 0.parametrizations.weight.original0 and original1
+  weight_norm_g_v.pt    the same by the older torch.nn.utils.weight_norm: 0.weight_g, 0.weight_v
+  pruned.pt             mlp with torch.nn.utils.prune.l1_unstructured on 0.weight: names
+                        0.weight_orig and 0.weight_mask
+  weight_saved_once.pt  mlp's state_dict without 2.weight, as safetensors' save_model
+                        writes a weight tied to another layer's (once, under the other name)
 
 Derived from those, by this script, each checked to load in PyTorch with the
 same tensors as its source (torch.load), so each is a file PyTorch reads:
@@ -80,6 +87,7 @@ import zipfile
 import zlib
 
 import torch
+import torch.nn.utils.prune
 import torch.utils.serialization
 from torch import nn
 
@@ -111,6 +119,11 @@ def set_mlp(linears, dtype=torch.float32):
             for p in (lin.weight, lin.bias):
                 p.copy_(pattern(k, tuple(p.shape), dtype))
                 k += 1
+
+
+def with_weight_norm(model):
+    torch.nn.utils.parametrizations.weight_norm(model[0])
+    return model
 
 
 def mlp(dtype=torch.float32):
@@ -310,6 +323,16 @@ def main():
     torch.save(mlp(), path("whole_model.pt"))
     torch.save({"mask": torch.tensor([True, False])}, path("bool.pt"))
     torch.save(mlp().state_dict(), path("legacy.pt"), _use_new_zipfile_serialization=False)
+    torch.save(with_weight_norm(mlp()).state_dict(), path("weight_norm.pt"))
+    old_norm = mlp()
+    torch.nn.utils.weight_norm(old_norm[0])  # deprecated in 2.1, still in use
+    torch.save(old_norm.state_dict(), path("weight_norm_g_v.pt"))
+    pruned = mlp()
+    torch.nn.utils.prune.l1_unstructured(pruned[0], "weight", amount=0.5)
+    torch.save(pruned.state_dict(), path("pruned.pt"))
+    tied = mlp().state_dict()
+    del tied["2.weight"]
+    torch.save(tied, path("weight_saved_once.pt"))
 
     big_endian("mlp_shared.pt", "mlp_big_endian.pt")
     same_as("mlp_big_endian.pt", "mlp_shared.pt")
