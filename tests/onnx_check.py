@@ -268,6 +268,27 @@ for exporter, options in EXPORTERS:
         want = quickstart(x).double().numpy()
     check_close(kiln_logits(kiln_path, x.reshape(7, 12).double().numpy()), want, what)
 
+# ---- x.view(x.size(0), -1) in forward(): the TorchScript exporter reads the batch with Shape ----
+class ViewNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(12, 8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x.view(x.size(0), -1))))
+
+
+view_net = ViewNet().eval()
+for exporter, options in EXPORTERS:
+    onnx_path, kiln_path = os.path.join(work, "view.onnx"), os.path.join(work, "view.safetensors")
+    torch_export(view_net, torch.randn(3, 3, 4), onnx_path, options)
+    run([CLI, "import", onnx_path, "--save", kiln_path])
+    x = torch.randn(5, 3, 4)
+    with torch.no_grad():
+        want = view_net(x).double().numpy()
+    check_close(kiln_logits(kiln_path, x.reshape(5, 12).double().numpy()), want,
+                "%s x.view(x.size(0), -1) -> kiln import" % exporter)
+
 # ---- 3. the tutorial model on Fashion-MNIST ------------------------------------
 data = os.environ.get("KILN_FASHION_MNIST", "/usr/share/datasets/fashion-mnist")
 

@@ -282,6 +282,67 @@ int main(int argc, char **argv) {
     b.gemm("fc2", "a", "y", 2, 3);
     b.write(dir, "reshape_fixed_batch.onnx");
   }
+  // x.view(x.size(0), -1) as the TorchScript exporter writes it with a dynamic batch: input [N, 2, 2],
+  // Shape -> Gather(0) [-> Unsqueeze(0)] -> Concat(., [-1]) -> Reshape -> Gemm -> Relu -> Gemm; the
+  // Unsqueeze's axes an input from opset 13, an attribute before, and no Unsqueeze for an index of [0].
+  // batch_flatten_row_index.onnx gathers dimension 1 instead: no flatten of the batch, refused.
+  for (const auto &[file, opset, index_dims, index] :
+       std::vector<std::tuple<const char *, int64_t, std::vector<int64_t>, int64_t>>{
+           {"batch_flatten.onnx", 13, {}, 0},
+           {"batch_flatten_opset11.onnx", 11, {}, 0},
+           {"batch_flatten_index_list.onnx", 13, {1}, 0},
+           {"batch_flatten_row_index.onnx", 13, {}, 1}}) {
+    Builder b(opset, F32, {2, 2}, 2);
+    onnx::TensorProto *at = b.ints("index", {index});
+    at->clear_dims();
+    for (int64_t d : index_dims) at->add_dims(d);
+    b.ints("minus_one", {-1});
+    b.node("Shape", "shape", {"x"}, "dims");
+    b.node("Gather", "gather", {"dims", "index"}, "n");
+    std::string rows = "n";
+    if (index_dims.empty()) {
+      rows = "n1";
+      if (opset >= 13) {
+        b.ints("axis0", {0});
+        b.node("Unsqueeze", "unsqueeze", {"n", "axis0"}, rows);
+      } else {
+        Builder::attr_ints(b.node("Unsqueeze", "unsqueeze", {"n"}, rows), "axes", {0});
+      }
+    }
+    Builder::attr_int(b.node("Concat", "concat", {rows, "minus_one"}, "to"), "axis", 0);
+    b.node("Reshape", "view", {"x", "to"}, "flat");
+    b.gemm("fc1", "flat", "h", 3, 4);
+    b.node("Relu", "relu", {"h"}, "a");
+    b.gemm("fc2", "a", "y", 2, 3);
+    b.write(dir, file);
+  }
+  {  // nn.SiLU between the Gemms, as both exporters write it: Mul(h, Sigmoid(h)).
+    Builder b(18, F32, {4}, 2);
+    b.gemm("fc1", "x", "h", 3, 4);
+    b.node("Sigmoid", "sigmoid", {"h"}, "s");
+    b.node("Mul", "silu", {"h", "s"}, "a");
+    b.gemm("fc2", "a", "y", 2, 3);
+    b.write(dir, "silu.onnx");
+  }
+  {  // nn.GELU(approximate="tanh") as opset 17 writes it: 0.5 h (1 + tanh(0.79788456 (h + 0.044715 h^3))).
+    Builder b(17, F32, {4}, 2);
+    b.gemm("fc1", "x", "h", 3, 4);
+    b.constant("c", 0.044715);
+    b.constant("k", 0.7978845608);
+    b.constant("one", 1.0);
+    b.constant("half", 0.5);
+    b.node("Mul", "sq", {"h", "h"}, "h2");
+    b.node("Mul", "cube", {"h", "h2"}, "h3");
+    b.node("Mul", "scaled_cube", {"c", "h3"}, "ch3");
+    b.node("Add", "inner", {"h", "ch3"}, "u");
+    b.node("Mul", "scaled", {"k", "u"}, "ku");
+    b.node("Tanh", "tanh", {"ku"}, "t");
+    b.node("Add", "plus_one", {"one", "t"}, "t1");
+    b.node("Mul", "times_h", {"h", "t1"}, "ht");
+    b.node("Mul", "times_half", {"half", "ht"}, "a");
+    b.gemm("fc2", "a", "y", 2, 3);
+    b.write(dir, "gelu_tanh_ops.onnx");
+  }
   {  // Gemm -> GELU's erf form over Constant nodes, as torch.onnx.export writes nn.GELU -> Gemm.
     Builder b(13, F32, {4}, 2);
     b.gemm("fc1", "x", "h", 3, 4);

@@ -375,6 +375,10 @@ static void imports_gelu(void **state) {
   /* The batch of the traced example written into the Reshape: the model
    * takes any batch (ROWS rows here). */
   check_import(*state, "reshape_fixed_batch.onnx", KILN_F32, "4-3-2:flatten", ref_gemm_relu);
+  /* x.view(x.size(0), -1) with a dynamic batch: its Shape -> ... -> Reshape is a Flatten. */
+  check_import(*state, "batch_flatten.onnx", KILN_F32, "4-3-2:flatten", ref_gemm_relu);
+  check_import(*state, "batch_flatten_opset11.onnx", KILN_F32, "4-3-2:flatten", ref_gemm_relu);
+  check_import(*state, "batch_flatten_index_list.onnx", KILN_F32, "4-3-2:flatten", ref_gemm_relu);
   /* A Flatten between layers takes its index too. */
   check_import(*state, "flatten_mid_chain.onnx", KILN_F32, "linear(4,3);flatten;relu;linear(3,2)", ref_gemm_relu);
   check_import(*state, "gelu_erf.onnx", KILN_F32, "4-3-2:gelu", ref_gelu);
@@ -586,33 +590,47 @@ static void refusals(void **state) {
   } cases[] = {
       {"unknown_op.onnx", KILN_ERROR_NOT_SUPPORTED, "\"mystery_softsign\" (\"Softsign\") is an op kiln does not read"},
       {"not_chain.onnx", KILN_ERROR_NOT_SUPPORTED, "not a chain: value \"h\" feeds node \"branch_relu\""},
+      {"batch_flatten_row_index.onnx", KILN_ERROR_NOT_SUPPORTED, "not a chain: value \"x\" feeds node \"shape\""},
+      {"silu.onnx", KILN_ERROR_NOT_SUPPORTED,
+       "the nodes after \"h\" are SiLU (x * sigmoid(x), nn.SiLU), an activation kiln does not have"},
+      {"gelu_tanh_ops.onnx", KILN_ERROR_NOT_SUPPORTED,
+       "the nodes after \"h\" are GELU's tanh approximation (nn.GELU(approximate=\"tanh\")) written out"},
       /* External data: a missing file, paths that leave the model's folder,
        * ranges past the file, lengths, offsets, keys and checksums that do
        * not fit. */
-      {"external_data.onnx", KILN_ERROR_IO, "\"external_gemm\" (\"Gemm\"): constant \"fc1.w\": cannot open external data \"weights.bin\""},
+      {"external_data.onnx", KILN_ERROR_IO,
+       "\"external_gemm\" (\"Gemm\"): constant \"fc1.w\": cannot open external data \"weights.bin\""},
       {"external_symlink_out.onnx", KILN_ERROR_FORMAT, "external data \"escape.bin\" leads out of the model's folder"},
       {"external_absolute.onnx", KILN_ERROR_FORMAT, "external data \"/etc/passwd\" is an absolute path"},
       {"external_dotdot.onnx", KILN_ERROR_FORMAT, "goes up a folder (\"..\")"},
-      {"external_past_end.onnx", KILN_ERROR_FORMAT, "reads 48 bytes at offset 20 of \"external_ok.bin\", which holds 64 bytes"},
-      {"external_length.onnx", KILN_ERROR_FORMAT, "constant \"fc1.w\" has shape [3, 4] (48 bytes) but its external data is 40 bytes long"},
+      {"external_past_end.onnx", KILN_ERROR_FORMAT,
+       "reads 48 bytes at offset 20 of \"external_ok.bin\", which holds 64 bytes"},
+      {"external_length.onnx", KILN_ERROR_FORMAT,
+       "constant \"fc1.w\" has shape [3, 4] (48 bytes) but its external data is 40 bytes long"},
       {"external_offset_text.onnx", KILN_ERROR_FORMAT, "has offset \"16 bytes\", which is not a byte count"},
       {"external_key.onnx", KILN_ERROR_NOT_SUPPORTED, "has the key \"basepath\""},
       {"external_checksum.onnx", KILN_ERROR_FORMAT, "it is not the data file this model was written with"},
       {"external_no_location.onnx", KILN_ERROR_FORMAT, "keeps its data in an external file but names none"},
       /* Opsets, ops out of place, folds that do not work out. */
-      {"opset6.onnx", KILN_ERROR_NOT_SUPPORTED, "opset 6 of the ONNX domain; kiln reads opsets 7 to 28: convert it first with onnx.version_converter"},
-      {"erf_opset8.onnx", KILN_ERROR_FORMAT, "\"early_erf\" (\"Erf\") needs opset 9 or later, but the file imports opset 8"},
-      {"softmax_not_last.onnx", KILN_ERROR_NOT_SUPPORTED, "\"middle_softmax\" (\"Softmax\") is not the graph's last node"},
-      {"softmax_axis.onnx", KILN_ERROR_NOT_SUPPORTED, "\"axis_softmax\" (\"Softmax\") works along axis 2 of a value of rank 3"},
+      {"opset6.onnx", KILN_ERROR_NOT_SUPPORTED,
+       "opset 6 of the ONNX domain; kiln reads opsets 7 to 28: convert it first with onnx.version_converter"},
+      {"erf_opset8.onnx", KILN_ERROR_FORMAT,
+       "\"early_erf\" (\"Erf\") needs opset 9 or later, but the file imports opset 8"},
+      {"softmax_not_last.onnx", KILN_ERROR_NOT_SUPPORTED,
+       "\"middle_softmax\" (\"Softmax\") is not the graph's last node"},
+      {"softmax_axis.onnx", KILN_ERROR_NOT_SUPPORTED,
+       "\"axis_softmax\" (\"Softmax\") works along axis 2 of a value of rank 3"},
       {"selu_custom.onnx", KILN_ERROR_NOT_SUPPORTED, "\"custom_selu\" (\"Selu\") has alpha 2 and gamma 1.0507"},
       {"dropout_training.onnx", KILN_ERROR_NOT_SUPPORTED, "\"training_dropout\" (\"Dropout\") has training_mode true"},
       {"cast_int32.onnx", KILN_ERROR_NOT_SUPPORTED, "\"cast_int32\" (\"Cast\") casts to INT32"},
       {"reshape_bad.onnx", KILN_ERROR_FORMAT, "\"bad_reshape\" (\"Reshape\") reshapes [12] to [5, 3]"},
       {"transpose_bad.onnx", KILN_ERROR_FORMAT, "\"bad_transpose\" (\"Transpose\")'s perm is not a permutation"},
       {"no_features.onnx", KILN_ERROR_NOT_SUPPORTED, "does not give the features of a sample"},
-      {"short_weight.onnx", KILN_ERROR_FORMAT, "\"fc1\" (\"Gemm\"): constant \"fc1.w\" has shape [3, 4] (12 elements) but holds 5"},
+      {"short_weight.onnx", KILN_ERROR_FORMAT,
+       "\"fc1\" (\"Gemm\"): constant \"fc1.w\" has shape [3, 4] (12 elements) but holds 5"},
       {"huge_dims.onnx", KILN_ERROR_FORMAT, "\"huge_gemm\""},
-      {"mixed_dtype.onnx", KILN_ERROR_FORMAT, "\"mixed_gemm\" (\"Gemm\"): parameter \"fc1.w\" is DOUBLE but the graph's input is FLOAT"},
+      {"mixed_dtype.onnx", KILN_ERROR_FORMAT,
+       "\"mixed_gemm\" (\"Gemm\"): parameter \"fc1.w\" is DOUBLE but the graph's input is FLOAT"},
       {"f16_weight.onnx", KILN_ERROR_NOT_SUPPORTED, "\"half_gemm\" (\"Gemm\"): constant \"fc1.w\" is FLOAT16"},
       {"width_mismatch.onnx", KILN_ERROR_FORMAT, "\"misfit\" (\"Gemm\")'s weight takes 5 features but its input has 3"},
       {"opset_99.onnx", KILN_ERROR_NOT_SUPPORTED, "opset 99"},

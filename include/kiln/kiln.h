@@ -924,7 +924,10 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_export_onnx_v2(const kiln_model *
  * (axis 1) or Reshape to [-1 or 0, features] before the first layer (or to
  * [B, features] where the graph's input fixes its batch at B, as
  * torch.onnx.export writes it without dynamic axes: the model then takes
- * any batch) and Flatten (axis 1) of a [batch, features] value after it,
+ * any batch, or to the input's own batch read by Shape -> Gather(0) ->
+ * Unsqueeze -> Concat with [features or -1], as the TorchScript exporter
+ * writes x.view(x.size(0), -1) with dynamic axes) and Flatten (axis 1) of a
+ * [batch, features] value after it,
  * each the spec's flatten (nn.Flatten()), and
  * Softmax or LogSoftmax as the last node, over each sample's features, as
  * the model's output transform (axis 1 before opset 13; axis 1 or -1 of a

@@ -1051,8 +1051,12 @@ class Reader {
     if (shape.type != onnx::TensorProto_DataType_INT64 || shape.count != 2)
       refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + " reshapes to " + std::to_string(shape.count) +
                                            " dimensions; kiln reads a Reshape to [batch, features]");
-    const int64_t batch = shape.i[0], width = shape.i[1];
-    const bool zero_copies = int_attribute(n, "allowzero", 0) == 0;
+    return flatten_rows(n, result, shape.i[0], shape.i[1], int_attribute(n, "allowzero", 0) == 0);
+  }
+
+  // Reshape node n, whose output is result, at the input to [batch, width]
+  // (-1 or, unless allowzero, 0: the input's own batch).
+  const std::string &flatten_rows(int n, const std::string &result, int64_t batch, int64_t width, bool zero_copies) {
     // A batch written out is the input's fixed one: the Reshape flattens
     // each sample of the traced batch, and kiln's model then takes any.
     const bool batch_kept =
@@ -1074,6 +1078,101 @@ class Reader {
     ++input_flattens_;
     ++modules_;
     return result;
+  }
+
+  // A Reshape of the input to [its own batch, width], as the TorchScript
+  // exporter writes x.view(x.size(0), -1) where the batch is dynamic: the
+  // batch comes from Shape(x) -> Gather(0) -> Unsqueeze(0) -> Concat(axis 0,
+  // [width]) -> Reshape(x, that). "" when the nodes are anything else.
+  std::string batch_flatten(const std::string &current) {
+    const std::vector<int> &u = users(current);
+    if (u.size() != 2 || !out_.layers.empty() || current == output_) return "";
+    for (int first = 0; first < 2; ++first) {
+      const int shape = u[size_t(first)], reshape_node = u[size_t(1 - first)];
+      const onnx::NodeProto &sh = g_.node(shape), &r = g_.node(reshape_node);
+      if (sh.op_type() != "Shape" || sh.input_size() != 1 || sh.output_size() != 1 ||
+          int_attribute(shape, "start", 0) != 0 || r.op_type() != "Reshape" || r.input_size() != 2 ||
+          r.input(0) != current)
+        continue;
+      const int gather = only_user(sh.output(0));
+      if (gather < 0 || g_.node(gather).op_type() != "Gather" || g_.node(gather).input_size() != 2 ||
+          g_.node(gather).output_size() != 1 || int_attribute(gather, "axis", 0) != 0)
+        continue;
+      const onnx::NodeProto &ga = g_.node(gather);
+      if (!constants_.count(ga.input(1))) continue;
+      const Values index = constant(gather, ga.input(1));
+      if (index.type != onnx::TensorProto_DataType_INT64 || index.count != 1 || index.i[0] != 0) continue;
+      std::vector<int> nodes = {shape, gather};
+      std::string batch = ga.output(0);
+      if (index.dims.empty()) {  // a scalar: Unsqueeze makes it [batch]
+        const int unsqueeze = only_user(batch);
+        if (unsqueeze < 0 || g_.node(unsqueeze).op_type() != "Unsqueeze" || !unsqueezes_at_0(unsqueeze)) continue;
+        nodes.push_back(unsqueeze);
+        batch = g_.node(unsqueeze).output(0);
+      }
+      const int concat = only_user(batch);
+      if (concat < 0 || g_.node(concat).op_type() != "Concat" || g_.node(concat).input_size() != 2 ||
+          g_.node(concat).output_size() != 1 || g_.node(concat).input(0) != batch ||
+          int_attribute(concat, "axis", 0) != 0 || only_user(g_.node(concat).output(0)) != reshape_node ||
+          r.input(1) != g_.node(concat).output(0) || !constants_.count(g_.node(concat).input(1)))
+        continue;
+      nodes.push_back(concat);
+      const Values width = constant(concat, g_.node(concat).input(1));
+      if (width.type != onnx::TensorProto_DataType_INT64 || width.count != 1) continue;
+      for (int node : nodes) visit(node);
+      allow_attributes(reshape_node, {"allowzero"});
+      if (r.output_size() != 1 || r.output(0).empty())
+        refuse(KILN_ERROR_FORMAT, node_name(reshape_node) + " has no output");
+      visit(reshape_node);
+      return flatten_rows(reshape_node, r.output(0), 0, width.i[0], true);  // 0: the input's batch
+    }
+    return "";
+  }
+
+  // Whether Unsqueeze node n inserts axis 0 alone (an attribute before
+  // opset 13, an input from it).
+  bool unsqueezes_at_0(int n) {
+    const onnx::NodeProto &node = g_.node(n);
+    if (node.output_size() != 1) return false;
+    if (node.input_size() == 1) {
+      const onnx::AttributeProto *axes = attribute(n, "axes");
+      return axes && node.attribute_size() == 1 && axes->ints_size() == 1 && axes->ints(0) == 0;
+    }
+    if (node.input_size() != 2 || node.attribute_size() != 0 || !constants_.count(node.input(1))) return false;
+    const Values axes = constant(n, node.input(1));
+    return axes.type == onnx::TensorProto_DataType_INT64 && axes.count == 1 && axes.i[0] == 0;
+  }
+
+  // What a fork the chain cannot read computes, when it is an activation
+  // kiln lacks written out in elementary ops: SiLU (x * Sigmoid(x)) and
+  // GELU's tanh approximation (0.044715 x^3 inside a Tanh); "" otherwise.
+  std::string fork_layer(const std::string &current) {
+    const std::vector<int> &u = users(current);
+    for (int n : u) {
+      const onnx::NodeProto &node = g_.node(n);
+      if (node.op_type() != "Sigmoid" || node.output_size() != 1) continue;
+      const int mul = only_user(node.output(0));
+      if (mul >= 0 && g_.node(mul).op_type() == "Mul" &&
+          std::count(g_.node(mul).input().begin(), g_.node(mul).input().end(), current) == 1)
+        return "SiLU (x * sigmoid(x), nn.SiLU), an activation kiln does not have";
+    }
+    // Breadth first over a few nodes past the fork, as far as the Tanh.
+    std::vector<int> seen(u.begin(), u.end());
+    bool tanh = false, cube = false;
+    for (size_t k = 0; k < seen.size() && k < 16; ++k) {
+      const onnx::NodeProto &node = g_.node(seen[k]);
+      tanh = tanh || node.op_type() == "Tanh";
+      if (node.op_type() == "Mul" || node.op_type() == "Pow")
+        for (const std::string &in : node.input())
+          cube = cube || is_scalar(seen[k], in, 0.044715) || is_scalar(seen[k], in, 3.0);
+      for (const std::string &o : node.output())
+        for (int next : users(o))
+          if (std::find(seen.begin(), seen.end(), next) == seen.end()) seen.push_back(next);
+    }
+    if (tanh && cube)
+      return "GELU's tanh approximation (nn.GELU(approximate=\"tanh\")) written out in elementary ops; kiln's GELU "
+             "is the exact (erf) one";
+    return "";
   }
 
   // GELU's erf form from `current`, which feeds exactly the nodes of
@@ -1263,7 +1362,12 @@ class Reader {
       if (u.size() > 1 || current == output_) {
         std::string next = current == output_ ? "" : gelu_erf(current);
         if (next.empty() && current != output_) next = softplus_where(current);
-        if (next.empty()) refuse(KILN_ERROR_NOT_SUPPORTED, not_a_chain(current));
+        if (next.empty() && current != output_) next = batch_flatten(current);
+        if (next.empty()) {
+          const std::string layer = current == output_ ? "" : fork_layer(current);
+          refuse(KILN_ERROR_NOT_SUPPORTED,
+                 layer.empty() ? not_a_chain(current) : "the nodes after " + quoted(current) + " are " + layer);
+        }
         current = next;
         continue;
       }
