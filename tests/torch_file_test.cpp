@@ -159,6 +159,7 @@ void test_refusals() {
   expect_refused("checkpoint.pt", KILN_ERROR_FORMAT,
                  {"a dict under \"model_state_dict\"", "torch.save(checkpoint[\"model_state_dict\"], PATH)"});
   expect_refused("bool.pt", KILN_ERROR_DTYPE_MISMATCH, {"\"mask\"", "torch.bool"});
+  expect_refused("exported.pt2", KILN_ERROR_FORMAT, {"is a torch.export archive", "save model.state_dict()"});
   expect_refused("legacy.pt", KILN_ERROR_FORMAT, {"_use_new_zipfile_serialization=False", "save it again"});
   expect_refused("mlp_bzip2.pt", KILN_ERROR_FORMAT, {"compressed with method 12", "stored (0) and deflated (8)"});
 }

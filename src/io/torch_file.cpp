@@ -33,8 +33,17 @@ TorchFile::TorchFile(std::shared_ptr<FileDescriptor> fd, const std::string &path
     if (pickle) error("it holds two state pickles, " + quoted(pickle->name) + " and " + quoted(e.name));
     pickle = &e;
   }
-  if (!pickle)
+  if (!pickle) {
+    // torch.export.save writes <archive>/archive_format and models/*.json.
+    for (const ZipArchive::Entry &e : zip_.entries()) {
+      const size_t slash = e.name.find('/');
+      if (slash != std::string::npos && e.name.compare(slash, std::string::npos, "/archive_format") == 0)
+        fail(KILN_ERROR_FORMAT, "'" + path +
+                                    "' is a torch.export archive (torch.export.save, a .pt2 file), not a state_dict: "
+                                    "save model.state_dict() with torch.save, or safetensors.torch.save_file");
+    }
     fail(KILN_ERROR_FORMAT, "'" + path + "' is a zip archive but not a torch.save file: it has no <archive>/data.pkl");
+  }
   const std::string prefix = pickle->name.substr(0, pickle->name.size() - std::string("data.pkl").size());
   if (zip_.find(prefix + "constants.pkl"))
     fail(KILN_ERROR_FORMAT, "'" + path +

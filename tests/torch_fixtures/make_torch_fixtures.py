@@ -44,6 +44,7 @@ Written by PyTorch itself (torch.save):
   whole_model.pt        torch.save(model): a pickled nn.Sequential
   bool.pt               {"mask": a bool tensor}
   legacy.pt             mlp with _use_new_zipfile_serialization=False
+  exported.pt2          torch.export.save of mlp: a torch.export archive, not a torch.save file
   weight_norm.pt        mlp with torch.nn.utils.parametrizations.weight_norm on 0: names
                         0.bias, 0.parametrizations.weight.original0 and original1
   weight_norm_g_v.pt    the same by the older torch.nn.utils.weight_norm: 0.weight_g, 0.weight_v
@@ -324,6 +325,7 @@ def main():
     torch.save({"mask": torch.tensor([True, False])}, path("bool.pt"))
     torch.save(mlp().state_dict(), path("legacy.pt"), _use_new_zipfile_serialization=False)
     torch.save(with_weight_norm(mlp()).state_dict(), path("weight_norm.pt"))
+    torch.export.save(torch.export.export(mlp(), (torch.zeros(2, 4),)), path("exported.pt2"))
     old_norm = mlp()
     torch.nn.utils.weight_norm(old_norm[0])  # deprecated in 2.1, still in use
     torch.save(old_norm.state_dict(), path("weight_norm_g_v.pt"))

@@ -1009,8 +1009,10 @@ class Reader {
       // The graph drops values at random wherever it runs; a kiln Dropout
       // does only while training, and predict is the graph's inference.
       if (mode.i[0] != 0 && p > 0)
-        refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) + " has training_mode true: it drops values at random in "
-                                                        "inference, which kiln's Dropout does only while training");
+        refuse(KILN_ERROR_NOT_SUPPORTED, node_name(n) +
+                                             " has training_mode true: it drops values at random in "
+                                             "inference, which kiln's Dropout does only while training (export the "
+                                             "model after model.eval())");
     }
     if (!(p >= 0 && p < 1))
       refuse(KILN_ERROR_FORMAT, node_name(n) + " has ratio " + kiln::number_text(p) + "; kiln's Dropout takes [0, 1)");
