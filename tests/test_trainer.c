@@ -874,6 +874,48 @@ static int log_running_mean(void *user, const kiln_progress *p) {
   return 0;
 }
 
+static int move_model_to_cpu(void *user, const kiln_progress *p) {
+  (void)p;
+  const kiln_device cpu = {KILN_DEVICE_CPU, -1};
+  assert_kiln_ok(kiln_model_to(user, cpu));
+  return 0;
+}
+
+/* A progress callback that moves the model being trained to another device
+ * ends the fit with INVALID_ARGUMENT after it returns (the steps would
+ * otherwise go on updating the storage the model left), and the model is
+ * usable where it went. Needs a second device: the CUDA run alone. */
+static void test_model_moved_by_callback(void **state) {
+  if (!gpu_run) skip();
+  kiln_context *ctx = *state;
+  kiln_model *model = make_model(ctx, "4-8-3", KILN_F32);
+  float x[32 * 4];
+  int64_t y[32];
+  for (int i = 0; i < 32 * 4; ++i) x[i] = (float)((i * 37) % 11) / 11.0f - 0.5f;
+  for (int i = 0; i < 32; ++i) y[i] = i % 3;
+  kiln_dataset *ds = kiln_test_dataset(ctx, x, y, 32, 4, dev);
+  kiln_trainer_options *o = NULL;
+  kiln_trainer *trainer = NULL;
+  assert_kiln_ok(kiln_trainer_options_create(&o));
+  assert_kiln_ok(kiln_trainer_options_set_batch_size(o, 8));
+  assert_kiln_ok(kiln_trainer_options_set_progress_interval(o, 1));
+  assert_kiln_ok(kiln_trainer_create(model, o, &trainer));
+  kiln_trainer_options_release(o);
+  kiln_history *h = NULL;
+  assert_status(kiln_trainer_fit(trainer, ds, NULL, 2, move_model_to_cpu, model, &h), KILN_ERROR_INVALID_ARGUMENT);
+  assert_last_error_contains("model moved to cpu after the trainer was created on cuda:0");
+  assert_null(h);
+  kiln_device where = dev;
+  assert_kiln_ok(kiln_model_device(model, &where));
+  assert_int_equal(where.kind, KILN_DEVICE_CPU);
+  int64_t steps = 0;
+  assert_kiln_ok(kiln_trainer_steps_done(trainer, &steps));
+  assert_int_equal(steps, 1); /* the batch before the report */
+  kiln_trainer_release(trainer);
+  kiln_dataset_release(ds);
+  kiln_model_release(model);
+}
+
 static void epoch_orders(kiln_context *ctx, uint64_t shuffle_seed, int64_t orders[ORDER_EPOCHS][ORDER_N]) {
   kiln_model *model = make_model(ctx, "linear(1,1)", KILN_F64);
   const double one = 1, half = 0.5;
@@ -1126,6 +1168,7 @@ int main(void) {
       cmocka_unit_test(test_epochs_draw_new_orders),
       cmocka_unit_test(test_step_errors),
       cmocka_unit_test(test_loss_values),
+      cmocka_unit_test(test_model_moved_by_callback),
   };
   return cmocka_run_group_tests(tests, setup, kiln_test_context_teardown);
 }

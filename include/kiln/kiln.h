@@ -1338,7 +1338,11 @@ typedef struct kiln_progress {
  * save_checkpoint) and released (fit keeps it alive until it returns);
  * kiln_trainer_step, _epoch, _fit, _evaluate, _load_checkpoint and
  * kiln_trainer_attach_communicator on the same trainer return
- * KILN_ERROR_BUSY. */
+ * KILN_ERROR_BUSY. The model may be used there too: read, saved, switched
+ * between training and evaluation mode or changed by another trainer, each
+ * taking effect from the next batch; moved to another device
+ * (kiln_model_to), it ends the fit with INVALID_ARGUMENT once the callback
+ * returns. */
 typedef int (*kiln_progress_fn)(void *user, const kiln_progress *progress);
 
 /* Trains for epochs more epochs (after kiln_trainer_load_checkpoint too:

@@ -352,6 +352,9 @@ kiln_epoch_stats Trainer::run_epoch(const Dataset &ds, int64_t epoch_index, int6
         fail(KILN_ERROR_CANCELLED, "training cancelled by the progress callback in epoch " +
                                        std::to_string(epoch_index) + " after batch " + std::to_string(first + count) +
                                        " of " + std::to_string(batches));
+      // The callback may have moved the model (kiln_model_to): the steps
+      // would go on updating the storage it left.
+      check_model_device();
     }
   }
   PassStats stats = read_stats(kPassStats);

@@ -2511,7 +2511,11 @@ fn bindgen_test_layout_kiln_progress() {
 #[doc = " save_checkpoint) and released (fit keeps it alive until it returns);"]
 #[doc = " kiln_trainer_step, _epoch, _fit, _evaluate, _load_checkpoint and"]
 #[doc = " kiln_trainer_attach_communicator on the same trainer return"]
-#[doc = " KILN_ERROR_BUSY."]
+#[doc = " KILN_ERROR_BUSY. The model may be used there too: read, saved, switched"]
+#[doc = " between training and evaluation mode or changed by another trainer, each"]
+#[doc = " taking effect from the next batch; moved to another device"]
+#[doc = " (kiln_model_to), it ends the fit with INVALID_ARGUMENT once the callback"]
+#[doc = " returns."]
 pub type kiln_progress_fn = ::std::option::Option<
     unsafe extern "C" fn(
         user: *mut ::std::os::raw::c_void,
