@@ -506,6 +506,17 @@ static void messages_say_what_fits(void **state) {
     assert_last_error_contains(saved_otherwise[i].says);
     assert_true(strstr(kiln_last_error(), "spec that fits") == NULL);
   }
+  /* Linears named by the model's attributes or a ModuleList, which chain
+   * in the file's order: the nn.Sequential that names them as kiln reads. */
+  assert_status(load_torch(f, "custom_names.pt", "4-3-2", &model), KILN_ERROR_SHAPE_MISMATCH);
+  assert_last_error_contains(
+      "It holds Linear(4, 3) at fc1; Linear(3, 2) at fc2. The spec that fits it is \"4-3-2\" "
+      "once its Linears, in the file's order, are saved under nn.Sequential's names "
+      "(torch.save(nn.Sequential(model.fc1, nn.ReLU(), model.fc2).state_dict(), PATH))");
+  assert_status(load_torch(f, "module_list.pt", "4-3-2", &model), KILN_ERROR_SHAPE_MISMATCH);
+  assert_last_error_contains(
+      "(torch.save(nn.Sequential(model.layers[0], nn.ReLU(), model.layers[1]).state_dict(), "
+      "PATH))");
   /* The quickstart tutorial's model: its Sequential under a name. */
   assert_status(load_torch(f, "tutorial.pt", "4-8-8-2", &model), KILN_ERROR_SHAPE_MISMATCH);
   assert_last_error_contains("Linear(4, 8) at linear_relu_stack.0");

@@ -1,6 +1,7 @@
 #include "nn/state_dict_hint.hpp"
 
 #include <algorithm>
+#include <tuple>
 #include <unordered_map>
 
 #include "core/excerpt.hpp"
@@ -148,6 +149,52 @@ std::string fitting_spec(const std::vector<std::pair<int64_t, Reading>> &linears
   return text.size() <= kMaxSpecText ? text : "";
 }
 
+// A module path as a Python expression on `model` ("fc1" -> model.fc1,
+// "layers.0" -> model.layers[0]), or "" when a part is neither an index nor
+// an identifier.
+std::string python_path(const std::string &path) {
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  const auto word = [&](char c) { return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || digit(c); };
+  std::string out = "model";
+  for (size_t start = 0; start <= path.size();) {
+    const size_t dot = std::min(path.find('.', start), path.size());
+    const std::string part = path.substr(start, dot - start);
+    if (part.empty() || part.size() > 60) return "";
+    if (std::all_of(part.begin(), part.end(), digit)) out += "[" + part + "]";
+    else if (!digit(part[0]) && std::all_of(part.begin(), part.end(), word)) out += "." + part;
+    else return "";
+    start = dot + 1;
+  }
+  return out;
+}
+
+// The spec of Linears chained in this order with ReLU between, and the
+// nn.Sequential of their modules that names them so; {"", ""} when their
+// widths do not chain or a path is not Python.
+std::pair<std::string, std::string> chained_spec(const std::vector<std::pair<const Module *, Reading>> &linears) {
+  if (linears.empty()) return {};
+  ModelSpec spec;
+  std::string sequential = "nn.Sequential(";
+  for (size_t i = 0; i < linears.size(); ++i) {
+    const Reading &l = linears[i].second;
+    const std::string module = python_path(linears[i].first->path);
+    if (module.empty() || (i > 0 && linears[i - 1].second.out != l.in)) return {};
+    if (i > 0) {
+      spec.add(KILN_LAYER_RELU, 0);
+      sequential += ", nn.ReLU(), ";
+    }
+    sequential += module;
+    try {
+      spec.add_linear(l.in, l.out, l.bias);
+    } catch (const Error &) {
+      return {};
+    }
+  }
+  const std::string text = spec.describe();
+  if (text.size() > kMaxSpecText || sequential.size() > kMaxSpecText) return {};
+  return {text, sequential + ")"};
+}
+
 }  // namespace
 
 StateDictHint read_state_dict_hint(const std::vector<io::TensorFile::Entry> &entries) {
@@ -167,6 +214,7 @@ StateDictHint read_state_dict_hint(const std::vector<io::TensorFile::Entry> &ent
   StateDictHint hint;
   bool complete = true;  // every layer one kiln has
   std::vector<std::pair<int64_t, Reading>> linears;
+  std::vector<std::pair<const Module *, Reading>> in_order;  // every Linear, as the file lists them
   bool sequential = true;
   std::string common_prefix;
   size_t listed = 0;
@@ -189,7 +237,10 @@ StateDictHint read_state_dict_hint(const std::vector<io::TensorFile::Entry> &ent
     const int64_t at = sequential_index(modules[i].path, &prefix);
     sequential = sequential && at >= 0 && (i == 0 || prefix == common_prefix);
     common_prefix = prefix;
-    if (r.linear) linears.emplace_back(at, std::move(r));
+    if (r.linear) {
+      in_order.emplace_back(&modules[i], r);
+      linears.emplace_back(at, std::move(r));
+    }
   }
   if (listed > kListed) hint.layers += " and " + std::to_string(listed - kListed) + " more";
   if (complete && sequential) {
@@ -197,6 +248,8 @@ StateDictHint read_state_dict_hint(const std::vector<io::TensorFile::Entry> &ent
     hint.spec = fitting_spec(linears);
     if (!hint.spec.empty()) hint.prefix = common_prefix;
   }
+  // Linears named otherwise (fc1, fc2; a ModuleList's layers.0, layers.1).
+  if (complete && hint.spec.empty()) std::tie(hint.spec, hint.sequential) = chained_spec(in_order);
   return hint;
 }
 
@@ -205,7 +258,10 @@ std::string StateDictHint::sentences() const {
   std::string text = " It holds " + layers + ".";
   if (spec.empty()) return text;
   text += " The spec that fits it is \"" + spec + "\"";
-  if (!prefix.empty()) {
+  if (!sequential.empty()) {
+    text += " once its Linears, in the file's order, are saved under nn.Sequential's names (torch.save(" + sequential +
+            ".state_dict(), PATH))";
+  } else if (!prefix.empty()) {
     const std::string module = printable(prefix.substr(0, prefix.size() - 1), 60);
     text += " once its tensors are saved without their prefix \"" + printable(prefix, 60) +
             "\" (torch.save(model." + module + ".state_dict(), PATH))";

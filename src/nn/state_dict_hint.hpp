@@ -24,6 +24,10 @@ struct StateDictHint {
   // The module prefix that the spec's names lack ("linear_relu_stack."), or
   // "" when the names are nn.Sequential's own.
   std::string prefix;
+  // Where the Linears are not named as one nn.Sequential's (fc1, fc2) but
+  // chain in the file's order: the nn.Sequential that names them as spec
+  // needs, as Python ("nn.Sequential(model.fc1, nn.ReLU(), model.fc2)").
+  std::string sequential;
 
   // All of it as sentences to append to a message, each starting with a
   // space: " It holds Linear(4, 3) at 0; Linear(3, 2) at 2. The spec that

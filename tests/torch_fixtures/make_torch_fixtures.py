@@ -44,6 +44,8 @@ Written by PyTorch itself (torch.save):
   whole_model.pt        torch.save(model): a pickled nn.Sequential
   bool.pt               {"mask": a bool tensor}
   legacy.pt             mlp with _use_new_zipfile_serialization=False
+  custom_names.pt       mlp's Linears as a module's attributes fc1 and fc2
+  module_list.pt        mlp's Linears in an nn.ModuleList: layers.0.*, layers.1.*
   exported.pt2          torch.export.save of mlp: a torch.export archive, not a torch.save file
   weight_norm.pt        mlp with torch.nn.utils.parametrizations.weight_norm on 0: names
                         0.bias, 0.parametrizations.weight.original0 and original1
@@ -120,6 +122,30 @@ def set_mlp(linears, dtype=torch.float32):
             for p in (lin.weight, lin.bias):
                 p.copy_(pattern(k, tuple(p.shape), dtype))
                 k += 1
+
+
+class CustomNames(nn.Module):
+    """The mlp's Linears as attributes fc1 and fc2, as most hand-written models name them."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(4, 3), nn.Linear(3, 2)
+        set_mlp([self.fc1, self.fc2])
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class LayerList(nn.Module):
+    """The mlp's Linears in an nn.ModuleList: layers.0 and layers.1."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(4, 3), nn.Linear(3, 2)])
+        set_mlp(list(self.layers))
+
+    def forward(self, x):
+        return self.layers[1](torch.relu(self.layers[0](x)))
 
 
 def with_weight_norm(model):
@@ -325,6 +351,8 @@ def main():
     torch.save({"mask": torch.tensor([True, False])}, path("bool.pt"))
     torch.save(mlp().state_dict(), path("legacy.pt"), _use_new_zipfile_serialization=False)
     torch.save(with_weight_norm(mlp()).state_dict(), path("weight_norm.pt"))
+    torch.save(CustomNames().state_dict(), path("custom_names.pt"))
+    torch.save(LayerList().state_dict(), path("module_list.pt"))
     torch.export.save(torch.export.export(mlp(), (torch.zeros(2, 4),)), path("exported.pt2"))
     old_norm = mlp()
     torch.nn.utils.weight_norm(old_norm[0])  # deprecated in 2.1, still in use
