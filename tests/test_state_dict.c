@@ -41,7 +41,7 @@ static int teardown(void **state) {
  * 0.1 * ((i % 7) - 3) for the k-th tensor, in its dtype. */
 typedef struct {
   const char *name;
-  const char *dtype; /* "F32", "F64", "F16" */
+  const char *dtype; /* "F32", "F64", "F16", "BF16" (F16 and BF16 hold 1.0 everywhere) */
   int64_t shape[2];
   int ndim;
 } entry;
@@ -55,7 +55,7 @@ static int64_t numel(const entry *e) {
 }
 
 static size_t elem_size(const char *dtype) {
-  return strcmp(dtype, "F64") == 0 ? 8 : strcmp(dtype, "F16") == 0 ? 2 : 4;
+  return strcmp(dtype, "F64") == 0 ? 8 : strcmp(dtype, "F16") == 0 || strcmp(dtype, "BF16") == 0 ? 2 : 4;
 }
 
 /* The 4-3-2 MLP's state_dict, all f32. */
@@ -95,9 +95,10 @@ static void write_state_dict(const char *path, const entry *entries, int n, size
         double v = value(k, i);
         memcpy(p, &v, 8); /* little-endian host, as the tests' machines */
         p += 8;
-      } else if (strcmp(e->dtype, "F16") == 0) {
-        p[0] = 0;
-        p[1] = 0x3c; /* 1.0 */
+      } else if (strcmp(e->dtype, "F16") == 0 || strcmp(e->dtype, "BF16") == 0) {
+        const int bf16 = e->dtype[0] == 'B';
+        p[0] = bf16 ? 0x80 : 0;
+        p[1] = bf16 ? 0x3f : 0x3c; /* 1.0 */
         p += 2;
       } else {
         float v = (float)value(k, i);
@@ -308,21 +309,63 @@ static void wrong_shape(void **state) {
   assert_last_error_contains("\"0.weight\"");
 }
 
+/* f16 and bf16 tensors widen exactly into an f32 model, as PyTorch's
+ * load_state_dict copies them (by load_with_spec and load_weights, and when
+ * the first tensor is one, the model is f32); a tensor that would narrow
+ * (f64 into f32) is DTYPE_MISMATCH, the model's weights unchanged. */
 static void wrong_dtype(void **state) {
   fixture *f = *state;
   entry e[4];
-  memcpy(e, MLP, sizeof e);
-  e[0].dtype = "F16";
-  write_state_dict(f->path, e, 4, 0);
-  kiln_model *model = NULL;
-  assert_status(load(f, "4-3-2", &model), KILN_ERROR_DTYPE_MISMATCH);
-  assert_last_error_contains("\"0.weight\"");
-  /* Mixed f32 / f64. */
+  const char *const halves[] = {"F16", "BF16"};
+  for (int h = 0; h < 2; ++h) {
+    memcpy(e, MLP, sizeof e);
+    e[0].dtype = halves[h];
+    e[3].dtype = halves[h];
+    write_state_dict(f->path, e, 4, 0);
+    kiln_model *model = NULL;
+    assert_kiln_ok(load(f, "4-3-2", &model));
+    for (int k = 0; k < 4; ++k) {
+      kiln_tensor *p = NULL;
+      kiln_dtype dtype = KILN_F64;
+      assert_kiln_ok(kiln_model_parameter(model, k, &p));
+      assert_kiln_ok(kiln_tensor_dtype(p, &dtype));
+      assert_int_equal(dtype, KILN_F32);
+      double want[12];
+      for (int64_t i = 0; i < numel(&MLP[k]); ++i) want[i] = k == 0 || k == 3 ? 1.0 : (float)value(k, i);
+      assert_tensor_close(p, want, numel(&MLP[k]), 0, 0);
+      kiln_tensor_release(p);
+    }
+    /* The same file into a model that has other weights. */
+    write_state_dict(f->path, MLP, 4, 0);
+    kiln_model *other = NULL;
+    assert_kiln_ok(load(f, "4-3-2", &other));
+    write_state_dict(f->path, e, 4, 0);
+    assert_kiln_ok(kiln_model_load_weights(other, f->path));
+    kiln_tensor *p = NULL;
+    const double ones[2] = {1.0, 1.0};
+    assert_kiln_ok(kiln_model_parameter(other, 3, &p));
+    assert_tensor_close(p, ones, 2, 0, 0);
+    kiln_tensor_release(p);
+    kiln_model_release(other);
+    kiln_model_release(model);
+  }
+  /* Mixed f32 / f64: the model is f32, and 2.bias would narrow. */
   memcpy(e, MLP, sizeof e);
   e[3].dtype = "F64";
   write_state_dict(f->path, e, 4, 0);
+  kiln_model *model = NULL;
   assert_status(load(f, "4-3-2", &model), KILN_ERROR_DTYPE_MISMATCH);
-  assert_last_error_contains("\"2.bias\"");
+  assert_last_error_contains("parameter \"2.bias\" is f64 in");
+  assert_last_error_contains(
+      "but the model is f32 (kiln widens f16 and bf16 to f32 and f64, and f32 to f64, but "
+      "never narrows)");
+  /* And into an existing f32 model, whose weights stay. */
+  write_state_dict(f->path, MLP, 4, 0);
+  assert_kiln_ok(load(f, "4-3-2", &model));
+  write_state_dict(f->path, e, 4, 0);
+  assert_status(kiln_model_load_weights(model, f->path), KILN_ERROR_DTYPE_MISMATCH);
+  check_logits(f, model, KILN_F32, 1e-6);
+  kiln_model_release(model);
 }
 
 static void malformed_files(void **state) {

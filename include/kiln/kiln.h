@@ -771,8 +771,10 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_load(kiln_context *ctx, const cha
 /* Loads weights into an existing model from a file of its parameters under
  * their names (kiln_model_parameter_name): safetensors (a kiln model file or
  * a PyTorch state_dict) or a torch.save state_dict, told apart by their
- * content (PyTorch's model.load_state_dict); SHAPE_MISMATCH if the file
- * holds another architecture, DTYPE_MISMATCH for another dtype, FORMAT / IO
+ * content (PyTorch's model.load_state_dict, which also widens f16 and bf16
+ * tensors to the model's f32 or f64, and f32 to f64, exactly);
+ * SHAPE_MISMATCH if the file holds another architecture, DTYPE_MISMATCH for
+ * a dtype that would narrow or is not a float, FORMAT / IO
  * as kiln_model_load_with_spec. On failure the model's weights are
  * unchanged. Not while other threads use the model. */
 KILN_NODISCARD KILN_API kiln_status kiln_model_load_weights(kiln_model *model, const char *path);
@@ -796,7 +798,9 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_load_weights(kiln_model *model, c
  *     saying how to save the file again.
  * The file's metadata is ignored: spec alone decides the layers (so
  * "784-32-10" and "784-32-10:gelu" both load the same file). The model's
- * dtype is the file's: f32, or f64 (CPU only: NOT_SUPPORTED on CUDA); it
+ * dtype is the file's: f32, or f64 (CPU only: NOT_SUPPORTED on CUDA), and
+ * f32 for f16 and bf16 tensors, which widen exactly (as
+ * model.load_state_dict copies them into an f32 model); it
  * starts in training mode, as kiln_model_create. spec is copied; the caller
  * owns *out. The file is read once and not kept open.
  * Errors, each message naming the offending tensor:
@@ -805,10 +809,11 @@ KILN_NODISCARD KILN_API kiln_status kiln_model_load_weights(kiln_model *model, c
  *                   parameter for; the message then says which layers the
  *                   file's names and shapes show (a BatchNorm, a module
  *                   prefix) and the spec that fits it when one does;
- *   DTYPE_MISMATCH  a parameter that is not f32/f64 (f16, bf16, integers:
- *                   convert with .float() first) or whose dtype differs
- *                   from the first parameter's; in a torch.save file, any
- *                   tensor of a dtype kiln lacks (bool, int8, complex);
+ *   DTYPE_MISMATCH  a parameter that is not a float (integers) or that
+ *                   would narrow to the model's dtype (f64 in an f32
+ *                   model: f16 and bf16 widen to f32 and f64, f32 to f64);
+ *                   in a torch.save file, any tensor of a dtype kiln lacks
+ *                   (bool, int8, complex);
  *   FORMAT          a malformed, truncated, damaged (a CRC) or hostile
  *                   file (never read past its end), an empty one; IO an
  *                   unreadable one;
