@@ -128,7 +128,7 @@ class Unpickler {
     const unsigned char *p = take(n);
     return std::string(reinterpret_cast<const char *>(p), size_t(n));
   }
-  // A line of GLOBAL's text form, without its newline.
+  // A line of a text opcode's argument (GLOBAL, INT, LONG), without its newline.
   std::string take_line(const char *what) {
     const size_t end = data_.find('\n', pos_);
     if (end == std::string::npos) error(std::string(what) + " has no end of line");
@@ -136,11 +136,10 @@ class Unpickler {
     pos_ = end + 1;
     return line;
   }
-  // A decimal integer on a line (protocol 0 and 1's INT and LONG, the
-  // latter with Python 2's trailing L): an optional '-' and 1 to 18 digits,
+  // A decimal integer as a line of protocol 0 and 1's INT and LONG hold it
+  // (LONG with Python 2's trailing L): an optional '-' and 1 to 18 digits,
   // so that it fits int64 unchecked.
-  int64_t take_decimal(const char *what) {
-    std::string line = take_line(what);
+  int64_t decimal(std::string line, const char *what) {
     if (!line.empty() && line.back() == 'L') line.pop_back();
     const size_t digits = line.size() - (!line.empty() && line[0] == '-');
     if (digits == 0 || digits > 18 || line.find_first_not_of("0123456789", line.size() - digits) != std::string::npos)
@@ -405,17 +404,12 @@ class Unpickler {
         case 0x88: push(add(Kind::Bool, 1)); break;  // NEWTRUE
         case 0x89: push(add(Kind::Bool, 0)); break;  // NEWFALSE
         case 'I': {  // INT: protocol 0 and 1's, which write True and False as "01" and "00"
-          const size_t at = pos_;
-          const size_t end = data_.find('\n', at);
-          if (end == at + 2 && (data_.compare(at, 3, "01\n") == 0 || data_.compare(at, 3, "00\n") == 0)) {
-            push(add(Kind::Bool, data_[at + 1] == '1'));
-            pos_ = end + 1;
-          } else {
-            push(add(Kind::Int, take_decimal("INT")));
-          }
+          const std::string line = take_line("INT");
+          if (line == "01" || line == "00") push(add(Kind::Bool, line == "01"));
+          else push(add(Kind::Int, decimal(line, "INT")));
           break;
         }
-        case 'L': push(add(Kind::Int, take_decimal("LONG"))); break;  // LONG (text)
+        case 'L': push(add(Kind::Int, decimal(take_line("LONG"), "LONG"))); break;  // LONG (text)
         case 'P': case 'p': case 'g':  // PERSID, PUT, GET: protocol 0's, with text arguments
           error(
               "the pickle was written with protocol 0 (torch.save(..., pickle_protocol=0)), which torch.load "

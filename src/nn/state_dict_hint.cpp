@@ -51,6 +51,14 @@ bool ends_with(const std::string &text, const std::string &end) {
 // torch.nn.utils.parametrize keeps a layer's weight under this module path.
 const std::string kParametrized = "parametrizations.weight";
 
+// A Linear of the state_dict: its nn.Sequential index (-1 for another
+// name), its module and what it reads as.
+struct FoundLinear {
+  int64_t at;
+  const Module *module;
+  Reading r;
+};
+
 std::string where(const Module &m) { return m.path.empty() ? " at the top level" : " at " + printable(m.path, 60) + ".*"; }
 
 Reading read_module(const Module &m, bool convolutions) {
@@ -127,15 +135,15 @@ int64_t sequential_index(const std::string &path, std::string *prefix) {
 // Flatten before an index-1 first Linear and ReLU (and Dropout) in the gaps
 // of one (two) indices between them; "" when the gaps or widths do not allow
 // one.
-std::string fitting_spec(const std::vector<std::pair<int64_t, Reading>> &linears) {
-  if (linears.empty() || linears.front().first > 1) return "";
+std::string fitting_spec(const std::vector<FoundLinear> &linears) {
+  if (linears.empty() || linears.front().at > 1) return "";
   ModelSpec spec;
-  if (linears.front().first == 1) spec.add_flatten();
+  if (linears.front().at == 1) spec.add_flatten();
   for (size_t i = 0; i < linears.size(); ++i) {
-    const Reading &l = linears[i].second;
+    const Reading &l = linears[i].r;
     if (i > 0) {
-      const int64_t gap = linears[i].first - linears[i - 1].first - 1;
-      if (gap < 1 || gap > 2 || linears[i - 1].second.out != l.in) return "";
+      const int64_t gap = linears[i].at - linears[i - 1].at - 1;
+      if (gap < 1 || gap > 2 || linears[i - 1].r.out != l.in) return "";
       spec.add(KILN_LAYER_RELU, 0);
       if (gap == 2) spec.add(KILN_LAYER_DROPOUT, 0.5);
     }
@@ -171,14 +179,14 @@ std::string python_path(const std::string &path) {
 // The spec of Linears chained in this order with ReLU between, and the
 // nn.Sequential of their modules that names them so; {"", ""} when their
 // widths do not chain or a path is not Python.
-std::pair<std::string, std::string> chained_spec(const std::vector<std::pair<const Module *, Reading>> &linears) {
+std::pair<std::string, std::string> chained_spec(const std::vector<FoundLinear> &linears) {
   if (linears.empty()) return {};
   ModelSpec spec;
   std::string sequential = "nn.Sequential(";
   for (size_t i = 0; i < linears.size(); ++i) {
-    const Reading &l = linears[i].second;
-    const std::string module = python_path(linears[i].first->path);
-    if (module.empty() || (i > 0 && linears[i - 1].second.out != l.in)) return {};
+    const Reading &l = linears[i].r;
+    const std::string module = python_path(linears[i].module->path);
+    if (module.empty() || (i > 0 && linears[i - 1].r.out != l.in)) return {};
     if (i > 0) {
       spec.add(KILN_LAYER_RELU, 0);
       sequential += ", nn.ReLU(), ";
@@ -213,8 +221,7 @@ StateDictHint read_state_dict_hint(const std::vector<io::TensorFile::Entry> &ent
 
   StateDictHint hint;
   bool complete = true;  // every layer one kiln has
-  std::vector<std::pair<int64_t, Reading>> linears;
-  std::vector<std::pair<const Module *, Reading>> in_order;  // every Linear, as the file lists them
+  std::vector<FoundLinear> linears;  // in the file's order; by index once sorted
   bool sequential = true;
   std::string common_prefix;
   size_t listed = 0;
@@ -237,19 +244,16 @@ StateDictHint read_state_dict_hint(const std::vector<io::TensorFile::Entry> &ent
     const int64_t at = sequential_index(modules[i].path, &prefix);
     sequential = sequential && at >= 0 && (i == 0 || prefix == common_prefix);
     common_prefix = prefix;
-    if (r.linear) {
-      in_order.emplace_back(&modules[i], r);
-      linears.emplace_back(at, std::move(r));
-    }
+    if (r.linear) linears.push_back({at, &modules[i], std::move(r)});
   }
   if (listed > kListed) hint.layers += " and " + std::to_string(listed - kListed) + " more";
   if (complete && sequential) {
-    std::stable_sort(linears.begin(), linears.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
+    std::stable_sort(linears.begin(), linears.end(), [](const auto &a, const auto &b) { return a.at < b.at; });
     hint.spec = fitting_spec(linears);
     if (!hint.spec.empty()) hint.prefix = common_prefix;
   }
   // Linears named otherwise (fc1, fc2; a ModuleList's layers.0, layers.1).
-  if (complete && hint.spec.empty()) std::tie(hint.spec, hint.sequential) = chained_spec(in_order);
+  if (complete && hint.spec.empty()) std::tie(hint.spec, hint.sequential) = chained_spec(linears);
   return hint;
 }
 

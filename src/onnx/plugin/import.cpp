@@ -1101,12 +1101,11 @@ class Reader {
           g_.node(gather).output_size() != 1 || int_attribute(gather, "axis", 0) != 0)
         continue;
       const onnx::NodeProto &ga = g_.node(gather);
-      if (!constants_.count(ga.input(1))) continue;
-      const Values index = constant(gather, ga.input(1));
-      if (index.type != onnx::TensorProto_DataType_INT64 || index.count != 1 || index.i[0] != 0) continue;
+      int64_t index = -1;
+      if (!int_scalar(gather, ga.input(1), &index) || index != 0) continue;
       std::vector<int> nodes = {shape, gather};
       std::string batch = ga.output(0);
-      if (index.dims.empty()) {  // a scalar: Unsqueeze makes it [batch]
+      if (shape_of(gather, ga.input(1)).dims.empty()) {  // a scalar: Unsqueeze makes it [batch]
         const int unsqueeze = only_user(batch);
         if (unsqueeze < 0 || g_.node(unsqueeze).op_type() != "Unsqueeze" || !unsqueezes_at_0(unsqueeze)) continue;
         nodes.push_back(unsqueeze);
@@ -1116,17 +1115,17 @@ class Reader {
       if (concat < 0 || g_.node(concat).op_type() != "Concat" || g_.node(concat).input_size() != 2 ||
           g_.node(concat).output_size() != 1 || g_.node(concat).input(0) != batch ||
           int_attribute(concat, "axis", 0) != 0 || only_user(g_.node(concat).output(0)) != reshape_node ||
-          r.input(1) != g_.node(concat).output(0) || !constants_.count(g_.node(concat).input(1)))
+          r.input(1) != g_.node(concat).output(0))
         continue;
       nodes.push_back(concat);
-      const Values width = constant(concat, g_.node(concat).input(1));
-      if (width.type != onnx::TensorProto_DataType_INT64 || width.count != 1) continue;
+      int64_t width = 0;
+      if (!int_scalar(concat, g_.node(concat).input(1), &width)) continue;
       for (int node : nodes) visit(node);
       allow_attributes(reshape_node, {"allowzero"});
       if (r.output_size() != 1 || r.output(0).empty())
         refuse(KILN_ERROR_FORMAT, node_name(reshape_node) + " has no output");
       visit(reshape_node);
-      return flatten_rows(reshape_node, r.output(0), 0, width.i[0], true);  // 0: the input's batch
+      return flatten_rows(reshape_node, r.output(0), 0, width, true);  // 0: the input's batch
     }
     return "";
   }
@@ -1140,9 +1139,18 @@ class Reader {
       const onnx::AttributeProto *axes = attribute(n, "axes");
       return axes && node.attribute_size() == 1 && axes->ints_size() == 1 && axes->ints(0) == 0;
     }
-    if (node.input_size() != 2 || node.attribute_size() != 0 || !constants_.count(node.input(1))) return false;
-    const Values axes = constant(n, node.input(1));
-    return axes.type == onnx::TensorProto_DataType_INT64 && axes.count == 1 && axes.i[0] == 0;
+    int64_t axis = -1;
+    return node.input_size() == 2 && node.attribute_size() == 0 && int_scalar(n, node.input(1), &axis) && axis == 0;
+  }
+
+  // Whether `name` is a constant INT64 of one element ([] or [1]), and its
+  // value.
+  bool int_scalar(int n, const std::string &name, int64_t *value) {
+    if (!constants_.count(name) || shape_of(n, name).count != 1) return false;
+    const Values v = constant(n, name);
+    if (v.type != onnx::TensorProto_DataType_INT64) return false;
+    *value = v.i[0];
+    return true;
   }
 
   // What a fork the chain cannot read computes, when it is an activation
