@@ -13,7 +13,8 @@ it): same values, shared memory, and the refusals (strided, read-only,
 int8) leave the capsule to its producer.
 
 Runs with every interpreter at hand that imports numpy or torch (this one,
-/usr/bin/python3, python3 on PATH); exits 77 (skipped) when none does.
+$KILN_PYTHON, /usr/bin/python3, python3 on PATH); exits 77 (skipped) when
+none does.
 """
 import ctypes
 import os
@@ -26,11 +27,11 @@ LIB = sys.argv[1]
 if len(sys.argv) == 2:
     # The driver: run the checks under each distinct interpreter.
     ran, failed = 0, 0
-    seen = set()
-    for py in (sys.executable, "/usr/bin/python3", shutil.which("python3")):
-        if not py or not os.path.exists(py) or os.path.realpath(py) in seen:
+    seen = set()  # by path: a virtual environment's python links to its base one
+    for py in (sys.executable, os.environ.get("KILN_PYTHON"), "/usr/bin/python3", shutil.which("python3")):
+        if not py or not os.path.exists(py) or os.path.abspath(py) in seen:
             continue
-        seen.add(os.path.realpath(py))
+        seen.add(os.path.abspath(py))
         rc = subprocess.run([py, __file__, LIB, "--run"]).returncode
         if rc == 77:
             continue
