@@ -215,8 +215,7 @@ StateDictHint read_state_dict_hint(const std::vector<io::TensorFile::Entry> &ent
     auto it = index.emplace(path, modules.size()).first;
     if (it->second == modules.size()) modules.push_back(Module{path, {}});
     modules[it->second].tensors.push_back(&e);
-    convolutions = convolutions || (e.name.size() > 7 && e.name.compare(e.name.size() - 7, 7, ".weight") == 0 &&
-                                    e.shape.ndim == 4);
+    convolutions = convolutions || (ends_with(e.name, ".weight") && e.shape.ndim == 4);
   }
 
   StateDictHint hint;
