@@ -14,6 +14,10 @@ namespace {
 constexpr size_t kListed = 8;         // modules named before "and N more"
 constexpr size_t kMaxSpecText = 240;  // a longer suggestion is left out
 
+bool ends_with(const std::string &text, const std::string &end) {
+  return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
+}
+
 // A module of the state_dict: the tensors whose names share everything up
 // to their last dot ("1.running_mean" -> module "1", tensor "running_mean").
 struct Module {
@@ -22,8 +26,7 @@ struct Module {
 
   const io::TensorFile::Entry *get(const std::string &tensor) const {
     for (const io::TensorFile::Entry *e : tensors)
-      if (e->name.size() == path.size() + (path.empty() ? 0 : 1) + tensor.size() &&
-          e->name.compare(e->name.size() - tensor.size(), tensor.size(), tensor) == 0)
+      if (e->name.size() == path.size() + (path.empty() ? 0 : 1) + tensor.size() && ends_with(e->name, tensor))
         return e;
     return nullptr;
   }
@@ -43,10 +46,6 @@ struct Reading {
   std::string missing;  // "BatchNorm", "convolutions", ...: what kiln lacks; "" for a Linear
   std::string advice;   // how to save a layer kiln has in a form it reads (with missing set)
 };
-
-bool ends_with(const std::string &text, const std::string &end) {
-  return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
-}
 
 // torch.nn.utils.parametrize keeps a layer's weight under this module path.
 const std::string kParametrized = "parametrizations.weight";

@@ -34,11 +34,12 @@ KILN_AVX512 inline __mmask16 lanes(int64_t count) {
 // One block of C: rows [i0, i0 + MR) by V vectors of 16 columns, over all
 // of k. Per step of k, V vectors of B times MR broadcast elements of A into
 // MR V accumulators. Rows past m re-read row m - 1 (valid memory) and are
-// not stored; columns past the masks are not touched. A Full block has all
-// V vectors of columns and loads B unmasked: with the masks, kept in the
-// stack and reloaded every step, the tutorial's X W1^T (128 x 32 x 784)
-// took 66 us on one Zen 4 core (83% of its peak), without them 57 (96%). Inlined: with a short
-// k (a layer of 10 outputs) a call per block costs more than its FMAs.
+// not stored; columns past the masks are not touched. Inlined: with a short
+// k (a layer of 10 outputs) a call per block costs more than its FMAs. A
+// Full block has all V vectors of columns and loads B unmasked: with the
+// masks, kept in the stack and reloaded every step, the tutorial's X W1^T
+// (128 x 32 x 784) took 66 us on one Zen 4 core (83% of its peak), without
+// them 57 (96%).
 template <int V, int64_t MR, bool Full>
 KILN_AVX512 inline __attribute__((always_inline)) void rows_block(int64_t m, int64_t i0, int64_t k, const float *a,
                                                                   int64_t a_row, int64_t a_col, const float *bp,
