@@ -180,6 +180,33 @@ std::vector<std::pair<std::string, Case>> cases(DType t) {
                    cpu::dropout_backward(pool, b);
                    return std::vector<Buffer>{std::move(y), std::move(dx)};
                  }});
+  // A block of rows and a row wider than a vector; the tutorial's 10
+  // classes over several blocks of rows and both threads. The summed loss
+  // and accuracy come back as f32: float exps summed in another order
+  // differ from the baseline's in float's last place, not double's.
+  for (const auto &[rows, cols] : {std::pair<int64_t, int64_t>{kRows, kCols}, {1000, 10}}) {
+    for (double smoothing : {0.0, 0.1}) {
+      for (bool gradient : {true, false}) {
+        const std::string name = "cross_entropy " + std::to_string(rows) + "x" + std::to_string(cols) +
+                                 (smoothing != 0 ? " smoothed" : "") + (gradient ? "" : " loss only");
+        all.push_back({name, [t, rows, cols, smoothing, gradient](ThreadPool &pool) {
+                         Buffer logits(t, rows * cols, 19, -8, 8), dlogits(t, rows * cols, 0, 0, 0);
+                         std::vector<int64_t> labels(static_cast<size_t>(rows));
+                         for (int64_t r = 0; r < rows; ++r)
+                           labels[size_t(r)] = int64_t(rng_bits(20, uint64_t(r)) % uint64_t(cols));
+                         double stats[2] = {0, 0};
+                         LossArgs a;
+                         a.t = t, a.rows = rows, a.cols = cols, a.pred = logits.data(), a.target = labels.data();
+                         a.grad_scale = 1.0 / double(rows), a.dpred = gradient ? dlogits.data() : nullptr;
+                         a.stats = stats, a.label_smoothing = smoothing;
+                         cpu::cross_entropy(pool, a);
+                         Buffer sums(DType::F32, 2, 0, 0, 0);
+                         sums.set(0, stats[0]), sums.set(1, stats[1]);
+                         return std::vector<Buffer>{std::move(dlogits), std::move(sums)};
+                       }});
+      }
+    }
+  }
   all.push_back({"gather u8 scaled", [t](ThreadPool &pool) {
                    std::vector<uint8_t> x(static_cast<size_t>(kCount));
                    for (size_t i = 0; i < x.size(); ++i) x[i] = uint8_t(rng_bits(18, i));

@@ -13,6 +13,7 @@
 #include "backend/cpu/aligned_buffer.hpp"
 #include "backend/cpu/dtype_traits.hpp"
 #include "backend/cpu/kernels.hpp"
+#include "backend/cpu/softmax_exp.hpp"
 #include "backend/cpu/vectorize.hpp"
 #include "core/formulas/losses.hpp"
 #include "core/rng.hpp"
@@ -279,6 +280,14 @@ void act_backward_bias_grad(ThreadPool &pool, const ActBackwardArgs &act, const 
   });
 }
 
+// Rows of logits whose maxima one pass of cross_entropy keeps on the stack.
+constexpr int64_t kLossRowBlock = 64;
+
+// exp of a logit less its row's maximum (<= 0): softmax_exp.hpp's for
+// float, which vectorizes, libm's for double.
+inline float shifted_logit_exp(float v) { return exp_nonpositive(v); }
+inline double shifted_logit_exp(double v) { return std::exp(v); }
+
 void cross_entropy(ThreadPool &pool, const LossArgs &args) {
   const DType t = args.t;
   const int64_t rows = args.rows, cols = args.cols;
@@ -307,42 +316,64 @@ void cross_entropy(ThreadPool &pool, const LossArgs &args) {
     const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / (8 * cols));
     accumulate_stats(pool, rows, grain, stats, [&](int64_t begin, int64_t end) {
       double loss = 0, correct = 0;
-      for (int64_t r = begin; r < end; ++r) {
-        const S *x = px + r * cols;
-        const int64_t label = labels[r];
-        C mx = T::load(x[0]);
-        int64_t arg = 0;
-        for (int64_t j = 1; j < cols; ++j) {
-          const C v = T::load(x[j]);
-          if (v > mx) { mx = v; arg = j; }
-        }
-        C sum = 0;
-        if constexpr (T::kIdentity) {
-          if (pd) {  // keep the exponentials in dlogits for the gradient pass
-            S *d = pd + r * cols;
-            for (int64_t j = 0; j < cols; ++j) { d[j] = std::exp(x[j] - mx); sum += d[j]; }
-          } else {
-            for (int64_t j = 0; j < cols; ++j) sum += std::exp(x[j] - mx);
+      // f32 and f64 keep the exponentials in dlogits for the gradient pass,
+      // computed for a block of rows at once: one loop over all its
+      // elements vectorizes whole (a row of 10 logits fills no vector).
+      const bool keep = T::kIdentity && pd;
+      vectorized([&] {
+        for (int64_t r0 = begin; r0 < end; r0 += kLossRowBlock) {
+          const int64_t r1 = std::min(end, r0 + kLossRowBlock);
+          C row_max[kLossRowBlock];
+          int64_t row_arg[kLossRowBlock];
+          for (int64_t r = r0; r < r1; ++r) {
+            const S *x = px + r * cols;
+            C mx = T::load(x[0]);
+            int64_t arg = 0;
+            for (int64_t j = 1; j < cols; ++j) {
+              const C v = T::load(x[j]);
+              if (v > mx) {
+                mx = v;
+                arg = j;
+              }
+            }
+            row_max[r - r0] = mx, row_arg[r - r0] = arg;
+            if (keep) {
+              S *d = pd + r * cols;
+              for (int64_t j = 0; j < cols; ++j) d[j] = T::store(T::load(x[j]) - mx);
+            }
           }
-        } else {
-          for (int64_t j = 0; j < cols; ++j) sum += std::exp(T::load(x[j]) - mx);
-        }
-        double mean_shift = 0;  // read only with label smoothing
-        if (smoothing != 0) {
-          for (int64_t j = 0; j < cols; ++j) mean_shift += double(T::load(x[j]) - mx);
-          mean_shift /= double(cols);
-        }
-        loss += formulas::cross_entropy_row_loss(sum, C(T::load(x[label])), mx, smoothing, mean_shift);
-        correct += arg == label ? 1.0 : 0.0;
-        if (pd) {
-          S *d = pd + r * cols;
-          const C factor = scale / sum;
-          for (int64_t j = 0; j < cols; ++j) {
-            const C e = T::kIdentity ? T::load(d[j]) : C(std::exp(T::load(x[j]) - mx));
-            d[j] = T::store(formulas::cross_entropy_grad(e, factor, j == label, target));
+          if (keep) {
+            S *d = pd + r0 * cols;
+            for (int64_t i = 0; i < (r1 - r0) * cols; ++i) d[i] = T::store(shifted_logit_exp(T::load(d[i])));
+          }
+          for (int64_t r = r0; r < r1; ++r) {
+            const S *x = px + r * cols;
+            S *d = pd ? pd + r * cols : nullptr;
+            const int64_t label = labels[r];
+            const C mx = row_max[r - r0];
+            C sum = 0;
+            if (keep) {
+              for (int64_t j = 0; j < cols; ++j) sum += T::load(d[j]);
+            } else {
+              for (int64_t j = 0; j < cols; ++j) sum += shifted_logit_exp(T::load(x[j]) - mx);
+            }
+            double mean_shift = 0;  // read only with label smoothing
+            if (smoothing != 0) {
+              for (int64_t j = 0; j < cols; ++j) mean_shift += double(T::load(x[j]) - mx);
+              mean_shift /= double(cols);
+            }
+            loss += formulas::cross_entropy_row_loss(sum, C(T::load(x[label])), mx, smoothing, mean_shift);
+            correct += row_arg[r - r0] == label ? 1.0 : 0.0;
+            if (d) {
+              const C factor = scale / sum;
+              for (int64_t j = 0; j < cols; ++j) {
+                const C e = keep ? T::load(d[j]) : shifted_logit_exp(T::load(x[j]) - mx);
+                d[j] = T::store(formulas::cross_entropy_grad(e, factor, j == label, target));
+              }
+            }
           }
         }
-      }
+      });
       return std::pair<double, double>(loss, correct);
     });
   });
