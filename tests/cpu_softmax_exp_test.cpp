@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -45,12 +44,6 @@ double ulps_off(float got, float x) {
   return std::fabs(double(got) - want) / std::ldexp(1.0, exponent - 24);
 }
 
-float float_of_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 // The largest error over xs, checking each result against the bound.
 double sweep(const std::vector<float> &xs, double bound) {
   const std::vector<float> ys = exp_all(xs);
@@ -71,12 +64,12 @@ double check_variant() {
   const uint32_t smallest = cpu::bits_of(cpu::kSmallestNormalExpArg);
   std::vector<float> xs;
   // Negative floats: bits from -0 (0x80000000) up to ln(FLT_MIN)'s.
-  for (uint32_t b = 0x80000000u; b <= smallest; b += 61) xs.push_back(float_of_bits(b));
+  for (uint32_t b = 0x80000000u; b <= smallest; b += 61) xs.push_back(cpu::float_of(b));
   xs.push_back(cpu::kSmallestNormalExpArg);
   // Around each point where round(x / ln 2) steps.
   for (int k = 1; double(k) * 0.5 * M_LN2 < 87.3; ++k) {
     const uint32_t mid = cpu::bits_of(-float(double(k) * 0.5 * M_LN2));
-    for (uint32_t b = mid - 64; b <= mid + 64; ++b) xs.push_back(float_of_bits(b));
+    for (uint32_t b = mid - 64; b <= mid + 64; ++b) xs.push_back(cpu::float_of(b));
   }
   // Well within the 2 ulps the header promises; a dropped term or a
   // misplaced constant is off by thousands.

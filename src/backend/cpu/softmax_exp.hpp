@@ -4,7 +4,7 @@
 // Why not std::exp: glibc's expf is a call the vectoriser cannot see into,
 // one element at a time; on the tutorial step (128 rows of 10 logits) it
 // made cross_entropy about 4% of the whole step. Written as arithmetic and
-// selects only, a loop of calls runs 8 or 16 lanes at once under
+// bit masks only, a loop of calls runs 4, 8 or 16 lanes at once under
 // vectorized() (vectorize.hpp).
 //
 // How: exp(x) = 2^n exp(r) with n = round(x / ln 2) and |r| <= ln 2 / 2;
@@ -25,6 +25,7 @@ namespace kiln::cpu {
 // result is 0, as the training kernels flush subnormals (flush_denormals.hpp).
 constexpr float kSmallestNormalExpArg = -87.33654475f;
 
+// A float's bits and back (memcpy: no aliasing rules broken).
 inline uint32_t bits_of(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
